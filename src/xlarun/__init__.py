@@ -1,0 +1,3 @@
+"""xlarun: capture, archive, index and replay XLA dumps."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,100 @@
+"""The local backend: the job is a subprocess of xlarun, in its own process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .base import Job, JobPaths, LaunchResult, OutputSink, RunStatus
+
+#: After SIGTERM, how long the job gets to exit before SIGKILL.
+GRACE_S = 5.0
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _pump(stream, name: str, sink: OutputSink) -> None:
+    # read1 hands over whatever is available, so output appears as the job writes it
+    while True:
+        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+        if not chunk:
+            break
+        sink(name, chunk.decode("utf-8", errors="replace"))
+    stream.close()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the whole process group, then SIGKILL it if it lingers."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc, signal.SIGKILL)  # children may outlive the leader
+    proc.wait()
+
+
+class LocalBackend:
+    """Run the job as a local process group; the run folder is seen at its host path."""
+
+    kind = "local"
+
+    def job_paths(self, run_dir: Path) -> JobPaths:
+        return JobPaths.under(str(run_dir), sep=os.sep)
+
+    def launch(self, job: Job, sink: OutputSink) -> LaunchResult:
+        started = utc_now()
+        try:
+            proc = subprocess.Popen(
+                job.argv,
+                cwd=job.cwd,
+                env=job.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group: a timeout or Ctrl-C kills the job's children too
+            )
+        except OSError as exc:
+            return LaunchResult(RunStatus.ERROR, None, started, utc_now(), error=f"cannot start {job.argv[0]}: {exc.strerror or exc}")
+
+        pumps = [
+            threading.Thread(target=_pump, args=(proc.stdout, "stdout", sink), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, "stderr", sink), daemon=True),
+        ]
+        for pump in pumps:
+            pump.start()
+        deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
+        status = None
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        status = RunStatus.TIMED_OUT
+                        _stop(proc)
+                        break
+        except KeyboardInterrupt:
+            status = RunStatus.INTERRUPTED
+            _stop(proc)
+        for pump in pumps:
+            pump.join(timeout=10)
+        exit_code = proc.returncode
+        if status is None:
+            status = RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
+        return LaunchResult(status, exit_code, started, utc_now(), details={"pid": proc.pid})

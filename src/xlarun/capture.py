@@ -1,0 +1,217 @@
+"""``capture``: spec -> launch -> archive -> index, the pipeline behind ``xlarun capture``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backends import make_backend
+from .backends.base import Job, LaunchResult, RunStatus
+from .errors import XlarunError
+from .flags import compose_env, redact_env
+from .index import ModuleInfo
+from .manifest import Manifest, git_facts, host_facts, probe_versions
+from .spec import LoadedSpec, detect_framework, load_spec
+from .store import Store, StoredFile
+
+#: Called while archiving: (files done, files total).
+ArchiveProgress = Callable[[int, int], None]
+
+NO_DUMP_WARNING = (
+    "the run produced no XLA dump: nothing was compiled with XLA, or every compile hit a cache "
+    "(JAX: jit something; TF: use jit_compile=True or tensorflow.auto_jit)"
+)
+
+
+@dataclass
+class CaptureResult:
+    """What a capture produced. ``modules`` lists the main program first."""
+
+    run_id: str
+    status: RunStatus
+    exit_code: int | None
+    run_dir: Path
+    manifest: Manifest
+    modules: list[ModuleInfo] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RunStatus.SUCCEEDED and self.manifest.files > 0
+
+
+class _LogSink:
+    """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
+
+    def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
+        self.files = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}
+        self.echo = echo
+        self.prefix = prefix
+        self.lock = threading.Lock()
+
+    def __call__(self, stream: str, text: str) -> None:
+        with self.lock:
+            self.files[stream].write(text)
+            self.files[stream].flush()
+            if self.echo:
+                target = sys.stdout if stream == "stdout" else sys.stderr
+                if self.prefix:
+                    text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
+                target.write(text)
+                target.flush()
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+@contextmanager
+def _defer_interrupts():
+    """Hold Ctrl-C / SIGTERM while archiving: the run is saved first, then the interrupt is honoured."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    received: list[int] = []
+
+    def remember(signum, _frame):
+        received.append(signum)
+
+    old = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def job_argv(loaded: LoadedSpec, backend_kind: str) -> list[str]:
+    """The command line of the job: interpreter, script, arguments."""
+    python = loaded.spec.python or (loaded.python if backend_kind == "local" else "python3")
+    return [python, str(loaded.script), *loaded.spec.args]
+
+
+def capture(
+    spec: LoadedSpec | str | Path,
+    store: Store | None = None,
+    *,
+    echo: bool = False,
+    echo_prefix: str = "",
+    on_archive: ArchiveProgress | None = None,
+    batch_id: str | None = None,
+    matrix: dict[str, Any] | None = None,
+    base_env: dict[str, str] | None = None,
+) -> CaptureResult:
+    """Run a spec's job with its dump environment, archive everything it wrote, and index it.
+
+    A job that fails, times out or is interrupted is archived all the same; look at
+    ``result.status``. Raises :class:`XlarunError` only when nothing could be run or kept.
+    """
+    loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
+    store = store or Store.open()
+    backend = make_backend(loaded.spec.backend)
+    framework = loaded.spec.framework
+    if framework == "auto":
+        framework = detect_framework(loaded.script) or "unknown"
+
+    run_id, staging = store.begin_run()
+    paths = backend.job_paths(staging)
+    if base_env is None:
+        base_env = dict(os.environ) if backend.kind == "local" else {}
+    composed = compose_env(loaded.spec, paths, base_env)
+    job = Job(
+        argv=job_argv(loaded, backend.kind),
+        env=composed.env,
+        cwd=loaded.workdir,
+        run_dir=staging,
+        timeout_s=loaded.spec.timeout,
+        script_dir=loaded.script.parent,
+    )
+    (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
+    resolved = {
+        "spec": loaded.spec.model_dump(mode="json"),
+        "spec_path": str(loaded.path),
+        "script": str(loaded.script),
+        "workdir": str(loaded.workdir),
+        "framework": framework,
+    }
+    (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
+
+    versions = probe_versions(job.argv[0]) if backend.kind == "local" else {}
+    sink = _LogSink(staging, echo, echo_prefix)
+    t0 = time.monotonic()
+    try:
+        result: LaunchResult = backend.launch(job, sink)
+    finally:
+        sink.close()
+    duration = time.monotonic() - t0
+
+    warnings = list(composed.warnings)
+    with _defer_interrupts() as interrupted_meanwhile:
+        files: list[StoredFile] = store.archive_outputs(staging, progress=on_archive)
+        if not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+            warnings.append(NO_DUMP_WARNING)
+        if result.error:
+            warnings.append(result.error)
+        manifest = Manifest(
+            run_id=run_id,
+            name=loaded.spec.name,
+            status=result.status.value,
+            exit_code=result.exit_code,
+            error=result.error,
+            started=result.started,
+            ended=result.ended,
+            duration_s=round(duration, 3),
+            spec_path=str(loaded.path),
+            command=job.argv,
+            xlarun_command=list(sys.argv),
+            cwd=str(job.cwd),
+            backend=backend.kind,
+            backend_details=result.details,
+            framework=framework,
+            env_delta=redact_env(composed.delta),
+            xla_flags=composed.xla_flags,
+            tf_xla_flags=composed.tf_xla_flags,
+            versions={**versions, **{k: str(v) for k, v in result.details.get("versions", {}).items()}},
+            host=host_facts(),
+            git=git_facts(loaded.script.parent),
+            warnings=warnings,
+            batch_id=batch_id,
+            matrix=matrix,
+            tags=loaded.spec.tags,
+            files=len(files),
+            dump_bytes=sum(f.size for f in files),
+        )
+        run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
+        store.index.ingest_run(store, run_id)
+        was_interrupted = interrupted_meanwhile()
+    modules = store.index.modules(run_id)
+    if was_interrupted and result.status != RunStatus.INTERRUPTED:
+        raise KeyboardInterrupt  # the run is safe; now honour the Ctrl-C that came while archiving
+    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings)
+
+
+def exit_status_error(result: CaptureResult) -> XlarunError | None:
+    """The error a CLI should exit with for this capture, or None when it succeeded with a dump."""
+    from .errors import ExitCode, JobFailed
+
+    where = f"run {result.run_id} is archived"
+    if result.status == RunStatus.TIMED_OUT:
+        return JobFailed(f"the job ran past its timeout and was killed; {where}", "raise `timeout:` in the spec", exit_code=ExitCode.TIMEOUT)
+    if result.status == RunStatus.INTERRUPTED:
+        return JobFailed(f"interrupted; {where} with what it wrote so far", None, exit_code=ExitCode.INTERRUPTED)
+    if result.status == RunStatus.ERROR:
+        return JobFailed(f"the job could not start: {result.manifest.error}; {where}", "check `python:` and `script:` in the spec", exit_code=ExitCode.FAILED)
+    if result.status == RunStatus.FAILED:
+        return JobFailed(f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output")
+    if result.manifest.files == 0:
+        return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
+    return None

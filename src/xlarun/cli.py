@@ -1,0 +1,119 @@
+"""The ``xlarun`` command: parses arguments, calls the library, prints. Nothing else lives here.
+
+Commands live in ``xlarun.commands.<module>``; each module has ``register(app)`` that adds its
+commands to the Typer app. To add a command group, write such a module and add its name to
+``COMMAND_MODULES``. Command modules import the library lazily (inside the command) so that
+``xlarun --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+import typer
+import typer.core
+
+from .errors import ExitCode, XlarunError
+
+COMMAND_MODULES = ("capture", "navigate", "housekeeping")
+
+EXIT_CODES_HELP = """
+Exit codes: 0 ok · 1 the job failed, a replay miscompared, or no dump was made · 2 bad usage, spec or input ·
+3 a component xlarun drives failed or is missing (Docker, graphviz, jaxlib, a replay engine) ·
+4 a bug in xlarun (a crash log is written) · 124 the job hit its timeout · 130 interrupted (Ctrl-C).
+"""
+
+class _XlarunGroup(typer.core.TyperGroup):
+    """Maps the library's errors to one red line and a documented exit code, for every command."""
+
+    def invoke(self, ctx):
+        from .console import error_line
+
+        try:
+            return super().invoke(ctx)
+        except XlarunError as exc:
+            error_line(exc.one_line())
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            error_line("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (typer.Exit, typer.Abort, click.ClickException, click.exceptions.Exit):
+            raise
+        except BrokenPipeError:
+            raise typer.Exit(int(ExitCode.OK)) from None  # `xlarun ... | head`
+        except Exception as exc:  # a bug: traceback + crash log
+            traceback.print_exc()
+            log = _crash_log(exc)
+            error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+app = typer.Typer(
+    name="xlarun",
+    cls=_XlarunGroup,
+    help=(
+        "Capture, archive, index, navigate and replay XLA dumps.\n\n"
+        "Start with `xlarun capture configs/jax-cpu.yaml`, then `xlarun modules` (the main program is listed first), "
+        "`xlarun show REF` and `xlarun cat REF`. The store is ./.xlarun (override with --store or XLARUN_STORE).\n\n" + EXIT_CODES_HELP
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"xlarun {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Capture, archive, index, navigate and replay XLA dumps."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f".commands.{_name}", __package__).register(app)
+
+
+def _crash_log(exc: BaseException) -> Path:
+    from . import __version__
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"crash-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
+    with path.open("w") as log:
+        log.write(f"xlarun {__version__} on Python {sys.version}\nargv: {sys.argv}\n\n")
+        traceback.print_exception(exc, file=log)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script: runs the command and exits with its :class:`ExitCode`."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="xlarun", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        code = int(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        code = int(ExitCode.USAGE)
+    code = int(code or 0)
+    if argv is None:
+        sys.exit(code)
+    return code

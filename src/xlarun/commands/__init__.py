@@ -1,0 +1,25 @@
+"""Command modules of the ``xlarun`` CLI, one per group; each has ``register(app)``.
+
+The option types every command shares are defined here so they read the same everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+StoreOption = Annotated[
+    Optional[Path],
+    typer.Option("--store", envvar="XLARUN_STORE", help="Run store folder (default ./.xlarun).", show_default=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+RunOption = Annotated[Optional[str], typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
+
+
+def open_store(path: Path | None, create: bool = False):
+    """The store a command works on (created only by commands that write)."""
+    from ..store import Store
+
+    return Store.open(path, create=create)

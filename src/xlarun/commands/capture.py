@@ -1,0 +1,158 @@
+"""``capture``, ``validate``, ``schema``, ``flags``: from a spec to a stored run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, StoreOption, open_store
+
+SpecArgument = Annotated[Path, typer.Argument(help="A run spec (YAML). See configs/ for examples and `xlarun schema` for every key.", show_default=False)]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capture")(capture)
+    app.command("validate")(validate)
+    app.command("schema")(schema)
+    app.command("flags")(flags)
+
+
+def capture(
+    spec: SpecArgument,
+    store: StoreOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't echo the job's output (it is still kept in the run's logs).")] = False,
+    as_json: JsonOption = False,
+    top: Annotated[int, typer.Option("--top", help="How many modules to list after the capture (0 = none).")] = 10,
+) -> None:
+    """Run SPEC's script with its dump flags, then archive and index everything it wrote.
+
+    The job's output streams to this terminal and into the run's logs. A job that fails, times out
+    or is interrupted (Ctrl-C) is archived all the same, and xlarun exits non-zero. Afterwards the
+    run's modules are listed, the main program (most instructions) first.
+
+    Example: xlarun capture configs/jax-cpu.yaml
+    """
+    from ..capture import capture as run_capture, exit_status_error
+    from ..console import human_bytes, print_json, say, warn
+    from ..spec import load_spec
+
+    loaded = load_spec(spec)
+    the_store = open_store(store, create=True)
+    progress = _ArchiveProgress(enabled=not as_json)
+    if not as_json:
+        say(f"[bold]capturing[/bold] {loaded.spec.name}: {loaded.script} on {loaded.spec.backend.kind} -> {the_store.root}")
+    try:
+        result = run_capture(loaded, the_store, echo=not (quiet or as_json), on_archive=progress.update)
+    finally:
+        progress.close()
+    failure = exit_status_error(result)
+    if as_json:
+        print_json({"run_id": result.run_id, "status": result.status, "exit_code": result.exit_code, "run_dir": result.run_dir,
+                    "manifest": result.manifest, "modules": result.modules, "warnings": result.warnings})
+    else:
+        for line in result.warnings:
+            warn(line)
+        manifest = result.manifest
+        colour = "green" if failure is None else "red"
+        say(
+            f"[{colour}]{result.status.value}[/{colour}] run [bold]{result.run_id}[/bold] in {manifest.duration_s:.1f} s: "
+            f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
+        )
+        if result.modules and top:
+            from .navigate import print_modules
+
+            print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
+    if failure is not None:
+        raise failure
+
+
+class _ArchiveProgress:
+    """A progress bar on stderr while a large dump is archived (silent for small ones)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.task = None
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total < 200:
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.console import Console
+
+            self.bar = Progress(TextColumn("archiving"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("archive", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
+    """Check SPEC without running anything: every problem is listed as file:line:col key.path: message."""
+    from ..console import error_line, print_json, say
+    from ..errors import SpecError
+    from ..spec import load_spec
+
+    try:
+        loaded = load_spec(spec)
+    except SpecError as exc:
+        if as_json:
+            print_json({"valid": False, "problems": exc.problems})
+        else:
+            for problem in exc.problems:
+                error_line(problem)
+        raise typer.Exit(2) from None
+    if as_json:
+        print_json({"valid": True, "spec": loaded.spec, "script": loaded.script, "workdir": loaded.workdir})
+    else:
+        say(f"[green]ok[/green] {spec}: run '{loaded.spec.name}' runs {loaded.script} on {loaded.spec.backend.kind}")
+
+
+def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
+    """Print the JSON Schema of run specs, for editor completion.
+
+    VS Code with the YAML extension: add `# yaml-language-server: $schema=./xlarun.schema.json` at the top of a spec.
+    """
+    from ..spec import spec_json_schema
+
+    text = json.dumps(spec_json_schema(), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+    else:
+        typer.echo(text, nl=False)
+
+
+def flags(
+    spec: SpecArgument,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the outputs: XLA's dump goes to OUT/dump, TF graphs to OUT/tf_graphs, JAX IR to OUT/jax_ir (a capture uses the run's own folder).")] = Path("xla_out"),
+    as_json: JsonOption = False,
+) -> None:
+    """Print the environment a capture of SPEC would set, as `export` lines, without running anything.
+
+    Paste the lines into a shell to reproduce a capture by hand. Only variables that differ from
+    your current environment are printed; XLA_FLAGS already set in your environment are merged.
+    """
+    import os
+
+    from ..backends.base import JobPaths
+    from ..console import print_json, warn
+    from ..flags import compose_env
+    from ..spec import load_spec
+
+    loaded = load_spec(spec)
+    base_env = dict(os.environ) if loaded.spec.backend.kind == "local" else {}
+    composed = compose_env(loaded.spec, JobPaths.under(str(out_dir.absolute())), base_env)
+    if as_json:
+        print_json({"env": composed.delta, "xla_flags": composed.xla_flags, "tf_xla_flags": composed.tf_xla_flags, "warnings": composed.warnings})
+        return
+    for line in composed.warnings:
+        warn(line)
+    for line in composed.export_lines():
+        typer.echo(line)

@@ -1,0 +1,109 @@
+"""Terminal presentation shared by the commands: tables, JSON, sizes, warnings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, pydantic models, enums and paths as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: to_jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=False) + "\n")
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None, right: Sequence[str] = ()) -> None:
+    """A table on stdout; columns named in ``right`` are right-aligned (numbers)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, justify="right" if header in right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    _console().print(table)
+
+
+def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> None:
+    """``label: value`` lines, labels aligned."""
+    pairs = [(k, v) for k, v in pairs if v not in (None, "", [], {})]
+    if title:
+        _console().print(f"[bold]{title}[/bold]")
+    width = max((len(k) for k, _ in pairs), default=0)
+    for key, value in pairs:
+        _console().print(f"  {key.ljust(width)}  {value}", markup=False)
+
+
+def echo(text: str = "") -> None:
+    _console().print(text, markup=False)
+
+
+def say(markup: str) -> None:
+    """A line with rich markup on stdout."""
+    _console().print(markup)
+
+
+def warn(text: str) -> None:
+    _console(stderr=True).print(f"[yellow]warning:[/yellow] {_escape(text)}")
+
+
+def error_line(text: str) -> None:
+    _console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(text)}")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def human_bytes(size: int | None) -> str:
+    if size is None:
+        return ""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def short_time(iso: str | None) -> str:
+    """'2026-11-22T10:30:15.123+00:00' -> '2026-11-22 10:30:15'."""
+    if not iso:
+        return ""
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+def count_or_blank(value: int | None) -> str:
+    return "" if value is None else str(value)

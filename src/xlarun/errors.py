@@ -1,0 +1,99 @@
+"""The one error family of xlarun, and the exit codes the CLI maps it to.
+
+Every failure a user can act on is an :class:`XlarunError` whose message says what went wrong
+and, in ``hint``, what to do about it. The CLI prints it as one red line and exits with
+``exit_code``. Anything else escaping the library is a bug: the CLI prints a traceback and
+writes a crash log.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes of the ``xlarun`` command, documented in ``xlarun --help`` and the README."""
+
+    OK = 0
+    #: The job ran and failed, a replay miscompared, or a capture produced no dump.
+    FAILED = 1
+    #: Bad command line, bad spec, missing or unreadable input, unknown or ambiguous REF.
+    USAGE = 2
+    #: A component xlarun drives failed or is missing (Docker daemon, graphviz, jaxlib, a replay engine).
+    ENVIRONMENT = 3
+    #: A bug in xlarun itself; a crash log is written.
+    INTERNAL = 4
+    #: The job ran past its timeout and was killed (same code as coreutils ``timeout``).
+    TIMEOUT = 124
+    #: Interrupted with Ctrl-C; whatever was captured so far is archived.
+    INTERRUPTED = 130
+
+
+class XlarunError(Exception):
+    """Base of every error a user can act on."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, hint: str | None = None, *, exit_code: ExitCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def one_line(self) -> str:
+        """The message and the hint as a single line for a terminal."""
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class SpecError(XlarunError):
+    """A run spec is malformed: the message starts with ``file:line:col key.path:``.
+
+    ``problems`` lists every problem found, the first of which is the message.
+    """
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, hint: str | None = None, *, problems: list[str] | None = None):
+        super().__init__(message, hint)
+        self.problems = problems or [message]
+
+
+class InputError(XlarunError):
+    """A file, folder, argument or reference given by the user is missing, unreadable or invalid."""
+
+    exit_code = ExitCode.USAGE
+
+
+class RefError(InputError):
+    """A REF names no run or module, or names more than one (the message lists candidates)."""
+
+
+class StoreError(XlarunError):
+    """The run store cannot be opened or written (permissions, a newer schema, a full disk)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class EnvironmentProblem(XlarunError):
+    """Something xlarun needs from the machine is missing or broken (Docker, dot, jaxlib, a runner)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class JobFailed(XlarunError):
+    """The captured job exited non-zero, timed out or was interrupted. The run is archived anyway."""
+
+    exit_code = ExitCode.FAILED
+
+
+class ReplayMismatch(XlarunError):
+    """A replay's result differs from the reference beyond the error bounds."""
+
+    exit_code = ExitCode.FAILED
+
+
+class EngineError(XlarunError):
+    """A replay engine could not compile or run a module."""
+
+    exit_code = ExitCode.ENVIRONMENT

@@ -1,0 +1,514 @@
+"""The SQLite index of a store: runs, files, modules, passes, and the terms ``find`` searches.
+
+The index is derived data: ``runs/`` in the store is the truth, and :meth:`Index.reconcile`
+adds any committed run the index lacks (after a crash between commit and indexing) and drops
+rows of runs that are gone. Each run is indexed in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import StoreError, XlarunError
+from .names import DumpName, decode_dump_name
+
+if TYPE_CHECKING:
+    from .store import Store, StoredFile
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT, kind TEXT, status TEXT, exit_code INTEGER, error TEXT,
+    backend TEXT, framework TEXT, started TEXT, ended TEXT, duration_s REAL,
+    n_files INTEGER, dump_bytes INTEGER, n_modules INTEGER, batch_id TEXT, matrix TEXT, tags TEXT, spec_path TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
+CREATE INDEX IF NOT EXISTS runs_batch ON runs(batch_id);
+CREATE TABLE IF NOT EXISTS files (
+    run_id TEXT, path TEXT, sha256 TEXT, size INTEGER, kind TEXT, format TEXT,
+    module_id INTEGER, module_name TEXT, stage TEXT, backend TEXT, step INTEGER, pipeline TEXT,
+    after_pass TEXT, before_pass TEXT,
+    PRIMARY KEY (run_id, path)
+);
+CREATE INDEX IF NOT EXISTS files_module ON files(run_id, module_id);
+CREATE TABLE IF NOT EXISTS modules (
+    run_id TEXT, module_id INTEGER, name TEXT, backend TEXT, stages TEXT, n_pass_dumps INTEGER, n_files INTEGER,
+    instr_before INTEGER, instr_after INTEGER, opcodes_before TEXT, opcodes_after TEXT,
+    entry_signature TEXT, fingerprint TEXT, hlo_bytes INTEGER, elided_constants INTEGER, parse_error TEXT,
+    PRIMARY KEY (run_id, module_id)
+);
+CREATE INDEX IF NOT EXISTS modules_name ON modules(name);
+CREATE INDEX IF NOT EXISTS modules_fingerprint ON modules(fingerprint);
+CREATE TABLE IF NOT EXISTS passes (
+    run_id TEXT, module_id INTEGER, step INTEGER, pipeline TEXT, after_pass TEXT, before_pass TEXT,
+    path TEXT, instr_count INTEGER,
+    PRIMARY KEY (run_id, module_id, step, pipeline)
+);
+CREATE TABLE IF NOT EXISTS terms (
+    run_id TEXT, module_id INTEGER, kind TEXT, value TEXT
+);
+CREATE INDEX IF NOT EXISTS terms_value ON terms(value, kind);
+CREATE INDEX IF NOT EXISTS terms_module ON terms(run_id, module_id);
+"""
+
+TERM_KINDS = ("opcode", "name", "op_name", "source")
+
+# One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
+_INSTRUCTION_LINE = re.compile(rb"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*\S", re.M)
+_HEADER_OR_COMPUTATION = re.compile(rb"^\s*(?:HloModule\s|ENTRY\s|%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$)", re.M)
+
+
+def count_instructions_in_text(data: bytes) -> int:
+    """Instructions in an HLO text dump, counted by lines (fast; agrees with hlo.py's count)."""
+    return len(_INSTRUCTION_LINE.findall(data))
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    exit_code: int | None
+    error: str | None
+    backend: str
+    framework: str | None
+    started: str
+    ended: str
+    duration_s: float
+    n_files: int
+    dump_bytes: int
+    n_modules: int
+    batch_id: str | None
+    matrix: dict | None
+    tags: dict
+
+
+@dataclass
+class FileInfo:
+    path: str
+    sha256: str
+    size: int
+    kind: str
+    format: str | None
+    stage: str | None
+    step: int | None
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+
+
+@dataclass
+class PassInfo:
+    step: int
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+    path: str
+    instr_count: int | None
+
+
+@dataclass
+class ModuleInfo:
+    run_id: str
+    module_id: int
+    name: str | None
+    backend: str | None
+    stages: list[str]
+    n_pass_dumps: int
+    n_files: int
+    instr_before: int | None
+    instr_after: int | None
+    opcodes_before: dict[str, int]
+    opcodes_after: dict[str, int]
+    entry_signature: str | None
+    fingerprint: str | None
+    hlo_bytes: int
+    elided_constants: bool
+    parse_error: str | None
+    files: list[FileInfo] = field(default_factory=list)
+    passes: list[PassInfo] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``module_0006.jit_f``: how XLA names it in files."""
+        return f"module_{self.module_id:04d}" + (f".{self.name}" if self.name else "")
+
+    @property
+    def ref(self) -> str:
+        """A REF that always names exactly this module: ``RUN/module_0006``."""
+        return f"{self.run_id}/module_{self.module_id:04d}"
+
+
+@dataclass
+class FindHit:
+    run_id: str
+    module_id: int
+    module_name: str | None
+    kind: str
+    matches: list[str]
+
+
+def _json_or_none(text: str | None):
+    return json.loads(text) if text else None
+
+
+class Index:
+    """The index database of one store."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> "Index":
+        try:
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(SCHEMA)
+            row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                conn.close()
+                path.unlink()  # derived data: rebuild from runs/
+                return cls.open(path)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the index {path}: {exc}", f"delete {path}; it is rebuilt from the runs on the next command") from None
+        conn.row_factory = sqlite3.Row
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def reconcile(self, store: "Store") -> list[str]:
+        """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
+        on_disk = set(store.run_ids())
+        indexed = {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
+        for gone in indexed - on_disk:
+            self.forget_run(gone)
+        added = sorted(on_disk - indexed)
+        for run_id in added:
+            self.ingest_run(store, run_id)
+        return added
+
+    def forget_run(self, run_id: str) -> None:
+        with self.transaction():
+            for table in ("runs", "files", "modules", "passes", "terms"):
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            for extra in self._extra_run_tables():
+                self.conn.execute(f"DELETE FROM {extra} WHERE run_id=?", (run_id,))
+
+    def _extra_run_tables(self) -> list[str]:
+        # tables other stages add (replays...) that carry a run_id column
+        names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        core = {"meta", "runs", "files", "modules", "passes", "terms"}
+        out = []
+        for name in names:
+            if name in core:
+                continue
+            cols = {c[1] for c in self.conn.execute(f"PRAGMA table_info({name})")}
+            if "run_id" in cols:
+                out.append(name)
+        return out
+
+    def transaction(self):
+        return _Transaction(self.conn)
+
+    def ingest_run(self, store: "Store", run_id: str) -> None:
+        """Index one committed run: its manifest, files, modules, passes and search terms."""
+        manifest = store.manifest(run_id)
+        files = store.stored_files(run_id)
+        decoded = [(f, decode_dump_name(f.path)) for f in files]
+        by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
+        for stored, name in decoded:
+            if name.module_id is not None and name.kind not in ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input"):
+                by_module[name.module_id].append((stored, name))
+        modules = [_summarize_module(store, run_id, module_id, members) for module_id, members in sorted(by_module.items())]
+        with self.transaction():
+            self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+            for table in ("files", "modules", "passes", "terms"):
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            self.conn.execute(
+                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id, manifest.get("name", "?"), manifest.get("kind", "capture"), manifest.get("status", "unknown"),
+                    manifest.get("exit_code"), manifest.get("error"), manifest.get("backend", "local"), manifest.get("framework"),
+                    manifest.get("started", ""), manifest.get("ended", ""), manifest.get("duration_s", 0.0),
+                    len(files), sum(f.size for f in files), len(modules), manifest.get("batch_id"),
+                    json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
+                    json.dumps(manifest.get("tags") or {}), manifest.get("spec_path"),
+                ),
+            )
+            self.conn.executemany(
+                "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (run_id, f.path, f.sha256, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
+                     n.step, n.pipeline, n.after_pass, n.before_pass)
+                    for f, n in decoded
+                ],
+            )
+            for summary in modules:
+                self.conn.execute(
+                    "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        run_id, summary.module_id, summary.name, summary.backend, json.dumps(summary.stages), summary.n_pass_dumps,
+                        summary.n_files, summary.instr_before, summary.instr_after, json.dumps(summary.opcodes_before),
+                        json.dumps(summary.opcodes_after), summary.entry_signature, summary.fingerprint, summary.hlo_bytes,
+                        int(summary.elided_constants), summary.parse_error,
+                    ),
+                )
+                self.conn.executemany(
+                    "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
+                    [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
+                )
+                self.conn.executemany(
+                    "INSERT INTO terms VALUES (?,?,?,?)",
+                    [(run_id, summary.module_id, kind, value) for kind, value in sorted(summary.terms)],
+                )
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def runs(self, batch_id: str | None = None, name: str | None = None, kind: str | None = None) -> list[RunInfo]:
+        """Runs, oldest first."""
+        sql = "SELECT * FROM runs WHERE 1=1"
+        params: list = []
+        if batch_id:
+            sql += " AND batch_id=?"
+            params.append(batch_id)
+        if name:
+            sql += " AND name=?"
+            params.append(name)
+        if kind:
+            sql += " AND kind=?"
+            params.append(kind)
+        sql += " ORDER BY run_id"
+        return [_run_from_row(row) for row in self.conn.execute(sql, params)]
+
+    def run(self, run_id: str) -> RunInfo:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise XlarunError(f"run {run_id} is not indexed", "run `xlarun reindex`")
+        return _run_from_row(row)
+
+    def modules(self, run_id: str) -> list[ModuleInfo]:
+        """A run's modules, the main program first (most instructions, then the biggest HLO)."""
+        rows = self.conn.execute(
+            "SELECT * FROM modules WHERE run_id=? ORDER BY COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
+            (run_id,),
+        )
+        return [_module_from_row(row) for row in rows]
+
+    def module(self, run_id: str, module_id: int, with_files: bool = True) -> ModuleInfo:
+        row = self.conn.execute("SELECT * FROM modules WHERE run_id=? AND module_id=?", (run_id, module_id)).fetchone()
+        if row is None:
+            raise XlarunError(f"run {run_id} has no module {module_id}", "`xlarun modules` lists them")
+        info = _module_from_row(row)
+        if with_files:
+            info.files = [
+                FileInfo(r["path"], r["sha256"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
+                for r in self.conn.execute("SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path", (run_id, module_id))
+            ]
+            info.passes = [
+                PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])
+                for r in self.conn.execute("SELECT * FROM passes WHERE run_id=? AND module_id=? ORDER BY step, pipeline", (run_id, module_id))
+            ]
+        return info
+
+    def run_files(self, run_id: str) -> list[FileInfo]:
+        return [
+            FileInfo(r["path"], r["sha256"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
+            for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))
+        ]
+
+    def all_modules(self) -> list[ModuleInfo]:
+        return [_module_from_row(row) for row in self.conn.execute("SELECT * FROM modules ORDER BY run_id, module_id")]
+
+    def find(self, text: str, kinds: tuple[str, ...] = TERM_KINDS, run_id: str | None = None, exact: bool = False, limit_matches: int = 5) -> list[FindHit]:
+        """Modules containing a term: an opcode, an instruction name, an op_name or a source location.
+
+        Opcodes match exactly; the other kinds match as case-sensitive substrings unless ``exact``.
+        """
+        clauses = []
+        params: list = []
+        for kind in kinds:
+            if kind == "opcode" or exact:
+                clauses.append("(kind=? AND value=?)")
+                params += [kind, text]
+            else:
+                clauses.append("(kind=? AND instr(value, ?) > 0)")
+                params += [kind, text]
+        sql = f"SELECT t.run_id, t.module_id, t.kind, t.value, m.name FROM terms t JOIN modules m USING (run_id, module_id) WHERE ({' OR '.join(clauses)})"
+        if run_id:
+            sql += " AND t.run_id=?"
+            params.append(run_id)
+        sql += " ORDER BY t.run_id, t.module_id, t.kind, t.value"
+        hits: dict[tuple, FindHit] = {}
+        for row in self.conn.execute(sql, params):
+            key = (row[0], row[1], row[2])
+            hit = hits.get(key)
+            if hit is None:
+                hit = hits[key] = FindHit(row[0], row[1], row[4], row[2], [])
+            if len(hit.matches) < limit_matches:
+                hit.matches.append(row[3])
+        return list(hits.values())
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _run_from_row(row: sqlite3.Row) -> RunInfo:
+    return RunInfo(
+        row["run_id"], row["name"], row["kind"], row["status"], row["exit_code"], row["error"], row["backend"], row["framework"],
+        row["started"], row["ended"], row["duration_s"], row["n_files"], row["dump_bytes"], row["n_modules"], row["batch_id"],
+        _json_or_none(row["matrix"]), _json_or_none(row["tags"]) or {},
+    )
+
+
+def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
+    return ModuleInfo(
+        row["run_id"], row["module_id"], row["name"], row["backend"], json.loads(row["stages"] or "[]"), row["n_pass_dumps"],
+        row["n_files"], row["instr_before"], row["instr_after"], json.loads(row["opcodes_before"] or "{}"),
+        json.loads(row["opcodes_after"] or "{}"), row["entry_signature"], row["fingerprint"], row["hlo_bytes"] or 0,
+        bool(row["elided_constants"]), row["parse_error"],
+    )
+
+
+# --- summarising one module --------------------------------------------------------------------
+
+
+@dataclass
+class _ModuleSummary:
+    module_id: int
+    name: str | None
+    backend: str | None
+    stages: list[str]
+    n_pass_dumps: int
+    n_files: int
+    instr_before: int | None = None
+    instr_after: int | None = None
+    opcodes_before: dict = field(default_factory=dict)
+    opcodes_after: dict = field(default_factory=dict)
+    entry_signature: str | None = None
+    fingerprint: str | None = None
+    hlo_bytes: int = 0
+    elided_constants: bool = False
+    parse_error: str | None = None
+    passes: list[PassInfo] = field(default_factory=list)
+    terms: set = field(default_factory=set)
+
+
+_FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
+
+
+def _best_hlo(members, stage: str):
+    """The most parseable file of a module at a stage: text, then proto, then compressed proto."""
+    candidates = [(s, n) for s, n in members if n.kind == "hlo" and n.stage == stage and n.format in _FORMAT_PREFERENCE]
+    candidates.sort(key=lambda sn: _FORMAT_PREFERENCE[sn[1].format])
+    return candidates[0] if candidates else None
+
+
+def stage_label(name: DumpName) -> str:
+    """How a stage is shown: 'before_optimizations', 'cpu_after_optimizations', 'sm_8.0_gpu_after_optimizations'."""
+    if name.stage == "after_optimizations":
+        prefix = "_".join(p for p in (name.target, name.backend if name.backend not in (None, "tpu") else None) if p)
+        return f"{prefix}_after_optimizations" if prefix else "after_optimizations"
+    return name.stage or name.kind
+
+
+def _parse(store: "Store", stored: "StoredFile", name: DumpName):
+    from .hlo import parse_hlo_text
+    from .hloproto import summarize_hlo_proto
+
+    data = store.blobs.get(stored.sha256)
+    if name.format == "text":
+        return parse_hlo_text(data.decode("utf-8", errors="replace"))
+    if name.format == "proto.gz":
+        import gzip
+
+        data = gzip.decompress(data)
+    return summarize_hlo_proto(data)
+
+
+def _summarize_module(store: "Store", run_id: str, module_id: int, members) -> _ModuleSummary:
+    names = [n.module_name for _s, n in members if n.module_name]
+    stages = sorted({stage_label(n) for _s, n in members if n.kind == "hlo"}, key=lambda s: (s != "before_optimizations", s))
+    backends = [n.backend for _s, n in members if n.backend]
+    pass_members = [(s, n) for s, n in members if n.kind == "pass"]
+    summary = _ModuleSummary(
+        module_id=module_id,
+        name=max(names, key=len) if names else None,  # long names are dropped from some file names only
+        backend=backends[0] if backends else None,
+        stages=stages,
+        n_pass_dumps=len({(n.step, n.pipeline) for _s, n in pass_members}),
+        n_files=len(members),
+    )
+    errors = []
+    for stage, attr in (("before_optimizations", "before"), ("after_optimizations", "after")):
+        best = _best_hlo(members, stage)
+        if best is None:
+            continue
+        stored, name = best
+        try:
+            module = _parse(store, stored, name)
+        except XlarunError as exc:
+            errors.append(f"{stored.path}: {exc.message}")
+            continue
+        setattr(summary, f"instr_{attr}", module.instruction_count())
+        setattr(summary, f"opcodes_{attr}", dict(sorted(module.opcode_histogram().items())))
+        if attr == "before" or summary.hlo_bytes == 0:
+            summary.hlo_bytes = stored.size
+        if attr == "before" or summary.entry_signature is None:
+            summary.entry_signature = module.entry_signature
+        if attr == "before":
+            summary.fingerprint = module.fingerprint()
+            summary.elided_constants = module.has_elided_constants()
+        elif summary.fingerprint is None:
+            summary.elided_constants = module.has_elided_constants()
+        for instruction in module.instructions():
+            summary.terms.add(("opcode", instruction.opcode))
+            summary.terms.add(("name", instruction.name))
+            if instruction.op_name:
+                summary.terms.add(("op_name", instruction.op_name))
+            if instruction.source_file:
+                where = f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file
+                summary.terms.add(("source", where))
+    summary.parse_error = "; ".join(errors) or None
+    summary.passes = _pass_timeline(store, pass_members)
+    return summary
+
+
+def _pass_timeline(store: "Store", pass_members) -> list[PassInfo]:
+    by_step: dict[tuple, list] = defaultdict(list)
+    for stored, name in pass_members:
+        by_step[(name.step, name.pipeline)].append((stored, name))
+    out = []
+    for (step, pipeline), items in sorted(by_step.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or "")):
+        items.sort(key=lambda sn: {"text": 0, "dot": 2}.get(sn[1].format or "", 1))
+        stored, name = items[0]
+        count = None
+        if name.format == "text":
+            count = count_instructions_in_text(store.blobs.get(stored.sha256))
+        out.append(PassInfo(step or 0, pipeline, name.after_pass, name.before_pass, stored.path, count))
+    return out

@@ -1,0 +1,92 @@
+"""Resolve what users type (REFs) to runs and modules.
+
+A run REF is a run id, a unique prefix of one, a spec name (its latest run), or ``latest``.
+A module REF is ``module_0006``, ``6``, ``module_0006.jit_f``, a module name (``jit_f``) or a unique
+prefix of one, or a dump file name; ``RUN/MODULE`` picks the run. Without a run, the latest run
+is searched first, then older runs, newest first.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import RefError
+from .index import Index, ModuleInfo, RunInfo
+from .names import decode_dump_name
+
+_MODULE_ID = re.compile(r"^(?:module_)?(\d+)(?:\.(.+))?$")
+MAX_CANDIDATES = 10
+
+
+def resolve_run(index: Index, ref: str | None) -> RunInfo:
+    """The run a run REF names (None or 'latest' = the newest run)."""
+    runs = index.runs()
+    if not runs:
+        raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+    if ref in (None, "", "latest", "last", "@"):
+        return runs[-1]
+    exact = [r for r in runs if r.run_id == ref]
+    if exact:
+        return exact[0]
+    by_prefix = [r for r in runs if r.run_id.startswith(ref)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    by_name = [r for r in runs if r.name == ref]
+    if by_name:
+        return by_name[-1]  # the latest run of that spec
+    if len(by_prefix) > 1:
+        raise RefError(f"run REF {ref!r} is ambiguous: {_list(r.run_id for r in by_prefix)}", "type more of the run id")
+    raise RefError(f"no run matches {ref!r}", "`xlarun runs` lists run ids and names")
+
+
+def _list(items) -> str:
+    items = list(items)
+    shown = ", ".join(items[:MAX_CANDIDATES])
+    return shown + (f" (and {len(items) - MAX_CANDIDATES} more)" if len(items) > MAX_CANDIDATES else "")
+
+
+def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
+    match = _MODULE_ID.match(ref)
+    if match:
+        module_id, name = int(match.group(1)), match.group(2)
+        hits = [m for m in modules if m.module_id == module_id and (name is None or m.name == name or (m.name or "").startswith(name))]
+        if hits:
+            return hits
+    exact = [m for m in modules if m.name == ref]
+    if exact:
+        return exact
+    decoded = decode_dump_name(ref)
+    if decoded.module_id is not None:
+        hits = [m for m in modules if m.module_id == decoded.module_id]
+        if hits:
+            return hits
+    return [m for m in modules if m.name and m.name.startswith(ref)]
+
+
+def resolve_module(index: Index, ref: str, run: str | None = None) -> ModuleInfo:
+    """The one module a REF names; RefError listing candidates when none or several match."""
+    ref = ref.strip()
+    if not ref:
+        raise RefError("empty module REF", "give a module id (6, module_0006), a name (jit_f) or RUN/module_0006")
+    if "/" in ref and run is None:
+        run, ref = ref.split("/", 1)
+    if run is not None:
+        scopes = [resolve_run(index, run)]
+    else:
+        runs = index.runs()
+        if not runs:
+            raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+        scopes = [runs[-1]]
+    hits = _match_in_run(index.modules(scopes[0].run_id), ref)
+    if not hits and run is None:
+        for older in reversed(index.runs()[:-1]):  # the newest run that has such a module
+            hits = _match_in_run(index.modules(older.run_id), ref)
+            if hits:
+                break
+    if len(hits) == 1:
+        return index.module(hits[0].run_id, hits[0].module_id)
+    if not hits:
+        where = f"run {scopes[0].run_id}" if run is not None else "any run"
+        raise RefError(f"no module matches {ref!r} in {where}", "`xlarun modules [RUN]` lists modules")
+    candidates = _list(f"{m.ref} ({m.name or 'unnamed'})" for m in hits)
+    raise RefError(f"module REF {ref!r} is ambiguous: {candidates}", "use one of those RUN/module_NNNN forms")

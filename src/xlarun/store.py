@@ -1,0 +1,337 @@
+"""The run store: every captured run, its logs and manifest, and its dump files, kept safely.
+
+Layout of a store folder (default ``./.xlarun``)::
+
+    VERSION                  store format version
+    index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
+    blobs/ab/<sha256>.zst    dump files, content-addressed and zstd-compressed (kept once across runs)
+    runs/<run id>/           committed runs: manifest.json, spec.yaml, spec.resolved.json,
+                             stdout.log, stderr.log, files.json
+    staging/<run id>/        runs being captured; never listed
+
+A run becomes visible only by an atomic ``rename`` of its finished staging folder into ``runs/``,
+so a crash or kill while archiving never leaves half a run and never touches earlier runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import zstandard
+
+from .backends.base import OUTPUT_DIRS
+from .errors import InputError, RefError, StoreError
+
+STORE_VERSION = 1
+DEFAULT_STORE = ".xlarun"
+ZSTD_LEVEL = 3
+_thread_local = threading.local()
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
+    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
+
+    path: str
+    sha256: str
+    size: int
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A time-sortable run id: ``20261122-103015-a1b2`` (UTC, then 4 random hex digits)."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def default_store_path() -> Path:
+    """``$XLARUN_STORE`` if set, else ``./.xlarun`` in the working directory."""
+    return Path(os.environ.get("XLARUN_STORE") or DEFAULT_STORE)
+
+
+def logical_path(rel: str) -> str:
+    """Map a path below a run folder to its archive name: ``dump/x`` -> ``x``; ``tf_graphs/x`` stays."""
+    return rel[len("dump/") :] if rel.startswith("dump/") else rel
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    comp = getattr(_thread_local, "compressor", None)
+    if comp is None:
+        comp = _thread_local.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return comp
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dec = getattr(_thread_local, "decompressor", None)
+    if dec is None:
+        dec = _thread_local.decompressor = zstandard.ZstdDecompressor()
+    return dec
+
+
+class BlobStore:
+    """Content-addressed, zstd-compressed file contents."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def path_for(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / f"{sha256}.zst"
+
+    def has(self, sha256: str) -> bool:
+        return self.path_for(sha256).exists()
+
+    def put(self, data: bytes) -> tuple[str, int, bool]:
+        """Store bytes; return (sha256, stored size, whether it was new)."""
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.path_for(digest)
+        if target.exists():
+            return digest, target.stat().st_size, False
+        compressed = _compressor().compress(data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(compressed)
+            os.replace(tmp, target)  # atomic: a reader never sees a partial blob
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return digest, len(compressed), True
+
+    def get(self, sha256: str) -> bytes:
+        try:
+            compressed = self.path_for(sha256).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"blob {sha256[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is missing") from None
+        data = _decompressor().decompress(compressed)
+        return data
+
+
+class Store:
+    """A run store folder. ``Store.open()`` opens (and creates) the default one."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.blobs = BlobStore(root / "blobs")
+        self.runs_dir = root / "runs"
+        self.staging_dir = root / "staging"
+        self._index = None
+
+    # --- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, create: bool = True) -> "Store":
+        """Open the store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), creating it if asked."""
+        root = Path(path).expanduser() if path else default_store_path()
+        version_file = root / "VERSION"
+        if not version_file.exists():
+            if not create:
+                raise StoreError(f"no xlarun store at {root}", "capture a run first (`xlarun capture SPEC`), or point --store / XLARUN_STORE at a store")
+            if root.exists() and any(root.iterdir()):
+                raise StoreError(f"{root} exists and is not an xlarun store", "choose another --store folder")
+            try:
+                for sub in ("blobs", "runs", "staging"):
+                    (root / sub).mkdir(parents=True, exist_ok=True)
+                version_file.write_text(f"{STORE_VERSION}\n")
+            except OSError as exc:
+                raise StoreError(f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder") from None
+        else:
+            version = version_file.read_text().strip()
+            if version != str(STORE_VERSION):
+                raise StoreError(f"store {root} has format {version}; this xlarun reads format {STORE_VERSION}", "use the xlarun version that wrote it")
+        return cls(root.resolve())
+
+    @property
+    def index(self):
+        """The SQLite index, brought up to date with ``runs/`` on first use."""
+        if self._index is None:
+            from .index import Index
+
+            self._index = Index.open(self.root / "index.sqlite")
+            self._index.reconcile(self)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+    # --- locking -----------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, exclusive: bool = False) -> Iterator[None]:
+        """Shared while writing a run, exclusive while deleting (gc, rm): blobs in use are never removed."""
+        with open(self.root / "lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # --- writing a run -----------------------------------------------------------------------
+
+    def begin_run(self, run_id: str | None = None) -> tuple[str, Path]:
+        """Create a staging folder for a new run; the job writes its outputs there."""
+        run_id = run_id or new_run_id()
+        staging = self.staging_dir / run_id
+        staging.mkdir(parents=True)
+        for sub in OUTPUT_DIRS:
+            (staging / sub).mkdir()
+        (staging / "owner.pid").write_text(str(os.getpid()))
+        return run_id, staging
+
+    def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
+        """Move every file the job wrote under ``staging`` into the blob store; return the file list.
+
+        Raw files are deleted from staging only after their blob is safely in place.
+        """
+        sources: list[Path] = []
+        for sub in OUTPUT_DIRS:
+            base = staging / sub
+            if base.is_dir():
+                sources.extend(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+        sources.sort()
+        total = len(sources)
+        done = 0
+        lock = threading.Lock()
+
+        def store_one(path: Path) -> StoredFile:
+            nonlocal done
+            data = path.read_bytes()
+            digest, _stored, _new = self.blobs.put(data)
+            rel = logical_path(path.relative_to(staging).as_posix())
+            with lock:
+                done += 1
+                if progress:
+                    progress(done, total)
+            return StoredFile(rel, digest, len(data))
+
+        with self.lock():
+            with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) * 2)) as pool:
+                stored = list(pool.map(store_one, sources))
+        for sub in OUTPUT_DIRS:
+            shutil.rmtree(staging / sub, ignore_errors=True)
+        return stored
+
+    def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
+        """Write the run's metadata files and make the run visible with one atomic rename."""
+        for name, content in metadata.items():
+            target = staging / name
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
+        (staging / "files.json").write_text(json.dumps([asdict(f) for f in files], separators=(",", ":")))
+        (staging / "owner.pid").unlink(missing_ok=True)
+        final = self.runs_dir / run_id
+        os.rename(staging, final)
+        return final
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def run_ids(self) -> list[str]:
+        """Ids of committed runs, oldest first."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and (p / "files.json").exists())
+
+    def run_path(self, run_id: str) -> Path:
+        path = self.runs_dir / run_id
+        if not (path / "files.json").exists():
+            raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
+        return path
+
+    def stored_files(self, run_id: str) -> list[StoredFile]:
+        data = json.loads((self.run_path(run_id) / "files.json").read_text())
+        return [StoredFile(**item) for item in data]
+
+    def manifest(self, run_id: str) -> dict:
+        path = self.run_path(run_id) / "manifest.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def read_file(self, run_id: str, path: str) -> bytes:
+        """The exact bytes of one archived file of a run."""
+        for entry in self.stored_files(run_id):
+            if entry.path == path:
+                return self.blobs.get(entry.sha256)
+        raise InputError(f"run {run_id} has no file {path}", f"`xlarun show` lists a module's files")
+
+    def read_log(self, run_id: str, stream: str) -> str:
+        path = self.run_path(run_id) / f"{stream}.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def export(self, run_id: str, dest: str | Path, with_logs: bool = True) -> int:
+        """Write the run's files back with their original names below ``dest``; returns the file count."""
+        dest = Path(dest)
+        entries = self.stored_files(run_id)
+        if dest.exists() and any(dest.iterdir()):
+            raise InputError(f"{dest} is not empty", "export into a new or empty folder")
+        for entry in entries:
+            target = dest / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self.blobs.get(entry.sha256))
+        if with_logs:
+            meta = dest / "_xlarun"
+            meta.mkdir(parents=True, exist_ok=True)
+            for name in ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log"):
+                source = self.run_path(run_id) / name
+                if source.exists():
+                    shutil.copy2(source, meta / name)
+        return len(entries)
+
+    # --- housekeeping ------------------------------------------------------------------------
+
+    def stale_staging(self) -> list[Path]:
+        """Staging folders whose capturing process is gone (a killed xlarun)."""
+        out = []
+        if not self.staging_dir.is_dir():
+            return out
+        for folder in self.staging_dir.iterdir():
+            pid_file = folder / "owner.pid"
+            try:
+                pid = int(pid_file.read_text())
+                os.kill(pid, 0)
+            except (OSError, ValueError):
+                out.append(folder)
+        return out
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run (its blobs go at the next gc, if no other run uses them)."""
+        path = self.run_path(run_id)
+        with self.lock(exclusive=True):
+            trash = self.staging_dir / f".deleting-{run_id}"
+            os.rename(path, trash)
+            self.index.forget_run(run_id)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def gc(self) -> tuple[int, int, int]:
+        """Remove stale staging folders and blobs no run refers to; returns (folders, blobs, bytes freed)."""
+        with self.lock(exclusive=True):
+            stale = self.stale_staging()
+            for folder in stale:
+                shutil.rmtree(folder, ignore_errors=True)
+            live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            removed = freed = 0
+            for blob in self.blobs.root.glob("*/*.zst"):
+                if blob.name[:-4] not in live:
+                    freed += blob.stat().st_size
+                    blob.unlink()
+                    removed += 1
+            return len(stale), removed, freed
+
+    def disk_usage(self) -> int:
+        """Bytes the store's blobs take on disk."""
+        return sum(p.stat().st_size for p in self.blobs.root.glob("*/*.zst"))

@@ -1,0 +1,85 @@
+"""Shared fixtures: real captures of the bundled examples, made once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(autouse=True)
+def _no_user_store(monkeypatch, tmp_path_factory):
+    # never touch a developer's ./.xlarun; every test names its store or gets a fresh one
+    monkeypatch.setenv("XLARUN_STORE", str(tmp_path_factory.mktemp("default-store") / "store"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def cli():
+    """Invoke the CLI: cli(*args) -> click Result with .exit_code, .stdout, .stderr."""
+    from xlarun.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str, env: dict | None = None):
+        return runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+
+    return invoke
+
+
+def _capture(spec: Path, store_root: Path):
+    from xlarun.capture import capture
+    from xlarun.store import Store
+
+    store = Store.open(store_root)
+    result = capture(spec, store)
+    return store, result
+
+
+@pytest.fixture(scope="session")
+def jax_run(tmp_path_factory):
+    """The bundled JAX example (configs/jax-cpu.yaml) captured for real on CPU: (store, CaptureResult)."""
+    pytest.importorskip("jax")
+    return _capture(CONFIGS / "jax-cpu.yaml", tmp_path_factory.mktemp("jax") / "store")
+
+
+@pytest.fixture(scope="session")
+def jax_passes_run(tmp_path_factory):
+    """configs/jax-passes.yaml: a pass-by-pass capture."""
+    pytest.importorskip("jax")
+    return _capture(CONFIGS / "jax-passes.yaml", tmp_path_factory.mktemp("jaxpasses") / "store")
+
+
+@pytest.fixture(scope="session")
+def tf_run(tmp_path_factory):
+    """configs/tf-jit-compile.yaml captured for real."""
+    pytest.importorskip("tensorflow")
+    return _capture(CONFIGS / "tf-jit-compile.yaml", tmp_path_factory.mktemp("tf") / "store")
+
+
+@pytest.fixture(scope="session")
+def tf1_run(tmp_path_factory):
+    """configs/tf1-autojit.yaml: TF1 graph, auto-jit, clustering debug, GraphDef dumps."""
+    pytest.importorskip("tensorflow")
+    return _capture(CONFIGS / "tf1-autojit.yaml", tmp_path_factory.mktemp("tf1") / "store")
+
+
+def write_spec(folder: Path, text: str, script: str | None = None, script_name: str = "job.py") -> Path:
+    """A spec file (and its script) in ``folder``; returns the spec path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if script is not None:
+        (folder / script_name).write_text(script)
+    spec = folder / "spec.yaml"
+    spec.write_text(text)
+    return spec
