@@ -15,7 +15,6 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-import click
 import typer
 import typer.core
 
@@ -43,8 +42,8 @@ class _XlarunGroup(typer.core.TyperGroup):
         except KeyboardInterrupt:
             error_line("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except (typer.Exit, typer.Abort, click.ClickException, click.exceptions.Exit):
-            raise
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # usage errors and exits: typer prints them (exit 2 for usage)
         except BrokenPipeError:
             raise typer.Exit(int(ExitCode.OK)) from None  # `xlarun ... | head`
         except Exception as exc:  # a bug: traceback + crash log
@@ -102,18 +101,16 @@ def _crash_log(exc: BaseException) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script: runs the command and exits with its :class:`ExitCode`."""
+    """Entry point of the console script: runs the command and exits with its :class:`ExitCode`.
+
+    With ``argv`` given (from Python), returns the exit code instead of exiting.
+    """
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=argv, prog_name="xlarun", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.exceptions.Abort:
-        code = int(ExitCode.INTERRUPTED)
-    except click.ClickException as exc:
-        exc.show()
-        code = int(ExitCode.USAGE)
-    code = int(code or 0)
+        command.main(args=argv, prog_name="xlarun")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     if argv is None:
         sys.exit(code)
     return code

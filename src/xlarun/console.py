@@ -15,7 +15,10 @@ from typing import Any
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # piped output (grep, less, files) should not be folded to 80 columns
+    width = None if stream.isatty() else 240
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def to_jsonable(value: Any) -> Any:

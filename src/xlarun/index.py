@@ -21,7 +21,7 @@ from .names import DumpName, decode_dump_name
 if TYPE_CHECKING:
     from .store import Store, StoredFile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE INDEX IF NOT EXISTS files_module ON files(run_id, module_id);
 CREATE TABLE IF NOT EXISTS modules (
     run_id TEXT, module_id INTEGER, name TEXT, backend TEXT, stages TEXT, n_pass_dumps INTEGER, n_files INTEGER,
-    instr_before INTEGER, instr_after INTEGER, opcodes_before TEXT, opcodes_after TEXT,
+    instr_before INTEGER, instr_after INTEGER, compute_ops INTEGER, opcodes_before TEXT, opcodes_after TEXT,
     entry_signature TEXT, fingerprint TEXT, hlo_bytes INTEGER, elided_constants INTEGER, parse_error TEXT,
     PRIMARY KEY (run_id, module_id)
 );
@@ -60,6 +60,15 @@ CREATE INDEX IF NOT EXISTS terms_module ON terms(run_id, module_id);
 """
 
 TERM_KINDS = ("opcode", "name", "op_name", "source")
+
+#: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
+#: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.
+COMPUTE_OPCODES = frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot", "all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
+
+
+def count_compute_ops(histogram: dict[str, int]) -> int:
+    """How many of a module's instructions are heavy compute or collectives."""
+    return sum(n for op, n in histogram.items() if op in COMPUTE_OPCODES)
 
 # One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
 _INSTRUCTION_LINE = re.compile(rb"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*\S", re.M)
@@ -127,6 +136,7 @@ class ModuleInfo:
     n_files: int
     instr_before: int | None
     instr_after: int | None
+    compute_ops: int  # dot, convolution, custom-call, collectives... (the ranking key)
     opcodes_before: dict[str, int]
     opcodes_after: dict[str, int]
     entry_signature: str | None
@@ -261,10 +271,11 @@ class Index:
             )
             for summary in modules:
                 self.conn.execute(
-                    "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         run_id, summary.module_id, summary.name, summary.backend, json.dumps(summary.stages), summary.n_pass_dumps,
-                        summary.n_files, summary.instr_before, summary.instr_after, json.dumps(summary.opcodes_before),
+                        summary.n_files, summary.instr_before, summary.instr_after,
+                        count_compute_ops(summary.opcodes_before or summary.opcodes_after), json.dumps(summary.opcodes_before),
                         json.dumps(summary.opcodes_after), summary.entry_signature, summary.fingerprint, summary.hlo_bytes,
                         int(summary.elided_constants), summary.parse_error,
                     ),
@@ -303,9 +314,9 @@ class Index:
         return _run_from_row(row)
 
     def modules(self, run_id: str) -> list[ModuleInfo]:
-        """A run's modules, the main program first (most instructions, then the biggest HLO)."""
+        """A run's modules, the main program first: most compute ops (dot, convolution...), then most instructions."""
         rows = self.conn.execute(
-            "SELECT * FROM modules WHERE run_id=? ORDER BY COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
+            "SELECT * FROM modules WHERE run_id=? ORDER BY compute_ops DESC, COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
             (run_id,),
         )
         return [_module_from_row(row) for row in rows]
@@ -389,7 +400,7 @@ def _run_from_row(row: sqlite3.Row) -> RunInfo:
 def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
     return ModuleInfo(
         row["run_id"], row["module_id"], row["name"], row["backend"], json.loads(row["stages"] or "[]"), row["n_pass_dumps"],
-        row["n_files"], row["instr_before"], row["instr_after"], json.loads(row["opcodes_before"] or "{}"),
+        row["n_files"], row["instr_before"], row["instr_after"], row["compute_ops"] or 0, json.loads(row["opcodes_before"] or "{}"),
         json.loads(row["opcodes_after"] or "{}"), row["entry_signature"], row["fingerprint"], row["hlo_bytes"] or 0,
         bool(row["elided_constants"]), row["parse_error"],
     )

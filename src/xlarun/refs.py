@@ -2,7 +2,7 @@
 
 A run REF is a run id, a unique prefix of one, a spec name (its latest run), or ``latest``.
 A module REF is ``module_0006``, ``6``, ``module_0006.jit_f``, a module name (``jit_f``) or a unique
-prefix of one, or a dump file name; ``RUN/MODULE`` picks the run. Without a run, the latest run
+prefix or substring of one, or a dump file name; ``RUN/MODULE`` picks the run. Without a run, the latest run
 is searched first, then older runs, newest first.
 """
 
@@ -60,7 +60,10 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
         hits = [m for m in modules if m.module_id == decoded.module_id]
         if hits:
             return hits
-    return [m for m in modules if m.name and m.name.startswith(ref)]
+    prefixed = [m for m in modules if m.name and m.name.startswith(ref)]
+    if prefixed:
+        return prefixed
+    return [m for m in modules if m.name and ref in m.name]  # 'train_step' finds 'jit_train_step'
 
 
 def resolve_module(index: Index, ref: str, run: str | None = None) -> ModuleInfo:

@@ -51,13 +51,24 @@ def print_modules(items, more: int = 0) -> None:
     from ..console import count_or_blank, print_table
 
     rows = [
-        (m.module_id, m.name or "(name not in file names)", ",".join(m.stages), m.n_pass_dumps or "", count_or_blank(m.instr_before), count_or_blank(m.instr_after),
-         (m.entry_signature or "")[:60])
+        (m.module_id, m.name or "(name not in file names)", _short_stages(m.stages), m.n_pass_dumps or "", count_or_blank(m.instr_before), count_or_blank(m.instr_after),
+         _short_signature(m.entry_signature))
         for m in items
     ]
     print_table(("id", "name", "stages", "passes", "instr before", "instr after", "signature"), rows, right=("id", "passes", "instr before", "instr after"))
     if more:
         typer.echo(f"... and {more} more (`xlarun modules` lists all)")
+
+
+def _short_stages(stages: list[str]) -> str:
+    """'before_optimizations', 'cpu_after_optimizations' -> 'before, cpu_after'."""
+    return ", ".join(s.replace("_optimizations", "") for s in stages)
+
+
+def _short_signature(signature: str | None, limit: int = 70) -> str:
+    if not signature or len(signature) <= limit:
+        return signature or ""
+    return signature[: limit - 1] + "…"
 
 
 def modules(
@@ -108,9 +119,15 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
             ("parse error", module.parse_error),
         ]
     )
-    stage_files = [f for f in module.files if f.kind != "pass"]
-    if stage_files or files:
-        print_table(("file", "kind", "stage", "size"), [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in (module.files if files else stage_files)], title="files", right=("size",))
+    bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files
+    listed = module.files if files else [f for f in module.files if f.kind not in bulky]
+    if listed:
+        print_table(("file", "kind", "stage", "size"), [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in listed], title="files", right=("size",))
+    if not files:
+        hidden = {kind: sum(1 for f in module.files if f.kind == kind) for kind in bulky}
+        hidden = {k: n for k, n in hidden.items() if n}
+        if hidden:
+            typer.echo("also " + ", ".join(f"{n} {k} files" for k, n in hidden.items()) + " (--files lists them)")
     if module.passes:
         rows = []
         previous = module.instr_before

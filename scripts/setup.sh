@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up xlarun in ./.venv. `scripts/setup.sh` for using it (JAX on CPU); `scripts/setup.sh --dev` adds
+# TensorFlow, the test tools, and the system packages the tests drive (Docker, debootstrap, Chromium).
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+apt_packages=(graphviz)
+[ "$dev" = 1 ] && apt_packages+=(docker.io debootstrap chromium chromium-driver ripgrep zstd hyperfine)
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: please install these system packages (as root): ${missing[*]}" >&2
+  fi
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+fi
+extras="jax"
+[ "$dev" = 1 ] && extras="jax,tf,dev"
+.venv/bin/python -m pip install -q -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/xlarun --version

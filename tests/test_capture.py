@@ -1,0 +1,185 @@
+"""Capture end to end with real JAX and TensorFlow programs on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xlarun.backends.base import RunStatus
+from xlarun.capture import NO_DUMP_WARNING, capture, exit_status_error
+from xlarun.errors import ExitCode
+from xlarun.store import Store
+
+from .conftest import write_spec
+
+TINY_JAX = """
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
+print("value", float(f(jnp.ones((8, 8)))))
+"""
+
+
+def test_bundled_example_lists_the_training_step_first(jax_run):
+    store, result = jax_run
+    assert result.status == RunStatus.SUCCEEDED and result.exit_code == 0
+    main = result.modules[0]
+    assert main.name == "jit_train_step"
+    assert main.instr_before > max(m.instr_before or 0 for m in result.modules[1:])
+    assert "before_optimizations" in main.stages and "cpu_after_optimizations" in main.stages
+    assert {m.name for m in result.modules} >= {"jit_train_step", "jit_accuracy", "jit_init_params"}
+    assert main.fingerprint and len(main.fingerprint) == 64
+    assert main.opcodes_before.get("dot", 0) >= 6  # 3 layers forward + gradients
+    kinds = {f.kind for f in store.index.module(main.run_id, main.module_id).files}
+    assert {"hlo", "snapshot", "buffer-assignment"} <= kinds
+
+
+def test_manifest_records_what_ran(jax_run):
+    store, result = jax_run
+    manifest = store.manifest(result.run_id)
+    assert manifest["status"] == "succeeded" and manifest["exit_code"] == 0
+    assert manifest["framework"] == "jax" and manifest["backend"] == "local"
+    assert manifest["versions"]["jax"].startswith("0.")
+    assert manifest["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert manifest["xla_flags"][0].startswith("--xla_dump_to=") and "--xla_dump_hlo_snapshots" in manifest["xla_flags"]
+    assert "XLA_FLAGS" in manifest["env_delta"] and manifest["env_delta"]["JAX_ENABLE_COMPILATION_CACHE"] == "false"
+    assert manifest["command"][1].endswith("configs/examples/jax_mlp.py")
+    assert manifest["git"] is None or set(manifest["git"]) >= {"commit", "dirty"}
+    assert manifest["files"] == len(store.stored_files(result.run_id)) > 10
+    assert "step 2: loss" in store.read_log(result.run_id, "stdout")
+    assert (result.run_dir / "spec.yaml").read_text().startswith("# The bundled example")
+
+
+def test_tf2_jit_compile_capture(tf_run):
+    store, result = tf_run
+    assert result.status == RunStatus.SUCCEEDED, store.read_log(result.run_id, "stderr")[-2000:]
+    names = [m.name or "" for m in result.modules]
+    assert any(n.startswith("a_inference_train_step") for n in names), names
+    main = result.modules[0]
+    assert main.name.startswith("a_inference_train_step") and main.instr_before > 10
+
+
+def test_tf1_autojit_keeps_graphdefs_and_clusters(tf1_run):
+    store, result = tf1_run
+    assert result.status == RunStatus.SUCCEEDED, store.read_log(result.run_id, "stderr")[-2000:]
+    paths = [f.path for f in store.stored_files(result.run_id)]
+    graphs = [p for p in paths if p.startswith("tf_graphs/")]
+    assert any("mark_for_compilation" in p for p in graphs), graphs
+    assert any(p.endswith("mark_for_compilation_annotated.pbtxt") or "annotated" in p for p in graphs), graphs
+    cluster_modules = [m for m in result.modules if (m.name or "").startswith("cluster_")]
+    assert cluster_modules, [m.name for m in result.modules]
+    files = store.index.run_files(result.run_id)
+    assert {f.kind for f in files if f.path.startswith("tf_graphs/")} == {"tf-graph"}
+
+
+def test_same_computation_has_the_same_fingerprint_across_runs(jax_run, tmp_path):
+    store, first = jax_run
+    second = capture(Path(__file__).parent.parent / "configs" / "jax-cpu.yaml", Store.open(tmp_path / "s2"))
+    fp1 = {m.name: m.fingerprint for m in first.modules}
+    fp2 = {m.name: m.fingerprint for m in second.modules}
+    assert fp1["jit_train_step"] == fp2["jit_train_step"]
+
+
+def test_failing_job_is_archived_and_reported(tmp_path):
+    spec = write_spec(tmp_path, "name: boom\nscript: job.py\n", TINY_JAX + "raise SystemExit(3)\n")
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.exit_code == 3
+    assert result.modules and result.modules[0].instr_before  # the dump of a failing job is kept
+    error = exit_status_error(result)
+    assert error.exit_code == ExitCode.FAILED and "exited with code 3" in error.message
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    spec = write_spec(tmp_path, "name: slow\nscript: job.py\ntimeout: 2s\n", script)
+    store = Store.open(tmp_path / "s")
+    started = time.monotonic()
+    result = capture(spec, store)
+    assert time.monotonic() - started < 20
+    assert result.status == RunStatus.TIMED_OUT
+    assert exit_status_error(result).exit_code == ExitCode.TIMEOUT
+    child_pid = int(store.read_log(result.run_id, "stdout").split()[1])
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child_pid, 0)
+    assert store.index.runs()[0].status == "timed_out"
+
+
+def test_a_run_without_xla_warns_clearly(tmp_path):
+    spec = write_spec(tmp_path, "name: nothing\nscript: job.py\n", "print('no xla here')\n")
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.SUCCEEDED and result.manifest.files == 0
+    assert NO_DUMP_WARNING in result.warnings
+    assert exit_status_error(result).exit_code == ExitCode.FAILED
+
+
+def test_missing_interpreter_is_an_archived_error(tmp_path):
+    spec = write_spec(tmp_path, "name: nopython\nscript: job.py\npython: /no/such/python\n", "print(1)\n")
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.ERROR
+    assert "cannot start /no/such/python" in result.manifest.error
+
+
+def _xlarun(*args, store: Path, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if needle in line:
+            return
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"xlarun ended before printing {needle!r}: {proc.stderr.read()}")
+    raise AssertionError(f"no {needle!r} within {timeout}s")
+
+
+WAITING_JAX = TINY_JAX + "print('ready', flush=True)\nimport time\ntime.sleep(120)\n"
+
+
+def test_ctrl_c_stops_the_job_and_archives_the_run(tmp_path):
+    spec = write_spec(tmp_path, "name: interrupted\nscript: job.py\n", WAITING_JAX)
+    proc = _xlarun("capture", str(spec), store=tmp_path / "s")
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == ExitCode.INTERRUPTED
+    store = Store.open(tmp_path / "s")
+    [run] = store.index.runs()
+    assert run.status == "interrupted" and run.n_modules >= 1  # what was dumped before Ctrl-C is kept
+
+
+def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
+    good = write_spec(tmp_path / "good", "name: good\nscript: job.py\n", TINY_JAX)
+    store_root = tmp_path / "s"
+    assert _xlarun("capture", str(good), store=store_root).wait(timeout=120) == 0
+    before = Store.open(store_root)
+    [kept] = before.run_ids()
+    kept_files = {f.path: before.read_file(kept, f.path) for f in before.stored_files(kept)}
+    before.close()
+
+    victim = write_spec(tmp_path / "victim", "name: victim\nscript: job.py\n", WAITING_JAX)
+    proc = _xlarun("capture", str(victim), store=store_root, start_new_session=True)
+    _wait_for_line(proc, "ready")
+    os.killpg(proc.pid, signal.SIGKILL)  # xlarun and its job, no chance to clean up
+    proc.wait(timeout=30)
+
+    after = Store.open(store_root)
+    assert after.run_ids() == [kept]
+    assert [r.run_id for r in after.index.runs()] == [kept]
+    assert {f.path: after.read_file(kept, f.path) for f in after.stored_files(kept)} == kept_files
+    assert len(after.stale_staging()) == 1
+    folders, _blobs, _freed = after.gc()
+    assert folders == 1 and after.run_ids() == [kept]

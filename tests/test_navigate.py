@@ -1,0 +1,115 @@
+"""Navigation commands over a real capture: runs, modules, show, cat, find, explain, logs, export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def store_arg(jax_run):
+    store, result = jax_run
+    return ["--store", str(store.root)], result
+
+
+def test_runs_lists_the_capture(cli, store_arg):
+    args, result = store_arg
+    out = cli("runs", *args, "--json")
+    assert out.exit_code == 0
+    [run] = json.loads(out.stdout)
+    assert run["run_id"] == result.run_id and run["name"] == "jax-mlp" and run["status"] == "succeeded"
+    assert run["n_modules"] == len(result.modules)
+
+
+def test_modules_main_program_first(cli, store_arg):
+    args, result = store_arg
+    out = cli("modules", *args)
+    assert out.exit_code == 0
+    table = out.stdout.splitlines()
+    first_row = next(line for line in table if "jit_" in line)
+    assert "jit_train_step" in first_row
+    data = json.loads(cli("modules", *args, "--json").stdout)
+    counts = [m["instr_before"] or 0 for m in data["modules"]]
+    assert counts == sorted(counts, reverse=True)
+
+
+@pytest.mark.parametrize("ref_form", ["id", "module_id", "name", "run_slash", "prefix"])
+def test_refs_in_every_form_resolve_to_the_same_module(cli, store_arg, ref_form):
+    args, result = store_arg
+    main = result.modules[0]
+    ref = {
+        "id": str(main.module_id),
+        "module_id": f"module_{main.module_id:04d}",
+        "name": "jit_train_step",
+        "run_slash": f"{result.run_id[:11]}/module_{main.module_id:04d}",
+        "prefix": "jit_train",
+    }[ref_form]
+    out = cli("show", ref, *args, "--json")
+    assert out.exit_code == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert (shown["run_id"], shown["module_id"]) == (result.run_id, main.module_id)
+
+
+def test_ambiguous_ref_lists_candidates(cli, store_arg):
+    args, _ = store_arg
+    out = cli("show", "jit_", *args)
+    assert out.exit_code == 2
+    assert "ambiguous" in out.stderr and "jit_train_step" in out.stderr and "jit_accuracy" in out.stderr
+
+
+def test_unknown_ref(cli, store_arg):
+    args, _ = store_arg
+    out = cli("show", "no_such_module", *args)
+    assert out.exit_code == 2 and "no module matches 'no_such_module'" in out.stderr
+
+
+def test_show_lists_stages_and_counts(cli, store_arg):
+    args, result = store_arg
+    out = cli("show", "jit_train_step", *args)
+    assert out.exit_code == 0
+    assert "before_optimizations" in out.stdout and "cpu_after_optimizations" in out.stdout
+    assert f"{result.modules[0].instr_before} before optimizations" in out.stdout
+
+
+def test_cat_prints_the_exact_dump(cli, store_arg):
+    args, result = store_arg
+    store_root = args[1]
+    out = cli("cat", "jit_train_step", *args)
+    assert out.exit_code == 0
+    assert out.stdout.startswith("HloModule jit_train_step")
+    after = cli("cat", "jit_train_step", "--stage", "after_optimizations", *args)
+    assert after.stdout.startswith("HloModule jit_train_step") and "fusion" in after.stdout
+    assert after.stdout != out.stdout
+
+
+def test_find_by_opcode_op_name_and_source(cli, store_arg):
+    args, result = store_arg
+    hits = json.loads(cli("find", "dot", "--opcode", *args, "--json").stdout)
+    assert "jit_train_step" in {h["module_name"] for h in hits}
+    by_op_name = json.loads(cli("find", "log_softmax", "--op-name", *args, "--json").stdout)
+    assert {h["module_name"] for h in by_op_name} == {"jit_train_step"}
+    by_source = json.loads(cli("find", "jax_mlp.py", "--source", *args, "--json").stdout)
+    assert by_source and all(m.startswith(tuple(["/", "configs", "examples"])) or "jax_mlp.py" in m for h in by_source for m in h["matches"])
+    none = cli("find", "definitely-not-there", *args)
+    assert none.exit_code == 1
+
+
+def test_explain_seed_name(cli):
+    out = cli("explain", "module_0001.0001.IPU.after_forward-allocation.before_hlo-memory-scheduler.dot", "--json")
+    assert out.exit_code == 0
+    decoded = json.loads(out.stdout)
+    assert decoded["module_id"] == 1 and decoded["step"] == 1 and decoded["pipeline"] == "IPU"
+    assert decoded["after_pass"] == "forward-allocation" and decoded["before_pass"] == "hlo-memory-scheduler"
+    words = cli("explain", "module_0001.0001.IPU.after_forward-allocation.before_hlo-memory-scheduler.dot")
+    assert "forward-allocation" in words.stdout
+
+
+def test_logs_and_export(cli, store_arg, tmp_path):
+    args, result = store_arg
+    logs = cli("logs", result.run_id, *args, "--stream", "stdout")
+    assert "step 0: loss" in logs.stdout
+    out = cli("export", result.run_id, tmp_path / "exported", *args)
+    assert out.exit_code == 0
+    assert (tmp_path / "exported" / "_xlarun" / "manifest.json").exists()
+    assert any(p.name.endswith("jit_train_step.before_optimizations.txt") for p in (tmp_path / "exported").iterdir())
