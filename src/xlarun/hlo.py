@@ -1,0 +1,566 @@
+"""Read an HLO module (text dump or proto) into a small summary the other stages work from.
+
+The index, ``find``, the renderer, the pass-diff and the replay need names, opcodes, shapes,
+wiring, called computations and source metadata; they do not need literals or layouts
+understood. So this is a summary parser, not XLA's: shapes, literals and attribute values are
+kept as raw text, and only the structure around them is decoded.
+
+Counting convention: :meth:`HloModule.instruction_count`, :meth:`HloModule.instructions` and
+:meth:`HloModule.opcode_histogram` cover every instruction of every computation, parameters,
+ROOTs and the bodies of fused, called, while and reduction computations included (so a
+fusion counts once as ``fusion`` and once more per instruction of its fused computation).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError
+
+#: Attributes whose value names computations the instruction calls (``calls=%fused``, ``branch_computations={...}``).
+CALLED_COMPUTATION_KEYS = frozenset(
+    {"calls", "to_apply", "condition", "body", "branch_computations", "true_computation",
+     "false_computation", "called_computations", "select", "scatter"}
+)
+#: Attributes whose value names other instructions of the same computation.
+INSTRUCTION_REF_KEYS = frozenset({"control-predecessors"})
+#: Attributes the fingerprint leaves out: they say where an op came from, not what it computes.
+PER_RUN_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
+# GPU scheduling bookkeeping inside backend_config that changes between otherwise equal compiles.
+_PER_RUN_BACKEND_KEYS = re.compile(r'"(?:operation_queue_id|wait_on_operation_queues)":(?:"[^"]*"|\[[^\]]*\]),?')
+
+_HINT = "is this an HLO text dump (module_*.txt)? a truncated file or a hand edit can cause this"
+_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_SPECIAL = re.compile(r'[(){}\[\]",]|/\*')
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_COMMENT_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|/\*.*?\*/')
+_INSTR_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*')
+# an instruction starts "name = " and then a shape; a wrapped attribute line ("calls=%f") does not
+_NEW_INSTRUCTION = re.compile(r'\s*(ROOT\s+)?%?[^\s=%(]+\s*=\s*(?:\(|[A-Za-z][A-Za-z0-9]*\[)')
+_COMP_HEAD = re.compile(r'\s*(ENTRY\s+)?%?([^\s({]+)')
+_ARRAY_SHAPE = re.compile(r'[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?')
+_OPCODE = re.compile(r'\s*([A-Za-z][\w\-]*)\(')
+_NAME_REF = re.compile(r'%?([^\s,{}%]+)')
+_FIELD = re.compile(r'([\w.]+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
+_SECTION_ENTRY = re.compile(r'\s*(\d+)\s+(.*?)\s*$')
+_LAYOUT = re.compile(r'\]\{[^{}]*\}')
+_TOP_LEVEL_COMMA = re.compile(r'\s*,\s*(?![^\[]*\])')  # not between [ and ]
+_ESCAPE = re.compile(r'\\([0-7]{1,3}|x[0-9a-fA-F]{2}|.)')
+_SPACES = re.compile(r'[ \t]*')
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+
+
+@dataclass
+class HloInstruction:
+    """One HLO instruction. Names never carry the leading ``%``."""
+
+    name: str
+    opcode: str
+    shape: str
+    operands: list[str] = field(default_factory=list)
+    computation: str = ""
+    is_root: bool = False
+    #: Raw attribute text by key, e.g. ``{"kind": "kLoop", "calls": "%fused_computation"}``.
+    attributes: dict[str, str] = field(default_factory=dict)
+    called_computations: list[str] = field(default_factory=list)
+    op_name: str | None = None
+    op_type: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    #: A constant printed as ``{...}`` because the dump was made without --xla_dump_large_constants.
+    has_elided_constant: bool = False
+    #: Constants: the text inside ``constant(...)``; from a proto, a digest ``sha256:...`` of the literal.
+    literal: str | None = None
+    parameter_number: int | None = None
+    #: ``metadata={... stack_frame_id=N}``: JAX's pointer into the module's StackFrames table.
+    stack_frame_id: int | None = None
+
+
+@dataclass
+class HloComputation:
+    name: str
+    is_entry: bool = False
+    #: The name says fused, or a ``fusion`` instruction calls it.
+    is_fusion: bool = False
+    parameters: list[HloInstruction] = field(default_factory=list)  # by parameter number
+    instructions: list[HloInstruction] = field(default_factory=list)  # in file order, parameters included
+    root: str = ""
+
+
+@dataclass
+class HloModule:
+    name: str
+    entry_computation: str
+    computations: dict[str, HloComputation]
+    #: ``(f32[8,128], f32[128]) -> (f32[8,128])``: parameter and result shapes without layouts.
+    entry_signature: str
+    #: Raw ``key=value`` text of the ``HloModule`` line (empty for protos).
+    header_attributes: dict[str, str] = field(default_factory=dict)
+    #: ``"text"`` or ``"proto"``; fingerprints are only comparable between modules read the same way.
+    parsed_from: str = "text"
+
+    @property
+    def entry(self) -> HloComputation:
+        return self.computations[self.entry_computation]
+
+    def instructions(self) -> Iterator[HloInstruction]:
+        """Every instruction of every computation, computations in file order."""
+        for computation in self.computations.values():
+            yield from computation.instructions
+
+    def instruction_count(self) -> int:
+        """Instructions in all computations, parameters and fused bodies included."""
+        return sum(len(c.instructions) for c in self.computations.values())
+
+    def opcode_histogram(self) -> dict[str, int]:
+        """Opcode -> count over :meth:`instructions`, most frequent first (ties by name)."""
+        counts = Counter(i.opcode for i in self.instructions())
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def has_elided_constants(self) -> bool:
+        """True when some constant was dumped as ``{...}``: replaying this text would use garbage values."""
+        return any(i.has_elided_constant for i in self.instructions())
+
+    def find_instruction(self, name: str) -> HloInstruction | None:
+        """The instruction called ``name`` (a leading ``%`` is ignored), or None."""
+        name = name.lstrip("%")
+        return next((i for i in self.instructions() if i.name == name), None)
+
+    def canonical_form(self) -> str:
+        """The module with per-run detail removed; see :meth:`fingerprint`."""
+        return "\n".join(_canonical_lines(self))
+
+    def fingerprint(self) -> str:
+        """sha256 of :meth:`canonical_form`.
+
+        Metadata (op names, source locations, stack frames), ``origin=`` and GPU queue bookkeeping
+        are dropped, and the module, every computation and every instruction are renamed by
+        position, so the same program dumped by another process, under another module id or from
+        another script path gets the same fingerprint. Opcodes, shapes with layouts, literals,
+        parameter numbers, all other attributes and the wiring are kept: changing any of them
+        changes it. Text and proto summaries of one module fingerprint differently (the proto
+        summary keeps fewer attributes).
+        """
+        return hashlib.sha256(self.canonical_form().encode("utf-8")).hexdigest()
+
+
+class _LineError(Exception):
+    """A malformed line; turned into an InputError carrying the line number."""
+
+
+def _walk(text: str, pos: int, stop_at_comma: bool) -> int:
+    """Scan balanced brackets, strings and /* comments */ from ``pos``.
+
+    With ``stop_at_comma`` return the index of the first top-level comma (or the end of the text);
+    otherwise ``text[pos]`` opens a bracket and the index just past its closing bracket is returned.
+    """
+    depth = 0
+    while True:
+        m = _SPECIAL.search(text, pos)
+        if m is None:
+            if depth or not stop_at_comma:
+                raise _LineError("unbalanced brackets (the line may be cut short)")
+            return len(text)
+        token, i = m.group(), m.start()
+        if token == '"':
+            s = _STRING.match(text, i)
+            if s is None:
+                raise _LineError("unterminated string")
+            pos = s.end()
+        elif token == "/*":
+            end = text.find("*/", i + 2)
+            if end < 0:
+                raise _LineError("unterminated /* comment")
+            pos = end + 2
+        elif token == ",":
+            if depth == 0 and stop_at_comma:
+                return i
+            pos = i + 1
+        elif token in "({[":
+            depth += 1
+            pos = i + 1
+        else:
+            depth -= 1
+            pos = i + 1
+            if depth < 0:
+                raise _LineError(f"unexpected '{token}'")
+            if depth == 0 and not stop_at_comma:
+                return pos
+
+
+def _split_top_level(text: str) -> list[str]:
+    pieces, pos = [], 0
+    while pos <= len(text):
+        end = _walk(text, pos, True)
+        pieces.append(text[pos:end])
+        pos = end + 1
+    return pieces
+
+
+def _strip_comments(text: str) -> str:
+    """Drop /* comments */ (XLA prints /*index=5*/ in long lists), leaving string contents alone."""
+    if "/*" not in text:
+        return text
+    return _COMMENT_OR_STRING.sub(lambda m: m.group() if m.group().startswith('"') else "", text)
+
+
+def unquote(text: str) -> str:
+    """Decode an HLO string literal (``"..."`` with C escapes, octal bytes for non-ASCII)."""
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1]
+    if "\\" not in text:
+        return text
+
+    def one(m: re.Match) -> str:
+        code = m.group(1)
+        if code[0] in "01234567":
+            return chr(int(code, 8))
+        if code[0] == "x" and len(code) == 3:
+            return chr(int(code[1:], 16))
+        return _SIMPLE_ESCAPES.get(code, code)
+
+    decoded = _ESCAPE.sub(one, text)
+    try:  # octal escapes spell UTF-8 bytes one by one
+        return decoded.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return decoded
+
+
+def strip_layouts(shape: str) -> str:
+    """``(f32[8,4]{1,0}, /*index=1*/s32[])`` -> ``(f32[8,4], s32[])``."""
+    shape = _LAYOUT.sub("]", _strip_comments(shape))
+    return _TOP_LEVEL_COMMA.sub(", ", shape).strip()
+
+
+def format_signature(parameters: list[str], result: str) -> str:
+    """``(a, b) -> r`` from parameter and result shapes, layouts dropped."""
+    return f"({', '.join(strip_layouts(p) for p in parameters)}) -> {strip_layouts(result)}"
+
+
+def _signature_from_layout(layout: str) -> str | None:
+    """``{(f32[8]{0}, s32[])->f32[8]{0}}`` -> ``(f32[8], s32[]) -> f32[8]``."""
+    text = _strip_comments(layout.strip())
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    params, arrow, result = text.partition("->")
+    if not arrow:
+        return None
+    params = params.strip()
+    if params.startswith("(") and params.endswith(")"):
+        params = params[1:-1]
+    return format_signature([p for p in _split_top_level(params) if p.strip()], result)
+
+
+def _parse_attributes(line: str, pos: int) -> dict[str, str]:
+    attributes: dict[str, str] = {}
+    while True:
+        pos = _SPACES.match(line, pos).end()
+        if line.startswith("/*", pos) and "*/" in line[pos:]:  # a trailing /* comment */
+            pos = line.index("*/", pos) + 2
+            continue
+        if pos >= len(line):
+            return attributes
+        if line[pos] != ",":
+            raise _LineError(f"expected ', key=value' but found {line[pos:pos + 30]!r}")
+        end = _walk(line, pos + 1, True)
+        key, _eq, value = _strip_comments(line[pos + 1 : end]).partition("=")
+        attributes[key.strip()] = value.strip()
+        pos = end
+
+
+def _read_shape(line: str, pos: int) -> tuple[str, int]:
+    if line.startswith("(", pos):
+        end = _walk(line, pos, False)
+        return _strip_comments(line[pos:end]), end
+    m = _ARRAY_SHAPE.match(line, pos)
+    if m is None:
+        raise _LineError(f"expected a shape like f32[8,128]{{1,0}} but found {line[pos:pos + 30]!r}")
+    return m.group(), m.end()
+
+
+def _operand_names(inner: str) -> list[str]:
+    inner = _strip_comments(inner)
+    if not inner.strip():
+        return []
+    pieces = _split_top_level(inner) if "[" in inner else inner.split(",")
+    # an operand may be printed with its shape: "f32[8]{0} %x"
+    return [p.split()[-1].lstrip("%") for p in pieces if p.strip()]
+
+
+def _apply_metadata(instruction: HloInstruction, metadata: str) -> None:
+    for key, value in _FIELD.findall(metadata.strip()[1:-1]):
+        if key in ("op_name", "op_type", "source_file"):
+            setattr(instruction, key, unquote(value))
+        elif key in ("source_line", "stack_frame_id") and value.isdigit():
+            setattr(instruction, key, int(value))
+
+
+def _parse_instruction(line: str, computation: str) -> HloInstruction:
+    head = _INSTR_HEAD.match(line)
+    if head is None:
+        raise _LineError("expected '%name = shape opcode(operands), attributes' or '}'")
+    shape, pos = _read_shape(line, head.end())
+    op = _OPCODE.match(line, pos)
+    if op is None:
+        raise _LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
+    close = _walk(line, op.end() - 1, False)
+    inner = line[op.end() : close - 1]
+    instruction = HloInstruction(
+        name=head.group(2), opcode=op.group(1), shape=shape, computation=computation,
+        is_root=head.group(1) is not None, attributes=_parse_attributes(line, close),
+    )
+    if instruction.opcode == "constant":
+        instruction.literal = inner.strip()
+        instruction.has_elided_constant = "{...}" in inner
+    elif instruction.opcode == "parameter":
+        instruction.parameter_number = int(inner) if inner.strip().isdigit() else None
+    else:
+        instruction.operands = _operand_names(inner)
+    for key, value in instruction.attributes.items():
+        if key in CALLED_COMPUTATION_KEYS:
+            instruction.called_computations.extend(_NAME_REF.findall(value))
+    if "metadata" in instruction.attributes:
+        _apply_metadata(instruction, instruction.attributes["metadata"])
+    return instruction
+
+
+class _TextParser:
+    """Line-oriented reader of XLA's HloModule::ToString output (hand-written HLO too)."""
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+        self.name: str | None = None
+        self.header: dict[str, str] = {}
+        self.computations: dict[str, HloComputation] = {}
+        self.entry: str | None = None
+        self.tables: dict[str, dict[int, str]] = {s: {} for s in _SECTIONS}
+
+    def fail(self, lineno: int, message: str, hint: str = _HINT) -> InputError:
+        return InputError(f"HLO text line {lineno}: {message}", hint)
+
+    def parse(self) -> HloModule:
+        current: HloComputation | None = None
+        section: str | None = None
+        index, count = 0, len(self.lines)
+        while index < count:
+            lineno, line = index + 1, self.lines[index].rstrip()
+            index += 1
+            stripped = line.strip()
+            if not stripped or stripped.startswith("//"):
+                section = section if stripped else None  # a blank line ends a FileNames/... table
+                continue
+            if current is not None:
+                if stripped == "}":
+                    self._finish(current)
+                    current = None
+                    continue
+                index = self._instruction(line, lineno, index, current)
+                continue
+            if self.name is None:
+                self._module_line(stripped, lineno)
+            elif stripped in _SECTIONS:
+                section = stripped
+            elif section is not None and (entry := _SECTION_ENTRY.match(stripped)):
+                self.tables[section][int(entry.group(1))] = entry.group(2)
+            elif stripped.endswith("{"):
+                current = self._computation_header(stripped, lineno)
+            elif stripped.startswith("HloModule"):
+                raise self.fail(lineno, "a second HloModule in one file", "split the file into one module per file")
+            else:
+                raise self.fail(lineno, f"unexpected text outside a computation: {stripped[:60]!r}")
+        if current is not None:
+            raise self.fail(count, f"computation %{current.name} is not closed with '}}'", "the file is cut short")
+        if self.name is None:
+            raise InputError("the HLO text is empty", _HINT)
+        if not self.computations:
+            raise self.fail(count, "the module has no computations", _HINT)
+        return self._module()
+
+    def _module_line(self, line: str, lineno: int) -> None:
+        m = re.match(r"HloModule\s+([^\s,]+)", line)
+        if m is None:
+            raise self.fail(
+                lineno, f"expected 'HloModule <name>' but found {line[:60]!r}",
+                "this is not an HLO module; buffer-assignment, live-range and memory reports are .txt files too",
+            )
+        self.name = m.group(1)
+        try:
+            self.header = _parse_attributes(line, m.end())
+        except _LineError as error:
+            raise self.fail(lineno, f"in the HloModule line: {error}") from None
+
+    def _computation_header(self, line: str, lineno: int) -> HloComputation:
+        m = _COMP_HEAD.match(line)
+        if m is None or _NEW_INSTRUCTION.match(line):
+            expected = "expected a computation header '%name (params) -> shape {'"
+            raise self.fail(lineno, f"{expected} but found {line[:60]!r}")
+        name = m.group(2)
+        if name in self.computations:
+            raise self.fail(lineno, f"computation %{name} is defined twice")
+        computation = HloComputation(name=name, is_entry=m.group(1) is not None)
+        if computation.is_entry:
+            self.entry = name
+        self.computations[name] = computation
+        return computation
+
+    def _instruction(self, line: str, lineno: int, index: int, computation: HloComputation) -> int:
+        # an instruction may be wrapped over several lines in hand-written HLO: join until it parses
+        while True:
+            try:
+                if line.rstrip().endswith(",") and index < len(self.lines):
+                    raise _LineError("line ends with ','")
+                computation.instructions.append(_parse_instruction(line, computation.name))
+                return index
+            except _LineError as error:
+                nxt = self.lines[index].strip() if index < len(self.lines) else "}"
+                if nxt == "}" or not nxt or _NEW_INSTRUCTION.match(nxt) or index - lineno > 200:
+                    raise self.fail(lineno, str(error)) from None
+                line, index = f"{line} {nxt}", index + 1
+
+    def _finish(self, computation: HloComputation) -> None:
+        instructions = computation.instructions
+        params = [i for i in instructions if i.opcode == "parameter"]
+        computation.parameters = sorted(params, key=lambda i: (i.parameter_number is None, i.parameter_number or 0))
+        roots = [i for i in instructions if i.is_root]
+        if not roots and instructions:  # XLA takes the last instruction when none is marked ROOT
+            instructions[-1].is_root = True
+            roots = [instructions[-1]]
+        computation.root = roots[-1].name if roots else ""
+
+    def _module(self) -> HloModule:
+        entry = self.entry or next(reversed(self.computations))
+        self.computations[entry].is_entry = True
+        _resolve_stack_frames(self.computations.values(), self.tables)
+        module = HloModule(
+            name=self.name or "", entry_computation=entry, computations=self.computations,
+            entry_signature="", header_attributes=self.header, parsed_from="text",
+        )
+        mark_fusion_computations(module)
+        layout = self.header.get("entry_computation_layout")
+        module.entry_signature = (layout and _signature_from_layout(layout)) or signature_of(module.entry)
+        return module
+
+
+def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> None:
+    """Fill source_file/source_line from JAX's StackFrames table (the innermost frame is the user's line).
+
+    The text printer writes each frame's parent id one too high; only file locations are used here.
+    """
+    frames, locations, files = tables["StackFrames"], tables["FileLocations"], tables["FileNames"]
+    for computation in computations:
+        for instruction in computation.instructions:
+            if instruction.stack_frame_id is None or instruction.source_file is not None:
+                continue
+            frame = dict(_FIELD.findall(frames.get(instruction.stack_frame_id, "")))
+            location = dict(_FIELD.findall(locations.get(int(frame.get("file_location_id", "0") or 0), "")))
+            file_name = files.get(int(location.get("file_name_id", "0") or 0))
+            if file_name is not None:
+                instruction.source_file = unquote(file_name)
+                line = location.get("line", "")
+                instruction.source_line = int(line) if line.isdigit() else None
+
+
+def mark_fusion_computations(module: HloModule) -> None:
+    """Flag computations that are fused by name (``fused_*``) or because a fusion instruction calls them."""
+    fused = {c for i in module.instructions() if i.opcode == "fusion" for c in i.called_computations}
+    for computation in module.computations.values():
+        if computation.name in fused or computation.name.startswith("fused_") or ".fused" in computation.name:
+            computation.is_fusion = True
+
+
+def signature_of(computation: HloComputation) -> str:
+    """The signature built from a computation's parameters and root."""
+    root = next((i for i in computation.instructions if i.name == computation.root), None)
+    return format_signature([p.shape for p in computation.parameters], root.shape if root else "()")
+
+
+def _canonical_lines(module: HloModule) -> Iterator[str]:
+    computation_ids = {name: f"c{n}" for n, name in enumerate(module.computations)}
+
+    def calls(m: re.Match) -> str:
+        return computation_ids.get(m.group(1), m.group(0))
+
+    header = (f"{k}={v}" for k, v in sorted(module.header_attributes.items()) if k not in PER_RUN_ATTRIBUTES)
+    yield "HloModule " + ", ".join(header)
+    position = 0
+    for computation in module.computations.values():
+        local: dict[str, str] = {}
+        for instruction in computation.instructions:
+            local.setdefault(instruction.name, f"v{position}")
+            position += 1
+
+        def wire(m: re.Match) -> str:
+            return local.get(m.group(1), m.group(0))
+
+        yield f"{'ENTRY ' if computation.is_entry else ''}{computation_ids[computation.name]} {{"
+        for instruction in computation.instructions:
+            if instruction.opcode == "constant":
+                arguments = instruction.literal or ""
+            elif instruction.opcode == "parameter":
+                arguments = str(instruction.parameter_number)
+            else:
+                arguments = ", ".join(local.get(o, o) for o in instruction.operands)
+            attributes = []
+            for key, value in sorted(instruction.attributes.items()):
+                if key in PER_RUN_ATTRIBUTES:
+                    continue
+                if key in CALLED_COMPUTATION_KEYS:
+                    value = _NAME_REF.sub(calls, value)
+                elif key in INSTRUCTION_REF_KEYS:
+                    value = _NAME_REF.sub(wire, value)
+                elif key == "backend_config":
+                    value = _PER_RUN_BACKEND_KEYS.sub("", value)
+                attributes.append(f", {key}={value}")
+            root = "ROOT " if instruction.is_root else ""
+            shape = re.sub(r"\s+", "", instruction.shape)
+            yield f"  {root}{local[instruction.name]} = {shape} {instruction.opcode}({arguments}){''.join(attributes)}"
+        yield "}"
+
+
+def parse_hlo_text(text: str) -> HloModule:
+    """Parse one HLO module printed as text (XLA dump, ``as_hlo_text()``, or hand-written).
+
+    Raises :class:`InputError` whose message names the line (``HLO text line N: ...``).
+    """
+    return _TextParser(text).parse()
+
+
+def read_hlo_file(path: str | Path) -> HloModule:
+    """Read a module by extension: ``.txt``/``.hlo`` text, ``.pb``/``.hlo.pb`` proto, ``.gz`` gzipped either.
+
+    A ``.pb`` may hold an HloProto (XLA's dump), a bare HloModuleProto or an HloSnapshot.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        hint = "check the path; dumps are named module_NNNN.<name>.<stage>.txt"
+        raise InputError(f"no such HLO file: {path}", hint) from None
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror}") from None
+    name = path.name
+    if name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path} is not a valid gzip file: {error}") from None
+        name = name[:-3]
+    try:
+        if name.endswith(".pb"):
+            from .hloproto import summarize_hlo_proto  # hloproto builds on this module's classes
+
+            return summarize_hlo_proto(data)
+        if name.endswith((".txt", ".hlo")) or data.lstrip().startswith(b"HloModule"):
+            return parse_hlo_text(data.decode("utf-8", errors="replace"))
+    except InputError as error:
+        raise InputError(f"{path}: {error.message}", error.hint) from None
+    raise InputError(
+        f"cannot tell the format of {path}",
+        "xlarun reads HLO text (.txt, .hlo), protos (.pb, .hlo.pb) and gzipped protos (.pb.gz)",
+    )

@@ -1,0 +1,449 @@
+"""Tests for xlarun.hlo: the HLO text parser and module summary, on real dumps in tests/fixtures/hlo."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xlarun.errors import InputError
+from xlarun.hlo import parse_hlo_text, read_hlo_file, strip_layouts, unquote
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
+PROGRAMS = FIXTURES / "programs.py"
+
+
+def fixture(pattern: str) -> Path:
+    (path,) = FIXTURES.glob(pattern)
+    return path
+
+
+def program_line(number: int) -> str:
+    return PROGRAMS.read_text().splitlines()[number - 1]
+
+
+# --- JAX MLP training step ------------------------------------------------------------------------
+
+
+def test_jax_mlp_before_optimizations_summary():
+    module = read_hlo_file(fixture("mlp/*.before_optimizations.txt"))
+    assert module.name == "jit_train_step"
+    assert module.entry_computation == "main.6"
+    assert len(module.computations) == 6
+    assert module.instruction_count() == 80
+    assert sum(1 for _ in module.instructions()) == 80
+    histogram = module.opcode_histogram()
+    assert histogram["parameter"] == 16
+    assert histogram["dot"] == 5
+    assert histogram["tanh"] == 1
+    assert histogram["reduce"] == 5
+    assert list(histogram)[0] == "parameter"  # most frequent first
+    assert module.entry_signature == (
+        "(f32[16,32], f32[32], f32[32,4], f32[4], f32[8,16], f32[8,4]) -> (f32[16,32], f32[32], f32[32,4], f32[4], f32[])"
+    )
+    assert not module.has_elided_constants()
+    assert module.parsed_from == "text"
+
+
+def test_jax_metadata_resolves_stack_frames_to_the_users_line():
+    module = read_hlo_file(fixture("mlp/*.before_optimizations.txt"))
+    tanh = module.find_instruction("%tanh.1")
+    assert tanh.opcode == "tanh"
+    assert tanh.shape == "f32[8,32]{1,0}"
+    assert tanh.operands == ["add.11"]
+    assert tanh.op_name == "jit(train_step)/jvp()/tanh"
+    assert tanh.op_type is None
+    assert tanh.stack_frame_id == 10
+    assert tanh.source_file == "/tmp/xlarun-fixtures/src/programs.py"
+    assert tanh.source_line == 21
+    assert "jnp.tanh(x @ w1 + b1)" in program_line(tanh.source_line)
+
+
+def test_jax_mlp_after_optimizations_fusions():
+    module = read_hlo_file(fixture("mlp/*.cpu_after_optimizations.txt"))
+    assert module.header_attributes["is_scheduled"] == "true"
+    assert module.instruction_count() == 106
+    assert len(module.computations) == 15
+    assert module.opcode_histogram()["fusion"] == 11
+    fusions = [i for i in module.entry.instructions if i.opcode == "fusion"]
+    for fusion in fusions:
+        (callee,) = fusion.called_computations
+        assert module.computations[callee].is_fusion
+        assert fusion.attributes["kind"] in ("kLoop", "kOutput", "kInput", "kCustom")
+    ynn = [f for f in fusions if f.attributes["kind"] == "kCustom"]
+    assert ynn and ynn[0].attributes["backend_config"] == (
+        '{"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}'
+    )
+
+
+# --- fusion-heavy after-optimizations module with while, cond, scatter, gather, bf16/s8/pred -------
+
+
+def test_after_optimizations_control_flow_and_fusions():
+    module = read_hlo_file(fixture("misc/*.cpu_after_optimizations.txt"))
+    assert module.instruction_count() == 130
+    assert len(module.computations) == 23
+    histogram = module.opcode_histogram()
+    assert (histogram["fusion"], histogram["parameter"], histogram["while"], histogram["conditional"]) == (13, 40, 1, 1)
+    assert (histogram["scatter"], histogram["gather"], histogram["reduce"]) == (1, 1, 3)
+    assert module.entry_signature == (
+        "(f32[8,4], s32[2], f32[2,4], pred[], bf16[4], s8[6]) -> (f32[2,4], f32[4], f32[], s32[], f32[4])"
+    )
+
+    loop = module.find_instruction("while.4")
+    assert loop.is_root and loop.computation == "while.3_computation"
+    assert loop.called_computations == ["region_1.3.clone.clone", "region_0.2.clone.clone.clone"]
+    assert loop.attributes["condition"] == "%region_1.3.clone.clone"
+    assert loop.attributes["backend_config"] == (
+        '{"known_trip_count":{"n":"5"},"known_init_step":{"init":"0","step":"1"},'
+        '"known_induction_variable":{"tuple_index":"0"},"dynamic_variables":[]}'
+    )
+    assert loop.source_line == 34 and "fori_loop" in program_line(34)
+
+    cond = module.find_instruction("cond.1.clone")
+    assert cond.operands == ["wrapped_convert", "tuple.6", "tuple.6"]
+    assert cond.called_computations == ["region_2.4", "region_3.5"]
+    assert cond.shape == "(f32[8,4]{1,0})"
+    assert "lax.cond" in program_line(cond.source_line)
+
+    entry = module.entry
+    assert entry.is_entry and not entry.is_fusion
+    assert [p.name for p in entry.parameters] == ["x.1", "idx.1", "upd.1", "flag.1", "h.1", "q.1"]
+    assert [p.parameter_number for p in entry.parameters] == list(range(6))
+    assert entry.root == "tuple.5"
+    assert module.computations["wrapped_scatter_computation"].is_fusion  # fused by use, not by name
+    assert not module.computations["region_4.6"].is_fusion  # the scatter's to_apply
+    call = module.find_instruction("call")
+    assert call.attributes["frontend_attributes"] == '{xla_cpu_small_call="true"}'
+    assert module.find_instruction("constant.25").literal == "1.5"
+
+
+# --- TensorFlow ----------------------------------------------------------------------------------
+
+
+def test_tensorflow_module():
+    module = read_hlo_file(fixture("tf/*.before_optimizations.txt"))
+    assert module.name.startswith("a_inference_f_20__XlaMustCompile_true_config_proto_") and module.name.endswith("_.3")
+    assert module.entry_computation == module.name  # TF names the entry computation like the module
+    assert module.instruction_count() == 31
+    assert module.opcode_histogram()["convert"] == 6
+    assert module.entry_signature == "(f32[4,8], f32[8,3]) -> (f32[4], f32[])"
+    assert module.header_attributes["alias_passthrough_params"] == "true"
+    matmul = module.find_instruction("MatMul.2")
+    assert (matmul.opcode, matmul.op_type, matmul.op_name) == ("dot", "MatMul", "MatMul")
+    # TF records its own frame, not the user's
+    assert matmul.source_file.endswith("tensorflow/python/framework/ops.py") and matmul.source_line == 1221
+    assert matmul.attributes["frontend_attributes"] == '{grad_x="false",grad_y="false"}'
+    arg = module.find_instruction("arg0.1")
+    assert arg.attributes["parameter_replication"] == "{false}" and arg.op_name == "XLA_Args"
+    after = read_hlo_file(fixture("tf/*.cpu_after_optimizations.txt"))
+    assert after.instruction_count() == 29 and after.opcode_histogram()["fusion"] == 2
+
+
+# --- constants elided as {...} -------------------------------------------------------------------
+
+
+def test_elided_constant_is_flagged():
+    module = read_hlo_file(fixture("lookup_elided/*.before_optimizations.txt"))
+    assert module.has_elided_constants()
+    table = module.find_instruction("constant.18")
+    assert (table.shape, table.literal, table.has_elided_constant) == ("f32[200]{0}", "{...}", True)
+    assert [i.name for i in module.instructions() if i.has_elided_constant] == ["constant.18"]
+    small = module.find_instruction("constant.13")
+    assert (small.literal, small.has_elided_constant) == ("{199}", False)
+    assert read_hlo_file(fixture("lookup_elided/*.cpu_after_optimizations.txt")).has_elided_constants()
+
+
+def test_large_constants_dump_is_not_elided():
+    module = read_hlo_file(fixture("lookup_large/*.before_optimizations.txt"))
+    assert not module.has_elided_constants()
+    table = module.find_instruction("constant.18")
+    assert table.literal.startswith("{-1, -0.970151305, ")
+    assert table.literal.count(",") == 199
+    elided = read_hlo_file(fixture("lookup_elided/*.before_optimizations.txt"))
+    assert module.instruction_count() == elided.instruction_count() == 40
+    assert module.fingerprint() != elided.fingerprint()  # the literal is part of the fingerprint
+
+
+def test_missing_stack_frame_leaves_source_empty():
+    text = SMALL.replace('metadata={op_name="x" source_file="/home/me/a.py" source_line=3}', 'metadata={op_name="x" stack_frame_id=7}')
+    x = parse_hlo_text(text).find_instruction("x")
+    assert (x.op_name, x.stack_frame_id, x.source_file, x.source_line) == ("x", 7, None, None)
+
+
+# --- sharding, custom calls, escaped strings ------------------------------------------------------
+
+
+def test_sharding_custom_calls_and_escaped_strings():
+    module = read_hlo_file(fixture("sharded/*.before_optimizations.txt"))
+    assert module.header_attributes["num_partitions"] == "2"
+    assert module.header_attributes["frontend_attributes"] == '{xla.sdy.meshes={mesh = #sdy.mesh<["x"=2]>}}'
+    constraint = module.find_instruction("sharding_constraint.1")
+    assert constraint.opcode == "custom-call"
+    assert unquote(constraint.attributes["custom_call_target"]) == "Sharding"
+    assert constraint.attributes["sharding"] == "{devices=[2,1]<=[2]}"
+    assert constraint.attributes["frontend_attributes"] == (
+        '{xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{\\"x\\"}, {}]>]>"}'
+    )
+    cholesky = module.find_instruction("cholesky.9")
+    assert cholesky.attributes["output_to_operand_aliasing"] == "{{0}: (0, {})}"
+    assert cholesky.attributes["api_version"] == "API_VERSION_TYPED_FFI"
+    # a computation and an instruction may share a name
+    assert "sort.3" in module.computations and module.find_instruction("sort.3").opcode == "parameter"
+
+    after = read_hlo_file(fixture("sharded/*.cpu_after_optimizations.txt"))
+    assert after.entry_computation == "main.2_spmd"
+    assert after.entry_signature == "(f32[2,4], f32[6]) -> (f32[4,4], f32[6], f32[2])"
+    assert after.find_instruction("param").attributes["sharding"] == "{devices=[2,1]<=[2]}"
+    topk = after.find_instruction("custom-call")
+    assert topk.called_computations == ["compare-greater-than.1.clone"]
+    assert after.find_instruction("cholesky.27").attributes["backend_config"] == "{uplo = 76 : ui8}"
+
+
+# --- fingerprint ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["before_optimizations", "cpu_after_optimizations"])
+def test_fingerprint_is_stable_across_processes_module_ids_and_paths(stage):
+    here = fixture(f"fp/*.{stage}.txt")
+    elsewhere = fixture(f"fp_elsewhere/*.{stage}.txt")
+    assert here.name.startswith("module_0004.") and elsewhere.name.startswith("module_0012.")
+    a, b = read_hlo_file(here), read_hlo_file(elsewhere)
+    tanh_a, tanh_b = (next(i for i in m.instructions() if i.opcode == "tanh") for m in (a, b))
+    assert tanh_a.source_file == "/tmp/xlarun-fixtures/src/programs.py"
+    assert tanh_b.source_file == "/tmp/xlarun-fixtures/elsewhere/app/programs.py"
+    assert here.read_text() != elsewhere.read_text()
+    assert a.fingerprint() == b.fingerprint()
+    assert re.fullmatch(r"[0-9a-f]{64}", a.fingerprint())
+
+
+def test_fingerprint_changes_with_a_constant():
+    a = read_hlo_file(fixture("fp/*.before_optimizations.txt"))
+    changed = read_hlo_file(fixture("fp_changed/*.before_optimizations.txt"))
+    assert a.find_instruction("constant.2").literal == "3"
+    assert changed.find_instruction("constant.2").literal == "4"
+    assert a.fingerprint() != changed.fingerprint()
+
+
+SMALL = """HloModule m.7, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}
+
+%add_f (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main.3 (x: f32[4], y: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0), metadata={op_name="x" source_file="/home/me/a.py" source_line=3}
+  %y = f32[4]{0} parameter(1)
+  %c = f32[] constant(2)
+  %b = f32[4]{0} broadcast(%c), dimensions={}
+  %m = f32[4]{0} multiply(%x, %b), metadata={op_name="jit(f)/mul" source_file="/home/me/a.py" source_line=4}
+  ROOT %r = f32[4]{0} subtract(%m, %y)
+}
+"""
+
+
+def renamed(text: str) -> str:
+    """Every module, computation and instruction name changed, metadata moved to another path."""
+    text = re.sub(r"%([\w.]+)", r"%\1_run2", text).replace("HloModule m.7", "HloModule other.99")
+    text = re.sub(r"\((\w+): ", r"(\1_run2: ", text)
+    return text.replace("/home/me/a.py", "/app/a.py").replace("source_line=4", "source_line=40")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("constant(2)", "constant(3)"),
+        ("multiply(%x, %b)", "multiply(%b, %x)"),  # wiring
+        ("subtract(%m, %y)", "add(%m, %y)"),  # opcode
+        ("%m = f32[4]{0}", "%m = f16[4]{0}"),  # shape
+        ("dimensions={}", "dimensions={0}"),  # attribute
+        ("ROOT %s = f32[] add(%a, %b)", "ROOT %s = f32[] maximum(%a, %b)"),  # a called computation
+    ],
+)
+def test_fingerprint_ignores_names_and_metadata_but_not_semantics(change):
+    base = parse_hlo_text(SMALL)
+    assert parse_hlo_text(renamed(SMALL)).fingerprint() == base.fingerprint()
+    assert parse_hlo_text(SMALL.replace(*change)).fingerprint() != base.fingerprint()
+
+
+def test_canonical_form_uses_positional_names():
+    form = parse_hlo_text(SMALL).canonical_form()
+    assert "main" not in form and "%" not in form and "source" not in form
+    assert "  ROOT v8 = f32[4]{0} subtract(v7, v4)" in form.splitlines()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax")
+def test_fingerprint_live_two_processes(tmp_path):
+    """Dump one function from two processes (different module ids and script paths) and compare."""
+    fingerprints = []
+    for run, warmup in (("a", "0"), ("b", "2")):
+        script_dir = tmp_path / run / "scripts"
+        script_dir.mkdir(parents=True)
+        script = script_dir / "programs.py"
+        script.write_text(PROGRAMS.read_text())
+        dump = tmp_path / run / "dump"
+        env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false", JAX_PLATFORMS="cpu",
+                   XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
+        subprocess.run([sys.executable, str(script), "fp", "--warmup", warmup], env=env, check=True,
+                       capture_output=True, timeout=300)
+        (text,) = dump.glob("module_*.jit_f.before_optimizations.txt")
+        fingerprints.append((text.name.split(".")[0], read_hlo_file(text).fingerprint()))
+    (id_a, fp_a), (id_b, fp_b) = fingerprints
+    assert id_a != id_b
+    assert fp_a == fp_b
+
+
+# --- syntax seen outside CPU dumps and in hand-written HLO ---------------------------------------
+
+HANDWRITTEN = r"""// a comment line
+HloModule tpu_like, entry_computation_layout={(bf16[8,128]{1,0:T(8,128)(2,1)}, s32[])->(bf16[8,128]{1,0:T(8,128)(2,1)}, /*index=1*/s32[])}
+
+fused_add {
+  p0 = bf16[8,128]{1,0:T(8,128)(2,1)} parameter(0)
+  p1 = bf16[8,128]{1,0:T(8,128)(2,1)} parameter(1)
+  ROOT a = bf16[8,128]{1,0:T(8,128)(2,1)} add(p0, p1)
+}
+
+main {
+  x = bf16[8,128]{1,0:T(8,128)(2,1)} parameter(0), sharding={devices=[2,1]0,1}
+  n = s32[] parameter(1)
+  f = bf16[8,128]{1,0:T(8,128)(2,1)} fusion(bf16[8,128]{1,0:T(8,128)(2,1)} %x, %x), kind=kLoop,
+      calls=fused_add, backend_config="{\"flag\": \"a,b}\"}"
+  cc = (bf16[8,128], s32[]) custom-call(f, n), custom_call_target="my \"quoted\", target", metadata={op_name="a, \"b\" /* not a comment */"}
+  t = (bf16[8,128]{1,0:T(8,128)(2,1)}, s32[], s32[], s32[], s32[], /*index=5*/s32[]) tuple(f, n, n, n, n, /*index=5*/n)
+  g = s32[] get-tuple-element(t), index=5 /* the last one */
+  tuple.1 = (bf16[8,128]{1,0:T(8,128)(2,1)}, s32[]) tuple(f, g)
+}
+"""
+
+
+def test_handwritten_and_tpu_syntax():
+    module = parse_hlo_text(HANDWRITTEN)
+    assert module.entry_computation == "main"  # no ENTRY keyword: the last computation
+    assert module.entry.root == "tuple.1"  # no ROOT: the last instruction
+    assert module.computations["fused_add"].is_fusion
+    assert module.entry_signature == "(bf16[8,128], s32[]) -> (bf16[8,128], s32[])"
+    f = module.find_instruction("f")
+    assert f.shape == "bf16[8,128]{1,0:T(8,128)(2,1)}"
+    assert f.operands == ["x", "x"]
+    assert f.called_computations == ["fused_add"]
+    assert f.attributes["backend_config"] == r'"{\"flag\": \"a,b}\"}"'
+    assert unquote(f.attributes["backend_config"]) == '{"flag": "a,b}"}'
+    cc = module.find_instruction("cc")
+    assert unquote(cc.attributes["custom_call_target"]) == 'my "quoted", target'
+    assert cc.op_name == 'a, "b" /* not a comment */'
+    t = module.find_instruction("t")
+    assert t.shape == "(bf16[8,128]{1,0:T(8,128)(2,1)}, s32[], s32[], s32[], s32[], s32[])"
+    assert t.operands == ["f", "n", "n", "n", "n", "n"]
+    assert module.find_instruction("x").attributes["sharding"] == "{devices=[2,1]0,1}"
+    assert module.find_instruction("g").attributes == {"index": "5"}
+    assert module.instruction_count() == 10
+
+
+def test_unquote_and_strip_layouts():
+    assert unquote(r'"caf\303\251 \"x\" \\ \n"') == 'café "x" \\ \n'
+    assert strip_layouts("(f32[8,4]{1,0}, /*index=1*/s32[]{:T(128)}, pred[])") == "(f32[8,4], s32[], pred[])"
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("HloModule m\n\nENTRY %e () -> f32[] {\n  %c = f32[] constant(1)\n", "line 4: computation %e is not closed"),
+        ("HloModule m\n\nENTRY %e () -> f32[] {\n  %c = f32[] constant(1\n}\n", "line 4: unbalanced"),
+        ("HloModule m\nENTRY %e () -> f32[] {\n  %c = constant(1)\n}\n", "line 3: expected a shape"),
+        ("HloModule m\nENTRY %e () -> f32[] {\n  %c = f32[] \n}\n", "line 3: expected an opcode"),
+        ("HloModule m\nENTRY %e () -> f32[] {\n  garbage here\n}\n", "line 3: expected '%name = shape"),
+        ("HloModule m\n%x = f32[] constant(1)\n", "line 2: unexpected text outside a computation"),
+        ("BufferAssignment:\nallocation 0: size 4\n", "line 1: expected 'HloModule <name>'"),
+        ("HloModule m\nENTRY %e () -> f32[] {\n  %c = f32[] constant(1), metadata={op_name=\"x}\n}\n", "line 3"),
+        ("HloModule m\n\nHloModule n\n", "line 3: a second HloModule"),
+    ],
+)
+def test_malformed_text_names_the_line(text, message):
+    with pytest.raises(InputError) as caught:
+        parse_hlo_text(text)
+    assert message in caught.value.message
+    assert caught.value.hint
+
+
+def test_read_hlo_file_by_extension(tmp_path):
+    source = fixture("fp/*.before_optimizations.txt")
+    expected = read_hlo_file(source).fingerprint()
+    as_hlo = tmp_path / "module.hlo"
+    as_hlo.write_bytes(source.read_bytes())
+    assert read_hlo_file(as_hlo).fingerprint() == expected
+    zipped = tmp_path / "module.txt.gz"
+    zipped.write_bytes(gzip.compress(source.read_bytes()))
+    assert read_hlo_file(zipped).fingerprint() == expected
+    unknown = tmp_path / "module.bin"
+    unknown.write_bytes(b"\x00\x01")
+    with pytest.raises(InputError, match="cannot tell the format"):
+        read_hlo_file(unknown)
+    with pytest.raises(InputError, match="no such HLO file"):
+        read_hlo_file(tmp_path / "missing.txt")
+    bad = tmp_path / "module_0001.x.before_optimizations.txt"
+    bad.write_text("HloModule x\nENTRY %e () -> f32[] {\n  %c = f32[] bogus\n}\n")
+    with pytest.raises(InputError, match=r"module_0001.x.before_optimizations.txt: HLO text line 3"):
+        read_hlo_file(bad)
+
+
+# --- speed --------------------------------------------------------------------------------------------
+
+
+def synthetic_module(target_bytes: int) -> tuple[str, int]:
+    """A module of many fused computations written the way XLA prints after-optimization text."""
+    parts = ["HloModule big, is_scheduled=true, entry_computation_layout={(f32[1024,512]{1,0})->f32[1024,512]{1,0}}\n"]
+    entry = ["ENTRY %main (p: f32[1024,512]) -> f32[1024,512] {", "  %p = f32[1024,512]{1,0} parameter(0)"]
+    size, count, previous, n = len(parts[0]), 1, "p", 0
+    while size < target_bytes:
+        meta = f'metadata={{op_name="jit(step)/layer_{n}/mul" source_file="/app/model.py" source_line={n % 900 + 1}}}'
+        body = (
+            f"%fused_computation.{n} (param_0.{n}: f32[1024,512], param_1.{n}: f32[]) -> f32[1024,512] {{\n"
+            f"  %param_0.{n} = f32[1024,512]{{1,0}} parameter(0)\n"
+            f"  %param_1.{n} = f32[] parameter(1)\n"
+            f"  %broadcast.{n} = f32[1024,512]{{1,0}} broadcast(%param_1.{n}), dimensions={{}}, {meta}\n"
+            f"  %multiply.{n} = f32[1024,512]{{1,0}} multiply(%param_0.{n}, %broadcast.{n}), {meta}\n"
+            f"  ROOT %tanh.{n} = f32[1024,512]{{1,0}} tanh(%multiply.{n}), {meta}\n}}\n\n"
+        )
+        parts.append(body)
+        entry.append(f"  %constant.{n} = f32[] constant({n}.5)")
+        entry.append(
+            f"  %fusion.{n} = f32[1024,512]{{1,0}} fusion(%{previous}, %constant.{n}), kind=kLoop, "
+            f'calls=%fused_computation.{n}, {meta}, backend_config={{"outer_dimension_partitions":["2"],"k":{{"n":"{n}"}}}}'
+        )
+        previous = f"fusion.{n}"
+        size += len(body) + len(entry[-1]) + len(entry[-2])
+        count += 7
+        n += 1
+    entry[-1] = "  ROOT " + entry[-1].lstrip()
+    parts.append("\n".join(entry) + "\n}\n")
+    return "".join(parts), count
+
+
+def test_parses_a_5_mb_module_quickly(capsys):
+    text, count = synthetic_module(5 * 1024 * 1024)
+    start = time.perf_counter()
+    module = parse_hlo_text(text)
+    elapsed = time.perf_counter() - start
+    assert module.instruction_count() == count
+    assert module.entry.root.startswith("fusion.")
+    assert module.opcode_histogram()["fusion"] == (count - 1) // 7
+    fingerprint_start = time.perf_counter()
+    module.fingerprint()
+    fingerprint_elapsed = time.perf_counter() - fingerprint_start
+    with capsys.disabled():
+        print(f"\n[hlo] parsed {len(text) / 1e6:.1f} MB, {count} instructions in {elapsed:.2f} s;"
+              f" fingerprint {fingerprint_elapsed:.2f} s")
