@@ -1,0 +1,441 @@
+"""Decode the names of the files in a dump: which module, which stage, what the bytes are.
+
+XLA names its files ``[<timestamp>.]module_<id4>[.<module name>][.cl_<n>].<suffix>``. Module names
+contain dots (``pmap__unnamed_wrapped_function_.186875``, TF's ``..._executor_type_..._.2``), so a name
+is read from the right: the suffix scheme is recognised first, and the module name is whatever lies
+between ``module_XXXX.`` and that suffix. The other tools' files are told apart by the folder the
+archive keeps them in: ``tf_graphs/``, ``jax_ir/``, ``torch_xla/``, ``poplar/``; a folder holding
+``module.mlir`` is a PJRT compile input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+KINDS = (
+    "hlo", "pass", "buffer-assignment", "buffer-assignment-values", "live-range",
+    "memory-usage-report", "debug-options", "snapshot", "codegen", "gpu-artifact", "autotune",
+    "target-config", "thunk-sequence", "tf-graph", "jax-ir", "pjrt-compile-input", "torch-xla",
+    "poplar-report", "unknown",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DumpName:
+    """What one dump file's name says. Fields the name does not carry are None."""
+
+    path: str  # as given, relative to the dump root
+    kind: str = "unknown"  # one of KINDS
+    format: str | None = None  # what the bytes are: 'text' (HLO text), 'proto' (HloProto), 'll', ...
+    timestamp_us: int | None = None
+    module_id: int | None = None
+    module_name: str | None = None
+    stage: str | None = None  # 'before_optimizations' | 'after_optimizations' | 'pass'
+    backend: str | None = None  # 'cpu' | 'gpu' | 'tpu' | 'ipu'
+    target: str | None = None  # 'sm_8.0', 'gfx90a'; 'xla:<n>' for PyTorch/XLA's device ordinal
+    step: int | None = None  # per-module dump step; JAX's dump counter; TF's _<n> uniquifier
+    pipeline: str | None = None  # the pipeline (or pass, or codegen step) XLA wrote in the name
+    after_pass: str | None = None
+    before_pass: str | None = None
+    compilation: str | None = None  # 'cl_813921542' (internal builds such as libtpu)
+    execution: int | None = None  # execution_<n>, counted from 0 per module
+    snapshot_id: int | None = None  # PJRT snapshot number, may be negative
+    artifact: str | None = None  # kernel, fusion, graph, function, folder: what the file is about
+
+    def describe(self) -> list[tuple[str, str]]:
+        """Ordered (label, words) pairs that explain every field the name carries."""
+        return _describe(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict."""
+        return asdict(self)
+
+
+def decode_dump_name(path: str) -> DumpName:
+    """Decode a path relative to the dump root. Never raises; undecodable names get kind 'unknown'."""
+    path = path if isinstance(path, str) else str(path)
+    try:
+        return DumpName(path=path, **_decode(path))
+    except Exception:  # the promise is "never raises": a malformed name must not stop an ingest
+        return DumpName(path=path)
+
+
+# ---- XLA dump names ---------------------------------------------------------------------------
+
+# module_<id> at the start of a dot-separated segment: the anchor of every name XLA's FilenameFor makes
+_MODULE = re.compile(r"(?:^|\.)module_(?P<id>-?\d+)(?:\.|$)")
+# .cl_<n> after the module name: the changelist Google-internal builds (libtpu) append
+_CHANGELIST = re.compile(r"(?:^|\.)(?P<cl>cl_\d+)$")
+# whole-module formats, one file per --xla_dump_hlo_as_* flag
+_HLO_EXT = r"(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|dot|top_level\.html|html|url)"
+_HLO_FORMAT = {"txt": "text", "hlo.pb": "proto", "hlo.pb.gz": "proto.gz", "dot": "dot",
+               "html": "html", "top_level.html": "html", "url": "url"}  # fmt: skip
+
+# <stage>[-<report>].<ext>: the whole module before/after optimizations and the reports on the latter
+_STAGE = re.compile(
+    r"(?:^|\.)(?P<stage>before_optimizations|after_optimizations"
+    r"|(?:(?P<target>sm_\d+\.\d+[a-z]*|[A-Za-z0-9]+)_)?(?P<backend>cpu|gpu)_after_optimizations)"
+    r"(?:-(?P<report>buffer-assignment-values|buffer-assignment|live-range|memory-usage-report))?"
+    r"\.(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|pb\.gz|pb|dot|top_level\.html|html|url|fdo_profile)$"
+)
+# <step>.<pipeline>.after_<pass>.before_<next>.<ext>: between two passes (Graphcore's IPU dumps too)
+_BETWEEN_PASSES = re.compile(
+    r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.after_(?P<after>[^.]+)\.before_(?P<before>[^.]+)\."
+    + _HLO_EXT + "$"
+)
+# <step>.<pass>.<step name>.<ext>: a pass dumping its own intermediate state (copy-insertion does)
+_DURING_PASS = re.compile(r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.(?P<during>[^.]+)\." + _HLO_EXT + "$")
+# debug_options, config.pbtxt, metadata.textproto: what the module was compiled with
+_OPTIONS = re.compile(r"(?:^|\.)(?P<what>debug_options|config\.pbtxt|metadata\.textproto)$")
+# snapshot.<n>.pb: the HloSnapshot PJRT's CPU client writes per execution
+_PJRT_SNAPSHOT = re.compile(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.pb$")
+# execution_<n>[.hlo_snapshot|.hlo_unoptimized_snapshot].<pb|txt>: XLA's per-execution protos
+_EXECUTION = re.compile(
+    r"(?:^|\.)execution_(?P<execution>\d+)(?:\.(?P<what>hlo_snapshot|hlo_unoptimized_snapshot))?\.(?P<ext>pb|txt)$"
+)
+# module_<name>.execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
+_NAMED_SNAPSHOT = re.compile(r"^module_(?P<name>.+)\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$")
+# thunk_sequence.txt, autotune_results.pbtxt, gpu_target_config.pbtxt: one per module on GPU
+_GPU_MODULE_KIND = {"thunk_sequence.txt": ("thunk-sequence", "txt"), "autotune_results.pbtxt": ("autotune", "pbtxt"),
+                    "gpu_target_config.pbtxt": ("target-config", "pbtxt")}  # fmt: skip
+_GPU_MODULE_FILE = re.compile(r"(?:^|\.)(?P<what>" + "|".join(map(re.escape, _GPU_MODULE_KIND)) + ")$")
+# obj-file.<kernel>.o: the CPU object code of one kernel
+_OBJ_FILE = re.compile(r"(?:^|\.)obj-file\.(?P<kernel>.+)\.o$")
+# [<kernel or shard>.]ir-<no|with>-opt[.<shard>][-noconst].ll: LLVM IR (newer XLA puts the kernel first)
+_LLVM_IR = re.compile(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+))?(?P<noconst>-noconst)?\.ll$")
+# <kernel>-<pre-optimization|post-optimization|post-lowering>.mlir: the CPU fusion emitter's MLIR
+_EMITTER_MLIR = re.compile(r"-(?P<step>pre-optimization|post-optimization|post-lowering)\.mlir$")
+# <kernel>.mlir-passes.log: the emitter's MLIR after every pass (--xla_dump_emitter_re)
+_PASSES_LOG = re.compile(r"\.(?P<step>mlir-passes)\.log$")
+# [<shard>.]ptx, <fusion>[.before_validation].ttir.txt, <fusion>.hlo: GPU kernels and Triton fusions
+_GPU_KERNEL = re.compile(r"(?:^|\.)(?:(?P<step>ptx|hlo)|(?P<ttir>(?:before_validation\.)?ttir)\.txt)$")
+_GPU_KERNEL_FORMAT = {"ptx": "ptx", "hlo": "text", "ttir": "mlir", "before_validation.ttir": "mlir"}
+# [<computation>.]module_XXXX.<name>._fusion.html: --xla_dump_fusion_visualization
+_FUSION_HTML = re.compile(r"(?:^|\.)_fusion\.html$")
+# <prefix>.module_XXXX.<name>.mlir: an MLIR module dumped under a prefix such as lmhlo
+_MLIR_MODULE = re.compile(r"(?:^|\.)mlir$")
+
+_CL_SEGMENT = re.compile(r"cl_\d+")
+
+
+def _split_head(head: str) -> dict[str, Any]:
+    """The module name and the libtpu changelist that precede a suffix."""
+    match = _CHANGELIST.search(head)
+    if match:
+        head = head[: match.start()]
+    return {"module_name": head or None, "compilation": match["cl"] if match else None}
+
+
+def _split_kernel(body: str, shard_last: bool = False) -> tuple[str, str | None]:
+    """Split '<module name>[.cl_<n>].<kernel>' where both may hold dots.
+
+    A module name is its first segment plus the all-digit segments XLA's uniquifier adds
+    (``SyncTensorsGraph.105381``, ``..._.2``); kernel names start with a letter or '_'. With
+    ``shard_last`` and no kernel, a trailing number is a GPU LLVM shard (``jit_f.1.ptx``); a
+    TF name ending in ``_.2`` reads wrongly there, which its file name alone cannot settle.
+    """
+    segments = body.split(".")
+    n = 1
+    if not _CL_SEGMENT.fullmatch(segments[0]):
+        while n < len(segments) and segments[n].isdigit():
+            n += 1
+        if n < len(segments) and _CL_SEGMENT.fullmatch(segments[n]):
+            n += 1
+    if shard_last and n == len(segments) and n > 1 and segments[-1].isdigit():
+        n -= 1
+    return ".".join(segments[:n]), ".".join(segments[n:]) or None
+
+
+def _stage_fields(m: re.Match, head: str) -> dict[str, Any]:
+    report, ext = m["report"], m["ext"]
+    stage = "before_optimizations" if m["stage"] == "before_optimizations" else "after_optimizations"
+    fields = {"stage": stage, "backend": m["backend"], "target": m["target"], **_split_head(head)}
+    if ext == "fdo_profile":  # the feedback-directed profile the module was compiled with
+        return {**fields, "kind": "autotune", "artifact": "fdo_profile"}
+    if report:
+        return {**fields, "kind": report, "format": ext}  # txt, pb or pb.gz
+    top_level = "top_level" if ext == "top_level.html" else None
+    return {**fields, "kind": "hlo", "format": _HLO_FORMAT[ext], "artifact": top_level}
+
+
+def _pass_fields(m: re.Match, head: str) -> dict[str, Any]:
+    fields = {"kind": "pass", "stage": "pass", "format": _HLO_FORMAT[m["ext"]], "step": int(m["step"]),
+              "pipeline": m["pipeline"], **_split_head(head)}  # fmt: skip
+    if "during" in m.groupdict():  # a pass's own step: no after_/before_ pair
+        return {**fields, "artifact": m["during"]}
+    backend = "ipu" if m["pipeline"] == "IPU" else None
+    return {**fields, "after_pass": m["after"], "before_pass": m["before"], "backend": backend}
+
+
+def _options_fields(m: re.Match, head: str) -> dict[str, Any]:
+    artifact = None if m["what"] == "debug_options" else m["what"].split(".")[0]
+    return {"kind": "debug-options", "format": "pbtxt", "artifact": artifact, **_split_head(head)}
+
+
+def _snapshot_fields(m: re.Match, head: str) -> dict[str, Any]:
+    groups = m.groupdict()
+    if "snapshot" in groups:
+        return {"kind": "snapshot", "format": "pb", "snapshot_id": int(m["snapshot"]), **_split_head(head)}
+    stage = "before_optimizations" if m["what"] == "hlo_unoptimized_snapshot" else None
+    return {"kind": "snapshot", "format": "pb" if m["ext"] == "pb" else "pbtxt", "execution": int(m["execution"]),
+            "stage": stage, **_split_head(head)}  # fmt: skip
+
+
+def _gpu_module_fields(m: re.Match, head: str) -> dict[str, Any]:
+    kind, fmt = _GPU_MODULE_KIND[m["what"]]
+    return {"kind": kind, "format": fmt, "backend": "gpu", **_split_head(head)}
+
+
+def _obj_file_fields(m: re.Match, head: str) -> dict[str, Any]:
+    fields = {"kind": "codegen", "format": "o", "backend": "cpu", "pipeline": "obj-file", "artifact": m["kernel"]}
+    return {**fields, **_split_head(head)}
+
+
+def _llvm_ir_fields(m: re.Match, head: str) -> dict[str, Any]:
+    head, kernel = _split_kernel(head, shard_last=True) if head else ("", None)
+    step = m["step"] + (m["noconst"] or "")
+    return {"kind": "codegen", "format": "ll", "pipeline": step, "artifact": m["shard"] or kernel,
+            **_split_head(head)}  # fmt: skip
+
+
+def _kernel_fields(m: re.Match, head: str) -> dict[str, Any] | None:
+    if not head:  # these suffixes always follow a kernel name
+        return None
+    head, kernel = _split_kernel(head)
+    fmt, backend = ("mlir", "cpu") if m["step"] != "mlir-passes" else ("log", None)
+    return {"kind": "codegen", "format": fmt, "backend": backend, "pipeline": m["step"], "artifact": kernel,
+            **_split_head(head)}  # fmt: skip
+
+
+def _gpu_kernel_fields(m: re.Match, head: str) -> dict[str, Any]:
+    step = m["step"] or m["ttir"]
+    head, kernel = _split_kernel(head, shard_last=step == "ptx") if head else ("", None)
+    return {"kind": "gpu-artifact", "format": _GPU_KERNEL_FORMAT[step], "backend": "gpu", "pipeline": step,
+            "artifact": kernel, **_split_head(head)}  # fmt: skip
+
+
+def _html_or_mlir_fields(m: re.Match, head: str) -> dict[str, Any]:
+    kind, fmt = ("hlo", "html") if m.group().endswith(".html") else ("codegen", "mlir")
+    return {"kind": kind, "format": fmt, **_split_head(head)}
+
+
+# Tried in order: the specific suffixes before the loose ones (a pass's own step name is anything).
+_XLA_SCHEMES = (
+    (_STAGE, _stage_fields), (_BETWEEN_PASSES, _pass_fields), (_OPTIONS, _options_fields),
+    (_PJRT_SNAPSHOT, _snapshot_fields), (_EXECUTION, _snapshot_fields), (_GPU_MODULE_FILE, _gpu_module_fields),
+    (_OBJ_FILE, _obj_file_fields), (_LLVM_IR, _llvm_ir_fields), (_EMITTER_MLIR, _kernel_fields),
+    (_PASSES_LOG, _kernel_fields), (_GPU_KERNEL, _gpu_kernel_fields), (_FUSION_HTML, _html_or_mlir_fields),
+    (_MLIR_MODULE, _html_or_mlir_fields), (_DURING_PASS, _pass_fields),
+)  # fmt: skip
+
+
+def _xla_suffix(rest: str) -> dict[str, Any] | None:
+    """Fields from the part after 'module_XXXX.', or None when no scheme matches."""
+    for pattern, fields_of in _XLA_SCHEMES:
+        if (m := pattern.search(rest)) and (fields := fields_of(m, rest[: m.start()])):
+            return fields
+    return None
+
+
+def _decode_xla(name: str) -> dict[str, Any]:
+    """Fields of a file XLA named; kind 'unknown' (with whatever could be read) otherwise."""
+    match = _MODULE.search(name)
+    if not match:
+        if m := _NAMED_SNAPSHOT.match(name):
+            return {"kind": "snapshot", "format": "pb", "module_name": m["name"], "execution": int(m["execution"])}
+        return {}
+    prefix, rest = name[: match.start()], name[match.end() :]
+    known: dict[str, Any] = {"module_id": int(match["id"])}
+    if prefix.isdigit():
+        known["timestamp_us"] = int(prefix)
+    fields = _xla_suffix(rest) if rest else None
+    if fields is None:
+        return known
+    if prefix and not prefix.isdigit():  # a computation or proto name XLA put before module_
+        fields["artifact"] = fields.get("artifact") or prefix
+    if fields.get("compilation"):
+        fields["backend"] = fields.get("backend") or "tpu"
+    return {**known, **{k: v for k, v in fields.items() if v is not None}}
+
+
+# ---- the other tools' files -------------------------------------------------------------------
+
+# <graph>[_<n>].<ext>: a TF_DUMP_GRAPH_PREFIX graph; TF adds _1, _2, ... when a name repeats
+_TF_GRAPH = re.compile(r"^(?P<graph>.+?)(?:_(?P<n>[1-9]\d*))?\.(?P<ext>pbtxt|pb|mlir|txt)$")
+# jax_ir<n>_<module>[_<jax stage>].mlir: StableHLO written to JAX_DUMP_IR_TO
+_JAX_MLIR = re.compile(
+    r"^jax_ir(?P<step>\d+)_(?P<module>.*?)"
+    r"(?:_(?P<stage>compile|export|verification|before_refine_polymorphic_shapes))?\.mlir$"
+)
+# jax_<n>_<function>.<jaxpr.txt|jaxpr.html|eqn_count_pprof>: jaxprs, JAX_DUMP_IR_MODES=jaxpr,...
+_JAXPR = re.compile(r"^jax_(?P<step>\d+)_(?P<function>.+?)\.(?P<ext>jaxpr\.txt|jaxpr\.html|eqn_count_pprof)$")
+_JAXPR_FORMAT = {"jaxpr.txt": "jaxpr", "jaxpr.html": "html", "eqn_count_pprof": "pprof"}
+# the files of a PJRT compile-input folder (text protos when only --xla_dump_hlo_as_text is on)
+_PJRT_FILES = {"module.mlir": "mlir", "compile_options.pb": "pb", "topology.pb": "pb",
+               "compile_options.textproto": "pbtxt", "topology.textproto": "pbtxt"}  # fmt: skip
+# <module name>_<unix ms>: XLA's PJRT compile-input folder (jax 0.10.2 writes module_XXXX.<name>)
+_PJRT_FOLDER = re.compile(r"^(?P<name>.+)_(?P<ms>\d{13})$")
+# <file>.<ordinal>: PyTorch/XLA appends the device ordinal to XLA_SAVE_TENSORS_FILE
+_TORCH_FILE = re.compile(r"^(?P<file>.+)\.(?P<ordinal>\d+)$")
+
+
+def _extension(name: str) -> str | None:
+    return name.rsplit(".", 1)[1] if "." in name.strip(".") else None
+
+
+def _decode_tf_graph(name: str) -> dict[str, Any]:
+    m = _TF_GRAPH.match(name)
+    if not m:
+        return {"kind": "tf-graph", "format": _extension(name), "artifact": name}
+    step = int(m["n"]) if m["n"] else None
+    return {"kind": "tf-graph", "format": m["ext"], "artifact": m["graph"], "step": step}
+
+
+def _decode_jax_ir(name: str) -> dict[str, Any] | None:
+    if m := _JAX_MLIR.match(name):
+        return {"kind": "jax-ir", "format": "mlir", "step": int(m["step"]), "module_name": m["module"] or None,
+                "artifact": m["stage"]}  # fmt: skip
+    if m := _JAXPR.match(name):
+        fmt = _JAXPR_FORMAT[m["ext"]]
+        return {"kind": "jax-ir", "format": fmt, "step": int(m["step"]), "artifact": m["function"]}
+    return None
+
+
+def _decode_pjrt(folder: str, name: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {"kind": "pjrt-compile-input", "format": _PJRT_FILES[name], "artifact": name}
+    if m := _MODULE.match(folder):  # jax 0.10.2: module_XXXX.<name>
+        return {**fields, "module_id": int(m["id"]), "module_name": folder[m.end() :] or None}
+    if m := _PJRT_FOLDER.match(folder):  # XLA writes unknown_module for a module without a name
+        name = None if m["name"] == "unknown_module" else m["name"]
+        return {**fields, "module_name": name, "timestamp_us": int(m["ms"]) * 1000}
+    return {**fields, "artifact": f"{folder}/{name}"}
+
+
+def _decode(path: str) -> dict[str, Any]:
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts:
+        return {}
+    top, name = parts[0], parts[-1]
+    if top == "tf_graphs" and len(parts) > 1:
+        return _decode_tf_graph(name)
+    if top == "jax_ir" and len(parts) > 1:
+        return _decode_jax_ir(name) or {"kind": "jax-ir", "format": _extension(name), "artifact": name}
+    if top == "torch_xla" and len(parts) > 1:
+        m = _TORCH_FILE.match(name)
+        return {"kind": "torch-xla", "format": "txt", "artifact": m["file"] if m else name,
+                "target": f"xla:{m['ordinal']}" if m else None}  # fmt: skip
+    if top == "poplar" and len(parts) > 1:
+        return {"kind": "poplar-report", "format": _extension(name), "artifact": "/".join(parts[1:-1]) or None}
+    if len(parts) > 1 and name in _PJRT_FILES:
+        return _decode_pjrt(parts[-2], name)
+    if fields := _decode_xla(name):
+        return fields
+    if fields := _decode_jax_ir(name):  # JAX_DUMP_IR_TO pointed at the XLA dump folder itself
+        return fields
+    if name.endswith(".pbtxt"):  # TF_DUMP_GRAPH_PREFIX pointed at the XLA dump folder itself
+        return _decode_tf_graph(name)
+    return {}
+
+
+# ---- words for humans -------------------------------------------------------------------------
+
+_KIND_WORDS = {
+    "hlo": "the whole HLO module at one stage",
+    "pass": "the HLO module as one pass left it",
+    "buffer-assignment": "buffer assignment of the optimized module",
+    "buffer-assignment-values": "the values held by each buffer of the optimized module",
+    "live-range": "live ranges of the optimized module's buffers",
+    "memory-usage-report": "memory usage report of the optimized module",
+    "debug-options": "the options the module was compiled with",
+    "snapshot": "an HloSnapshot: the module with the arguments (and result) of one execution",
+    "codegen": "code generated for the module (LLVM IR, MLIR, object code)",
+    "gpu-artifact": "a GPU kernel or Triton fusion artifact",
+    "autotune": "autotuning or profile results used while compiling",
+    "target-config": "the GPU target description the module was compiled for",
+    "thunk-sequence": "the sequence of thunks the GPU executable runs",
+    "tf-graph": "a TensorFlow graph written to TF_DUMP_GRAPH_PREFIX",
+    "jax-ir": "IR JAX wrote to JAX_DUMP_IR_TO",
+    "pjrt-compile-input": "one input of a PJRT compilation (module, options, topology)",
+    "torch-xla": "graphs PyTorch/XLA saved to XLA_SAVE_TENSORS_FILE",
+    "poplar-report": "a Poplar report (POPLAR_ENGINE_OPTIONS autoReport)",
+    "unknown": "a file whose name xlarun cannot decode",
+}
+_FORMAT_WORDS = {
+    "text": "HLO text", "proto": "HloProto, binary", "proto.gz": "HloProto, gzip-compressed", "dot": "Graphviz DOT",
+    "html": "HTML", "url": "a link to a rendered graph", "pbtxt": "protobuf text format", "pb": "binary protobuf",
+    "pb.gz": "binary protobuf, gzip-compressed", "ll": "LLVM IR", "o": "object code", "mlir": "MLIR",
+    "ptx": "PTX assembly", "txt": "plain text", "log": "MLIR after every pass", "jaxpr": "jaxpr text",
+    "pprof": "pprof profile", "pop": "PopVision profile", "a": "ar archive",
+}  # fmt: skip
+_ARTIFACT_LABEL = {"codegen": "kernel", "gpu-artifact": "kernel", "tf-graph": "graph", "pjrt-compile-input": "file",
+                   "torch-xla": "file", "poplar-report": "report folder", "debug-options": "file"}  # fmt: skip
+
+
+def _stage_words(d: DumpName) -> str | None:
+    if d.stage == "pass" and d.after_pass is None and d.artifact:
+        return f"inside the pass '{d.pipeline}', at its step '{d.artifact}' (step {d.step})"
+    if d.stage == "pass":
+        start = d.after_pass == "pipeline-start"
+        after = "at the start of the pipeline" if start else f"after the pass '{d.after_pass}'"
+        before = "at its end" if d.before_pass == "pipeline-end" else f"before '{d.before_pass}'"
+        return f"{after}, {before} (step {d.step} of pipeline '{d.pipeline}')"
+    if d.stage == "before_optimizations":
+        return "before optimizations (as the framework handed it to XLA)"
+    if d.stage == "after_optimizations":
+        return "after optimizations" + (f" for {d.backend}" if d.backend else " (no backend prefix: TPU or older XLA)")
+    return None
+
+
+def _describe(d: DumpName) -> list[tuple[str, str]]:
+    out = [("kind", f"{d.kind}: {_KIND_WORDS.get(d.kind, d.kind)}")]
+    if d.format:
+        out.append(("format", f"{d.format}: {_FORMAT_WORDS.get(d.format, d.format)}"))
+    if d.timestamp_us is not None:
+        out.append(("timestamp", f"{d.timestamp_us} microseconds since the epoch{_utc(d.timestamp_us)}"))
+    if d.module_id is not None:
+        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; unique within one process only)"))
+    if d.module_name:
+        out.append(("module name", d.module_name))
+    elif d.module_id is not None and d.stage:
+        why = "Graphcore's IPU dumps leave it out" if d.backend == "ipu" else "XLA drops it past 255 characters"
+        out.append(("module name", f"not in the file name ({why})"))
+    if stage := _stage_words(d):
+        out.append(("stage", stage))
+    elif d.kind in ("codegen", "gpu-artifact") and d.pipeline:
+        out.append(("codegen step", d.pipeline))
+    if d.backend:
+        out.append(("backend", d.backend + (f" (target {d.target})" if d.target else "")))
+    elif d.target:
+        out.append(("device", f"{d.target} (the ordinal PyTorch/XLA appends)"))
+    if d.compilation:
+        out.append(("compilation", f"{d.compilation} (changelist of the internal build, e.g. libtpu)"))
+    if d.execution is not None:
+        out.append(("execution", f"{d.execution} (execution_{d.execution:04d}; counted from 0 per module)"))
+    if d.snapshot_id is not None:
+        out.append(("snapshot", f"{d.snapshot_id} (PJRT's number for this execution; may be negative)"))
+    if d.stage != "pass" and d.step is not None:
+        what = "JAX's dump counter" if d.kind == "jax-ir" else f"TF's _{d.step}: the name was dumped before"
+        out.append(("step", f"{d.step} ({what})"))
+    if d.artifact and not (d.stage == "pass" and d.after_pass is None):
+        out.append((_artifact_label(d), d.artifact))
+    return out
+
+
+def _utc(timestamp_us: int) -> str:
+    try:
+        return datetime.fromtimestamp(timestamp_us / 1e6, timezone.utc).strftime(" (%Y-%m-%d %H:%M:%S UTC)")
+    except (OverflowError, OSError, ValueError):  # garbage digits: no date to show
+        return ""
+
+
+def _artifact_label(d: DumpName) -> str:
+    if d.kind in ("codegen", "gpu-artifact") and d.artifact and d.artifact.isdigit():
+        return "LLVM module shard"
+    if d.kind == "jax-ir":
+        return "JAX stage" if d.format == "mlir" else "function"
+    if d.kind == "hlo":
+        return "view" if d.artifact == "top_level" else "computation"
+    return _ARTIFACT_LABEL.get(d.kind, "artifact")

@@ -1,0 +1,385 @@
+"""Tests for xlarun.names: every real file name in the fixtures, every documented example, and garbage."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xlarun.names import KINDS, DumpName, decode_dump_name
+
+FIXTURES = Path(__file__).parent / "fixtures" / "names"
+FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
+
+# Real names that may decode as 'unknown', each with the reason. None today: keep it that way.
+EXPECTED_UNKNOWN: dict[str, str] = {}
+
+# The module names each real run produces (TF's numbers change from run to run); a name split at the
+# wrong dot fails these full matches.
+MODULE_NAMES = {
+    "jax": re.compile(r"jit_convert_element_type|jit_broadcast_in_dim|jit_f|jit__reduce_sum|jit__lambda"),
+    "tf2": re.compile(r"a_inference_[fg]_\d+__XlaMustCompile_true_config_proto_\d+_executor_type_\d+_\.\d+"),
+    "tf1": re.compile(r"cluster_\d+__XlaCompiledKernel_true__XlaHasReferenceVars_false__XlaNumConstantArgs_\d+"
+                      r"__XlaNumResourceArgs_\d+_\.\d+"),
+}  # fmt: skip
+
+
+def real_names(fixture: Path) -> list[str]:
+    return [line for line in fixture.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def decoded(fixture_name: str) -> list[DumpName]:
+    return [decode_dump_name(name) for name in real_names(FIXTURES / fixture_name)]
+
+
+def expect(path: str, **fields) -> None:
+    assert decode_dump_name(path) == DumpName(path=path, **fields)
+
+
+# ---- (a) every real name --------------------------------------------------------------------
+
+
+def test_fixtures_are_present_and_say_how_they_were_made():
+    assert {f.name for f in FIXTURE_FILES} >= {"jax_cpu_passes.txt", "tf2_jit.txt", "tf1_autojit.txt", "jax_ir.txt"}
+    for fixture in FIXTURE_FILES:
+        header = fixture.read_text().splitlines()[:2]
+        assert header[0].startswith("# ") and "jax 0.10.2" in header[0] and "tensorflow-cpu 2.21" in header[0]
+        assert len(real_names(fixture)) > 10
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=lambda f: f.stem)
+def test_every_real_name_decodes(fixture):
+    for name in real_names(fixture):
+        d = decode_dump_name(name)
+        assert d.kind in KINDS
+        if d.kind == "unknown":
+            assert name in EXPECTED_UNKNOWN, f"undecoded real name: {name}"
+        json.dumps(d.to_dict())
+        assert d.describe()[0][0] == "kind"
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=lambda f: f.stem)
+def test_real_module_names_are_never_split_at_the_wrong_dot(fixture):
+    family = fixture.stem.split("_")[0]
+    for d in decoded(fixture.name):
+        if d.kind not in ("tf-graph", "jax-ir"):
+            assert MODULE_NAMES[family].fullmatch(d.module_name or ""), d.path
+            assert f"module_{d.module_id:04d}.{d.module_name}" in d.path
+
+
+@pytest.mark.parametrize("fixture", ["jax_cpu_passes.txt", "jax_cpu_extras.txt", "tf2_jit.txt"])
+def test_pass_steps_count_from_zero_without_gaps_per_module(fixture):
+    steps = defaultdict(set)
+    for d in decoded(fixture):
+        if d.kind == "pass":
+            steps[d.module_id].add(d.step)
+    assert steps
+    for module_id, seen in steps.items():
+        assert seen == set(range(len(seen))), module_id
+
+
+def test_the_jax_run_holds_every_kind_a_cpu_dump_has():
+    kinds = {d.kind for d in decoded("jax_cpu_passes.txt")}
+    assert kinds == {"hlo", "pass", "buffer-assignment", "buffer-assignment-values", "live-range",
+                     "memory-usage-report", "debug-options", "snapshot", "codegen", "pjrt-compile-input"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("module_0004.jit_f.before_optimizations.txt",
+         dict(kind="hlo", format="text", module_id=4, module_name="jit_f", stage="before_optimizations")),
+        ("module_0004.jit_f.cpu_after_optimizations.hlo.pb",
+         dict(kind="hlo", format="proto", module_id=4, module_name="jit_f", stage="after_optimizations",
+              backend="cpu")),
+        ("module_0004.jit_f.cpu_after_optimizations.top_level.html",
+         dict(kind="hlo", format="html", module_id=4, module_name="jit_f", stage="after_optimizations",
+              backend="cpu", artifact="top_level")),
+        ("module_0004.jit_f.cpu_after_optimizations-memory-usage-report.pb",
+         dict(kind="memory-usage-report", format="pb", module_id=4, module_name="jit_f",
+              stage="after_optimizations", backend="cpu")),
+        ("module_0004.jit_f.cpu_after_optimizations-buffer-assignment-values.txt",
+         dict(kind="buffer-assignment-values", format="txt", module_id=4, module_name="jit_f",
+              stage="after_optimizations", backend="cpu")),
+        ("module_0004.jit_f.0015.HLO_passes_after_layout_assignment.after_fusion.before_fusion-wrapper.txt",
+         dict(kind="pass", format="text", module_id=4, module_name="jit_f", stage="pass", step=15,
+              pipeline="HLO_passes_after_layout_assignment", after_pass="fusion", before_pass="fusion-wrapper")),
+        ("module_0004.jit_f.0014.after_layout_assignment.after_pipeline-start.before_pipeline-end.hlo.pb",
+         dict(kind="pass", format="proto", module_id=4, module_name="jit_f", stage="pass", step=14,
+              pipeline="after_layout_assignment", after_pass="pipeline-start", before_pass="pipeline-end")),
+        # copy-insertion dumps its own steps: <step>.<pass>.<step name>, no after_/before_ pair
+        ("module_0004.jit_f.0017.copy-insertion.after_adding_copies_to_resolve_interference.txt",
+         dict(kind="pass", format="text", module_id=4, module_name="jit_f", stage="pass", step=17,
+              pipeline="copy-insertion", artifact="after_adding_copies_to_resolve_interference")),
+        ("module_0004.jit_f.debug_options",
+         dict(kind="debug-options", format="pbtxt", module_id=4, module_name="jit_f")),
+        ("module_0004.jit_f.obj-file.__compute_module_cosine_sine_fusion.o",
+         dict(kind="codegen", format="o", module_id=4, module_name="jit_f", backend="cpu", pipeline="obj-file",
+              artifact="__compute_module_cosine_sine_fusion")),
+        ("module_0004.jit_f.broadcast_add_fusion_kernel_module.ir-with-opt.ll",
+         dict(kind="codegen", format="ll", module_id=4, module_name="jit_f", pipeline="ir-with-opt",
+              artifact="broadcast_add_fusion_kernel_module")),
+        ("module_0004.jit_f/module.mlir",
+         dict(kind="pjrt-compile-input", format="mlir", module_id=4, module_name="jit_f", artifact="module.mlir")),
+    ],
+)  # fmt: skip
+def test_representative_jax_cpu_names(path, fields):
+    assert path in real_names(FIXTURES / "jax_cpu_passes.txt")
+    expect(path, **fields)
+
+
+def test_representative_pjrt_snapshot_name():
+    # PJRT numbers snapshots differently in every run: take the number from the fixture
+    path = next(n for n in real_names(FIXTURES / "jax_cpu_passes.txt") if n.startswith("module_0004.jit_f.snapshot."))
+    number = int(path.split(".")[3])
+    expect(path, kind="snapshot", format="pb", module_id=4, module_name="jit_f", snapshot_id=number)
+
+
+def test_representative_jax_cpu_extras():
+    names = real_names(FIXTURES / "jax_cpu_extras.txt")
+    timestamped = next(n for n in names if n.endswith(".jit_f.cpu_after_optimizations.hlo.pb.gz"))
+    expect(timestamped, kind="hlo", format="proto.gz", timestamp_us=int(timestamped.split(".")[0]), module_id=4,
+           module_name="jit_f", stage="after_optimizations", backend="cpu")  # fmt: skip
+    url = next(n for n in names if n.endswith(".jit_f.before_optimizations.url"))
+    assert decode_dump_name(url).format == "url"
+    for path, fields in [
+        ("main.1.module_0004.jit_f._fusion.html",
+         dict(kind="hlo", format="html", module_id=4, module_name="jit_f", artifact="main.1")),
+        ("module_0004.jit_f.__compute_module_cosine_sine_fusion-post-lowering.mlir",
+         dict(kind="codegen", format="mlir", module_id=4, module_name="jit_f", backend="cpu",
+              pipeline="post-lowering", artifact="__compute_module_cosine_sine_fusion")),
+        ("module_0004.jit_f.broadcast_add_fusion_kernel_module.mlir-passes.log",
+         dict(kind="codegen", format="log", module_id=4, module_name="jit_f", pipeline="mlir-passes",
+              artifact="broadcast_add_fusion_kernel_module")),
+    ]:  # fmt: skip
+        assert path in names
+        expect(path, **fields)
+
+
+def test_representative_unoptimized_snapshot_names():
+    names = real_names(FIXTURES / "jax_cpu_unoptimized_snapshots.txt")
+    path = "module_0006.jit__reduce_sum.execution_0002.hlo_unoptimized_snapshot.txt"
+    assert path in names
+    expect(path, kind="snapshot", format="pbtxt", module_id=6, module_name="jit__reduce_sum",
+           stage="before_optimizations", execution=2)  # fmt: skip
+    expect("module_0004.jit_f/topology.textproto", kind="pjrt-compile-input", format="pbtxt", module_id=4,
+           module_name="jit_f", artifact="topology.textproto")  # fmt: skip
+
+
+def test_representative_tf_names():
+    tf2 = real_names(FIXTURES / "tf2_jit.txt")
+    suffix = ".cpu_after_optimizations.txt"
+    path = next(n for n in tf2 if n.startswith("module_0000.a_inference_f_") and n.endswith(suffix))
+    f_name = path.removeprefix("module_0000.").removesuffix(suffix)
+    assert f_name.endswith("_.2")
+    expect(path, kind="hlo", format="text", module_id=0, module_name=f_name, stage="after_optimizations",
+           backend="cpu")  # fmt: skip
+    tf1 = real_names(FIXTURES / "tf1_autojit.txt")
+    # both the module name and the kernel end in a uniquifier: '..._.1' and '...fusion.1'
+    kernel = "__compute_module_multiply_add_fusion.1"
+    path = next(n for n in tf1 if n.startswith("module_0000.cluster_0_") and n.endswith(f".{kernel}.ir-no-opt.ll"))
+    cluster = path.removeprefix("module_0000.").removesuffix(f".{kernel}.ir-no-opt.ll")
+    assert cluster.endswith("_.1")
+    expect(path, kind="codegen", format="ll", module_id=0, module_name=cluster, pipeline="ir-no-opt",
+           artifact="__compute_module_multiply_add_fusion.1")  # fmt: skip
+    assert "tf_graphs/mark_for_compilation_annotated_1.pbtxt" in tf1
+    expect("tf_graphs/mark_for_compilation_annotated_1.pbtxt", kind="tf-graph", format="pbtxt", step=1,
+           artifact="mark_for_compilation_annotated")  # fmt: skip
+    expect("tf_graphs/before_mark_for_compilation.pbtxt", kind="tf-graph", format="pbtxt",
+           artifact="before_mark_for_compilation")  # fmt: skip
+
+
+def test_representative_jax_ir_names():
+    names = real_names(FIXTURES / "jax_ir.txt")
+    assert {"jax_ir/jax_ir0002_jit_f_compile.mlir", "jax_ir/jax_000004_<lambda>.jaxpr.txt"} <= set(names)
+    expect("jax_ir/jax_ir0002_jit_f_compile.mlir", kind="jax-ir", format="mlir", step=2, module_name="jit_f",
+           artifact="compile")  # fmt: skip
+    expect("jax_ir/jax_ir0004_jit__lambda_compile.mlir", kind="jax-ir", format="mlir", step=4,
+           module_name="jit__lambda", artifact="compile")  # fmt: skip
+    expect("jax_ir/jax_000004_<lambda>.jaxpr.txt", kind="jax-ir", format="jaxpr", step=4, artifact="<lambda>")
+    # JAX_DUMP_IR_TO pointed at the XLA dump folder itself
+    expect("jax_000003__reduce_sum.jaxpr.html", kind="jax-ir", format="html", step=3, artifact="_reduce_sum")
+
+
+# ---- (b) the documented examples (XLA-FACTS section 2) --------------------------------------
+
+
+def test_graphcore_ipu_pass_dumps():
+    expect("module_0001.0001.IPU.after_forward-allocation.before_hlo-memory-scheduler.dot",
+           kind="pass", format="dot", module_id=1, stage="pass", backend="ipu", step=1, pipeline="IPU",
+           after_pass="forward-allocation", before_pass="hlo-memory-scheduler")  # fmt: skip
+    expect("module_0001.0001.IPU.after_allocation-finder.before_forward-allocation.dot",
+           kind="pass", format="dot", module_id=1, stage="pass", backend="ipu", step=1, pipeline="IPU",
+           after_pass="allocation-finder", before_pass="forward-allocation")  # fmt: skip
+
+
+def test_timestamped_pmap_with_a_dotted_name():
+    expect("1624325116260738.module_0065.pmap__unnamed_wrapped_function_.186875.before_optimizations.txt",
+           kind="hlo", format="text", timestamp_us=1624325116260738, module_id=65,
+           module_name="pmap__unnamed_wrapped_function_.186875", stage="before_optimizations")  # fmt: skip
+
+
+def test_documented_pass_dump():
+    expect("module_0000.jit_f.0001.HLO_passes_after_layout_assignment.after_fusion.before_fusion-wrapper.txt",
+           kind="pass", format="text", module_id=0, module_name="jit_f", stage="pass", step=1,
+           pipeline="HLO_passes_after_layout_assignment", after_pass="fusion", before_pass="fusion-wrapper")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stage_part", "backend", "target"),
+    [("cpu_after_optimizations", "cpu", None), ("sm_8.0_gpu_after_optimizations", "gpu", "sm_8.0"),
+     ("sm_9.0a_gpu_after_optimizations", "gpu", "sm_9.0a"), ("gfx90a_gpu_after_optimizations", "gpu", "gfx90a"),
+     ("after_optimizations", None, None)],
+)  # fmt: skip
+def test_after_optimizations_with_backend_prefixes(stage_part, backend, target):
+    expect(f"module_0004.jit_f.{stage_part}.hlo.pb", kind="hlo", format="proto", module_id=4, module_name="jit_f",
+           stage="after_optimizations", backend=backend, target=target)  # fmt: skip
+    expect(f"module_0004.jit_f.{stage_part}-buffer-assignment.txt", kind="buffer-assignment", format="txt",
+           module_id=4, module_name="jit_f", stage="after_optimizations", backend=backend, target=target)  # fmt: skip
+
+
+def test_libtpu_changelist_names():
+    expect("module_0336.jit__train_step.cl_813921542.0077.spmd-cleanup.after_pipeline-start.before_dce.txt",
+           kind="pass", format="text", module_id=336, module_name="jit__train_step", stage="pass", backend="tpu",
+           step=77, pipeline="spmd-cleanup", after_pass="pipeline-start", before_pass="dce",
+           compilation="cl_813921542")  # fmt: skip
+    expect("module_0336.jit__train_step.cl_813921542.after_optimizations.txt", kind="hlo", format="text",
+           module_id=336, module_name="jit__train_step", stage="after_optimizations", backend="tpu",
+           compilation="cl_813921542")  # fmt: skip
+
+
+def test_snapshots_new_old_and_negative():
+    expect("module_0006.jit_f.snapshot.304912769.pb", kind="snapshot", format="pb", module_id=6,
+           module_name="jit_f", snapshot_id=304912769)  # fmt: skip
+    expect("module_0006.jit_f.snapshot.-1875405467.pb", kind="snapshot", format="pb", module_id=6,
+           module_name="jit_f", snapshot_id=-1875405467)  # fmt: skip
+    expect("1624325116260738.module_0001.jit__lambda_.execution_0001.hlo_snapshot.pb", kind="snapshot",
+           format="pb", timestamp_us=1624325116260738, module_id=1, module_name="jit__lambda_", execution=1)  # fmt: skip
+    # the HloSnapshot overload without a module id puts the name where the id goes
+    expect("module_jit_f.execution_0003.hlo_snapshot.pb", kind="snapshot", format="pb", module_name="jit_f",
+           execution=3)  # fmt: skip
+
+
+def test_name_dropped_when_too_long():
+    expect("module_0003.before_optimizations.txt", kind="hlo", format="text", module_id=3,
+           stage="before_optimizations")  # fmt: skip
+    words = dict(decode_dump_name("module_0003.before_optimizations.txt").describe())
+    assert "255" in words["module name"]
+
+
+def test_dotted_framework_names():
+    tf = "a_inference_f_15__XlaMustCompile_true_config_proto_1356_executor_type_1116_.2"
+    expect(f"module_0001.{tf}.before_optimizations.txt", kind="hlo", format="text", module_id=1, module_name=tf,
+           stage="before_optimizations")  # fmt: skip
+    expect("module_0001.SyncTensorsGraph.105381.0003.simplification.after_algsimp.before_cse.hlo.pb",
+           kind="pass", format="proto", module_id=1, module_name="SyncTensorsGraph.105381", stage="pass", step=3,
+           pipeline="simplification", after_pass="algsimp", before_pass="cse")  # fmt: skip
+    expect("module_0001.SyncTensorsGraph.105381.wrapped_add_kernel_module.ir-no-opt.ll", kind="codegen",
+           format="ll", module_id=1, module_name="SyncTensorsGraph.105381", pipeline="ir-no-opt",
+           artifact="wrapped_add_kernel_module")  # fmt: skip
+
+
+def test_gpu_files():
+    expect("module_0002.jit_f.thunk_sequence.txt", kind="thunk-sequence", format="txt", module_id=2,
+           module_name="jit_f", backend="gpu")  # fmt: skip
+    expect("module_0002.jit_f.autotune_results.pbtxt", kind="autotune", format="pbtxt", module_id=2,
+           module_name="jit_f", backend="gpu")  # fmt: skip
+    expect("module_0002.jit_f.gpu_target_config.pbtxt", kind="target-config", format="pbtxt", module_id=2,
+           module_name="jit_f", backend="gpu")  # fmt: skip
+    expect("module_0002.jit_f.ptx", kind="gpu-artifact", format="ptx", module_id=2, module_name="jit_f",
+           backend="gpu", pipeline="ptx")  # fmt: skip
+    # with parallel compilation XLA splits the LLVM module and numbers the shards
+    expect("module_0002.jit_f.1.ptx", kind="gpu-artifact", format="ptx", module_id=2, module_name="jit_f",
+           backend="gpu", pipeline="ptx", artifact="1")  # fmt: skip
+    expect("module_0002.jit_f.gemm_fusion.3.ttir.txt", kind="gpu-artifact", format="mlir", module_id=2,
+           module_name="jit_f", backend="gpu", pipeline="ttir", artifact="gemm_fusion.3")  # fmt: skip
+    expect("module_0002.jit_f.ir-no-opt.ll", kind="codegen", format="ll", module_id=2, module_name="jit_f",
+           pipeline="ir-no-opt")  # fmt: skip
+    expect("module_0002.jit_f.ir-with-opt.1.ll", kind="codegen", format="ll", module_id=2, module_name="jit_f",
+           pipeline="ir-with-opt", artifact="1")  # fmt: skip
+
+
+def test_pjrt_compile_input_folders():
+    expect("jit_f_1732212345123/module.mlir", kind="pjrt-compile-input", format="mlir", module_name="jit_f",
+           timestamp_us=1732212345123000, artifact="module.mlir")  # fmt: skip
+    expect("jit_f_1732212345123/compile_options.pb", kind="pjrt-compile-input", format="pb", module_name="jit_f",
+           timestamp_us=1732212345123000, artifact="compile_options.pb")  # fmt: skip
+    expect("unknown_module_1732212345123/topology.pb", kind="pjrt-compile-input", format="pb",
+           timestamp_us=1732212345123000, artifact="topology.pb")  # fmt: skip
+
+
+def test_torch_xla_and_poplar_files():
+    expect("torch_xla/save_tensors.txt.0", kind="torch-xla", format="txt", target="xla:0", artifact="save_tensors.txt")
+    expect("torch_xla/save_tensors.txt", kind="torch-xla", format="txt", artifact="save_tensors.txt")
+    expect("poplar/profile.pop", kind="poplar-report", format="pop")
+    expect("poplar/training/archive.a", kind="poplar-report", format="a", artifact="training")
+    expect("tf_graphs/encapsulate_subgraphs_after.mlir", kind="tf-graph", format="mlir",
+           artifact="encapsulate_subgraphs_after")  # fmt: skip
+
+
+def test_paths_keep_their_folders_and_undecodable_names_are_unknown():
+    expect("dump/module_0003.before_optimizations.txt", kind="hlo", format="text", module_id=3,
+           stage="before_optimizations")  # fmt: skip
+    for path in ["", "README", "module_0004", "module_0004.jit_f.bogus", "tf_graphs/", "notes.txt"]:
+        d = decode_dump_name(path)
+        assert d.kind == "unknown" and d.path == path
+
+
+def test_describe_explains_each_field():
+    d = decode_dump_name("module_0006.jit_f.0012.cpu.after_fusion.before_fusion-wrapper.txt")
+    assert d.describe() == [
+        ("kind", "pass: the HLO module as one pass left it"),
+        ("format", "text: HLO text"),
+        ("module id", "6 (module_0006; unique within one process only)"),
+        ("module name", "jit_f"),
+        ("stage", "after the pass 'fusion', before 'fusion-wrapper' (step 12 of pipeline 'cpu')"),
+    ]
+    words = dict(decode_dump_name("1624325116260738.module_0065.jit_f.sm_8.0_gpu_after_optimizations.txt").describe())
+    assert words["timestamp"].endswith("(2021-06-22 01:25:16 UTC)")
+    assert words["backend"] == "gpu (target sm_8.0)"
+    words = dict(decode_dump_name("module_0001.0001.IPU.after_pipeline-start.before_pipeline-end.dot").describe())
+    assert words["stage"] == "at the start of the pipeline, at its end (step 1 of pipeline 'IPU')"
+    assert dict(decode_dump_name("module_0002.jit_f.1.ptx").describe())["LLVM module shard"] == "1"
+    assert decode_dump_name("module_0002.jit_f.1.ptx").to_dict()["artifact"] == "1"
+
+
+# ---- (c) garbage never raises ---------------------------------------------------------------
+
+TOKENS = st.sampled_from([
+    "module_", "0001", "-1", "42", ".", "/", "_", "-", "jit_f", "after_", "before_", "pipeline-start", "cl_7",
+    "before_optimizations", "cpu_after_optimizations", "sm_8.0_gpu_after_optimizations", "after_optimizations",
+    "-buffer-assignment", ".txt", ".hlo.pb", ".gz", ".dot", ".html", "top_level", "snapshot", "execution_0001",
+    "hlo_snapshot", "obj-file", "ir-no-opt", ".ll", ".o", "-pre-optimization", ".mlir", "ptx", "ttir", "tf_graphs/",
+    "jax_ir/", "torch_xla/", "poplar/", "jax_ir0001_", "jax_000001_", "module.mlir", "1732212345123", "\\", " ",
+    "é", "\x00",
+])  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None, database=None)
+@given(st.text())
+def test_random_text_never_raises(text):
+    d = decode_dump_name(text)
+    assert d.path == text and d.kind in KINDS
+
+
+@settings(max_examples=3000, deadline=None, database=None)
+@given(st.lists(TOKENS, max_size=24).map("".join))
+def test_name_shaped_garbage_never_raises(text):
+    d = decode_dump_name(text)
+    assert d.path == text and d.kind in KINDS
+    json.dumps(d.to_dict())
+    d.describe()
+
+
+def test_long_names_decode_quickly():
+    started = time.perf_counter()
+    for path in ["module_0001." + "0001.a." * 3000 + "txt", "module_0001." + "a" * 50000 + ".after_",
+                 "tf_graphs/" + "_1" * 20000, "jax_ir/jax_ir0001_" + "_" * 20000 + ".mlir"]:  # fmt: skip
+        decode_dump_name(path)
+    assert time.perf_counter() - started < 2.0
