@@ -31,7 +31,9 @@ def test_bundled_example_lists_the_training_step_first(jax_run):
     assert result.status == RunStatus.SUCCEEDED and result.exit_code == 0
     main = result.modules[0]
     assert main.name == "jit_train_step"
-    assert main.instr_before > max(m.instr_before or 0 for m in result.modules[1:])
+    # ranked by compute ops: the RNG init module has more instructions but no matmul
+    assert main.compute_ops > max(m.compute_ops for m in result.modules[1:])
+    assert [m.name for m in result.modules[:2]] == ["jit_train_step", "jit_accuracy"]
     assert "before_optimizations" in main.stages and "cpu_after_optimizations" in main.stages
     assert {m.name for m in result.modules} >= {"jit_train_step", "jit_accuracy", "jit_init_params"}
     assert main.fingerprint and len(main.fingerprint) == 64
@@ -111,9 +113,17 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     assert exit_status_error(result).exit_code == ExitCode.TIMEOUT
     child_pid = int(store.read_log(result.run_id, "stdout").split()[1])
     time.sleep(0.2)
-    with pytest.raises(ProcessLookupError):
-        os.kill(child_pid, 0)
+    assert not _alive(child_pid)  # the grandchild went down with the job
     assert store.index.runs()[0].status == "timed_out"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper that never comes, as under a bare PID 1, counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def test_a_run_without_xla_warns_clearly(tmp_path):
