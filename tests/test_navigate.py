@@ -30,8 +30,8 @@ def test_modules_main_program_first(cli, store_arg):
     first_row = next(line for line in table if "jit_" in line)
     assert "jit_train_step" in first_row
     data = json.loads(cli("modules", *args, "--json").stdout)
-    counts = [m["instr_before"] or 0 for m in data["modules"]]
-    assert counts == sorted(counts, reverse=True)
+    keys = [(m["compute_ops"], m["instr_before"] or 0) for m in data["modules"]]
+    assert keys == sorted(keys, reverse=True)
 
 
 @pytest.mark.parametrize("ref_form", ["id", "module_id", "name", "run_slash", "prefix"])
@@ -113,3 +113,15 @@ def test_logs_and_export(cli, store_arg, tmp_path):
     assert out.exit_code == 0
     assert (tmp_path / "exported" / "_xlarun" / "manifest.json").exists()
     assert any(p.name.endswith("jit_train_step.before_optimizations.txt") for p in (tmp_path / "exported").iterdir())
+
+
+def test_tf1_autojit_run_shows_graphdefs_and_clusters(cli, tf1_run):
+    store, result = tf1_run
+    args = ["--store", str(store.root)]
+    listing = cli("modules", *args)
+    assert "cluster_0__XlaCompiledKernel_true" in listing.stdout
+    assert "tf-graph files" in listing.stdout
+    graphs = json.loads(cli("files", *args, "--kind", "tf-graph", "--json").stdout)["files"]
+    names = {f["path"] for f in graphs}
+    assert {"tf_graphs/mark_for_compilation.pbtxt", "tf_graphs/mark_for_compilation_annotated.pbtxt"} <= names
+    assert all(f["kind"] == "tf-graph" for f in graphs)

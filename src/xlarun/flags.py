@@ -186,6 +186,8 @@ def compose_env(spec: RunSpec, paths: JobPaths, base_env: dict[str, str]) -> Com
         warnings.append("removed --tf_dump_graph_prefix from TF_XLA_FLAGS (it aborts TensorFlow 2.21); set dump.tf_graphs instead")
 
     env.update(_framework_vars(spec, paths))
+    if spec.dump.snapshots and spec.framework == "tensorflow":
+        warnings.append("--xla_dump_hlo_snapshots crashes TensorFlow 2.21 (segfault) on the first jit_compile call; drop dump.snapshots for TF")
     if env.get("JAX_COMPILATION_CACHE_DIR") and spec.jax.disable_compilation_cache:
         warnings.append("JAX_COMPILATION_CACHE_DIR is set; xlarun turns the cache off for the capture so every module is compiled and dumped")
 

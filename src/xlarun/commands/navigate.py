@@ -17,7 +17,7 @@ RefArgument = Annotated[
 
 
 def register(app: typer.Typer) -> None:
-    for command in (runs, modules, show, cat, find, explain, logs, export):
+    for command in (runs, modules, files, show, cat, find, explain, logs, export):
         app.command(command.__name__)(command)
 
 
@@ -60,6 +60,33 @@ def print_modules(items, more: int = 0) -> None:
         typer.echo(f"... and {more} more (`xlarun modules` lists all)")
 
 
+def files(
+    run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...).")] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List every file of a run with what its name means: modules' dumps, TF GraphDefs, JAX IR, reports.
+
+    Files whose names xlarun cannot decode are archived and listed as kind 'unknown'.
+    """
+    from collections import Counter
+
+    from ..console import human_bytes, print_json, print_table
+    from ..refs import resolve_run
+
+    index = open_store(store).index
+    info = resolve_run(index, run)
+    items = [f for f in index.run_files(info.run_id) if not kind or f.kind in kind]
+    if as_json:
+        print_json({"run_id": info.run_id, "files": items})
+        return
+    rows = [(f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size)) for f in items]
+    print_table(("file", "kind", "stage", "step", "after pass", "size"), rows, right=("step", "size"))
+    counts = Counter(f.kind for f in items)
+    typer.echo(f"{len(items)} files: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+
+
 def _short_stages(stages: list[str]) -> str:
     """'before_optimizations', 'cpu_after_optimizations' -> 'before, cpu_after'."""
     return ", ".join(s.replace("_optimizations", "") for s in stages)
@@ -91,6 +118,11 @@ def modules(
         return
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
     print_modules(items)
+    others = index.conn.execute(
+        "SELECT kind, COUNT(*) FROM files WHERE run_id=? AND module_id IS NULL GROUP BY kind ORDER BY kind", (info.run_id,)
+    ).fetchall()
+    if others:
+        typer.echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
 
 
 def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, files: Annotated[bool, typer.Option("--files", help="List every file.")] = False, as_json: JsonOption = False) -> None:
