@@ -1,0 +1,224 @@
+"""The built-in replay engine: HLO -> StableHLO -> compile -> execute on jaxlib's PJRT.
+
+Inputs are HLO text, HloProto, HloModuleProto or HloSnapshot (see :mod:`.sources`).
+Arguments come from the snapshot or are seeded fake data (:mod:`.fakedata`). The outputs are
+compared with the snapshot's recorded result, when the snapshot's arguments were used, and with
+a run on ``reference_platform``, when one is given (rules in :mod:`.compare`).
+
+Optimized modules (``*_after_optimizations`` dumps, and the module inside every snapshot,
+which XLA records after optimization) do not survive the StableHLO route as they are. They are
+rewritten first (:mod:`.deoptimize`) and compiled once in a child process (:mod:`.probe`) since
+a failure there can abort the process; if either step fails, the same module's
+``before_optimizations`` dump is replayed instead, with the snapshot's arguments when there
+are any, and the result says so (``fell_back_to`` and a warning).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import EngineError, InputError
+from . import pjrt
+from .compare import Comparison, compare_outputs
+from .deoptimize import CannotDeoptimize, deoptimize_hlo_text
+from .fakedata import fake_arguments
+from .literals import describe, flatten
+from .options import ReplayOptions
+from .probe import probe_compile
+from .result import OutputSummary, ReplayResult
+from .sources import ReplaySource
+
+ELIDED_WARNING = (
+    "WARNING: {name} was dumped without --xla_dump_large_constants: its large constants are "
+    "printed as {{...}} and XLA's parser fills them with GARBAGE, so this replay computes on "
+    "made-up constants. Replay the .hlo.pb or a snapshot, or capture again with --xla_dump_large_constants."
+)
+
+Log = Callable[[str], None]
+_PARTITIONS = re.compile(r"^HloModule [^\n]*\bnum_partitions=(\d+)", re.MULTILINE)
+
+
+@dataclass
+class _Compiled:
+    source: ReplaySource  # the module that was compiled (the fallback, if it came to that)
+    module_proto: bytes
+    stablehlo: bytes
+    compiled: pjrt.CompiledModule
+    route: str | None
+
+
+def replay_with_pjrt(
+    source: ReplaySource,
+    options: ReplayOptions,
+    log: Log,
+    unoptimized: Callable[[], ReplaySource | None] = lambda: None,
+) -> ReplayResult:
+    """Replay one source on the built-in engine. ``unoptimized`` loads the fallback dump lazily."""
+    platform = pjrt.Platform(options.platform)
+    reference = pjrt.Platform(options.reference_platform) if options.reference_platform else None
+    result = ReplayResult(
+        engine="pjrt",
+        platform=platform.name,
+        source=str(source.path),
+        input_kind=source.input_kind,
+        module_name=source.module_name,
+        warnings=list(source.warnings),
+    )
+    _warn_about_source(source, result, log)
+    try:
+        built = _build(source, platform, options, log, result, unoptimized)
+    except EngineError as exc:
+        result.verdict, result.error = "engine-error", exc.one_line()
+        log(f"engine error: {result.error}")
+        return result
+    result.compile_s, result.route = built.compiled.compile_s, built.route
+    arguments = _arguments(source, built, options, result)
+    log(f"compiled {built.source.path.name} for {platform.describe()} in {built.compiled.compile_s:.3f} s")
+    try:
+        outputs = _execute(built.compiled, arguments, options.iterations, result, log)
+        comparisons = _compare(source, built, outputs, arguments, reference, options, result)
+    except EngineError as exc:
+        result.verdict, result.error = "engine-error", exc.one_line()
+        log(f"engine error: {result.error}")
+        return result
+    _conclude(result, comparisons, log)
+    result.outputs = [
+        OutputSummary(i, describe(out), _literal_text(out) if options.print_literals else None) for i, out in enumerate(outputs)
+    ]
+    return result
+
+
+def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> None:
+    if source.has_elided_constants:
+        message = ELIDED_WARNING.format(name=source.path.name)
+        result.warnings.append(message)
+        log(message)
+    partitions = _PARTITIONS.search(source.text or "")
+    if partitions and int(partitions.group(1)) > 1:
+        message = f"{source.path.name} was partitioned for {partitions.group(1)} devices; it is replayed on one"
+        result.warnings.append(message)
+        log(message)
+
+
+def _build(source, platform, options, log, result, unoptimized) -> _Compiled:
+    """Compile the source, or its unoptimized dump when the optimized module cannot be."""
+    if not source.optimized:
+        return _compile_plain(source, platform, options)
+    try:
+        return _compile_optimized(source, platform, options, log)
+    except EngineError as exc:
+        reason = exc.message
+    fallback = unoptimized()
+    if fallback is None:
+        raise EngineError(
+            f"the optimized module cannot be recompiled ({reason}) and no before_optimizations dump of it was found",
+            "replay the module's before_optimizations dump, or use --engine hlo_runner_main (--run_xla_backend_only)",
+        )
+    message = (
+        f"the optimized module cannot be recompiled through StableHLO ({reason}); "
+        f"replaying the same module's unoptimized dump {fallback.path.name} instead"
+    )
+    result.warnings.append(message)
+    log(message)
+    result.fell_back_to = str(fallback.path)
+    _warn_about_source(fallback, result, log)
+    return _compile_plain(fallback, platform, options)
+
+
+def _module_proto(source: ReplaySource) -> bytes:
+    return source.module_proto if source.module_proto is not None else pjrt.text_to_module_proto(source.text)
+
+
+def _compile_plain(source: ReplaySource, platform, options) -> _Compiled:
+    proto = _module_proto(source)
+    stablehlo = pjrt.module_proto_to_stablehlo(proto)
+    if options.isolate == "always":
+        _probe_or_raise(stablehlo, platform, options)
+    return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), None)
+
+
+def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compiled:
+    text = source.text if source.text is not None else pjrt.module_proto_to_text(source.module_proto)
+    try:
+        rewritten = deoptimize_hlo_text(text)
+    except CannotDeoptimize as exc:
+        raise EngineError(exc.message) from exc
+    proto = pjrt.text_to_module_proto(rewritten.text)
+    stablehlo = pjrt.module_proto_to_stablehlo(proto)
+    if options.isolate != "never":
+        _probe_or_raise(stablehlo, platform, options)
+    route = "deoptimized" + (f": {', '.join(rewritten.changes)}" if rewritten.changes else "")
+    log(f"optimized module {source.path.name} rewritten for recompilation ({route})")
+    return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), route)
+
+
+def _probe_or_raise(stablehlo: bytes, platform, options) -> None:
+    failure = probe_compile(stablehlo, platform.name, options.timeout_s)
+    if failure:
+        raise EngineError(failure)
+
+
+def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, result: ReplayResult) -> list:
+    shapes = built.source.parameter_shapes(built.module_proto)
+    use_snapshot = options.inputs == "snapshot" or (options.inputs == "auto" and source.arguments is not None)
+    if options.inputs == "snapshot" and source.arguments is None:
+        raise InputError(
+            f"{source.path.name} holds no captured arguments",
+            "replay a snapshot (capture with --xla_dump_hlo_snapshots), or use --inputs fake",
+        )
+    if not use_snapshot:
+        result.arguments = "fake"
+        return fake_arguments(shapes, options.seed or 0)
+    expected = [s.hlo_text() for s in shapes]
+    actual = [describe(a) for a in source.arguments]
+    if expected != actual:
+        raise InputError(
+            f"the snapshot's arguments ({', '.join(actual)}) do not fit the module's parameters ({', '.join(expected)})",
+            "the snapshot belongs to another module",
+        )
+    result.arguments = "snapshot"
+    return source.arguments
+
+
+def _execute(compiled: pjrt.CompiledModule, arguments: list, iterations: int, result: ReplayResult, log: Log) -> list:
+    device_arguments = compiled.upload(arguments)
+    outputs = None
+    for iteration in range(iterations):
+        outputs, seconds = compiled.run(device_arguments)
+        result.run_times_s.append(seconds)
+        log(f"iteration {iteration + 1}/{iterations}: {seconds * 1e3:.3f} ms")
+    return compiled.download(outputs)
+
+
+def _compare(source, built, outputs, arguments, reference, options, result) -> list[Comparison]:
+    comparisons = []
+    bounds = (options.abs_error_bound, options.rel_error_bound)
+    if result.arguments == "snapshot" and source.result is not None:
+        comparisons.append(compare_outputs(outputs, flatten(source.result), *bounds, "snapshot result"))
+    if reference is not None:
+        compiled = reference.compile(built.stablehlo)
+        expected, _ = compiled.run(compiled.upload(arguments))
+        comparisons.append(compare_outputs(outputs, compiled.download(expected), *bounds, f"platform {reference.name}"))
+    return comparisons
+
+
+def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> None:
+    if not comparisons:
+        result.verdict = "ran"
+        log("ran; nothing to compare against (no snapshot result, no reference platform)")
+        return
+    result.compared_with = [c.against for c in comparisons]
+    result.max_abs_error = max(c.max_abs_error for c in comparisons)
+    result.max_rel_error = max(c.max_rel_error for c in comparisons)
+    result.verdict = "match" if all(c.matched for c in comparisons) else "mismatch"
+    for comparison in comparisons:
+        log(comparison.summary())
+        result.mismatches.extend(comparison.problems)
+
+
+def _literal_text(value: np.ndarray) -> str:
+    return np.array2string(np.asarray(value), threshold=10_000, max_line_width=120)

@@ -1,0 +1,57 @@
+"""What a replay is asked to do: :class:`ReplayOptions`, shared by every engine."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import InputError
+
+ENGINES = ("auto", "pjrt", "run_hlo_module", "hlo_runner_main")
+INPUT_MODES = ("auto", "fake", "snapshot")
+ISOLATION = ("auto", "always", "never")
+
+
+@dataclass
+class ReplayOptions:
+    """Options of one replay; the same fields drive the built-in engine and XLA's runners."""
+
+    #: ``pjrt`` (built in, needs jaxlib), ``run_hlo_module``, ``hlo_runner_main``, or ``auto``:
+    #: pjrt when jaxlib imports, else the first runner found.
+    engine: str = "auto"
+    #: ``cpu``, ``cuda`` or ``rocm`` (``host`` and ``gpu`` are accepted as XLA spells them).
+    platform: str = "cpu"
+    #: Run the module a second time here and compare; ``None``: no reference run.
+    reference_platform: str | None = None
+    #: An element matches when its absolute error <= abs_error_bound OR its relative error <= rel_error_bound.
+    abs_error_bound: float = 1e-3
+    rel_error_bound: float = 1e-3
+    #: Executions after one compile; each is timed.
+    iterations: int = 1
+    #: Seed of the fake arguments. ``None``: 0 for the built-in engine, the runner's default for runners.
+    seed: int | None = None
+    #: Keep the output values as text in the result (and make runners print literals).
+    print_literals: bool = False
+    #: ``snapshot``: the captured arguments (error without a snapshot); ``fake``: seeded fake data;
+    #: ``auto``: the snapshot's when there is one.
+    inputs: str = "auto"
+    #: A runner binary to use instead of searching PATH and the XLARUN_* variables.
+    runner_path: str | None = None
+    #: Run the built-in engine in a child process, so an XLA CHECK failure cannot kill the caller.
+    #: ``auto``: only for optimized modules, whose recompile is where such aborts happen.
+    isolate: str = "auto"
+    #: Seconds a runner (or an isolated replay) may take before it is killed; ``None``: no limit.
+    timeout_s: float | None = None
+
+    def validate(self) -> ReplayOptions:
+        """Raise InputError for values no engine accepts; return self."""
+        for name, allowed in (("engine", ENGINES), ("inputs", INPUT_MODES), ("isolate", ISOLATION)):
+            if getattr(self, name) not in allowed:
+                raise InputError(f"unknown {name} {getattr(self, name)!r}", f"use one of: {', '.join(allowed)}")
+        if self.iterations < 1:
+            raise InputError(f"iterations must be at least 1, not {self.iterations}")
+        if self.abs_error_bound < 0 or self.rel_error_bound < 0:
+            raise InputError("error bounds cannot be negative")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)

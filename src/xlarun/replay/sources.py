@@ -1,0 +1,217 @@
+"""Read one dump file into what a replay needs: the module, and the snapshot's literals if any.
+
+Accepted inputs (gzip-compressed too): HLO text (``.txt``, ``.hlo``), a binary ``HloProto``
+(XLA's ``.hlo.pb``), a bare ``HloModuleProto``, and an ``HloSnapshot`` (``*.snapshot.*.pb``, the
+module plus the argument literals and the result of one execution). Like ``run_hlo_module``, a
+``.pb`` is tried as HloSnapshot, then HloProto, then HloModuleProto, by its structure.
+Field numbers: HloSnapshot{hlo=1, arguments=2, result=3, execution_platform=4},
+HloProto{hlo_module=1}, HloModuleProto{name=1, entry_computation_name=2, computations=3}.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from ..protowire import ProtoDecodeError, as_str, fields_by_number, first
+from . import literals
+
+#: ``{...}``: a constant printed without its values (dumped without --xla_dump_large_constants).
+ELIDED_CONSTANT = re.compile(r"constant\(\{\.\.\.\}\)")
+_OPTIMIZED_NAME = re.compile(r"(^|[._])([\w.\-]*_)?after_optimizations([.\-]|$)")
+_OPTIMIZED_HEADER = re.compile(r"^HloModule [^\n]*\bis_scheduled=true", re.MULTILINE)
+
+TEXT, HLO_PROTO, MODULE_PROTO, SNAPSHOT = "text", "hlo_proto", "module_proto", "snapshot"
+_MODULE_NAME, _MODULE_HOST_PROGRAM_SHAPE, _MODULE_SCHEDULE, _PROGRAM_SHAPE_PARAMETERS = 1, 4, 7, 1
+#: What follows the module's ``module_NNNN.<name>`` prefix in an optimized dump or a snapshot.
+_OPTIMIZED_SUFFIX = re.compile(
+    r"\.(?:snapshot\.-?\d+\.pb|execution_\d+\.hlo_snapshot\.pb"
+    r"|(?:sm_\d+\.\d+_gpu_|(?:[A-Za-z0-9\-]+_)*)after_optimizations\.(?:txt|hlo\.pb|pbtxt))(?:\.gz)?$"
+)
+
+
+@dataclass
+class ReplaySource:
+    """One dump file read for replay."""
+
+    path: Path
+    file_format: str  # text | hlo_proto | module_proto | snapshot
+    text: str | None = None  # the HLO text as read, for text inputs
+    module_proto: bytes | None = None  # serialized HloModuleProto, for binary inputs
+    arguments: list | None = None  # decoded argument literals (snapshots only)
+    result: object = None  # decoded result literal (snapshots only)
+    execution_platform: str | None = None
+    module_name: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    #: The module proto carries a schedule: XLA wrote it after optimization (snapshots always do).
+    scheduled: bool = False
+
+    @property
+    def has_elided_constants(self) -> bool:
+        return self.text is not None and bool(ELIDED_CONSTANT.search(self.text))
+
+    @property
+    def optimized(self) -> bool:
+        """Dumped after XLA's optimization passes (it cannot be recompiled as-is)."""
+        if self.scheduled or _OPTIMIZED_NAME.search(self.path.name):
+            return True
+        return self.text is not None and bool(_OPTIMIZED_HEADER.search(self.text))
+
+    def parameter_shapes(self, module_proto: bytes) -> list[literals.Shape]:
+        """The entry computation's parameter shapes, from the module's host program shape."""
+        return entry_parameter_shapes(module_proto)
+
+    @property
+    def input_kind(self) -> str:
+        """snapshot | proto | text-large-constants | text-elided-constants."""
+        if self.file_format == SNAPSHOT:
+            return "snapshot"
+        if self.file_format in (HLO_PROTO, MODULE_PROTO):
+            return "proto"
+        return "text-elided-constants" if self.has_elided_constants else "text-large-constants"
+
+
+def read_dump_bytes(path: Path, data: bytes | None = None) -> bytes:
+    """The file's bytes, gunzipped when compressed (``--xla_dump_compress_protos``)."""
+    if data is None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: broken gzip data ({exc})") from exc
+    return data
+
+
+def load_source(path: str | Path, data: bytes | None = None) -> ReplaySource:
+    """Read a dump file (or its ``data``, for files read from the store) for replay."""
+    path = Path(path)
+    raw = read_dump_bytes(path, data)
+    if _looks_like_text(raw):
+        text = raw.decode("utf-8", errors="replace")
+        if not text.lstrip().startswith("HloModule"):
+            raise InputError(
+                f"{path.name} is text but not an HLO module",
+                "replay takes HLO text (.txt), HloProto (.hlo.pb) or HloSnapshot (.snapshot.*.pb) dumps",
+            )
+        name = text.lstrip().split(None, 2)[1].rstrip(",")
+        return ReplaySource(path, TEXT, text=text, module_name=name)
+    return _load_binary(path, raw)
+
+
+def _looks_like_text(raw: bytes) -> bool:
+    """HLO text starts with ``HloModule``; other text has no control characters, protos do."""
+    head = raw[:4096].decode("utf-8", errors="ignore")
+    if head.lstrip().startswith("HloModule"):
+        return True
+    return bool(head) and not _CONTROL.search(head)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _load_binary(path: Path, raw: bytes) -> ReplaySource:
+    try:
+        top = fields_by_number(raw)
+        if _is_snapshot(top):
+            return _snapshot_source(path, top)
+        if _is_hlo_proto(top):
+            module = first(top, 1)
+            return ReplaySource(path, HLO_PROTO, module_proto=module, module_name=_module_name(module), scheduled=_is_scheduled(module))
+        if _is_module_proto(top):
+            return ReplaySource(path, MODULE_PROTO, module_proto=raw, module_name=_module_name(raw), scheduled=_is_scheduled(raw))
+    except ProtoDecodeError as exc:
+        raise InputError(f"{path.name} is not a readable XLA proto: {exc.message}") from exc
+    raise InputError(
+        f"{path.name} is neither HLO text nor an HloSnapshot, HloProto or HloModuleProto",
+        "replay takes .txt, .hlo.pb or .snapshot.*.pb dumps",
+    )
+
+
+def _submessage(fields: dict, number: int) -> dict | None:
+    value = first(fields, number)
+    if not isinstance(value, bytes):
+        return None
+    try:
+        return fields_by_number(value)
+    except ProtoDecodeError:
+        return None
+
+
+def _is_module_proto(fields: dict) -> bool:
+    name = first(fields, 1)
+    if not isinstance(name, bytes) or 3 not in fields:  # a module has a name and computations
+        return False
+    try:
+        name.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_hlo_proto(fields: dict) -> bool:
+    module = _submessage(fields, 1)
+    return module is not None and _is_module_proto(module)
+
+
+def _is_snapshot(fields: dict) -> bool:
+    hlo = _submessage(fields, 1)
+    return hlo is not None and _is_hlo_proto(hlo) and not _is_module_proto(fields)
+
+
+def _module_name(module_proto: bytes) -> str | None:
+    return as_str(first(fields_by_number(module_proto), _MODULE_NAME))
+
+
+def _is_scheduled(module_proto: bytes) -> bool:
+    return _MODULE_SCHEDULE in fields_by_number(module_proto)
+
+
+def entry_parameter_shapes(module_proto: bytes) -> list[literals.Shape]:
+    """Parameter shapes of the entry computation (HloModuleProto.host_program_shape.parameters)."""
+    program_shape = first(fields_by_number(module_proto), _MODULE_HOST_PROGRAM_SHAPE)
+    if not isinstance(program_shape, bytes):
+        raise InputError("the module has no entry signature (host_program_shape)", "is it a complete HLO module?")
+    return [literals.decode_shape(raw) for raw in fields_by_number(program_shape).get(_PROGRAM_SHAPE_PARAMETERS, [])]
+
+
+def unoptimized_sibling(path: Path) -> Path | None:
+    """The same module's ``before_optimizations`` dump next to an optimized dump or a snapshot.
+
+    Prefers the proto (whole constants) to the text. ``None`` when there is none on disk.
+    """
+    match = _OPTIMIZED_SUFFIX.search(path.name)
+    if not match:
+        return None
+    prefix = path.name[: match.start()]
+    for suffix in (".before_optimizations.hlo.pb", ".before_optimizations.hlo.pb.gz", ".before_optimizations.txt"):
+        candidate = path.with_name(prefix + suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _snapshot_source(path: Path, top: dict) -> ReplaySource:
+    module = first(fields_by_number(first(top, 1)), 1)
+    arguments = [literals.decode_literal(raw) for raw in top.get(2, [])]
+    result_raw = first(top, 3)
+    result = literals.decode_literal(result_raw) if isinstance(result_raw, bytes) else None
+    source = ReplaySource(
+        path,
+        SNAPSHOT,
+        scheduled=_is_scheduled(module),
+        module_proto=module,
+        arguments=arguments,
+        result=result,
+        execution_platform=as_str(first(top, 4)),
+        module_name=_module_name(module),
+    )
+    if result is None:
+        source.warnings.append(f"{path.name}: the snapshot recorded no result; nothing to compare against")
+    return source

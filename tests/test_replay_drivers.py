@@ -1,0 +1,255 @@
+"""The run_hlo_module / hlo_runner_main drivers, against a stand-in executable.
+
+The real runners cannot be built here (they need XLA and bazel), so each test writes a small
+Python script that behaves as documented: it records its argv, prints some output including
+``## Execution time`` lines, and exits with the code the test asks for (0, 255 for a
+miscompare, 1 for a flag error, or a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.replay import ReplayOptions, replay_file
+from xlarun.replay.drivers import (
+    command_line,
+    find_runner,
+    input_format,
+    parse_execution_times,
+    result_from_run,
+    run_runner,
+)
+
+SNAPSHOT = "dump/module_0006.jit_f.snapshot.304912769.pb"
+BEFORE_TXT = "dump/module_0006.jit_f.before_optimizations.txt"
+BEFORE_PB = "dump/module_0006.jit_f.before_optimizations.hlo.pb"
+AFTER_TXT = "dump/module_0006.jit_f.sm_8.0_gpu_after_optimizations.txt"
+
+
+def make_runner(folder: Path, name: str, exit_code: int = 0, repeats: int = 2, silent_seconds: float = 0) -> Path:
+    """A stand-in runner: writes its argv to argv.json, prints timing lines, exits ``exit_code``."""
+    script = folder / name
+    script.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent(
+            f"""
+            import json, os, sys, time
+            with open(os.path.join(os.path.dirname(__file__), "argv.json"), "w") as f:
+                json.dump(sys.argv, f)
+            print("** Running", sys.argv[-1], "**", flush=True)
+            time.sleep({silent_seconds})
+            for i in range({repeats}):
+                print(f"## Execution time, file={{sys.argv[-1]}} repeat={{i}} duration={{(i + 1) * 1500}}ns", flush=True)
+            print("some stderr noise", file=sys.stderr, flush=True)
+            if {exit_code} == -6:
+                os.abort()
+            sys.exit({exit_code})
+            """
+        )
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return script
+
+
+def recorded_argv(folder: Path) -> list[str]:
+    return json.loads((folder / "argv.json").read_text())
+
+
+# ---- exact command lines ----
+
+
+def test_run_hlo_module_command_line_for_a_snapshot_with_a_reference():
+    options = ReplayOptions(platform="cpu", reference_platform="interpreter", iterations=3, print_literals=True)
+    assert command_line("run_hlo_module", SNAPSHOT, options, binary="/opt/xla/run_hlo_module") == [
+        "/opt/xla/run_hlo_module",
+        "--platform=CPU",
+        "--reference_platform=Interpreter",
+        "--input_format=pb",
+        "--iterations=3",
+        "--abs_error_bound=0.001",
+        "--rel_error_bound=0.001",
+        "--print_literals=true",
+        SNAPSHOT,
+    ]
+
+
+def test_run_hlo_module_command_line_for_optimized_text_without_reference():
+    options = ReplayOptions(platform="cuda", abs_error_bound=1e-5, rel_error_bound=0.01)
+    assert command_line("run_hlo_module", AFTER_TXT, options) == [
+        "run_hlo_module",
+        "--platform=CUDA",
+        "--reference_platform=",
+        "--input_format=hlo",
+        "--iterations=1",
+        "--abs_error_bound=1e-05",
+        "--rel_error_bound=0.01",
+        "--run_test_hlo_passes=false",
+        AFTER_TXT,
+    ]
+
+
+def test_hlo_runner_main_command_lines():
+    assert command_line("hlo_runner_main", BEFORE_TXT, ReplayOptions(iterations=5, seed=42)) == [
+        "hlo_runner_main",
+        "--device_type=host",
+        "--input_format=text",
+        "--num_repeats=5",
+        "--hlo_argument_mode=use_random_inputs",
+        "--random_seed=42",
+        "--profile_execution=true",
+        BEFORE_TXT,
+    ]
+    assert command_line("hlo_runner_main", AFTER_TXT, ReplayOptions(platform="cuda", print_literals=True)) == [
+        "hlo_runner_main",
+        "--device_type=gpu",
+        "--input_format=text",
+        "--num_repeats=1",
+        "--hlo_argument_mode=use_random_inputs",
+        "--run_xla_backend_only=true",
+        "--log_output=true",
+        "--profile_execution=true",
+        AFTER_TXT,
+    ]
+    # a snapshot brings its own arguments, unless fake inputs are asked for
+    assert command_line("hlo_runner_main", SNAPSHOT, ReplayOptions()) == [
+        "hlo_runner_main",
+        "--device_type=host",
+        "--input_format=snapshot_proto_binary",
+        "--num_repeats=1",
+        "--profile_execution=true",
+        SNAPSHOT,
+    ]
+    assert "--hlo_argument_mode=use_random_inputs" in command_line("hlo_runner_main", SNAPSHOT, ReplayOptions(inputs="fake"))
+
+
+@pytest.mark.parametrize(
+    "path, run_hlo_module, hlo_runner_main",
+    [
+        (BEFORE_TXT, "hlo", "text"),
+        (BEFORE_PB, "pb", "proto_binary"),
+        (BEFORE_PB + ".gz", "pb", "proto_binary"),
+        (SNAPSHOT, "pb", "snapshot_proto_binary"),
+        ("x/1.module_0001.f.execution_0001.hlo_snapshot.pb", "pb", "snapshot_proto_binary"),
+        ("x/module.pbtxt", "pbtxt", "proto_text"),
+    ],
+)
+def test_input_format_from_the_file_name(path, run_hlo_module, hlo_runner_main):
+    assert input_format("run_hlo_module", path) == run_hlo_module
+    assert input_format("hlo_runner_main", path) == hlo_runner_main
+
+
+def test_unknown_runner_and_platform_are_usage_errors():
+    with pytest.raises(InputError, match="unknown runner"):
+        command_line("run_xla", BEFORE_TXT, ReplayOptions())
+    with pytest.raises(InputError, match="unknown platform 'tpu'"):
+        command_line("run_hlo_module", BEFORE_TXT, ReplayOptions(platform="tpu"))
+
+
+# ---- finding the binary ----
+
+
+def test_find_runner_explicit_then_environment_then_path(tmp_path, monkeypatch):
+    explicit = make_runner(tmp_path, "my_run_hlo_module")
+    on_path_dir = tmp_path / "bin"
+    on_path_dir.mkdir()
+    on_path = make_runner(on_path_dir, "run_hlo_module")
+    monkeypatch.setenv("PATH", f"{on_path_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("XLARUN_RUN_HLO_MODULE", raising=False)
+    assert find_runner("run_hlo_module") == str(on_path)
+    monkeypatch.setenv("XLARUN_RUN_HLO_MODULE", str(explicit))
+    assert find_runner("run_hlo_module") == str(explicit)
+    assert find_runner("run_hlo_module", explicit=str(on_path)) == str(on_path)
+    monkeypatch.setenv("XLARUN_RUN_HLO_MODULE", str(tmp_path / "missing"))
+    with pytest.raises(EnvironmentProblem, match="XLARUN_RUN_HLO_MODULE is not an executable"):
+        find_runner("run_hlo_module")
+
+
+def test_missing_runner_says_how_to_get_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("XLARUN_HLO_RUNNER_MAIN", raising=False)
+    with pytest.raises(EnvironmentProblem, match="hlo_runner_main is not on PATH"):
+        find_runner("hlo_runner_main")
+
+
+# ---- running and judging by exit code ----
+
+
+@pytest.mark.parametrize(
+    "exit_code, reference, verdict",
+    [(0, "interpreter", "match"), (0, None, "ran"), (255, "interpreter", "mismatch"), (1, None, "engine-error"), (-6, None, "engine-error")],
+)
+def test_run_hlo_module_verdict_comes_from_the_exit_code(tmp_path, exit_code, reference, verdict):
+    runner = make_runner(tmp_path, "run_hlo_module", exit_code=exit_code)
+    lines = []
+    options = ReplayOptions(runner_path=str(runner), reference_platform=reference, iterations=2)
+    result = run_runner("run_hlo_module", "in/module_0001.jit_f.before_optimizations.txt", options, sink=lines.append)
+
+    assert result.verdict == verdict
+    assert result.command == recorded_argv(tmp_path)
+    assert result.command[0] == str(runner) and result.command[-1].endswith("before_optimizations.txt")
+    assert "** Running" in result.log and "some stderr noise" in result.log
+    assert lines[0].startswith("** Running") and "some stderr noise" in lines
+    assert result.run_times_s == [1.5e-6, 3e-6]
+    assert int(result.exit_code) == {"match": 0, "ran": 0, "mismatch": 1, "engine-error": 3}[verdict]
+    if exit_code == 1:
+        assert "rejected its command line" in result.error
+    if exit_code == -6:
+        assert "killed by signal 6" in result.error
+
+
+def test_hlo_runner_main_never_compares(tmp_path):
+    runner = make_runner(tmp_path, "hlo_runner_main", repeats=3)
+    options = ReplayOptions(runner_path=str(runner), reference_platform="cpu", iterations=3)
+    result = run_runner("hlo_runner_main", SNAPSHOT, options)
+    assert result.verdict == "ran" and result.input_kind == "snapshot" and result.arguments == "snapshot"
+    assert any("does not compare" in w for w in result.warnings)
+    assert result.run_times_s == [1.5e-6, 3e-6, 4.5e-6] and result.median_s == 3e-6
+    assert recorded_argv(tmp_path)[1:] == [
+        "--device_type=host",
+        "--input_format=snapshot_proto_binary",
+        "--num_repeats=3",
+        "--profile_execution=true",
+        SNAPSHOT,
+    ]
+    failed = make_runner(tmp_path, "hlo_runner_main", exit_code=255)
+    assert run_runner("hlo_runner_main", SNAPSHOT, ReplayOptions(runner_path=str(failed))).verdict == "engine-error"
+
+
+def test_timeout_kills_a_silent_runner(tmp_path):
+    runner = make_runner(tmp_path, "run_hlo_module", silent_seconds=30)
+    result = run_runner("run_hlo_module", BEFORE_TXT, ReplayOptions(runner_path=str(runner), timeout_s=1))
+    assert result.verdict == "engine-error" and "timeout" in result.error
+
+
+def test_replay_file_drives_a_runner_with_bytes_from_the_store(tmp_path):
+    runner = make_runner(tmp_path, "run_hlo_module")
+    options = ReplayOptions(engine="run_hlo_module", runner_path=str(runner))
+    result = replay_file("RUN/module_0001.jit_f.before_optimizations.txt", options, data=b"HloModule f\n")
+    assert result.verdict == "ran" and result.engine == "run_hlo_module"
+    assert result.source == "RUN/module_0001.jit_f.before_optimizations.txt"
+    given = Path(recorded_argv(tmp_path)[-1])
+    assert given.name == "module_0001.jit_f.before_optimizations.txt"  # a temporary copy, same name
+    with pytest.raises(InputError, match="pjrt engine only"):
+        replay_file(BEFORE_TXT, options, snapshot=SNAPSHOT)
+
+
+def test_result_from_run_is_usable_for_a_container_run():
+    """The container backend runs command_line()'s argv itself and hands back code and output."""
+    options = ReplayOptions(reference_platform="cpu")
+    argv = command_line("run_hlo_module", "/dump/f.txt", options)
+    output = "...\n## Execution time, file=/dump/f.txt repeat=0 duration=2000000ns\n1/1 runs miscompared.\n"
+    result = result_from_run("run_hlo_module", argv, 255, output, options, "/dump/f.txt")
+    assert result.verdict == "mismatch" and result.command == argv and result.run_times_s == [0.002]
+
+
+def test_parse_execution_times_orders_by_repeat():
+    text = "## Execution time, file=a b.txt repeat=1 duration=20ns\nnoise\n## Execution time, file=a b.txt repeat=0 duration=10ns\n"
+    assert parse_execution_times(text) == [1e-08, 2e-08]
