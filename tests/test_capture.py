@@ -193,3 +193,28 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
     assert len(after.stale_staging()) == 1
     folders, _blobs, _freed = after.gc()
     assert folders == 1 and after.run_ids() == [kept]
+
+
+def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_path, monkeypatch):
+    from xlarun.errors import StoreError
+    from xlarun.store import BlobStore
+
+    store = Store.open(tmp_path / "s")
+    good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)
+    real_put = BlobStore.put
+    calls = {"n": 0}
+
+    def put_until_the_disk_fills(self, data):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(28, "No space left on device")
+        return real_put(self, data)
+
+    monkeypatch.setattr(BlobStore, "put", put_until_the_disk_fills)
+    with pytest.raises(StoreError, match="No space left on device; the job's raw output is kept in") as info:
+        capture(write_spec(tmp_path / "b", "name: b\nscript: job.py\n", TINY_JAX), store)
+    monkeypatch.setattr(BlobStore, "put", real_put)
+    staging = Path(info.value.message.split("kept in ")[1])
+    assert any(staging.joinpath("dump").iterdir())  # nothing the job wrote was lost
+    assert store.run_ids() == [good.run_id]
+    assert [r.run_id for r in store.index.runs()] == [good.run_id]

@@ -119,9 +119,11 @@ def test_missing_spec_file_is_a_clear_error(tmp_path):
 
 
 def test_bundled_configs_are_valid():
+    from xlarun.spec import load_batch
+
     for path in sorted(CONFIGS.glob("*.yaml")):
-        loaded = load_spec(path)
-        assert loaded.script.is_file(), path
+        for loaded in load_batch(path):
+            assert loaded.script.is_file(), path
 
 
 def test_framework_detection(tmp_path):
@@ -138,3 +140,57 @@ def test_json_schema_describes_the_keys():
     assert set(schema["required"]) == {"name", "script"}
     dump = schema["$defs"]["DumpSpec"]["properties"]
     assert "pass_re" in dump and "--xla_dump_hlo_pass_re" in dump["pass_re"]["description"]
+
+
+MATRIX = """name: m
+script: s.py
+backend: ${matrix.backend}
+timeout: ${matrix.t}
+env: {WHERE: "on-${matrix.backend}"}
+matrix:
+  backend: [local, docker-cpu]
+  t: [10, 20]
+  exclude: [{backend: docker-cpu, t: 20}]
+  include: [{backend: local, note: extended}, {backend: docker-gpu, t: 5}]
+"""
+
+
+def test_matrix_expands_like_github_actions():
+    from xlarun.spec import parse_spec_cells
+
+    cells = parse_spec_cells(MATRIX, "m.yaml", environ={})
+    assert [values for values, _ in cells] == [
+        {"backend": "local", "t": 10, "note": "extended"},
+        {"backend": "local", "t": 20, "note": "extended"},
+        {"backend": "docker-cpu", "t": 10},
+        {"backend": "docker-gpu", "t": 5},
+    ]
+    assert [(s.backend.kind, s.timeout, s.env["WHERE"]) for _, s in cells] == [
+        ("local", 10, "on-local"), ("local", 20, "on-local"), ("docker-cpu", 10, "on-docker-cpu"), ("docker-gpu", 5, "on-docker-gpu")
+    ]
+
+
+def test_matrix_cell_errors_name_the_cell():
+    from xlarun.spec import parse_spec_cells
+
+    with pytest.raises(SpecError) as info:
+        parse_spec_cells("name: m\nscript: s.py\ntimeout: ${matrix.t}\nmatrix:\n  t: [5, never]\n", "m.yaml", environ={})
+    assert info.value.message == "m.yaml:3:10 timeout (matrix t=never): 'never' is not a duration: use seconds or a number with ms, s, m or h"
+
+
+def test_matrix_shape_errors():
+    from xlarun.spec import parse_spec_cells
+
+    with pytest.raises(SpecError, match="matrix.t: must be a non-empty list"):
+        parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: 5\n", "m.yaml", environ={})
+    with pytest.raises(SpecError, match=r"\$\{matrix.x\} is not an axis"):
+        parse_spec_cells("name: m\nscript: s.py\nargs: ['${matrix.x}']\nmatrix:\n  t: [1]\n", "m.yaml", environ={})
+    with pytest.raises(SpecError, match="no cells left"):
+        parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: [1]\n  exclude: [{t: 1}]\n", "m.yaml", environ={})
+
+
+def test_load_spec_refuses_a_matrix_and_points_at_batch(tmp_path):
+    spec = write_spec(tmp_path, "name: m\nscript: job.py\nmatrix:\n  t: [1, 2]\n", "print(1)\n")
+    with pytest.raises(SpecError, match="matrix of 2 cell") as info:
+        load_spec(spec)
+    assert "xlarun batch" in info.value.hint

@@ -16,7 +16,7 @@ from typing import Any
 
 from .backends import make_backend
 from .backends.base import Job, LaunchResult, RunStatus
-from .errors import XlarunError
+from .errors import StoreError, XlarunError
 from .flags import compose_env, redact_env
 from .index import ModuleInfo
 from .manifest import Manifest, git_facts, host_facts, probe_versions
@@ -109,6 +109,7 @@ def capture(
     batch_id: str | None = None,
     matrix: dict[str, Any] | None = None,
     base_env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
 ) -> CaptureResult:
     """Run a spec's job with its dump environment, archive everything it wrote, and index it.
 
@@ -135,6 +136,8 @@ def capture(
         timeout_s=loaded.spec.timeout,
         script_dir=loaded.script.parent,
     )
+    if cancel is not None:
+        job.cancel = cancel
     (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
     resolved = {
         "spec": loaded.spec.model_dump(mode="json"),
@@ -156,7 +159,13 @@ def capture(
 
     warnings = list(composed.warnings)
     with _defer_interrupts() as interrupted_meanwhile:
-        files: list[StoredFile] = store.archive_outputs(staging, progress=on_archive)
+        try:
+            files: list[StoredFile] = store.archive_outputs(staging, progress=on_archive)
+        except OSError as exc:
+            raise StoreError(
+                f"archiving run {run_id} failed: {exc.strerror or exc}; the job's raw output is kept in {staging}",
+                "free disk space and copy what you need from there (`xlarun gc` removes it)",
+            ) from None
         if not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
             warnings.append(NO_DUMP_WARNING)
         if result.error:

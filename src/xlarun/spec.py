@@ -8,6 +8,8 @@ environment, validates it with pydantic, and resolves its paths. Every problem i
 from __future__ import annotations
 
 import difflib
+import itertools
+import json
 import os
 import re
 import sys
@@ -176,6 +178,12 @@ class RunSpec(_Strict):
     jax: JaxSpec = Field(default_factory=JaxSpec)
     torch_xla: TorchXlaSpec = Field(default_factory=TorchXlaSpec)
     poplar: PoplarSpec = Field(default_factory=PoplarSpec)
+    matrix: dict[str, Any] | None = Field(
+        None,
+        description="Run the spec once per cell: axes of values (product), plus 'include' and 'exclude' lists as in GitHub Actions. "
+        "Write ${matrix.AXIS} anywhere in the spec to use a cell's value, e.g. backend: ${matrix.backend}.",
+    )
+    fail_fast: bool = Field(False, description="In a batch, stop starting new cells (and stop running ones) after the first failure.")
 
     @field_validator("name")
     @classmethod
@@ -226,6 +234,7 @@ class LoadedSpec:
     script: Path  # absolute
     workdir: Path  # absolute
     python: str  # interpreter for local runs
+    matrix_values: dict[str, Any] | None = None  # the cell of a matrix spec this is
 
     @property
     def base_dir(self) -> Path:
@@ -328,9 +337,8 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if isinstance(p, int) or "[" not in p)
 
 
-def parse_spec_text(text: str, source: str = "<spec>", environ: dict[str, str] | None = None) -> RunSpec:
-    """Validate spec text; raise :class:`SpecError` listing every problem as ``source:line:col path: message``."""
-    environ = dict(os.environ) if environ is None else environ
+def _read_yaml(text: str, source: str) -> tuple[dict, dict, dict]:
+    """The spec as Python data, and where each key and value sits in the file."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -347,13 +355,16 @@ def parse_spec_text(text: str, source: str = "<spec>", environ: dict[str, str] |
     keys: dict = {}
     values: dict = {}
     _positions(node, (), keys, values)
+    return data, keys, values
 
+
+def _validate(data: dict, keys: dict, values: dict, source: str, environ: dict[str, str], context: str = "") -> RunSpec:
     problems: list[tuple[tuple, str]] = []
     data = _interpolate_tree(data, (), environ, problems)
     located: list[tuple[Mark, str]] = []
     for path, message in problems:
         line, col = _locate(path, keys, values, key_error=False)
-        located.append(((line, col), f"{source}:{line}:{col} {_dotted(path)}: {message}"))
+        located.append(((line, col), f"{source}:{line}:{col} {_dotted(path)}{context}: {message}"))
     spec = None
     try:
         spec = RunSpec.model_validate(data)
@@ -368,12 +379,101 @@ def parse_spec_text(text: str, source: str = "<spec>", environ: dict[str, str] |
                 message = "required key is missing"
             else:
                 message = error["msg"].removeprefix("Value error, ")
-            located.append(((line, col), f"{source}:{line}:{col} {_dotted(loc)}: {message}"))
+            located.append(((line, col), f"{source}:{line}:{col} {_dotted(loc)}{context}: {message}"))
     messages = [message for _mark, message in sorted(located, key=lambda item: item[0])]
     if messages:
         raise SpecError(messages[0], _more_hint(len(messages), source), problems=messages)
     assert spec is not None
     return spec
+
+
+def parse_spec_text(text: str, source: str = "<spec>", environ: dict[str, str] | None = None) -> RunSpec:
+    """Validate spec text; raise :class:`SpecError` listing every problem as ``source:line:col path: message``.
+
+    A matrix spec is validated as its first cell (see :func:`parse_spec_cells` for all of them).
+    """
+    return parse_spec_cells(text, source, environ)[0][1]
+
+
+def parse_spec_cells(text: str, source: str = "<spec>", environ: dict[str, str] | None = None) -> list[tuple[dict[str, Any] | None, RunSpec]]:
+    """Every cell of a spec: ``[(matrix values, spec)]``; a spec without a matrix is one cell with values None."""
+    environ = dict(os.environ) if environ is None else environ
+    data, keys, values = _read_yaml(text, source)
+    matrix = data.get("matrix")
+    if matrix is None:
+        return [(None, _validate(data, keys, values, source, environ))]
+    cells = expand_matrix(matrix, source, keys.get(("matrix",), (1, 1)))
+    out = []
+    for cell in cells:
+        substituted = _substitute_matrix(data, cell, (), source, values)
+        substituted["matrix"] = None
+        context = " (matrix " + ", ".join(f"{k}={_short(v)}" for k, v in cell.items()) + ")"
+        out.append((cell, _validate(substituted, keys, values, source, environ, context)))
+    return out
+
+
+def _short(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> list[dict[str, Any]]:
+    """The cells of a matrix: the product of its axes, minus ``exclude`` entries, plus ``include`` entries.
+
+    As in GitHub Actions: an ``include`` entry that agrees with existing cells on all their original axes
+    extends them with its extra keys; otherwise it is added as a cell of its own.
+    """
+    at = f"{source}:{where[0]}:{where[1]} matrix"
+    if not isinstance(matrix, dict):
+        raise SpecError(f"{at}: must be a mapping of axes to lists of values", "e.g. matrix: {backend: [local, docker-cpu]}")
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    for name, options in axes.items():
+        if not isinstance(options, list) or not options:
+            raise SpecError(f"{at}.{name}: must be a non-empty list of values", f"e.g. {name}: [a, b]")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            raise SpecError(f"{at}.{name}: axis names are identifiers (letters, digits, _)", "rename the axis")
+    cells = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else []
+    excludes = matrix.get("exclude") or []
+    includes = matrix.get("include") or []
+    for label, entries in (("exclude", excludes), ("include", includes)):
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise SpecError(f"{at}.{label}: must be a list of mappings", f"e.g. {label}: [{{backend: local}}]")
+    cells = [c for c in cells if not any(all(c.get(k) == v for k, v in e.items()) for e in excludes)]
+    for entry in includes:
+        matched = False
+        for cell in cells:
+            if all(cell.get(k) == v for k, v in entry.items() if k in axes):
+                if any(k in axes for k in entry):
+                    cell.update({k: v for k, v in entry.items() if k not in axes})
+                    matched = True
+        if not matched:
+            cells.append(dict(entry))
+    if not cells:
+        raise SpecError(f"{at}: has no cells left", "check 'exclude' against the axes")
+    return cells
+
+
+_MATRIX_REF = re.compile(r"\$\{matrix\.([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute_matrix(value: Any, cell: dict[str, Any], path: tuple, source: str, values: dict) -> Any:
+    if isinstance(value, str):
+        whole = _MATRIX_REF.fullmatch(value)
+        if whole and whole.group(1) in cell:
+            return cell[whole.group(1)]  # keeps the value's type: a number, a list, a mapping
+
+        def one(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in cell:
+                line, col = _locate(path, {}, values, key_error=False)
+                raise SpecError(f"{source}:{line}:{col} {_dotted(path)}: ${{matrix.{name}}} is not an axis of this cell", f"axes: {', '.join(cell)}")
+            return _short(cell[name])
+
+        return _MATRIX_REF.sub(one, value)
+    if isinstance(value, dict):
+        return {k: (v if k == "matrix" and not path else _substitute_matrix(v, cell, path + (k,), source, values)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute_matrix(v, cell, path + (i,), source, values) for i, v in enumerate(value)]
+    return value
 
 
 def _more_hint(count: int, source: str) -> str:
@@ -383,18 +483,38 @@ def _more_hint(count: int, source: str) -> str:
 
 
 def load_spec(path: str | Path, environ: dict[str, str] | None = None) -> LoadedSpec:
-    """Read, validate and resolve the spec at ``path`` (paths in it are relative to its folder)."""
-    spec_path = Path(path).expanduser()
+    """Read, validate and resolve the spec at ``path`` (paths in it are relative to its folder).
+
+    A matrix spec is refused here: run its cells with :func:`xlarun.batch.run_batch` (`xlarun batch`).
+    """
+    cells = load_batch(path, environ)
+    if len(cells) > 1 or cells[0].matrix_values is not None:
+        raise SpecError(f"{path}: this spec has a matrix of {len(cells)} cell(s)", f"run it with `xlarun batch {path}`")
+    return cells[0]
+
+
+def _read_spec_file(spec_path: Path) -> str:
     try:
-        text = spec_path.read_text(encoding="utf-8")
+        return spec_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{spec_path}: no such spec file", "check the path; `ls configs/` shows the bundled examples") from None
     except IsADirectoryError:
         raise SpecError(f"{spec_path}: is a folder, not a spec file", "give the path of a .yaml file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{spec_path}: cannot read the spec: {exc}", "check the file's permissions and encoding (UTF-8)") from None
-    spec = parse_spec_text(text, source=str(spec_path), environ=environ)
-    return resolve_spec(spec, spec_path, text)
+
+
+def load_batch(path: str | Path, environ: dict[str, str] | None = None) -> list[LoadedSpec]:
+    """Every cell of the spec at ``path``, resolved (one cell for a spec without a matrix)."""
+    spec_path = Path(path).expanduser()
+    text = _read_spec_file(spec_path)
+    cells = parse_spec_cells(text, source=str(spec_path), environ=environ)
+    out = []
+    for values, spec in cells:
+        loaded = resolve_spec(spec, spec_path, text)
+        loaded.matrix_values = values
+        out.append(loaded)
+    return out
 
 
 def resolve_spec(spec: RunSpec, spec_path: Path, text: str = "") -> LoadedSpec:

@@ -128,7 +128,10 @@ class Store:
         self.blobs = BlobStore(root / "blobs")
         self.runs_dir = root / "runs"
         self.staging_dir = root / "staging"
-        self._index = None
+        self._indexes = threading.local()  # one SQLite connection per thread (batch cells run in threads)
+        self._open_indexes: list = []
+        self._reconciled = False
+        self._reconcile_lock = threading.Lock()
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -156,18 +159,28 @@ class Store:
 
     @property
     def index(self):
-        """The SQLite index, brought up to date with ``runs/`` on first use."""
-        if self._index is None:
+        """The SQLite index (this thread's connection), brought up to date with ``runs/`` on first use."""
+        index = getattr(self._indexes, "index", None)
+        if index is None:
             from .index import Index
 
-            self._index = Index.open(self.root / "index.sqlite")
-            self._index.reconcile(self)
-        return self._index
+            index = self._indexes.index = Index.open(self.root / "index.sqlite")
+            self._open_indexes.append(index)
+            with self._reconcile_lock:
+                if not self._reconciled:
+                    index.reconcile(self)
+                    self._reconciled = True
+        return index
 
     def close(self) -> None:
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        """Close every index connection this store opened."""
+        for index in self._open_indexes:
+            try:
+                index.close()
+            except Exception:  # a connection of a finished thread
+                pass
+        self._open_indexes.clear()
+        self._indexes = threading.local()
 
     # --- locking -----------------------------------------------------------------------------
 

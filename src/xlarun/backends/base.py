@@ -9,6 +9,7 @@ will see the run folder through :meth:`Backend.job_paths`.
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -63,6 +64,9 @@ class Job:
     run_dir: Path  # the run's staging folder on the host (dump/, logs, ...)
     timeout_s: float | None = None
     script_dir: Path | None = None  # the folder holding the script (mounted read-only in containers)
+    #: Set by the caller to stop the job (a batch's Ctrl-C arrives in the main thread, jobs run in others);
+    #: a backend that sees it set stops the job and reports INTERRUPTED.
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass

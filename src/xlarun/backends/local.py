@@ -85,6 +85,10 @@ class LocalBackend:
                     proc.wait(timeout=0.2)
                     break
                 except subprocess.TimeoutExpired:
+                    if job.cancel.is_set():
+                        status = RunStatus.INTERRUPTED
+                        _stop(proc)
+                        break
                     if deadline is not None and time.monotonic() >= deadline:
                         status = RunStatus.TIMED_OUT
                         _stop(proc)

@@ -31,16 +31,23 @@ def capture(
 
     The job's output streams to this terminal and into the run's logs. A job that fails, times out
     or is interrupted (Ctrl-C) is archived all the same, and xlarun exits non-zero. Afterwards the
-    run's modules are listed, the main program (most instructions) first.
+    run's modules are listed, the main program (most instructions) first. A spec with a `matrix`
+    runs every cell, as `xlarun batch` does.
 
     Example: xlarun capture configs/jax-cpu.yaml
     """
     from ..capture import capture as run_capture, exit_status_error
     from ..console import human_bytes, print_json, say, warn
-    from ..spec import load_spec
+    from ..spec import load_batch
 
-    loaded = load_spec(spec)
+    cells = load_batch(spec)
     the_store = open_store(store, create=True)
+    if cells[0].matrix_values is not None:  # a matrix spec: capture every cell, one at a time
+        from .batch import run_and_report
+
+        run_and_report(cells, the_store, jobs=1, fail_fast=None, as_json=as_json)
+        return
+    loaded = cells[0]
     progress = _ArchiveProgress(enabled=not as_json)
     if not as_json:
         say(f"[bold]capturing[/bold] {loaded.spec.name}: {loaded.script} on {loaded.spec.backend.kind} -> {the_store.root}")

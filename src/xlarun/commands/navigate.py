@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 def runs(
     store: StoreOption = None,
-    batch: Annotated[Optional[str], typer.Option("--batch", help="Only the runs of this batch.")] = None,
+    batch: Annotated[Optional[str], typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Only the runs of this spec name.")] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -31,6 +31,8 @@ def runs(
     from ..console import human_bytes, print_json, print_table, short_time
 
     index = open_store(store).index
+    if batch:
+        batch = _resolve_batch(index, batch)
     items = index.runs(batch_id=batch, name=name)
     if as_json:
         print_json(items)
@@ -40,10 +42,24 @@ def runs(
         return
     rows = [
         (r.run_id, r.name, r.kind, r.backend, r.status, short_time(r.started), f"{r.duration_s:.1f}s", r.n_modules, r.n_files, human_bytes(r.dump_bytes),
-         ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()))
+         r.batch_id or "", ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()))
         for r in items
     ]
-    print_table(("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "matrix"), rows, right=("took", "modules", "files", "dump"))
+    print_table(("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "batch", "matrix"), rows, right=("took", "modules", "files", "dump"))
+
+
+def _resolve_batch(index, ref: str) -> str:
+    from ..errors import RefError
+
+    ids = sorted({r.batch_id for r in index.runs() if r.batch_id})
+    if ref == "latest" and ids:
+        return ids[-1]
+    hits = [b for b in ids if b.startswith(ref)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise RefError(f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column")
+    raise RefError(f"batch REF {ref!r} is ambiguous: {', '.join(hits)}", "type more of the batch id")
 
 
 def print_modules(items, more: int = 0) -> None:

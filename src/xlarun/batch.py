@@ -1,0 +1,125 @@
+"""Batch runs: every cell of a matrix spec captured as an ordinary run, in parallel, side by side."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .backends.base import RunStatus
+from .capture import CaptureResult, capture
+from .errors import XlarunError
+from .spec import LoadedSpec
+from .store import Store
+
+
+def new_batch_id() -> str:
+    """``b20261122-103015-a1b2``: time-sortable like run ids, with a 'b' so the two are never confused."""
+    return f"b{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class CellOutcome:
+    """One cell of a batch: its matrix values and how its capture went."""
+
+    index: int
+    values: dict[str, Any]
+    state: str = "pending"  # pending, running, done, error, skipped
+    started: float | None = None
+    elapsed_s: float | None = None
+    result: CaptureResult | None = None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.values.items()) or f"cell {self.index}"
+
+    @property
+    def status(self) -> str:
+        if self.result is not None:
+            return self.result.status.value if self.result.ok or self.result.status != RunStatus.SUCCEEDED else "no dump"
+        return self.state if self.error is None else "error"
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+
+@dataclass
+class BatchResult:
+    batch_id: str
+    cells: list[CellOutcome] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(c.ok for c in self.cells)
+
+
+#: Called whenever a cell changes state (for a progress view).
+BatchEvent = Callable[[CellOutcome], None]
+
+
+def run_batch(
+    cells: list[LoadedSpec],
+    store: Store,
+    *,
+    jobs: int = 1,
+    fail_fast: bool | None = None,
+    on_event: BatchEvent | None = None,
+    batch_id: str | None = None,
+) -> BatchResult:
+    """Capture every cell, at most ``jobs`` at a time; each cell becomes a run tagged with the batch and its values.
+
+    Ctrl-C stops the running jobs (their runs are archived as interrupted) and skips the rest.
+    With ``fail_fast`` (default: the spec's ``fail_fast``) the first failure does the same.
+    """
+    if fail_fast is None:
+        fail_fast = any(c.spec.fail_fast for c in cells)
+    batch = BatchResult(batch_id or new_batch_id())
+    batch.cells = [CellOutcome(i, c.matrix_values or {}) for i, c in enumerate(cells)]
+    cancel = threading.Event()
+    notify = on_event or (lambda _cell: None)
+
+    def run_cell(outcome: CellOutcome, loaded: LoadedSpec) -> None:
+        if cancel.is_set():
+            outcome.state = "skipped"
+            notify(outcome)
+            return
+        outcome.state = "running"
+        outcome.started = time.monotonic()
+        notify(outcome)
+        try:
+            outcome.result = capture(loaded, store, batch_id=batch.batch_id, matrix=outcome.values or None, cancel=cancel)
+            outcome.state = "done"
+        except XlarunError as exc:
+            outcome.error = exc.one_line()
+            outcome.state = "error"
+        outcome.elapsed_s = time.monotonic() - outcome.started
+        notify(outcome)
+        if fail_fast and not outcome.ok:
+            cancel.set()
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="xlarun-cell") as pool:
+        pending: set[Future] = {pool.submit(run_cell, o, c) for o, c in zip(batch.cells, cells)}
+        try:
+            while pending:
+                _done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+        except KeyboardInterrupt:
+            batch.interrupted = True
+            cancel.set()  # running jobs stop and are archived as interrupted; queued cells are skipped
+            wait(pending)
+    return batch
+
+
+def main_module_counts(result: CaptureResult | None) -> tuple[int | None, int | None]:
+    """Instruction counts of a run's main module before and after optimization."""
+    if result is None or not result.modules:
+        return None, None
+    main = result.modules[0]
+    return main.instr_before, main.instr_after

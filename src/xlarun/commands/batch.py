@@ -1,0 +1,144 @@
+"""``batch``: run every cell of a matrix spec and compare them side by side."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, StoreOption, open_store
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch")(batch)
+
+
+def batch(
+    spec: Annotated[Path, typer.Argument(help="A run spec, usually with a `matrix:` section.", show_default=False)],
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells run at the same time.")] = 1,
+    fail_fast: Annotated[Optional[bool], typer.Option("--fail-fast/--no-fail-fast", help="Stop after the first failing cell (default: the spec's fail_fast).", show_default=False)] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Capture every cell of SPEC's matrix (e.g. across backends or flag sets), then compare them.
+
+    Each cell is an ordinary run in the store, tagged with the batch id and its matrix values
+    (`xlarun runs --batch ID` lists them). The table at the end compares status, time, modules,
+    the main module's instruction counts before and after optimization, files and dump size.
+
+    Example: xlarun batch configs/matrix-local-docker.yaml -j 2
+    """
+    from ..spec import load_batch
+
+    cells = load_batch(spec)
+    the_store = open_store(store, create=True)
+    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json)
+
+
+def run_and_report(cells, store, *, jobs: int, fail_fast: bool | None, as_json: bool) -> None:
+    """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured."""
+    from ..batch import run_batch
+    from ..console import print_json, say
+    from ..errors import ExitCode
+
+    view = None if as_json else _ProgressView(len(cells))
+    if view:
+        say(f"[bold]batch[/bold] of {len(cells)} cell(s), {jobs} at a time -> {store.root}")
+        view.start()
+    try:
+        result = run_batch(cells, store, jobs=jobs, fail_fast=fail_fast, on_event=view.update if view else None)
+    finally:
+        if view:
+            view.stop()
+    if as_json:
+        print_json({"batch_id": result.batch_id, "ok": result.ok, "interrupted": result.interrupted, "cells": [_cell_json(c) for c in result.cells]})
+    else:
+        print_comparison(result)
+    if result.interrupted:
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+    if not result.ok:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+def _cell_json(cell) -> dict:
+    from ..batch import main_module_counts
+
+    before, after = main_module_counts(cell.result)
+    result = cell.result
+    return {
+        "values": cell.values,
+        "status": cell.status,
+        "error": cell.error,
+        "run_id": result.run_id if result else None,
+        "seconds": round(cell.elapsed_s, 3) if cell.elapsed_s is not None else None,
+        "modules": len(result.modules) if result else None,
+        "main_module": result.modules[0].name if result and result.modules else None,
+        "main_fingerprint": result.modules[0].fingerprint if result and result.modules else None,
+        "main_instr_before": before,
+        "main_instr_after": after,
+        "files": result.manifest.files if result else None,
+        "dump_bytes": result.manifest.dump_bytes if result else None,
+    }
+
+
+def print_comparison(result) -> None:
+    """The side-by-side table of a batch's cells."""
+    from ..console import human_bytes, print_table, say
+
+    rows = []
+    for cell in result.cells:
+        data = _cell_json(cell)
+        rows.append(
+            (
+                cell.label, data["status"], data["run_id"] or "", f"{data['seconds']:.1f}s" if data["seconds"] is not None else "",
+                data["modules"] if data["modules"] is not None else "", data["main_module"] or "",
+                data["main_instr_before"] or "", data["main_instr_after"] or "", data["files"] if data["files"] is not None else "",
+                human_bytes(data["dump_bytes"]) if data["dump_bytes"] is not None else "",
+            )
+        )
+    print_table(("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump"), rows,
+                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump"))
+    prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
+    if len(prints) == 1 and len(result.cells) > 1:
+        say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
+    for cell in result.cells:
+        if cell.error:
+            say(f"[red]{cell.label}[/red]: {cell.error}")
+
+
+class _ProgressView:
+    """One live table on stderr: a line per cell with its state and elapsed time."""
+
+    def __init__(self, total: int):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.cells: dict[int, object] = {}
+        self.total = total
+        self.lock = threading.Lock()
+        self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=4, transient=True)
+
+    def _render(self):
+        from rich.table import Table
+
+        table = Table(box=None, show_header=False, pad_edge=False)
+        done = sum(1 for c in self.cells.values() if c.state in ("done", "error", "skipped"))
+        table.add_row(f"[bold]{done}/{self.total} cells finished[/bold]", "")
+        for cell in sorted(self.cells.values(), key=lambda c: c.index):
+            elapsed = (cell.elapsed_s if cell.elapsed_s is not None else (time.monotonic() - cell.started if cell.started else 0.0))
+            table.add_row(f"  {cell.label}", f"{cell.status} {elapsed:.0f}s")
+        return table
+
+    def start(self) -> None:
+        self.live.start()
+
+    def update(self, cell) -> None:
+        with self.lock:
+            self.cells[cell.index] = cell
+            self.live.update(self._render())
+
+    def stop(self) -> None:
+        self.live.stop()

@@ -1,0 +1,179 @@
+"""``replay`` and ``convert``: run a dumped module again, and move it between text and proto."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, RunOption, StoreOption, open_store
+
+REPLAY_EXIT_CODES = (
+    "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
+    "2 usage or input error (unknown REF, unreadable file) · 3 engine failure (compile or run failed, jaxlib or runner missing)."
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay", help=_help(replay), epilog=REPLAY_EXIT_CODES)(replay)
+    app.command("convert")(convert)
+
+
+def _help(function) -> str:
+    return function.__doc__
+
+
+def replay(
+    ref: Annotated[str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.", show_default=False)],
+    engine: Annotated[str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")] = "auto",
+    platform: Annotated[str, typer.Option("--platform", "-p", help="cpu, cuda or rocm.")] = "cpu",
+    reference_platform: Annotated[Optional[str], typer.Option("--reference-platform", help="Run again on this platform and compare.")] = None,
+    abs_error_bound: Annotated[float, typer.Option("--abs-error-bound", help="An element matches if its absolute error is within this...")] = 1e-3,
+    rel_error_bound: Annotated[float, typer.Option("--rel-error-bound", help="...or its relative error within this (XLA's rule).")] = 1e-3,
+    iterations: Annotated[int, typer.Option("--iterations", "-n", help="Executions after one compile, each timed.")] = 1,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the fake arguments (default 0).")] = None,
+    inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there are any), snapshot, or fake.")] = "auto",
+    snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")] = None,
+    file: Annotated[Optional[str], typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")] = None,
+    print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
+    runner: Annotated[Optional[Path], typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a runner is killed.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a module: compile it again, run it, and compare with what was captured.
+
+    The most faithful input is picked: a snapshot (real arguments, and its recorded result to
+    compare with) > an .hlo.pb > text dumped with large constants > plain text (whose {...}
+    constants are garbage: you are warned loudly). Without a snapshot the arguments are seeded
+    fake data. Optimized modules are rewritten to recompile, else their unoptimized dump is
+    replayed instead, and the result says so. Every replay of a stored module is recorded and
+    listed by `xlarun show REF`.
+
+    Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
+    xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
+    """
+    from ..replay import ReplayOptions, replay_file
+    from ..replay.record import record_replay, replay_stored_module
+
+    options = ReplayOptions(
+        engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
+        rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
+        runner_path=str(runner) if runner else None, timeout_s=timeout,
+    ).validate()
+    sink = None if (quiet or as_json) else _stream
+    path = Path(ref)
+    if path.is_file() and run is None:
+        import time
+
+        from ..replay.record import _now
+
+        started, clock = _now(), time.perf_counter()
+        result = replay_file(path, options, sink, snapshot=snapshot)
+        the_store = _existing_store(store)
+        replay_id = None
+        if the_store is not None:
+            replay_id = record_replay(the_store, result, options, started, time.perf_counter() - clock).replay_id
+        _report(result, replay_id, None, as_json)
+    else:
+        if snapshot is not None:
+            from ..errors import InputError
+
+            raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
+        from ..refs import resolve_module
+
+        the_store = open_store(store)
+        module = resolve_module(the_store.index, ref, run=run)
+        record = replay_stored_module(the_store, module, options, sink, file=file)
+        _report(record.result, record.replay_id, module, as_json)
+        result = record.result
+    raise typer.Exit(int(result.exit_code))
+
+
+def _existing_store(path: Path | None):
+    from ..errors import StoreError
+
+    try:
+        return open_store(path)
+    except StoreError:
+        return None  # replaying a loose file needs no store; it is just not recorded
+
+
+def _stream(line: str) -> None:
+    sys.stderr.write(f"  | {line}\n")
+    sys.stderr.flush()
+
+
+def _report(result, replay_id: str | None, module, as_json: bool) -> None:
+    from ..console import print_json, print_pairs, say, warn
+
+    if as_json:
+        print_json({"replay_id": replay_id, "module": module.ref if module else None, **result.to_dict()})
+        return
+    for line in result.warnings:
+        warn(line)
+    what = module.label if module else Path(result.source).name
+    say(f"[bold]replay[/bold] of {what} on {result.engine}/{result.platform}" + (f" (recorded as {replay_id})" if replay_id else ""))
+    timing = None
+    if result.run_times_s:
+        timing = f"min {result.min_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms over {len(result.run_times_s)} run(s)"
+    print_pairs(
+        [
+            ("file", Path(result.source).name + f" [{result.input_kind}]"),
+            ("fell back to", Path(result.fell_back_to).name if result.fell_back_to else None),
+            ("route", result.route),
+            ("arguments", result.arguments),
+            ("command", " ".join(result.command) if result.command else None),
+            ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
+            ("run", timing),
+            ("compared with", ", ".join(result.compared_with) or "nothing (no snapshot result, no reference platform)"),
+            ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
+            ("outputs", ", ".join(o.type for o in result.outputs)),
+            ("error", result.error),
+        ]
+    )
+    for line in result.mismatches:
+        say(f"  [red]{_escape(line)}[/red]")
+    for output in result.outputs:
+        if output.literal is not None:
+            say(f"[bold]output {output.index}[/bold] {output.type}")
+            print(output.literal)
+    colour = {"match": "green", "ran": "green", "mismatch": "red", "engine-error": "red"}[result.verdict]
+    say(f"[{colour}]{result.verdict}[/{colour}]")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def convert(
+    file: Annotated[Path, typer.Argument(help="A dump file: HLO text, .hlo.pb, HloModuleProto or snapshot.", show_default=False)],
+    to: Annotated[str, typer.Option("--to", help="text or proto (a serialized HloModuleProto).")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here (default: stdout; proto only when piped).")] = None,
+) -> None:
+    """Convert an HLO module between text and HloModuleProto (what `hlo-opt --emit-proto` does).
+
+    Text is printed with large constants in full. Exit codes: 0 ok, 2 bad input, 3 jaxlib missing.
+    """
+    from ..console import warn
+    from ..errors import InputError
+    from ..replay.convert import convert_hlo
+
+    if not file.is_file():
+        raise InputError(f"no such file: {file}")
+    converted = convert_hlo(file, to)
+    for line in converted.warnings:
+        warn(line)
+    if output is not None:
+        output.write_bytes(converted.data)
+        return
+    if to == "proto" and sys.stdout.isatty():
+        raise InputError("a binary proto would go to the terminal", "give -o OUT, or pipe the output")
+    sys.stdout.buffer.write(converted.data)
+    sys.stdout.flush()
