@@ -8,8 +8,6 @@ environment, validates it with pydantic, and resolves its paths. Every problem i
 from __future__ import annotations
 
 import difflib
-import itertools
-import json
 import os
 import re
 import sys
@@ -21,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SpecError
+from .matrix import cell_label, dotted_path, expand_matrix, substitute_matrix
 
 Framework = Literal["auto", "jax", "tensorflow", "torch_xla"]
 DumpFormat = Literal["text", "proto", "dot", "html", "url"]
@@ -292,13 +291,6 @@ def _interpolate_tree(value: Any, path: tuple, environ: dict[str, str], problems
     return value
 
 
-def _dotted(path: tuple) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def _model_at(path: tuple) -> type[BaseModel] | None:
     """The pydantic model that owns the mapping at ``path`` (for "did you mean")."""
     model: type[BaseModel] | None = RunSpec
@@ -364,7 +356,7 @@ def _validate(data: dict, keys: dict, values: dict, source: str, environ: dict[s
     located: list[tuple[Mark, str]] = []
     for path, message in problems:
         line, col = _locate(path, keys, values, key_error=False)
-        located.append(((line, col), f"{source}:{line}:{col} {_dotted(path)}{context}: {message}"))
+        located.append(((line, col), f"{source}:{line}:{col} {dotted_path(path)}{context}: {message}"))
     spec = None
     try:
         spec = RunSpec.model_validate(data)
@@ -379,7 +371,7 @@ def _validate(data: dict, keys: dict, values: dict, source: str, environ: dict[s
                 message = "required key is missing"
             else:
                 message = error["msg"].removeprefix("Value error, ")
-            located.append(((line, col), f"{source}:{line}:{col} {_dotted(loc)}{context}: {message}"))
+            located.append(((line, col), f"{source}:{line}:{col} {dotted_path(loc)}{context}: {message}"))
     messages = [message for _mark, message in sorted(located, key=lambda item: item[0])]
     if messages:
         raise SpecError(messages[0], _more_hint(len(messages), source), problems=messages)
@@ -405,75 +397,11 @@ def parse_spec_cells(text: str, source: str = "<spec>", environ: dict[str, str] 
     cells = expand_matrix(matrix, source, keys.get(("matrix",), (1, 1)))
     out = []
     for cell in cells:
-        substituted = _substitute_matrix(data, cell, (), source, values)
+        substituted = substitute_matrix(data, cell, lambda path: _locate(path, {}, values, key_error=False), source)
         substituted["matrix"] = None
-        context = " (matrix " + ", ".join(f"{k}={_short(v)}" for k, v in cell.items()) + ")"
+        context = f" (matrix {cell_label(cell)})"
         out.append((cell, _validate(substituted, keys, values, source, environ, context)))
     return out
-
-
-def _short(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-
-
-def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> list[dict[str, Any]]:
-    """The cells of a matrix: the product of its axes, minus ``exclude`` entries, plus ``include`` entries.
-
-    As in GitHub Actions: an ``include`` entry that agrees with existing cells on all their original axes
-    extends them with its extra keys; otherwise it is added as a cell of its own.
-    """
-    at = f"{source}:{where[0]}:{where[1]} matrix"
-    if not isinstance(matrix, dict):
-        raise SpecError(f"{at}: must be a mapping of axes to lists of values", "e.g. matrix: {backend: [local, docker-cpu]}")
-    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
-    for name, options in axes.items():
-        if not isinstance(options, list) or not options:
-            raise SpecError(f"{at}.{name}: must be a non-empty list of values", f"e.g. {name}: [a, b]")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
-            raise SpecError(f"{at}.{name}: axis names are identifiers (letters, digits, _)", "rename the axis")
-    cells = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else []
-    excludes = matrix.get("exclude") or []
-    includes = matrix.get("include") or []
-    for label, entries in (("exclude", excludes), ("include", includes)):
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            raise SpecError(f"{at}.{label}: must be a list of mappings", f"e.g. {label}: [{{backend: local}}]")
-    cells = [c for c in cells if not any(all(c.get(k) == v for k, v in e.items()) for e in excludes)]
-    for entry in includes:
-        matched = False
-        for cell in cells:
-            if all(cell.get(k) == v for k, v in entry.items() if k in axes):
-                if any(k in axes for k in entry):
-                    cell.update({k: v for k, v in entry.items() if k not in axes})
-                    matched = True
-        if not matched:
-            cells.append(dict(entry))
-    if not cells:
-        raise SpecError(f"{at}: has no cells left", "check 'exclude' against the axes")
-    return cells
-
-
-_MATRIX_REF = re.compile(r"\$\{matrix\.([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def _substitute_matrix(value: Any, cell: dict[str, Any], path: tuple, source: str, values: dict) -> Any:
-    if isinstance(value, str):
-        whole = _MATRIX_REF.fullmatch(value)
-        if whole and whole.group(1) in cell:
-            return cell[whole.group(1)]  # keeps the value's type: a number, a list, a mapping
-
-        def one(match: re.Match) -> str:
-            name = match.group(1)
-            if name not in cell:
-                line, col = _locate(path, {}, values, key_error=False)
-                raise SpecError(f"{source}:{line}:{col} {_dotted(path)}: ${{matrix.{name}}} is not an axis of this cell", f"axes: {', '.join(cell)}")
-            return _short(cell[name])
-
-        return _MATRIX_REF.sub(one, value)
-    if isinstance(value, dict):
-        return {k: (v if k == "matrix" and not path else _substitute_matrix(v, cell, path + (k,), source, values)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute_matrix(v, cell, path + (i,), source, values) for i, v in enumerate(value)]
-    return value
 
 
 def _more_hint(count: int, source: str) -> str:
