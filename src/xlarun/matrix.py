@@ -25,8 +25,6 @@ def _short(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-
-
 def cell_label(cell: dict[str, Any]) -> str:
     """'backend=local, t=10'."""
     return ", ".join(f"{k}={_short(v)}" for k, v in cell.items())
