@@ -2,8 +2,9 @@
 
 - ``docker_engine`` (session): a client; starts dockerd with scripts/start-dockerd.sh when running as
   root and no daemon answers, else skips with the reason.
-- ``docker_client``: the same client, and after the test no container labelled ``xlarun.run`` may
-  remain (leftovers are removed, then the test fails).
+- ``docker_client``: the same client, and after the test no container this process started through
+  xlarun (label ``xlarun.owner-pid``) may remain: leftovers are removed, then the test fails. Other
+  processes' containers (a second test session, a user's capture) are left alone.
 - ``base_image`` (session): the local base (``xlarun-base:bookworm``, debootstrap + docker import via
   scripts/make-base-image.sh; the rootfs is cached under ~/.cache/xlarun).
 - ``cpu_image`` (session): ``xlarun-cpu:latest`` built from containers/cpu on the base image with the
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from xlarun import images
-from xlarun.backends.docker import LABEL_RUN
+from xlarun.backends.docker import LABEL_OWNER
 from xlarun.errors import EnvironmentProblem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,8 +55,8 @@ def _connect_or_start():
 
 
 def xlarun_containers(client) -> list:
-    """Every container (running or not) that carries xlarun's run label."""
-    return client.containers.list(all=True, filters={"label": LABEL_RUN})
+    """The containers (running or not) this process started through xlarun; other sessions' are not ours."""
+    return client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={os.getpid()}"})
 
 
 @pytest.fixture(scope="session")

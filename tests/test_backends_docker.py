@@ -63,7 +63,8 @@ def test_cpu_job_translates_exactly(tmp_path):
         },
         user="1234:567",
         mounts=[Mount(project, SCRIPT_MOUNT, True), Mount(run, RUN_MOUNT, False)],
-        labels={"xlarun.run": "r-20250101-abc", "xlarun.kind": "docker-cpu", "xlarun.version": spec.labels["xlarun.version"]},
+        labels={"xlarun.run": "r-20250101-abc", "xlarun.owner-pid": "0", "xlarun.kind": "docker-cpu",
+                "xlarun.version": spec.labels["xlarun.version"]},
         memswap_limit=None,
     )
     kwargs = spec.create_kwargs()
@@ -123,6 +124,13 @@ def test_backend_from_a_spec_section():
     Section.options = {"gpu": 1}
     with pytest.raises(SpecError, match="backend.options"):
         DockerBackend.from_spec(Section())
+
+    class Inline:  # options written in the section itself
+        kind = "docker-cpu"
+        options = None
+        image = "my/jax:1"
+
+    assert DockerBackend.from_spec(Inline()).options.image == "my/jax:1"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import os
 import re
 import subprocess
 import time
@@ -87,12 +88,29 @@ def test_daemon_down_message(tmp_path, monkeypatch):
         images.connect_docker()
 
 
+def test_engine_facts_without_a_daemon(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    facts = images.engine_facts()
+    assert facts.problem.startswith(f"cannot reach the Docker daemon at unix://{tmp_path}/none.sock")
+    assert facts.problem.endswith("(no socket there)")
+    assert (facts.server_version, facts.images) == (None, {})
+
+
 # ----------------------------------------------------------------------------------- real engine
+@pytest.mark.docker
+def test_engine_facts(docker_client, cpu_image):
+    facts = images.engine_facts()
+    assert facts.problem is None and facts.server_version and "runc" in facts.runtimes
+    assert set(facts.images) == {"xlarun-cpu:latest", "xlarun-gpu:latest", "xlarun-ipu:latest"}
+    if cpu_image == "xlarun-cpu:latest":
+        assert facts.images["xlarun-cpu:latest"] == docker_client.images.get(cpu_image).id
+
+
 @pytest.mark.docker
 def test_cpu_image_runs_the_host_versions_as_a_non_root_user(docker_client, cpu_image):
     out = docker_client.containers.run(
         cpu_image, ["python", "-c", "import os, jax, tensorflow as tf; print(os.getuid(), jax.__version__, tf.__version__)"],
-        remove=True, labels={"xlarun.run": "test"}, network_mode="none",
+        remove=True, labels={"xlarun.run": "test", "xlarun.owner-pid": str(os.getpid())}, network_mode="none",
     ).decode().split()
     assert out == ["1000", importlib.metadata.version("jax"), importlib.metadata.version("tensorflow-cpu")]
     info = images.image_info(cpu_image, client=docker_client)

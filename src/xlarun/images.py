@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -64,10 +64,16 @@ def _daemon_problem(text: str) -> EnvironmentProblem:
             f"no permission to use the Docker daemon at {address}",
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log in again) or use sudo",
         )
+    if "FileNotFoundError" in text or "No such file" in text:
+        why = "no socket there"
+    elif "refused" in text:
+        why = "nothing listens there"
+    else:
+        why = text.splitlines()[0][:160] if text else None
     return EnvironmentProblem(
         f"cannot reach the Docker daemon at {address}: start it (`sudo systemctl start docker` or "
         "`dockerd &`) or set DOCKER_HOST",
-        hint=f"the engine said: {text.splitlines()[0][:200] if text else 'nothing'}",
+        hint=why,
     )
 
 
@@ -138,6 +144,41 @@ def image_info(image_or_tag, ref: str | None = None, client: "docker.DockerClien
         created=attrs.get("Created"),
         size=attrs.get("Size"),
     )
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What ``xlarun doctor`` reports about the container side of this machine."""
+
+    address: str
+    problem: str | None  # why the daemon cannot be used, with the fix; None when it answers
+    server_version: str | None = None
+    runtimes: tuple[str, ...] = ()
+    nvidia_toolkit: bool = False  # GPUs can be handed to containers (runtime registered or toolkit installed)
+    images: dict[str, str | None] = field(default_factory=dict)  # xlarun-<kind>:latest -> image id, None if absent
+
+
+def engine_facts() -> EngineFacts:
+    """The daemon, its runtimes, and which of xlarun's images exist; never raises for a missing engine."""
+    import docker.errors
+
+    try:
+        client = connect_docker(timeout=10)
+    except EnvironmentProblem as problem:
+        return EngineFacts(docker_host(), problem.one_line())
+    try:
+        info = client.info()
+        runtimes = tuple(sorted(info.get("Runtimes") or {}))
+        found: dict[str, str | None] = {}
+        for kind in IMAGE_KINDS:
+            try:
+                found[f"xlarun-{kind}:latest"] = client.images.get(f"xlarun-{kind}:latest").id
+            except docker.errors.ImageNotFound:
+                found[f"xlarun-{kind}:latest"] = None
+    finally:
+        client.close()
+    toolkit = "nvidia" in runtimes or bool(shutil.which("nvidia-container-cli") or shutil.which("nvidia-ctk"))
+    return EngineFacts(docker_host(), None, info.get("ServerVersion"), runtimes, toolkit, found)
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -214,6 +255,7 @@ def build_image(
     pip_network: str | None = "host",
     build_args: dict[str, str] | None = None,
     pip_ca: Path | str | None | bool = True,
+    no_cache: bool = False,
     client: "docker.DockerClient | None" = None,
 ) -> ImageInfo:
     """Build ``containers/<kind>/Dockerfile`` as ``tag`` (default ``xlarun-<kind>:latest``).
@@ -221,7 +263,8 @@ def build_image(
     ``base`` overrides the Dockerfile's BASE_IMAGE (e.g. the local ``xlarun-base:bookworm``);
     framework versions default to the host's (:func:`default_build_args`), so dumps made in the
     container and here fingerprint alike. ``pip_network`` is the network of the build's RUN steps;
-    ``pip_ca`` (True: the bundle pip uses here, if any) is handed to pip during the build.
+    ``pip_ca`` (True: the bundle pip uses here, if any) is handed to pip during the build;
+    ``no_cache`` rebuilds every layer.
     """
     import docker.errors
 
@@ -244,7 +287,7 @@ def build_image(
         image_id = None
         for event in client.api.build(
             path=str(context), tag=tag, buildargs=args, labels=labels, network_mode=pip_network,
-            rm=True, forcerm=True, decode=True, pull=False,
+            rm=True, forcerm=True, decode=True, pull=False, nocache=no_cache,
         ):
             if "stream" in event:
                 for line in event["stream"].splitlines():
@@ -317,7 +360,7 @@ def find_runner_in_image(image: str, name: str, client: "docker.DockerClient | N
     try:
         output = client.containers.run(
             image_id, entrypoint=["/bin/sh", "-c", probe], remove=True, network_mode="none",
-            labels={"xlarun.run": "probe", "xlarun.kind": "probe"}, user="0:0",
+            labels={"xlarun.run": "probe", "xlarun.owner-pid": str(os.getpid()), "xlarun.kind": "probe"}, user="0:0",
         )
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"cannot look for {name} in image {image}: {exc}") from None

@@ -1,274 +1,47 @@
 """Run a job in a container through the Docker SDK (kinds ``docker``, ``docker-cpu|gpu|ipu``).
 
-Two halves: :func:`translate_job` is pure and computes everything sent to the engine (a
-:class:`ContainerSpec`: image, command, environment, mounts, devices, limits, labels), so tests and
-``--dry-run`` can inspect it exactly; :class:`DockerBackend` sends it, streams the output, enforces the
-deadline, and always removes the container.
-
-Inside the container the script's folder is ``/xlarun/script`` (read-only), the run folder is
-``/xlarun/run`` (read-write) and a working directory outside both is ``/xlarun/cwd`` (read-only).
-Host paths in the job's command line and environment are rewritten to those mount points.
+:func:`~xlarun.backends.docker_spec.translate_job` computes everything sent to the engine;
+:class:`DockerBackend` sends it, streams the output live, enforces the deadline (docker's own
+``wait(timeout=)`` is only an HTTP timeout), reports OOM kills, hands the run folder back to the
+caller's uid, and always removes the container, also after Ctrl-C and errors.
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 import os
 import re
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
-from .. import __version__
-from .base import OUTPUT_DIRS, Job, JobPaths, LaunchResult, OutputSink, RunStatus
-from .docker_options import (  # noqa: F401  (ipu helpers re-exported for callers)
-    DEFAULT_IMAGES, DockerOptions, GpuRequest, ipu_device_files, ipus_of_device_id,
-)
 from ..errors import EnvironmentProblem, InputError, SpecError, XlarunError
+from .base import OUTPUT_DIRS, Job, JobPaths, LaunchResult, OutputSink, RunStatus
+from .docker_options import DockerOptions, GpuRequest, ipu_device_files, ipus_of_device_id
+from .docker_spec import (
+    CWD_MOUNT, DROPPED_NAMES, IPUOF_DIR_MOUNT, IPUOF_FILE_MOUNT, LABEL_OWNER, LABEL_RUN, RUN_MOUNT, SCRIPT_MOUNT, ContainerSpec,
+    HostFacts, Mount, container_path, run_id_of, translate_job,
+)
 
 if TYPE_CHECKING:  # the SDK is imported when a container is launched, not when xlarun is
     import docker
 
-SCRIPT_MOUNT = "/xlarun/script"
-RUN_MOUNT = "/xlarun/run"
-CWD_MOUNT = "/xlarun/cwd"
-IPUOF_FILE_MOUNT = "/etc/xlarun/ipuof.conf"
-IPUOF_DIR_MOUNT = "/etc/ipuof.conf.d"  # where Graphcore's runtime looks when IPUOF_CONFIG_PATH is unset
-#: Every container xlarun starts carries this label; its value is the run id.
-LABEL_RUN = "xlarun.run"
-#: Host-specific variables that would break the container when a job's environment was copied from the
-#: host; set them through ``options.env`` when the image needs them.
-DROPPED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "HOSTNAME", "TERM", "TMPDIR",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-    "LD_LIBRARY_PATH", "LD_PRELOAD", "DISPLAY", "SSH_AUTH_SOCK", "DOCKER_HOST", "DOCKER_CONFIG",
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",  # GPUs are renumbered from 0 in the container
-})
+__all__ = [
+    "CWD_MOUNT", "DROPPED_NAMES", "IPUOF_DIR_MOUNT", "IPUOF_FILE_MOUNT", "LABEL_OWNER", "LABEL_RUN", "RUN_MOUNT", "SCRIPT_MOUNT",
+    "ContainerSpec", "DockerBackend", "DockerOptions", "GpuRequest", "HostFacts", "Mount", "container_path",
+    "ipu_device_files", "ipus_of_device_id", "run_id_of", "translate_job",
+]
+
 #: Image build arguments (labels ``xlarun.build-arg.*``) that name framework versions, for the manifest.
 _VERSION_LABELS = {"jax_version": "jax", "jaxlib_version": "jaxlib", "tf_version": "tensorflow"}
-_PYTHON = re.compile(r"^python[0-9.]*$")
 _STOP_GRACE_S = 2  # SIGTERM -> SIGKILL at the deadline
 _INTERRUPT_GRACE_S = 5  # SIGINT -> SIGKILL after Ctrl-C, so the job can flush what it has
 
 
-@dataclass(frozen=True)
-class HostFacts:
-    """What :func:`translate_job` needs to know about the calling host (explicit, so tests can fix it)."""
-
-    uid: int
-    gid: int
-    env: Mapping[str, str]  # the caller's environment (IPUOF_CONFIG_PATH)
-    ipu_count: int  # /dev/ipuN devices present
-
-    @classmethod
-    def detect(cls) -> "HostFacts":
-        ipus = [p for p in Path("/dev").glob("ipu*") if re.fullmatch(r"ipu[0-9]+", p.name)]
-        return cls(uid=os.getuid(), gid=os.getgid(), env=dict(os.environ), ipu_count=len(ipus))
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str  # host path
-    target: str  # container path
-    read_only: bool
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    """Everything sent to the engine for one job."""
-
-    image: str
-    command: list[str]
-    working_dir: str
-    environment: dict[str, str]
-    user: str | None  # None: the image's USER
-    mounts: list[Mount]
-    labels: dict[str, str]
-    device_requests: list[GpuRequest] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)  # "HOST:CONTAINER:PERMISSIONS"
-    cap_add: list[str] = field(default_factory=list)
-    ulimits: list[tuple[str, int, int]] = field(default_factory=list)  # (name, soft, hard)
-    network_mode: str | None = None
-    ipc_mode: str | None = None
-    shm_size: str | None = None
-    mem_limit: str | None = None
-    memswap_limit: str | None = None
-    init: bool = True  # docker-init as PID 1 forwards signals to the job and reaps its children
-
-    def create_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for ``DockerClient.containers.create`` (docker SDK >= 7)."""
-        from docker.types import DeviceRequest, Mount as SdkMount, Ulimit
-
-        kwargs: dict[str, object] = {
-            "image": self.image,
-            "command": self.command,
-            "working_dir": self.working_dir,
-            "environment": dict(self.environment),
-            "mounts": [SdkMount(m.target, m.source, type="bind", read_only=m.read_only) for m in self.mounts],
-            "labels": dict(self.labels),
-            "init": self.init,
-            "detach": True,
-            "stdin_open": False,
-            "tty": False,
-        }
-        optional = {
-            "user": self.user,
-            "devices": list(self.devices) or None,
-            "cap_add": list(self.cap_add) or None,
-            "network_mode": self.network_mode,
-            "ipc_mode": self.ipc_mode,
-            "shm_size": self.shm_size,
-            "mem_limit": self.mem_limit,
-            "memswap_limit": self.memswap_limit,
-        }
-        kwargs.update({k: v for k, v in optional.items() if v is not None})
-        if self.device_requests:
-            kwargs["device_requests"] = [
-                DeviceRequest(
-                    count=r.count, device_ids=list(r.device_ids) or None,
-                    capabilities=[list(c) for c in r.capabilities],
-                )
-                for r in self.device_requests
-            ]
-        if self.ulimits:
-            kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits]
-        return kwargs
-
-
-# ---------------------------------------------------------------------------------------------- paths
-def _mount_table(job: Job, options: DockerOptions, host: HostFacts) -> list[Mount]:
-    """The bind mounts of a job: script folder, run folder, working directory, IPUoF config, volumes."""
-    script_dir = Path(job.script_dir or job.cwd).absolute()
-    mounts = [Mount(str(script_dir), SCRIPT_MOUNT, True), Mount(str(Path(job.run_dir).absolute()), RUN_MOUNT, False)]
-    cwd = Path(job.cwd).absolute()
-    if not any(_under(str(cwd), m.source) for m in mounts):
-        mounts.append(Mount(str(cwd), CWD_MOUNT, True))
-    if options.ipu_over_fabric:
-        config = options.ipuof_config_path or job.env.get("IPUOF_CONFIG_PATH") or host.env.get("IPUOF_CONFIG_PATH")
-        if config:
-            config = Path(config).expanduser().absolute()
-            target = IPUOF_DIR_MOUNT if config.is_dir() else IPUOF_FILE_MOUNT
-            mounts.append(Mount(str(config), target, True))
-    for volume in options.volumes:
-        source, target, *mode = volume.split(":")
-        mounts.append(Mount(str(Path(source).expanduser().absolute()), target, mode == ["ro"]))
-    return mounts
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def container_path(host_path: str | os.PathLike, job: Job, options: DockerOptions | None = None) -> str | None:
-    """Where the job sees ``host_path`` inside its container, or None when no mount covers it."""
-    table = _mount_table(job, options or DockerOptions(), HostFacts(0, 0, {}, 0))
-    for candidate in dict.fromkeys((os.path.abspath(host_path), os.path.realpath(host_path))):
-        for mount in sorted(table, key=lambda m: len(m.source), reverse=True):
-            for source in dict.fromkeys((mount.source, os.path.realpath(mount.source))):
-                if _under(candidate, source):
-                    return mount.target + candidate[len(source.rstrip("/")):]
-    return None
-
-
-def _rewrite_host_paths(text: str, mounts: list[Mount]) -> str:
-    """``text`` with every host path under a mount replaced by its container path."""
-    for mount in sorted(mounts, key=lambda m: len(m.source), reverse=True):
-        if mount.source == "/":
-            continue  # would rewrite every absolute path
-        pattern = r"(?<![\w./-])" + re.escape(mount.source.rstrip("/")) + r"(?=/|$|[\s:,;\"'=\]}])"
-        text = re.sub(pattern, mount.target.replace("\\", r"\\"), text)
-    return text
-
-
-# ---------------------------------------------------------------------------------------- environment
-def _resolve_user(user: str, host: HostFacts) -> str | None:
-    return {"host": f"{host.uid}:{host.gid}", "image": None, "root": "0:0"}.get(user, user)
-
-
-def _job_environment(job: Job, options: DockerOptions, kind: str, host: HostFacts, mounts: list[Mount]) -> dict[str, str]:
-    env = {name: _rewrite_host_paths(value, mounts) for name, value in job.env.items() if name not in DROPPED_NAMES}
-    env.setdefault("PYTHONUNBUFFERED", "1")  # without a terminal Python would hold output back until exit
-    user = _resolve_user(options.user, host)
-    if user and re.fullmatch(r"[1-9][0-9]*(:[0-9]+)?", user):
-        env["HOME"] = "/tmp"  # an arbitrary uid has no home in the image; caches need a writable one
-    if kind == "docker-ipu":
-        _point_poplar_reports(env, JobPaths.under(RUN_MOUNT).poplar_report_dir)
-    if options.ipu_over_fabric:
-        ipuof = [m for m in mounts if m.target == IPUOF_FILE_MOUNT]
-        if ipuof:
-            env["IPUOF_CONFIG_PATH"] = IPUOF_FILE_MOUNT
-        else:
-            env.pop("IPUOF_CONFIG_PATH", None)  # a folder is found at /etc/ipuof.conf.d without it
-    env.update(options.env)
-    return env
-
-
-def _point_poplar_reports(env: dict[str, str], report_dir: str) -> None:
-    """Send Poplar's auto-reports into the run folder when the job asks for reports but names no folder."""
-    try:
-        engine_options = json.loads(env.get("POPLAR_ENGINE_OPTIONS", ""))
-    except ValueError:
-        return
-    if isinstance(engine_options, dict) and any(k.startswith("autoReport.") for k in engine_options):
-        engine_options.setdefault("autoReport.directory", report_dir)
-        env["POPLAR_ENGINE_OPTIONS"] = json.dumps(engine_options)
-
-
-def _command(job: Job, mounts: list[Mount]) -> list[str]:
-    argv = [_rewrite_host_paths(arg, mounts) for arg in job.argv]
-    if argv and os.path.isabs(argv[0]) and _PYTHON.match(os.path.basename(argv[0])) and not argv[0].startswith("/xlarun/"):
-        argv[0] = "python3"  # a host interpreter (a virtualenv's python) does not exist in the image
-    return argv
-
-
-def run_id_of(job: Job) -> str:
-    """The run id a job belongs to: ``XLARUN_RUN_ID`` in its environment, else its run folder's name."""
-    return job.env.get("XLARUN_RUN_ID") or Path(job.run_dir).name
-
-
-def translate_job(job: Job, options: DockerOptions, kind: str = "docker", host: HostFacts | None = None) -> ContainerSpec:
-    """Everything the engine gets for ``job``: pure, given ``host`` (default: this machine's facts)."""
-    try:
-        options = options.for_kind(kind)
-    except ValueError as exc:
-        raise SpecError(f"backend: {exc}") from None
-    host = host or HostFacts.detect()
-    mounts = _mount_table(job, options, host)
-    fabric = options.ipu_over_fabric
-    wants_ipus = kind == "docker-ipu" or options.ipu_device_id is not None or fabric
-    devices, caps, ulimits = options.ipu_settings(host.ipu_count) if wants_ipus else ([], [], [])
-    labels = {**options.labels, LABEL_RUN: run_id_of(job), "xlarun.kind": kind, "xlarun.version": __version__}
-    return ContainerSpec(
-        image=options.image or DEFAULT_IMAGES[kind],
-        command=_command(job, mounts),
-        working_dir=container_path(job.cwd, job, options) or SCRIPT_MOUNT,
-        environment=_job_environment(job, options, kind, host, mounts),
-        user=_resolve_user(options.user, host),
-        mounts=mounts,
-        labels=labels,
-        device_requests=options.gpu_requests(),
-        devices=[*devices, *(d if d.count(":") == 2 else _device_triplet(d) for d in options.devices)],
-        cap_add=list(dict.fromkeys([*caps, *options.cap_add])),
-        ulimits=ulimits,
-        network_mode="host" if fabric else options.network,
-        ipc_mode="host" if fabric else options.ipc,
-        shm_size=options.shm_size,
-        mem_limit=options.mem_limit,
-        memswap_limit=options.mem_limit,  # no swap beyond the limit, so passing it is an OOM, not a crawl
-    )
-
-
-def _device_triplet(device: str) -> str:
-    host_path, *rest = device.split(":")
-    return f"{host_path}:{rest[0] if rest else host_path}:rwm"
-
-
-# ------------------------------------------------------------------------------------------- running
 def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -319,6 +92,9 @@ class DockerBackend:
     def from_spec(cls, spec) -> "DockerBackend":
         """The backend for a run spec's ``backend`` section: its ``kind`` and ``options``."""
         options = getattr(spec, "options", None)
+        if options is None:  # the options may also sit in the section itself
+            options = {name: getattr(spec, name) for name in DockerOptions.model_fields
+                       if getattr(spec, name, None) is not None} or None
         if isinstance(options, dict):
             try:
                 options = DockerOptions(**options)
@@ -362,7 +138,7 @@ class DockerBackend:
         try:
             result = _ContainerRun(client, spec, job, sink).execute()
         finally:
-            handed_back = _give_run_dir_back(client, image.id, run_dir, host, spec.labels[LABEL_RUN])
+            handed_back = _give_run_dir_back(client, image.id, run_dir, host, spec.labels)
         info = images.image_info(image, spec.image)
         versions = {name: info.labels[f"xlarun.build-arg.{arg}"] for arg, name in _VERSION_LABELS.items()
                     if info.labels.get(f"xlarun.build-arg.{arg}")}
@@ -549,7 +325,7 @@ def _open_run_dir(run_dir: Path, user: str | None, host: HostFacts) -> None:
             folder.chmod(0o777)
 
 
-def _give_run_dir_back(client: "docker.DockerClient", image_id: str, run_dir: Path, host: HostFacts, run_id: str) -> bool:
+def _give_run_dir_back(client: "docker.DockerClient", image_id: str, run_dir: Path, host: HostFacts, labels: dict) -> bool:
     """Make the caller the owner of everything the job wrote (it may have run as another uid).
 
     Returns True when files had to be handed back, by a short root container running ``chown -R``.
@@ -566,7 +342,7 @@ def _give_run_dir_back(client: "docker.DockerClient", image_id: str, run_dir: Pa
             client.containers.run(
                 image_id, entrypoint=["chown", "-R", f"{host.uid}:{host.gid}", RUN_MOUNT], user="0:0",
                 mounts=[SdkMount(RUN_MOUNT, str(run_dir.absolute()), type="bind")], network_mode="none",
-                labels={LABEL_RUN: run_id, "xlarun.kind": "chown"}, remove=True,
+                labels={**labels, "xlarun.kind": "chown"}, remove=True,
             )
         except docker.errors.DockerException:
             pass  # the files stay readable (the job's umask); only deleting them needs the owner
