@@ -77,6 +77,7 @@ def test_run_hlo_module_command_line_for_a_snapshot_with_a_reference():
         "--abs_error_bound=0.001",
         "--rel_error_bound=0.001",
         "--print_literals=true",
+        "--run_test_hlo_passes=false",  # a snapshot's module is the optimized one
         SNAPSHOT,
     ]
 
@@ -118,12 +119,13 @@ def test_hlo_runner_main_command_lines():
         "--profile_execution=true",
         AFTER_TXT,
     ]
-    # a snapshot brings its own arguments, unless fake inputs are asked for
+    # a snapshot brings its own arguments, unless fake inputs are asked for, and its optimized module
     assert command_line("hlo_runner_main", SNAPSHOT, ReplayOptions()) == [
         "hlo_runner_main",
         "--device_type=host",
         "--input_format=snapshot_proto_binary",
         "--num_repeats=1",
+        "--run_xla_backend_only=true",
         "--profile_execution=true",
         SNAPSHOT,
     ]
@@ -216,6 +218,7 @@ def test_hlo_runner_main_never_compares(tmp_path):
         "--device_type=host",
         "--input_format=snapshot_proto_binary",
         "--num_repeats=3",
+        "--run_xla_backend_only=true",
         "--profile_execution=true",
         SNAPSHOT,
     ]

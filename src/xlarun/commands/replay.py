@@ -17,12 +17,8 @@ REPLAY_EXIT_CODES = (
 
 
 def register(app: typer.Typer) -> None:
-    app.command("replay", help=_help(replay), epilog=REPLAY_EXIT_CODES)(replay)
+    app.command("replay", epilog=REPLAY_EXIT_CODES)(replay)
     app.command("convert")(convert)
-
-
-def _help(function) -> str:
-    return function.__doc__
 
 
 def replay(
@@ -58,7 +54,7 @@ def replay(
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
     from ..replay import ReplayOptions, replay_file
-    from ..replay.record import record_replay, replay_stored_module
+    from ..replay.record import replay_and_record_file, replay_stored_module
 
     options = ReplayOptions(
         engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
@@ -68,16 +64,12 @@ def replay(
     sink = None if (quiet or as_json) else _stream
     path = Path(ref)
     if path.is_file() and run is None:
-        import time
-
-        from ..replay.record import _now
-
-        started, clock = _now(), time.perf_counter()
-        result = replay_file(path, options, sink, snapshot=snapshot)
         the_store = _existing_store(store)
-        replay_id = None
-        if the_store is not None:
-            replay_id = record_replay(the_store, result, options, started, time.perf_counter() - clock).replay_id
+        if the_store is None:
+            result, replay_id = replay_file(path, options, sink, snapshot=snapshot), None
+        else:
+            record = replay_and_record_file(the_store, path, options, sink, snapshot=snapshot)
+            result, replay_id = record.result, record.replay_id
         _report(result, replay_id, None, as_json)
     else:
         if snapshot is not None:

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .engine import ELIDED_WARNING
-from .sources import ELIDED_CONSTANT, read_dump_bytes
+from .sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
 
 _SNAPSHOT = re.compile(r"(\.snapshot\.-?\d+\.pb|\.hlo_snapshot\.pb)(\.gz)?$")
 _BEFORE = re.compile(r"\.before_optimizations\.(txt|hlo\.pb|hlo\.pb\.gz)$")

@@ -90,7 +90,8 @@ def _platform(name: str) -> str:
 def command_line(runner: str, path: str | Path, options: ReplayOptions, binary: str | None = None) -> list[str]:
     """The exact argv that runs ``path`` with ``options`` on ``runner`` (no file is read)."""
     binary = binary or runner
-    optimized = bool(_OPTIMIZED_NAME.search(Path(path).name))
+    # a snapshot holds the module as XLA executed it, i.e. after optimization
+    optimized = bool(_OPTIMIZED_NAME.search(Path(path).name) or _SNAPSHOT_NAME.search(Path(path).name.removesuffix(".gz")))
     if runner == "run_hlo_module":
         argv = [
             binary,

@@ -30,13 +30,7 @@ from .literals import describe, flatten
 from .options import ReplayOptions
 from .probe import probe_compile
 from .result import OutputSummary, ReplayResult
-from .sources import ReplaySource
-
-ELIDED_WARNING = (
-    "WARNING: {name} was dumped without --xla_dump_large_constants: its large constants are "
-    "printed as {{...}} and XLA's parser fills them with GARBAGE, so this replay computes on "
-    "made-up constants. Replay the .hlo.pb or a snapshot, or capture again with --xla_dump_large_constants."
-)
+from .sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes
 
 Log = Callable[[str], None]
 _PARTITIONS = re.compile(r"^HloModule [^\n]*\bnum_partitions=(\d+)", re.MULTILINE)
@@ -163,7 +157,7 @@ def _probe_or_raise(stablehlo: bytes, platform, options) -> None:
 
 
 def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, result: ReplayResult) -> list:
-    shapes = built.source.parameter_shapes(built.module_proto)
+    shapes = entry_parameter_shapes(built.module_proto)
     use_snapshot = options.inputs == "snapshot" or (options.inputs == "auto" and source.arguments is not None)
     if options.inputs == "snapshot" and source.arguments is None:
         raise InputError(

@@ -21,6 +21,11 @@ from . import literals
 
 #: ``{...}``: a constant printed without its values (dumped without --xla_dump_large_constants).
 ELIDED_CONSTANT = re.compile(r"constant\(\{\.\.\.\}\)")
+ELIDED_WARNING = (
+    "WARNING: {name} was dumped without --xla_dump_large_constants: its large constants are "
+    "printed as {{...}} and XLA's parser fills them with GARBAGE, so this replay computes on "
+    "made-up constants. Replay the .hlo.pb or a snapshot, or capture again with --xla_dump_large_constants."
+)
 _OPTIMIZED_NAME = re.compile(r"(^|[._])([\w.\-]*_)?after_optimizations([.\-]|$)")
 _OPTIMIZED_HEADER = re.compile(r"^HloModule [^\n]*\bis_scheduled=true", re.MULTILINE)
 
@@ -59,10 +64,6 @@ class ReplaySource:
         if self.scheduled or _OPTIMIZED_NAME.search(self.path.name):
             return True
         return self.text is not None and bool(_OPTIMIZED_HEADER.search(self.text))
-
-    def parameter_shapes(self, module_proto: bytes) -> list[literals.Shape]:
-        """The entry computation's parameter shapes, from the module's host program shape."""
-        return entry_parameter_shapes(module_proto)
 
     @property
     def input_kind(self) -> str:

@@ -1,0 +1,38 @@
+"""``xlarun convert``: HLO text <-> HloModuleProto, the job of ``hlo-opt --emit-proto``, with jaxlib.
+
+Any replayable dump is accepted: text, HloProto (``.hlo.pb``), HloModuleProto, or an
+HloSnapshot (its module is taken). Text is printed with large constants in full, so
+``convert --to text`` of a proto gives text that replays faithfully; converting text whose
+constants were elided (``{...}``) bakes the garbage into the proto, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from . import pjrt
+from .sources import ELIDED_WARNING, load_source
+
+FORMATS = ("text", "proto")
+
+
+@dataclass
+class Converted:
+    data: bytes  # UTF-8 text, or a serialized HloModuleProto
+    module_name: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def convert_hlo(path: str | Path, to: str, data: bytes | None = None) -> Converted:
+    """Convert one dump file to HLO text (``to="text"``) or a serialized HloModuleProto (``"proto"``)."""
+    if to not in FORMATS:
+        raise InputError(f"cannot convert to {to!r}", f"use one of: {', '.join(FORMATS)}")
+    source = load_source(path, data)
+    warnings = list(source.warnings)
+    if source.has_elided_constants:
+        warnings.append(ELIDED_WARNING.format(name=source.path.name))
+    proto = source.module_proto if source.module_proto is not None else pjrt.text_to_module_proto(source.text)
+    out = pjrt.module_proto_to_text(proto).encode("utf-8") if to == "text" else proto
+    return Converted(out, source.module_name, warnings)

@@ -1,0 +1,132 @@
+"""`xlarun replay` and `xlarun convert` on real captures in a store, and replays in `xlarun show`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("jax")
+
+from tests.test_replay_drivers import make_runner  # noqa: E402
+
+
+def _file(store, module, pattern):
+    found = [f.path for f in module.files if re.search(pattern, f.path)]
+    assert found, (pattern, [f.path for f in module.files])
+    return sorted(found)[0]
+
+
+def _module(store, name):
+    from xlarun.refs import resolve_module
+
+    return resolve_module(store.index, name)
+
+
+def test_replay_a_stored_snapshot_records_it_and_show_lists_it(jax_run, cli):
+    store, _ = jax_run
+    result = cli("replay", "train_step", "--store", store.root, "-n", "2", "--reference-platform", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "match" and data["input_kind"] == "snapshot" and data["arguments"] == "snapshot"
+    assert data["compared_with"] == ["snapshot result", "platform cpu"]
+    assert len(data["run_times_s"]) == 2 and data["replay_id"] and data["module"].endswith("/module_0012")
+
+    shown = cli("show", "train_step", "--store", store.root)
+    assert shown.exit_code == 0
+    assert "replays (" in shown.stdout and data["replay_id"] in shown.stdout
+
+    # the record lives in the store; the index row is derived and comes back after a rebuild
+    records = list(store.runs_dir.glob(f"*/replays/{data['replay_id']}.json"))
+    assert len(records) == 1
+    store.close()
+    (store.root / "index.sqlite").unlink()
+    assert data["replay_id"] in cli("show", "train_step", "--store", store.root).stdout
+
+
+def test_human_output_and_streamed_log(jax_run, cli):
+    store, _ = jax_run
+    result = cli("replay", "accuracy", "--store", store.root, "--print-literals")
+    assert result.exit_code == 0
+    assert "replay of module_" in result.stdout and "match" in result.stdout
+    assert "compared with" in result.stdout and "snapshot result" in result.stdout
+    assert "output 0" in result.stdout  # the literal
+    assert "  | compiled" in result.stderr
+
+
+def test_edited_module_against_the_original_snapshot_exits_1(jax_run, cli, tmp_path):
+    store, _ = jax_run
+    module = _module(store, "train_step")
+    text = store.read_file(module.run_id, _file(store, module, r"before_optimizations\.txt$")).decode()
+    snapshot = tmp_path / "train.snapshot.1.pb"
+    snapshot.write_bytes(store.read_file(module.run_id, _file(store, module, r"\.snapshot\.")))
+    constant = re.search(r"constant\((-?\d+\.\d+)\)", text)
+    assert constant, "the training step has a fractional constant (the mean's 1/batch)"
+    edited = tmp_path / "module_0012.jit_train_step.before_optimizations.txt"
+    edited.write_text(text.replace(constant.group(0), f"constant({float(constant.group(1)) * 2})", 1))
+
+    result = cli("replay", edited, "--snapshot", snapshot, "--store", store.root, "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "mismatch" and data["mismatches"] and data["module"] is None
+
+    edited.write_text(text)
+    assert cli("replay", edited, "--snapshot", snapshot, "--store", store.root, "-q").exit_code == 0
+
+
+def test_unoptimized_file_of_a_stored_module_on_fake_data(jax_run, cli):
+    store, _ = jax_run
+    module = _module(store, "train_step")
+    before = _file(store, module, r"before_optimizations\.hlo\.pb$")
+    result = cli("replay", "train_step", "--store", store.root, "--file", before, "--seed", "4", "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["verdict"] == "ran" and data["arguments"] == "fake"
+    assert data["input_kind"] == "proto"
+
+
+def test_tf_module_replays_on_fake_data(tf_run, cli):
+    store, _ = tf_run
+    result = cli("replay", "a_inference_train_step", "--store", store.root, "--reference-platform", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "match" and data["module_name"].startswith("a_inference_train_step")
+
+
+def test_runner_engine_exit_codes(jax_run, cli, tmp_path):
+    store, _ = jax_run
+    ok = make_runner(tmp_path, "run_hlo_module", exit_code=0)
+    result = cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", ok,
+                 "--reference-platform", "interpreter", "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["verdict"] == "match"
+    assert data["command"][1:5] == ["--platform=CPU", "--reference_platform=Interpreter", "--input_format=pb", "--iterations=1"]
+    assert data["command"][-2:] == ["--run_test_hlo_passes=false", data["command"][-1]] and ".snapshot." in data["command"][-1]
+
+    miscompare = make_runner(tmp_path, "run_hlo_module", exit_code=255)
+    assert cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", miscompare, "-q").exit_code == 1
+    flag_error = make_runner(tmp_path, "run_hlo_module", exit_code=1)
+    assert cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", flag_error, "-q").exit_code == 3
+
+
+def test_usage_errors_exit_2(jax_run, cli):
+    store, _ = jax_run
+    assert cli("replay", "no_such_module_xyz", "--store", store.root).exit_code == 2
+    assert cli("replay", "train_step", "--store", store.root, "--inputs", "sideways").exit_code == 2
+    assert cli("replay", "train_step", "--store", store.root, "--platform", "cuda").exit_code == 3  # not on this machine
+
+
+def test_convert_text_proto_text(tmp_path, cli):
+    from pathlib import Path
+
+    source = Path(__file__).parent / "fixtures" / "hlo" / "lookup_large" / "module_0002.jit_lookup.before_optimizations.txt"
+    proto = tmp_path / "lookup.pb"
+    assert cli("convert", source, "--to", "proto", "-o", proto).exit_code == 0
+    text = cli("convert", proto, "--to", "text")
+    assert text.exit_code == 0 and text.stdout.startswith("HloModule jit_lookup") and "{...}" not in text.stdout
+    assert cli("convert", source, "--to", "dot").exit_code == 2
+    assert cli("convert", tmp_path / "missing.txt", "--to", "text").exit_code == 2
+
+    elided = Path(__file__).parent / "fixtures" / "hlo" / "lookup_elided" / "module_0002.jit_lookup.before_optimizations.txt"
+    result = cli("convert", elided, "--to", "proto", "-o", tmp_path / "e.pb")
+    assert result.exit_code == 0 and "GARBAGE" in result.stderr
