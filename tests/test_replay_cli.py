@@ -116,6 +116,16 @@ def test_usage_errors_exit_2(jax_run, cli):
     assert cli("replay", "train_step", "--store", store.root, "--platform", "cuda").exit_code == 3  # not on this machine
 
 
+def test_a_loose_file_replays_without_a_store(cli, tmp_path):
+    from pathlib import Path
+
+    text = Path(__file__).parent / "fixtures" / "hlo" / "fp" / "module_0004.jit_f.before_optimizations.txt"
+    result = cli("replay", text, "--store", tmp_path / "no-store", "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["verdict"] == "ran" and data["replay_id"] is None
+    assert not (tmp_path / "no-store").exists()
+
+
 def test_convert_text_proto_text(tmp_path, cli):
     from pathlib import Path
 

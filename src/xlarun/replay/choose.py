@@ -43,7 +43,7 @@ def _candidate(path: str, dump_name: Any, read: Callable[[str], bytes]) -> tuple
     kind = getattr(dump_name, "kind", None)
     if kind == "snapshot" or _SNAPSHOT.search(name):
         return 0, "snapshot"
-    if _PER_PASS.search(name):
+    if kind == "pass" or _PER_PASS.search(name):
         return None
     optimized = bool(_AFTER.search(name))
     if not optimized and not _BEFORE.search(name):
