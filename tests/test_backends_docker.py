@@ -18,7 +18,7 @@ from tests.docker_support import base_image, cpu_image, docker_client, docker_en
 from xlarun.backends.base import Job, JobPaths, RunStatus
 from xlarun.backends.docker import (
     CWD_MOUNT, IPUOF_DIR_MOUNT, IPUOF_FILE_MOUNT, RUN_MOUNT, SCRIPT_MOUNT, ContainerSpec, DockerBackend, GpuRequest,
-    HostFacts, Mount, container_path, ipu_device_files, ipus_of_device_id, translate_job,
+    HostFacts, Mount, container_path, ipu_device_files, ipus_of_device_id, run_in_image, translate_job,
 )
 from xlarun.backends.docker_options import DockerOptions
 from xlarun.errors import EnvironmentProblem, InputError, SpecError
@@ -458,4 +458,21 @@ def test_missing_volume_source_is_an_input_error(tmp_path, docker_client, cpu_im
     backend = DockerBackend("docker-cpu", DockerOptions(image=cpu_image, volumes=[f"{tmp_path}/absent:/data:ro"]))
     with pytest.raises(InputError, match=f"cannot mount {tmp_path}/absent into the container: it does not exist"):
         backend.launch(real_job(tmp_path, "print(1)\n"), Sink())
+    assert xlarun_containers(docker_client) == []
+
+
+@pytest.mark.docker
+def test_run_a_tool_in_an_image_with_host_folders_at_their_own_paths(tmp_path, docker_client, base_image):
+    dump, out = tmp_path / "dump", tmp_path / "out"
+    dump.mkdir()
+    out.mkdir()
+    (dump / "module.txt").write_text("HloModule m\n")
+    sink = Sink()
+    result = run_in_image(base_image, ["/bin/sh", "-c", f"cat {dump}/module.txt; id -u; touch {out}/literals.pb; exit 4"],
+                          read_only=[dump], writable=[out], sink=sink, timeout_s=60)
+    assert (result.status, result.exit_code) == (RunStatus.FAILED, 4)
+    assert sink.text("stdout") == f"HloModule m\n{os.getuid()}\n"
+    assert (out / "literals.pb").stat().st_uid == os.getuid()
+    slow = run_in_image(base_image, ["/bin/sleep", "600"], timeout_s=1)
+    assert slow.status is RunStatus.TIMED_OUT
     assert xlarun_containers(docker_client) == []

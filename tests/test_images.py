@@ -132,6 +132,25 @@ def test_cached_rebuild_takes_seconds(docker_client, cpu_image, base_image, reco
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize(("kind", "base"), [("gpu", "cpu"), ("ipu", "base")])
+def test_gpu_and_ipu_dockerfiles_build_on_a_local_base(docker_client, cpu_image, base_image, kind, base):
+    # No CUDA or Graphcore base here: build their Dockerfiles' own steps on what we have (with JAX
+    # already inside for gpu, so nothing is installed) to check the shell logic, user and labels.
+    tag = f"xlarun-{kind}:smoke"
+    info = images.build_image(kind, base=cpu_image if base == "cpu" else base_image, tag=tag, client=docker_client,
+                              build_args={"JAX_VERSION": "", "TF_VERSION": ""})
+    try:
+        out = docker_client.containers.run(tag, ["sh", "-c", "id -un; echo $HOME; wc -l < /opt/xlarun/runners.txt"],
+                                           remove=True, labels={"xlarun.owner-pid": str(os.getpid())})
+        assert out.decode().split() == ["xlarun", "/home/xlarun", "0"]
+        assert info.labels["xlarun.kind"] == kind
+        assert info.labels["xlarun.build-arg.jax_version"] == ""  # set, so a base's label is not inherited
+        assert images.find_runner_in_image(tag, "hlo_runner_main", client=docker_client) is None
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
 def test_missing_base_image_is_a_clear_error(docker_client):
     with pytest.raises(EnvironmentProblem) as caught:
         images.build_image("cpu", base="xlarun-no-such-base:1", tag="xlarun-cpu:never", client=docker_client)

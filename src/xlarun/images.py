@@ -278,7 +278,7 @@ def build_image(
     dockerfile = containers_dir() / kind / "Dockerfile"
     ca = _pip_ca_bundle() if pip_ca is True else (Path(pip_ca) if pip_ca else None)
     labels = {"xlarun.kind": kind, "xlarun.version": __version__, LABEL_BUILD_HASH: build_hash(dockerfile, args),
-              **{f"xlarun.build-arg.{k.lower()}": v for k, v in args.items()}}
+              **{f"xlarun.build-arg.{k.lower()}": v for k, v in args.items()}}  # "" too: labels are inherited
     if base:
         _require_base(client, base)
     context = _build_context(kind, ca)

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from ..errors import EnvironmentProblem, InputError, SpecError, XlarunError
 from .base import OUTPUT_DIRS, Job, JobPaths, LaunchResult, OutputSink, RunStatus
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the SDK is imported when a container is launched, not when 
 __all__ = [
     "CWD_MOUNT", "DROPPED_NAMES", "IPUOF_DIR_MOUNT", "IPUOF_FILE_MOUNT", "LABEL_OWNER", "LABEL_RUN", "RUN_MOUNT", "SCRIPT_MOUNT",
     "ContainerSpec", "DockerBackend", "DockerOptions", "GpuRequest", "HostFacts", "Mount", "container_path",
-    "ipu_device_files", "ipus_of_device_id", "run_id_of", "translate_job",
+    "ipu_device_files", "ipus_of_device_id", "run_id_of", "run_in_image", "translate_job",
 ]
 
 #: Image build arguments (labels ``xlarun.build-arg.*``) that name framework versions, for the manifest.
@@ -283,6 +283,40 @@ class _ContainerRun:
                 time.sleep(0.2)
             except KeyboardInterrupt:
                 continue
+
+
+def run_in_image(
+    image: str,
+    argv: list[str],
+    *,
+    read_only: Iterable[str | os.PathLike] = (),
+    writable: Iterable[str | os.PathLike] = (),
+    timeout_s: float | None = None,
+    gpus: object = None,
+    sink: OutputSink | None = None,
+    pull: str = "never",
+) -> LaunchResult:
+    """Run a tool (a replay runner found by :func:`xlarun.images.find_runner_in_image`) inside ``image``.
+
+    The given host folders are mounted at their own paths, so ``argv`` needs no rewriting; the tool
+    runs as the caller's uid:gid without network, the container is always removed, and the result
+    is the same :class:`LaunchResult` a job gets (``exit_code``, TIMED_OUT at ``timeout_s``).
+    """
+    from .. import images
+
+    host = HostFacts.detect()
+    folders = [(str(Path(p).absolute()), True) for p in read_only] + [(str(Path(p).absolute()), False) for p in writable]
+    spec = ContainerSpec(
+        image=image, command=list(argv), working_dir=folders[-1][0] if folders else "/",
+        environment={"PYTHONUNBUFFERED": "1"}, user=f"{host.uid}:{host.gid}",
+        mounts=[Mount(path, path, ro) for path, ro in folders],
+        labels={LABEL_RUN: "tool", LABEL_OWNER: str(host.pid), "xlarun.kind": "tool"},
+        device_requests=DockerOptions(gpus=gpus).gpu_requests(), network_mode="none",
+    )
+    client = images.connect_docker()
+    images.require_image(client, image, pull=pull)
+    job = Job(argv=list(argv), env={}, cwd=Path(spec.working_dir), run_dir=Path(spec.working_dir), timeout_s=timeout_s)
+    return _ContainerRun(client, spec, job, sink or (lambda stream, text: None)).execute()
 
 
 def _start_problem(exc: Exception, spec: ContainerSpec) -> XlarunError:
