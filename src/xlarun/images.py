@@ -47,13 +47,14 @@ def connect_docker(timeout: float | None = 60) -> "docker.DockerClient":
     try:
         import docker
         import docker.errors
+        import requests
     except ImportError:
         raise EnvironmentProblem("the Docker SDK for Python is not installed", hint="pip install 'docker>=7'") from None
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
         return client
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise _daemon_problem(str(exc)) from None
 
 

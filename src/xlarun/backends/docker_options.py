@@ -100,7 +100,8 @@ class DockerOptions(BaseModel, extra="forbid"):
         description="Graphcore device id, as `gc-docker --device-id N` takes it: a single IPU "
         "(0..count-1) or a multi-IPU device (ids after the single ones, in groups of 2, 4, 8...; "
         "see `gc-info -l`). Each IPU adds /dev/ipuN, /dev/ipuN_ex, /dev/ipuN_mailbox and "
-        "/dev/ipuN_mem. Default: every IPU on the host (none: IPU Model only).",
+        "/dev/ipuN_mem. Default: every IPU on the host (none: IPU Model only). Not used with "
+        "ipu_over_fabric, where the application picks its device.",
     )
     ipu_count: int | None = Field(
         None,
@@ -117,7 +118,8 @@ class DockerOptions(BaseModel, extra="forbid"):
     ipuof_config_path: Path | None = Field(
         None,
         description="Host path of the IPUoF configuration file (or a folder of them) for "
-        "ipu_over_fabric. Default: the IPUOF_CONFIG_PATH of the job's environment.",
+        "ipu_over_fabric; mounted read-only and named by IPUOF_CONFIG_PATH in the container. Default: "
+        "IPUOF_CONFIG_PATH of the job's environment, else of xlarun's.",
     )
     devices: list[str] = Field(
         default_factory=list,
