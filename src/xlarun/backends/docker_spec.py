@@ -39,7 +39,6 @@ DROPPED_NAMES = frozenset({
     "LD_LIBRARY_PATH", "LD_PRELOAD", "DISPLAY", "SSH_AUTH_SOCK", "DOCKER_HOST", "DOCKER_CONFIG",
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",  # GPUs are renumbered from 0 in the container
 })
-#: Image build arguments (labels ``xlarun.build-arg.*``) that name framework versions, for the manifest.
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
