@@ -83,3 +83,7 @@ def write_spec(folder: Path, text: str, script: str | None = None, script_name: 
     spec = folder / "spec.yaml"
     spec.write_text(text)
     return spec
+
+
+# real-Docker fixtures (docker_engine, docker_client, base_image, cpu_image) for every test module
+from .docker_support import base_image, cpu_image, docker_client, docker_engine  # noqa: E402,F401

@@ -83,3 +83,22 @@ def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
     assert proc.wait(timeout=60) == 130
     runs = Store.open(tmp_path / "s").index.runs()
     assert sorted(r.status for r in runs) == ["interrupted", "interrupted"]
+
+
+def test_batch_on_local_and_docker_cpu_gives_matching_fingerprints(cli, tmp_path, cpu_image, docker_client):
+    out = cli("batch", CONFIGS / "matrix-backends.yaml", "-j", "2", "--store", tmp_path / "s", "--json")
+    assert out.exit_code == 0, out.stderr + out.stdout
+    cells = {c["values"]["backend"]: c for c in json.loads(out.stdout)["cells"]}
+    assert set(cells) == {"local", "docker-cpu"}
+    assert cells["local"]["main_module"] == cells["docker-cpu"]["main_module"] == "jit_train_step"
+    assert cells["local"]["main_fingerprint"] == cells["docker-cpu"]["main_fingerprint"]
+    store = Store.open(tmp_path / "s")
+    runs = {r.backend: r for r in store.index.runs()}
+    assert set(runs) == {"local", "docker-cpu"}
+    docker_manifest = store.manifest(runs["docker-cpu"].run_id)
+    assert docker_manifest["backend_details"]["image"] == "xlarun-cpu:latest"
+    assert docker_manifest["backend_details"]["image_id"].startswith("sha256:")
+    assert docker_manifest["versions"]["jax"] == store.manifest(runs["local"].run_id)["versions"]["jax"]
+    # the same modules, by fingerprint, on both backends
+    prints = [{m.fingerprint for m in store.index.modules(r.run_id)} for r in runs.values()]
+    assert prints[0] == prints[1]

@@ -218,3 +218,23 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
     assert any(staging.joinpath("dump").iterdir())  # nothing the job wrote was lost
     assert store.run_ids() == [good.run_id]
     assert [r.run_id for r in store.index.runs()] == [good.run_id]
+
+
+def test_a_dead_docker_daemon_is_a_clear_error_and_a_recorded_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    spec = write_spec(tmp_path, "name: nodaemon\nscript: job.py\nbackend: docker-cpu\n", TINY_JAX)
+    store = Store.open(tmp_path / "s")
+    result = capture(spec, store)
+    assert result.status == RunStatus.ERROR
+    assert "Docker daemon" in result.manifest.error and "DOCKER_HOST" in result.manifest.error
+    error = exit_status_error(result)
+    assert error.exit_code == ExitCode.ENVIRONMENT
+    assert [r.status for r in store.index.runs()] == ["error"]
+
+
+def test_a_missing_image_is_a_clear_error_and_a_recorded_run(tmp_path, docker_client):
+    spec = write_spec(tmp_path, "name: noimage\nscript: job.py\nbackend:\n  kind: docker\n  image: xlarun-absent:nope\n", TINY_JAX)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.ERROR
+    assert "xlarun-absent:nope" in result.manifest.error
+    assert exit_status_error(result).exit_code == ExitCode.ENVIRONMENT

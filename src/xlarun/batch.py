@@ -100,6 +100,9 @@ def run_batch(
         except XlarunError as exc:
             outcome.error = exc.one_line()
             outcome.state = "error"
+        except Exception as exc:  # a bug or an SDK error: the other cells go on, the cell says why it failed
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.state = "error"
         outcome.elapsed_s = time.monotonic() - outcome.started
         notify(outcome)
         if fail_fast and not outcome.ok:

@@ -16,7 +16,8 @@ from typing import Any
 
 from .backends import make_backend
 from .backends.base import Job, LaunchResult, RunStatus
-from .errors import StoreError, XlarunError
+from .backends.local import utc_now
+from .errors import EnvironmentProblem, StoreError, XlarunError
 from .flags import compose_env, redact_env
 from .index import ModuleInfo
 from .manifest import Manifest, git_facts, host_facts, probe_versions
@@ -149,10 +150,14 @@ def capture(
     (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
 
     versions = probe_versions(job.argv[0]) if backend.kind == "local" else {}
+    job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
     t0 = time.monotonic()
+    started = utc_now()
     try:
         result: LaunchResult = backend.launch(job, sink)
+    except EnvironmentProblem as exc:  # daemon down, image missing...: still a run, recorded as an error
+        result = LaunchResult(RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True})
     finally:
         sink.close()
     duration = time.monotonic() - t0
@@ -218,6 +223,8 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
     if result.status == RunStatus.INTERRUPTED:
         return JobFailed(f"interrupted; {where} with what it wrote so far", None, exit_code=ExitCode.INTERRUPTED)
     if result.status == RunStatus.ERROR:
+        if result.manifest.backend_details.get("environment_problem"):
+            return EnvironmentProblem(f"the job could not start: {result.manifest.error}; {where}")
         return JobFailed(f"the job could not start: {result.manifest.error}; {where}", "check `python:` and `script:` in the spec", exit_code=ExitCode.FAILED)
     if result.status == RunStatus.FAILED:
         return JobFailed(f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output")

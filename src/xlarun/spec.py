@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .backends.docker_options import DockerOptions
 from .errors import SpecError
 from .matrix import cell_label, dotted_path, expand_matrix, substitute_matrix
 
@@ -146,15 +147,26 @@ class PoplarSpec(_Strict):
     engine_options: dict[str, str] = Field(default_factory=dict, description="Extra POPLAR_ENGINE_OPTIONS entries (autoReport.* is set by dump.poplar_reports).")
 
 
-class BackendSpec(_Strict):
-    """Where the job runs. ``local`` runs a subprocess; the docker kinds run a container."""
+class BackendSpec(DockerOptions):
+    """Where the job runs. ``local`` runs a subprocess; the docker kinds run a container, configured by
+    the container options beside ``kind`` (image, user, gpus, shm_size, ipu_device_id, mem_limit, ...)."""
 
-    kind: BackendKind = "local"
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    kind: BackendKind = Field("local", description="local (a subprocess), docker-cpu, docker-gpu, docker-ipu, or docker (every option explicit).")
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         return {"kind": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _container_options_need_a_container(self) -> "BackendSpec":
+        if self.kind == "local":
+            given = sorted(self.model_fields_set - {"kind"})
+            if given:
+                raise ValueError(f"{', '.join(given)}: container options need a docker kind (kind: docker-cpu, docker-gpu, docker-ipu or docker)")
+        return self
 
 
 class RunSpec(_Strict):
