@@ -35,6 +35,7 @@ def replay(
     file: Annotated[Optional[str], typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")] = None,
     print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
     runner: Annotated[Optional[Path], typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main).")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a runner is killed.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
@@ -59,7 +60,7 @@ def replay(
     options = ReplayOptions(
         engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
         rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
-        runner_path=str(runner) if runner else None, timeout_s=timeout,
+        runner_path=str(runner) if runner else None, timeout_s=timeout, image=image,
     ).validate()
     sink = None if (quiet or as_json) else _stream
     path = Path(ref)

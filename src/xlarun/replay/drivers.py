@@ -182,6 +182,8 @@ def run_runner(
     runner: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None = None
 ) -> ReplayResult:
     """Run a runner binary on ``path``, streaming its output lines to ``sink``, and judge it."""
+    if options.image:
+        return _run_runner_in_image(runner, path, options, sink)
     binary = find_runner(runner, options.runner_path)
     argv = command_line(runner, path, options, binary=binary)
     lines: list[str] = []
@@ -199,6 +201,37 @@ def run_runner(
     if timed_out:
         result.verdict, result.error = "engine-error", f"{runner} ran past the {options.timeout_s:g} s timeout and was killed"
     return result
+
+
+def _run_runner_in_image(runner: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None) -> ReplayResult:
+    """The same command line, run inside ``options.image`` with the dump file's folder mounted read-only."""
+    from ..backends.docker import run_in_image
+    from ..images import find_runner_in_image
+
+    binary = options.runner_path or find_runner_in_image(options.image, runner)
+    if not binary:
+        raise EnvironmentProblem(
+            f"image {options.image} has no {runner}",
+            "NVIDIA's JAX images carry hlo_runner_main; or name the binary's path in the image with --runner",
+        )
+    path = Path(path).absolute()
+    argv = command_line(runner, path, options, binary=binary)
+    lines: list[str] = []
+
+    def collect(_stream: str, text: str) -> None:
+        lines.append(text)
+        if sink:
+            for line in text.splitlines():
+                sink(line)
+
+    gpus = "all" if _platform(options.platform) in ("CUDA", "ROCM") else None
+    launched = run_in_image(options.image, argv, read_only=[path.parent], timeout_s=options.timeout_s, gpus=gpus, sink=collect)
+    output = "".join(lines)
+    if launched.exit_code is None:
+        result = result_from_run(runner, argv, -9, output, options, path)
+        result.verdict, result.error = "engine-error", launched.error or f"{runner} in {options.image} did not finish ({launched.status.value})"
+        return result
+    return result_from_run(runner, argv, launched.exit_code, output, options, path)
 
 
 def _pump(stream, lines: list[str], sink: Callable[[str], None] | None) -> None:

@@ -36,6 +36,9 @@ class ReplayOptions:
     inputs: str = "auto"
     #: A runner binary to use instead of searching PATH and the XLARUN_* variables.
     runner_path: str | None = None
+    #: Run the runner inside this container image (e.g. NVIDIA's JAX image, which carries hlo_runner_main);
+    #: the runner is looked up in the image unless ``runner_path`` names its path there.
+    image: str | None = None
     #: Run the built-in engine in a child process, so an XLA CHECK failure cannot kill the caller.
     #: ``auto``: only for optimized modules, whose recompile is where such aborts happen.
     isolate: str = "auto"
