@@ -1,0 +1,231 @@
+"""``render``, ``diff``, ``report``: looking at dumps instead of reading them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, RunOption, StoreOption, open_store
+
+ModuleRefArgument = Annotated[
+    str,
+    typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.", show_default=False),
+]
+StageOption = Annotated[Optional[str], typer.Option("--stage", "-s", help="before_optimizations (default) or after_optimizations.")]
+PassOption = Annotated[Optional[str], typer.Option("--pass", "-p", help="The dump right after this pass (its first run that changed the module).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render)
+    app.command("diff")(diff)
+    app.command("report")(report)
+
+
+def render(
+    ref: ModuleRefArgument,
+    stage: StageOption = None,
+    pass_name: PassOption = None,
+    step: Annotated[Optional[int], typer.Option("--step", help="The per-pass dump with this step number.")] = None,
+    file: Annotated[Optional[str], typer.Option("--file", help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).")] = None,
+    xla_dot: Annotated[bool, typer.Option("--xla-dot", help="Lay out XLA's own .dot dump as it is, instead of xlarun's drawing of the HLO.")] = False,
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout.")] = None,
+    around: Annotated[Optional[str], typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")] = None,
+    depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
+    limit: Annotated[int, typer.Option("--limit", help="Refuse graphs with more nodes than this (0: no limit).")] = 1500,
+    expand: Annotated[Optional[list[str]], typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
+    expand_fusions: Annotated[bool, typer.Option("--expand-fusions", help="Draw every fusion open.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds graphviz may take before it is stopped.")] = 60.0,
+    open_it: Annotated[bool, typer.Option("--open", help="Open the result with the desktop's viewer.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+) -> None:
+    """Draw a module's HLO (or a dumped .dot, or a TF GraphDef .pbtxt) with graphviz.
+
+    Computations are clusters, fusions one node each (--expand opens them), edges carry shapes,
+    colours tell opcode categories, hovering shows op_name and source line (SVG). A graph over
+    --limit nodes is refused: draw a part of it with --around NAME --depth N.
+
+    Examples: xlarun render train_step -s after_optimizations -o step.svg;
+    xlarun render init_params --around add.577 --depth 2;
+    xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png
+    """
+    from ..render import FORMATS, RenderOptions, pick_render_file, render_path, render_stored_file
+
+    fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
+    options = RenderOptions(format=fmt, around=around, depth=depth, limit=limit or None, expand=tuple(expand or ()), expand_all=expand_fusions, timeout_s=timeout)
+    if Path(ref).is_file() and not file:
+        rendered = render_path(ref, options)
+        stem = Path(ref).name
+    else:
+        the_store = open_store(store)
+        if file:
+            run_id, chosen = _stored_file(the_store, ref, run, file)
+        else:
+            from ..refs import resolve_module
+
+            module = resolve_module(the_store.index, ref, run=run)
+            run_id, chosen = module.run_id, pick_render_file(module, stage, pass_name, step, xla_dot)
+        rendered = render_stored_file(the_store, run_id, chosen, options)
+        stem = Path(chosen.path).name
+    _write_rendered(rendered, stem, output, around, open_it)
+
+
+def _stored_file(store, ref: str, run: str | None, path: str):
+    """(run id, FileInfo) of ``--file PATH`` in the run REF names (a module REF names its run)."""
+    from ..errors import InputError, RefError
+    from ..refs import resolve_module, resolve_run
+
+    try:
+        run_id = resolve_module(store.index, ref, run=run).run_id
+    except RefError:
+        run_id = resolve_run(store.index, run or ref).run_id
+    files = store.index.run_files(run_id)
+    hits = [f for f in files if f.path == path] or [f for f in files if f.path.endswith("/" + path) or f.path.endswith(path)]
+    if len(hits) == 1:
+        return run_id, hits[0]
+    if hits:
+        raise InputError(f"--file {path} matches {len(hits)} files of run {run_id}: {', '.join(f.path for f in hits[:6])}", "give more of the path")
+    import difflib
+
+    close = difflib.get_close_matches(path, [f.path for f in files], n=5, cutoff=0.4)
+    raise InputError(f"run {run_id} has no file {path}", f"did you mean {', '.join(close)}?" if close else "`xlarun show REF --files` lists a module's files")
+
+
+def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
+    from ..console import say
+
+    if output is not None and str(output) == "-":
+        sys.stdout.buffer.write(rendered.data)
+        sys.stdout.flush()
+        return
+    if output is None:
+        base = stem.rsplit(".", 1)[0] if stem.endswith((".txt", ".pb", ".pbtxt", ".dot", ".hlo")) else stem
+        suffix = f".around-{around}" if around else ""
+        output = Path("".join(c if c.isalnum() or c in "._-" else "_" for c in f"{base}{suffix}.{rendered.format}"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_bytes(rendered.data)
+    what = {"hlo": "HLO drawn by xlarun", "xla-dot": "XLA's own .dot", "graphdef": "TF GraphDef"}.get(rendered.kind, rendered.kind)
+    say(f"wrote [bold]{output}[/bold]: {rendered.nodes} nodes, {what} from {rendered.source}")
+    for note in rendered.notes:
+        typer.echo(f"  {note}")
+    if open_it:
+        typer.launch(str(output.resolve()))
+
+
+def diff(
+    ref: Annotated[str, typer.Argument(help="Module REF.", show_default=False)],
+    other: Annotated[Optional[str], typer.Argument(help="A second module REF (or a run REF: the module of the same name there), to compare across runs.", show_default=False)] = None,
+    pass_name: PassOption = None,
+    from_step: Annotated[Optional[int], typer.Option("--from", help="Compare from this per-pass step (default: the step before --to).")] = None,
+    to_step: Annotated[Optional[int], typer.Option("--to", help="Compare up to this per-pass step.")] = None,
+    stage: StageOption = None,
+    summary_only: Annotated[bool, typer.Option("--summary", help="Only the structural summary, not the text diff.")] = False,
+    context: Annotated[int, typer.Option("--context", "-U", help="Lines of context in the text diff.")] = 3,
+    keep_metadata: Annotated[bool, typer.Option("--keep-metadata", help="Across runs: keep op_name/source metadata in the text diff.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What one pass did to a module (--pass NAME, or --from/--to STEP), or how a module differs between two runs (REF REF_B).
+
+    Prints a structural summary (instructions added, removed, changed and fused by opcode, the
+    fusions formed, the opcode count changes) and a unified diff of the HLO text.
+
+    Examples: xlarun diff train_step --pass fusion; xlarun diff train_step --from 7 --to 9;
+    xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step
+    """
+    from ..console import print_json, say
+    from ..diff import pass_diff, run_diff
+    from ..errors import InputError
+    from ..refs import resolve_module
+
+    the_store = open_store(store)
+    module = resolve_module(the_store.index, ref, run=run)
+    if other is not None:
+        if pass_name or to_step is not None or from_step is not None:
+            raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")
+        second = _other_module(the_store, module, other)
+        result = run_diff(the_store, module, second, stage=stage or "before_optimizations", keep_metadata=keep_metadata, context=context)
+    else:
+        if not pass_name and to_step is None:
+            raise InputError("say what to compare: --pass NAME, --from STEP --to STEP, or a second REF", f"`xlarun show {ref}` lists the pass timeline")
+        result = pass_diff(the_store, module, pass_name, from_step, to_step, context=context)
+    if as_json:
+        print_json(result.to_dict() if not summary_only else {**result.to_dict(), "unified": None})
+        return
+    say(f"[bold]{result.after}[/bold]\n  against {result.before}")
+    for line in result.summary.lines():
+        typer.echo(f"  {line}")
+    for note in result.notes:
+        typer.echo(f"  note: {note}")
+    if not summary_only:
+        _print_unified(result.unified)
+
+
+def _other_module(store, module, other: str):
+    from ..errors import InputError, RefError
+    from ..refs import resolve_module, resolve_run
+
+    try:
+        second = resolve_module(store.index, other)
+    except RefError:
+        run_id = resolve_run(store.index, other).run_id
+        same = [m for m in store.index.modules(run_id) if m.name == module.name]
+        if not same:
+            raise InputError(f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN") from None
+        second = store.index.module(run_id, same[0].module_id)
+    if (second.run_id, second.module_id) == (module.run_id, module.module_id):
+        raise InputError("both REFs name the same module", "name the runs: RUN_A/module_0012 RUN_B/module_0012")
+    return second
+
+
+def _print_unified(lines: list[str]) -> None:
+    if not lines:
+        typer.echo("(the texts are identical)")
+        return
+    color = sys.stdout.isatty()
+    typer.echo("")
+    for line in lines:
+        if color and line.startswith(("+", "-", "@@")) and not line.startswith(("+++", "---")):
+            typer.secho(line, fg="green" if line[0] == "+" else "red" if line[0] == "-" else "cyan")
+        else:
+            typer.echo(line)
+
+
+def report(
+    run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")] = None,
+    batch: Annotated[Optional[str], typer.Option("--batch", help="Report a whole batch: every run sharing this batch id.")] = None,
+    graph_limit: Annotated[int, typer.Option("--graph-limit", help="Graphs with more nodes are shown as the neighbourhood of the root.")] = 500,
+    no_graphs: Annotated[bool, typer.Option("--no-graphs", help="Skip the graphs (faster).")] = False,
+    open_it: Annotated[bool, typer.Option("--open", help="Open the report in a browser.")] = False,
+    store: StoreOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Build a static HTML report of a run (or a batch): works from file://, no server, no network.
+
+    Run summary and manifest, the module table (main program first; sortable, filterable), and per
+    module its stages, pass timeline, pass diffs, graphs and files. index.json beside index.html
+    holds the same for scripts.
+
+    Example: xlarun report --open
+    """
+    from ..console import say
+    from ..refs import resolve_run
+    from ..report import ReportOptions, build_batch_report, build_run_report
+
+    the_store = open_store(store)
+    options = ReportOptions(graph_limit=graph_limit, graphs=not no_graphs, command=["xlarun", *sys.argv[1:]])
+    progress = None if quiet else (lambda text: typer.echo(text, err=True))
+    if batch:
+        built = build_batch_report(the_store, batch, output or Path(f"xlarun-report-{batch}"), options, progress)
+    else:
+        info = resolve_run(the_store.index, run)
+        built = build_run_report(the_store, info.run_id, output or Path(f"xlarun-report-{info.run_id}"), options, progress)
+    say(f"wrote [bold]{built.index_html}[/bold] ({built.pages} pages, {built.graphs} graphs, {built.files} files) in {built.seconds:.1f} s")
+    if open_it:
+        typer.launch(built.index_html.resolve().as_uri())

@@ -1,0 +1,182 @@
+"""Render dumps as graphs: HLO modules (xlarun's own HLO-to-DOT), XLA's ``.dot`` files as they are,
+and TensorFlow GraphDefs with their XLA clusters coloured.
+
+From Python::
+
+    from xlarun.render import RenderOptions, render_stored_file, pick_render_file
+    module = resolve_module(store.index, "train_step")
+    graph = render_stored_file(store, module.run_id, pick_render_file(module), RenderOptions(format="svg"))
+    Path("g.svg").write_bytes(graph.data)
+
+Big graphs: above ``RenderOptions.limit`` nodes a graph is refused (:class:`GraphTooBig`, with the
+``--around`` suggestion) rather than handed to dot, and dot runs under a time limit.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from .graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
+from .graphdef import graphdef_graph
+from .hlo_graph import hlo_graph, hlo_neighbourhood
+from .layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
+
+__all__ = [
+    "DEFAULT_NODE_LIMIT", "DEFAULT_TIMEOUT_S", "FORMATS", "Graph", "GraphTooBig", "LayoutTimeout", "RenderOptions",
+    "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "pick_render_file", "render_bytes",
+    "render_path", "render_stored_file", "to_dot",
+]  # fmt: skip
+
+
+@dataclass
+class RenderOptions:
+    """How to draw: output format, neighbourhood, node limit, fusions to open, dot's time limit."""
+
+    format: str = "svg"
+    around: str | None = None
+    depth: int = 3
+    limit: int | None = DEFAULT_NODE_LIMIT
+    expand: tuple[str, ...] = ()
+    expand_all: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass
+class RenderedGraph:
+    """A rendered graph: the bytes in ``format``, what it was drawn from and how many nodes it has."""
+
+    data: bytes
+    format: str
+    source: str
+    #: "hlo" (xlarun's drawing of an HLO module), "xla-dot" (XLA's own .dot) or "graphdef".
+    kind: str
+    nodes: int
+    notes: list[str] = field(default_factory=list)
+
+
+def content_kind(name: str, data: bytes) -> str:
+    """What a file holds, by name then content: 'dot', 'graphdef', 'hlo-text' or 'hlo-proto'."""
+    base = name.removesuffix(".gz")
+    if base.endswith(".dot"):
+        return "dot"
+    if base.endswith(".pbtxt"):
+        return "graphdef"
+    if base.endswith(".pb"):
+        return "hlo-proto"
+    head = data[:4096].lstrip()
+    if head.startswith(b"HloModule"):
+        return "hlo-text"
+    if head.startswith((b"digraph", b"strict digraph", b"graph")):
+        return "dot"
+    if head.startswith(b"node {") or b"\nnode {" in head:
+        return "graphdef"
+    if base.endswith((".txt", ".hlo")):
+        raise InputError(f"{name} is not an HLO module", "render draws HLO modules, XLA's .dot files and TF GraphDef .pbtxt files")
+    raise InputError(f"cannot tell what {name} holds", "render draws HLO text (.txt), HLO protos (.pb), .dot files and GraphDef .pbtxt files")
+
+
+def load_hlo(data: bytes, name: str = "module"):
+    """An HLO module from text or proto bytes (gzip-compressed protos too)."""
+    from ..hlo import parse_hlo_text
+    from ..hloproto import summarize_hlo_proto
+
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+    if data[:4096].lstrip().startswith(b"HloModule"):
+        return parse_hlo_text(data.decode("utf-8", errors="replace"))
+    return summarize_hlo_proto(data)
+
+
+def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None = None) -> Graph:
+    """The drawable graph of an HLO module or a GraphDef (the neighbourhood when ``options.around``)."""
+    kind = content_kind(name, data)
+    title = title or name
+    if kind == "graphdef":
+        graph = graphdef_graph(data, title=title)
+        if options.around:
+            if options.around not in graph.nodes:
+                raise InputError(f"the graph has no node {options.around!r}", "node names are the GraphDef's `name:` fields")
+            graph = neighbourhood(graph, options.around, options.depth)
+        return graph
+    if kind == "dot":
+        raise InputError(f"{name} is already DOT", "use render_bytes to lay it out as it is")
+    module = load_hlo(data, name)
+    if options.around:
+        return hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)
+    return hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
+
+
+def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, title: str | None = None) -> RenderedGraph:
+    """Render one file's bytes; ``name`` (its dump file name) tells what they are."""
+    options = options or RenderOptions()
+    if content_kind(name, data) == "dot":
+        if options.around or options.expand or options.expand_all:
+            raise InputError("--around and --expand work on HLO modules, not on XLA's .dot files", "drop --xla-dot to draw the module with xlarun's renderer")
+        source = (gzip.decompress(data) if name.endswith(".gz") else data).decode("utf-8", errors="replace")
+        nodes = count_dot_nodes(source)
+        if options.limit and nodes > options.limit:
+            raise GraphTooBig(
+                f"{name} has about {nodes} nodes, more than the limit of {options.limit}",
+                "draw the module with xlarun's renderer (drop --xla-dot) and --around NAME, or raise --limit",
+            )
+        return RenderedGraph(layout(source, options.format, options.timeout_s), options.format, name, "xla-dot", nodes)
+    graph = graph_of(data, name, options, title)
+    what = f"the neighbourhood of {options.around} (depth {options.depth})" if options.around else name
+    check_node_limit(graph, options.limit, what, neighbourhood_of=options.around)
+    kind = "graphdef" if content_kind(name, data) == "graphdef" else "hlo"
+    return RenderedGraph(layout(to_dot(graph), options.format, options.timeout_s), options.format, name, kind, len(graph.nodes), graph.notes)
+
+
+def render_path(path: str | Path, options: RenderOptions | None = None) -> RenderedGraph:
+    """Render a file on disk (not in a store)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return render_bytes(data, path.name, options)
+
+
+def render_stored_file(store, run_id: str, file, options: RenderOptions | None = None) -> RenderedGraph:
+    """Render one archived file of a run (``file`` is an index FileInfo)."""
+    rendered = render_bytes(store.blobs.get(file.sha256), file.path, options)
+    rendered.source = f"{run_id}/{file.path}"
+    return rendered
+
+
+def stage_key(stage: str | None) -> str:
+    """'cpu_after_optimizations', 'after' -> 'after_optimizations'; None, 'before' -> 'before_optimizations'."""
+    text = (stage or "before_optimizations").lower()
+    if "after" in text:
+        return "after_optimizations"
+    if "before" in text:
+        return "before_optimizations"
+    return text
+
+
+def pick_render_file(module, stage: str | None = None, pass_name: str | None = None, step: int | None = None, xla_dot: bool = False):
+    """The file of ``module`` to draw: the HLO (text, else proto) at a stage (default before_optimizations)
+    or after a pass; with ``xla_dot``, XLA's own .dot dump of it instead."""
+    formats = ("dot",) if xla_dot else ("text", "proto", "proto.gz")
+    if step is not None or pass_name:
+        pool = [f for f in module.files if f.kind == "pass" and (step is None or f.step == step) and (not pass_name or f.after_pass == pass_name)]
+        what = f"after pass {pass_name}" if pass_name else f"at step {step}"
+    else:
+        wanted = stage_key(stage)
+        pool = [f for f in module.files if f.kind == "hlo" and f.stage == wanted]
+        what = f"at stage {wanted}"
+    chosen = sorted((f for f in pool if f.format in formats), key=lambda f: (f.step or 0, formats.index(f.format)))
+    if chosen:
+        return chosen[0]
+    if pool:
+        have = ", ".join(sorted({f.format or "?" for f in pool}))
+        hint = "capture with dump.formats including dot" if xla_dot else "capture with dump.formats including text or proto"
+        raise InputError(f"{module.label} has no {'.dot' if xla_dot else 'HLO text or proto'} dump {what} (only {have})", hint)
+    if step is not None or pass_name:
+        passes = sorted({f.after_pass for f in module.files if f.kind == "pass" and f.after_pass})
+        raise InputError(f"{module.label} has no dump {what}", f"passes dumped: {', '.join(passes[:20]) or 'none (capture with dump.pass_re)'}")
+    stages = sorted({f.stage for f in module.files if f.kind == "hlo" and f.stage})
+    raise InputError(f"{module.label} has no HLO dump {what}", f"stages: {', '.join(stages) or 'none'}")

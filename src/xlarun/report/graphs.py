@@ -1,0 +1,122 @@
+"""The graphs a report shows: each module's HLO at its stages (whole, or the neighbourhood of the root
+when too big), and a run's TensorFlow GraphDefs; laid out in parallel and made safe to inline."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..errors import XlarunError
+from ..render import RenderOptions, graph_of, layout, pick_render_file, to_dot
+from ..render.graph import Graph, neighbourhood
+
+SVG_NS = "http://www.w3.org/2000/svg"
+XLINK_NS = "http://www.w3.org/1999/xlink"
+ET.register_namespace("", SVG_NS)
+ET.register_namespace("xlink", XLINK_NS)
+#: How far around the root a neighbourhood view reaches.
+NEIGHBOURHOOD_DEPTH = 3
+STAGES = ("before_optimizations", "after_optimizations")
+
+
+@dataclass
+class GraphJob:
+    """One graph to draw for the report, and, once laid out, its SVG."""
+
+    key: str  # file-name-safe, unique in the report: 'module_0012.before_optimizations'
+    title: str
+    source_path: str
+    graph: Graph | None = None
+    view: str = "whole"  # or 'neighbourhood'
+    center: str | None = None
+    svg: str | None = None
+    problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.graph.nodes) if self.graph else 0
+
+
+def plan_module_graphs(store, module, limit: int) -> list[GraphJob]:
+    """A job per stage of ``module`` that has HLO text or proto; big graphs become the root's neighbourhood."""
+    jobs = []
+    for stage in STAGES:
+        try:
+            file = pick_render_file(module, stage)
+        except XlarunError:
+            continue
+        job = GraphJob(f"module_{module.module_id:04d}.{stage}", stage, file.path)
+        _plan(job, lambda f=file, s=stage: graph_of(store.blobs.get(f.sha256), f.path, RenderOptions(), title=f"{module.label} {s}"), limit)
+        jobs.append(job)
+    return jobs
+
+
+def plan_graphdef(store, file, limit: int) -> GraphJob:
+    """A job for one TensorFlow GraphDef ``.pbtxt`` of the run."""
+    key = "tf." + "".join(c if c.isalnum() or c in "._-" else "_" for c in file.path.split("/")[-1])
+    job = GraphJob(key, file.path, file.path)
+    _plan(job, lambda: graph_of(store.blobs.get(file.sha256), file.path, RenderOptions()), limit)
+    return job
+
+
+def _plan(job: GraphJob, build, limit: int) -> None:
+    try:
+        graph = build()
+    except XlarunError as exc:
+        job.problem = f"not drawn: {exc.one_line()}"
+        return
+    if len(graph.nodes) > limit and graph.suggested_center:
+        job.view, job.center = "neighbourhood", graph.suggested_center
+        whole = len(graph.nodes)
+        graph = neighbourhood(graph, graph.suggested_center, NEIGHBOURHOOD_DEPTH)
+        job.notes.append(f"the whole graph has {whole} nodes (over the report's limit of {limit}): this is the neighbourhood of the root "
+                         f"{job.center}; `xlarun render --around NAME` draws any other part")
+        if len(graph.nodes) > limit:
+            job.problem = f"not drawn: even the root's neighbourhood has {len(graph.nodes)} nodes"
+            return
+    job.graph = graph
+    job.notes.extend(graph.notes)
+
+
+def lay_out_all(jobs: list[GraphJob], timeout_s: float, progress=None) -> None:
+    """Lay out every planned graph as SVG, several dot processes at a time."""
+    todo = [j for j in jobs if j.graph is not None]
+
+    def one(job: GraphJob) -> GraphJob:
+        try:
+            job.svg = safe_inline_svg(layout(to_dot(job.graph), "svg", timeout_s).decode("utf-8"))
+        except XlarunError as exc:
+            job.problem = f"not drawn: {exc.one_line()}"
+        return job
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        for done, job in enumerate(pool.map(one, todo), 1):
+            if progress:
+                progress(f"  graph {done}/{len(todo)}: {job.key} ({job.nodes} nodes)")
+
+
+def safe_inline_svg(svg: str) -> str:
+    """Graphviz's SVG without prolog, scripts, event handlers or links, ready to inline in a page.
+
+    Each tooltip becomes an SVG ``<title>`` (browsers show those on hover when the SVG is inline).
+    """
+    root = ET.fromstring(svg.encode("utf-8"))
+    for parent in root.iter():
+        for child in list(parent):
+            tag = child.tag.rsplit("}", 1)[-1]
+            if tag in ("script", "foreignObject", "iframe", "style"):
+                parent.remove(child)
+    for element in root.iter():
+        for name in list(element.attrib):
+            local = name.rsplit("}", 1)[-1].lower()
+            if local.startswith("on") or (local == "href" and not element.attrib[name].startswith("#")):
+                del element.attrib[name]
+        tooltip = element.attrib.pop(f"{{{XLINK_NS}}}title", None)
+        if tooltip is not None and element.tag == f"{{{SVG_NS}}}a":
+            title = ET.Element(f"{{{SVG_NS}}}title")
+            title.text = tooltip
+            element.insert(0, title)
+    return ET.tostring(root, encoding="unicode")
