@@ -97,3 +97,30 @@ def test_secrets_are_redacted():
 def test_split_and_merge_helpers():
     assert split_flags("--a=1  --b='x y'") == ["--a=1", "--b=x y"]
     assert merge_flags(["--a=1", "--b"], ["--a=2"]) == (["--b", "--a=2"], ["a"])
+
+
+def test_flags_are_joined_the_way_xla_parses_them():
+    from xlarun.flags import join_flags
+
+    # XLA ignores a flag quoted as a whole ('--x=.*'); it reads quotes around the value only
+    composed = compose_env(spec_of("dump:\n  pass_re: '.*'\n  extra_xla_flags: ['--xla_cpu_foo=a b']\n"), PATHS, {})
+    assert "'--xla_dump_hlo_pass_re" not in composed.env["XLA_FLAGS"]
+    assert "--xla_dump_hlo_pass_re=.* " in composed.env["XLA_FLAGS"]
+    assert composed.env["XLA_FLAGS"].endswith('--xla_cpu_foo="a b"')
+    assert join_flags(['--a=say "hi"']) == "--a='say \"hi\"'"
+
+
+def test_pass_re_really_makes_per_pass_dumps(tmp_path):
+    """The flag string as composed, handed to a real JAX process, must produce per-pass dumps."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("jax")
+    paths = JobPaths.under(str(tmp_path))
+    composed = compose_env(spec_of("dump:\n  pass_re: 'fusion'\n"), paths, {"PATH": "/usr/bin:/bin"})
+    code = "import jax, jax.numpy as jnp; jax.jit(lambda x: jnp.sin(x) * 2 + 1)(jnp.ones(8)).block_until_ready()"
+    subprocess.run([sys.executable, "-c", code], env=composed.env, check=True, timeout=120)
+    dumped = [p.name for p in (tmp_path / "dump").iterdir()]
+    assert any(".after_fusion." in name or "after_fusion" in name for name in dumped), dumped[:20]

@@ -46,6 +46,23 @@ class ComposedEnv:
         return lines
 
 
+def join_flags(flags: list[str]) -> str:
+    """Flags as one XLA_FLAGS / TF_XLA_FLAGS value that XLA's own parser reads back.
+
+    XLA accepts quotes around a flag's *value* only (``--name="a b"``); a whole quoted flag
+    (``'--name=.*'``, what shell quoting produces) is silently ignored. So values are left bare
+    unless they hold spaces or quotes.
+    """
+    out = []
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if sep and (any(c.isspace() for c in value) or '"' in value or "'" in value):
+            quote = "'" if '"' in value else '"'
+            flag = f"{name}={quote}{value}{quote}"
+        out.append(flag)
+    return " ".join(out)
+
+
 def split_flags(text: str | None) -> list[str]:
     """Split an XLA_FLAGS / TF_XLA_FLAGS value into flags (shell-like quoting respected)."""
     if not text:
@@ -174,15 +191,15 @@ def compose_env(spec: RunSpec, paths: JobPaths, base_env: dict[str, str]) -> Com
     others = sorted(set(overridden) - {"xla_dump_to"})
     if others:
         warnings.append(f"the spec overrides these flags from your XLA_FLAGS: {', '.join(others)}")
-    env["XLA_FLAGS"] = " ".join(shlex.quote(f) for f in xla_flags)
+    env["XLA_FLAGS"] = join_flags(xla_flags)
 
     user_tf = split_flags(env.get("TF_XLA_FLAGS"))
     tf_flags, _ = merge_flags(user_tf, tf_xla_flags_for(spec))
     if tf_flags:
-        env["TF_XLA_FLAGS"] = " ".join(shlex.quote(f) for f in tf_flags)
+        env["TF_XLA_FLAGS"] = join_flags(tf_flags)
     if any(flag_name(f) == "tf_dump_graph_prefix" for f in tf_flags):
         tf_flags = [f for f in tf_flags if flag_name(f) != "tf_dump_graph_prefix"]
-        env["TF_XLA_FLAGS"] = " ".join(shlex.quote(f) for f in tf_flags)
+        env["TF_XLA_FLAGS"] = join_flags(tf_flags)
         warnings.append("removed --tf_dump_graph_prefix from TF_XLA_FLAGS (it aborts TensorFlow 2.21); set dump.tf_graphs instead")
 
     env.update(_framework_vars(spec, paths))
