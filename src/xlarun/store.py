@@ -2,9 +2,10 @@
 
 Layout of a store folder (default ``./.xlarun``)::
 
-    VERSION                  store format version
+    VERSION                  store format version (2: blobs may be delta blobs)
     index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
-    blobs/ab/<sha256>.zst    dump files, content-addressed and zstd-compressed (kept once across runs)
+    blobs/ab/<sha256>.zst    dump files, content-addressed and zstd-compressed (kept once across runs;
+                             successive dumps of a module are deltas of each other: see blobs.py)
     runs/<run id>/           committed runs: manifest.json, spec.yaml, spec.resolved.json,
                              stdout.log, stderr.log, files.json
     staging/<run id>/        runs being captured; never listed
@@ -16,29 +17,28 @@ so a crash or kill while archiving never leaves half a run and never touches ear
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import secrets
 import shutil
-import tempfile
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import zstandard
-
 from .backends.base import OUTPUT_DIRS
+from .blobs import BlobStore, DeltaBase
 from .errors import InputError, RefError, StoreError
 
-STORE_VERSION = 1
+#: 2: blobs may be delta blobs (see blobs.py). Format 1 stores (plain blobs only) are read as they are
+#: and become format 2 when a run is archived into them.
+STORE_VERSION = 2
+_READABLE_VERSIONS = ("1", "2")
 DEFAULT_STORE = ".xlarun"
-ZSTD_LEVEL = 3
-_thread_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -67,57 +67,43 @@ def logical_path(rel: str) -> str:
     return rel[len("dump/") :] if rel.startswith("dump/") else rel
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    comp = getattr(_thread_local, "compressor", None)
-    if comp is None:
-        comp = _thread_local.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return comp
+def _skip_delta_chain(k: int) -> list[int]:
+    """Member ``k`` and the members its delta chain goes through: clear the lowest set bit until 0."""
+    chain = [k]
+    while k:
+        k &= k - 1
+        chain.append(k)
+    return chain
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    dec = getattr(_thread_local, "decompressor", None)
-    if dec is None:
-        dec = _thread_local.decompressor = zstandard.ZstdDecompressor()
-    return dec
+#: Where stage dumps sit in a module's series, around the per-pass dumps (ordered by step).
+_SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
 
 
-class BlobStore:
-    """Content-addressed, zstd-compressed file contents."""
+def plan_delta_series(paths: list[str]) -> tuple[list[list[int]], list[int]]:
+    """Split archive paths (by index) into delta series, each in dump order, and files stored alone.
 
-    def __init__(self, root: Path):
-        self.root = root
+    A series is one module's HLO dumps in one format: before_optimizations, each pass, after_optimizations.
+    """
+    from .names import decode_dump_name
 
-    def path_for(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / f"{sha256}.zst"
-
-    def has(self, sha256: str) -> bool:
-        return self.path_for(sha256).exists()
-
-    def put(self, data: bytes) -> tuple[str, int, bool]:
-        """Store bytes; return (sha256, stored size, whether it was new)."""
-        digest = hashlib.sha256(data).hexdigest()
-        target = self.path_for(digest)
-        if target.exists():
-            return digest, target.stat().st_size, False
-        compressed = _compressor().compress(data)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(compressed)
-            os.replace(tmp, target)  # atomic: a reader never sees a partial blob
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return digest, len(compressed), True
-
-    def get(self, sha256: str) -> bytes:
-        try:
-            compressed = self.path_for(sha256).read_bytes()
-        except FileNotFoundError:
-            raise StoreError(f"blob {sha256[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is missing") from None
-        data = _decompressor().decompress(compressed)
-        return data
+    series: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    alone: list[int] = []
+    for i, path in enumerate(paths):
+        name = decode_dump_name(path)
+        position = name.step if name.kind == "pass" else _SERIES_POSITION.get(name.stage or "") if name.kind == "hlo" else None
+        if position is None or name.module_id is None:
+            alone.append(i)
+            continue
+        folder = path.rpartition("/")[0]
+        series[(folder, name.module_id, name.module_name, name.compilation, name.format)].append((position, i))
+    groups = []
+    for members in series.values():
+        if len(members) == 1:
+            alone.append(members[0][1])
+        else:
+            groups.append([i for _position, i in sorted(members)])
+    return groups, alone
 
 
 class Store:
@@ -132,6 +118,7 @@ class Store:
         self._open_indexes: list = []
         self._reconciled = False
         self._reconcile_lock = threading.Lock()
+        self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: sha256}, for read_file
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -153,7 +140,7 @@ class Store:
                 raise StoreError(f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder") from None
         else:
             version = version_file.read_text().strip()
-            if version != str(STORE_VERSION):
+            if version not in _READABLE_VERSIONS:
                 raise StoreError(f"store {root} has format {version}; this xlarun reads format {STORE_VERSION}", "use the xlarun version that wrote it")
         return cls(root.resolve())
 
@@ -209,7 +196,9 @@ class Store:
     def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
         """Move every file the job wrote under ``staging`` into the blob store; return the file list.
 
-        Raw files are deleted from staging only after their blob is safely in place.
+        Successive dumps of a module in one format (before_optimizations, every pass, after_optimizations)
+        form a series stored as deltas of each other (see ``blobs.py``); other files are stored plain.
+        Raw files are deleted from staging only after every blob is safely in place.
         """
         sources: list[Path] = []
         for sub in OUTPUT_DIRS:
@@ -217,27 +206,56 @@ class Store:
             if base.is_dir():
                 sources.extend(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
         sources.sort()
+        paths = [logical_path(p.relative_to(staging).as_posix()) for p in sources]
         total = len(sources)
+        stored: list[StoredFile | None] = [None] * total
         done = 0
         lock = threading.Lock()
 
-        def store_one(path: Path) -> StoredFile:
+        def finished(i: int, digest: str, size: int) -> None:
             nonlocal done
-            data = path.read_bytes()
-            digest, _stored, _new = self.blobs.put(data)
-            rel = logical_path(path.relative_to(staging).as_posix())
+            stored[i] = StoredFile(paths[i], digest, size)
             with lock:
                 done += 1
                 if progress:
                     progress(done, total)
-            return StoredFile(rel, digest, len(data))
 
-        with self.lock():
-            with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) * 2)) as pool:
-                stored = list(pool.map(store_one, sources))
+        def store_plain(i: int) -> None:
+            data = sources[i].read_bytes()
+            finished(i, self.blobs.put(data)[0], len(data))
+
+        def store_series(members: list[int]) -> None:
+            # skip-delta: member k is a delta of member k & (k-1), so reading any member decodes at most log2(n) bases
+            kept: dict[int, DeltaBase] = {}
+            for k, i in enumerate(members):
+                data = sources[i].read_bytes()
+                if k == 0:
+                    digest = self.blobs.put(data)[0]
+                else:
+                    digest = self.blobs.put_delta(data, kept[k & (k - 1)])[0]
+                kept[k] = DeltaBase(digest, data)
+                kept = {j: kept[j] for j in _skip_delta_chain(k)}  # the bases later members can still need
+                finished(i, digest, len(data))
+
+        self._upgrade_format()
+        series, singles = plan_delta_series(paths)
+        series.sort(key=len, reverse=True)  # the longest first: they bound the wall time
+        with self.lock(), ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) + 2)) as pool:
+            futures = [pool.submit(store_series, members) for members in series] + [pool.submit(store_plain, i) for i in singles]
+            for future in futures:
+                future.result()
+            list(pool.map(os.unlink, sources))  # all safe in the store: now the raw files can go
         for sub in OUTPUT_DIRS:
             shutil.rmtree(staging / sub, ignore_errors=True)
-        return stored
+        return stored  # type: ignore[return-value]
+
+    def _upgrade_format(self) -> None:
+        """Mark a format 1 store as format 2 before the first delta blob goes in (older xlarun then refuses it)."""
+        version_file = self.root / "VERSION"
+        if version_file.read_text().strip() != str(STORE_VERSION):
+            tmp = self.root / f".VERSION-{os.getpid()}"
+            tmp.write_text(f"{STORE_VERSION}\n")
+            os.replace(tmp, version_file)
 
     def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
         """Write the run's metadata files and make the run visible with one atomic rename."""
@@ -247,7 +265,7 @@ class Store:
                 target.write_bytes(content)
             else:
                 target.write_text(content, encoding="utf-8")
-        (staging / "files.json").write_text(json.dumps([asdict(f) for f in files], separators=(",", ":")))
+        (staging / "files.json").write_text(json.dumps([{"path": f.path, "sha256": f.sha256, "size": f.size} for f in files], separators=(",", ":")))
         (staging / "owner.pid").unlink(missing_ok=True)
         final = self.runs_dir / run_id
         os.rename(staging, final)
@@ -277,10 +295,12 @@ class Store:
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
-        for entry in self.stored_files(run_id):
-            if entry.path == path:
-                return self.blobs.get(entry.sha256)
-        raise InputError(f"run {run_id} has no file {path}", f"`xlarun show` lists a module's files")
+        files = self._file_digests.get(run_id)
+        if files is None:  # a committed run's file list never changes: read files.json once
+            files = self._file_digests[run_id] = {entry.path: entry.sha256 for entry in self.stored_files(run_id)}
+        if path not in files:
+            raise InputError(f"run {run_id} has no file {path}", f"`xlarun show` lists a module's files")
+        return self.blobs.get(files[path])
 
     def read_log(self, run_id: str, stream: str) -> str:
         path = self.run_path(run_id) / f"{stream}.log"
@@ -336,7 +356,7 @@ class Store:
             stale = self.stale_staging()
             for folder in stale:
                 shutil.rmtree(folder, ignore_errors=True)
-            live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            live = self._live_blobs()
             removed = freed = 0
             for blob in self.blobs.root.glob("*/*.zst"):
                 if blob.name[:-4] not in live:
@@ -344,6 +364,23 @@ class Store:
                     blob.unlink()
                     removed += 1
             return len(stale), removed, freed
+
+    def _live_blobs(self) -> set[str]:
+        """Blobs some run refers to, and the bases their delta chains need."""
+        live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+        frontier = live
+        while frontier:
+            bases = set()
+            for sha in frontier:
+                try:
+                    base = self.blobs.base_of(sha)
+                except StoreError:  # already missing: nothing to keep alive
+                    continue
+                if base is not None and base not in live:
+                    bases.add(base)
+            live |= bases
+            frontier = bases
+        return live
 
     def disk_usage(self) -> int:
         """Bytes the store's blobs take on disk."""
