@@ -1,5 +1,9 @@
 """The SQLite index of a store: runs, files, modules, passes, and the terms ``find`` searches.
 
+Terms are kept as distinct values (``term_values``, each once across all runs) and the modules that hold
+them (``module_terms``); the ``terms`` view joins the two. Values no module holds any more (after ``rm``)
+stay in ``term_values``: they cost a little space and are never reported.
+
 The index is derived data: ``runs/`` in the store is the truth, and :meth:`Index.reconcile`
 adds any committed run the index lacks (after a crash between commit and indexing) and drops
 rows of runs that are gone. Each run is indexed in one transaction.
@@ -8,7 +12,6 @@ rows of runs that are gone. Each run is indexed in one transaction.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from .names import DumpName, decode_dump_name
 if TYPE_CHECKING:
     from .store import Store, StoredFile
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -52,11 +55,15 @@ CREATE TABLE IF NOT EXISTS passes (
     path TEXT, instr_count INTEGER,
     PRIMARY KEY (run_id, module_id, step, pipeline)
 );
-CREATE TABLE IF NOT EXISTS terms (
-    run_id TEXT, module_id INTEGER, kind TEXT, value TEXT
-);
-CREATE INDEX IF NOT EXISTS terms_value ON terms(value, kind);
-CREATE INDEX IF NOT EXISTS terms_module ON terms(run_id, module_id);
+CREATE TABLE IF NOT EXISTS text_counts (sha256 TEXT PRIMARY KEY, instructions INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS term_values (term_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (kind, value));
+CREATE TABLE IF NOT EXISTS module_terms (
+    term_id INTEGER, run_id TEXT, module_id INTEGER,
+    PRIMARY KEY (term_id, run_id, module_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS module_terms_module ON module_terms(run_id, module_id);
+CREATE VIEW IF NOT EXISTS terms AS
+    SELECT mt.run_id, mt.module_id, tv.kind, tv.value FROM module_terms mt JOIN term_values tv USING (term_id);
 """
 
 TERM_KINDS = ("opcode", "name", "op_name", "source")
@@ -69,16 +76,6 @@ COMPUTE_OPCODES = frozenset({"dot", "convolution", "custom-call", "fft", "triang
 def count_compute_ops(histogram: dict[str, int]) -> int:
     """How many of a module's instructions are heavy compute or collectives."""
     return sum(n for op, n in histogram.items() if op in COMPUTE_OPCODES)
-
-# One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
-_INSTRUCTION_LINE = re.compile(rb"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*\S", re.M)
-_HEADER_OR_COMPUTATION = re.compile(rb"^\s*(?:HloModule\s|ENTRY\s|%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$)", re.M)
-
-
-def count_instructions_in_text(data: bytes) -> int:
-    """Instructions in an HLO text dump, counted by lines (fast; agrees with hlo.py's count)."""
-    return len(_INSTRUCTION_LINE.findall(data))
-
 
 @dataclass
 class RunInfo:
@@ -215,7 +212,7 @@ class Index:
 
     def forget_run(self, run_id: str) -> None:
         with self.transaction():
-            for table in ("runs", "files", "modules", "passes", "terms"):
+            for table in ("runs", "files", "modules", "passes", "module_terms"):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
             for extra in self._extra_run_tables():
                 self.conn.execute(f"DELETE FROM {extra} WHERE run_id=?", (run_id,))
@@ -223,7 +220,7 @@ class Index:
     def _extra_run_tables(self) -> list[str]:
         # tables other stages add (replays...) that carry a run_id column
         names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        core = {"meta", "runs", "files", "modules", "passes", "terms"}
+        core = {"meta", "runs", "files", "modules", "passes", "text_counts", "term_values", "module_terms"}
         out = []
         for name in names:
             if name in core:
@@ -238,6 +235,7 @@ class Index:
 
     def ingest_run(self, store: "Store", run_id: str) -> None:
         """Index one committed run: its manifest, files, modules, passes and search terms."""
+        from .summarize import summarize_module  # parsing HLO: only commands that index need it
         manifest = store.manifest(run_id)
         files = store.stored_files(run_id)
         decoded = [(f, decode_dump_name(f.path)) for f in files]
@@ -245,10 +243,13 @@ class Index:
         for stored, name in decoded:
             if name.module_id is not None and name.kind not in ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input"):
                 by_module[name.module_id].append((stored, name))
-        modules = [_summarize_module(store, run_id, module_id, members) for module_id, members in sorted(by_module.items())]
+        counts = self._known_text_counts({f.sha256 for f, n in decoded if n.kind == "pass" and n.format == "text"})
+        known = set(counts)
+        modules = [summarize_module(store, module_id, members, counts) for module_id, members in sorted(by_module.items())]
         with self.transaction():
+            self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
             self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
-            for table in ("files", "modules", "passes", "terms"):
+            for table in ("files", "modules", "passes", "module_terms"):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
             self.conn.execute(
                 "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -284,10 +285,21 @@ class Index:
                     "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
                     [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
                 )
+                terms = sorted(summary.terms)
+                self.conn.executemany("INSERT OR IGNORE INTO term_values (kind, value) VALUES (?,?)", terms)
                 self.conn.executemany(
-                    "INSERT INTO terms VALUES (?,?,?,?)",
-                    [(run_id, summary.module_id, kind, value) for kind, value in sorted(summary.terms)],
+                    "INSERT OR IGNORE INTO module_terms SELECT term_id, ?, ? FROM term_values WHERE kind=? AND value=?",
+                    [(run_id, summary.module_id, kind, value) for kind, value in terms],
                 )
+
+    def _known_text_counts(self, shas: set[str]) -> dict[str, int]:
+        """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
+        wanted, known = sorted(shas), {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self.conn.execute(f"SELECT sha256, instructions FROM text_counts WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk)
+            known.update((sha, n) for sha, n in rows)
+        return known
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -355,16 +367,20 @@ class Index:
         params: list = []
         for kind in kinds:
             if kind == "opcode" or exact:
-                clauses.append("(kind=? AND value=?)")
+                clauses.append("(tv.kind=? AND tv.value=?)")
                 params += [kind, text]
             else:
-                clauses.append("(kind=? AND instr(value, ?) > 0)")
+                clauses.append("(tv.kind=? AND instr(tv.value, ?) > 0)")
                 params += [kind, text]
-        sql = f"SELECT t.run_id, t.module_id, t.kind, t.value, m.name FROM terms t JOIN modules m USING (run_id, module_id) WHERE ({' OR '.join(clauses)})"
+        # each distinct value is stored once across runs: a substring search scans those, then jumps to their modules
+        sql = (
+            "SELECT mt.run_id, mt.module_id, tv.kind, tv.value, m.name FROM term_values tv CROSS JOIN module_terms mt ON mt.term_id = tv.term_id "
+            f"JOIN modules m ON m.run_id = mt.run_id AND m.module_id = mt.module_id WHERE ({' OR '.join(clauses)})"
+        )
         if run_id:
-            sql += " AND t.run_id=?"
+            sql += " AND mt.run_id=?"
             params.append(run_id)
-        sql += " ORDER BY t.run_id, t.module_id, t.kind, t.value"
+        sql += " ORDER BY mt.run_id, mt.module_id, tv.kind, tv.value"
         hits: dict[tuple, FindHit] = {}
         for row in self.conn.execute(sql, params):
             key = (row[0], row[1], row[2])
@@ -404,122 +420,3 @@ def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
         json.loads(row["opcodes_after"] or "{}"), row["entry_signature"], row["fingerprint"], row["hlo_bytes"] or 0,
         bool(row["elided_constants"]), row["parse_error"],
     )
-
-
-# --- summarising one module --------------------------------------------------------------------
-
-
-@dataclass
-class _ModuleSummary:
-    module_id: int
-    name: str | None
-    backend: str | None
-    stages: list[str]
-    n_pass_dumps: int
-    n_files: int
-    instr_before: int | None = None
-    instr_after: int | None = None
-    opcodes_before: dict = field(default_factory=dict)
-    opcodes_after: dict = field(default_factory=dict)
-    entry_signature: str | None = None
-    fingerprint: str | None = None
-    hlo_bytes: int = 0
-    elided_constants: bool = False
-    parse_error: str | None = None
-    passes: list[PassInfo] = field(default_factory=list)
-    terms: set = field(default_factory=set)
-
-
-_FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
-
-
-def _best_hlo(members, stage: str):
-    """The most parseable file of a module at a stage: text, then proto, then compressed proto."""
-    candidates = [(s, n) for s, n in members if n.kind == "hlo" and n.stage == stage and n.format in _FORMAT_PREFERENCE]
-    candidates.sort(key=lambda sn: _FORMAT_PREFERENCE[sn[1].format])
-    return candidates[0] if candidates else None
-
-
-def stage_label(name: DumpName) -> str:
-    """How a stage is shown: 'before_optimizations', 'cpu_after_optimizations', 'sm_8.0_gpu_after_optimizations'."""
-    if name.stage == "after_optimizations":
-        prefix = "_".join(p for p in (name.target, name.backend if name.backend not in (None, "tpu") else None) if p)
-        return f"{prefix}_after_optimizations" if prefix else "after_optimizations"
-    return name.stage or name.kind
-
-
-def _parse(store: "Store", stored: "StoredFile", name: DumpName):
-    from .hlo import parse_hlo_text
-    from .hloproto import summarize_hlo_proto
-
-    data = store.blobs.get(stored.sha256)
-    if name.format == "text":
-        return parse_hlo_text(data.decode("utf-8", errors="replace"))
-    if name.format == "proto.gz":
-        import gzip
-
-        data = gzip.decompress(data)
-    return summarize_hlo_proto(data)
-
-
-def _summarize_module(store: "Store", run_id: str, module_id: int, members) -> _ModuleSummary:
-    names = [n.module_name for _s, n in members if n.module_name]
-    stages = sorted({stage_label(n) for _s, n in members if n.kind == "hlo"}, key=lambda s: (s != "before_optimizations", s))
-    backends = [n.backend for _s, n in members if n.backend]
-    pass_members = [(s, n) for s, n in members if n.kind == "pass"]
-    summary = _ModuleSummary(
-        module_id=module_id,
-        name=max(names, key=len) if names else None,  # long names are dropped from some file names only
-        backend=backends[0] if backends else None,
-        stages=stages,
-        n_pass_dumps=len({(n.step, n.pipeline) for _s, n in pass_members}),
-        n_files=len(members),
-    )
-    errors = []
-    for stage, attr in (("before_optimizations", "before"), ("after_optimizations", "after")):
-        best = _best_hlo(members, stage)
-        if best is None:
-            continue
-        stored, name = best
-        try:
-            module = _parse(store, stored, name)
-        except XlarunError as exc:
-            errors.append(f"{stored.path}: {exc.message}")
-            continue
-        setattr(summary, f"instr_{attr}", module.instruction_count())
-        setattr(summary, f"opcodes_{attr}", dict(sorted(module.opcode_histogram().items())))
-        if attr == "before" or summary.hlo_bytes == 0:
-            summary.hlo_bytes = stored.size
-        if attr == "before" or summary.entry_signature is None:
-            summary.entry_signature = module.entry_signature
-        if attr == "before":
-            summary.fingerprint = module.fingerprint()
-            summary.elided_constants = module.has_elided_constants()
-        elif summary.fingerprint is None:
-            summary.elided_constants = module.has_elided_constants()
-        for instruction in module.instructions():
-            summary.terms.add(("opcode", instruction.opcode))
-            summary.terms.add(("name", instruction.name))
-            if instruction.op_name:
-                summary.terms.add(("op_name", instruction.op_name))
-            if instruction.source_file:
-                where = f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file
-                summary.terms.add(("source", where))
-    summary.parse_error = "; ".join(errors) or None
-    summary.passes = _pass_timeline(store, pass_members)
-    return summary
-
-
-def _pass_timeline(store: "Store", pass_members) -> list[PassInfo]:
-    by_step: dict[tuple, list] = defaultdict(list)
-    for stored, name in pass_members:
-        by_step[(name.step, name.pipeline)].append((stored, name))
-    out = []
-    for (step, pipeline), items in sorted(by_step.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or "")):
-        items.sort(key=lambda sn: {"text": 0, "dot": 2}.get(sn[1].format or "", 1))
-        stored, name = items[0]
-        count = None
-        if name.format == "text":
-            count = count_instructions_in_text(store.blobs.get(stored.sha256))
-        out.append(PassInfo(step or 0, pipeline, name.after_pass, name.before_pass, stored.path, count))
-    return out
