@@ -94,6 +94,23 @@ def _defer_interrupts():
             signal.signal(sig, handler)
 
 
+def _in_background(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """Start ``fn(*args)`` in a thread; the returned function waits for its result (None if it raised)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        box["value"] = fn(*args)
+
+    thread = threading.Thread(target=run, name=f"xlarun-{fn.__name__}", daemon=True)
+    thread.start()
+
+    def result() -> Any:
+        thread.join()
+        return box.get("value")
+
+    return result
+
+
 def job_argv(loaded: LoadedSpec, backend_kind: str) -> list[str]:
     """The command line of the job: interpreter, script, arguments."""
     python = loaded.spec.python or (loaded.python if backend_kind == "local" else "python3")
@@ -149,7 +166,9 @@ def capture(
     }
     (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
 
-    versions = probe_versions(job.argv[0]) if backend.kind == "local" else {}
+    # package versions and git facts take a few subprocesses: gather them while the job runs
+    versions_later = _in_background(probe_versions, job.argv[0]) if backend.kind == "local" else lambda: {}
+    git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
     t0 = time.monotonic()
@@ -194,9 +213,9 @@ def capture(
             env_delta=redact_env(composed.delta),
             xla_flags=composed.xla_flags,
             tf_xla_flags=composed.tf_xla_flags,
-            versions={**versions, **{k: str(v) for k, v in result.details.get("versions", {}).items()}},
+            versions={**(versions_later() or {}), **{k: str(v) for k, v in result.details.get("versions", {}).items()}},
             host=host_facts(),
-            git=git_facts(loaded.script.parent),
+            git=git_later(),
             warnings=warnings,
             batch_id=batch_id,
             matrix=matrix,
@@ -204,8 +223,9 @@ def capture(
             files=len(files),
             dump_bytes=sum(f.size for f in files),
         )
+        index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
         run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
-        store.index.ingest_run(store, run_id)
+        index.ingest_run(store, run_id)
         was_interrupted = interrupted_meanwhile()
     modules = store.index.modules(run_id)
     if was_interrupted and result.status != RunStatus.INTERRUPTED:
