@@ -28,6 +28,42 @@ Exit codes: 0 ok · 1 the job failed, a replay miscompared, or no dump was made 
 4 a bug in xlarun (a crash log is written) · 124 the job hit its timeout · 130 interrupted (Ctrl-C).
 """
 
+def _coerce_plain_strings_without_pydantic() -> None:
+    """typer 0.29 coerces every parameter through a pydantic TypeAdapter, built even for a value that is
+    missing, and importing pydantic costs more than the rest of ``xlarun modules`` (~0.2 s). Here the
+    adapter is built only when a value needs it: a missing value or a ``str`` parameter given a string
+    needs none. Paths, numbers and choices still go through typer. Leaves another typer alone."""
+    from dataclasses import dataclass
+    from typing import Any
+
+    try:
+        from typer._coercion import RuntimeParam
+
+        typer_build = typer.core.build_runtime_param
+    except (ImportError, AttributeError):
+        return
+
+    @dataclass(frozen=True)
+    class _Deferred(RuntimeParam):
+        descriptor: Any
+
+        def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
+            info = self.descriptor.parameter_info
+            if isinstance(value, str) and self.annotation is str and getattr(info, "parser", None) is None and not self.descriptor.is_choice:
+                return value
+            return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+    def build(descriptor):
+        if descriptor.file_annotation is not None:
+            return typer_build(descriptor)
+        return _Deferred(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor)
+
+    typer.core.build_runtime_param = build
+
+
+_coerce_plain_strings_without_pydantic()
+
+
 class _XlarunGroup(typer.core.TyperGroup):
     """Maps the library's errors to one red line and a documented exit code, for every command."""
 

@@ -10,15 +10,16 @@ from typing import Annotated, Optional
 
 import typer
 
+# a str, not a Path: typer coerces Path parameters through pydantic, too slow to import for every command
 StoreOption = Annotated[
-    Optional[Path],
-    typer.Option("--store", envvar="XLARUN_STORE", help="Run store folder (default ./.xlarun).", show_default=False),
+    Optional[str],
+    typer.Option("--store", envvar="XLARUN_STORE", metavar="PATH", help="Run store folder (default ./.xlarun).", show_default=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
 
 
-def open_store(path: Path | None, create: bool = False):
+def open_store(path: str | Path | None, create: bool = False):
     """The store a command works on (created only by commands that write)."""
     from ..store import Store
 

@@ -189,6 +189,8 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
 
 def _show_extras(store, module) -> None:
     """Sections other stages contribute to `show` (replays...), when those stages are installed."""
+    if not any((store.runs_dir / module.run_id / "replays").glob("*.json")):
+        return  # never replayed: skip importing the replay stage (numpy and friends, ~0.2 s)
     try:
         from ..replay.record import print_replays_for
     except ImportError:
