@@ -1,0 +1,156 @@
+"""Archive: the store API (archive + index) on a raw dump folder against ``tar czf``, ``tar`` with
+``zstd --long``, and ``cat`` of every file (the read floor); random access to one file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from xlarun.store import Store
+
+from .timing import Timing, ratio, time_call, time_command, tool, tree_bytes
+
+ZSTD_LONG = "zstd --long=27 -T0"
+
+
+@dataclass
+class ArchivedRun:
+    store: Store
+    run_id: str
+    archive_s: float
+    index_s: float
+
+
+def link_tree(source: Path, dest: Path) -> int:
+    """Hard-link every file below ``source`` into ``dest`` (copy across file systems); returns the count."""
+    count = 0
+    for folder, _dirs, files in os.walk(source):
+        rel = Path(folder).relative_to(source)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            src, dst = Path(folder) / name, dest / rel / name
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+            count += 1
+    return count
+
+
+def bench_manifest(run_id: str, name: str, n_files: int, dump_bytes: int) -> str:
+    """A minimal manifest.json for runs the benchmark writes through the store API."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    return json.dumps({"run_id": run_id, "name": name, "status": "succeeded", "exit_code": 0, "started": now, "ended": now,
+                       "duration_s": 0.0, "backend": "local", "framework": "jax", "files": n_files, "dump_bytes": dump_bytes, "kind": "capture"})
+
+
+def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archive") -> ArchivedRun:
+    """Archive a raw dump folder into a store at ``store_root`` and index it, timing both (linking the files in is not timed)."""
+    store = Store.open(store_root)
+    index = store.index  # opened (and reconciled) before the run exists, so the timed ingest is the only one
+    run_id, staging = store.begin_run()
+    link_tree(raw_dump, staging / "dump")
+    t0 = time.perf_counter()
+    files = store.archive_outputs(staging)
+    store.commit_run(run_id, staging, files, {"manifest.json": bench_manifest(run_id, name, len(files), sum(f.size for f in files))})
+    t1 = time.perf_counter()
+    index.ingest_run(store, run_id)
+    t2 = time.perf_counter()
+    return ArchivedRun(store, run_id, t1 - t0, t2 - t1)
+
+
+def _fresh(path: Path) -> Path:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    return path
+
+
+def measure_archive(raw_dump: Path, workdir: Path, repeats: int) -> tuple[dict, ArchivedRun]:
+    """Every archiver on the same (page-cached) dump, round-robin so load changes hit all alike.
+
+    Returns the results and the store of the last xlarun repeat.
+    """
+    raw_bytes = tree_bytes(raw_dump)
+    n_files = sum(len(files) for _folder, _dirs, files in os.walk(raw_dump))
+    tgz, tzst = workdir / "dump.tar.gz", workdir / "dump.tar.zst"
+    commands = {
+        "read_floor": f"find '{raw_dump}' -type f -exec cat {{}} + > /dev/null",
+        "tar_czf": ["tar", "czf", str(tgz), "-C", str(raw_dump), "."],
+    }
+    if tool("zstd"):
+        commands["tar_zstd_long"] = ["tar", "-I", ZSTD_LONG, "-cf", str(tzst), "-C", str(raw_dump), "."]
+    time_command(commands["read_floor"], 1, shell=True)  # warm the page cache for everyone
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    runs: list[ArchivedRun] = []
+    for i in range(repeats):
+        for name, argv in commands.items():
+            samples[name] += time_command(argv, 1, shell=isinstance(argv, str)).samples
+        store_root = _fresh(workdir / f"archive-store-{i}")
+        runs.append(archive_and_index(raw_dump, store_root))
+        if i:
+            runs[-2].store.close()
+            shutil.rmtree(runs[-2].store.root)
+    results: dict = {"raw_files": n_files, "raw_bytes": raw_bytes}
+    for name, values in samples.items():
+        results[name] = Timing(values).to_dict()
+    results["tar_czf"]["bytes"] = tgz.stat().st_size
+    if "tar_zstd_long" in results:
+        results["tar_zstd_long"]["bytes"] = tzst.stat().st_size
+    last = runs[-1]
+    total = Timing([r.archive_s + r.index_s for r in runs])
+    last.store.close()  # checkpoint the WAL so the index's size is what stays on disk
+    store_bytes = tree_bytes(last.store.root)
+    results["xlarun"] = {
+        **total.to_dict(),
+        "archive_median_s": round(Timing([r.archive_s for r in runs]).median, 6),
+        "index_median_s": round(Timing([r.index_s for r in runs]).median, 6),
+        "bytes": store_bytes,
+        "blob_bytes": last.store.disk_usage(),
+        "index_bytes": (last.store.root / "index.sqlite").stat().st_size,
+    }
+    floor, czf = results["read_floor"]["median_s"], results["tar_czf"]["median_s"]
+    results["ratio_vs_tar_czf"] = round(ratio(total.median, czf), 4)
+    results["ratio_vs_read_floor"] = round(ratio(total.median, floor), 4)
+    results["bytes_vs_tar_czf"] = round(ratio(store_bytes, results["tar_czf"]["bytes"]), 4)
+    results["compression_ratio"] = round(ratio(raw_bytes, store_bytes), 2)
+    results["random_access"] = _random_access(last, raw_dump, tgz, repeats)
+    return results, last
+
+
+def _sample_paths(store: Store, run_id: str, count: int) -> list[str]:
+    paths = sorted(f.path for f in store.stored_files(run_id))
+    step = max(1, len(paths) // count)
+    return paths[::step][:count]
+
+
+def _random_access(archived: ArchivedRun, raw_dump: Path, tgz: Path, repeats: int) -> dict:
+    """Per-file read time: from the store (``Store.read_file``), from the raw folder, and out of the tar.gz.
+
+    Cold: every read opens the store afresh (no cached files.json, no decoded delta bases), as a new
+    process would. Warm: one store object reads the 50 sampled files in turn.
+    """
+    store, run_id = archived.store, archived.run_id
+    paths = _sample_paths(store, run_id, 50)
+    for path in paths:  # same bytes both ways
+        assert store.read_file(run_id, path) == (raw_dump / path).read_bytes(), path
+    reps = max(5, repeats * 3)
+    from_store = time_call(lambda: [Store(store.root).read_file(run_id, p) for p in paths], reps)
+    warm = time_call(lambda: (lambda s: [s.read_file(run_id, p) for p in paths])(Store(store.root)), reps)
+    from_raw = time_call(lambda: [(raw_dump / p).read_bytes() for p in paths], reps)
+    one = paths[len(paths) // 2]
+    from_tgz = time_command(["tar", "xzf", str(tgz), "-O", f"./{one}"], max(1, repeats))
+    per = len(paths)
+    return {
+        "files_sampled": per,
+        "store_per_file_s": round(from_store.median / per, 7),
+        "store_warm_per_file_s": round(warm.median / per, 7),
+        "raw_per_file_s": round(from_raw.median / per, 7),
+        "tar_czf_one_file_s": round(from_tgz.median, 5),
+        "ratio_store_vs_raw": round(ratio(from_store.median, from_raw.median), 3),
+    }

@@ -1,0 +1,78 @@
+"""The benchmark's quick mode runs end to end, so ``python -m bench`` never rots.
+
+Timings are not asserted (these machines are noisy); the JSON must hold every section, with numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SECTIONS = ("meta", "workload", "capture", "archive", "synthetic_store", "search", "navigation", "replay", "targets")
+
+
+def _numbers(value) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory) -> dict:
+    pytest.importorskip("jax")
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    env = {k: v for k, v in os.environ.items() if k != "XLARUN_STORE"}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "targets met" in proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_quick_mode_writes_every_section(quick_results):
+    for section in SECTIONS:
+        assert section in quick_results, section
+        assert _numbers(quick_results[section]) or section == "targets", section
+    assert all(math.isfinite(n) for n in _numbers(quick_results))
+    assert quick_results["meta"]["mode"] == "quick"
+
+
+def test_quick_mode_measures_each_comparison(quick_results):
+    cap, arc, search, nav = (quick_results[k] for k in ("capture", "archive", "search", "navigation"))
+    assert cap["direct"]["median_s"] > 0 and cap["capture"]["median_s"] > 0 and cap["ratio"] > 0
+    assert quick_results["workload"]["files"] > 50 and quick_results["workload"]["bytes"] > 1_000_000
+    for key in ("read_floor", "tar_czf", "xlarun"):
+        assert arc[key]["median_s"] > 0, key
+    assert 0 < arc["xlarun"]["bytes"] and 0 < arc["tar_czf"]["bytes"]
+    assert arc["random_access"]["store_per_file_s"] > 0
+    assert quick_results["synthetic_store"]["runs"] >= 10 and quick_results["synthetic_store"]["modules"] >= 10
+    assert search["opcode"]["xlarun_find"]["median_s"] > 0
+    for command in ("help", "python_c_pass", "modules", "show"):
+        assert nav[command]["median_s"] > 0, command
+
+
+def test_targets_are_reported_not_asserted(quick_results):
+    targets = {t["what"]: t for t in quick_results["targets"]}
+    assert any("tar czf" in what for what in targets)
+    assert any("--help" in what for what in targets)
+    assert all(t["met"] in (True, False, None) for t in targets.values())
+
+
+def test_replay_section_has_numbers_or_says_why_not(quick_results):
+    replay = quick_results["replay"]
+    if replay["present"] and replay.get("ok"):
+        assert len(_numbers(replay)) > 2
+    else:
+        assert replay["note"]
