@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
+from .hlo_scan import LineError, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
 
 #: Attributes whose value names computations the instruction calls (``calls=%fused``, ``branch_computations={...}``).
 CALLED_COMPUTATION_KEYS = frozenset(
@@ -37,9 +38,6 @@ _PER_RUN_BACKEND_KEYS = re.compile(r'"(?:operation_queue_id|wait_on_operation_qu
 
 _HINT = "is this an HLO text dump (module_*.txt)? a truncated file or a hand edit can cause this"
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
-_SPECIAL = re.compile(r'[(){}\[\]",]|/\*')
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_COMMENT_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|/\*.*?\*/')
 _INSTR_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*')
 # an instruction starts "name = " and then a shape; a wrapped attribute line ("calls=%f") does not
 _NEW_INSTRUCTION = re.compile(r'\s*(ROOT\s+)?%?[^\s=%(]+\s*=\s*(?:\(|[A-Za-z][A-Za-z0-9]*\[)')
@@ -49,11 +47,7 @@ _OPCODE = re.compile(r'\s*([A-Za-z][\w\-]*)\(')
 _NAME_REF = re.compile(r'%?([^\s,{}%]+)')
 _FIELD = re.compile(r'([\w.]+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
 _SECTION_ENTRY = re.compile(r'\s*(\d+)\s+(.*?)\s*$')
-_LAYOUT = re.compile(r'\]\{[^{}]*\}')
-_TOP_LEVEL_COMMA = re.compile(r'\s*,\s*(?![^\[]*\])')  # not between [ and ]
-_ESCAPE = re.compile(r'\\([0-7]{1,3}|x[0-9a-fA-F]{2}|.)')
 _SPACES = re.compile(r'[ \t]*')
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
 
 
 @dataclass
@@ -150,94 +144,6 @@ class HloModule:
         return hashlib.sha256(self.canonical_form().encode("utf-8")).hexdigest()
 
 
-class _LineError(Exception):
-    """A malformed line; turned into an InputError carrying the line number."""
-
-
-def _walk(text: str, pos: int, stop_at_comma: bool) -> int:
-    """Scan balanced brackets, strings and /* comments */ from ``pos``.
-
-    With ``stop_at_comma`` return the index of the first top-level comma (or the end of the text);
-    otherwise ``text[pos]`` opens a bracket and the index just past its closing bracket is returned.
-    """
-    depth = 0
-    while True:
-        m = _SPECIAL.search(text, pos)
-        if m is None:
-            if depth or not stop_at_comma:
-                raise _LineError("unbalanced brackets (the line may be cut short)")
-            return len(text)
-        token, i = m.group(), m.start()
-        if token == '"':
-            s = _STRING.match(text, i)
-            if s is None:
-                raise _LineError("unterminated string")
-            pos = s.end()
-        elif token == "/*":
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise _LineError("unterminated /* comment")
-            pos = end + 2
-        elif token == ",":
-            if depth == 0 and stop_at_comma:
-                return i
-            pos = i + 1
-        elif token in "({[":
-            depth += 1
-            pos = i + 1
-        else:
-            depth -= 1
-            pos = i + 1
-            if depth < 0:
-                raise _LineError(f"unexpected '{token}'")
-            if depth == 0 and not stop_at_comma:
-                return pos
-
-
-def _split_top_level(text: str) -> list[str]:
-    pieces, pos = [], 0
-    while pos <= len(text):
-        end = _walk(text, pos, True)
-        pieces.append(text[pos:end])
-        pos = end + 1
-    return pieces
-
-
-def _strip_comments(text: str) -> str:
-    """Drop /* comments */ (XLA prints /*index=5*/ in long lists), leaving string contents alone."""
-    if "/*" not in text:
-        return text
-    return _COMMENT_OR_STRING.sub(lambda m: m.group() if m.group().startswith('"') else "", text)
-
-
-def unquote(text: str) -> str:
-    """Decode an HLO string literal (``"..."`` with C escapes, octal bytes for non-ASCII)."""
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
-        text = text[1:-1]
-    if "\\" not in text:
-        return text
-
-    def one(m: re.Match) -> str:
-        code = m.group(1)
-        if code[0] in "01234567":
-            return chr(int(code, 8))
-        if code[0] == "x" and len(code) == 3:
-            return chr(int(code[1:], 16))
-        return _SIMPLE_ESCAPES.get(code, code)
-
-    decoded = _ESCAPE.sub(one, text)
-    try:  # octal escapes spell UTF-8 bytes one by one
-        return decoded.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return decoded
-
-
-def strip_layouts(shape: str) -> str:
-    """``(f32[8,4]{1,0}, /*index=1*/s32[])`` -> ``(f32[8,4], s32[])``."""
-    shape = _LAYOUT.sub("]", _strip_comments(shape))
-    return _TOP_LEVEL_COMMA.sub(", ", shape).strip()
-
-
 def format_signature(parameters: list[str], result: str) -> str:
     """``(a, b) -> r`` from parameter and result shapes, layouts dropped."""
     return f"({', '.join(strip_layouts(p) for p in parameters)}) -> {strip_layouts(result)}"
@@ -245,7 +151,7 @@ def format_signature(parameters: list[str], result: str) -> str:
 
 def _signature_from_layout(layout: str) -> str | None:
     """``{(f32[8]{0}, s32[])->f32[8]{0}}`` -> ``(f32[8], s32[]) -> f32[8]``."""
-    text = _strip_comments(layout.strip())
+    text = strip_comments(layout.strip())
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1]
     params, arrow, result = text.partition("->")
@@ -254,7 +160,7 @@ def _signature_from_layout(layout: str) -> str | None:
     params = params.strip()
     if params.startswith("(") and params.endswith(")"):
         params = params[1:-1]
-    return format_signature([p for p in _split_top_level(params) if p.strip()], result)
+    return format_signature([p for p in split_top_level(params) if p.strip()], result)
 
 
 def _parse_attributes(line: str, pos: int) -> dict[str, str]:
@@ -267,28 +173,28 @@ def _parse_attributes(line: str, pos: int) -> dict[str, str]:
         if pos >= len(line):
             return attributes
         if line[pos] != ",":
-            raise _LineError(f"expected ', key=value' but found {line[pos:pos + 30]!r}")
-        end = _walk(line, pos + 1, True)
-        key, _eq, value = _strip_comments(line[pos + 1 : end]).partition("=")
+            raise LineError(f"expected ', key=value' but found {line[pos:pos + 30]!r}")
+        end = walk(line, pos + 1, True)
+        key, _eq, value = strip_comments(line[pos + 1 : end]).partition("=")
         attributes[key.strip()] = value.strip()
         pos = end
 
 
 def _read_shape(line: str, pos: int) -> tuple[str, int]:
     if line.startswith("(", pos):
-        end = _walk(line, pos, False)
-        return _strip_comments(line[pos:end]), end
+        end = walk(line, pos, False)
+        return strip_comments(line[pos:end]), end
     m = _ARRAY_SHAPE.match(line, pos)
     if m is None:
-        raise _LineError(f"expected a shape like f32[8,128]{{1,0}} but found {line[pos:pos + 30]!r}")
+        raise LineError(f"expected a shape like f32[8,128]{{1,0}} but found {line[pos:pos + 30]!r}")
     return m.group(), m.end()
 
 
 def _operand_names(inner: str) -> list[str]:
-    inner = _strip_comments(inner)
+    inner = strip_comments(inner)
     if not inner.strip():
         return []
-    pieces = _split_top_level(inner) if "[" in inner else inner.split(",")
+    pieces = split_top_level(inner) if "[" in inner else inner.split(",")
     # an operand may be printed with its shape: "f32[8]{0} %x"
     return [p.split()[-1].lstrip("%") for p in pieces if p.strip()]
 
@@ -304,12 +210,12 @@ def _apply_metadata(instruction: HloInstruction, metadata: str) -> None:
 def _parse_instruction(line: str, computation: str) -> HloInstruction:
     head = _INSTR_HEAD.match(line)
     if head is None:
-        raise _LineError("expected '%name = shape opcode(operands), attributes' or '}'")
+        raise LineError("expected '%name = shape opcode(operands), attributes' or '}'")
     shape, pos = _read_shape(line, head.end())
     op = _OPCODE.match(line, pos)
     if op is None:
-        raise _LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
-    close = _walk(line, op.end() - 1, False)
+        raise LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
+    close = walk(line, op.end() - 1, False)
     inner = line[op.end() : close - 1]
     instruction = HloInstruction(
         name=head.group(2), opcode=op.group(1), shape=shape, computation=computation,
@@ -392,7 +298,7 @@ class _TextParser:
         self.name = m.group(1)
         try:
             self.header = _parse_attributes(line, m.end())
-        except _LineError as error:
+        except LineError as error:
             raise self.fail(lineno, f"in the HloModule line: {error}") from None
 
     def _computation_header(self, line: str, lineno: int) -> HloComputation:
@@ -414,10 +320,10 @@ class _TextParser:
         while True:
             try:
                 if line.rstrip().endswith(",") and index < len(self.lines):
-                    raise _LineError("line ends with ','")
+                    raise LineError("line ends with ','")
                 computation.instructions.append(_parse_instruction(line, computation.name))
                 return index
-            except _LineError as error:
+            except LineError as error:
                 nxt = self.lines[index].strip() if index < len(self.lines) else "}"
                 if nxt == "}" or not nxt or _NEW_INSTRUCTION.match(nxt) or index - lineno > 200:
                     raise self.fail(lineno, str(error)) from None
