@@ -171,12 +171,17 @@ def capture(
     git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
+    archiver = store.archiver(staging, progress=on_archive)
+    archiver.start()  # dump files are archived as they settle, on a core the job leaves free
     t0 = time.monotonic()
     started = utc_now()
     try:
         result: LaunchResult = backend.launch(job, sink)
     except EnvironmentProblem as exc:  # daemon down, image missing...: still a run, recorded as an error
         result = LaunchResult(RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True})
+    except BaseException:
+        archiver.abandon()
+        raise
     finally:
         sink.close()
     duration = time.monotonic() - t0
@@ -184,7 +189,7 @@ def capture(
     warnings = list(composed.warnings)
     with _defer_interrupts() as interrupted_meanwhile:
         try:
-            files: list[StoredFile] = store.archive_outputs(staging, progress=on_archive)
+            files: list[StoredFile] = archiver.finish()
         except OSError as exc:
             raise StoreError(
                 f"archiving run {run_id} failed: {exc.strerror or exc}; the job's raw output is kept in {staging}",

@@ -22,16 +22,15 @@ import os
 import secrets
 import shutil
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .backends.base import OUTPUT_DIRS
-from .blobs import BlobStore, DeltaBase
+from .archiver import OutputArchiver, logical_path  # noqa: F401 (logical_path: part of this module's API)
+from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
 
 #: 2: blobs may be delta blobs (see blobs.py). Format 1 stores (plain blobs only) are read as they are
@@ -60,50 +59,6 @@ def new_run_id(now: datetime | None = None) -> str:
 def default_store_path() -> Path:
     """``$XLARUN_STORE`` if set, else ``./.xlarun`` in the working directory."""
     return Path(os.environ.get("XLARUN_STORE") or DEFAULT_STORE)
-
-
-def logical_path(rel: str) -> str:
-    """Map a path below a run folder to its archive name: ``dump/x`` -> ``x``; ``tf_graphs/x`` stays."""
-    return rel[len("dump/") :] if rel.startswith("dump/") else rel
-
-
-def _skip_delta_chain(k: int) -> list[int]:
-    """Member ``k`` and the members its delta chain goes through: clear the lowest set bit until 0."""
-    chain = [k]
-    while k:
-        k &= k - 1
-        chain.append(k)
-    return chain
-
-
-#: Where stage dumps sit in a module's series, around the per-pass dumps (ordered by step).
-_SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
-
-
-def plan_delta_series(paths: list[str]) -> tuple[list[list[int]], list[int]]:
-    """Split archive paths (by index) into delta series, each in dump order, and files stored alone.
-
-    A series is one module's HLO dumps in one format: before_optimizations, each pass, after_optimizations.
-    """
-    from .names import decode_dump_name
-
-    series: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-    alone: list[int] = []
-    for i, path in enumerate(paths):
-        name = decode_dump_name(path)
-        position = name.step if name.kind == "pass" else _SERIES_POSITION.get(name.stage or "") if name.kind == "hlo" else None
-        if position is None or name.module_id is None:
-            alone.append(i)
-            continue
-        folder = path.rpartition("/")[0]
-        series[(folder, name.module_id, name.module_name, name.compilation, name.format)].append((position, i))
-    groups = []
-    for members in series.values():
-        if len(members) == 1:
-            alone.append(members[0][1])
-        else:
-            groups.append([i for _position, i in sorted(members)])
-    return groups, alone
 
 
 class Store:
@@ -196,58 +151,15 @@ class Store:
     def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
         """Move every file the job wrote under ``staging`` into the blob store; return the file list.
 
-        Successive dumps of a module in one format (before_optimizations, every pass, after_optimizations)
-        form a series stored as deltas of each other (see ``blobs.py``); other files are stored plain.
-        Raw files are deleted from staging only after every blob is safely in place.
+        Module dumps are stored as deltas of each other (see ``archiver.py``). Raw files are deleted from
+        staging only after every blob is safely in place. To archive while the job runs, use
+        :meth:`archiver` (``start()`` before the job, ``finish()`` after).
         """
-        sources: list[Path] = []
-        for sub in OUTPUT_DIRS:
-            base = staging / sub
-            if base.is_dir():
-                sources.extend(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
-        sources.sort()
-        paths = [logical_path(p.relative_to(staging).as_posix()) for p in sources]
-        total = len(sources)
-        stored: list[StoredFile | None] = [None] * total
-        done = 0
-        lock = threading.Lock()
+        return self.archiver(staging, progress, workers).finish()
 
-        def finished(i: int, digest: str, size: int) -> None:
-            nonlocal done
-            stored[i] = StoredFile(paths[i], digest, size)
-            with lock:
-                done += 1
-                if progress:
-                    progress(done, total)
-
-        def store_plain(i: int) -> None:
-            data = sources[i].read_bytes()
-            finished(i, self.blobs.put(data)[0], len(data))
-
-        def store_series(members: list[int]) -> None:
-            # skip-delta: member k is a delta of member k & (k-1), so reading any member decodes at most log2(n) bases
-            kept: dict[int, DeltaBase] = {}
-            for k, i in enumerate(members):
-                data = sources[i].read_bytes()
-                if k == 0:
-                    digest = self.blobs.put(data)[0]
-                else:
-                    digest = self.blobs.put_delta(data, kept[k & (k - 1)])[0]
-                kept[k] = DeltaBase(digest, data)
-                kept = {j: kept[j] for j in _skip_delta_chain(k)}  # the bases later members can still need
-                finished(i, digest, len(data))
-
-        self._upgrade_format()
-        series, singles = plan_delta_series(paths)
-        series.sort(key=len, reverse=True)  # the longest first: they bound the wall time
-        with self.lock(), ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) + 2)) as pool:
-            futures = [pool.submit(store_series, members) for members in series] + [pool.submit(store_plain, i) for i in singles]
-            for future in futures:
-                future.result()
-            list(pool.map(os.unlink, sources))  # all safe in the store: now the raw files can go
-        for sub in OUTPUT_DIRS:
-            shutil.rmtree(staging / sub, ignore_errors=True)
-        return stored  # type: ignore[return-value]
+    def archiver(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> "OutputArchiver":
+        """An :class:`OutputArchiver` for a run's staging folder."""
+        return OutputArchiver(self, staging, progress, workers)
 
     def _upgrade_format(self) -> None:
         """Mark a format 1 store as format 2 before the first delta blob goes in (older xlarun then refuses it)."""

@@ -1,0 +1,241 @@
+"""Moving the files a job writes into the blob store: while the job runs, and once it has ended.
+
+Successive dumps of a module in one format (before_optimizations, each pass, after_optimizations) form a
+*series*: member k is stored as a delta of member k & (k-1), so reading any member decodes at most log2(n)
+bases (the blob format is in blobs.py). Other files are stored plain.
+
+While the job runs, :meth:`OutputArchiver.start` archives files once they have settled (same size and
+mtime over a poll, and older than ``SETTLE_S``) in one background thread, leaving the other cores to the
+job. :meth:`OutputArchiver.finish` archives the rest in parallel once the job has ended, archives again any
+file that changed after it was read, and only then deletes the raw files. On a failure every raw file stays
+in staging.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .backends.base import OUTPUT_DIRS
+from .blobs import DeltaBase
+
+if TYPE_CHECKING:
+    from .store import Store, StoredFile
+
+#: A file unchanged for this long is taken to be complete (XLA writes each dump file in one go).
+SETTLE_S = 1.0
+#: How often the staging folder is scanned while the job runs.
+POLL_S = 0.5
+
+#: Where stage dumps sit in a module's series, around the per-pass dumps (ordered by step).
+_SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
+
+Stamp = tuple[int, int]  # (size, mtime_ns)
+
+
+def logical_path(rel: str) -> str:
+    """Map a path below a run folder to its archive name: ``dump/x`` -> ``x``; ``tf_graphs/x`` stays."""
+    return rel[len("dump/") :] if rel.startswith("dump/") else rel
+
+
+def series_of(path: str) -> tuple[tuple | None, int]:
+    """(series key, position in the series) of an archive path; (None, 0) for a file stored alone.
+
+    A series is one module's HLO dumps in one format: before_optimizations, each pass, after_optimizations.
+    """
+    from .names import decode_dump_name
+
+    name = decode_dump_name(path)
+    position = name.step if name.kind == "pass" else _SERIES_POSITION.get(name.stage or "") if name.kind == "hlo" else None
+    if position is None or name.module_id is None:
+        return None, 0
+    return (path.rpartition("/")[0], name.module_id, name.module_name, name.compilation, name.format), position
+
+
+def skip_delta_chain(k: int) -> list[int]:
+    """Member ``k`` and the members its delta chain goes through: clear the lowest set bit until 0."""
+    chain = [k]
+    while k:
+        k &= k - 1
+        chain.append(k)
+    return chain
+
+
+@dataclass(frozen=True)
+class _Archived:
+    name: str
+    digest: str
+    size: int
+    stamp: Stamp  # as stat said before the bytes were read
+
+
+class _Series:
+    """One series' delta state: how many members are stored, and the bases later members can still need."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kept: dict[int, DeltaBase] = {}
+
+
+class OutputArchiver:
+    """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
+
+    def __init__(self, store: "Store", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None):
+        self.store = store
+        self.staging = staging
+        self.progress = progress
+        self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
+        self._archived: dict[Path, _Archived] = {}
+        self._series: dict[tuple, _Series] = defaultdict(_Series)
+        self._seen: dict[Path, Stamp] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._held = ExitStack()
+        self._holding = False
+        self._count_lock = threading.Lock()
+        self._done = 0
+
+    # --- while the job runs ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Archive settled files in a background thread until :meth:`finish` or :meth:`abandon`."""
+        self._hold_store()
+        self._thread = threading.Thread(target=self._archive_while_running, name="xlarun-archive", daemon=True)
+        self._thread.start()
+
+    def _archive_while_running(self) -> None:
+        try:
+            while not self._stop.wait(POLL_S):
+                stamps = self._scan()
+                now = time.time_ns()
+                settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9]
+                self._seen = stamps
+                self._archive_paths(settled, parallel=False)
+        except BaseException as exc:  # surfaced by finish(); the raw files stay
+            self._error = exc
+
+    def abandon(self) -> None:
+        """Stop archiving and leave every raw file in staging (the capture failed before the job ended)."""
+        self._stop_thread()
+        self._release_store()
+
+    # --- once the job has ended -----------------------------------------------------------------
+
+    def finish(self) -> list["StoredFile"]:
+        """Archive every remaining file, delete the raw files, and return the run's files sorted by path."""
+        from .store import StoredFile
+
+        self._hold_store()
+        try:
+            self._stop_thread()
+            if self._error is not None:
+                raise self._error
+            stamps = self._scan()
+            for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
+                del self._archived[path]  # changed (or deleted) after it was read: read it again
+            self._done = len(self._archived)
+            self._archive_paths([p for p in stamps if p not in self._archived], parallel=True, total=len(stamps))
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                list(pool.map(os.unlink, stamps))  # all safe in the store: now the raw files can go
+            for sub in OUTPUT_DIRS:
+                shutil.rmtree(self.staging / sub, ignore_errors=True)
+            return sorted((StoredFile(a.name, a.digest, a.size) for a in self._archived.values()), key=lambda f: f.path)
+        finally:
+            self._release_store()
+
+    # --- the work ----------------------------------------------------------------------------
+
+    def _hold_store(self) -> None:
+        if not self._holding:  # a shared lock: gc cannot remove blobs meanwhile
+            self._held.enter_context(self.store.lock())
+            self._holding = True
+            self.store._upgrade_format()
+
+    def _release_store(self) -> None:
+        self._held.close()
+        self._holding = False
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _scan(self) -> dict[Path, Stamp]:
+        stamps: dict[Path, Stamp] = {}
+        for sub in OUTPUT_DIRS:
+            stack = [self.staging / sub]
+            while stack:
+                try:
+                    entries = list(os.scandir(stack.pop()))
+                except FileNotFoundError:
+                    continue
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            stamps[Path(entry.path)] = (st.st_size, st.st_mtime_ns)
+        return stamps
+
+    def _archive_paths(self, paths: list[Path], parallel: bool, total: int = 0) -> None:
+        series: dict[tuple, list[tuple[int, Path]]] = defaultdict(list)
+        alone: list[Path] = []
+        for path in paths:
+            name = logical_path(path.relative_to(self.staging).as_posix())
+            key, position = series_of(name)
+            if key is None:
+                alone.append(path)
+            else:
+                series[key].append((position, path))
+        tasks: list[Callable[[], None]] = [
+            (lambda key=key, members=members: self._store_series(key, [p for _pos, p in sorted(members)], total))
+            for key, members in sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
+        ]
+        tasks += [(lambda path=path: self._store_plain(path, total)) for path in alone]
+        if not parallel:
+            for task in tasks:
+                task()
+            return
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            for future in [pool.submit(task) for task in tasks]:
+                future.result()
+
+    def _read(self, path: Path) -> tuple[bytes, Stamp]:
+        st = os.stat(path)
+        return path.read_bytes(), (st.st_size, st.st_mtime_ns)
+
+    def _store_plain(self, path: Path, total: int) -> None:
+        data, stamp = self._read(path)
+        self._finished(path, self.store.blobs.put(data)[0], len(data), stamp, total)
+
+    def _store_series(self, key: tuple, paths: list[Path], total: int) -> None:
+        state = self._series[key]
+        for path in paths:
+            data, stamp = self._read(path)
+            k = state.count
+            digest = self.store.blobs.put(data)[0] if k == 0 else self.store.blobs.put_delta(data, state.kept[k & (k - 1)])[0]
+            state.kept[k] = DeltaBase(digest, data)
+            state.kept = {j: state.kept[j] for j in skip_delta_chain(k)}  # the bases later members can still need
+            state.count = k + 1
+            self._finished(path, digest, len(data), stamp, total)
+
+    def _finished(self, path: Path, digest: str, size: int, stamp: Stamp, total: int) -> None:
+        name = logical_path(path.relative_to(self.staging).as_posix())
+        self._archived[path] = _Archived(name, digest, size, stamp)
+        if total and self.progress:
+            with self._count_lock:
+                self._done += 1
+                self.progress(self._done, total)
