@@ -19,7 +19,7 @@ from .replay import finish_replay, start_replay
 from .report import build_rows, format_table, targets
 from .search import measure_search
 from .synthetic import build_synthetic_store
-from .workloads import SIZES, write_spec
+from .workloads import PASS_RE, SIZES, write_spec
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> dict:
         "meta": {"mode": "quick" if args.quick else "full", "size": size.name, "python": platform.python_version(),
                  "machine": platform.machine(), "cpus": _cpus(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
         "workload": {"layers": size.layers, "d_model": size.d_model, "variants": size.variants, "eval_step": int(size.eval_step),
-                     "formats": list(size.formats), "host_init": int(size.host_init)},
+                     "formats": list(size.formats), "host_init": int(size.host_init), "pass_re": PASS_RE, "pipeline_re": size.pipeline_re},
     }
     replay = start_replay(quick=args.quick, overlapped=True) if args.quick else None  # quick: keep the smoke test short
     try:

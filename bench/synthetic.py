@@ -1,10 +1,10 @@
 """A synthetic store of many runs, made from one real capture through the store API.
 
-Run *i* is the captured run with its stage HLO text (``before_optimizations.txt``,
-``*_after_optimizations.txt``) perturbed: every ``op_name="jit(f)/..."`` becomes
-``op_name="jit(rNNN_f)/..."``, so each run has its own searchable terms and its own blobs,
-while the pass dumps are shared (as they are between real re-runs of one job). The same runs
-are laid out as raw dump folders (hard links plus the perturbed files) for ``rg`` to search.
+Run *i* is the captured run with each module's ``before_optimizations.txt`` perturbed: every
+``op_name="jit(f)/..."`` becomes ``op_name="jit(rNNN_f)/..."``, so each run has its own searchable
+terms, its own blobs and its own index rows, while the other files are shared (as most are between
+real re-runs of one job). The same runs are laid out as raw dump folders (hard links plus the
+perturbed files) for ``rg`` to search.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def marker(i: int) -> str:
 
 def _perturbable(path: str) -> bool:
     name = decode_dump_name(path)
-    return name.kind == "hlo" and name.format == "text"
+    return name.kind == "hlo" and name.format == "text" and name.stage == "before_optimizations"
 
 
 def _run_id(base: datetime, i: int) -> str:
