@@ -90,10 +90,12 @@ class _Series:
 class OutputArchiver:
     """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
 
-    def __init__(self, store: "Store", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None):
+    def __init__(self, store: "Store", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+                 while_running: Callable[[str, str, bytes], None] | None = None):
         self.store = store
         self.staging = staging
         self.progress = progress
+        self.while_running = while_running  # (archive path, sha256, bytes) of each file archived while the job runs
         self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
         self._archived: dict[Path, _Archived] = {}
         self._series: dict[tuple, _Series] = defaultdict(_Series)
@@ -121,7 +123,7 @@ class OutputArchiver:
                 now = time.time_ns()
                 settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9]
                 self._seen = stamps
-                self._archive_paths(settled, parallel=False)
+                self._archive_paths(settled, parallel=False, running=True)
         except BaseException as exc:  # surfaced by finish(); the raw files stay
             self._error = exc
 
@@ -190,7 +192,7 @@ class OutputArchiver:
                             stamps[Path(entry.path)] = (st.st_size, st.st_mtime_ns)
         return stamps
 
-    def _archive_paths(self, paths: list[Path], parallel: bool, total: int = 0) -> None:
+    def _archive_paths(self, paths: list[Path], parallel: bool, total: int = 0, running: bool = False) -> None:
         series: dict[tuple, list[tuple[int, Path]]] = defaultdict(list)
         alone: list[Path] = []
         for path in paths:
@@ -201,10 +203,10 @@ class OutputArchiver:
             else:
                 series[key].append((position, path))
         tasks: list[Callable[[], None]] = [
-            (lambda key=key, members=members: self._store_series(key, [p for _pos, p in sorted(members)], total))
+            (lambda key=key, members=members: self._store_series(key, [p for _pos, p in sorted(members)], total, running))
             for key, members in sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
         ]
-        tasks += [(lambda path=path: self._store_plain(path, total)) for path in alone]
+        tasks += [(lambda path=path: self._store_plain(path, total, running)) for path in alone]
         if not parallel:
             for task in tasks:
                 task()
@@ -217,11 +219,11 @@ class OutputArchiver:
         st = os.stat(path)
         return path.read_bytes(), (st.st_size, st.st_mtime_ns)
 
-    def _store_plain(self, path: Path, total: int) -> None:
+    def _store_plain(self, path: Path, total: int, running: bool) -> None:
         data, stamp = self._read(path)
-        self._finished(path, self.store.blobs.put(data)[0], len(data), stamp, total)
+        self._finished(path, self.store.blobs.put(data)[0], data, stamp, total, running)
 
-    def _store_series(self, key: tuple, paths: list[Path], total: int) -> None:
+    def _store_series(self, key: tuple, paths: list[Path], total: int, running: bool) -> None:
         state = self._series[key]
         for path in paths:
             data, stamp = self._read(path)
@@ -230,11 +232,13 @@ class OutputArchiver:
             state.kept[k] = DeltaBase(digest, data)
             state.kept = {j: state.kept[j] for j in skip_delta_chain(k)}  # the bases later members can still need
             state.count = k + 1
-            self._finished(path, digest, len(data), stamp, total)
+            self._finished(path, digest, data, stamp, total, running)
 
-    def _finished(self, path: Path, digest: str, size: int, stamp: Stamp, total: int) -> None:
+    def _finished(self, path: Path, digest: str, data: bytes, stamp: Stamp, total: int, running: bool) -> None:
         name = logical_path(path.relative_to(self.staging).as_posix())
-        self._archived[path] = _Archived(name, digest, size, stamp)
+        self._archived[path] = _Archived(name, digest, len(data), stamp)
+        if running and self.while_running is not None:
+            self.while_running(name, digest, data)
         if total and self.progress:
             with self._count_lock:
                 self._done += 1

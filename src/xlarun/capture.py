@@ -23,6 +23,7 @@ from .index import ModuleInfo
 from .manifest import Manifest, git_facts, host_facts, probe_versions
 from .spec import LoadedSpec, detect_framework, load_spec
 from .store import Store, StoredFile
+from .summarize import prepare_facts
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -171,8 +172,10 @@ def capture(
     git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
-    archiver = store.archiver(staging, progress=on_archive)
-    archiver.start()  # dump files are archived as they settle, on a core the job leaves free
+    # dump files are archived as they settle, on a core the job leaves free, and the module texts the
+    # index needs are parsed then too
+    archiver = store.archiver(staging, progress=on_archive, while_running=prepare_facts)
+    archiver.start()
     t0 = time.monotonic()
     started = utc_now()
     try:

@@ -157,9 +157,10 @@ class Store:
         """
         return self.archiver(staging, progress, workers).finish()
 
-    def archiver(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> "OutputArchiver":
-        """An :class:`OutputArchiver` for a run's staging folder."""
-        return OutputArchiver(self, staging, progress, workers)
+    def archiver(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+                 while_running: Callable[[str, str, bytes], None] | None = None) -> "OutputArchiver":
+        """An :class:`OutputArchiver` for a run's staging folder (``while_running`` sees each file archived early)."""
+        return OutputArchiver(self, staging, progress, workers, while_running)
 
     def _upgrade_format(self) -> None:
         """Mark a format 1 store as format 2 before the first delta blob goes in (older xlarun then refuses it)."""

@@ -65,11 +65,10 @@ def stage_label(name: DumpName) -> str:
     return name.stage or name.kind
 
 
-def _parse(store: "Store", stored: "StoredFile", name: DumpName):
+def _parse(name: DumpName, data: bytes):
     from .hlo import parse_hlo_text
     from .hloproto import summarize_hlo_proto
 
-    data = store.blobs.get(stored.sha256)
     if name.format == "text":
         return parse_hlo_text(data.decode("utf-8", errors="replace"))
     if name.format == "proto.gz":
@@ -91,20 +90,17 @@ class _StageFacts:
     terms: frozenset[tuple[str, str]]
 
 
-# The same module text is often in many runs (re-runs, batch cells, reindex): parse each content once.
+# The same module text is often in many runs (re-runs, batch cells, reindex), and a capture reads its
+# files while the job runs (prepare_facts): work done once per content, kept in this process.
 _FACTS_CACHE: OrderedDict[tuple[str, bool], _StageFacts] = OrderedDict()
 _FACTS_CACHE_SIZE = 64
-_FACTS_LOCK = threading.Lock()
+_COUNTS_CACHE: dict[str, int] = {}
+_COUNTS_CACHE_SIZE = 100_000
+_CACHE_LOCK = threading.Lock()
 
 
-def _stage_facts(store: "Store", stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
-    key = (stored.sha256, with_fingerprint)
-    with _FACTS_LOCK:
-        facts = _FACTS_CACHE.get(key)
-        if facts is not None:
-            _FACTS_CACHE.move_to_end(key)
-            return facts
-    module = _parse(store, stored, name)
+def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFacts:
+    module = _parse(name, data)
     terms: set[tuple[str, str]] = set()
     for instruction in module.instructions():
         terms.add(("opcode", instruction.opcode))
@@ -114,15 +110,53 @@ def _stage_facts(store: "Store", stored: "StoredFile", name: DumpName, with_fing
         if instruction.source_file:
             where = f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file
             terms.add(("source", where))
-    facts = _StageFacts(
+    return _StageFacts(
         module.instruction_count(), dict(sorted(module.opcode_histogram().items())), module.entry_signature,
         module.fingerprint() if with_fingerprint else None, module.has_elided_constants(), frozenset(terms),
     )
-    with _FACTS_LOCK:
+
+
+def _remember_facts(key: tuple[str, bool], facts: _StageFacts) -> None:
+    with _CACHE_LOCK:
         _FACTS_CACHE[key] = facts
         while len(_FACTS_CACHE) > _FACTS_CACHE_SIZE:
             _FACTS_CACHE.popitem(last=False)
+
+
+def _stage_facts(store: "Store", stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
+    key = (stored.sha256, with_fingerprint)
+    with _CACHE_LOCK:
+        facts = _FACTS_CACHE.get(key)
+        if facts is not None:
+            _FACTS_CACHE.move_to_end(key)
+            return facts
+    facts = _facts_from(name, store.blobs.get(stored.sha256), with_fingerprint)
+    _remember_facts(key, facts)
     return facts
+
+
+def prepare_facts(path: str, sha256: str, data: bytes) -> None:
+    """Parse or count a dump file the index will want, now that its bytes are in hand (a capture calls
+    this while the job runs, so indexing the run afterwards finds the work done)."""
+    from .names import decode_dump_name
+
+    name = decode_dump_name(path)
+    if name.format != "text":
+        return
+    if name.kind == "pass":
+        with _CACHE_LOCK:
+            if len(_COUNTS_CACHE) > _COUNTS_CACHE_SIZE:
+                _COUNTS_CACHE.clear()
+            _COUNTS_CACHE[sha256] = count_instructions_in_text(data)
+    elif name.kind == "hlo" and name.stage in ("before_optimizations", "after_optimizations"):
+        with_fingerprint = name.stage == "before_optimizations"
+        with _CACHE_LOCK:
+            if (sha256, with_fingerprint) in _FACTS_CACHE:
+                return
+        try:
+            _remember_facts((sha256, with_fingerprint), _facts_from(name, data, with_fingerprint))
+        except XlarunError:
+            pass  # ingest reports the parse error
 
 
 def summarize_module(store: "Store", module_id: int, members, counts: dict[str, int]) -> ModuleSummary:
@@ -181,6 +215,9 @@ def _pass_timeline(store: "Store", pass_members, counts: dict[str, int]) -> list
         if name.format == "text":
             count = counts.get(stored.sha256)
             if count is None:
-                count = counts[stored.sha256] = count_instructions_in_text(store.blobs.get(stored.sha256))
+                count = _COUNTS_CACHE.get(stored.sha256)
+                if count is None:
+                    count = count_instructions_in_text(store.blobs.get(stored.sha256))
+                counts[stored.sha256] = count
         out.append(PassInfo(step or 0, pipeline, name.after_pass, name.before_pass, stored.path, count))
     return out
