@@ -79,6 +79,9 @@ def build_rows(results: dict) -> list[Row]:
         speedup = entry.get("speedup_vs_rg")
         rows.append(Row("search", f"rg -l / xlarun find ({entry['query']})", _secs(_get(entry, "xlarun_find", "median_s")), _secs(_get(entry, "rg", "median_s")), speedup,
                         target, _check(speedup, lambda v: v >= 10) if target else None))
+        if "xlarun_find_json" in entry:
+            rows.append(Row("search", "  same, find --json (no table to draw)", _secs(_get(entry, "xlarun_find_json", "median_s")), _secs(_get(entry, "rg", "median_s")),
+                            entry.get("speedup_vs_rg_json")))
     nav = results.get("navigation", {})
     if nav:
         py = _get(nav, "python_c_pass", "median_s")
