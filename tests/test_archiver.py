@@ -75,3 +75,21 @@ def test_abandon_stops_and_keeps_the_raw_files(tmp_path):
     assert (staging / "dump" / "a.txt").exists()
     with store.lock(exclusive=True):  # the shared lock was released
         pass
+
+
+def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path):
+    store = Store.open(tmp_path / "s")
+    _run_id, staging = store.begin_run()
+    work = store.archiver(staging)
+    (staging / "dump" / "keep.txt").write_bytes(b"keep")
+    temporary = staging / "dump" / "module_0000.m.before_optimizations.txt.tmp"
+    temporary.write_bytes(b"soon renamed")
+    real_read = work._read
+
+    def renamed_meanwhile(path):
+        if path == temporary:
+            temporary.rename(staging / "dump" / "renamed.txt")
+        return real_read(path)
+
+    work._read = renamed_meanwhile
+    assert [f.path for f in work.finish()] == ["keep.txt", "renamed.txt"]

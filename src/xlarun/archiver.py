@@ -71,6 +71,10 @@ def skip_delta_chain(k: int) -> list[int]:
     return chain
 
 
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class _Archived:
     name: str
@@ -143,13 +147,17 @@ class OutputArchiver:
             self._stop_thread()
             if self._error is not None:
                 raise self._error
-            stamps = self._scan()
-            for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
-                del self._archived[path]  # changed (or deleted) after it was read: read it again
-            self._done = len(self._archived)
-            self._archive_paths([p for p in stamps if p not in self._archived], parallel=True, total=len(stamps))
+            for _round in range(5):  # until a scan finds nothing new (a file renamed while it was read shows up again)
+                stamps = self._scan()
+                for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
+                    del self._archived[path]  # changed (or deleted) after it was read: read it again
+                todo = [p for p in stamps if p not in self._archived]
+                if not todo:
+                    break
+                self._done = len(self._archived)
+                self._archive_paths(todo, parallel=True, total=len(stamps))
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                list(pool.map(os.unlink, stamps))  # all safe in the store: now the raw files can go
+                list(pool.map(_unlink, stamps))  # all safe in the store: now the raw files can go
             for sub in OUTPUT_DIRS:
                 shutil.rmtree(self.staging / sub, ignore_errors=True)
             return sorted((StoredFile(a.name, a.digest, a.size) for a in self._archived.values()), key=lambda f: f.path)
@@ -215,18 +223,27 @@ class OutputArchiver:
             for future in [pool.submit(task) for task in tasks]:
                 future.result()
 
-    def _read(self, path: Path) -> tuple[bytes, Stamp]:
-        st = os.stat(path)
-        return path.read_bytes(), (st.st_size, st.st_mtime_ns)
+    def _read(self, path: Path) -> tuple[bytes, Stamp] | None:
+        """The file's bytes and stamp, or None when it is gone (a job's temporary file, renamed or deleted)."""
+        try:
+            st = os.stat(path)
+            return path.read_bytes(), (st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            return None
 
     def _store_plain(self, path: Path, total: int, running: bool) -> None:
-        data, stamp = self._read(path)
-        self._finished(path, self.store.blobs.put(data)[0], data, stamp, total, running)
+        read = self._read(path)
+        if read is not None:
+            data, stamp = read
+            self._finished(path, self.store.blobs.put(data)[0], data, stamp, total, running)
 
     def _store_series(self, key: tuple, paths: list[Path], total: int, running: bool) -> None:
         state = self._series[key]
         for path in paths:
-            data, stamp = self._read(path)
+            read = self._read(path)
+            if read is None:
+                continue
+            data, stamp = read
             k = state.count
             digest = self.store.blobs.put(data)[0] if k == 0 else self.store.blobs.put_delta(data, state.kept[k & (k - 1)])[0]
             state.kept[k] = DeltaBase(digest, data)
