@@ -125,3 +125,15 @@ def test_tf1_autojit_run_shows_graphdefs_and_clusters(cli, tf1_run):
     names = {f["path"] for f in graphs}
     assert {"tf_graphs/mark_for_compilation.pbtxt", "tf_graphs/mark_for_compilation_annotated.pbtxt"} <= names
     assert all(f["kind"] == "tf-graph" for f in graphs)
+
+
+def test_large_tables_print_as_plain_aligned_text(capsys):
+    from xlarun.console import PLAIN_TABLE_ROWS, print_table
+
+    rows = [(f"run/module_{i:04d}", f"name{i}", i) for i in range(PLAIN_TABLE_ROWS + 1)]
+    print_table(("module", "name", "n"), rows, right=("n",))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["module", "name", "n"]
+    assert len(lines) == PLAIN_TABLE_ROWS + 2
+    assert lines[1] == "run/module_0000  name0      0"
+    assert lines[-1].endswith(f"name{PLAIN_TABLE_ROWS}  {PLAIN_TABLE_ROWS}")
