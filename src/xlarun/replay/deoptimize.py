@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import EngineError, InputError
+from ..hlo_scan import LineError, walk
+from ..hlo_scan import split_top_level as _split_raw
 from .literals import primitive_type
 
 
@@ -57,45 +59,20 @@ class DeoptimizedModule:
 
 
 def _balanced_end(text: str, start: int) -> int:
-    """Index just past the bracket group opening at ``text[start]`` (quotes respected)."""
-    pairs = {"(": ")", "{": "}", "[": "]"}
-    stack = []
-    i = start
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif ch in pairs:
-            stack.append(pairs[ch])
-        elif stack and ch == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i + 1
-        i += 1
-    raise CannotDeoptimize(f"unbalanced brackets in HLO line: {text[:80]}")
+    """Index just past the bracket group opening at ``text[start]`` (quotes and comments respected)."""
+    try:
+        return walk(text, start, False)
+    except LineError:
+        raise CannotDeoptimize(f"unbalanced brackets in HLO line: {text[:80]}") from None
 
 
 def split_top_level(text: str) -> list[str]:
-    """Split ``a, b={c, d}, e="f, g"`` at commas outside brackets and quotes."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-        i += 1
-    tail = text[start:].strip()
-    return parts + ([tail] if tail else [])
+    """Split ``a, b={c, d}, e="f, g"`` at commas outside brackets and quotes, pieces stripped."""
+    try:
+        parts = [p.strip() for p in _split_raw(text)]
+    except LineError:
+        raise CannotDeoptimize(f"unbalanced brackets in HLO line: {text[:80]}") from None
+    return parts[:-1] if parts and not parts[-1] else parts
 
 
 def parse_instruction(line: str) -> Instruction | None:
