@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -35,7 +36,9 @@ def test_settled_files_are_archived_while_the_job_runs(tmp_path):
     work.start()
     early = staging / "dump" / "module_0000.m.0001.p.after_a.before_b.txt"
     early.write_bytes(_pass(1))
-    _wait_until(lambda: len(list((tmp_path / "s" / "blobs").glob("*/*.zst"))) == 1)
+    # archived once settled; its pack is written at the first scan that finds nothing new in the series
+    _wait_until(lambda: store.blobs.has(hashlib.sha256(_pass(1)).hexdigest()))
+    assert store.blobs.get(hashlib.sha256(_pass(1)).hexdigest()) == _pass(1)
     assert early.exists()  # raw files stay until the end
     early.write_bytes(_pass(9))  # rewritten after it was archived
     os.utime(early, ns=(time.time_ns(), time.time_ns()))
@@ -52,10 +55,10 @@ def test_a_failure_while_the_job_runs_keeps_every_raw_file(tmp_path, monkeypatch
     store = Store.open(tmp_path / "s")
     _run_id, staging = store.begin_run()
 
-    def disk_full(self, data):
+    def disk_full(self, target, payload):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(type(store.blobs), "put", disk_full)
+    monkeypatch.setattr(type(store.blobs), "_write", disk_full)
     work = store.archiver(staging)
     work.start()
     (staging / "dump" / "module_0000.m.before_optimizations.txt").write_bytes(_pass(0))
@@ -84,12 +87,12 @@ def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path
     (staging / "dump" / "keep.txt").write_bytes(b"keep")
     temporary = staging / "dump" / "module_0000.m.before_optimizations.txt.tmp"
     temporary.write_bytes(b"soon renamed")
-    real_read = work._read
+    real_read = work._read_into
 
-    def renamed_meanwhile(path):
+    def renamed_meanwhile(packer, path):
         if path == temporary:
             temporary.rename(staging / "dump" / "renamed.txt")
-        return real_read(path)
+        return real_read(packer, path)
 
-    work._read = renamed_meanwhile
+    work._read_into = renamed_meanwhile
     assert [f.path for f in work.finish()] == ["keep.txt", "renamed.txt"]

@@ -1,58 +1,144 @@
-"""Blob storage: plain and delta blobs, skip-delta series, gc keeping bases, format 1 stores."""
+"""Blob storage: plain blobs, packs and their table, format 2 delta blobs still read, gc keeping packs, older stores."""
 
 from __future__ import annotations
 
 import hashlib
 import random
 
-from xlarun.blobs import MAX_DELTA_DEPTH, BlobStore, DeltaBase
+import pytest
+import zstandard
+
+import xlarun.blobs as blobs_module
 from xlarun.archiver import series_of
+from xlarun.blobs import BlobStore, _DecodedCache
+from xlarun.errors import StoreError
 from xlarun.store import STORE_VERSION, Store
 
 
-def _pass_dumps(count: int, seed: int = 0) -> list[bytes]:
+def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:
     """HLO-like texts where each differs from the one before by a line or two, as successive passes do."""
     rng = random.Random(seed)
-    lines = [f"  %add.{i} = f32[{rng.randint(1, 512)},128]{{1,0}} add(%p.{i}, %q.{i}), metadata={{op_name=\"jit(f)/add\"}}" for i in range(800)]
+    body = [f"  %add.{i} = f32[{rng.randint(1, 512)},128]{{1,0}} add(%p.{i}, %q.{i}), metadata={{op_name=\"jit(f)/add\"}}" for i in range(lines)]
     out = []
     for step in range(count):
-        lines[rng.randrange(len(lines))] = f"  %mul.{step} = f32[8]{{0}} multiply(%a, %b)"
-        out.append(("HloModule jit_f\n\nENTRY %main {\n" + "\n".join(lines) + "\n}\n").encode())
+        body[rng.randrange(len(body))] = f"  %mul.{step} = f32[8]{{0}} multiply(%a, %b)"
+        out.append(("HloModule jit_f\n\nENTRY %main {\n" + "\n".join(body) + "\n}\n").encode())
     return out
 
 
-def _blob_files(root) -> dict[str, bytes]:
-    return {p.name[:-4]: p.read_bytes() for p in (root / "blobs").glob("*/*.zst")}
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def test_a_delta_blob_reads_back_exactly_and_is_much_smaller(tmp_path):
+def test_a_pack_reads_back_exactly_and_is_much_smaller(tmp_path):
+    blobs = BlobStore(tmp_path / "blobs")
+    dumps = _pass_dumps(20)
+    packer = blobs.packer()
+    assert [packer.add(d) for d in dumps] == [_sha(d) for d in dumps]
+    assert not blobs.has(_sha(dumps[0]))  # nothing is stored before the pack is written
+    written = packer.flush()
+    assert written < sum(map(len, dumps)) / 50
+    packs = {blobs.base_of(_sha(d)) for d in dumps}
+    assert packs == set(blobs.pack_names()) and len(packs) == 1 and blobs.depth(_sha(dumps[3])) == 1
+    assert not list((tmp_path / "blobs").glob("[0-9a-f][0-9a-f]"))  # one pack file, no file per dump
+    fresh = BlobStore(tmp_path / "blobs")  # nothing cached
+    assert [fresh.get(_sha(d)) for d in reversed(dumps)] == list(reversed(dumps))
+    assert all(fresh.verify(_sha(d)) is None for d in dumps) and fresh.verify_pack(packs.pop()) is None
+
+
+def test_the_pack_table_is_rebuilt_from_the_pack_headers(tmp_path):
+    blobs = BlobStore(tmp_path / "blobs")
+    dumps = _pass_dumps(5)
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    packer.flush()
+    blobs.close()
+    for leftover in (tmp_path / "blobs").glob("packs.sqlite*"):
+        leftover.unlink()
+    fresh = BlobStore(tmp_path / "blobs")
+    assert [fresh.get(_sha(d)) for d in dumps] == dumps
+
+
+def _put_plain(blobs: BlobStore, data: bytes) -> str:
+    """A plain blob, as store formats 1 and 2 wrote them."""
+    blobs._write(blobs.path_for(_sha(data)), zstandard.ZstdCompressor().compress(data))
+    return _sha(data)
+
+
+def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     first, second = _pass_dumps(2)
-    base_sha, base_size, _ = blobs.put(first)
-    sha, size, new = blobs.put_delta(second, DeltaBase(base_sha, first))
-    assert new and sha == hashlib.sha256(second).hexdigest()
-    assert size < base_size / 5
-    assert blobs.base_of(sha) == base_sha and blobs.depth(sha) == 1 and blobs.base_of(base_sha) is None
-    assert BlobStore(tmp_path / "blobs").get(sha) == second  # a fresh reader, nothing cached
+    _put_plain(blobs, first)
+    packer = blobs.packer()
+    assert packer.add(first) == _sha(first) and packer.pending == 0  # already in the store
+    assert packer.add(second) == packer.add(bytes(second)) == _sha(second)
+    assert packer.pending == 1
+    packer.flush()
+    assert blobs.depth(_sha(first)) == 0 and blobs.base_of(_sha(first)) is None and blobs.get(_sha(second)) == second
 
 
-def test_an_unchanged_dump_is_the_base_blob_itself(tmp_path):
+def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):
+    monkeypatch.setattr(blobs_module, "PACK_BYTES", 200_000)
     blobs = BlobStore(tmp_path / "blobs")
-    data = _pass_dumps(1)[0]
-    sha, _, _ = blobs.put(data)
-    assert blobs.put_delta(bytes(data), DeltaBase(sha, data)) == (sha, blobs.path_for(sha).stat().st_size, False)
+    dumps = _pass_dumps(12)
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    packer.flush()
+    packs: dict[str, list[int]] = {}
+    for d in dumps:
+        packs.setdefault(blobs.base_of(_sha(d)), []).append(len(d))
+    assert len(packs) > 2
+    *full, last = packs.values()
+    assert all(sum(sizes) >= 200_000 > sum(sizes[:-1]) for sizes in full) and sum(last) < 200_000 + last[-1]
+    assert [BlobStore(tmp_path / "blobs").get(_sha(d)) for d in dumps] == dumps
 
 
-def test_chains_are_cut_at_the_maximum_depth(tmp_path):
+def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
-    dumps = _pass_dumps(MAX_DELTA_DEPTH + 3)
-    sha = blobs.put(dumps[0])[0]
-    for previous, data in zip(dumps, dumps[1:]):
-        sha = blobs.put_delta(data, DeltaBase(sha, previous))[0]
-        assert blobs.depth(sha) <= MAX_DELTA_DEPTH
-    assert any(blobs.depth(hashlib.sha256(d).hexdigest()) == 0 for d in dumps[1:])  # a plain blob restarted the chain
+    dumps = _pass_dumps(6)
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    packer.flush()
+    small = BlobStore(tmp_path / "blobs")
+    small._cache = _DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
+    assert [small.get(_sha(d)) for d in dumps] == dumps
+    assert blobs.base_of(_sha(dumps[0])) not in small._cache.items
+
+
+def test_damage_is_found_by_verify_and_reading_says_what_to_do(tmp_path):
+    blobs = BlobStore(tmp_path / "blobs")
+    dumps = _pass_dumps(3)
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    packer.flush()
+    pack = blobs.base_of(_sha(dumps[0]))
+    raw = bytearray(blobs.pack_path(pack).read_bytes())
+    raw[-5] ^= 0xFF
+    blobs.pack_path(pack).write_bytes(bytes(raw))
     fresh = BlobStore(tmp_path / "blobs")
-    assert [fresh.get(hashlib.sha256(d).hexdigest()) for d in dumps] == dumps
+    assert fresh.verify_pack(pack) == f"pack {pack[:12]} does not hash to its name"
+    assert fresh.verify(_sha(dumps[1])) is not None
+    blobs.pack_path(pack).unlink()
+    with pytest.raises(StoreError, match=f"blob {pack[:12]} is missing") as error:
+        BlobStore(tmp_path / "blobs").get(_sha(dumps[1]))
+    assert "xlarun check" in error.value.hint
+
+
+def test_format_2_delta_blobs_are_still_read(tmp_path):
+    """A delta blob as format 2 wrote it: skippable frame (XLRD, depth, base sha256), then a frame with the base as dictionary."""
+    blobs = BlobStore(tmp_path / "blobs")
+    first, second = _pass_dumps(2)
+    base_sha = _put_plain(blobs, first)
+    dictionary = zstandard.ZstdCompressionDict(first, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    frame = zstandard.ZstdCompressor(dict_data=dictionary).compress(second)
+    header = (0x184D2A5E).to_bytes(4, "little") + (37).to_bytes(4, "little") + b"XLRD" + bytes([1]) + bytes.fromhex(base_sha)
+    blobs._write(blobs.path_for(_sha(second)), header + frame)
+    fresh = BlobStore(tmp_path / "blobs")
+    assert fresh.get(_sha(second)) == second and fresh.base_of(_sha(second)) == base_sha and fresh.verify(_sha(second)) is None
 
 
 def test_a_module_series_is_in_dump_order():
@@ -68,7 +154,7 @@ def test_a_module_series_is_in_dump_order():
     assert series_of("module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt") == (None, 0)
 
 
-def test_archived_series_are_deltas_with_short_chains_and_exact_bytes(tmp_path):
+def test_an_archived_series_is_packed_with_exact_bytes(tmp_path):
     store = Store.open(tmp_path / "s")
     dumps = _pass_dumps(40)
     run_id, staging = store.begin_run()
@@ -78,12 +164,11 @@ def test_archived_series_are_deltas_with_short_chains_and_exact_bytes(tmp_path):
     store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
     fresh = Store.open(tmp_path / "s")
     assert [fresh.read_file(run_id, f.path) for f in sorted(files, key=lambda f: f.path)] == dumps
-    depths = [fresh.blobs.depth(f.sha256) for f in files]
-    assert max(depths) <= 6 and sum(d > 0 for d in depths) == len(dumps) - 1  # skip-delta: log2(40) bases at most
-    assert store.disk_usage() < sum(map(len, dumps)) / 50
+    assert {fresh.blobs.depth(f.sha256) for f in files} == {1} and len(fresh.blobs.pack_names()) == 1
+    assert fresh.blobs.pack_path(fresh.blobs.pack_names()[0]).stat().st_size < sum(map(len, dumps)) / 50
 
 
-def test_gc_keeps_the_bases_of_blobs_still_in_use(tmp_path):
+def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
     store = Store.open(tmp_path / "s")
     first, second = _pass_dumps(2)
     names = ["module_0000.jit_f.0001.p.after_a.before_b.txt", "module_0000.jit_f.0002.p.after_b.before_c.txt"]
@@ -96,22 +181,27 @@ def test_gc_keeps_the_bases_of_blobs_still_in_use(tmp_path):
         return run_id
 
     both = run(dict(zip(names, (first, second))))
-    only_second = run({names[1]: second})  # the same bytes: stored once, as a delta of the first run's base
+    only_second = run({names[1]: second})  # the same bytes: stored once, inside the first run's pack
     store.delete_run(both)
     _folders, removed, _freed = store.gc()
-    assert removed == 0
+    assert removed == 0  # the pack stays for the second dump
     assert Store.open(tmp_path / "s").read_file(only_second, names[1]) == second
+    store.delete_run(only_second)
+    _folders, removed, _freed = store.gc()
+    assert removed == 1 and store.blobs.pack_names() == []
+    assert not store.blobs.has(hashlib.sha256(second).hexdigest())
 
 
-def test_a_format_1_store_is_read_and_upgraded_on_the_next_archive(tmp_path):
+def test_an_older_store_is_read_and_upgraded_on_the_next_archive(tmp_path):
     store = Store.open(tmp_path / "s")
     old_run, staging = store.begin_run()
     (staging / "dump" / "module_0000.a.txt").write_bytes(b"plain")
     store.commit_run(old_run, staging, [store.archive_outputs(staging)[0]], {"manifest.json": "{}"})
-    (tmp_path / "s" / "VERSION").write_text("1\n")
-    again = Store.open(tmp_path / "s")
-    assert again.read_file(old_run, "module_0000.a.txt") == b"plain"
-    _run_id, staging = again.begin_run()
-    (staging / "dump" / "module_0000.b.txt").write_bytes(b"new")
-    again.archive_outputs(staging)
-    assert (tmp_path / "s" / "VERSION").read_text().strip() == str(STORE_VERSION)
+    for old in ("1", "2"):
+        (tmp_path / "s" / "VERSION").write_text(f"{old}\n")
+        again = Store.open(tmp_path / "s")
+        assert again.read_file(old_run, "module_0000.a.txt") == b"plain"
+        _run_id, staging = again.begin_run()
+        (staging / "dump" / f"module_0000.b{old}.txt").write_bytes(b"new")
+        again.archive_outputs(staging)
+        assert (tmp_path / "s" / "VERSION").read_text().strip() == str(STORE_VERSION) == "3"

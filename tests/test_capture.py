@@ -201,19 +201,19 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
 
     store = Store.open(tmp_path / "s")
     good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)
-    real_put = BlobStore.put
+    real_write = BlobStore._write
     calls = {"n": 0}
 
-    def put_until_the_disk_fills(self, data):
+    def write_until_the_disk_fills(self, target, payload):
         calls["n"] += 1
-        if calls["n"] > 3:
+        if calls["n"] > 1:
             raise OSError(28, "No space left on device")
-        return real_put(self, data)
+        return real_write(self, target, payload)
 
-    monkeypatch.setattr(BlobStore, "put", put_until_the_disk_fills)
+    monkeypatch.setattr(BlobStore, "_write", write_until_the_disk_fills)
     with pytest.raises(StoreError, match="No space left on device; the job's raw output is kept in") as info:
         capture(write_spec(tmp_path / "b", "name: b\nscript: job.py\n", TINY_JAX), store)
-    monkeypatch.setattr(BlobStore, "put", real_put)
+    monkeypatch.setattr(BlobStore, "_write", real_write)
     staging = Path(info.value.message.split("kept in ")[1])
     assert any(staging.joinpath("dump").iterdir())  # nothing the job wrote was lost
     assert store.run_ids() == [good.run_id]

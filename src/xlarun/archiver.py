@@ -1,13 +1,14 @@
 """Moving the files a job writes into the blob store: while the job runs, and once it has ended.
 
 Successive dumps of a module in one format (before_optimizations, each pass, after_optimizations) form a
-*series*: member k is stored as a delta of member k & (k-1), so reading any member decodes at most log2(n)
-bases (the blob format is in blobs.py). Other files are stored plain.
+*series*, stored in packs of its own, so that each dump is compressed against the one before (the blob
+format is in blobs.py). The other files go into packs too, in path order.
 
 While the job runs, :meth:`OutputArchiver.start` archives files once they have settled (same size and
 mtime over a poll, and older than ``SETTLE_S``) in one background thread, leaving the other cores to the
-job. :meth:`OutputArchiver.finish` archives the rest in parallel once the job has ended, archives again any
-file that changed after it was read, and only then deletes the raw files. On a failure every raw file stays
+job; a series' pack stays open while the series grows, and is written once a scan brings it nothing new.
+:meth:`OutputArchiver.finish` archives the rest in parallel once the job has ended, archives again any
+file that changed after it was read, writes the open packs, and only then deletes the raw files. On a failure every raw file stays
 in staging.
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends.base import OUTPUT_DIRS
-from .blobs import DeltaBase
+from .blobs import PackWriter
 
 if TYPE_CHECKING:
     from .store import Store, StoredFile
@@ -62,15 +63,6 @@ def series_of(path: str) -> tuple[tuple | None, int]:
     return (path.rpartition("/")[0], name.module_id, name.module_name, name.compilation, name.format), position
 
 
-def skip_delta_chain(k: int) -> list[int]:
-    """Member ``k`` and the members its delta chain goes through: clear the lowest set bit until 0."""
-    chain = [k]
-    while k:
-        k &= k - 1
-        chain.append(k)
-    return chain
-
-
 def _unlink(path: Path) -> None:
     path.unlink(missing_ok=True)
 
@@ -84,25 +76,26 @@ class _Archived:
 
 
 class _Series:
-    """One series' delta state: how many members are stored, and the bases later members can still need."""
+    """One series' state: its open pack, and whether the last scan added to it."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.kept: dict[int, DeltaBase] = {}
+    def __init__(self, packer: PackWriter) -> None:
+        self.packer = packer
+        self.touched = False
 
 
 class OutputArchiver:
     """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
 
     def __init__(self, store: "Store", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
-                 while_running: Callable[[str, str, bytes], None] | None = None):
+                 on_archived: Callable[[str, str, memoryview, bool], None] | None = None):
         self.store = store
         self.staging = staging
         self.progress = progress
-        self.while_running = while_running  # (archive path, sha256, bytes) of each file archived while the job runs
+        # sees each archived file: (archive path, sha256, its bytes (valid during the call), whether the job still runs)
+        self.on_archived = on_archived
         self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
         self._archived: dict[Path, _Archived] = {}
-        self._series: dict[tuple, _Series] = defaultdict(_Series)
+        self._series: dict[tuple, _Series] = {}
         self._seen: dict[Path, Stamp] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -128,12 +121,18 @@ class OutputArchiver:
                 settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9]
                 self._seen = stamps
                 self._archive_paths(settled, parallel=False, running=True)
+                for series in self._series.values():  # a series the scan did not grow has likely ended: write its pack
+                    if not series.touched:
+                        series.packer.close()
+                    series.touched = False
         except BaseException as exc:  # surfaced by finish(); the raw files stay
             self._error = exc
 
     def abandon(self) -> None:
         """Stop archiving and leave every raw file in staging (the capture failed before the job ended)."""
         self._stop_thread()
+        for series in self._series.values():
+            series.packer.discard()
         self._release_store()
 
     # --- once the job has ended -----------------------------------------------------------------
@@ -156,6 +155,8 @@ class OutputArchiver:
                     break
                 self._done = len(self._archived)
                 self._archive_paths(todo, parallel=True, total=len(stamps))
+            for series in self._series.values():  # packs still open from while the job ran
+                series.packer.close()
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
                 list(pool.map(_unlink, stamps))  # all safe in the store: now the raw files can go
             for sub in OUTPUT_DIRS:
@@ -214,7 +215,8 @@ class OutputArchiver:
             (lambda key=key, members=members: self._store_series(key, [p for _pos, p in sorted(members)], total, running))
             for key, members in sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
         ]
-        tasks += [(lambda path=path: self._store_plain(path, total, running)) for path in alone]
+        if alone:
+            tasks.append(lambda: self._store_series(None, sorted(alone), total, running))
         if not parallel:
             for task in tasks:
                 task()
@@ -223,39 +225,29 @@ class OutputArchiver:
             for future in [pool.submit(task) for task in tasks]:
                 future.result()
 
-    def _read(self, path: Path) -> tuple[bytes, Stamp] | None:
-        """The file's bytes and stamp, or None when it is gone (a job's temporary file, renamed or deleted)."""
-        try:
-            st = os.stat(path)
-            return path.read_bytes(), (st.st_size, st.st_mtime_ns)
-        except FileNotFoundError:
-            return None
+    def _read_into(self, packer: PackWriter, path: Path):
+        """Store a file into a pack: (sha256, bytes, stamp), or None when it is gone (renamed or deleted)."""
+        return packer.add_file(path)
 
-    def _store_plain(self, path: Path, total: int, running: bool) -> None:
-        read = self._read(path)
-        if read is not None:
-            data, stamp = read
-            self._finished(path, self.store.blobs.put(data)[0], data, stamp, total, running)
-
-    def _store_series(self, key: tuple, paths: list[Path], total: int, running: bool) -> None:
-        state = self._series[key]
+    def _store_series(self, key: tuple | None, paths: list[Path], total: int, running: bool) -> None:
+        """Store files in the series' packs (``key`` None: the files stored alone, packed together)."""
+        state = self._series.get(key)
+        if state is None:
+            state = self._series[key] = _Series(self.store.blobs.packer())
+        state.touched = True
         for path in paths:
-            read = self._read(path)
-            if read is None:
-                continue
-            data, stamp = read
-            k = state.count
-            digest = self.store.blobs.put(data)[0] if k == 0 else self.store.blobs.put_delta(data, state.kept[k & (k - 1)])[0]
-            state.kept[k] = DeltaBase(digest, data)
-            state.kept = {j: state.kept[j] for j in skip_delta_chain(k)}  # the bases later members can still need
-            state.count = k + 1
-            self._finished(path, digest, data, stamp, total, running)
+            stored = self._read_into(state.packer, path)
+            if stored is not None:
+                digest, data, stamp = stored
+                self._finished(path, digest, data, stamp, total, running)
+        if not running:
+            state.packer.close()
 
     def _finished(self, path: Path, digest: str, data: bytes, stamp: Stamp, total: int, running: bool) -> None:
         name = logical_path(path.relative_to(self.staging).as_posix())
         self._archived[path] = _Archived(name, digest, len(data), stamp)
-        if running and self.while_running is not None:
-            self.while_running(name, digest, data)
+        if self.on_archived is not None:
+            self.on_archived(name, digest, data, running)
         if total and self.progress:
             with self._count_lock:
                 self._done += 1

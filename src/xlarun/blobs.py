@@ -1,43 +1,57 @@
 """Blob storage: file contents kept once, named by their sha256, zstd-compressed.
 
-Layout: ``<root>/ab/<sha256>.zst``. A blob file is one of two things, both valid zstd containers:
+Layout below ``<store>/blobs``::
 
-* a **plain blob**: one zstd frame holding the file's bytes (all that store format 1 has);
-* a **delta blob**: a zstd skippable frame (magic ``0x184D2A5E``, 37 bytes of payload: ``b"XLRD"``, one byte
-  of chain depth, the 32-byte sha256 of a *base* blob), then one zstd frame compressed with the base's
-  bytes as a raw-content dictionary. Successive pass dumps of a module differ by a few lines, so a delta
-  is tens of times smaller than the file compressed alone.
+    ab/<sha256>.zst       a plain blob: one zstd frame holding one file's bytes (store formats 1 and 2),
+                          or a format 2 delta blob; both still read, no longer written
+    packs/<name>.zst      a pack: many files' bytes concatenated and compressed as one zstd frame
+    packs.sqlite          where each packed file is: sha256 -> (pack, offset, length)
 
-Reading a delta blob decodes its base first (recursively; writers keep chains at most ``MAX_DELTA_DEPTH``
-deep, and recently decoded blobs are cached, so reading a module's dumps in order costs about one
-decompression each). A base blob must outlive its deltas: ``Store.gc`` keeps the bases of live blobs.
+**Packs.** Successive dumps of a module (before_optimizations, each pass, after_optimizations, in one
+format) differ by a few lines, so compressed together each is encoded against the one before: a pack is
+30-50 times smaller than its members compressed one by one, and writing it is a single fast zstd pass
+(format 2's per-file deltas spent as long loading their bases as compressing, and one file per dump
+cost more in file creations than the compression). A pack begins with a zstd skippable frame (tag
+``b"XLRK"``) listing its members' sha256, offset and length, so ``packs.sqlite`` is only a lookup table:
+rebuilt from the pack headers when it is missing. A pack is named by the sha256 of ``b"xlarun-pack\\0"``
+and its compressed frame (hashing the members again would double the cost of hashing). It holds about
+``PACK_BYTES`` of members, so reading one file cold decodes at most that much (tens of milliseconds).
+
+**Delta blobs** (format 2): a skippable frame (``b"XLRD"``, chain depth, the sha256 of a *base* blob),
+then a zstd frame compressed with the base's bytes as a raw-content dictionary.
+
+A pack or base outlives the blobs decoded from it: :meth:`BlobStore.collect` (``xlarun gc``) keeps them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
+import struct
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 import zstandard
 
 from .errors import StoreError
 
-ZSTD_LEVEL = 3
-#: Delta chains are cut (a plain blob stored instead) beyond this many bases.
+#: A pack is written once its members add up to this many bytes (and it has two members at least).
+PACK_BYTES = 16 << 20
+#: Delta chains (format 2) deeper than this are refused as damage.
 MAX_DELTA_DEPTH = 16
-#: Decoded blobs kept in memory for reading delta chains.
-CACHE_BYTES = 64 << 20
+#: Decoded blobs and packs kept in memory: reading a module's dumps in order decodes each pack once.
+CACHE_BYTES = 128 << 20
 _thread_local = threading.local()
 
-
-def _compressor() -> zstandard.ZstdCompressor:
-    comp = getattr(_thread_local, "compressor", None)
-    if comp is None:
-        comp = _thread_local.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return comp
+_SKIPPABLE_MAGIC = (0x184D2A5E).to_bytes(4, "little")
+_DELTA_TAG, _PACK_TAG = b"XLRD", b"XLRK"
+_DELTA_HEAD_BYTES = 8 + 4 + 1 + 32  # magic, size, tag, depth, base sha256
+_MEMBER = struct.Struct("<32sQQ")  # sha256, offset, length
+_PACK_NAME_PREFIX = b"xlarun-pack\0"
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
@@ -47,89 +61,50 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return dec
 
 
+def _missing(sha256: str) -> StoreError:
+    return StoreError(f"blob {sha256[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is damaged")
+
+
+def _damaged(what: str) -> StoreError:
+    return StoreError(f"{what} is damaged", "`xlarun check` lists what is damaged; re-capture the runs it names")
+
+
+def _delta_base(head: bytes) -> tuple[int, str] | None:
+    """(chain depth, base sha256) of a format 2 delta blob's first bytes; None for a plain blob."""
+    if head[:4] != _SKIPPABLE_MAGIC or head[8:12] != _DELTA_TAG:
+        return None
+    return head[12], head[13:45].hex()
+
+
 class BlobStore:
-    """Content-addressed, zstd-compressed file contents: plain and delta blobs (see the module docstring)."""
+    """Content-addressed, zstd-compressed file contents: plain blobs and packs (see the module docstring)."""
 
     def __init__(self, root: Path):
         self.root = root
-        self._folders: set[str] = set()  # prefix folders known to exist
-        self._depths: dict[str, int] = {}  # chain depth of blobs seen by this process
+        self.packs_dir = root / "packs"
+        self._folders: set[str] = set()  # folders known to exist
         self._cache = _DecodedCache(CACHE_BYTES)
+        self._table = _PackTable(root / "packs.sqlite", self.packs_dir)
 
     def path_for(self, sha256: str) -> Path:
+        """Where a plain (or delta) blob is."""
         return self.root / sha256[:2] / f"{sha256}.zst"
 
+    def pack_path(self, name: str) -> Path:
+        return self.packs_dir / f"{name}.zst"
+
+    def close(self) -> None:
+        """Close the pack table's connections (checkpointing its write-ahead log)."""
+        self._table.close()
+
+    # --- writing -----------------------------------------------------------------------------
+
     def has(self, sha256: str) -> bool:
-        return self.path_for(sha256).exists()
+        return self.path_for(sha256).exists() or self._table.lookup(sha256) is not None
 
-    def put(self, data: bytes) -> tuple[str, int, bool]:
-        """Store bytes as a plain blob; return (sha256, stored size, whether it was new)."""
-        digest = hashlib.sha256(data).hexdigest()
-        target = self.path_for(digest)
-        if target.exists():
-            return digest, target.stat().st_size, False
-        return digest, self._write(target, _compressor().compress(data)), True
-
-    def put_delta(self, data: bytes, base: "DeltaBase") -> tuple[str, int, bool]:
-        """Store bytes as a delta of ``base`` (a blob already stored); like :meth:`put`.
-
-        Falls back to a plain blob when the base's chain is already ``MAX_DELTA_DEPTH`` deep.
-        """
-        if len(data) == len(base.data) and memoryview(data) == memoryview(base.data):
-            return base.sha256, self.path_for(base.sha256).stat().st_size, False  # an unchanged pass: no hashing
-        digest = hashlib.sha256(data).hexdigest()
-        target = self.path_for(digest)
-        if target.exists():
-            return digest, target.stat().st_size, False
-        depth = self.depth(base.sha256) + 1
-        if depth > MAX_DELTA_DEPTH:
-            return digest, self._write(target, _compressor().compress(data)), True
-        header = _DELTA_MAGIC + _DELTA_PAYLOAD_SIZE + _DELTA_TAG + bytes([depth]) + bytes.fromhex(base.sha256)
-        stored = self._write(target, header + base.compressor().compress(data))
-        self._depths[digest] = depth
-        return digest, stored, True
-
-    def get(self, sha256: str) -> bytes:
-        """The exact bytes of a blob."""
-        return self._get(sha256, 0)
-
-    def base_of(self, sha256: str) -> str | None:
-        """The blob a delta blob is decoded against; None for a plain blob."""
-        return _parse_header(self._read_head(sha256))[1]
-
-    def depth(self, sha256: str) -> int:
-        """How many bases must be decoded before this blob (0 for a plain blob)."""
-        depth = self._depths.get(sha256)
-        if depth is None:
-            depth = self._depths[sha256] = _parse_header(self._read_head(sha256))[0]
-        return depth
-
-    def _get(self, sha256: str, hops: int) -> bytes:
-        data = self._cache.get(sha256)
-        if data is not None:
-            return data
-        try:
-            raw = self.path_for(sha256).read_bytes()
-        except FileNotFoundError:
-            raise StoreError(f"blob {sha256[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is missing") from None
-        _depth, base_sha = _parse_header(raw[:_DELTA_HEADER_SIZE])
-        if base_sha is None:
-            data = _decompressor().decompress(raw)
-        else:
-            if hops > MAX_DELTA_DEPTH:
-                raise StoreError(f"blob {sha256[:12]} has a delta chain deeper than {MAX_DELTA_DEPTH}", "the store was damaged; re-capture the run")
-            base = self._get(base_sha, hops + 1)
-            decoder = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
-            data = decoder.decompress(raw[_DELTA_HEADER_SIZE:])
-        self._cache.put(sha256, data)
-        return data
-
-    def _read_head(self, sha256: str) -> bytes:
-        try:
-            with open(self.path_for(sha256), "rb") as handle:
-                return handle.read(_DELTA_HEADER_SIZE)
-        except FileNotFoundError:
-            raise StoreError(f"blob {sha256[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is missing") from None
+    def packer(self) -> "PackWriter":
+        """A writer of files into packs (see :class:`PackWriter`)."""
+        return PackWriter(self)
 
     def _write(self, target: Path, payload: bytes) -> int:
         folder = target.parent
@@ -146,54 +121,437 @@ class BlobStore:
             raise
         return len(payload)
 
+    # --- reading -----------------------------------------------------------------------------
 
-class DeltaBase:
-    """A stored blob that others are written as deltas of: its sha256, its bytes, and (made once) a compressor
-    that uses those bytes as dictionary: a base serves several deltas, and loading a dictionary is the costly part."""
+    def get(self, sha256: str) -> bytes:
+        """The exact bytes of a stored file."""
+        return self._get(sha256, 0)
 
-    def __init__(self, sha256: str, data: bytes):
-        self.sha256 = sha256
-        self.data = data
-        self._compressor: zstandard.ZstdCompressor | None = None
+    def base_of(self, sha256: str) -> str | None:
+        """What a file is decoded from: its pack's name, or a delta blob's base; None for a plain blob."""
+        try:
+            with open(self.path_for(sha256), "rb") as handle:
+                delta = _delta_base(handle.read(_DELTA_HEAD_BYTES))
+                return delta[1] if delta else None
+        except FileNotFoundError:
+            where = self._table.lookup(sha256)
+            if where is None:
+                raise _missing(sha256) from None
+            return where[0]
 
-    def compressor(self) -> zstandard.ZstdCompressor:
-        if self._compressor is None:
-            params = _delta_params(len(self.data))
-            dictionary = zstandard.ZstdCompressionDict(self.data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-            dictionary.precompute_compress(compression_params=params)
-            self._compressor = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
-        return self._compressor
+    def depth(self, sha256: str) -> int:
+        """How many blobs are decoded before this one: 0 plain, 1 packed, the chain depth for a delta."""
+        try:
+            with open(self.path_for(sha256), "rb") as handle:
+                delta = _delta_base(handle.read(_DELTA_HEAD_BYTES))
+                return delta[0] if delta else 0
+        except FileNotFoundError:
+            if self._table.lookup(sha256) is None:
+                raise _missing(sha256) from None
+            return 1
+
+    def _get(self, sha256: str, hops: int, use_cache: bool = True) -> bytes:
+        data = self._cache.get(sha256) if use_cache else None
+        if data is not None:
+            return data
+        try:
+            raw = self.path_for(sha256).read_bytes()
+        except FileNotFoundError:
+            where = self._table.lookup(sha256)
+            if where is None:
+                raise _missing(sha256) from None
+            return self._pack_slice(*where, use_cache)
+        delta = _delta_base(raw[:_DELTA_HEAD_BYTES])
+        try:
+            if delta is None:
+                data = _decompressor().decompress(raw)
+            else:
+                if hops > MAX_DELTA_DEPTH:
+                    raise StoreError(f"blob {sha256[:12]} has a delta chain deeper than {MAX_DELTA_DEPTH}", "the store was damaged; re-capture the run")
+                base = self._get(delta[1], hops + 1, use_cache)
+                decoder = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
+                data = decoder.decompress(raw[_DELTA_HEAD_BYTES:])
+        except zstandard.ZstdError:
+            raise _damaged(f"blob {sha256[:12]}") from None
+        if use_cache:
+            self._cache.put(sha256, data)
+        return data
+
+    def _pack_slice(self, pack: str, offset: int, length: int, use_cache: bool) -> bytes:
+        decoded = self._cache.get(pack) if use_cache else None
+        if decoded is None:
+            try:
+                raw = self.pack_path(pack).read_bytes()
+            except FileNotFoundError:
+                raise _missing(pack) from None
+            frame = memoryview(raw)[_pack_header_size(raw) :]
+            try:
+                if offset + length > self._cache.max_item:  # too big to keep: decode only up to the file
+                    with _decompressor().stream_reader(frame) as reader:
+                        return _read_exactly(reader, offset + length)[offset:]
+                decoded = _decompressor().decompressobj().decompress(frame)
+            except zstandard.ZstdError:
+                raise _damaged(f"pack {pack[:12]}") from None
+            if use_cache:
+                self._cache.put(pack, decoded)
+        if offset + length > len(decoded):
+            raise _damaged(f"pack {pack[:12]}")
+        return decoded[offset : offset + length]
+
+    # --- checking and collecting -------------------------------------------------------------
+
+    def verify(self, sha256: str) -> str | None:
+        """None when the file's bytes decode and hash to ``sha256``; else what is wrong (``xlarun check``)."""
+        try:
+            data = self._get(sha256, 0, use_cache=False)
+        except StoreError as exc:
+            return exc.message
+        except (OSError, ValueError) as exc:
+            return f"blob {sha256[:12]} cannot be read: {exc}"
+        return None if hashlib.sha256(data).hexdigest() == sha256 else f"blob {sha256[:12]} does not hash to its name"
+
+    def verify_pack(self, name: str) -> str | None:
+        """None when a pack's bytes match its name and its header agrees with ``packs.sqlite``."""
+        try:
+            raw = self.pack_path(name).read_bytes()
+            frame = raw[_pack_header_size(raw) :]
+            if hashlib.sha256(_PACK_NAME_PREFIX + frame).hexdigest() != name:
+                return f"pack {name[:12]} does not hash to its name"
+            members = _pack_members(raw)
+        except StoreError as exc:
+            return exc.message
+        except FileNotFoundError:
+            return f"pack {name[:12]} is missing"
+        listed = self._table.members_of(name)
+        if {m[0] for m in members} - {m[0] for m in listed} and listed:
+            return f"pack {name[:12]} holds files packs.sqlite does not list"
+        return None
+
+    def pack_names(self) -> list[str]:
+        if not self.packs_dir.is_dir():
+            return []
+        return sorted(p.name[:-4] for p in self.packs_dir.glob("*.zst"))
+
+    def collect(self, live: set[str]) -> tuple[int, int]:
+        """Remove blobs and packs no file in ``live`` needs (their packs and delta bases are kept);
+        returns (blobs and packs removed, bytes freed). The caller holds the store's exclusive lock."""
+        live = set(live)
+        frontier = {sha for sha in live if self.path_for(sha).exists()}
+        while frontier:  # format 2 delta chains
+            bases = set()
+            for sha in frontier:
+                try:
+                    base = self.base_of(sha)
+                except StoreError:
+                    continue
+                if base is not None and base not in live:
+                    bases.add(base)
+            live |= bases
+            frontier = bases
+        live_packs = self._table.packs_holding(live)
+        dead_packs = [name for name in self.pack_names() if name not in live_packs]
+        self._table.forget_packs(dead_packs)  # first: a crash must never leave the table naming a deleted pack
+        removed = freed = 0
+        for path in [self.pack_path(n) for n in dead_packs] + [p for p in self.root.glob("[0-9a-f][0-9a-f]/*.zst") if p.name[:-4] not in live]:
+            try:
+                freed += path.stat().st_size
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed, freed
+
+    def disk_usage(self) -> int:
+        """Bytes the blobs, packs and pack table take on disk."""
+        files = [*self.root.glob("[0-9a-f][0-9a-f]/*.zst"), *self.root.glob("packs/*.zst"), *self.root.glob("packs.sqlite*")]
+        return sum(p.stat().st_size for p in files if p.exists())
 
 
-#: Delta blobs: a skippable frame (magic, payload size 37, b"XLRD", depth byte, base sha256), then the zstd frame.
-_DELTA_MAGIC = (0x184D2A5E).to_bytes(4, "little")
-_DELTA_TAG = b"XLRD"
-_DELTA_PAYLOAD_SIZE = (37).to_bytes(4, "little")
-_DELTA_HEADER_SIZE = 8 + 37
+class PackWriter:
+    """Stores files, one by one, in packs (see the module docstring).
+
+    Files are read straight into the open pack's buffer (:meth:`add_file`; :meth:`add` copies bytes in),
+    hashed there, and the whole buffer is compressed in one call when the pack is written: no copy of a
+    file's bytes is made on the way. :meth:`add_file` returns the sha256 at once, but the file is safely
+    stored only after :meth:`flush` (called when the pack is full, and by the archiver when a series ends),
+    which writes the pack and then lists its members in ``packs.sqlite``. A file equal to the one added
+    just before it, or already in the store, is not stored again.
+    """
+
+    def __init__(self, blobs: BlobStore):
+        self.blobs = blobs
+        self.size = 0
+        self._buffer: bytearray | None = None
+        self._members: list[tuple[str, int, int]] = []  # (sha256, offset, length) in the open pack
+        self._pending: set[str] = set()
+        self._last: tuple[int, int, str] | None = None  # offset, length and sha256 of the last file added, if in the buffer
+
+    @property
+    def pending(self) -> int:
+        """Files added since the last pack was written."""
+        return len(self._members)
+
+    def add(self, data: bytes) -> str:
+        """Store bytes; returns their sha256."""
+        view = self._reserve(len(data))
+        view[:] = data
+        return self._commit(len(data))[0]
+
+    def add_file(self, path: Path) -> tuple[str, memoryview, tuple[int, int]] | None:
+        """Store a file: (sha256, its bytes (valid until the next call), (size, mtime_ns) as read), or None
+        when the file is gone (a job's temporary file, renamed or deleted)."""
+        try:
+            handle = open(path, "rb", buffering=0)
+        except FileNotFoundError:
+            return None
+        with handle:
+            st = os.fstat(handle.fileno())
+            view = self._reserve(st.st_size)
+            got = 0
+            while got < st.st_size:  # readinto may return less than asked
+                n = handle.readinto(view[got:])
+                if not n:
+                    break  # the file shrank while being read: its new stamp makes the archiver read it again
+                got += n
+        digest, data = self._commit(got)
+        return digest, data, (st.st_size, st.st_mtime_ns)
+
+    def _reserve(self, size: int) -> memoryview:
+        """Room for ``size`` bytes after the open pack's members."""
+        capacity = len(self._buffer) if self._buffer is not None else 0
+        if self.size + size > capacity and self._members:
+            self.flush()
+        if size > capacity - self.size:
+            self._release_buffer()
+            self._buffer = _take_buffer(max(2 * PACK_BYTES, size))
+        return memoryview(self._buffer)[self.size : self.size + size]
+
+    def _commit(self, size: int) -> tuple[str, memoryview]:
+        buffer, start = self._buffer, self.size
+        data = memoryview(buffer)[start : start + size]
+        last = self._last
+        if last is not None and last[1] == size and buffer.startswith(memoryview(buffer)[last[0] : last[0] + size], start):
+            return last[2], data  # an unchanged pass: no hashing, nothing stored
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._pending or self.blobs.has(digest):
+            self._last = None
+            return digest, data
+        self._members.append((digest, start, size))
+        self._pending.add(digest)
+        self._last = (start, size, digest)
+        self.size += size
+        if self.size >= PACK_BYTES and len(self._members) >= 2:
+            self.flush()
+        return digest, data
+
+    def flush(self) -> int:
+        """Write the pending files as one pack and list them in the table; returns the bytes written."""
+        if not self._members:
+            return 0
+        frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
+        name = hashlib.sha256(_PACK_NAME_PREFIX + frame).hexdigest()
+        table = b"".join(_MEMBER.pack(bytes.fromhex(sha), offset, length) for sha, offset, length in self._members)
+        payload = _PACK_TAG + len(self._members).to_bytes(4, "little") + table
+        header = _SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
+        written = self.blobs._write(self.blobs.pack_path(name), header + frame)
+        self.blobs._table.add(name, self._members)  # after the pack is safely on disk
+        self._members, self.size, self._last = [], 0, None
+        self._pending.clear()
+        return written
+
+    def close(self) -> int:
+        """Write the open pack and give the buffer back; returns the bytes written."""
+        written = self.flush()
+        self._release_buffer()
+        return written
+
+    def discard(self) -> None:
+        """Forget the pending files (the capture failed: their raw files stay where they are)."""
+        self._members, self.size, self._last = [], 0, None
+        self._pending.clear()
+        self._release_buffer()
+
+    def _release_buffer(self) -> None:
+        if self._buffer is not None:
+            _give_buffer(self._buffer)
+            self._buffer = None
 
 
-def _delta_params(base_size: int) -> zstandard.ZstdCompressionParameters:
-    """Fast matching with a hash table sized to the base: measured on pass dumps, twice smaller than level 3
-    with a dictionary, and about as fast as level 3 without one."""
-    table = min(20, max(14, base_size.bit_length() - 2))
+# Pack buffers are reused: a fresh 32 MB buffer costs thousands of page faults to touch.
+_FREE_BUFFERS: list[bytearray] = []
+_FREE_LOCK = threading.Lock()
+_MAX_FREE_BUFFERS = 4
+
+
+def _take_buffer(size: int) -> bytearray:
+    with _FREE_LOCK:
+        for i, buffer in enumerate(_FREE_BUFFERS):
+            if len(buffer) >= size:
+                return _FREE_BUFFERS.pop(i)
+    return bytearray(size)
+
+
+def _give_buffer(buffer: bytearray) -> None:
+    if len(buffer) > 4 * PACK_BYTES:
+        return  # an outsized one (a huge file): let it go
+    with _FREE_LOCK:
+        if len(_FREE_BUFFERS) < _MAX_FREE_BUFFERS:
+            _FREE_BUFFERS.append(buffer)
+
+
+def _pack_params(size: int) -> zstandard.ZstdCompressionParameters:
+    """Fast matching over a window holding the whole pack: a dump's long runs unchanged from the one before
+    are found at once. Measured on pass dumps: about 1.3 GB/s, 40x smaller than the files compressed alone.
+    The frame carries a checksum of its content, so a damaged pack fails to decode instead of yielding wrong bytes."""
+    table = min(18, max(14, size.bit_length() - 8))
     return zstandard.ZstdCompressionParameters(
-        window_log=min(27, max(20, (2 * base_size).bit_length())), hash_log=table, chain_log=table, search_log=1,
-        min_match=6, target_length=0, strategy=zstandard.STRATEGY_FAST,
+        window_log=min(27, max(20, size.bit_length())), hash_log=table, chain_log=table, search_log=1,
+        min_match=6, target_length=0, strategy=zstandard.STRATEGY_FAST, write_checksum=1,  # damage is an error, never wrong bytes
     )
 
 
-def _parse_header(head: bytes) -> tuple[int, str | None]:
-    """(chain depth, base sha256) of a delta blob's first bytes; (0, None) for a plain blob."""
-    if head[:4] != _DELTA_MAGIC or head[8:12] != _DELTA_TAG:
-        return 0, None
-    return head[12], head[13:45].hex()
+def _pack_header_size(raw: bytes) -> int:
+    if raw[:4] != _SKIPPABLE_MAGIC or raw[8:12] != _PACK_TAG:
+        raise _damaged("a pack's header")
+    return 8 + int.from_bytes(raw[4:8], "little")
+
+
+def _pack_members(raw: bytes) -> list[tuple[str, int, int]]:
+    """(sha256, offset, length) of each file in a pack, from its header."""
+    end = _pack_header_size(raw)
+    count = int.from_bytes(raw[12:16], "little")
+    if 16 + count * _MEMBER.size != end:
+        raise _damaged("a pack's header")
+    return [(sha.hex(), offset, length) for sha, offset, length in _MEMBER.iter_unpack(raw[16:end])]
+
+
+def _read_exactly(reader, size: int) -> bytes:
+    parts, got = [], 0
+    while got < size:
+        chunk = reader.read(min(size - got, 16 << 20))
+        if not chunk:
+            raise _damaged("a pack")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+class _PackTable:
+    """``packs.sqlite``: sha256 -> (pack, offset, length), one connection per thread, WAL. Derived from the
+    pack headers, and rebuilt from them when the file is missing."""
+
+    def __init__(self, path: Path, packs_dir: Path):
+        self.path = path
+        self.packs_dir = packs_dir
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            existed = self.path.exists()
+            if not existed and not self.packs_dir.is_dir():
+                return None  # nothing packed yet: nothing to look up
+            with self._lock:  # threads of one process create the file one at a time
+                conn = self._connect()
+                self._connections.append(conn)
+            self._local.conn = conn
+            self._rebuild_if_new(conn)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        for attempt in range(50):
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            try:
+                # switching a new file to WAL takes a lock SQLite does not wait for: another process may hold it
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")
+                conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if "locked" not in str(exc) or attempt == 49:
+                    raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
+                time.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    def _rebuild_if_new(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
+                for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
+                    try:
+                        members = _pack_members(pack.read_bytes())
+                    except (StoreError, OSError):
+                        continue  # a damaged pack: `xlarun check` reports it
+                    conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members])
+                conn.execute("INSERT INTO meta VALUES ('built', '1')")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def lookup(self, sha256: str) -> tuple[str, int, int] | None:
+        conn = self._conn()
+        if conn is None:
+            return None
+        return conn.execute("SELECT pack, offset, length FROM members WHERE sha256=?", (sha256,)).fetchone()
+
+    def members_of(self, pack: str) -> list[tuple[str, int, int]]:
+        conn = self._conn()
+        return conn.execute("SELECT sha256, offset, length FROM members WHERE pack=?", (pack,)).fetchall() if conn else []
+
+    def add(self, pack: str, members: Iterable[tuple[str, int, int]]) -> None:
+        self.packs_dir.mkdir(parents=True, exist_ok=True)
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def packs_holding(self, shas: set[str]) -> set[str]:
+        conn = self._conn()
+        if conn is None:
+            return set()
+        return {pack for sha, pack in conn.execute("SELECT sha256, pack FROM members") if sha in shas}
+
+    def forget_packs(self, packs: list[str]) -> None:
+        conn = self._conn()
+        if conn is None or not packs:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
 
 
 class _DecodedCache:
-    """The most recently decoded blobs, up to a byte budget (bases of delta chains are read again and again)."""
+    """The most recently decoded blobs and packs, up to a byte budget."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
+        self.max_item = max_bytes // 4
         self.bytes = 0
         self.items: OrderedDict[str, bytes] = OrderedDict()
         self.lock = threading.Lock()
@@ -206,7 +564,7 @@ class _DecodedCache:
             return data
 
     def put(self, key: str, data: bytes) -> None:
-        if len(data) > self.max_bytes // 4:
+        if len(data) > self.max_item:
             return
         with self.lock:
             if key in self.items:

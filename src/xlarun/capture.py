@@ -174,7 +174,7 @@ def capture(
     sink = _LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
     # index needs are parsed then too
-    archiver = store.archiver(staging, progress=on_archive, while_running=prepare_facts)
+    archiver = store.archiver(staging, progress=on_archive, on_archived=prepare_facts)
     archiver.start()
     t0 = time.monotonic()
     started = utc_now()

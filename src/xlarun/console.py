@@ -131,3 +131,28 @@ def short_time(iso: str | None) -> str:
 
 def count_or_blank(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+class ProgressBar:
+    """A progress bar on stderr for long work (silent below ``min_total`` items): ``update(done, total)``, ``close()``."""
+
+    def __init__(self, label: str, enabled: bool = True, min_total: int = 200):
+        self.label, self.enabled, self.min_total = label, enabled, min_total
+        self.bar = None
+        self.task = None
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total < self.min_total:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

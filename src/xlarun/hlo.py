@@ -163,9 +163,24 @@ def _signature_from_layout(layout: str) -> str | None:
     return format_signature([p for p in split_top_level(params) if p.strip()], result)
 
 
+# The common shapes of ", key=value" (a token, a string, or braces holding no braces), matched in one step;
+# anything else (nested braces, as in backend_config JSON) goes through walk().
+_SIMPLE_ATTRIBUTE = re.compile(
+    r',[ \t]*([\w.\-]+)=(%?[\w.\-]+|"[^"\\]*(?:\\.[^"\\]*)*"|\{(?:[^{}"]|"[^"\\]*(?:\\.[^"\\]*)*")*\})[ \t]*(?=,|$|/\*)'
+)
+# An operand list holding no brackets, strings or comments: its closing parenthesis is the first one.
+_SIMPLE_OPERANDS = re.compile(r'\(([^()\[\]{}"/]*)\)')
+
+
 def _parse_attributes(line: str, pos: int) -> dict[str, str]:
     attributes: dict[str, str] = {}
     while True:
+        simple = _SIMPLE_ATTRIBUTE.match(line, pos)
+        if simple is not None:
+            value = simple.group(2)
+            attributes[simple.group(1)] = strip_comments(value).strip() if "/*" in value else value
+            pos = simple.end()
+            continue
         pos = _SPACES.match(line, pos).end()
         if line.startswith("/*", pos) and "*/" in line[pos:]:  # a trailing /* comment */
             pos = line.index("*/", pos) + 2
@@ -215,7 +230,8 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
     op = _OPCODE.match(line, pos)
     if op is None:
         raise LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
-    close = walk(line, op.end() - 1, False)
+    simple = _SIMPLE_OPERANDS.match(line, op.end() - 1)
+    close = simple.end() if simple is not None else walk(line, op.end() - 1, False)
     inner = line[op.end() : close - 1]
     instruction = HloInstruction(
         name=head.group(2), opcode=op.group(1), shape=shape, computation=computation,
@@ -359,17 +375,27 @@ def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> No
     The text printer writes each frame's parent id one too high; only file locations are used here.
     """
     frames, locations, files = tables["StackFrames"], tables["FileLocations"], tables["FileNames"]
+    resolved: dict[int, tuple[str, int | None] | None] = {}  # many instructions share a frame
+
+    def resolve(frame_id: int) -> tuple[str, int | None] | None:
+        frame = dict(_FIELD.findall(frames.get(frame_id, "")))
+        location = dict(_FIELD.findall(locations.get(int(frame.get("file_location_id", "0") or 0), "")))
+        file_name = files.get(int(location.get("file_name_id", "0") or 0))
+        if file_name is None:
+            return None
+        line = location.get("line", "")
+        return unquote(file_name), int(line) if line.isdigit() else None
+
     for computation in computations:
         for instruction in computation.instructions:
-            if instruction.stack_frame_id is None or instruction.source_file is not None:
+            frame_id = instruction.stack_frame_id
+            if frame_id is None or instruction.source_file is not None:
                 continue
-            frame = dict(_FIELD.findall(frames.get(instruction.stack_frame_id, "")))
-            location = dict(_FIELD.findall(locations.get(int(frame.get("file_location_id", "0") or 0), "")))
-            file_name = files.get(int(location.get("file_name_id", "0") or 0))
-            if file_name is not None:
-                instruction.source_file = unquote(file_name)
-                line = location.get("line", "")
-                instruction.source_line = int(line) if line.isdigit() else None
+            if frame_id not in resolved:
+                resolved[frame_id] = resolve(frame_id)
+            where = resolved[frame_id]
+            if where is not None:
+                instruction.source_file, instruction.source_line = where
 
 
 def mark_fusion_computations(module: HloModule) -> None:

@@ -235,7 +235,7 @@ class Index:
 
     def ingest_run(self, store: "Store", run_id: str) -> None:
         """Index one committed run: its manifest, files, modules, passes and search terms."""
-        from .summarize import summarize_module  # parsing HLO: only commands that index need it
+        from .summarize import gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
         manifest = store.manifest(run_id)
         files = store.stored_files(run_id)
         decoded = [(f, decode_dump_name(f.path)) for f in files]
@@ -245,7 +245,8 @@ class Index:
                 by_module[name.module_id].append((stored, name))
         counts = self._known_text_counts({f.sha256 for f, n in decoded if n.kind == "pass" and n.format == "text"})
         known = set(counts)
-        modules = [summarize_module(store, module_id, members, counts) for module_id, members in sorted(by_module.items())]
+        gathered = gather_facts(store, [wanted for members in by_module.values() for wanted in stage_files(members)])
+        modules = [summarize_module(store, module_id, members, counts, gathered) for module_id, members in sorted(by_module.items())]
         with self.transaction():
             self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
             self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))

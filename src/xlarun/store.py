@@ -2,10 +2,11 @@
 
 Layout of a store folder (default ``./.xlarun``)::
 
-    VERSION                  store format version (2: blobs may be delta blobs)
+    VERSION                  store format version (3: blobs may be packs and pointers into them)
     index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
-    blobs/ab/<sha256>.zst    dump files, content-addressed and zstd-compressed (kept once across runs;
-                             successive dumps of a module are deltas of each other: see blobs.py)
+    blobs/                   dump files, content-addressed by sha256 and zstd-compressed, kept once across
+                             runs: most in packs (blobs/packs/, with blobs/packs.sqlite saying where each
+                             file is), where a module's successive dumps are compressed together (blobs.py)
     runs/<run id>/           committed runs: manifest.json, spec.yaml, spec.resolved.json,
                              stdout.log, stderr.log, files.json
     staging/<run id>/        runs being captured; never listed
@@ -24,7 +25,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,10 +34,10 @@ from .archiver import OutputArchiver, logical_path  # noqa: F401 (logical_path: 
 from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
 
-#: 2: blobs may be delta blobs (see blobs.py). Format 1 stores (plain blobs only) are read as they are
-#: and become format 2 when a run is archived into them.
-STORE_VERSION = 2
-_READABLE_VERSIONS = ("1", "2")
+#: 3: blobs may be packs and pointers into them; 2: delta blobs (see blobs.py); 1: plain blobs only.
+#: Older stores are read as they are and become format 3 when a run is archived into them.
+STORE_VERSION = 3
+_READABLE_VERSIONS = ("1", "2", "3")
 DEFAULT_STORE = ".xlarun"
 
 
@@ -48,6 +49,17 @@ class StoredFile:
     path: str
     sha256: str
     size: int
+
+
+@dataclass
+class CheckReport:
+    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
+
+    runs: int
+    files: int
+    blobs: int
+    packs: int
+    damaged: list[dict] = field(default_factory=list)
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -115,7 +127,8 @@ class Store:
         return index
 
     def close(self) -> None:
-        """Close every index connection this store opened."""
+        """Close every index and pack-table connection this store opened."""
+        self.blobs.close()
         for index in self._open_indexes:
             try:
                 index.close()
@@ -151,19 +164,19 @@ class Store:
     def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
         """Move every file the job wrote under ``staging`` into the blob store; return the file list.
 
-        Module dumps are stored as deltas of each other (see ``archiver.py``). Raw files are deleted from
+        Module dumps are stored in packs (see ``archiver.py``). Raw files are deleted from
         staging only after every blob is safely in place. To archive while the job runs, use
         :meth:`archiver` (``start()`` before the job, ``finish()`` after).
         """
         return self.archiver(staging, progress, workers).finish()
 
     def archiver(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
-                 while_running: Callable[[str, str, bytes], None] | None = None) -> "OutputArchiver":
-        """An :class:`OutputArchiver` for a run's staging folder (``while_running`` sees each file archived early)."""
-        return OutputArchiver(self, staging, progress, workers, while_running)
+                 on_archived: Callable[[str, str, memoryview, bool], None] | None = None) -> "OutputArchiver":
+        """An :class:`OutputArchiver` for a run's staging folder (``on_archived`` sees each file as it is archived)."""
+        return OutputArchiver(self, staging, progress, workers, on_archived)
 
     def _upgrade_format(self) -> None:
-        """Mark a format 1 store as format 2 before the first delta blob goes in (older xlarun then refuses it)."""
+        """Mark an older store as the current format before the first pack goes in (older xlarun then refuses it)."""
         version_file = self.root / "VERSION"
         if version_file.read_text().strip() != str(STORE_VERSION):
             tmp = self.root / f".VERSION-{os.getpid()}"
@@ -269,32 +282,37 @@ class Store:
             stale = self.stale_staging()
             for folder in stale:
                 shutil.rmtree(folder, ignore_errors=True)
-            live = self._live_blobs()
-            removed = freed = 0
-            for blob in self.blobs.root.glob("*/*.zst"):
-                if blob.name[:-4] not in live:
-                    freed += blob.stat().st_size
-                    blob.unlink()
-                    removed += 1
+            live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            removed, freed = self.blobs.collect(live)
             return len(stale), removed, freed
 
-    def _live_blobs(self) -> set[str]:
-        """Blobs some run refers to, and the bases their delta chains need."""
-        live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
-        frontier = live
-        while frontier:
-            bases = set()
-            for sha in frontier:
-                try:
-                    base = self.blobs.base_of(sha)
-                except StoreError:  # already missing: nothing to keep alive
-                    continue
-                if base is not None and base not in live:
-                    bases.add(base)
-            live |= bases
-            frontier = bases
-        return live
+    def check(self, progress: Callable[[int, int], None] | None = None) -> "CheckReport":
+        """Read back every file of every run and every pack, and say what is missing or damaged."""
+        by_sha: dict[str, list[tuple[str, str]]] = {}
+        runs = self.run_ids()
+        for run_id in runs:
+            for entry in self.stored_files(run_id):
+                by_sha.setdefault(entry.sha256, []).append((run_id, entry.path))
+        report = CheckReport(runs=len(runs), files=sum(map(len, by_sha.values())), blobs=len(by_sha), packs=0)
+        packs = self.blobs.pack_names()
+        report.packs = len(packs)
+        total, done = len(by_sha) + len(packs), 0
+        for name in packs:
+            problem = self.blobs.verify_pack(name)
+            if problem:
+                report.damaged.append({"run": None, "path": f"blobs/packs/{name}.zst", "problem": problem})
+            done += 1
+            if progress:
+                progress(done, total)
+        for sha, uses in sorted(by_sha.items(), key=lambda kv: kv[1]):
+            problem = self.blobs.verify(sha)
+            if problem:
+                report.damaged += [{"run": run_id, "path": path, "problem": problem} for run_id, path in uses]
+            done += 1
+            if progress:
+                progress(done, total)
+        return report
 
     def disk_usage(self) -> int:
-        """Bytes the store's blobs take on disk."""
-        return sum(p.stat().st_size for p in self.blobs.root.glob("*/*.zst"))
+        """Bytes the store's blobs and packs take on disk."""
+        return self.blobs.disk_usage()

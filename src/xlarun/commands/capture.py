@@ -37,7 +37,7 @@ def capture(
     Example: xlarun capture configs/jax-cpu.yaml
     """
     from ..capture import capture as run_capture, exit_status_error
-    from ..console import human_bytes, print_json, say, warn
+    from ..console import ProgressBar, human_bytes, print_json, say, warn
     from ..spec import load_batch
 
     cells = load_batch(spec)
@@ -48,7 +48,7 @@ def capture(
         run_and_report(cells, the_store, jobs=1, fail_fast=None, as_json=as_json)
         return
     loaded = cells[0]
-    progress = _ArchiveProgress(enabled=not as_json)
+    progress = ProgressBar("archiving", enabled=not as_json)
     if not as_json:
         say(f"[bold]capturing[/bold] {loaded.spec.name}: {loaded.script} on {loaded.spec.backend.kind} -> {the_store.root}")
     try:
@@ -74,31 +74,6 @@ def capture(
             print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
     if failure is not None:
         raise failure
-
-
-class _ArchiveProgress:
-    """A progress bar on stderr while a large dump is archived (silent for small ones)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-        self.task = None
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled or total < 200:
-            return
-        if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-            from rich.console import Console
-
-            self.bar = Progress(TextColumn("archiving"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("archive", total=total)
-        self.bar.update(self.task, completed=done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:

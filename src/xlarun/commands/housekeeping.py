@@ -1,4 +1,4 @@
-"""``rm``, ``gc``, ``reindex``: keeping a store tidy."""
+"""``rm``, ``gc``, ``reindex``, ``check``: keeping a store tidy and sound."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from typing import Annotated
 
 import typer
 
-from . import StoreOption, open_store
+from . import JsonOption, StoreOption, open_store
 
 
 def register(app: typer.Typer) -> None:
     app.command("rm")(rm)
     app.command("gc")(gc)
     app.command("reindex")(reindex)
+    app.command("check")(check)
 
 
 def rm(
@@ -48,3 +49,28 @@ def reindex(store: StoreOption = None) -> None:
     for run_id in ids:
         index.ingest_run(the_store, run_id)
     typer.echo(f"reindexed {len(ids)} run(s)")
+
+
+def check(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """Read back every archived file and pack and verify its sha256; list what is missing or damaged.
+
+    Exit code 1 when something is damaged (re-capture the runs it names, or `xlarun rm` them).
+    """
+    from ..console import ProgressBar, print_json
+
+    the_store = open_store(store)
+    bar = ProgressBar("checking", enabled=not as_json)
+    try:
+        report = the_store.check(progress=bar.update)
+    finally:
+        bar.close()
+    if as_json:
+        print_json({"runs": report.runs, "files": report.files, "blobs": report.blobs, "packs": report.packs, "damaged": report.damaged})
+    else:
+        for item in report.damaged:
+            where = f"{item['run']}/{item['path']}" if item["run"] else item["path"]
+            typer.echo(f"DAMAGED {where}: {item['problem']}")
+        verdict = f"{len(report.damaged)} damaged" if report.damaged else "all sound"
+        typer.echo(f"checked {report.files} file(s) of {report.runs} run(s): {report.blobs} distinct, {report.packs} pack(s); {verdict}")
+    if report.damaged:
+        raise typer.Exit(1)
