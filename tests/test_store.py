@@ -104,3 +104,21 @@ def test_missing_blob_is_a_clear_error(tmp_path):
         blob.unlink()
     with pytest.raises(StoreError, match="missing from the store"):
         store.read_file(run_id, "a.txt")
+
+
+def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_deletion_left(tmp_path):
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()
+    for i in range(50):
+        (staging / "dump" / f"module_{i:04d}.m.before_optimizations.txt").write_bytes(b"HloModule m\n" * (i + 1))
+    files = store.archive_outputs(staging)
+    assert not (staging / "dump").exists()  # moved aside at once
+    store.wait_for_discards()
+    assert not list(store.staging_dir.glob(".trash-*"))
+    store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+    leftover = store.staging_dir / ".trash-1-abc"  # as an rm killed halfway leaves it
+    (leftover / "0-dump").mkdir(parents=True)
+    (leftover / "0-dump" / "x.txt").write_text("x")
+    assert store.stale_staging() == []  # not a capture's leftover
+    store.gc()
+    assert not leftover.exists() and store.read_file(run_id, "module_0003.m.before_optimizations.txt") == b"HloModule m\n" * 4

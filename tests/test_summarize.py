@@ -8,7 +8,9 @@ import pytest
 
 from xlarun.hlo import parse_hlo_text
 from xlarun.store import Store
-from xlarun.summarize import count_instructions_in_text
+import xlarun.summarize as summarize
+from xlarun.names import decode_dump_name
+from xlarun.summarize import _INSTRUCTION_LINE, count_instructions_in_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 TEXTS = sorted(FIXTURES.glob("*/*.txt"))
@@ -22,6 +24,38 @@ def test_the_line_count_agrees_with_the_parser(path):
 
 def test_a_file_starting_with_an_instruction_is_counted():
     assert count_instructions_in_text(b"  %a = f32[] parameter(0)\n  ROOT %b = f32[] negate(%a)\n}\n") == 2
+
+
+@pytest.mark.parametrize("path", TEXTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_fast_count_of_xla_printed_text_agrees_with_the_line_pattern(path):
+    text = path.read_bytes()
+    assert count_instructions_in_text(text) == len(_INSTRUCTION_LINE.findall(b"\n" + text))
+
+
+def test_hand_written_hlo_is_counted_by_the_line_pattern():
+    text = (b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  // a comment, indented like an instruction\n"
+            b"  %p = f32[8]{0} parameter(0)\n  \n  ROOT %n = f32[8]{0} negate(%p)\n}\n")
+    assert text.count(b"\n  ") == 4  # what the fast count would say
+    assert count_instructions_in_text(text) == parse_hlo_text(text.decode()).instruction_count() == 2
+
+
+def test_stage_dumps_parsed_in_worker_processes_give_the_same_facts(tmp_path, monkeypatch):
+    monkeypatch.setattr(summarize, "PARALLEL_PARSE_BYTES", 1)  # small fixtures: use the pool anyway
+    files = {p.name: p.read_bytes() for p in sorted((FIXTURES / "fp").glob("*optimizations.txt"))}
+    files["module_0099.jit_bad.before_optimizations.txt"] = b"HloModule bad\n\nENTRY %main {\n  %x = what\n}\n"
+    store = Store.open(tmp_path / "s")
+    stored = _run(store, files)
+    wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(stored)]
+    summarize._FACTS_CACHE.clear()
+    with summarize.gather_facts(store, wanted) as gathering:
+        assert gathering.pool is not None and len(gathering.futures) == len(wanted)
+        gathered = gathering.result()
+    for f, name, with_fingerprint in wanted:
+        facts = gathered[(f.sha256, with_fingerprint)]
+        if "bad" in f.path:
+            assert isinstance(facts, str) and "line 4" in facts  # the parse error's message comes back
+        else:
+            assert facts == summarize._facts_from(name, files[f.path], with_fingerprint)
 
 
 def _run(store: Store, files: dict[str, bytes]) -> str:

@@ -8,14 +8,14 @@ While the job runs, :meth:`OutputArchiver.start` archives files once they have s
 mtime over a poll, and older than ``SETTLE_S``) in one background thread, leaving the other cores to the
 job; a series' pack stays open while the series grows, and is written once a scan brings it nothing new.
 :meth:`OutputArchiver.finish` archives the rest in parallel once the job has ended, archives again any
-file that changed after it was read, writes the open packs, and only then deletes the raw files. On a failure every raw file stays
+file that changed after it was read, writes the open packs, and only then moves the raw files aside, to be
+deleted in the background (``Store.discard_later``). On a failure every raw file stays
 in staging.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import threading
 import time
@@ -61,10 +61,6 @@ def series_of(path: str) -> tuple[tuple | None, int]:
     if position is None or name.module_id is None:
         return None, 0
     return (path.rpartition("/")[0], name.module_id, name.module_name, name.compilation, name.format), position
-
-
-def _unlink(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -157,10 +153,7 @@ class OutputArchiver:
                 self._archive_paths(todo, parallel=True, total=len(stamps))
             for series in self._series.values():  # packs still open from while the job ran
                 series.packer.close()
-            with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                list(pool.map(_unlink, stamps))  # all safe in the store: now the raw files can go
-            for sub in OUTPUT_DIRS:
-                shutil.rmtree(self.staging / sub, ignore_errors=True)
+            self.store.discard_later([self.staging / sub for sub in OUTPUT_DIRS])  # all safe in the store: the raw files can go
             return sorted((StoredFile(a.name, a.digest, a.size) for a in self._archived.values()), key=lambda f: f.path)
         finally:
             self._release_store()

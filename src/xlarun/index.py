@@ -235,7 +235,7 @@ class Index:
 
     def ingest_run(self, store: "Store", run_id: str) -> None:
         """Index one committed run: its manifest, files, modules, passes and search terms."""
-        from .summarize import gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
+        from .summarize import count_pass_dumps, gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
         manifest = store.manifest(run_id)
         files = store.stored_files(run_id)
         decoded = [(f, decode_dump_name(f.path)) for f in files]
@@ -245,7 +245,9 @@ class Index:
                 by_module[name.module_id].append((stored, name))
         counts = self._known_text_counts({f.sha256 for f, n in decoded if n.kind == "pass" and n.format == "text"})
         known = set(counts)
-        gathered = gather_facts(store, [wanted for members in by_module.values() for wanted in stage_files(members)])
+        with gather_facts(store, [wanted for members in by_module.values() for wanted in stage_files(members)]) as gathering:
+            count_pass_dumps(store, [m for members in by_module.values() for m in members], counts)  # while the stage dumps are parsed
+            gathered = gathering.result()
         modules = [summarize_module(store, module_id, members, counts, gathered) for module_id, members in sorted(by_module.items())]
         with self.transaction():
             self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
@@ -286,12 +288,16 @@ class Index:
                     "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
                     [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
                 )
-                terms = sorted(summary.terms)
-                self.conn.executemany("INSERT OR IGNORE INTO term_values (kind, value) VALUES (?,?)", terms)
-                self.conn.executemany(
-                    "INSERT OR IGNORE INTO module_terms SELECT term_id, ?, ? FROM term_values WHERE kind=? AND value=?",
-                    [(run_id, summary.module_id, kind, value) for kind, value in terms],
-                )
+            # search terms: every module's into a temporary table, then two set statements (not two per term)
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_terms (module_id INTEGER, kind TEXT, value TEXT)")
+            self.conn.execute("DELETE FROM new_terms")
+            self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", [(m.module_id, kind, value) for m in modules for kind, value in sorted(m.terms)])
+            self.conn.execute("INSERT OR IGNORE INTO term_values (kind, value) SELECT DISTINCT kind, value FROM new_terms")
+            self.conn.execute(
+                "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
+                (run_id,),
+            )
+            self.conn.execute("DELETE FROM new_terms")
 
     def _known_text_counts(self, shas: set[str]) -> dict[str, int]:
         """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""

@@ -10,6 +10,8 @@ archive keeps them in: ``tf_graphs/``, ``jax_ir/``, ``torch_xla/``, ``poplar/``;
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -54,6 +56,7 @@ class DumpName:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # archive and index decode the same names; DumpName is immutable
 def decode_dump_name(path: str) -> DumpName:
     """Decode a path relative to the dump root. Never raises; undecodable names get kind 'unknown'."""
     path = path if isinstance(path, str) else str(path)

@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from .errors import InputError, RefError, StoreError
 STORE_VERSION = 3
 _READABLE_VERSIONS = ("1", "2", "3")
 DEFAULT_STORE = ".xlarun"
+_TRASH_PREFIX = ".trash-"
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Store:
         self._reconciled = False
         self._reconcile_lock = threading.Lock()
         self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: sha256}, for read_file
+        self._discards: list[subprocess.Popen] = []  # background deletions of raw files
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -253,12 +256,38 @@ class Store:
 
     # --- housekeeping ------------------------------------------------------------------------
 
+    def discard_later(self, paths: list[Path]) -> None:
+        """Move folders into the staging area's trash and delete them in the background (an ``rm -rf``
+        process: thousands of raw dump files take a while to unlink, and nobody needs to wait for it).
+        :meth:`wait_for_discards` waits; a trash left by a killed ``rm`` goes at the next ``gc``."""
+        trash = self.staging_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        trash.mkdir(parents=True)
+        for n, path in enumerate(paths):
+            try:
+                os.rename(path, trash / f"{n}-{path.name}")
+            except FileNotFoundError:
+                pass
+        rm = shutil.which("rm")
+        if rm is None:
+            shutil.rmtree(trash, ignore_errors=True)
+            return
+        self._discards.append(subprocess.Popen([rm, "-rf", "--", str(trash)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL, start_new_session=True))
+
+    def wait_for_discards(self) -> None:
+        """Wait until the background deletions this store started are done."""
+        for proc in self._discards:
+            proc.wait()
+        self._discards.clear()
+
     def stale_staging(self) -> list[Path]:
         """Staging folders whose capturing process is gone (a killed xlarun)."""
         out = []
         if not self.staging_dir.is_dir():
             return out
         for folder in self.staging_dir.iterdir():
+            if folder.name.startswith(_TRASH_PREFIX):
+                continue  # raw files being deleted (gc removes what a killed deletion left)
             pid_file = folder / "owner.pid"
             try:
                 pid = int(pid_file.read_text())
@@ -280,7 +309,7 @@ class Store:
         """Remove stale staging folders and blobs no run refers to; returns (folders, blobs, bytes freed)."""
         with self.lock(exclusive=True):
             stale = self.stale_staging()
-            for folder in stale:
+            for folder in stale + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
             live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
             removed, freed = self.blobs.collect(live)

@@ -163,35 +163,96 @@ def stage_files(members) -> list[tuple["StoredFile", DumpName, bool]]:
 PARALLEL_PARSE_BYTES = 1 << 20
 
 
-def gather_facts(store: "Store", wanted: list[tuple["StoredFile", DumpName, bool]]) -> dict[tuple[str, bool], _StageFacts | str]:
-    """Facts of the stage dumps an ingest needs ((sha256, with fingerprint) -> facts, or a parse error).
+class FactsPool:
+    """Worker processes that parse stage dumps (pure Python, so processes, not threads) while the caller
+    does other work (:class:`gather_facts`). Measured: starting them before archiving, to parse while the
+    archiver works, made archiving slower by more than it saved (both want both cores).
 
-    Parsing is pure Python, so when there is much of it, and this is the process's only thread (forking
-    beside running threads is unsafe), it runs in worker processes, one per core.
+    Forking beside running threads is unsafe, so :meth:`start` returns None unless this is the process's
+    only thread (and there are two cores or more); callers then parse in their own thread.
     """
-    out: dict[tuple[str, bool], _StageFacts | str] = {}
-    todo: dict[tuple[str, bool], tuple[DumpName, int]] = {}
-    for stored, name, with_fingerprint in wanted:
-        key = (stored.sha256, with_fingerprint)
-        with _CACHE_LOCK:
-            facts = _FACTS_CACHE.get(key)
-        if facts is not None:
-            out[key] = facts
-        else:
-            todo[key] = (name, stored.size)
-    cores = os.cpu_count() or 1
-    big = sum(size for _name, size in todo.values()) >= PARALLEL_PARSE_BYTES
-    if len(todo) < 2 or cores < 2 or not big or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return out  # summarize_module parses them here
-    order = sorted(todo.items(), key=lambda kv: -kv[1][1])  # the biggest first: they bound the wall time
-    with ProcessPoolExecutor(max_workers=min(cores, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {key: pool.submit(_facts_job, name, store.blobs.get(key[0]), key[1]) for key, (name, _size) in order}
-        for key, future in futures.items():
+
+    def __init__(self, workers: int):
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        self.pool.submit(int).result()  # fork every worker now, while this is the only thread
+        self.futures: dict[tuple[str, bool], object] = {}
+        self.lock = threading.Lock()
+
+    @classmethod
+    def start(cls) -> "FactsPool | None":
+        cores = os.cpu_count() or 1
+        if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        return cls(cores)
+
+    def submit(self, key: tuple[str, bool], name: DumpName, data: bytes):
+        with self.lock:
+            future = self.futures.get(key)
+            if future is None:
+                future = self.futures[key] = self.pool.submit(_facts_job, name, data, key[1])
+            return future
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "FactsPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class gather_facts:
+    """Facts of the stage dumps an ingest needs: ``result()`` maps (sha256, with fingerprint) to facts or a
+    parse error. Use as a context manager and do other work before ``result()``: when there is much to
+    parse, it goes on meanwhile in a :class:`FactsPool`; otherwise :func:`summarize_module` parses what is
+    not cached, in this thread.
+    """
+
+    def __init__(self, store: "Store", wanted: list[tuple["StoredFile", DumpName, bool]]):
+        self.out: dict[tuple[str, bool], _StageFacts | str] = {}
+        self.pool: FactsPool | None = None
+        self.futures: dict = {}
+        todo: dict[tuple[str, bool], tuple[DumpName, int]] = {}
+        for stored, name, with_fingerprint in wanted:
+            key = (stored.sha256, with_fingerprint)
+            with _CACHE_LOCK:
+                facts = _FACTS_CACHE.get(key)
+            if facts is not None:
+                self.out[key] = facts
+            else:
+                todo[key] = (name, stored.size)
+        if len(todo) >= 2 and sum(size for _name, size in todo.values()) >= PARALLEL_PARSE_BYTES:
+            self.pool = FactsPool.start()
+        if self.pool is None:
+            return
+        for key, (name, _size) in sorted(todo.items(), key=lambda kv: -kv[1][1]):  # the biggest first: they bound the wall time
+            self.futures[key] = self.pool.submit(key, name, store.blobs.get(key[0]))
+
+    def result(self) -> dict[tuple[str, bool], _StageFacts | str]:
+        for key, future in self.futures.items():
             ok, result = future.result()
-            out[key] = result
+            self.out[key] = result
             if ok:
                 _remember_facts(key, result)
-    return out
+        self.futures = {}
+        return self.out
+
+    def __enter__(self) -> "gather_facts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+def count_pass_dumps(store: "Store", files, counts: dict[str, int]) -> None:
+    """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
+    in ``counts`` (by sha256), for the pass timelines."""
+    for stored, name in files:
+        if name.kind == "pass" and name.format == "text" and stored.sha256 not in counts:
+            count = _COUNTS_CACHE.get(stored.sha256)
+            counts[stored.sha256] = count if count is not None else count_instructions_in_text(store.blobs.get(stored.sha256))
 
 
 def _facts_job(name: DumpName, data: bytes, with_fingerprint: bool) -> tuple[bool, _StageFacts | str]:
