@@ -260,6 +260,7 @@ class Store:
         """Move folders into the staging area's trash and delete them in the background (an ``rm -rf``
         process: thousands of raw dump files take a while to unlink, and nobody needs to wait for it).
         :meth:`wait_for_discards` waits; a trash left by a killed ``rm`` goes at the next ``gc``."""
+        self._discards = [proc for proc in self._discards if proc.poll() is None]  # reap the finished ones
         trash = self.staging_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
         trash.mkdir(parents=True)
         for n, path in enumerate(paths):
