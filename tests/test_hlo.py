@@ -207,6 +207,27 @@ def test_sharding_custom_calls_and_escaped_strings():
     assert after.find_instruction("cholesky.27").attributes["backend_config"] == "{uplo = 76 : ui8}"
 
 
+def test_attributes_after_one_that_needs_the_bracket_walk_are_all_read():
+    """The one-step attribute and instruction patterns hand over to the bracket walk and back."""
+    text = (
+        "HloModule m, is_scheduled=true, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[2]{0})->f32[2]{0}}, "
+        "allow_spmd_sharding_propagation_to_output={true}\n\n"
+        "ENTRY %main (a: f32[2], b: f32[2]) -> f32[2] {\n"
+        "  %a = f32[2]{0} parameter(0)\n"
+        "  %b = f32[2]{0} parameter(1)\n"
+        "  %t = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} %a, /*index=1*/f32[2]{0} %b), backend_config={\"x\":{\"y\":1}}, "
+        "metadata={op_name=\"jit(f)/t\" source_line=3}\n"
+        "  ROOT %s = f32[2]{0} add(%a, %b), sharding={replicated}, metadata={op_name=\"jit(f)/add\"}\n"
+        "}\n"
+    )
+    module = parse_hlo_text(text)
+    assert set(module.header_attributes) == {"is_scheduled", "entry_computation_layout", "allow_spmd_sharding_propagation_to_output"}
+    assert module.entry_signature == "(f32[2], f32[2]) -> f32[2]"
+    t, s = module.find_instruction("t"), module.find_instruction("s")
+    assert t.operands == ["a", "b"] and t.attributes["backend_config"] == '{"x":{"y":1}}' and t.op_name == "jit(f)/t" and t.source_line == 3
+    assert s.operands == ["a", "b"] and s.attributes == {"sharding": "{replicated}", "metadata": '{op_name="jit(f)/add"}'} and s.is_root
+
+
 # --- fingerprint ------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,23 +42,49 @@ def test_hand_written_hlo_is_counted_by_the_line_pattern():
     assert count_instructions_in_text(text) == parse_hlo_text(text.decode()).instruction_count() == 2
 
 
-def test_stage_dumps_parsed_in_worker_processes_give_the_same_facts(tmp_path, monkeypatch):
-    monkeypatch.setattr(summarize, "PARALLEL_PARSE_BYTES", 1)  # small fixtures: use the pool anyway
+_POOL_CHECK = """
+import json, sys
+import xlarun.summarize as summarize
+from xlarun.names import decode_dump_name
+from xlarun.store import Store
+
+summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
+store = Store.open(sys.argv[1])
+run_id = store.run_ids()[0]
+wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(run_id)]
+with summarize.gather_facts(store, wanted) as gathering:
+    pooled = gathering.pool is not None and len(gathering.futures) == len(wanted)
+    gathered = gathering.result()
+same = []
+for f, name, fp in wanted:
+    facts = gathered[(f.sha256, fp)]
+    if isinstance(facts, str):
+        same.append(["error", f.path, facts])
+    else:
+        same.append(["ok", f.path, facts == summarize._facts_from(name, store.read_file(run_id, f.path), fp)])
+print(json.dumps({"pooled": pooled, "same": same}))
+"""
+
+
+def test_stage_dumps_parsed_in_worker_processes_give_the_same_facts(tmp_path):
+    """In a fresh process (this one has imported JAX, whose native threads make forking unsafe: no pool here)."""
     files = {p.name: p.read_bytes() for p in sorted((FIXTURES / "fp").glob("*optimizations.txt"))}
     files["module_0099.jit_bad.before_optimizations.txt"] = b"HloModule bad\n\nENTRY %main {\n  %x = what\n}\n"
     store = Store.open(tmp_path / "s")
-    stored = _run(store, files)
-    wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(stored)]
-    summarize._FACTS_CACHE.clear()
-    with summarize.gather_facts(store, wanted) as gathering:
-        assert gathering.pool is not None and len(gathering.futures) == len(wanted)
-        gathered = gathering.result()
-    for f, name, with_fingerprint in wanted:
-        facts = gathered[(f.sha256, with_fingerprint)]
-        if "bad" in f.path:
-            assert isinstance(facts, str) and "line 4" in facts  # the parse error's message comes back
+    _run(store, files)
+    script = tmp_path / "pool_check.py"
+    script.write_text(_POOL_CHECK)
+    proc = subprocess.run([sys.executable, str(script), str(store.root)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["pooled"] and len(report["same"]) == len(files)
+    for kind, path, value in report["same"]:
+        if "bad" in path:
+            assert kind == "error" and "line 4" in value  # the parse error's message comes back
         else:
-            assert facts == summarize._facts_from(name, files[f.path], with_fingerprint)
+            assert kind == "ok" and value is True, path
+    if "jax" in sys.modules:
+        assert summarize.FactsPool.start() is None
 
 
 def _run(store: Store, files: dict[str, bytes]) -> str:

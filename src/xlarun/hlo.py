@@ -170,11 +170,18 @@ _SIMPLE_ATTRIBUTE = re.compile(
 )
 # An operand list holding no brackets, strings or comments: its closing parenthesis is the first one.
 _SIMPLE_OPERANDS = re.compile(r'\(([^()\[\]{}"/]*)\)')
+# _INSTR_HEAD, an array shape (_ARRAY_SHAPE), _OPCODE and simple operands, in one match.
+_SIMPLE_INSTRUCTION = re.compile(
+    r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\(([^()\[\]{}"/]*)\)'
+)
 
 
 def _parse_attributes(line: str, pos: int) -> dict[str, str]:
     attributes: dict[str, str] = {}
+    length = len(line)
     while True:
+        if pos >= length:
+            return attributes
         simple = _SIMPLE_ATTRIBUTE.match(line, pos)
         if simple is not None:
             value = simple.group(2)
@@ -223,25 +230,32 @@ def _apply_metadata(instruction: HloInstruction, metadata: str) -> None:
 
 
 def _parse_instruction(line: str, computation: str) -> HloInstruction:
-    head = _INSTR_HEAD.match(line)
-    if head is None:
-        raise LineError("expected '%name = shape opcode(operands), attributes' or '}'")
-    shape, pos = _read_shape(line, head.end())
-    op = _OPCODE.match(line, pos)
-    if op is None:
-        raise LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
-    simple = _SIMPLE_OPERANDS.match(line, op.end() - 1)
-    close = simple.end() if simple is not None else walk(line, op.end() - 1, False)
-    inner = line[op.end() : close - 1]
+    fast = _SIMPLE_INSTRUCTION.match(line)
+    if fast is not None:  # the common shape, in one step; it matches only where the steps below agree
+        is_root, name, shape, opcode, inner = fast.groups()
+        close = fast.end()
+    else:
+        head = _INSTR_HEAD.match(line)
+        if head is None:
+            raise LineError("expected '%name = shape opcode(operands), attributes' or '}'")
+        shape, pos = _read_shape(line, head.end())
+        op = _OPCODE.match(line, pos)
+        if op is None:
+            raise LineError(f"expected an opcode and '(' after the shape of %{head.group(2)}")
+        simple = _SIMPLE_OPERANDS.match(line, op.end() - 1)
+        close = simple.end() if simple is not None else walk(line, op.end() - 1, False)
+        is_root, name, opcode, inner = head.group(1), head.group(2), op.group(1), line[op.end() : close - 1]
     instruction = HloInstruction(
-        name=head.group(2), opcode=op.group(1), shape=shape, computation=computation,
-        is_root=head.group(1) is not None, attributes=_parse_attributes(line, close),
+        name=name, opcode=opcode, shape=shape, computation=computation,
+        is_root=is_root is not None, attributes=_parse_attributes(line, close),
     )
     if instruction.opcode == "constant":
         instruction.literal = inner.strip()
         instruction.has_elided_constant = "{...}" in inner
     elif instruction.opcode == "parameter":
         instruction.parameter_number = int(inner) if inner.strip().isdigit() else None
+    elif fast is not None:  # no brackets, strings or comments: a plain comma-separated list
+        instruction.operands = [p.split()[-1].lstrip("%") for p in inner.split(",") if p.strip()]
     else:
         instruction.operands = _operand_names(inner)
     for key, value in instruction.attributes.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from collections import OrderedDict, defaultdict
@@ -163,6 +164,10 @@ def stage_files(members) -> list[tuple["StoredFile", DumpName, bool]]:
 PARALLEL_PARSE_BYTES = 1 << 20
 
 
+#: Libraries that start native threads when imported (the CLI never imports them in-process to index).
+_NATIVE_THREADED = ("jax", "jaxlib", "tensorflow", "torch")
+
+
 class FactsPool:
     """Worker processes that parse stage dumps (pure Python, so processes, not threads) while the caller
     does other work (:class:`gather_facts`). Measured: starting them before archiving, to parse while the
@@ -183,6 +188,8 @@ class FactsPool:
         cores = os.cpu_count() or 1
         if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
             return None
+        if any(name in sys.modules for name in _NATIVE_THREADED):
+            return None  # their thread pools are invisible to threading, and as unsafe to fork beside
         return cls(cores)
 
     def submit(self, key: tuple[str, bool], name: DumpName, data: bytes):
