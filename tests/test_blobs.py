@@ -30,6 +30,13 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _pack(blobs: BlobStore, dumps: list[bytes]) -> None:
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    packer.flush()
+
+
 def test_a_pack_reads_back_exactly_and_is_much_smaller(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(20)
@@ -49,10 +56,7 @@ def test_a_pack_reads_back_exactly_and_is_much_smaller(tmp_path):
 def test_the_pack_table_is_rebuilt_from_the_pack_headers(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(5)
-    packer = blobs.packer()
-    for d in dumps:
-        packer.add(d)
-    packer.flush()
+    _pack(blobs, dumps)
     blobs.close()
     for leftover in (tmp_path / "blobs").glob("packs.sqlite*"):
         leftover.unlink()
@@ -82,10 +86,7 @@ def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):
     monkeypatch.setattr(blobs_module, "PACK_BYTES", 200_000)
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(12)
-    packer = blobs.packer()
-    for d in dumps:
-        packer.add(d)
-    packer.flush()
+    _pack(blobs, dumps)
     packs: dict[str, list[int]] = {}
     for d in dumps:
         packs.setdefault(blobs.base_of(_sha(d)), []).append(len(d))
@@ -98,10 +99,7 @@ def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):
 def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(6)
-    packer = blobs.packer()
-    for d in dumps:
-        packer.add(d)
-    packer.flush()
+    _pack(blobs, dumps)
     small = BlobStore(tmp_path / "blobs")
     small._cache = _DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
     assert [small.get(_sha(d)) for d in dumps] == dumps
@@ -111,10 +109,7 @@ def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
 def test_damage_is_found_by_verify_and_reading_says_what_to_do(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(3)
-    packer = blobs.packer()
-    for d in dumps:
-        packer.add(d)
-    packer.flush()
+    _pack(blobs, dumps)
     pack = blobs.base_of(_sha(dumps[0]))
     raw = bytearray(blobs.pack_path(pack).read_bytes())
     raw[-5] ^= 0xFF
