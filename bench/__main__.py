@@ -33,7 +33,7 @@ class Plan:
 
 
 QUICK = Plan(capture_repeats=1, archive_repeats=1, cli_repeats=3, synthetic_runs=12)
-FULL = Plan(capture_repeats=3, archive_repeats=3, cli_repeats=7, synthetic_runs=120)
+FULL = Plan(capture_repeats=5, archive_repeats=5, cli_repeats=7, synthetic_runs=120)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
