@@ -90,7 +90,7 @@ def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path
     real_read = work._read_into
 
     def renamed_meanwhile(packer, path):
-        if path == temporary:
+        if path == str(temporary):
             temporary.rename(staging / "dump" / "renamed.txt")
         return real_read(packer, path)
 

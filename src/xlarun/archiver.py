@@ -90,9 +90,10 @@ class OutputArchiver:
         # sees each archived file: (archive path, sha256, its bytes (valid during the call), whether the job still runs)
         self.on_archived = on_archived
         self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
-        self._archived: dict[Path, _Archived] = {}
+        self._prefix = str(staging) + os.sep  # paths are kept as strings: pathlib cost more than hashing here
+        self._archived: dict[str, _Archived] = {}
         self._series: dict[tuple, _Series] = {}
-        self._seen: dict[Path, Stamp] = {}
+        self._seen: dict[str, Stamp] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -176,10 +177,10 @@ class OutputArchiver:
             self._thread.join()
             self._thread = None
 
-    def _scan(self) -> dict[Path, Stamp]:
-        stamps: dict[Path, Stamp] = {}
+    def _scan(self) -> dict[str, Stamp]:
+        stamps: dict[str, Stamp] = {}
         for sub in OUTPUT_DIRS:
-            stack = [self.staging / sub]
+            stack = [str(self.staging / sub)]
             while stack:
                 try:
                     entries = list(os.scandir(stack.pop()))
@@ -187,18 +188,18 @@ class OutputArchiver:
                     continue
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
+                        stack.append(entry.path)
                     elif entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode):
-                            stamps[Path(entry.path)] = (st.st_size, st.st_mtime_ns)
+                            stamps[entry.path] = (st.st_size, st.st_mtime_ns)
         return stamps
 
-    def _archive_paths(self, paths: list[Path], parallel: bool, total: int = 0, running: bool = False) -> None:
-        series: dict[tuple, list[tuple[int, Path]]] = defaultdict(list)
-        alone: list[Path] = []
+    def _archive_paths(self, paths: list[str], parallel: bool, total: int = 0, running: bool = False) -> None:
+        series: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
+        alone: list[str] = []
         for path in paths:
-            name = logical_path(path.relative_to(self.staging).as_posix())
+            name = self._name(path)
             key, position = series_of(name)
             if key is None:
                 alone.append(path)
@@ -218,11 +219,15 @@ class OutputArchiver:
             for future in [pool.submit(task) for task in tasks]:
                 future.result()
 
-    def _read_into(self, packer: PackWriter, path: Path):
+    def _name(self, path: str) -> str:
+        """The archive name of a path below staging."""
+        return logical_path(path[len(self._prefix) :].replace(os.sep, "/"))
+
+    def _read_into(self, packer: PackWriter, path: str):
         """Store a file into a pack: (sha256, bytes, stamp), or None when it is gone (renamed or deleted)."""
         return packer.add_file(path)
 
-    def _store_series(self, key: tuple | None, paths: list[Path], total: int, running: bool) -> None:
+    def _store_series(self, key: tuple | None, paths: list[str], total: int, running: bool) -> None:
         """Store files in the series' packs (``key`` None: the files stored alone, packed together)."""
         state = self._series.get(key)
         if state is None:
@@ -236,8 +241,8 @@ class OutputArchiver:
         if not running:
             state.packer.close()
 
-    def _finished(self, path: Path, digest: str, data: bytes, stamp: Stamp, total: int, running: bool) -> None:
-        name = logical_path(path.relative_to(self.staging).as_posix())
+    def _finished(self, path: str, digest: str, data: bytes, stamp: Stamp, total: int, running: bool) -> None:
+        name = self._name(path)
         self._archived[path] = _Archived(name, digest, len(data), stamp)
         if self.on_archived is not None:
             self.on_archived(name, digest, data, running)

@@ -297,7 +297,7 @@ class PackWriter:
         view[:] = data
         return self._commit(len(data))[0]
 
-    def add_file(self, path: Path) -> tuple[str, memoryview, tuple[int, int]] | None:
+    def add_file(self, path: str | Path) -> tuple[str, memoryview, tuple[int, int]] | None:
         """Store a file: (sha256, its bytes (valid until the next call), (size, mtime_ns) as read), or None
         when the file is gone (a job's temporary file, renamed or deleted)."""
         try:
