@@ -152,7 +152,10 @@ class ProgressBar:
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=total)
         self.bar.update(self.task, completed=done)
+        if done >= total:  # finished: stop its refresh thread now (an index build after it may fork workers)
+            self.close()
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
