@@ -129,26 +129,22 @@ class BlobStore:
 
     def base_of(self, sha256: str) -> str | None:
         """What a file is decoded from: its pack's name, or a delta blob's base; None for a plain blob."""
+        return self._locate(sha256)[1]
+
+    def depth(self, sha256: str) -> int:
+        """How many blobs are decoded before this one: 0 plain, 1 packed, the chain depth for a delta."""
+        return self._locate(sha256)[0]
+
+    def _locate(self, sha256: str) -> tuple[int, str | None]:
+        """(depth, what it is decoded from) of a stored file, reading no more than a blob's header."""
         try:
             with open(self.path_for(sha256), "rb") as handle:
-                delta = _delta_base(handle.read(_DELTA_HEAD_BYTES))
-                return delta[1] if delta else None
+                return _delta_base(handle.read(_DELTA_HEAD_BYTES)) or (0, None)
         except FileNotFoundError:
             where = self._table.lookup(sha256)
             if where is None:
                 raise _missing(sha256) from None
-            return where[0]
-
-    def depth(self, sha256: str) -> int:
-        """How many blobs are decoded before this one: 0 plain, 1 packed, the chain depth for a delta."""
-        try:
-            with open(self.path_for(sha256), "rb") as handle:
-                delta = _delta_base(handle.read(_DELTA_HEAD_BYTES))
-                return delta[0] if delta else 0
-        except FileNotFoundError:
-            if self._table.lookup(sha256) is None:
-                raise _missing(sha256) from None
-            return 1
+            return 1, where[0]
 
     def _get(self, sha256: str, hops: int, use_cache: bool = True) -> bytes:
         data = self._cache.get(sha256) if use_cache else None

@@ -180,8 +180,6 @@ class FactsPool:
     def __init__(self, workers: int):
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
         self.pool.submit(int).result()  # fork every worker now, while this is the only thread
-        self.futures: dict[tuple[str, bool], object] = {}
-        self.lock = threading.Lock()
 
     @classmethod
     def start(cls) -> "FactsPool | None":
@@ -192,21 +190,12 @@ class FactsPool:
             return None  # their thread pools are invisible to threading, and as unsafe to fork beside
         return cls(cores)
 
-    def submit(self, key: tuple[str, bool], name: DumpName, data: bytes):
-        with self.lock:
-            future = self.futures.get(key)
-            if future is None:
-                future = self.futures[key] = self.pool.submit(_facts_job, name, data, key[1])
-            return future
+    def submit(self, name: DumpName, data: bytes, with_fingerprint: bool):
+        """A future of (True, facts) or (False, the parse error's message)."""
+        return self.pool.submit(_facts_job, name, data, with_fingerprint)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> "FactsPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class gather_facts:
@@ -234,7 +223,7 @@ class gather_facts:
         if self.pool is None:
             return
         for key, (name, _size) in sorted(todo.items(), key=lambda kv: -kv[1][1]):  # the biggest first: they bound the wall time
-            self.futures[key] = self.pool.submit(key, name, store.blobs.get(key[0]))
+            self.futures[key] = self.pool.submit(name, store.blobs.get(key[0]), key[1])
 
     def result(self) -> dict[tuple[str, bool], _StageFacts | str]:
         for key, future in self.futures.items():
@@ -257,9 +246,19 @@ def count_pass_dumps(store: "Store", files, counts: dict[str, int]) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
     in ``counts`` (by sha256), for the pass timelines."""
     for stored, name in files:
-        if name.kind == "pass" and name.format == "text" and stored.sha256 not in counts:
-            count = _COUNTS_CACHE.get(stored.sha256)
-            counts[stored.sha256] = count if count is not None else count_instructions_in_text(store.blobs.get(stored.sha256))
+        if name.kind == "pass" and name.format == "text":
+            _pass_count(store, stored, counts)
+
+
+def _pass_count(store: "Store", stored: "StoredFile", counts: dict[str, int]) -> int:
+    """A text pass dump's instruction count: from ``counts``, else counted while archiving, else counted now."""
+    count = counts.get(stored.sha256)
+    if count is None:
+        count = _COUNTS_CACHE.get(stored.sha256)
+        if count is None:
+            count = count_instructions_in_text(store.blobs.get(stored.sha256))
+        counts[stored.sha256] = count
+    return count
 
 
 def _facts_job(name: DumpName, data: bytes, with_fingerprint: bool) -> tuple[bool, _StageFacts | str]:
@@ -361,11 +360,6 @@ def _pass_timeline(store: "Store", pass_members, counts: dict[str, int]) -> list
         stored, name = items[0]
         count = None
         if name.format == "text":
-            count = counts.get(stored.sha256)
-            if count is None:
-                count = _COUNTS_CACHE.get(stored.sha256)
-                if count is None:
-                    count = count_instructions_in_text(store.blobs.get(stored.sha256))
-                counts[stored.sha256] = count
+            count = _pass_count(store, stored, counts)
         out.append(PassInfo(step or 0, pipeline, name.after_pass, name.before_pass, stored.path, count))
     return out
