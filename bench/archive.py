@@ -55,6 +55,7 @@ def forget_parsed_facts() -> None:
     with summarize._CACHE_LOCK:
         summarize._FACTS_CACHE.clear()
         summarize._COUNTS_CACHE.clear()
+        summarize._STAGE_BYTES.clear()
 
 
 def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archive") -> ArchivedRun:

@@ -72,14 +72,33 @@ def _put_plain(blobs: BlobStore, data: bytes) -> str:
 
 def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
-    first, second = _pass_dumps(2)
+    first, second, third = _pass_dumps(3)
     _put_plain(blobs, first)
+    earlier = blobs.packer()
+    earlier.add(third)
+    earlier.flush()
     packer = blobs.packer()
-    assert packer.add(first) == _sha(first) and packer.pending == 0  # already in the store
-    assert packer.add(second) == packer.add(bytes(second)) == _sha(second)
-    assert packer.pending == 1
+    assert packer.add(first) == _sha(first)  # a plain blob already
+    assert packer.add(second) == packer.add(bytes(second)) == _sha(second)  # the repeat is compared, not added
+    assert packer.add(third) == _sha(third)  # in the earlier pack
+    assert packer.pending == 3  # what the store holds is taken out when the pack is written
     packer.flush()
-    assert blobs.depth(_sha(first)) == 0 and blobs.base_of(_sha(first)) is None and blobs.get(_sha(second)) == second
+    assert blobs.depth(_sha(first)) == 0 and blobs.base_of(_sha(first)) is None
+    pack = blobs.base_of(_sha(second))
+    assert pack != blobs.base_of(_sha(third))
+    assert [sha for sha, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_sha(second)]
+    assert [blobs.get(_sha(d)) for d in (first, second, third)] == [first, second, third]
+
+
+def test_a_pack_of_only_stored_files_is_not_written(tmp_path):
+    blobs = BlobStore(tmp_path / "blobs")
+    dumps = _pass_dumps(3)
+    _pack(blobs, dumps)
+    before = blobs.pack_names()
+    packer = blobs.packer()
+    for d in dumps:
+        packer.add(d)
+    assert packer.flush() == 0 and blobs.pack_names() == before
 
 
 def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):

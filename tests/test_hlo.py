@@ -468,3 +468,40 @@ def test_parses_a_5_mb_module_quickly(capsys):
     with capsys.disabled():
         print(f"\n[hlo] parsed {len(text) / 1e6:.1f} MB, {count} instructions in {elapsed:.2f} s;"
               f" fingerprint {fingerprint_elapsed:.2f} s")
+
+
+# --- the summary parse (what the index keeps) -----------------------------------------------------
+
+
+def _index_view(module):
+    """Everything the index and `find` take from a parsed module."""
+    return (
+        module.instruction_count(), module.opcode_histogram(), module.entry_signature, module.has_elided_constants(),
+        [(i.name, i.opcode, i.shape, i.is_root, i.op_name, i.op_type, i.source_file, i.source_line, i.parameter_number) for i in module.instructions()],
+        [(c.name, c.is_entry, c.root, [p.name for p in c.parameters]) for c in module.computations.values()],
+    )
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/*.txt")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_summary_parse_reads_what_the_index_keeps_exactly_as_the_full_parse(path):
+    text = path.read_text()
+    summary, full = parse_hlo_text(text, summary=True), parse_hlo_text(text)
+    assert _index_view(summary) == _index_view(full)
+    # it did skip the work: array-shaped instructions' operands are left unread (tuple-shaped ones get the full parse)
+    read = [i for i in summary.instructions() if i.operands]
+    assert all(i.shape.startswith("(") or i.opcode == "constant" for i in read)
+    assert len(read) < sum(1 for i in full.instructions() if i.operands)
+
+
+def test_a_summary_parse_resolves_stack_frames_and_elided_constants():
+    text = fixture("lookup_elided/*.cpu_after_optimizations.txt").read_text()
+    module = parse_hlo_text(text, summary=True)
+    assert module.has_elided_constants()
+    sources = {(i.source_file, i.source_line) for i in parse_hlo_text(fixture("fp/*.before_optimizations.txt").read_text(), summary=True).instructions()}
+    assert any(f and f.endswith("programs.py") and line for f, line in sources)
+
+
+def test_a_summary_parse_has_no_fingerprint():
+    module = parse_hlo_text(fixture("fp/*.before_optimizations.txt").read_text(), summary=True)
+    with pytest.raises(ValueError, match="summary parse"):
+        module.fingerprint()

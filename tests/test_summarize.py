@@ -42,6 +42,14 @@ def test_hand_written_hlo_is_counted_by_the_line_pattern():
     assert count_instructions_in_text(text) == parse_hlo_text(text.decode()).instruction_count() == 2
 
 
+@pytest.mark.parametrize("odd", [b"  %w = f32[8]{0} add(%p,\n      %p)\n", b"  // note\n", b"  \n", b" \n", b"\t%t = f32[8]{0} negate(%p)\n"],
+                         ids=["wrapped line", "indented comment", "blank indented", "blank one space", "tab"])
+def test_each_mark_of_hand_written_text_turns_the_fast_count_off(odd):
+    text = b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n" + odd + b"  ROOT %n = f32[8]{0} negate(%p)\n}\n"
+    assert count_instructions_in_text(text) == len(_INSTRUCTION_LINE.findall(b"\n" + text))
+    assert count_instructions_in_text(memoryview(text)) == count_instructions_in_text(text)
+
+
 _POOL_CHECK = """
 import json, sys
 import xlarun.summarize as summarize

@@ -85,6 +85,14 @@ class BlobStore:
         self._folders: set[str] = set()  # folders known to exist
         self._cache = _DecodedCache(CACHE_BYTES)
         self._table = _PackTable(root / "packs.sqlite", self.packs_dir)
+        self._plain: bool | None = None  # whether plain blobs (formats 1 and 2) may be here
+
+    def _may_have_plain(self) -> bool:
+        """False once no ``ab/`` folder exists: format 3 never writes plain blobs, so none appear later
+        (an older xlarun refuses a format 3 store), and lookups skip a failing open per file."""
+        if self._plain is None:
+            self._plain = any(self.root.glob("[0-9a-f][0-9a-f]"))
+        return self._plain
 
     def path_for(self, sha256: str) -> Path:
         """Where a plain (or delta) blob is."""
@@ -100,7 +108,14 @@ class BlobStore:
     # --- writing -----------------------------------------------------------------------------
 
     def has(self, sha256: str) -> bool:
-        return self.path_for(sha256).exists() or self._table.lookup(sha256) is not None
+        return self._table.lookup(sha256) is not None or (self._may_have_plain() and self.path_for(sha256).exists())
+
+    def stored_of(self, shas: list[str]) -> set[str]:
+        """Those of ``shas`` the store holds."""
+        found = self._table.existing(shas)
+        if self._may_have_plain():
+            found |= {sha for sha in shas if sha not in found and self.path_for(sha).exists()}
+        return found
 
     def packer(self) -> "PackWriter":
         """A writer of files into packs (see :class:`PackWriter`)."""
@@ -150,13 +165,13 @@ class BlobStore:
         data = self._cache.get(sha256) if use_cache else None
         if data is not None:
             return data
+        where = self._table.lookup(sha256)  # packed (format 3), else a plain or delta blob
+        if where is not None:
+            return self._pack_slice(*where, use_cache)
         try:
             raw = self.path_for(sha256).read_bytes()
         except FileNotFoundError:
-            where = self._table.lookup(sha256)
-            if where is None:
-                raise _missing(sha256) from None
-            return self._pack_slice(*where, use_cache)
+            raise _missing(sha256) from None
         delta = _delta_base(raw[:_DELTA_HEAD_BYTES])
         try:
             if delta is None:
@@ -270,8 +285,9 @@ class PackWriter:
     hashed there, and the whole buffer is compressed in one call when the pack is written: no copy of a
     file's bytes is made on the way. :meth:`add_file` returns the sha256 at once, but the file is safely
     stored only after :meth:`flush` (called when the pack is full, and by the archiver when a series ends),
-    which writes the pack and then lists its members in ``packs.sqlite``. A file equal to the one added
-    just before it, or already in the store, is not stored again.
+    which writes the pack and then lists its members in ``packs.sqlite``. A file equal to one already in
+    the open pack is not added again (the one just before it is compared, not hashed), and files the store
+    already holds are taken out when the pack is written (one lookup per pack, not one per file).
     """
 
     def __init__(self, blobs: BlobStore):
@@ -329,7 +345,7 @@ class PackWriter:
         if last is not None and last[1] == size and buffer.startswith(memoryview(buffer)[last[0] : last[0] + size], start):
             return last[2], data  # an unchanged pass: no hashing, nothing stored
         digest = hashlib.sha256(data).hexdigest()
-        if digest in self._pending or self.blobs.has(digest):
+        if digest in self._pending:
             self._last = None
             return digest, data
         self._members.append((digest, start, size))
@@ -344,6 +360,13 @@ class PackWriter:
         """Write the pending files as one pack and list them in the table; returns the bytes written."""
         if not self._members:
             return 0
+        stored = self.blobs.stored_of([sha for sha, _offset, _length in self._members])  # one query per pack, not one per file
+        if stored:
+            self._drop(stored)
+            if not self._members:
+                self._members, self.size, self._last = [], 0, None
+                self._pending.clear()
+                return 0
         frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
         name = hashlib.sha256(_PACK_NAME_PREFIX + frame).hexdigest()
         table = b"".join(_MEMBER.pack(bytes.fromhex(sha), offset, length) for sha, offset, length in self._members)
@@ -354,6 +377,16 @@ class PackWriter:
         self._members, self.size, self._last = [], 0, None
         self._pending.clear()
         return written
+
+    def _drop(self, stored: set[str]) -> None:
+        """Take files the store already holds out of the open pack, moving the others up."""
+        buffer, kept, size = self._buffer, [], 0
+        for sha, offset, length in self._members:
+            if sha not in stored:
+                buffer[size : size + length] = buffer[offset : offset + length]
+                kept.append((sha, size, length))
+                size += length
+        self._members, self.size = kept, size
 
     def close(self) -> int:
         """Write the open pack and give the buffer back; returns the bytes written."""
@@ -497,6 +530,14 @@ class _PackTable:
         if conn is None:
             return None
         return conn.execute("SELECT pack, offset, length FROM members WHERE sha256=?", (sha256,)).fetchone()
+
+    def existing(self, shas: list[str]) -> set[str]:
+        conn = self._conn()
+        found: set[str] = set()
+        for start in range(0, len(shas) if conn is not None else 0, 500):
+            chunk = shas[start : start + 500]
+            found.update(row[0] for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk))
+        return found
 
     def members_of(self, pack: str) -> list[tuple[str, int, int]]:
         conn = self._conn()

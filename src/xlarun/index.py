@@ -291,7 +291,7 @@ class Index:
             # search terms: every module's into a temporary table, then two set statements (not two per term)
             self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_terms (module_id INTEGER, kind TEXT, value TEXT)")
             self.conn.execute("DELETE FROM new_terms")
-            self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", [(m.module_id, kind, value) for m in modules for kind, value in sorted(m.terms)])
+            self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", [(m.module_id, kind, value) for m in modules for kind, value in m.terms])
             self.conn.execute("INSERT OR IGNORE INTO term_values (kind, value) SELECT DISTINCT kind, value FROM new_terms")
             self.conn.execute(
                 "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
