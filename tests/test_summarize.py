@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -126,3 +127,30 @@ def test_runs_share_pass_counts_and_search_terms(tmp_path):
     assert {h.run_id for h in opcode} == {first, second}
     store.delete_run(first)
     assert {h.run_id for h in store.index.find(opcode[0].matches[0], kinds=("opcode",))} == {second}
+
+
+def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_packs(tmp_path, monkeypatch):
+    before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
+    after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
+    files = {"module_0004.jit_f.before_optimizations.txt": before, "module_0004.jit_f.cpu_after_optimizations.txt": after,
+             "module_0004.jit_f.0001.simplification.after_pipeline-start.before_algsimp.txt": after}
+    monkeypatch.setattr(summarize, "_FACTS_CACHE", type(summarize._FACTS_CACHE)())
+    monkeypatch.setattr(summarize, "_STAGE_BYTES", type(summarize._STAGE_BYTES)())
+    monkeypatch.setattr(summarize, "_COUNTS_CACHE", {})
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()
+    for name, data in files.items():
+        (staging / "dump" / name).write_bytes(data)
+    archived = store.archiver(staging, on_archived=summarize.prepare_facts).finish()  # after the job: keep, count, do not parse
+    shas = {hashlib.sha256(d).hexdigest() for d in (before, after)}
+    assert set(summarize._STAGE_BYTES) == shas and not summarize._FACTS_CACHE
+    assert summarize._COUNTS_CACHE == {hashlib.sha256(after).hexdigest(): count_instructions_in_text(after)}
+    store.commit_run(run_id, staging, archived, {"manifest.json": '{"name": "t", "status": "succeeded"}'})
+    fetched = []
+    real_get = store.blobs.get
+    monkeypatch.setattr(store.blobs, "get", lambda sha: fetched.append(sha) or real_get(sha))
+    store.index.ingest_run(store, run_id)
+    assert not fetched and not summarize._STAGE_BYTES  # taken from the archiver, then let go
+    module = store.index.module(run_id, 4)
+    assert (module.instr_before, module.instr_after) == (parse_hlo_text(before.decode()).instruction_count(), parse_hlo_text(after.decode()).instruction_count())
+    assert [p.instr_count for p in module.passes] == [count_instructions_in_text(after)]

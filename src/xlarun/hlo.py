@@ -507,7 +507,7 @@ def parse_hlo_text(text: str, summary: bool = False) -> HloModule:
     """Parse one HLO module printed as text (XLA dump, ``as_hlo_text()``, or hand-written).
 
     ``summary``: read only what the index keeps (names, opcodes, shapes, roots, parameter numbers,
-    metadata, elided constants), about 3x faster; operands, attributes and called computations stay
+    metadata, elided constants), about 1.5x faster; operands, attributes and called computations stay
     empty for most instructions, and the module has no fingerprint.
 
     Raises :class:`InputError` whose message names the line (``HLO text line N: ...``).
