@@ -108,7 +108,7 @@ class BlobStore:
     # --- writing -----------------------------------------------------------------------------
 
     def has(self, sha256: str) -> bool:
-        return self._table.lookup(sha256) is not None or (self._may_have_plain() and self.path_for(sha256).exists())
+        return bool(self.stored_of([sha256]))
 
     def stored_of(self, shas: list[str]) -> set[str]:
         """Those of ``shas`` the store holds."""
@@ -363,10 +363,9 @@ class PackWriter:
         stored = self.blobs.stored_of([sha for sha, _offset, _length in self._members])  # one query per pack, not one per file
         if stored:
             self._drop(stored)
-            if not self._members:
-                self._members, self.size, self._last = [], 0, None
-                self._pending.clear()
-                return 0
+        if not self._members:
+            self._forget_pending()
+            return 0
         frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
         name = hashlib.sha256(_PACK_NAME_PREFIX + frame).hexdigest()
         table = b"".join(_MEMBER.pack(bytes.fromhex(sha), offset, length) for sha, offset, length in self._members)
@@ -374,9 +373,12 @@ class PackWriter:
         header = _SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
         written = self.blobs._write(self.blobs.pack_path(name), header + frame)
         self.blobs._table.add(name, self._members)  # after the pack is safely on disk
+        self._forget_pending()
+        return written
+
+    def _forget_pending(self) -> None:
         self._members, self.size, self._last = [], 0, None
         self._pending.clear()
-        return written
 
     def _drop(self, stored: set[str]) -> None:
         """Take files the store already holds out of the open pack, moving the others up."""
@@ -396,8 +398,7 @@ class PackWriter:
 
     def discard(self) -> None:
         """Forget the pending files (the capture failed: their raw files stay where they are)."""
-        self._members, self.size, self._last = [], 0, None
-        self._pending.clear()
+        self._forget_pending()
         self._release_buffer()
 
     def _release_buffer(self) -> None:

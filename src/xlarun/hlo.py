@@ -175,10 +175,11 @@ _SIMPLE_ATTRIBUTE = re.compile(
 )
 # An operand list holding no brackets, strings or comments: its closing parenthesis is the first one.
 _SIMPLE_OPERANDS = re.compile(r'\(([^()\[\]{}"/]*)\)')
-# _INSTR_HEAD, an array shape (_ARRAY_SHAPE), _OPCODE and simple operands, in one match.
-_SIMPLE_INSTRUCTION = re.compile(
-    r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\(([^()\[\]{}"/]*)\)'
-)
+# _INSTR_HEAD, an array shape (_ARRAY_SHAPE) and _OPCODE up to the operands' "(", in one match: all a
+# summary parse needs of an instruction line (root, name, shape, opcode).
+_SUMMARY_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\(')
+# The same, then simple operands.
+_SIMPLE_INSTRUCTION = re.compile(_SUMMARY_HEAD.pattern + r'([^()\[\]{}"/]*)\)')
 
 
 def _parse_attributes(line: str, pos: int) -> dict[str, str]:
@@ -271,8 +272,6 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
     return instruction
 
 
-# What a summary needs of an instruction line (root, name, array shape, opcode), up to the operands' "(".
-_SUMMARY_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\(')
 _PARAMETER_NUMBER = re.compile(r'\s*(\d+)\s*\)')
 _METADATA = re.compile(r',\s*metadata=(\{(?:[^{}"]|"[^"\\]*(?:\\.[^"\\]*)*")*\})')
 
