@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.errors import InputError
-from xlarun.hlo import parse_hlo_text, read_hlo_file, strip_layouts, unquote
+from xlarun.hlo import parse_hlo_text, read_hlo_file, scan_hlo_text, strip_layouts, unquote
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 PROGRAMS = FIXTURES / "programs.py"
@@ -505,3 +505,72 @@ def test_a_summary_parse_has_no_fingerprint():
     module = parse_hlo_text(fixture("fp/*.before_optimizations.txt").read_text(), summary=True)
     with pytest.raises(ValueError, match="summary parse"):
         module.fingerprint()
+
+
+# --- the whole-text scan (the index's facts of text as XLA prints it) ------------------------------
+
+
+def _facts_by_parse(text: str):
+    module = parse_hlo_text(text)
+    instructions = list(module.instructions())
+    return (
+        module.instruction_count(), module.opcode_histogram(), {i.name for i in instructions},
+        {i.op_name for i in instructions if i.op_name},
+        {f"{i.source_file}:{i.source_line}" if i.source_line else i.source_file for i in instructions if i.source_file},
+        module.has_elided_constants(), module.entry_signature,
+    )
+
+
+def _facts_by_scan(facts):
+    return (facts.instructions, dict(facts.opcodes), facts.names, facts.op_names, facts.sources, facts.elided_constants, facts.entry_signature)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/*.txt")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_scan_reads_the_same_facts_as_the_full_parse(path):
+    facts = scan_hlo_text(path.read_bytes())
+    assert facts is not None  # every fixture is laid out as XLA prints
+    expected = _facts_by_parse(path.read_text())
+    assert _facts_by_scan(facts)[:2] == expected[:2]  # count and opcode histogram (order aside)
+    assert _facts_by_scan(facts) == expected[:1] + (dict(expected[1]),) + expected[2:]
+
+
+def test_the_scan_resolves_stack_frames_and_sees_elided_constants():
+    facts = scan_hlo_text(fixture("fp/*.before_optimizations.txt").read_bytes())
+    lines = {int(s.rpartition(":")[2]) for s in facts.sources if s.rpartition(":")[0].endswith("programs.py")}
+    assert lines and all(program_line(n).strip() for n in lines)  # the user's lines, resolved through StackFrames
+    assert scan_hlo_text(fixture("lookup_elided/*.cpu_after_optimizations.txt").read_bytes()).elided_constants
+    assert scan_hlo_text(fixture("lookup_elided/*.before_optimizations.txt").read_bytes()).elided_constants
+    assert not scan_hlo_text(fixture("lookup_large/*.before_optimizations.txt").read_bytes()).elided_constants
+
+
+def _damaged(text: str, how: str) -> str:
+    lines = text.split("\n")
+    if how == "cut short":
+        return text[: len(text) * 2 // 3]
+    if how == "wrapped line":
+        at = next(n for n, line in enumerate(lines) if line.startswith("  ") and ", metadata=" in line)
+        head, _sep, tail = lines[at].partition(", metadata=")
+        return "\n".join(lines[:at] + [head + ",", "      metadata=" + tail] + lines[at + 1 :])
+    if how == "stray line":
+        at = next(n for n, line in enumerate(lines) if line == "}")
+        return "\n".join(lines[: at + 1] + ["garbage here"] + lines[at + 1 :])
+    if how == "no entry layout":
+        return text.replace("entry_computation_layout=", "renamed_layout=", 1)  # the parse then reads the entry's parameters
+    if how == "deep tuple":
+        at = next(n for n, line in enumerate(lines) if re.match(r"  %\S+ = f32\[\] ", line))
+        lines[at] = lines[at].replace(" = f32[] ", " = ((((f32[])))) ", 1)
+        return "\n".join(lines)
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["cut short", "wrapped line", "stray line", "no entry layout", "deep tuple"])
+def test_the_scan_declines_text_it_cannot_read_exactly(how):
+    text = fixture("mlp/*.cpu_after_optimizations.txt").read_text()
+    damaged = _damaged(text, how)
+    assert damaged != text
+    assert scan_hlo_text(damaged.encode()) is None  # the parse reads it, or says what is wrong
+    if how in ("cut short", "stray line"):
+        with pytest.raises(InputError, match="HLO text line"):
+            parse_hlo_text(damaged)
+    else:
+        assert parse_hlo_text(damaged).instruction_count() == parse_hlo_text(text).instruction_count()

@@ -104,6 +104,45 @@ def _run(store: Store, files: dict[str, bytes]) -> str:
     return run_id
 
 
+_INGEST_IN_POOL = """
+import json, sys
+import xlarun.summarize as summarize
+from xlarun.store import Store
+
+summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
+pools = []
+start = summarize.FactsPool.start
+summarize.FactsPool.start = classmethod(lambda cls: pools.append(start()) or pools[-1])
+index = Store.open(sys.argv[1]).index  # indexes the committed run
+print(json.dumps({"pooled": any(pools), "terms": [tuple(r) for r in index.conn.execute("SELECT module_id, kind, value FROM terms")]}))
+"""
+
+
+def test_ingest_with_worker_processes_writes_each_modules_terms_as_ingest_in_one_process_does(tmp_path, monkeypatch):
+    """Terms are written as each stage dump's parse comes back, once per module holding that content."""
+    before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
+    after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
+    files = {"module_0004.jit_f.before_optimizations.txt": before, "module_0004.jit_f.cpu_after_optimizations.txt": after,
+             "module_0008.jit_f.before_optimizations.txt": before,  # the same content in a second module
+             "module_0009.jit_g.before_optimizations.txt": (FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.txt").read_bytes()}
+    pooled_store, inline_store = Store.open(tmp_path / "pooled"), Store.open(tmp_path / "inline")
+    _run(pooled_store, files), _run(inline_store, files)
+    script = tmp_path / "ingest_in_pool.py"
+    script.write_text(_INGEST_IN_POOL)
+    proc = subprocess.run([sys.executable, str(script), str(pooled_store.root)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["pooled"]
+    monkeypatch.setattr(summarize.FactsPool, "start", classmethod(lambda cls: None))
+    monkeypatch.setattr(summarize, "_FACTS_CACHE", type(summarize._FACTS_CACHE)())
+    inline = [tuple(r) for r in inline_store.index.conn.execute("SELECT module_id, kind, value FROM terms")]
+    pooled = {tuple(row) for row in report["terms"]}
+    assert pooled == set(inline) and len(report["terms"]) == len(inline)
+    by_module = {m: {(k, v) for mm, k, v in pooled if mm == m} for m in (4, 8, 9)}
+    assert ("name", "w.1") in by_module[8] and by_module[8] <= by_module[4] and ("name", "w.1") not in by_module[9]
+    assert by_module[4] - by_module[8]  # module 4 also has the after_optimizations dump's terms
+
+
 def test_runs_share_pass_counts_and_search_terms(tmp_path):
     before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
     after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
@@ -154,3 +193,22 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
     module = store.index.module(run_id, 4)
     assert (module.instr_before, module.instr_after) == (parse_hlo_text(before.decode()).instruction_count(), parse_hlo_text(after.decode()).instruction_count())
     assert [p.instr_count for p in module.passes] == [count_instructions_in_text(after)]
+
+
+@pytest.mark.parametrize("path", [p for p in TEXTS if "after_optimizations" in p.name], ids=lambda p: p.parent.name)
+def test_after_optimizations_facts_come_from_the_scan_and_equal_the_parsed_ones(path, monkeypatch):
+    import xlarun.hlo as hlo
+
+    name, data = decode_dump_name(path.name), path.read_bytes()
+    monkeypatch.setattr(hlo, "scan_hlo_text", lambda data: None)  # as for text not laid out as XLA prints
+    parsed = summarize._facts_from(name, data, False)
+    monkeypatch.undo()
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(hlo, "parse_hlo_text", no_parse)
+    scanned = summarize._facts_from(name, data, False)
+    assert scanned == parsed and scanned.instructions > 0 and scanned.terms
+    with pytest.raises(AssertionError, match="parsed"):
+        summarize._facts_from(name, data, True)  # the fingerprint needs the parse

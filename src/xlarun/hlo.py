@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
-from .hlo_scan import LineError, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
+from .hlo_scan import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
 
 #: Attributes whose value names computations the instruction calls (``calls=%fused``, ``branch_computations={...}``).
 CALLED_COMPUTATION_KEYS = frozenset(
@@ -273,7 +273,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
 
 
 _PARAMETER_NUMBER = re.compile(r'\s*(\d+)\s*\)')
-_METADATA = re.compile(r',\s*metadata=(\{(?:[^{}"]|"[^"\\]*(?:\\.[^"\\]*)*")*\})')
+_METADATA = re.compile(r',\s*metadata=(\{[^{}"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^{}"]*)*\})')  # unrolled: linear however it fails
 
 
 def _summary_instruction(line: str, computation: str) -> HloInstruction | None:
@@ -417,32 +417,33 @@ class _TextParser:
 
 
 def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> None:
-    """Fill source_file/source_line from JAX's StackFrames table (the innermost frame is the user's line).
-
-    The text printer writes each frame's parent id one too high; only file locations are used here.
-    """
-    frames, locations, files = tables["StackFrames"], tables["FileLocations"], tables["FileNames"]
-    resolved: dict[int, tuple[str, int | None] | None] = {}  # many instructions share a frame
-
-    def resolve(frame_id: int) -> tuple[str, int | None] | None:
-        frame = dict(_FIELD.findall(frames.get(frame_id, "")))
-        location = dict(_FIELD.findall(locations.get(int(frame.get("file_location_id", "0") or 0), "")))
-        file_name = files.get(int(location.get("file_name_id", "0") or 0))
-        if file_name is None:
-            return None
-        line = location.get("line", "")
-        return unquote(file_name), int(line) if line.isdigit() else None
-
+    """Fill source_file/source_line from JAX's StackFrames table (the innermost frame is the user's line)."""
+    where_is = _frame_locator(tables)
     for computation in computations:
         for instruction in computation.instructions:
-            frame_id = instruction.stack_frame_id
-            if frame_id is None or instruction.source_file is not None:
-                continue
-            if frame_id not in resolved:
-                resolved[frame_id] = resolve(frame_id)
-            where = resolved[frame_id]
-            if where is not None:
-                instruction.source_file, instruction.source_line = where
+            if instruction.stack_frame_id is not None and instruction.source_file is None:
+                where = where_is(instruction.stack_frame_id)
+                if where is not None:
+                    instruction.source_file, instruction.source_line = where
+
+
+def _frame_locator(tables: dict[str, dict[int, str]]):
+    """frame id -> (file, line) or None, from the StackFrames, FileLocations and FileNames tables, each frame
+    looked up once (many instructions share one). The text printer writes each frame's parent id one too
+    high; only file locations are used here."""
+    frames, locations, files = tables["StackFrames"], tables["FileLocations"], tables["FileNames"]
+    resolved: dict[int, tuple[str, int | None] | None] = {}
+
+    def locate(frame_id: int) -> tuple[str, int | None] | None:
+        if frame_id not in resolved:
+            frame = dict(_FIELD.findall(frames.get(frame_id, "")))
+            location = dict(_FIELD.findall(locations.get(int(frame.get("file_location_id", "0") or 0), "")))
+            file_name = files.get(int(location.get("file_name_id", "0") or 0))
+            line = location.get("line", "")
+            resolved[frame_id] = None if file_name is None else (unquote(file_name), int(line) if line.isdigit() else None)
+        return resolved[frame_id]
+
+    return locate
 
 
 def mark_fusion_computations(module: HloModule) -> None:
@@ -500,6 +501,85 @@ def _canonical_lines(module: HloModule) -> Iterator[str]:
             shape = re.sub(r"\s+", "", instruction.shape)
             yield f"  {root}{local[instruction.name]} = {shape} {instruction.opcode}({arguments}){''.join(attributes)}"
         yield "}"
+
+
+@dataclass
+class TextFacts:
+    """What the index keeps from one module's text (:func:`scan_hlo_text`); the same values a parse gives."""
+
+    instructions: int
+    opcodes: Counter
+    names: set[str]
+    op_names: set[str]
+    #: ``file:line`` (or ``file``) of every instruction that has a source location.
+    sources: set[str]
+    elided_constants: bool
+    entry_signature: str
+
+
+# An instruction line as XLA prints it, up to its opcode's "(": name, then opcode (the shape between is an
+# array shape or a tuple, nested at most twice: a deeper one leaves the line unmatched, and the scan declines).
+_SCAN_INSTRUCTION = re.compile(r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)) ([A-Za-z][\w\-]*)\(')
+# A line that is none of: an instruction (two-space indent), a computation's header or end, a table's name or
+# entry, or blank. Where there is one, the text is not as XLA prints it.
+_SCAN_STRANGE_LINE = re.compile(r'\n(?!  \S|\}(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)')
+_SCAN_TABLE = re.compile(r'\n(FileNames|FunctionNames|FileLocations|StackFrames)\n((?:\d+ [^\n]*\n)*)')
+_SCAN_METADATA = re.compile(_METADATA.pattern.replace(r",\s*", ", "))  # a literal start: the search leaps to each one (2x faster)
+_SCAN_CONSTANT_LINE = re.compile(r'\n(  [^\n]* constant\([^\n]*)')
+
+
+def scan_hlo_text(data: bytes) -> TextFacts | None:
+    """The index's facts of module text as XLA prints it (:func:`as_xla_prints`), read with a few patterns
+    over the whole text instead of line by line: 4x faster than ``parse_hlo_text(summary=True)``, with equal
+    values. None where the text is laid out otherwise or looks damaged (cut short, stray lines): parse it,
+    and the parse says what is wrong."""
+    if not as_xla_prints(data):
+        return None
+    text = data.decode("utf-8", errors="replace")
+    if not text.rstrip().endswith("\n}") or _SCAN_STRANGE_LINE.search(text, text.find("\n")) is not None:
+        return None
+    heads = _SCAN_INSTRUCTION.findall(text)
+    if len(heads) != text.count("\n  "):
+        return None  # a line the pattern does not read: the parse will
+    header_line = text[: text.find("\n")]
+    name = re.match(r"HloModule\s+([^\s,]+)", header_line)
+    try:
+        header = _parse_attributes(header_line, name.end()) if name else {}
+    except LineError:
+        return None
+    layout = header.get("entry_computation_layout")
+    signature = layout and _signature_from_layout(layout)
+    if not signature:
+        return None  # from the entry computation's parameters: the parse finds them
+    elided = False
+    if "{...}" in text:
+        for line in _SCAN_CONSTANT_LINE.findall(text):
+            if "{...}" in line:
+                try:
+                    elided = elided or _parse_instruction(line, "").has_elided_constant
+                except LineError:
+                    return None
+    tables: dict[str, dict[int, str]] = {name: {} for name in _SECTIONS}
+    for table, body in _SCAN_TABLE.findall(text):
+        for entry in body.splitlines():
+            if (m := _SECTION_ENTRY.match(entry)) is not None:
+                tables[table][int(m.group(1))] = m.group(2)
+    locate = _frame_locator(tables)
+    op_names: set[str] = set()
+    sources: set[str] = set()
+    for metadata in set(_SCAN_METADATA.findall(text)):  # many instructions share one
+        facts = HloInstruction(name="", opcode="", shape="")
+        _apply_metadata(facts, metadata)
+        if facts.op_name:
+            op_names.add(facts.op_name)
+        if facts.source_file is None and facts.stack_frame_id is not None and (where := locate(facts.stack_frame_id)) is not None:
+            facts.source_file, facts.source_line = where
+        if facts.source_file:
+            sources.add(f"{facts.source_file}:{facts.source_line}" if facts.source_line else facts.source_file)
+    return TextFacts(
+        instructions=len(heads), opcodes=Counter(opcode for _name, opcode in heads), names={name for name, _opcode in heads},
+        op_names=op_names, sources=sources, elided_constants=elided, entry_signature=signature,
+    )
 
 
 def parse_hlo_text(text: str, summary: bool = False) -> HloModule:

@@ -245,12 +245,15 @@ class Index:
                 by_module[name.module_id].append((stored, name))
         counts = self._known_text_counts({f.sha256 for f, n in decoded if n.kind == "pass" and n.format == "text"})
         known = set(counts)
-        with gather_facts(store, [wanted for members in by_module.values() for wanted in stage_files(members)]) as gathering:
-            count_pass_dumps(store, [m for members in by_module.values() for m in members], counts)  # while the stage dumps are parsed
-            gathered = gathering.result()
-        modules = [summarize_module(store, module_id, members, counts, gathered) for module_id, members in sorted(by_module.items())]
-        with self.transaction():
-            self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
+        wanted = {module_id: stage_files(members) for module_id, members in by_module.items()}
+        holders: dict[tuple[str, bool], list[int]] = defaultdict(list)  # a stage dump's content may be in several modules
+        for module_id, stages in wanted.items():
+            for stored, _name, with_fingerprint in stages:
+                holders[(stored.sha256, with_fingerprint)].append(module_id)
+        # one transaction, begun while the stage dumps are parsed: the rows that need no parse, and the
+        # search terms of each dump as it is parsed, are written meanwhile
+        with gather_facts(store, [w for stages in wanted.values() for w in stages]) as gathering, self.transaction():
+            count_pass_dumps(store, [m for members in by_module.values() for m in members], counts)
             self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
             for table in ("files", "modules", "passes", "module_terms"):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
@@ -260,7 +263,7 @@ class Index:
                     run_id, manifest.get("name", "?"), manifest.get("kind", "capture"), manifest.get("status", "unknown"),
                     manifest.get("exit_code"), manifest.get("error"), manifest.get("backend", "local"), manifest.get("framework"),
                     manifest.get("started", ""), manifest.get("ended", ""), manifest.get("duration_s", 0.0),
-                    len(files), sum(f.size for f in files), len(modules), manifest.get("batch_id"),
+                    len(files), sum(f.size for f in files), len(by_module), manifest.get("batch_id"),
                     json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
                     json.dumps(manifest.get("tags") or {}), manifest.get("spec_path"),
                 ),
@@ -273,6 +276,13 @@ class Index:
                     for f, n in decoded
                 ],
             )
+            terms = _TermWriter(self.conn, run_id)
+            for key, facts in gathering.as_completed():
+                if not isinstance(facts, str):
+                    for module_id in holders[key]:
+                        terms.add(module_id, facts.terms)
+            gathered = gathering.result()
+            modules = [summarize_module(store, module_id, members, counts, gathered) for module_id, members in sorted(by_module.items())]
             for summary in modules:
                 self.conn.execute(
                     "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -288,16 +298,9 @@ class Index:
                     "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
                     [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
                 )
-            # search terms: every module's into a temporary table, then two set statements (not two per term)
-            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_terms (module_id INTEGER, kind TEXT, value TEXT)")
-            self.conn.execute("DELETE FROM new_terms")
-            self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", [(m.module_id, kind, value) for m in modules for kind, value in m.terms])
-            self.conn.execute("INSERT OR IGNORE INTO term_values (kind, value) SELECT DISTINCT kind, value FROM new_terms")
-            self.conn.execute(
-                "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
-                (run_id,),
-            )
-            self.conn.execute("DELETE FROM new_terms")
+                terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
+            terms.flush()
+            self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
 
     def _known_text_counts(self, shas: set[str]) -> dict[str, int]:
         """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
@@ -397,6 +400,41 @@ class Index:
             if len(hit.matches) < limit_matches:
                 hit.matches.append(row[3])
         return list(hits.values())
+
+
+class _TermWriter:
+    """Writes a run's search terms in batches: each batch goes into a temporary table, then two set
+    statements add the new values and the module links (not two statements per term). A module's terms
+    are written once however many batches hold them."""
+
+    BATCH = 2000
+
+    def __init__(self, conn: sqlite3.Connection, run_id: str):
+        self.conn, self.run_id = conn, run_id
+        self.written: dict[int, set[tuple[str, str]]] = defaultdict(set)
+        self.rows: list[tuple[int, str, str]] = []
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_terms (module_id INTEGER, kind TEXT, value TEXT)")
+        conn.execute("DELETE FROM new_terms")
+
+    def add(self, module_id: int, terms: set[tuple[str, str]] | frozenset[tuple[str, str]]) -> None:
+        written = self.written[module_id]
+        new = terms - written
+        written |= new
+        self.rows.extend((module_id, kind, value) for kind, value in new)
+        if len(self.rows) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", self.rows)
+        self.rows = []
+        self.conn.execute("INSERT OR IGNORE INTO term_values (kind, value) SELECT DISTINCT kind, value FROM new_terms")
+        self.conn.execute(
+            "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
+            (self.run_id,),
+        )
+        self.conn.execute("DELETE FROM new_terms")
 
 
 class _Transaction:

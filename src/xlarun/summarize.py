@@ -8,12 +8,14 @@ import os
 import re
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import XlarunError
+from .hlo_scan import as_xla_prints
 from .index import PassInfo
 from .names import DumpName
 
@@ -25,12 +27,6 @@ if TYPE_CHECKING:
 _INSTRUCTION_LINE = re.compile(rb"\n[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*\S")
 
 
-# XLA prints one instruction per line indented by exactly two spaces, and nothing else so indented; text
-# with deeper indents (wrapped lines), indented comments or blank indented lines is hand-written. One
-# search for any of them ("\n   ", "\n  //", "\n  \n", "\n \n", "\n\t"): five substring scans cost 3x more.
-_NOT_AS_XLA_PRINTS = re.compile(rb"\n(?: (?: (?: |//|\n)|\n)|\t)")
-
-
 def count_instructions_in_text(data) -> int:
     """Instructions in an HLO text dump, counted by lines (fast; agrees with hlo.py's count).
 
@@ -38,7 +34,7 @@ def count_instructions_in_text(data) -> int:
     which reads hand-written HLO too)."""
     if not isinstance(data, bytes):
         data = bytes(data)
-    if data.startswith(b"HloModule ") and _NOT_AS_XLA_PRINTS.search(data) is None:
+    if as_xla_prints(data):
         return data.count(b"\n  ")
     return len(_INSTRUCTION_LINE.findall(b"\n" + data))
 
@@ -120,6 +116,15 @@ _STAGE_BYTES_MAX = 64 << 20
 
 
 def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFacts:
+    if not with_fingerprint and name.format == "text":
+        from .hlo import scan_hlo_text
+
+        scanned = scan_hlo_text(data)
+        if scanned is not None:  # text as XLA prints it: read with whole-text patterns, no per-line parse
+            terms = {("opcode", op) for op in scanned.opcodes} | {("name", n) for n in scanned.names}
+            terms |= {("op_name", n) for n in scanned.op_names} | {("source", s) for s in scanned.sources}
+            return _StageFacts(scanned.instructions, dict(sorted(scanned.opcodes.items())), scanned.entry_signature, None,
+                               scanned.elided_constants, frozenset(terms))
     module = _parse(name, data, summary=not with_fingerprint)  # the fingerprint needs the full parse
     terms: set[tuple[str, str]] = set()
     for instruction in module.instructions():
@@ -230,17 +235,30 @@ class gather_facts:
             self.pool = FactsPool.start()
         if self.pool is None:
             return
-        for key, (name, _size) in sorted(todo.items(), key=lambda kv: -kv[1][1]):  # the biggest first: they bound the wall time
+        # the costliest first (they bound the wall time): a full parse, for a fingerprint, costs about 5x a
+        # scan per byte (measured on the benchmark's dumps)
+        for key, (name, _size) in sorted(todo.items(), key=lambda kv: -kv[1][1] * (5 if kv[0][1] else 1)):
             self.futures[key] = self.pool.submit(name, _stage_bytes(store, key[0]), key[1])
 
+    def as_completed(self) -> Iterator[tuple[tuple[str, bool], _StageFacts | str]]:
+        """(key, facts or the parse error) of each file the pool parses, as each is done (nothing without a
+        pool): the caller works with them while the rest are parsed."""
+        keys = {future: key for key, future in self.futures.items()}
+        for future in as_completed(keys):
+            yield keys[future], self._collect(keys[future])
+
     def result(self) -> dict[tuple[str, bool], _StageFacts | str]:
-        for key, future in self.futures.items():
-            ok, result = future.result()
-            self.out[key] = result
-            if ok:
-                _remember_facts(key, result)
-        self.futures = {}
+        """Every file's facts or parse error (cached ones included), by key."""
+        for key in list(self.futures):
+            self._collect(key)
         return self.out
+
+    def _collect(self, key: tuple[str, bool]) -> _StageFacts | str:
+        ok, result = self.futures.pop(key).result()
+        self.out[key] = result
+        if ok:
+            _remember_facts(key, result)
+        return result
 
     def __enter__(self) -> "gather_facts":
         return self
