@@ -52,7 +52,7 @@ def build_synthetic_store(store: Store, base_run: str, raw_dump: Path, workdir: 
     base_files = store.stored_files(base_run)
     perturbed = [f for f in base_files if _perturbable(f.path)]
     shared = [f for f in base_files if not _perturbable(f.path)]
-    originals = {f.path: store.blobs.get(f.sha256) for f in perturbed}
+    originals = {f.path: store.blobs.get(f.digest) for f in perturbed}
     index = store.index
     start = datetime.strptime(base_run[:15], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
     run_ids, ingest, archive = [base_run], [], []

@@ -26,7 +26,7 @@ def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade",
 
 def copy_run_files(store: Store, run_id: str) -> dict[str, bytes]:
     """Every archived file of a run, by path (to build a new run from a real capture)."""
-    return {f.path: store.blobs.get(f.sha256) for f in store.stored_files(run_id)}
+    return {f.path: store.blobs.get(f.digest) for f in store.stored_files(run_id)}
 
 
 def copy_store(store: Store, target: Path) -> Store:

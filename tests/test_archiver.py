@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
 import pytest
 
 import xlarun.archiver as archiver
+from xlarun.blobs import content_digest
 from xlarun.store import Store
 
 
@@ -37,8 +37,8 @@ def test_settled_files_are_archived_while_the_job_runs(tmp_path):
     early = staging / "dump" / "module_0000.m.0001.p.after_a.before_b.txt"
     early.write_bytes(_pass(1))
     # archived once settled; its pack is written at the first scan that finds nothing new in the series
-    _wait_until(lambda: store.blobs.has(hashlib.sha256(_pass(1)).hexdigest()))
-    assert store.blobs.get(hashlib.sha256(_pass(1)).hexdigest()) == _pass(1)
+    _wait_until(lambda: store.blobs.has(content_digest(_pass(1))))
+    assert store.blobs.get(content_digest(_pass(1))) == _pass(1)
     assert early.exists()  # raw files stay until the end
     early.write_bytes(_pass(9))  # rewritten after it was archived
     os.utime(early, ns=(time.time_ns(), time.time_ns()))

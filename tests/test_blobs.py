@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 import pytest
@@ -10,7 +11,7 @@ import zstandard
 
 import xlarun.blobs as blobs_module
 from xlarun.archiver import series_of
-from xlarun.blobs import BlobStore, _DecodedCache
+from xlarun.blobs import BlobStore, _DecodedCache, content_digest
 from xlarun.errors import StoreError
 from xlarun.store import STORE_VERSION, Store
 
@@ -26,7 +27,12 @@ def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:
     return out
 
 
-def _sha(data: bytes) -> str:
+def _digest(data: bytes) -> str:
+    return content_digest(data)
+
+
+def _sha256(data: bytes) -> str:
+    """How store formats 1 to 3 named files."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -41,16 +47,16 @@ def test_a_pack_reads_back_exactly_and_is_much_smaller(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(20)
     packer = blobs.packer()
-    assert [packer.add(d) for d in dumps] == [_sha(d) for d in dumps]
-    assert not blobs.has(_sha(dumps[0]))  # nothing is stored before the pack is written
+    assert [packer.add(d) for d in dumps] == [_digest(d) for d in dumps]
+    assert not blobs.has(_digest(dumps[0]))  # nothing is stored before the pack is written
     written = packer.flush()
     assert written < sum(map(len, dumps)) / 50
-    packs = {blobs.base_of(_sha(d)) for d in dumps}
-    assert packs == set(blobs.pack_names()) and len(packs) == 1 and blobs.depth(_sha(dumps[3])) == 1
+    packs = {blobs.base_of(_digest(d)) for d in dumps}
+    assert packs == set(blobs.pack_names()) and len(packs) == 1 and blobs.depth(_digest(dumps[3])) == 1
     assert not list((tmp_path / "blobs").glob("[0-9a-f][0-9a-f]"))  # one pack file, no file per dump
     fresh = BlobStore(tmp_path / "blobs")  # nothing cached
-    assert [fresh.get(_sha(d)) for d in reversed(dumps)] == list(reversed(dumps))
-    assert all(fresh.verify(_sha(d)) is None for d in dumps) and fresh.verify_pack(packs.pop()) is None
+    assert [fresh.get(_digest(d)) for d in reversed(dumps)] == list(reversed(dumps))
+    assert all(fresh.verify(_digest(d)) is None for d in dumps) and fresh.verify_pack(packs.pop()) is None
 
 
 def test_the_pack_table_is_rebuilt_from_the_pack_headers(tmp_path):
@@ -61,33 +67,33 @@ def test_the_pack_table_is_rebuilt_from_the_pack_headers(tmp_path):
     for leftover in (tmp_path / "blobs").glob("packs.sqlite*"):
         leftover.unlink()
     fresh = BlobStore(tmp_path / "blobs")
-    assert [fresh.get(_sha(d)) for d in dumps] == dumps
+    assert [fresh.get(_digest(d)) for d in dumps] == dumps
 
 
 def _put_plain(blobs: BlobStore, data: bytes) -> str:
-    """A plain blob, as store formats 1 and 2 wrote them."""
-    blobs._write(blobs.path_for(_sha(data)), zstandard.ZstdCompressor().compress(data))
-    return _sha(data)
+    """A plain blob, as store formats 1 and 2 wrote them (named by SHA-256)."""
+    blobs._write(blobs.path_for(_sha256(data)), zstandard.ZstdCompressor().compress(data))
+    return _sha256(data)
 
 
 def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     first, second, third = _pass_dumps(3)
-    _put_plain(blobs, first)
+    legacy = _put_plain(blobs, first)  # named by SHA-256 (format 2): not the same name, so not matched
     earlier = blobs.packer()
     earlier.add(third)
     earlier.flush()
     packer = blobs.packer()
-    assert packer.add(first) == _sha(first)  # a plain blob already
-    assert packer.add(second) == packer.add(bytes(second)) == _sha(second)  # the repeat is compared, not added
-    assert packer.add(third) == _sha(third)  # in the earlier pack
+    assert packer.add(first) == _digest(first) != legacy
+    assert packer.add(second) == packer.add(bytes(second)) == _digest(second)  # the repeat is compared, not added
+    assert packer.add(third) == _digest(third)  # in the earlier pack
     assert packer.pending == 3  # what the store holds is taken out when the pack is written
     packer.flush()
-    assert blobs.depth(_sha(first)) == 0 and blobs.base_of(_sha(first)) is None
-    pack = blobs.base_of(_sha(second))
-    assert pack != blobs.base_of(_sha(third))
-    assert [sha for sha, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_sha(second)]
-    assert [blobs.get(_sha(d)) for d in (first, second, third)] == [first, second, third]
+    pack = blobs.base_of(_digest(second))
+    assert pack == blobs.base_of(_digest(first)) != blobs.base_of(_digest(third))
+    assert [sha for sha, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_digest(first), _digest(second)]
+    assert [blobs.get(_digest(d)) for d in (first, second, third)] == [first, second, third]
+    assert blobs.get(legacy) == first and blobs.depth(legacy) == 0 and blobs.verify(legacy) is None  # still read and checked
 
 
 def test_a_pack_of_only_stored_files_is_not_written(tmp_path):
@@ -108,11 +114,11 @@ def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):
     _pack(blobs, dumps)
     packs: dict[str, list[int]] = {}
     for d in dumps:
-        packs.setdefault(blobs.base_of(_sha(d)), []).append(len(d))
+        packs.setdefault(blobs.base_of(_digest(d)), []).append(len(d))
     assert len(packs) > 2
     *full, last = packs.values()
     assert all(sum(sizes) >= 200_000 > sum(sizes[:-1]) for sizes in full) and sum(last) < 200_000 + last[-1]
-    assert [BlobStore(tmp_path / "blobs").get(_sha(d)) for d in dumps] == dumps
+    assert [BlobStore(tmp_path / "blobs").get(_digest(d)) for d in dumps] == dumps
 
 
 def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
@@ -121,24 +127,24 @@ def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
     _pack(blobs, dumps)
     small = BlobStore(tmp_path / "blobs")
     small._cache = _DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
-    assert [small.get(_sha(d)) for d in dumps] == dumps
-    assert blobs.base_of(_sha(dumps[0])) not in small._cache.items
+    assert [small.get(_digest(d)) for d in dumps] == dumps
+    assert blobs.base_of(_digest(dumps[0])) not in small._cache.items
 
 
 def test_damage_is_found_by_verify_and_reading_says_what_to_do(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(3)
     _pack(blobs, dumps)
-    pack = blobs.base_of(_sha(dumps[0]))
+    pack = blobs.base_of(_digest(dumps[0]))
     raw = bytearray(blobs.pack_path(pack).read_bytes())
     raw[-5] ^= 0xFF
     blobs.pack_path(pack).write_bytes(bytes(raw))
     fresh = BlobStore(tmp_path / "blobs")
     assert fresh.verify_pack(pack) == f"pack {pack[:12]} does not hash to its name"
-    assert fresh.verify(_sha(dumps[1])) is not None
+    assert fresh.verify(_digest(dumps[1])) is not None
     blobs.pack_path(pack).unlink()
     with pytest.raises(StoreError, match=f"blob {pack[:12]} is missing") as error:
-        BlobStore(tmp_path / "blobs").get(_sha(dumps[1]))
+        BlobStore(tmp_path / "blobs").get(_digest(dumps[1]))
     assert "xlarun check" in error.value.hint
 
 
@@ -150,9 +156,9 @@ def test_format_2_delta_blobs_are_still_read(tmp_path):
     dictionary = zstandard.ZstdCompressionDict(first, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     frame = zstandard.ZstdCompressor(dict_data=dictionary).compress(second)
     header = (0x184D2A5E).to_bytes(4, "little") + (37).to_bytes(4, "little") + b"XLRD" + bytes([1]) + bytes.fromhex(base_sha)
-    blobs._write(blobs.path_for(_sha(second)), header + frame)
+    blobs._write(blobs.path_for(_sha256(second)), header + frame)
     fresh = BlobStore(tmp_path / "blobs")
-    assert fresh.get(_sha(second)) == second and fresh.base_of(_sha(second)) == base_sha and fresh.verify(_sha(second)) is None
+    assert fresh.get(_sha256(second)) == second and fresh.base_of(_sha256(second)) == base_sha and fresh.verify(_sha256(second)) is None
 
 
 def test_a_module_series_is_in_dump_order():
@@ -178,7 +184,7 @@ def test_an_archived_series_is_packed_with_exact_bytes(tmp_path):
     store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
     fresh = Store.open(tmp_path / "s")
     assert [fresh.read_file(run_id, f.path) for f in sorted(files, key=lambda f: f.path)] == dumps
-    assert {fresh.blobs.depth(f.sha256) for f in files} == {1} and len(fresh.blobs.pack_names()) == 1
+    assert {fresh.blobs.depth(f.digest) for f in files} == {1} and len(fresh.blobs.pack_names()) == 1
     assert fresh.blobs.pack_path(fresh.blobs.pack_names()[0]).stat().st_size < sum(map(len, dumps)) / 50
 
 
@@ -203,7 +209,7 @@ def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
     store.delete_run(only_second)
     _folders, removed, _freed = store.gc()
     assert removed == 1 and store.blobs.pack_names() == []
-    assert not store.blobs.has(hashlib.sha256(second).hexdigest())
+    assert not store.blobs.has(_digest(second))
 
 
 def test_an_older_store_is_read_and_upgraded_on_the_next_archive(tmp_path):
@@ -218,4 +224,43 @@ def test_an_older_store_is_read_and_upgraded_on_the_next_archive(tmp_path):
         _run_id, staging = again.begin_run()
         (staging / "dump" / f"module_0000.b{old}.txt").write_bytes(b"new")
         again.archive_outputs(staging)
-        assert (tmp_path / "s" / "VERSION").read_text().strip() == str(STORE_VERSION) == "3"
+        assert (tmp_path / "s" / "VERSION").read_text().strip() == str(STORE_VERSION) == "4"
+
+
+def test_a_format_3_store_named_by_sha256_is_read_checked_and_upgraded(tmp_path, monkeypatch):
+    dumps = _pass_dumps(3)
+    names = [f"module_0000.jit_f.{i:04d}.p.after_a{i}.before_a{i + 1}.txt" for i in range(3)]
+
+    def archive(store: Store, name: str) -> str:
+        run_id, staging = store.begin_run()
+        for path, data in zip(names, dumps):
+            (staging / "dump" / path).write_bytes(data)
+        store.commit_run(run_id, staging, store.archive_outputs(staging), {"manifest.json": json.dumps({"name": name, "status": "succeeded"})})
+        return run_id
+
+    store = Store.open(tmp_path / "s")
+    with monkeypatch.context() as format_3:
+        format_3.setattr(blobs_module, "content_digest", _sha256)  # how format 3 named files and packs
+        old_run = archive(store, "old")
+    store.close()
+    listing = tmp_path / "s" / "runs" / old_run / "files.json"
+    listing.write_text(json.dumps([{"path": f["path"], "sha256": f["digest"], "size": f["size"]} for f in json.loads(listing.read_text())]))
+    (tmp_path / "s" / "VERSION").write_text("3\n")
+    for derived in (tmp_path / "s").glob("index.sqlite*"):
+        derived.unlink()
+
+    old = Store.open(tmp_path / "s")
+    assert [old.read_file(old_run, path) for path in names] == dumps
+    assert sorted(f.digest for f in old.stored_files(old_run)) == sorted(map(_sha256, dumps))
+    report = old.check()
+    assert report.damaged == [] and report.files == 3 and report.packs == 1
+    assert (tmp_path / "s" / "VERSION").read_text().strip() == "3"  # reading changes nothing
+    new_run = archive(old, "new")  # the same bytes: stored again, under their BLAKE3 names
+    assert sorted(f.digest for f in old.stored_files(new_run)) == sorted(map(_digest, dumps))
+    assert (tmp_path / "s" / "VERSION").read_text().strip() == "4" and len(old.blobs.pack_names()) == 2
+    assert [old.read_file(new_run, path) for path in names] == dumps
+    assert old.check().damaged == []
+    counts = {run: [p.instr_count for p in old.index.module(run, 0).passes] for run in (old_run, new_run)}
+    assert counts[old_run] == counts[new_run] == [800] * 3
+    old.delete_run(old_run)
+    assert old.gc()[1] == 1 and [old.read_file(new_run, path) for path in names] == dumps  # the old pack goes

@@ -40,7 +40,7 @@ def test_check_names_each_file_a_damaged_pack_held(cli, store_copy):
     out = cli("check", "--store", store.root, "--json")
     assert out.exit_code == 1
     damaged = json.loads(out.stdout)["damaged"]
-    expected = {f.path for f in store.stored_files(result.run_id) if f.sha256 in held}
+    expected = {f.path for f in store.stored_files(result.run_id) if f.digest in held}
     assert {d["path"] for d in damaged if d["run"]} == expected and expected  # the frame's checksum fails: all of them
     assert any(d["path"] == f"blobs/packs/{pack}.zst" and "does not hash" in d["problem"] for d in damaged)
     text = cli("check", "--store", store.root)

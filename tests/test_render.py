@@ -20,7 +20,7 @@ from .see_support import ladder_hlo, svg_clusters, svg_nodes
 
 def _module_text(store, ref: str, stage: str) -> str:
     module = resolve_module(store.index, ref)
-    return store.blobs.get(pick_render_file(module, stage).sha256).decode()
+    return store.blobs.get(pick_render_file(module, stage).digest).decode()
 
 
 def test_train_step_svg_holds_every_dot_and_parameter(jax_run, cli, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from xlarun.blobs import content_digest
 from xlarun.hlo import parse_hlo_text
 from xlarun.store import Store
 import xlarun.summarize as summarize
@@ -66,7 +66,7 @@ with summarize.gather_facts(store, wanted) as gathering:
     gathered = gathering.result()
 same = []
 for f, name, fp in wanted:
-    facts = gathered[(f.sha256, fp)]
+    facts = gathered[(f.digest, fp)]
     if isinstance(facts, str):
         same.append(["error", f.path, facts])
     else:
@@ -181,9 +181,9 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
     for name, data in files.items():
         (staging / "dump" / name).write_bytes(data)
     archived = store.archiver(staging, on_archived=summarize.prepare_facts).finish()  # after the job: keep, count, do not parse
-    shas = {hashlib.sha256(d).hexdigest() for d in (before, after)}
+    shas = {content_digest(d) for d in (before, after)}
     assert set(summarize._STAGE_BYTES) == shas and not summarize._FACTS_CACHE
-    assert summarize._COUNTS_CACHE == {hashlib.sha256(after).hexdigest(): count_instructions_in_text(after)}
+    assert summarize._COUNTS_CACHE == {content_digest(after): count_instructions_in_text(after)}
     store.commit_run(run_id, staging, archived, {"manifest.json": '{"name": "t", "status": "succeeded"}'})
     fetched = []
     real_get = store.blobs.get

@@ -87,7 +87,7 @@ class OutputArchiver:
         self.store = store
         self.staging = staging
         self.progress = progress
-        # sees each archived file: (archive path, sha256, its bytes (valid during the call), whether the job still runs)
+        # sees each archived file: (archive path, digest, its bytes (valid during the call), whether the job still runs)
         self.on_archived = on_archived
         self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
         self._prefix = str(staging) + os.sep  # paths are kept as strings: pathlib cost more than hashing here
@@ -224,7 +224,7 @@ class OutputArchiver:
         return logical_path(path[len(self._prefix) :].replace(os.sep, "/"))
 
     def _read_into(self, packer: PackWriter, path: str):
-        """Store a file into a pack: (sha256, bytes, stamp), or None when it is gone (renamed or deleted)."""
+        """Store a file into a pack: (digest, bytes, stamp), or None when it is gone (renamed or deleted)."""
         return packer.add_file(path)
 
     def _store_series(self, key: tuple | None, paths: list[str], total: int, running: bool) -> None:

@@ -272,16 +272,16 @@ class PassStep:
     after_pass: str | None
     before_pass: str | None
     path: str
-    sha256: str
+    digest: str
     previous_path: str | None
-    previous_sha256: str | None
+    previous_digest: str | None
     instr_count: int | None
     delta: int | None
 
     @property
     def changed(self) -> bool:
         """The dump differs from the one before it (XLA dumps some steps unchanged, e.g. pipeline starts)."""
-        return self.previous_sha256 is not None and self.sha256 != self.previous_sha256
+        return self.previous_digest is not None and self.digest != self.previous_digest
 
     @property
     def label(self) -> str:
@@ -300,8 +300,8 @@ def pass_steps(module) -> list[PassStep]:
         file = by_step[step]
         count = counts.get(step)
         delta = count - previous_count if count is not None and previous_count is not None else None
-        steps.append(PassStep(step, file.pipeline, file.after_pass, file.before_pass, file.path, file.sha256,
-                              previous.path if previous else None, previous.sha256 if previous else None, count, delta))
+        steps.append(PassStep(step, file.pipeline, file.after_pass, file.before_pass, file.path, file.digest,
+                              previous.path if previous else None, previous.digest if previous else None, count, delta))
         previous, previous_count = file, count if count is not None else previous_count
     return steps
 
@@ -341,15 +341,15 @@ def pass_diff(store, module, pass_name: str | None = None, from_step: int | None
         start = [s for s in steps if s.step == from_step]
         if not start:
             raise InputError(f"{module.label} has no pass dump at step {from_step}", f"steps: {_ranges([s.step for s in steps])}")
-        left_path, left_sha, left_label = start[0].path, start[0].sha256, f"step {from_step} ({start[0].label})"
+        left_path, left_sha, left_label = start[0].path, start[0].digest, f"step {from_step} ({start[0].label})"
     elif chosen.previous_path is None:
         raise InputError(f"{module.label} has no dump before step {chosen.step}", "capture with dump.formats including text")
     else:
-        left_path, left_sha = chosen.previous_path, chosen.previous_sha256
+        left_path, left_sha = chosen.previous_path, chosen.previous_digest
         earlier = [s for s in steps if s.path == left_path]
         left_label = f"step {earlier[0].step} ({earlier[0].label})" if earlier else "before_optimizations"
     before_text = store.blobs.get(left_sha).decode("utf-8", errors="replace")
-    after_text = store.blobs.get(chosen.sha256).decode("utf-8", errors="replace")
+    after_text = store.blobs.get(chosen.digest).decode("utf-8", errors="replace")
     diff = diff_hlo_texts(before_text, after_text, f"{module.ref} {left_label}", f"{module.ref} step {chosen.step} ({chosen.label})",
                           context=context, before_path=left_path, after_path=chosen.path)
     diff.notes = notes
@@ -365,7 +365,7 @@ def run_diff(store, module_a, module_b, stage: str = "before_optimizations", kee
     for module, file in zip((module_a, module_b), files):
         if file.format != "text":
             raise InputError(f"{module.label} has no HLO text at {stage}", "capture with dump.formats including text")
-        text = store.blobs.get(file.sha256).decode("utf-8", errors="replace")
+        text = store.blobs.get(file.digest).decode("utf-8", errors="replace")
         texts.append(text if keep_metadata else without_provenance(text))
     diff = diff_hlo_texts(texts[0], texts[1], f"{module_a.ref} {stage}", f"{module_b.ref} {stage}", by_position=True, context=context,
                           before_path=files[0].path, after_path=files[1].path)

@@ -24,7 +24,7 @@ from .names import DumpName, decode_dump_name
 if TYPE_CHECKING:
     from .store import Store, StoredFile
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
 CREATE INDEX IF NOT EXISTS runs_batch ON runs(batch_id);
 CREATE TABLE IF NOT EXISTS files (
-    run_id TEXT, path TEXT, sha256 TEXT, size INTEGER, kind TEXT, format TEXT,
+    run_id TEXT, path TEXT, digest TEXT, size INTEGER, kind TEXT, format TEXT,
     module_id INTEGER, module_name TEXT, stage TEXT, backend TEXT, step INTEGER, pipeline TEXT,
     after_pass TEXT, before_pass TEXT,
     PRIMARY KEY (run_id, path)
@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS passes (
     path TEXT, instr_count INTEGER,
     PRIMARY KEY (run_id, module_id, step, pipeline)
 );
-CREATE TABLE IF NOT EXISTS text_counts (sha256 TEXT PRIMARY KEY, instructions INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS text_counts (digest TEXT PRIMARY KEY, instructions INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS term_values (term_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (kind, value));
 CREATE TABLE IF NOT EXISTS module_terms (
     term_id INTEGER, run_id TEXT, module_id INTEGER,
@@ -101,7 +101,7 @@ class RunInfo:
 @dataclass
 class FileInfo:
     path: str
-    sha256: str
+    digest: str
     size: int
     kind: str
     format: str | None
@@ -243,13 +243,13 @@ class Index:
         for stored, name in decoded:
             if name.module_id is not None and name.kind not in ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input"):
                 by_module[name.module_id].append((stored, name))
-        counts = self._known_text_counts({f.sha256 for f, n in decoded if n.kind == "pass" and n.format == "text"})
+        counts = self._known_text_counts({f.digest for f, n in decoded if n.kind == "pass" and n.format == "text"})
         known = set(counts)
         wanted = {module_id: stage_files(members) for module_id, members in by_module.items()}
         holders: dict[tuple[str, bool], list[int]] = defaultdict(list)  # a stage dump's content may be in several modules
         for module_id, stages in wanted.items():
             for stored, _name, with_fingerprint in stages:
-                holders[(stored.sha256, with_fingerprint)].append(module_id)
+                holders[(stored.digest, with_fingerprint)].append(module_id)
         # one transaction, begun while the stage dumps are parsed: the rows that need no parse, and the
         # search terms of each dump as it is parsed, are written meanwhile
         with gather_facts(store, [w for stages in wanted.values() for w in stages]) as gathering, self.transaction():
@@ -271,7 +271,7 @@ class Index:
             self.conn.executemany(
                 "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
-                    (run_id, f.path, f.sha256, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
+                    (run_id, f.path, f.digest, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
                      n.step, n.pipeline, n.after_pass, n.before_pass)
                     for f, n in decoded
                 ],
@@ -307,7 +307,7 @@ class Index:
         wanted, known = sorted(shas), {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
-            rows = self.conn.execute(f"SELECT sha256, instructions FROM text_counts WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk)
+            rows = self.conn.execute(f"SELECT digest, instructions FROM text_counts WHERE digest IN ({','.join('?' * len(chunk))})", chunk)
             known.update((sha, n) for sha, n in rows)
         return known
 
@@ -350,7 +350,7 @@ class Index:
         info = _module_from_row(row)
         if with_files:
             info.files = [
-                FileInfo(r["path"], r["sha256"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
+                FileInfo(r["path"], r["digest"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
                 for r in self.conn.execute("SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path", (run_id, module_id))
             ]
             info.passes = [
@@ -361,7 +361,7 @@ class Index:
 
     def run_files(self, run_id: str) -> list[FileInfo]:
         return [
-            FileInfo(r["path"], r["sha256"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
+            FileInfo(r["path"], r["digest"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
             for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))
         ]
 

@@ -2,9 +2,9 @@
 
 Layout of a store folder (default ``./.xlarun``)::
 
-    VERSION                  store format version (3: blobs may be packs and pointers into them)
+    VERSION                  store format version (4: files named by BLAKE3, in packs; see STORE_VERSION)
     index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
-    blobs/                   dump files, content-addressed by sha256 and zstd-compressed, kept once across
+    blobs/                   dump files, content-addressed (BLAKE3) and zstd-compressed, kept once across
                              runs: most in packs (blobs/packs/, with blobs/packs.sqlite saying where each
                              file is), where a module's successive dumps are compressed together (blobs.py)
     runs/<run id>/           committed runs: manifest.json, spec.yaml, spec.resolved.json,
@@ -35,10 +35,11 @@ from .archiver import OutputArchiver, logical_path  # noqa: F401 (logical_path: 
 from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
 
-#: 3: blobs may be packs and pointers into them; 2: delta blobs (see blobs.py); 1: plain blobs only.
-#: Older stores are read as they are and become format 3 when a run is archived into them.
-STORE_VERSION = 3
-_READABLE_VERSIONS = ("1", "2", "3")
+#: 4: new files are named by BLAKE3, not SHA-256 (see blobs.py); 3: blobs may be packs and pointers into
+#: them; 2: delta blobs; 1: plain blobs only. Older stores are read as they are and become format 4 when a
+#: run is archived into them (an older xlarun then refuses them: it would take BLAKE3 names for damage).
+STORE_VERSION = 4
+_READABLE_VERSIONS = ("1", "2", "3", "4")
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
 
@@ -49,7 +50,7 @@ class StoredFile:
     (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
 
     path: str
-    sha256: str
+    digest: str
     size: int
 
 
@@ -87,7 +88,7 @@ class Store:
         self._open_indexes: list = []
         self._reconciled = False
         self._reconcile_lock = threading.Lock()
-        self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: sha256}, for read_file
+        self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: digest}, for read_file
         self._discards: list[subprocess.Popen] = []  # background deletions of raw files
 
     # --- opening -----------------------------------------------------------------------------
@@ -194,7 +195,7 @@ class Store:
                 target.write_bytes(content)
             else:
                 target.write_text(content, encoding="utf-8")
-        (staging / "files.json").write_text(json.dumps([{"path": f.path, "sha256": f.sha256, "size": f.size} for f in files], separators=(",", ":")))
+        (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files], separators=(",", ":")))
         (staging / "owner.pid").unlink(missing_ok=True)
         final = self.runs_dir / run_id
         os.rename(staging, final)
@@ -216,7 +217,8 @@ class Store:
 
     def stored_files(self, run_id: str) -> list[StoredFile]:
         data = json.loads((self.run_path(run_id) / "files.json").read_text())
-        return [StoredFile(**item) for item in data]
+        # runs archived by format 3 and older list each file's "sha256"
+        return [StoredFile(item["path"], item["digest"] if "digest" in item else item["sha256"], item["size"]) for item in data]
 
     def manifest(self, run_id: str) -> dict:
         path = self.run_path(run_id) / "manifest.json"
@@ -226,7 +228,7 @@ class Store:
         """The exact bytes of one archived file of a run."""
         files = self._file_digests.get(run_id)
         if files is None:  # a committed run's file list never changes: read files.json once
-            files = self._file_digests[run_id] = {entry.path: entry.sha256 for entry in self.stored_files(run_id)}
+            files = self._file_digests[run_id] = {entry.path: entry.digest for entry in self.stored_files(run_id)}
         if path not in files:
             raise InputError(f"run {run_id} has no file {path}", f"`xlarun show` lists a module's files")
         return self.blobs.get(files[path])
@@ -244,7 +246,7 @@ class Store:
         for entry in entries:
             target = dest / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(self.blobs.get(entry.sha256))
+            target.write_bytes(self.blobs.get(entry.digest))
         if with_logs:
             meta = dest / "_xlarun"
             meta.mkdir(parents=True, exist_ok=True)
@@ -312,7 +314,7 @@ class Store:
             stale = self.stale_staging()
             for folder in stale + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
-            live = {entry.sha256 for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
             removed, freed = self.blobs.collect(live)
             return len(stale), removed, freed
 
@@ -322,7 +324,7 @@ class Store:
         runs = self.run_ids()
         for run_id in runs:
             for entry in self.stored_files(run_id):
-                by_sha.setdefault(entry.sha256, []).append((run_id, entry.path))
+                by_sha.setdefault(entry.digest, []).append((run_id, entry.path))
         report = CheckReport(runs=len(runs), files=sum(map(len, by_sha.values())), blobs=len(by_sha), packs=0)
         packs = self.blobs.pack_names()
         report.packs = len(packs)

@@ -149,13 +149,13 @@ def _remember_facts(key: tuple[str, bool], facts: _StageFacts) -> None:
 
 
 def _stage_facts(store: "Store", stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
-    key = (stored.sha256, with_fingerprint)
+    key = (stored.digest, with_fingerprint)
     with _CACHE_LOCK:
         facts = _FACTS_CACHE.get(key)
         if facts is not None:
             _FACTS_CACHE.move_to_end(key)
             return facts
-    facts = _facts_from(name, _stage_bytes(store, stored.sha256), with_fingerprint)
+    facts = _facts_from(name, _stage_bytes(store, stored.digest), with_fingerprint)
     _remember_facts(key, facts)
     return facts
 
@@ -212,7 +212,7 @@ class FactsPool:
 
 
 class gather_facts:
-    """Facts of the stage dumps an ingest needs: ``result()`` maps (sha256, with fingerprint) to facts or a
+    """Facts of the stage dumps an ingest needs: ``result()`` maps (digest, with fingerprint) to facts or a
     parse error. Use as a context manager and do other work before ``result()``: when there is much to
     parse, it goes on meanwhile in a :class:`FactsPool`; otherwise :func:`summarize_module` parses what is
     not cached, in this thread.
@@ -224,7 +224,7 @@ class gather_facts:
         self.futures: dict = {}
         todo: dict[tuple[str, bool], tuple[DumpName, int]] = {}
         for stored, name, with_fingerprint in wanted:
-            key = (stored.sha256, with_fingerprint)
+            key = (stored.digest, with_fingerprint)
             with _CACHE_LOCK:
                 facts = _FACTS_CACHE.get(key)
             if facts is not None:
@@ -270,7 +270,7 @@ class gather_facts:
 
 def count_pass_dumps(store: "Store", files, counts: dict[str, int]) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
-    in ``counts`` (by sha256), for the pass timelines."""
+    in ``counts`` (by digest), for the pass timelines."""
     for stored, name in files:
         if name.kind == "pass" and name.format == "text":
             _pass_count(store, stored, counts)
@@ -278,12 +278,12 @@ def count_pass_dumps(store: "Store", files, counts: dict[str, int]) -> None:
 
 def _pass_count(store: "Store", stored: "StoredFile", counts: dict[str, int]) -> int:
     """A text pass dump's instruction count: from ``counts``, else counted while archiving, else counted now."""
-    count = counts.get(stored.sha256)
+    count = counts.get(stored.digest)
     if count is None:
-        count = _COUNTS_CACHE.get(stored.sha256)
+        count = _COUNTS_CACHE.get(stored.digest)
         if count is None:
-            count = count_instructions_in_text(store.blobs.get(stored.sha256))
-        counts[stored.sha256] = count
+            count = count_instructions_in_text(store.blobs.get(stored.digest))
+        counts[stored.digest] = count
     return count
 
 
@@ -295,7 +295,7 @@ def _facts_job(name: DumpName, data: bytes, with_fingerprint: bool) -> tuple[boo
         return False, exc.message
 
 
-def prepare_facts(path: str, sha256: str, data, job_running: bool = True) -> None:
+def prepare_facts(path: str, digest: str, data, job_running: bool = True) -> None:
     """Count or parse a dump file the index will want, now that its bytes are in hand (the archiver calls
     this for each file, so indexing the run afterwards finds the work done).
 
@@ -310,48 +310,48 @@ def prepare_facts(path: str, sha256: str, data, job_running: bool = True) -> Non
         return
     if name.kind == "pass":
         with _CACHE_LOCK:
-            if sha256 in _COUNTS_CACHE:
+            if digest in _COUNTS_CACHE:
                 return
         count = count_instructions_in_text(data)
         with _CACHE_LOCK:
             if len(_COUNTS_CACHE) > _COUNTS_CACHE_SIZE:
                 _COUNTS_CACHE.clear()
-            _COUNTS_CACHE[sha256] = count
+            _COUNTS_CACHE[digest] = count
     elif name.kind == "hlo" and name.stage in ("before_optimizations", "after_optimizations"):
         with_fingerprint = name.stage == "before_optimizations"
         with _CACHE_LOCK:
-            if (sha256, with_fingerprint) in _FACTS_CACHE:
+            if (digest, with_fingerprint) in _FACTS_CACHE:
                 return
             if not job_running:
-                _keep_stage_bytes(sha256, bytes(data))
+                _keep_stage_bytes(digest, bytes(data))
                 return
         try:
-            _remember_facts((sha256, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
+            _remember_facts((digest, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
         except XlarunError:
             pass  # ingest reports the parse error
 
 
-def _keep_stage_bytes(sha256: str, data: bytes) -> None:
+def _keep_stage_bytes(digest: str, data: bytes) -> None:
     """Hold a stage dump's bytes for :class:`gather_facts` (the caller holds ``_CACHE_LOCK``)."""
-    if len(data) > _STAGE_BYTES_MAX // 4 or sha256 in _STAGE_BYTES:
+    if len(data) > _STAGE_BYTES_MAX // 4 or digest in _STAGE_BYTES:
         return
-    _STAGE_BYTES[sha256] = data
+    _STAGE_BYTES[digest] = data
     held = sum(len(d) for d in _STAGE_BYTES.values())
     while held > _STAGE_BYTES_MAX:
         held -= len(_STAGE_BYTES.popitem(last=False)[1])
 
 
-def _stage_bytes(store: "Store", sha256: str) -> bytes:
+def _stage_bytes(store: "Store", digest: str) -> bytes:
     """A stage dump's bytes: as the archiver kept them, else from the store."""
     with _CACHE_LOCK:
-        data = _STAGE_BYTES.pop(sha256, None)
-    return data if data is not None else store.blobs.get(sha256)
+        data = _STAGE_BYTES.pop(digest, None)
+    return data if data is not None else store.blobs.get(digest)
 
 
 def summarize_module(store: "Store", module_id: int, members, counts: dict[str, int],
                      gathered: dict[tuple[str, bool], _StageFacts | str] | None = None) -> ModuleSummary:
     """A module's summary from its files (``members``: (StoredFile, DumpName) pairs); ``counts`` memoizes
-    pass-dump instruction counts by sha256 and gains the new ones; ``gathered`` holds facts from
+    pass-dump instruction counts by digest and gains the new ones; ``gathered`` holds facts from
     :func:`gather_facts`."""
     names = [n.module_name for _s, n in members if n.module_name]
     stages = sorted({stage_label(n) for _s, n in members if n.kind == "hlo"}, key=lambda s: (s != "before_optimizations", s))
@@ -371,7 +371,7 @@ def summarize_module(store: "Store", module_id: int, members, counts: dict[str, 
         if best is None:
             continue
         stored, name = best
-        facts = (gathered or {}).get((stored.sha256, attr == "before"))
+        facts = (gathered or {}).get((stored.digest, attr == "before"))
         if isinstance(facts, str):
             errors.append(f"{stored.path}: {facts}")
             continue
@@ -398,7 +398,7 @@ def summarize_module(store: "Store", module_id: int, members, counts: dict[str, 
 
 
 def _pass_timeline(store: "Store", pass_members, counts: dict[str, int]) -> list[PassInfo]:
-    """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by sha256)."""
+    """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by digest)."""
     by_step: dict[tuple, list] = defaultdict(list)
     for stored, name in pass_members:
         by_step[(name.step, name.pipeline)].append((stored, name))

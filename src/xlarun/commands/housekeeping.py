@@ -52,7 +52,7 @@ def reindex(store: StoreOption = None) -> None:
 
 
 def check(store: StoreOption = None, as_json: JsonOption = False) -> None:
-    """Read back every archived file and pack and verify its sha256; list what is missing or damaged.
+    """Read back every archived file and pack and verify its digest; list what is missing or damaged.
 
     Exit code 1 when something is damaged (re-capture the runs it names, or `xlarun rm` them).
     """

@@ -239,7 +239,7 @@ def cat(
     module = resolve_module(the_store.index, ref, run=run)
     chosen = _pick_file(module, stage, pass_name, step, fmt)
     typer.echo(f"# {module.run_id}/{chosen.path}", err=True)
-    data = the_store.blobs.get(chosen.sha256)
+    data = the_store.blobs.get(chosen.digest)
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
 

@@ -142,7 +142,7 @@ def render_path(path: str | Path, options: RenderOptions | None = None) -> Rende
 
 def render_stored_file(store, run_id: str, file, options: RenderOptions | None = None) -> RenderedGraph:
     """Render one archived file of a run (``file`` is an index FileInfo)."""
-    rendered = render_bytes(store.blobs.get(file.sha256), file.path, options)
+    rendered = render_bytes(store.blobs.get(file.digest), file.path, options)
     rendered.source = f"{run_id}/{file.path}"
     return rendered
 

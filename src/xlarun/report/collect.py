@@ -57,7 +57,7 @@ class FileCopier:
     def __init__(self, store, root: Path, max_bytes: int):
         self.store, self.root, self.max_bytes = store, root, max_bytes
         self.copied = 0
-        self.by_content: dict[str, str] = {}  # sha256 -> href: unchanged pass dumps share one copy
+        self.by_content: dict[str, str] = {}  # digest -> href: unchanged pass dumps share one copy
 
     def entry(self, file, folder: str, skip_pass_dot: bool = True) -> FileEntry:
         entry = FileEntry(file.path, file.kind, file.stage, file.size, None)
@@ -67,17 +67,17 @@ class FileCopier:
             entry.why_not = "same dump as the .txt"
         elif file.size > self.max_bytes:
             entry.why_not = "too big to copy; `xlarun cat` prints it"
-        elif file.sha256 in self.by_content:
-            entry.href = self.by_content[file.sha256]
+        elif file.digest in self.by_content:
+            entry.href = self.by_content[file.digest]
         else:
-            data = self.store.blobs.get(file.sha256)
+            data = self.store.blobs.get(file.digest)
             if b"\0" in data[:8192]:
                 entry.why_not = "binary"
                 return entry
             target = self.root / "files" / folder / safe_file_name(file.path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-            entry.href = self.by_content[file.sha256] = f"files/{folder}/{target.name}"
+            entry.href = self.by_content[file.digest] = f"files/{folder}/{target.name}"
             self.copied += 1
         return entry
 
@@ -97,18 +97,18 @@ class ParsedCache:
         self.texts: dict[str, str] = {}
         self.modules: dict[str, HloModule | None] = {}
 
-    def text(self, sha256: str) -> str:
-        if sha256 not in self.texts:
-            self.texts[sha256] = self.store.blobs.get(sha256).decode("utf-8", errors="replace")
-        return self.texts[sha256]
+    def text(self, digest: str) -> str:
+        if digest not in self.texts:
+            self.texts[digest] = self.store.blobs.get(digest).decode("utf-8", errors="replace")
+        return self.texts[digest]
 
-    def module(self, sha256: str) -> HloModule | None:
-        if sha256 not in self.modules:
+    def module(self, digest: str) -> HloModule | None:
+        if digest not in self.modules:
             try:
-                self.modules[sha256] = parse_hlo_text(self.text(sha256))
+                self.modules[digest] = parse_hlo_text(self.text(digest))
             except InputError:
-                self.modules[sha256] = None
-        return self.modules[sha256]
+                self.modules[digest] = None
+        return self.modules[digest]
 
     def forget(self) -> None:
         self.texts.clear()
@@ -119,7 +119,7 @@ def hlo_name(store, module) -> str | None:
     """The name on the ``HloModule`` line of the module's first HLO text dump (file names may lack it)."""
     for file in module.files:
         if file.format == "text" and file.kind in ("hlo", "pass"):
-            match = _HEADER_NAME.match(store.blobs.get(file.sha256)[:4096])
+            match = _HEADER_NAME.match(store.blobs.get(file.digest)[:4096])
             if match:
                 return match.group(1).decode("utf-8", errors="replace")
     return None
@@ -140,8 +140,8 @@ def timeline(module, cache: ParsedCache, max_lines: int, with_diffs: bool = True
 
 def _fill_diff(entry: StepEntry, cache: ParsedCache, max_lines: int) -> None:
     step = entry.step
-    before, after = cache.text(step.previous_sha256), cache.text(step.sha256)
-    left, right = cache.module(step.previous_sha256), cache.module(step.sha256)
+    before, after = cache.text(step.previous_digest), cache.text(step.digest)
+    left, right = cache.module(step.previous_digest), cache.module(step.digest)
     if left is not None and right is not None:
         entry.summary = structural_summary(left, right).lines()
     unified = difflib.unified_diff(before.splitlines(), after.splitlines(), step.previous_path or "", step.path, n=3, lineterm="")

@@ -49,7 +49,7 @@ def plan_module_graphs(store, module, limit: int) -> list[GraphJob]:
         except XlarunError:
             continue
         job = GraphJob(f"module_{module.module_id:04d}.{stage}", stage, file.path)
-        _plan(job, lambda f=file, s=stage: graph_of(store.blobs.get(f.sha256), f.path, RenderOptions(), title=f"{module.label} {s}"), limit)
+        _plan(job, lambda f=file, s=stage: graph_of(store.blobs.get(f.digest), f.path, RenderOptions(), title=f"{module.label} {s}"), limit)
         jobs.append(job)
     return jobs
 
@@ -58,7 +58,7 @@ def plan_graphdef(store, file, limit: int) -> GraphJob:
     """A job for one TensorFlow GraphDef ``.pbtxt`` of the run."""
     key = "tf." + "".join(c if c.isalnum() or c in "._-" else "_" for c in file.path.split("/")[-1])
     job = GraphJob(key, file.path, file.path)
-    _plan(job, lambda: graph_of(store.blobs.get(file.sha256), file.path, RenderOptions()), limit)
+    _plan(job, lambda: graph_of(store.blobs.get(file.digest), file.path, RenderOptions()), limit)
     return job
 
 
