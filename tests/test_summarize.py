@@ -62,7 +62,8 @@ store = Store.open(sys.argv[1])
 run_id = store.run_ids()[0]
 wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(run_id)]
 with summarize.gather_facts(store, wanted) as gathering:
-    pooled = gathering.pool is not None and len(gathering.futures) == len(wanted)
+    full = {(f.digest, fp) for f, _name, fp in wanted if fp}  # parsed in full by the workers, the rest scanned here
+    pooled = gathering.pool is not None and set(gathering.futures) == full and set(gathering.here) == {(f.digest, fp) for f, _n, fp in wanted} - full
     gathered = gathering.result()
 same = []
 for f, name, fp in wanted:
@@ -112,7 +113,7 @@ from xlarun.store import Store
 summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
 pools = []
 start = summarize.FactsPool.start
-summarize.FactsPool.start = classmethod(lambda cls: pools.append(start()) or pools[-1])
+summarize.FactsPool.start = classmethod(lambda cls, **kw: pools.append(start(**kw)) or pools[-1])
 index = Store.open(sys.argv[1]).index  # indexes the committed run
 print(json.dumps({"pooled": any(pools), "terms": [tuple(r) for r in index.conn.execute("SELECT module_id, kind, value FROM terms")]}))
 """
@@ -133,7 +134,7 @@ def test_ingest_with_worker_processes_writes_each_modules_terms_as_ingest_in_one
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["pooled"]
-    monkeypatch.setattr(summarize.FactsPool, "start", classmethod(lambda cls: None))
+    monkeypatch.setattr(summarize.FactsPool, "start", classmethod(lambda cls, **kw: None))
     monkeypatch.setattr(summarize, "_FACTS_CACHE", type(summarize._FACTS_CACHE)())
     inline = [tuple(r) for r in inline_store.index.conn.execute("SELECT module_id, kind, value FROM terms")]
     pooled = {tuple(row) for row in report["terms"]}

@@ -89,7 +89,9 @@ class OutputArchiver:
         self.progress = progress
         # sees each archived file: (archive path, digest, its bytes (valid during the call), whether the job still runs)
         self.on_archived = on_archived
-        self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
+        # one thread per core: the files were just written, so reading them is copying from the page cache,
+        # and more threads than cores only contend (measured on 2 CPUs: 0.73-0.84 s against 0.78-0.96 s with 4)
+        self.workers = workers or min(8, os.cpu_count() or 2)
         self._prefix = str(staging) + os.sep  # paths are kept as strings: pathlib cost more than hashing here
         self._archived: dict[str, _Archived] = {}
         self._series: dict[tuple, _Series] = {}
