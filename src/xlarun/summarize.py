@@ -257,11 +257,7 @@ class gather_facts:
 
     def _read_here(self, key: tuple[str, bool]) -> _StageFacts | str:
         name, data = self.here.pop(key)
-        ok, result = _facts_job(name, data, key[1])
-        self.out[key] = result
-        if ok:
-            _remember_facts(key, result)
-        return result
+        return self._record(key, *_facts_job(name, data, key[1]))
 
     def result(self) -> dict[tuple[str, bool], _StageFacts | str]:
         """Every file's facts or parse error (cached ones included), by key."""
@@ -272,7 +268,9 @@ class gather_facts:
         return self.out
 
     def _collect(self, key: tuple[str, bool]) -> _StageFacts | str:
-        ok, result = self.futures.pop(key).result()
+        return self._record(key, *self.futures.pop(key).result())
+
+    def _record(self, key: tuple[str, bool], ok: bool, result: _StageFacts | str) -> _StageFacts | str:
         self.out[key] = result
         if ok:
             _remember_facts(key, result)
