@@ -103,14 +103,6 @@ class BlobStore:
         self._folders: set[str] = set()  # folders known to exist
         self._cache = _DecodedCache(CACHE_BYTES)
         self._table = _PackTable(root / "packs.sqlite", self.packs_dir)
-        self._plain: bool | None = None  # whether plain blobs (formats 1 and 2) may be here
-
-    def _may_have_plain(self) -> bool:
-        """False once no ``ab/`` folder exists: format 3 never writes plain blobs, so none appear later
-        (an older xlarun refuses a format 3 store), and lookups skip a failing open per file."""
-        if self._plain is None:
-            self._plain = any(self.root.glob("[0-9a-f][0-9a-f]"))
-        return self._plain
 
     def path_for(self, digest: str) -> Path:
         """Where a plain (or delta) blob is."""
@@ -126,14 +118,12 @@ class BlobStore:
     # --- writing -----------------------------------------------------------------------------
 
     def has(self, digest: str) -> bool:
-        return bool(self.stored_of([digest]))
+        return self._table.lookup(digest) is not None or self.path_for(digest).exists()
 
-    def stored_of(self, shas: list[str]) -> set[str]:
-        """Those of ``shas`` the store holds."""
-        found = self._table.existing(shas)
-        if self._may_have_plain():
-            found |= {sha for sha in shas if sha not in found and self.path_for(sha).exists()}
-        return found
+    def stored_of(self, digests: list[str]) -> set[str]:
+        """Those of ``digests`` (BLAKE3 names) the store holds: in packs, the only place such a name can be
+        (plain blobs are from formats 1 and 2, and named by SHA-256)."""
+        return self._table.existing(digests)
 
     def packer(self) -> "PackWriter":
         """A writer of files into packs (see :class:`PackWriter`)."""
@@ -378,7 +368,7 @@ class PackWriter:
         """Write the pending files as one pack and list them in the table; returns the bytes written."""
         if not self._members:
             return 0
-        stored = self.blobs.stored_of([sha for sha, _offset, _length in self._members])  # one query per pack, not one per file
+        stored = self.blobs.stored_of([digest for digest, _offset, _length in self._members])  # one query per pack, not one per file
         if stored:
             self._drop(stored)
         if not self._members:

@@ -48,6 +48,7 @@ _NAME_REF = re.compile(r'%?([^\s,{}%]+)')
 _FIELD = re.compile(r'([\w.]+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
 _SECTION_ENTRY = re.compile(r'\s*(\d+)\s+(.*?)\s*$')
 _SPACES = re.compile(r'[ \t]*')
+_MODULE_LINE = re.compile(r"HloModule\s+([^\s,]+)")
 
 
 @dataclass
@@ -349,7 +350,7 @@ class _TextParser:
         return self._module()
 
     def _module_line(self, line: str, lineno: int) -> None:
-        m = re.match(r"HloModule\s+([^\s,]+)", line)
+        m = _MODULE_LINE.match(line)
         if m is None:
             raise self.fail(
                 lineno, f"expected 'HloModule <name>' but found {line[:60]!r}",
@@ -542,7 +543,7 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
     if len(heads) != text.count("\n  "):
         return None  # a line the pattern does not read: the parse will
     header_line = text[: text.find("\n")]
-    name = re.match(r"HloModule\s+([^\s,]+)", header_line)
+    name = _MODULE_LINE.match(header_line)
     try:
         header = _parse_attributes(header_line, name.end()) if name else {}
     except LineError:
