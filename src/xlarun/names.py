@@ -45,6 +45,7 @@ class DumpName:
     compilation: str | None = None  # 'cl_813921542' (internal builds such as libtpu)
     execution: int | None = None  # execution_<n>, counted from 0 per module
     snapshot_id: int | None = None  # PJRT snapshot number, may be negative
+    pid: int | None = None  # pid_<n>: the process PyTorch/XLA on Neuron names in its snapshots
     artifact: str | None = None  # kernel, fusion, graph, function, folder: what the file is about
 
     def describe(self) -> list[tuple[str, str]]:
@@ -77,9 +78,10 @@ _HLO_EXT = r"(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|dot|top_level\.html|html|url)"
 _HLO_FORMAT = {"txt": "text", "hlo.pb": "proto", "hlo.pb.gz": "proto.gz", "dot": "dot",
                "html": "html", "top_level.html": "html", "url": "url"}  # fmt: skip
 
-# <stage>[-<report>].<ext>: the whole module before/after optimizations and the reports on the latter
+# <stage>[-<report>].<ext>: the whole module before/after optimizations and the reports on the latter;
+# libtpu adds after_optimizations_{before,after}_buffer_assignment (stages, never part of the module name)
 _STAGE = re.compile(
-    r"(?:^|\.)(?P<stage>before_optimizations|after_optimizations"
+    r"(?:^|\.)(?P<stage>before_optimizations|after_optimizations_(?:before|after)_buffer_assignment|after_optimizations"
     r"|(?:(?P<target>sm_\d+\.\d+[a-z]*|[A-Za-z0-9]+)_)?(?P<backend>cpu|gpu)_after_optimizations)"
     r"(?:-(?P<report>buffer-assignment-values|buffer-assignment|live-range|memory-usage-report))?"
     r"\.(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|pb\.gz|pb|dot|top_level\.html|html|url|fdo_profile)$"
@@ -91,22 +93,40 @@ _BETWEEN_PASSES = re.compile(
 )
 # <step>.<pass>.<step name>.<ext>: a pass dumping its own intermediate state (copy-insertion does)
 _DURING_PASS = re.compile(r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.(?P<during>[^.]+)\." + _HLO_EXT + "$")
-# debug_options, config.pbtxt, metadata.textproto: what the module was compiled with
-_OPTIONS = re.compile(r"(?:^|\.)(?P<what>debug_options|config\.pbtxt|metadata\.textproto)$")
+# debug_options, config.pbtxt, metadata.textproto: what the module was compiled with; libtpu also writes
+# the options, flags, config, target arguments and compilation environment it compiled with (xla#7193)
+_OPTIONS = re.compile(
+    r"(?:^|\.)(?P<what>debug_options|config\.pbtxt|metadata\.textproto|execution_options\.txt|flagfile"
+    r"|hlo_module_config\.txt|target_arguments\.txt|tpu_comp_env\.txt)$"
+)
+# file -> (format, backend): the formats of the files _OPTIONS names; libtpu's are text protos or plain text
+_OPTIONS_FILES = {"debug_options": ("pbtxt", None), "config.pbtxt": ("pbtxt", None),
+                  "metadata.textproto": ("pbtxt", None), "execution_options.txt": ("pbtxt", None),
+                  "flagfile": ("flags", None), "hlo_module_config.txt": ("txt", None),
+                  "target_arguments.txt": ("txt", None), "tpu_comp_env.txt": ("pbtxt", "tpu")}  # fmt: skip
 # snapshot.<n>.pb: the HloSnapshot PJRT's CPU client writes per execution
 _PJRT_SNAPSHOT = re.compile(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.pb$")
 # execution_<n>[.hlo_snapshot|.hlo_unoptimized_snapshot].<pb|txt>: XLA's per-execution protos
 _EXECUTION = re.compile(
     r"(?:^|\.)execution_(?P<execution>\d+)(?:\.(?P<what>hlo_snapshot|hlo_unoptimized_snapshot))?\.(?P<ext>pb|txt)$"
 )
-# module_<name>.execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
-_NAMED_SNAPSHOT = re.compile(r"^module_(?P<name>.+)\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$")
+# module_<name>[.pid_<n>].execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
+# (TensorFlow's); PyTorch/XLA on Neuron puts its process id before the execution
+_NAMED_SNAPSHOT = re.compile(
+    r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$"
+)
 # thunk_sequence.txt, autotune_results.pbtxt, gpu_target_config.pbtxt: one per module on GPU
 _GPU_MODULE_KIND = {"thunk_sequence.txt": ("thunk-sequence", "txt"), "autotune_results.pbtxt": ("autotune", "pbtxt"),
-                    "gpu_target_config.pbtxt": ("target-config", "pbtxt")}  # fmt: skip
+                    "gpu_target_config.pbtxt": ("target-config", "pbtxt"),
+                    "thunk_sequence_after_thunk_passes.txt": ("thunk-sequence", "txt")}  # fmt: skip
 _GPU_MODULE_FILE = re.compile(r"(?:^|\.)(?P<what>" + "|".join(map(re.escape, _GPU_MODULE_KIND)) + ")$")
 # obj-file.<kernel>.o: the CPU object code of one kernel
 _OBJ_FILE = re.compile(r"(?:^|\.)obj-file\.(?P<kernel>.+)\.o$")
+# the CPU object code of the whole module: '.o' (jax 0.4.30, TF), '.obj-file..o' (jax 0.5.0-0.5.1),
+# '.obj-file.o' (jax 0.5.3-0.6.2)
+_WHOLE_OBJ_FILE = re.compile(r"(?:^|\.)(?:obj-file\.{1,2})?o$")
+# what a module name never ends with: an LLVM IR step (a '.ir-with-opt.o' is the user's own compile of XLA's .ll)
+_LLVM_STEP_TAIL = re.compile(r"(?:^|\.)ir-(?:no|with)-opt(?:-noconst)?$")
 # [<kernel or shard>.]ir-<no|with>-opt[.<shard>][-noconst].ll: LLVM IR (newer XLA puts the kernel first)
 _LLVM_IR = re.compile(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+))?(?P<noconst>-noconst)?\.ll$")
 # <kernel>-<pre-optimization|post-optimization|post-lowering>.mlir: the CPU fusion emitter's MLIR
@@ -122,6 +142,8 @@ _FUSION_HTML = re.compile(r"(?:^|\.)_fusion\.html$")
 _MLIR_MODULE = re.compile(r"(?:^|\.)mlir$")
 
 _CL_SEGMENT = re.compile(r"cl_\d+")
+# names XLA always uniquifies with '.<n>': PyTorch/XLA's graphs and TF's functions and clusters
+_UNIQUIFIED = re.compile(r"^SyncTensorsGraph$|__Xla.*_$")
 
 
 def _split_head(head: str) -> dict[str, Any]:
@@ -137,8 +159,10 @@ def _split_kernel(body: str, shard_last: bool = False) -> tuple[str, str | None]
 
     A module name is its first segment plus the all-digit segments XLA's uniquifier adds
     (``SyncTensorsGraph.105381``, ``..._.2``); kernel names start with a letter or '_'. With
-    ``shard_last`` and no kernel, a trailing number is a GPU LLVM shard (``jit_f.1.ptx``); a
-    TF name ending in ``_.2`` reads wrongly there, which its file name alone cannot settle.
+    ``shard_last`` and no kernel, a trailing number is a GPU LLVM shard (``jit_f.1.ptx``), except
+    after the names that always carry a uniquifier (PyTorch/XLA's ``SyncTensorsGraph``, TF's
+    ``...__Xla..._``); any other name the uniquifier ends reads wrongly there, which its file name
+    alone cannot settle.
     """
     segments = body.split(".")
     n = 1
@@ -147,14 +171,14 @@ def _split_kernel(body: str, shard_last: bool = False) -> tuple[str, str | None]
             n += 1
         if n < len(segments) and _CL_SEGMENT.fullmatch(segments[n]):
             n += 1
-    if shard_last and n == len(segments) and n > 1 and segments[-1].isdigit():
+    if shard_last and n == len(segments) and n > 1 and segments[-1].isdigit() and not _UNIQUIFIED.search(segments[-2]):
         n -= 1
     return ".".join(segments[:n]), ".".join(segments[n:]) or None
 
 
 def _stage_fields(m: re.Match, head: str) -> dict[str, Any]:
     report, ext = m["report"], m["ext"]
-    stage = "before_optimizations" if m["stage"] == "before_optimizations" else "after_optimizations"
+    stage = m["stage"] if m["stage"].startswith(("before_", "after_")) else "after_optimizations"
     fields = {"stage": stage, "backend": m["backend"], "target": m["target"], **_split_head(head)}
     if ext == "fdo_profile":  # the feedback-directed profile the module was compiled with
         return {**fields, "kind": "autotune", "artifact": "fdo_profile"}
@@ -175,7 +199,8 @@ def _pass_fields(m: re.Match, head: str) -> dict[str, Any]:
 
 def _options_fields(m: re.Match, head: str) -> dict[str, Any]:
     artifact = None if m["what"] == "debug_options" else m["what"].split(".")[0]
-    return {"kind": "debug-options", "format": "pbtxt", "artifact": artifact, **_split_head(head)}
+    fmt, backend = _OPTIONS_FILES[m["what"]]
+    return {"kind": "debug-options", "format": fmt, "backend": backend, "artifact": artifact, **_split_head(head)}
 
 
 def _snapshot_fields(m: re.Match, head: str) -> dict[str, Any]:
@@ -189,7 +214,8 @@ def _snapshot_fields(m: re.Match, head: str) -> dict[str, Any]:
 
 def _gpu_module_fields(m: re.Match, head: str) -> dict[str, Any]:
     kind, fmt = _GPU_MODULE_KIND[m["what"]]
-    return {"kind": kind, "format": fmt, "backend": "gpu", **_split_head(head)}
+    after = "after_thunk_passes" if "after_thunk_passes" in m["what"] else None  # the sequence the thunk passes left
+    return {"kind": kind, "format": fmt, "backend": "gpu", "artifact": after, **_split_head(head)}
 
 
 def _obj_file_fields(m: re.Match, head: str) -> dict[str, Any]:
@@ -197,8 +223,14 @@ def _obj_file_fields(m: re.Match, head: str) -> dict[str, Any]:
     return {**fields, **_split_head(head)}
 
 
+def _whole_obj_file_fields(m: re.Match, head: str) -> dict[str, Any] | None:
+    if _LLVM_STEP_TAIL.search(head):  # not XLA's: an object the user compiled from a dumped .ll
+        return None
+    return {"kind": "codegen", "format": "o", "backend": "cpu", "pipeline": "obj-file", **_split_head(head)}
+
+
 def _llvm_ir_fields(m: re.Match, head: str) -> dict[str, Any]:
-    head, kernel = _split_kernel(head, shard_last=True) if head else ("", None)
+    head, kernel = _split_kernel(head) if head else ("", None)  # XLA puts a shard after 'ir-...-opt'
     step = m["step"] + (m["noconst"] or "")
     return {"kind": "codegen", "format": "ll", "pipeline": step, "artifact": m["shard"] or kernel,
             **_split_head(head)}  # fmt: skip
@@ -229,8 +261,8 @@ def _html_or_mlir_fields(m: re.Match, head: str) -> dict[str, Any]:
 _XLA_SCHEMES = (
     (_STAGE, _stage_fields), (_BETWEEN_PASSES, _pass_fields), (_OPTIONS, _options_fields),
     (_PJRT_SNAPSHOT, _snapshot_fields), (_EXECUTION, _snapshot_fields), (_GPU_MODULE_FILE, _gpu_module_fields),
-    (_OBJ_FILE, _obj_file_fields), (_LLVM_IR, _llvm_ir_fields), (_EMITTER_MLIR, _kernel_fields),
-    (_PASSES_LOG, _kernel_fields), (_GPU_KERNEL, _gpu_kernel_fields), (_FUSION_HTML, _html_or_mlir_fields),
+    (_OBJ_FILE, _obj_file_fields), (_WHOLE_OBJ_FILE, _whole_obj_file_fields), (_LLVM_IR, _llvm_ir_fields),
+    (_EMITTER_MLIR, _kernel_fields), (_PASSES_LOG, _kernel_fields), (_GPU_KERNEL, _gpu_kernel_fields), (_FUSION_HTML, _html_or_mlir_fields),
     (_MLIR_MODULE, _html_or_mlir_fields), (_DURING_PASS, _pass_fields),
 )  # fmt: skip
 
@@ -248,7 +280,8 @@ def _decode_xla(name: str) -> dict[str, Any]:
     match = _MODULE.search(name)
     if not match:
         if m := _NAMED_SNAPSHOT.match(name):
-            return {"kind": "snapshot", "format": "pb", "module_name": m["name"], "execution": int(m["execution"])}
+            pid = {"pid": int(m["pid"])} if m["pid"] else {}
+            return {"kind": "snapshot", "format": "pb", "module_name": m["name"], "execution": int(m["execution"]), **pid}
         return {}
     prefix, rest = name[: match.start()], name[match.end() :]
     known: dict[str, Any] = {"module_id": int(match["id"])}
@@ -372,6 +405,7 @@ _FORMAT_WORDS = {
     "pb.gz": "binary protobuf, gzip-compressed", "ll": "LLVM IR", "o": "object code", "mlir": "MLIR",
     "ptx": "PTX assembly", "txt": "plain text", "log": "MLIR after every pass", "jaxpr": "jaxpr text",
     "pprof": "pprof profile", "pop": "PopVision profile", "a": "ar archive",
+    "flags": "command-line flags, as a flag file holds them",
 }  # fmt: skip
 _ARTIFACT_LABEL = {"codegen": "kernel", "gpu-artifact": "kernel", "tf-graph": "graph", "pjrt-compile-input": "file",
                    "torch-xla": "file", "poplar-report": "report folder", "debug-options": "file"}  # fmt: skip
@@ -389,6 +423,9 @@ def _stage_words(d: DumpName) -> str | None:
         return "before optimizations (as the framework handed it to XLA)"
     if d.stage == "after_optimizations":
         return "after optimizations" + (f" for {d.backend}" if d.backend else " (no backend prefix: TPU or older XLA)")
+    if d.stage and d.stage.startswith("after_optimizations_"):
+        point = "before" if d.stage.endswith("before_buffer_assignment") else "after"
+        return f"after optimizations, {point} buffer assignment (libtpu writes both)"
     return None
 
 
@@ -419,6 +456,10 @@ def _describe(d: DumpName) -> list[tuple[str, str]]:
         out.append(("execution", f"{d.execution} (execution_{d.execution:04d}; counted from 0 per module)"))
     if d.snapshot_id is not None:
         out.append(("snapshot", f"{d.snapshot_id} (PJRT's number for this execution; may be negative)"))
+    if d.pid is not None:
+        out.append(("process", f"{d.pid} (the pid of the process that ran it, as PyTorch/XLA on Neuron names it)"))
+    if d.kind == "snapshot" and d.module_id is None and d.module_name:
+        out.append(("module id", "not in the file name (TensorFlow's snapshots carry the module name only)"))
     if d.stage != "pass" and d.step is not None:
         what = "JAX's dump counter" if d.kind == "jax-ir" else f"TF's _{d.step}: the name was dumped before"
         out.append(("step", f"{d.step} ({what})"))
