@@ -2,16 +2,26 @@
 
 Everything the built-in engine and ``xlarun convert`` need from jaxlib goes through here:
 HLO text <-> HloModuleProto, HloModuleProto -> StableHLO, compile on a PJRT client, execute,
-and DOT rendering. These names are private and move between jaxlib releases (0.6.1
-``jaxlib._jax``, 0.6.2 ``compile_and_load``, 0.10 ``jaxlib._hlo``); each is looked up in the
-places it has lived, and a missing one raises :class:`EnvironmentProblem` naming the installed
-jaxlib, so an upgrade breaks one module with one clear message. Supported: jaxlib 0.10.x.
+and DOT rendering. These names are private and move between jaxlib releases; each is looked up
+in the places it has lived, and a missing one raises :class:`EnvironmentProblem` naming the
+installed jaxlib, so an upgrade breaks one module with one clear message.
+
+Supported: jaxlib 0.4.30 to 0.12. What differs between them (checked in one venv per version):
+
+- HLO -> StableHLO: ``_xla.mlir.hlo_to_stablehlo(proto)`` (bytecode) from 0.6; before it,
+  ``_xla.mlir.xla_computation_to_mlir_module(XlaComputation(proto))`` (MLIR text);
+- compile: ``client.compile_and_load(mlir, DeviceList, options)`` from 0.6.2,
+  ``client.compile(mlir, DeviceList, options)`` before, ``client.compile(mlir, options)`` on 0.4.x;
+- the 64-bit switch: ``jax.enable_x64`` from jax 0.8, ``jax.experimental.enable_x64`` before;
+- backends: ``jax.extend.backend.get_backend`` (not in 0.4.30: ``jax._src.xla_bridge``);
+- the parser and printer: ``xla_client._xla`` until 0.10, ``xla_client.hlo`` after.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +29,14 @@ import numpy as np
 
 from ..errors import EngineError, EnvironmentProblem, InputError
 
-SUPPORTED_JAXLIB = "0.10"
+#: The jaxlib versions the engine is proven on (the compat tests replay on both ends and one between).
+SUPPORTED_JAXLIB = ("0.4.30", "0.12")
+SUPPORTED_RANGE = f"jaxlib {SUPPORTED_JAXLIB[0]} to {SUPPORTED_JAXLIB[1]}.x"
 #: xlarun platform name -> names jax may register the backend under.
 _PLATFORM_ALIASES = {"cpu": ("cpu",), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu")}
+#: How a module proto becomes MLIR the client compiles, by the name that does it.
+ROUTE_STABLEHLO = "hlo_to_stablehlo"
+ROUTE_COMPUTATION = "xla_computation_to_mlir_module"
 
 
 def jaxlib_version() -> str | None:
@@ -48,13 +63,21 @@ def _resolve(root, *dotted_paths: str):
 @dataclass(frozen=True)
 class _Bindings:
     xla_client: Any
+    version: str
     hlo_module_from_text: Any
     hlo_module_from_proto: Any
-    hlo_to_stablehlo: Any
+    hlo_to_stablehlo: Any  # None where only the XlaComputation route exists
+    computation_to_mlir: Any
+    xla_computation: Any
     hlo_module_to_dot_graph: Any
     print_options: Any
     device_list: Any
     compile_options: Any
+
+    @property
+    def mlir_route(self) -> str:
+        """The name that turns a module proto into MLIR on this jaxlib."""
+        return ROUTE_STABLEHLO if self.hlo_to_stablehlo is not None else ROUTE_COMPUTATION
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,20 +103,26 @@ def resolve_bindings(xla_client, version: str) -> _Bindings:
         "hlo_module_from_proto": _resolve(
             xla_client, "hlo.HloModule.from_serialized_hlo_module_proto", "_xla.HloModule.from_serialized_hlo_module_proto"
         ),
-        "hlo_to_stablehlo": _resolve(xla_client, "_xla.mlir.hlo_to_stablehlo"),
         "hlo_module_to_dot_graph": _resolve(xla_client, "hlo.hlo_module_to_dot_graph", "_xla.hlo_module_to_dot_graph"),
         "print_options": _resolve(xla_client, "hlo.HloPrintOptions", "_xla.HloPrintOptions"),
-        "device_list": _resolve(xla_client, "DeviceList"),
+        "device_list": _resolve(xla_client, "DeviceList", "_xla.DeviceList"),
         "compile_options": _resolve(xla_client, "CompileOptions"),
     }
+    route = {
+        "hlo_to_stablehlo": _resolve(xla_client, "_xla.mlir.hlo_to_stablehlo"),
+        "computation_to_mlir": _resolve(xla_client, "_xla.mlir.xla_computation_to_mlir_module"),
+        "xla_computation": _resolve(xla_client, "XlaComputation", "_xla.XlaComputation"),
+    }
     missing = sorted(name for name, value in found.items() if value is None)
+    if route["hlo_to_stablehlo"] is None and (route["computation_to_mlir"] is None or route["xla_computation"] is None):
+        missing.append("hlo_to_stablehlo and xla_computation_to_mlir_module")
     if missing:
         raise EnvironmentProblem(
             f"jaxlib {version} lacks {', '.join(missing)}, which the built-in replay engine needs",
-            f"xlarun supports jaxlib {SUPPORTED_JAXLIB}.x: pip install 'jax~={SUPPORTED_JAXLIB}.0' "
-            f"'jaxlib~={SUPPORTED_JAXLIB}.0', or use --engine run_hlo_module",
+            f"xlarun's engine runs on {SUPPORTED_RANGE}: pip install 'jax[cpu]>={SUPPORTED_JAXLIB[0]}', "
+            "or use --engine run_hlo_module",
         )
-    return _Bindings(xla_client=xla_client, **found)
+    return _Bindings(xla_client=xla_client, version=version, **found, **route)
 
 
 # ---- HLO format conversions ----
@@ -121,11 +150,26 @@ def module_proto_to_text(module_proto: bytes, *, print_large_constants: bool = T
 
 
 def module_proto_to_stablehlo(module_proto: bytes) -> bytes:
-    """Convert a serialized HloModuleProto to a StableHLO module (MLIR bytecode)."""
+    """Convert a serialized HloModuleProto to a StableHLO module the client compiles.
+
+    MLIR bytecode from ``hlo_to_stablehlo``, or MLIR text (UTF-8) on jaxlib before 0.6, which
+    goes through ``XlaComputation``; every compile entry point takes either.
+    """
+    b = bindings()
     try:
-        return bindings().hlo_to_stablehlo(module_proto)
+        if b.hlo_to_stablehlo is not None:
+            return b.hlo_to_stablehlo(module_proto)
+        mlir = b.computation_to_mlir(b.xla_computation(module_proto))
     except Exception as exc:
-        raise EngineError(f"HLO -> StableHLO conversion failed: {_first_line(exc)}") from exc
+        raise EngineError(f"HLO -> StableHLO conversion failed: {_first_line(exc)}", _proto_hint(exc)) from exc
+    return mlir.encode("utf-8") if isinstance(mlir, str) else mlir
+
+
+def _proto_hint(exc: BaseException) -> str | None:
+    # XLA since 2025 numbers instructions past 2**31 (computation id << 32 | index); older parsers refuse them
+    if "INT_MAX" in str(exc):
+        return f"the module was dumped by a newer XLA than jaxlib {jaxlib_version()}'s; replay it with a newer jaxlib"
+    return None
 
 
 def module_to_dot(module_proto: bytes) -> str:
@@ -142,11 +186,22 @@ def module_name(module_proto: bytes) -> str:
 # ---- platforms, compile, execute ----
 
 
-def available_platforms() -> list[str]:
-    """The xlarun platform names (cpu, cuda, rocm) jax can reach on this machine."""
+def _backend_api():
+    """``(backends, get_backend)``: jax.extend's where it has them (not 0.4.30), else xla_bridge's."""
     import jax.extend.backend
 
-    registered = set(jax.extend.backend.backends())
+    public = jax.extend.backend
+    if hasattr(public, "backends") and hasattr(public, "get_backend"):
+        return public.backends, public.get_backend
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends, xla_bridge.get_backend
+
+
+def available_platforms() -> list[str]:
+    """The xlarun platform names (cpu, cuda, rocm) jax can reach on this machine."""
+    backends, _ = _backend_api()
+    registered = set(backends())
     platforms = []
     for name, aliases in _PLATFORM_ALIASES.items():
         for alias in aliases:
@@ -157,9 +212,8 @@ def available_platforms() -> list[str]:
 
 
 def _backend_platform(alias: str) -> str:
-    import jax.extend.backend
-
-    client = jax.extend.backend.get_backend(alias)
+    _, get_backend = _backend_api()
+    client = get_backend(alias)
     version = (client.platform_version or "").lower()
     if client.platform == "gpu" or alias == "gpu":
         return "rocm" if "rocm" in version or "hip" in version else "cuda"
@@ -184,9 +238,24 @@ def _register_jax_custom_calls() -> None:
     if initialize is None:
         raise EnvironmentProblem(
             f"jaxlib {jaxlib_version()} has no LAPACK initializer where xlarun looks for it",
-            f"xlarun supports jaxlib {SUPPORTED_JAXLIB}.x",
+            f"xlarun's engine runs on {SUPPORTED_RANGE}",
         )
     initialize()
+
+
+@functools.lru_cache(maxsize=1)
+def _x64_switch():
+    """The context manager that lets jax make 64-bit arrays: top-level from jax 0.8, experimental before."""
+    import jax
+    import jax.experimental
+
+    switch = _resolve(jax, "enable_x64", "experimental.enable_x64")
+    if switch is None:
+        raise EnvironmentProblem(
+            f"jax {jax.__version__} has neither jax.enable_x64 nor jax.experimental.enable_x64",
+            f"xlarun's engine runs on {SUPPORTED_RANGE}",
+        )
+    return switch
 
 
 @dataclass
@@ -201,8 +270,11 @@ class CompiledModule:
         """Copy host arrays to the device once, outside the timed loop."""
         import jax
 
-        with jax.enable_x64(True):  # keep 64-bit arguments 64-bit: the module's types are fixed
-            return [jax.device_put(np.asarray(a), self.device) for a in arguments]
+        switch = _x64_switch()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the experimental switch warns on some versions
+            with switch(True):  # keep 64-bit arguments 64-bit: the module's types are fixed
+                return [jax.device_put(np.asarray(a), self.device) for a in arguments]
 
     def run(self, device_arguments: list) -> tuple[list, float]:
         """Execute once; return the device outputs (tuples flattened) and the seconds it took."""
@@ -224,8 +296,6 @@ class Platform:
     """One PJRT client and its first device, named as xlarun names platforms (cpu, cuda, rocm)."""
 
     def __init__(self, name: str):
-        import jax.extend.backend
-
         bindings()
         name = name.lower()
         if name in ("host", "gpu"):
@@ -236,24 +306,45 @@ class Platform:
                 f"platform {name!r} is not available to jax here (available: {', '.join(available) or 'none'})",
                 "install the matching jax plugin (jax[cuda12], jax[rocm]) or pick another --platform",
             )
-        alias = next(a for a in _PLATFORM_ALIASES[name] if a in jax.extend.backend.backends())
+        backends, get_backend = _backend_api()
+        alias = next(a for a in _PLATFORM_ALIASES[name] if a in backends())
         _register_jax_custom_calls()
         self.name = name
-        self.client = jax.extend.backend.get_backend(alias)
+        self.client = get_backend(alias)
         self.device = self.client.local_devices()[0]
 
     def compile(self, stablehlo: bytes) -> CompiledModule:
-        """Compile a StableHLO module for this platform's first device."""
-        b = bindings()
+        """Compile a StableHLO module (bytecode or text) for this platform's first device."""
         start = time.perf_counter()
         try:
-            executable = self.client.compile_and_load(stablehlo, b.device_list((self.device,)), b.compile_options())
+            executable = self._compile(stablehlo)
         except Exception as exc:
             raise EngineError(f"compile on {self.name} failed: {_first_line(exc)}") from exc
         return CompiledModule(executable, self.device, time.perf_counter() - start)
 
+    def _compile(self, stablehlo: bytes):
+        b = bindings()
+        devices = b.device_list((self.device,))
+        if hasattr(self.client, "compile_and_load"):  # jaxlib 0.6.2+: compile() no longer loads
+            return self.client.compile_and_load(stablehlo, devices, b.compile_options())
+        if _takes_devices(self.client.compile):  # jaxlib 0.5 and 0.6.0-0.6.1
+            return self.client.compile(stablehlo, devices, b.compile_options())
+        options = b.compile_options()  # jaxlib 0.4.x: the device comes from the options' assignment
+        options.device_assignment = _single_device_assignment(b.xla_client, self.device)
+        return self.client.compile(stablehlo, options)
+
     def describe(self) -> str:
         return f"{self.name} ({self.device.device_kind}, jaxlib {jaxlib_version()})"
+
+
+def _takes_devices(compile_method) -> bool:
+    # nanobind writes every overload's signature into the docstring; the first parameter after the module names it
+    return "executable_devices" in (getattr(compile_method, "__doc__", None) or "")
+
+
+def _single_device_assignment(xla_client, device):
+    assignment = _resolve(xla_client, "DeviceAssignment", "_xla.DeviceAssignment")
+    return assignment.create(np.array([[device.id]]))
 
 
 def _first_line(exc: BaseException) -> str:
