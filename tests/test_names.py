@@ -16,9 +16,13 @@ from xlarun.names import KINDS, DumpName, decode_dump_name
 
 FIXTURES = Path(__file__).parent / "fixtures" / "names"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
+PUBLIC = FIXTURES / "public.txt"  # names quoted in public issues, docs and code, not made here
+MADE_HERE = [f for f in FIXTURE_FILES if f != PUBLIC]  # by make_fixtures.py
 
-# Real names that may decode as 'unknown', each with the reason. None today: keep it that way.
-EXPECTED_UNKNOWN: dict[str, str] = {}
+# Real names that may decode as 'unknown', each with the reason; public.txt says the same beside the name.
+EXPECTED_UNKNOWN: dict[str, str] = {
+    "module_0000.jit_quad_roots.ir-with-opt.o": "not XLA's: a user's clang compile of XLA's .ir-with-opt.ll",
+}
 
 # The module names each real run produces (TF's numbers change from run to run); a name split at the
 # wrong dot fails these full matches.
@@ -46,8 +50,9 @@ def expect(path: str, **fields) -> None:
 
 
 def test_fixtures_are_present_and_say_how_they_were_made():
-    assert {f.name for f in FIXTURE_FILES} >= {"jax_cpu_passes.txt", "tf2_jit.txt", "tf1_autojit.txt", "jax_ir.txt"}
-    for fixture in FIXTURE_FILES:
+    assert {f.name for f in FIXTURE_FILES} >= {"jax_cpu_passes.txt", "tf2_jit.txt", "tf1_autojit.txt", "jax_ir.txt",
+                                                "public.txt"}  # fmt: skip
+    for fixture in MADE_HERE:
         header = fixture.read_text().splitlines()[:2]
         assert header[0].startswith("# ") and "jax 0.10.2" in header[0] and "tensorflow-cpu 2.21" in header[0]
         assert len(real_names(fixture)) > 10
@@ -64,7 +69,7 @@ def test_every_real_name_decodes(fixture):
         assert d.describe()[0][0] == "kind"
 
 
-@pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=lambda f: f.stem)
+@pytest.mark.parametrize("fixture", MADE_HERE, ids=lambda f: f.stem)
 def test_real_module_names_are_never_split_at_the_wrong_dot(fixture):
     family = fixture.stem.split("_")[0]
     for d in decoded(fixture.name):
@@ -205,6 +210,191 @@ def test_representative_jax_ir_names():
     expect("jax_ir/jax_000004_<lambda>.jaxpr.txt", kind="jax-ir", format="jaxpr", step=4, artifact="<lambda>")
     # JAX_DUMP_IR_TO pointed at the XLA dump folder itself
     expect("jax_000003__reduce_sum.jaxpr.html", kind="jax-ir", format="html", step=3, artifact="_reduce_sum")
+
+
+# ---- (a2) names quoted in public issues, docs and code (fixtures/names/public.txt) ------------
+
+_TF_CLUSTER = "cluster_4221__XlaCompiledKernel_true__XlaHasReferenceVars_true__XlaNumConstantArgs_0__XlaNumResourceArgs_0_.785"
+
+PUBLIC_EXPECTED = {
+    # libtpu's side files and its two stages around buffer assignment (xla#7193)
+    "module_0021.jit_train_step.execution_options.txt":
+        dict(kind="debug-options", format="pbtxt", module_id=21, module_name="jit_train_step",
+             artifact="execution_options"),
+    "module_0021.jit_train_step.flagfile":
+        dict(kind="debug-options", format="flags", module_id=21, module_name="jit_train_step", artifact="flagfile"),
+    "module_0021.jit_train_step.hlo_module_config.txt":
+        dict(kind="debug-options", format="txt", module_id=21, module_name="jit_train_step",
+             artifact="hlo_module_config"),
+    "module_0021.jit_train_step.target_arguments.txt":
+        dict(kind="debug-options", format="txt", module_id=21, module_name="jit_train_step",
+             artifact="target_arguments"),
+    "module_0021.jit_train_step.tpu_comp_env.txt":
+        dict(kind="debug-options", format="pbtxt", module_id=21, module_name="jit_train_step", backend="tpu",
+             artifact="tpu_comp_env"),
+    "module_0023.jit_train_step.after_optimizations_before_buffer_assignment.txt":
+        dict(kind="hlo", format="text", module_id=23, module_name="jit_train_step",
+             stage="after_optimizations_before_buffer_assignment"),
+    "module_0023.jit_train_step.after_optimizations_after_buffer_assignment.txt":
+        dict(kind="hlo", format="text", module_id=23, module_name="jit_train_step",
+             stage="after_optimizations_after_buffer_assignment"),
+    "module_0023.jit_train_step.after_optimizations.txt":
+        dict(kind="hlo", format="text", module_id=23, module_name="jit_train_step", stage="after_optimizations"),
+    "module_0023.jit_train_step.after_optimizations-buffer-assignment.txt":
+        dict(kind="buffer-assignment", format="txt", module_id=23, module_name="jit_train_step",
+             stage="after_optimizations"),
+    "module_0012.jit__unnamed_wrapped_function_.execution_options.txt":
+        dict(kind="debug-options", format="pbtxt", module_id=12, module_name="jit__unnamed_wrapped_function_",
+             artifact="execution_options"),
+    # PyTorch/XLA: the graph number is part of the name, never a shard or a kernel
+    "module_0001.SyncTensorsGraph.68.ir-no-opt.ll":
+        dict(kind="codegen", format="ll", module_id=1, module_name="SyncTensorsGraph.68", pipeline="ir-no-opt"),
+    "module_0001.SyncTensorsGraph.68.sm_9.0_gpu_after_optimizations.txt":
+        dict(kind="hlo", format="text", module_id=1, module_name="SyncTensorsGraph.68", stage="after_optimizations",
+             backend="gpu", target="sm_9.0"),
+    "module_0001.SyncTensorsGraph.68.autotune_results.pbtxt":
+        dict(kind="autotune", format="pbtxt", module_id=1, module_name="SyncTensorsGraph.68", backend="gpu"),
+    "module_0001.SyncTensorsGraph.68.gpu_target_config.pbtxt":
+        dict(kind="target-config", format="pbtxt", module_id=1, module_name="SyncTensorsGraph.68", backend="gpu"),
+    # PyTorch/XLA on Neuron: the pid is kept apart from the module name
+    "module_SyncTensorsGraph.387.pid_12643.execution_7496.hlo_snapshot.pb":
+        dict(kind="snapshot", format="pb", module_name="SyncTensorsGraph.387", execution=7496, pid=12643),
+    # an older JAX CPU dump: the whole module's object code, LLVM IR without constants
+    "module_0000.jit_prim_fun.o":
+        dict(kind="codegen", format="o", module_id=0, module_name="jit_prim_fun", backend="cpu", pipeline="obj-file"),
+    "module_0000.jit_prim_fun.ir-no-opt-noconst.ll":
+        dict(kind="codegen", format="ll", module_id=0, module_name="jit_prim_fun", pipeline="ir-no-opt-noconst"),
+    "module_0000.jit_prim_fun.cpu_after_optimizations.top_level.html":
+        dict(kind="hlo", format="html", module_id=0, module_name="jit_prim_fun", stage="after_optimizations",
+             backend="cpu", artifact="top_level"),
+    "module_0000.jit_prim_fun.before_optimizations.dot":
+        dict(kind="hlo", format="dot", module_id=0, module_name="jit_prim_fun", stage="before_optimizations"),
+    "module_0001.0001.IPU.after_forward-allocation.before_hlo-memory-scheduler.dot":
+        dict(kind="pass", format="dot", module_id=1, stage="pass", backend="ipu", step=1, pipeline="IPU",
+             after_pass="forward-allocation", before_pass="hlo-memory-scheduler"),
+    "module_0335.jit__identity_fn.0001.spmd-partitioner.after_sharding-propagation.before_spmd-partitioning.txt":
+        dict(kind="pass", format="text", module_id=335, module_name="jit__identity_fn", stage="pass", step=1,
+             pipeline="spmd-partitioner", after_pass="sharding-propagation", before_pass="spmd-partitioning"),
+    "module_0225.jit__apply_H_sparse.thunk_sequence.txt":
+        dict(kind="thunk-sequence", format="txt", module_id=225, module_name="jit__apply_H_sparse", backend="gpu"),
+    "module_0001.mosaic_gpu_uses_command_buffers.thunk_sequence_after_thunk_passes.txt":
+        dict(kind="thunk-sequence", format="txt", module_id=1, module_name="mosaic_gpu_uses_command_buffers",
+             backend="gpu", artifact="after_thunk_passes"),
+    "module_0001.ir-no-opt.ll": dict(kind="codegen", format="ll", module_id=1, pipeline="ir-no-opt"),
+    "module_0013.jit_compiled_batch.sm_8.9_gpu_after_optimizations-buffer-assignment.txt":
+        dict(kind="buffer-assignment", format="txt", module_id=13, module_name="jit_compiled_batch",
+             stage="after_optimizations", backend="gpu", target="sm_8.9"),
+    f"module_5629.{_TF_CLUSTER}.gfx942_gpu_after_optimizations.txt":
+        dict(kind="hlo", format="text", module_id=5629, module_name=_TF_CLUSTER, stage="after_optimizations",
+             backend="gpu", target="gfx942"),
+    "module_0002.jit__logsm_from_logmhalo_jax_kern.gpu_after_optimizations.txt":
+        dict(kind="hlo", format="text", module_id=2, module_name="jit__logsm_from_logmhalo_jax_kern",
+             stage="after_optimizations", backend="gpu"),
+    "module_0016.jit_train_step.sm_8.0_gpu_after_optimizations.hlo.pb":
+        dict(kind="hlo", format="proto", module_id=16, module_name="jit_train_step", stage="after_optimizations",
+             backend="gpu", target="sm_8.0"),
+    "module_0001.jit_train_step.sm_10.0a_gpu_after_optimizations.txt":
+        dict(kind="hlo", format="text", module_id=1, module_name="jit_train_step", stage="after_optimizations",
+             backend="gpu", target="sm_10.0a"),
+    "module_0004.jit_program.obj-file.broadcast_multiply_fusion_kernel_module.o":
+        dict(kind="codegen", format="o", module_id=4, module_name="jit_program", backend="cpu", pipeline="obj-file",
+             artifact="broadcast_multiply_fusion_kernel_module"),
+    "module_0000.jit__f_scan.__compute_module_add_bitcast_fusion.265.ir-no-opt.ll":
+        dict(kind="codegen", format="ll", module_id=0, module_name="jit__f_scan", pipeline="ir-no-opt",
+             artifact="__compute_module_add_bitcast_fusion.265"),
+    "module_0000.jit__f_scan.__compute_module_add_bitcast_fusion.265-pre-optimization.mlir":
+        dict(kind="codegen", format="mlir", module_id=0, module_name="jit__f_scan", backend="cpu",
+             pipeline="pre-optimization", artifact="__compute_module_add_bitcast_fusion.265"),
+    "module_0002.jit_scatter.wrapped_reduce-window_kernel_module-pre-optimization.mlir":
+        dict(kind="codegen", format="mlir", module_id=2, module_name="jit_scatter", backend="cpu",
+             pipeline="pre-optimization", artifact="wrapped_reduce-window_kernel_module"),
+    "module_0002.jit_elem.input_reduce_fusion.mlir-passes.log":
+        dict(kind="codegen", format="log", module_id=2, module_name="jit_elem", pipeline="mlir-passes",
+             artifact="input_reduce_fusion"),
+    "module_0001.test_module.debug_options":
+        dict(kind="debug-options", format="pbtxt", module_id=1, module_name="test_module"),
+    "module_0000.jit_step_fn.before_optimizations.hlo.pb":
+        dict(kind="hlo", format="proto", module_id=0, module_name="jit_step_fn", stage="before_optimizations"),
+}  # fmt: skip
+
+
+def test_public_names_are_many_distinct_and_each_source_is_named():
+    lines = PUBLIC.read_text().splitlines()
+    names = real_names(PUBLIC)
+    assert len(names) >= 60 and len(set(names)) == len(names)
+    assert lines[0].startswith("# ") and sum(line.startswith("# source: ") for line in lines) >= 15
+    assert lines[[i for i, line in enumerate(lines) if not line.startswith("#")][0] - 1].startswith("# source: ")
+    for name, why in EXPECTED_UNKNOWN.items():  # the fixture says why beside the name, too
+        if name in names:
+            assert "not XLA's" in lines[lines.index(name) - 1] and why.startswith("not XLA's")
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC_EXPECTED))
+def test_public_names_decode_to_exact_values(path):
+    assert path in real_names(PUBLIC)
+    expect(path, **PUBLIC_EXPECTED[path])
+
+
+def test_public_names_keep_the_module_id_and_the_whole_module_name():
+    checked = 0
+    for name in real_names(PUBLIC):
+        d = decode_dump_name(name)
+        if d.kind == "unknown":
+            continue
+        if m := re.match(r"module_(\d+)\.", name):
+            assert d.module_id == int(m[1]), name
+            if d.module_name:  # the name is all of what follows the id, up to a suffix XLA adds
+                assert name.startswith(f"module_{d.module_id:04d}.{d.module_name}."), name
+                assert not re.search(r"\.(pid_\d+|execution_\d+|o|ir-\w+-opt)$", d.module_name), name
+                checked += 1
+    assert checked >= 55
+    share = len(PUBLIC_EXPECTED) / len(real_names(PUBLIC))
+    assert share >= 0.4  # exact values asserted for a good share, not just "not unknown"
+
+
+# CPU object files across versions: real names from jax 0.4.30 and tensorflow-cpu 2.16.2 runs made here,
+# and the 0.5.x spellings measured per version (XLA-FACTS section 8)
+_TF216 = "a_inference_f_14__XlaMustCompile_true_config_proto_3175580994766145631_executor_type_11160318154034397263_.23"
+
+
+@pytest.mark.parametrize(
+    ("path", "module_id", "module_name"),
+    [("module_0002.jit__lambda_.o", 2, "jit__lambda_"),  # jax 0.4.30
+     ("module_0000.jit_convert_element_type.o", 0, "jit_convert_element_type"),  # jax 0.4.30
+     (f"module_0000.{_TF216}.o", 0, _TF216),  # tensorflow-cpu 2.16.2
+     ("module_0004.jit_f.obj-file..o", 4, "jit_f"),  # jax 0.5.0-0.5.1
+     ("module_0004.jit_f.obj-file.o", 4, "jit_f"),  # jax 0.5.3-0.6.2
+     ("module_0007.pmap__unnamed_wrapped_function_.186875.o", 7, "pmap__unnamed_wrapped_function_.186875"),
+     ("module_0003.o", 3, None)],  # the name dropped past 255 characters
+)  # fmt: skip
+def test_whole_module_object_files_across_versions(path, module_id, module_name):
+    expect(path, kind="codegen", format="o", module_id=module_id, module_name=module_name, backend="cpu",
+           pipeline="obj-file")  # fmt: skip
+    assert dict(decode_dump_name(path).describe())["codegen step"] == "obj-file (the whole module's object code)"
+
+
+def test_an_object_compiled_from_dumped_llvm_ir_is_not_xlas():
+    assert decode_dump_name("module_0000.jit_quad_roots.ir-with-opt.o").kind == "unknown"
+    assert decode_dump_name("module_0000.jit_quad_roots.ir-no-opt-noconst.o").kind == "unknown"
+
+
+def test_tf_snapshot_carries_no_module_id():
+    path = f"module_{_TF216}.execution_0000.hlo_snapshot.pb"  # tensorflow-cpu 2.16.2, made here
+    expect(path, kind="snapshot", format="pb", module_name=_TF216, execution=0)
+    words = dict(decode_dump_name(path).describe())
+    assert words["module id"].startswith("not in the file name")
+    words = dict(decode_dump_name("module_SyncTensorsGraph.387.pid_12643.execution_7496.hlo_snapshot.pb").describe())
+    assert words["process"].startswith("12643 ")
+    words = dict(decode_dump_name("module_0023.jit_train_step.after_optimizations_before_buffer_assignment.txt").describe())
+    assert words["stage"] == "after optimizations, before buffer assignment (libtpu writes both)"
+
+
+def test_a_number_after_a_uniquified_name_is_not_a_gpu_shard():
+    expect("module_0001.SyncTensorsGraph.68.ptx", kind="gpu-artifact", format="ptx", module_id=1,
+           module_name="SyncTensorsGraph.68", backend="gpu", pipeline="ptx")  # fmt: skip
+    tf = "a_inference_f_15__XlaMustCompile_true_config_proto_1356_executor_type_1116_.2"
+    expect(f"module_0001.{tf}.ptx", kind="gpu-artifact", format="ptx", module_id=1, module_name=tf, backend="gpu",
+           pipeline="ptx")  # fmt: skip
 
 
 # ---- (b) the documented examples (XLA-FACTS section 2) --------------------------------------

@@ -445,7 +445,8 @@ def _describe(d: DumpName) -> list[tuple[str, str]]:
     if stage := _stage_words(d):
         out.append(("stage", stage))
     elif d.kind in ("codegen", "gpu-artifact") and d.pipeline:
-        out.append(("codegen step", d.pipeline))
+        whole = d.pipeline == "obj-file" and not d.artifact
+        out.append(("codegen step", d.pipeline + (" (the whole module's object code)" if whole else "")))
     if d.backend:
         out.append(("backend", d.backend + (f" (target {d.target})" if d.target else "")))
     elif d.target:
