@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,27 @@ if TYPE_CHECKING:
     from .store import Store, StoredFile
 
 SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
+
+# kinds that name a module but are kept apart from its files: the frameworks' own IR and reports, PJRT inputs
+_NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
+
+
+def tie_to_named_modules(decoded: list[tuple["StoredFile", DumpName]]) -> list[tuple["StoredFile", DumpName]]:
+    """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
+    ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
+    ids_by_name: dict[str, set[int]] = defaultdict(set)
+    for _stored, name in decoded:
+        if name.module_id is not None and name.module_name and name.kind not in _NOT_MODULE_FILES:
+            ids_by_name[name.module_name].add(name.module_id)
+    tied = []
+    for stored, name in decoded:
+        ids = ids_by_name.get(name.module_name or "", set()) if name.module_id is None else set()
+        # Two modules of one name (a function compiled twice, or one jit over two ids as in xla#7193): the file
+        # name cannot say which one ran, so the file stays with no module rather than with a guessed one.
+        if len(ids) == 1 and name.kind not in _NOT_MODULE_FILES:
+            name = replace(name, module_id=next(iter(ids)))
+        tied.append((stored, name))
+    return tied
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -238,10 +259,10 @@ class Index:
         from .summarize import count_pass_dumps, gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
         manifest = store.manifest(run_id)
         files = store.stored_files(run_id)
-        decoded = [(f, decode_dump_name(f.path)) for f in files]
+        decoded = tie_to_named_modules([(f, decode_dump_name(f.path)) for f in files])
         by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
         for stored, name in decoded:
-            if name.module_id is not None and name.kind not in ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input"):
+            if name.module_id is not None and name.kind not in _NOT_MODULE_FILES:
                 by_module[name.module_id].append((stored, name))
         counts = self._known_text_counts({f.digest for f, n in decoded if n.kind == "pass" and n.format == "text"})
         known = set(counts)
