@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,9 @@ from .backends import make_backend
 from .backends.base import Job, LaunchResult, RunStatus
 from .backends.local import utc_now
 from .errors import EnvironmentProblem, StoreError, XlarunError
-from .flags import compose_env, redact_env
+from .flags import compose_env, redact_env, where_flag_comes_from
 from .index import ModuleInfo
+from .known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from .manifest import Manifest, git_facts, host_facts, probe_versions
 from .spec import LoadedSpec, detect_framework, load_spec
 from .store import Store, StoredFile
@@ -45,6 +46,7 @@ class CaptureResult:
     manifest: Manifest
     modules: list[ModuleInfo] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
 
     @property
     def ok(self) -> bool:
@@ -118,6 +120,47 @@ def job_argv(loaded: LoadedSpec, backend_kind: str) -> list[str]:
     return [python, str(loaded.script), *loaded.spec.args]
 
 
+def job_framework(loaded: LoadedSpec) -> str:
+    """The spec's framework, or the one its script imports for ``auto`` ("unknown" when none)."""
+    if loaded.spec.framework != "auto":
+        return loaded.spec.framework
+    return detect_framework(loaded.script) or "unknown"
+
+
+def probe_job_xla_flags(loaded: LoadedSpec, base_env: dict[str, str], cache: FlagNameCache | None = None) -> KnownXlaFlags | None:
+    """The XLA flags the job's framework knows, read from its library as the job's interpreter finds it;
+    None when that cannot be told, and then every flag is kept."""
+    if loaded.spec.backend.kind != "local":
+        # the framework lives in the image: reading its library would start a container (seconds) on
+        # every capture, so container jobs keep every flag and an abort is explained afterwards instead
+        return None
+    env = {**base_env, **loaded.spec.env}
+    python = job_argv(loaded, "local")[0]
+    return probe_known_xla_flags(
+        job_framework(loaded), python, env, script_dir=str(loaded.script.parent), cwd=str(loaded.workdir), cache=cache
+    )
+
+
+def _flag_rejection(staging: Path, loaded: LoadedSpec, base_env: dict[str, str]) -> FlagRejection | None:
+    """The flags the job's log says its XLA refused, each with where it came from."""
+    for name in ("stderr.log", "stdout.log"):
+        rejection = find_flag_rejection(_log_tail(staging / name))
+        if rejection is not None:
+            advice = "; ".join(f"--{flag}: {where_flag_comes_from(loaded.spec, base_env, flag)}" for flag in rejection.names)
+            return replace(rejection, advice=advice)
+    return None
+
+
+def _log_tail(path: Path, limit: int = 256 * 1024) -> str:
+    """The end of a log: XLA's fatal flag error is the last thing a job aborting on it writes."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def capture(
     spec: LoadedSpec | str | Path,
     store: Store | None = None,
@@ -138,15 +181,13 @@ def capture(
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or Store.open()
     backend = make_backend(loaded.spec.backend)
-    framework = loaded.spec.framework
-    if framework == "auto":
-        framework = detect_framework(loaded.script) or "unknown"
+    framework = job_framework(loaded)
 
     run_id, staging = store.begin_run()
     paths = backend.job_paths(staging)
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
-    composed = compose_env(loaded.spec, paths, base_env)
+    composed = compose_env(loaded.spec, paths, base_env, probe_job_xla_flags(loaded, base_env))
     job = Job(
         argv=job_argv(loaded, backend.kind),
         env=composed.env,
@@ -198,7 +239,10 @@ def capture(
                 f"archiving run {run_id} failed: {exc.strerror or exc}; the job's raw output is kept in {staging}",
                 "free disk space and copy what you need from there (`xlarun gc` removes it)",
             ) from None
-        if not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
+        if rejection is not None:
+            warnings.append(rejection.explain())
+        elif not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
@@ -238,7 +282,7 @@ def capture(
     modules = store.index.modules(run_id)
     if was_interrupted and result.status != RunStatus.INTERRUPTED:
         raise KeyboardInterrupt  # the run is safe; now honour the Ctrl-C that came while archiving
-    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings)
+    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection)
 
 
 def exit_status_error(result: CaptureResult) -> XlarunError | None:
@@ -254,6 +298,8 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
         if result.manifest.backend_details.get("environment_problem"):
             return EnvironmentProblem(f"the job could not start: {result.manifest.error}; {where}")
         return JobFailed(f"the job could not start: {result.manifest.error}; {where}", "check `python:` and `script:` in the spec", exit_code=ExitCode.FAILED)
+    if result.status == RunStatus.FAILED and result.flag_rejection is not None:
+        return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or None)
     if result.status == RunStatus.FAILED:
         return JobFailed(f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output")
     if result.manifest.files == 0:

@@ -1,7 +1,8 @@
 """Compose the job's environment (XLA_FLAGS, TF_XLA_FLAGS, TF_CPP_*, JAX_*, Poplar...) from a spec.
 
-:func:`compose_env` is pure: the same spec, paths and base environment always give the same
-result, so ``xlarun flags`` shows exactly what ``xlarun capture`` will set.
+:func:`compose_env` is pure: the same spec, paths, base environment and known flags always give the
+same result, so ``xlarun flags`` shows exactly what ``xlarun capture`` will set. What the job's XLA
+knows is probed outside it (:func:`xlarun.known_flags.probe_known_xla_flags`) and passed in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from .backends.base import JobPaths
+from .known_flags import KnownXlaFlags
 from .spec import RunSpec
 
 _FORMAT_FLAGS = {
@@ -25,6 +27,19 @@ _FORMAT_FLAGS = {
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 _URL_CREDENTIALS = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
 REDACTED = "***"
+
+#: What a capture loses when the job's XLA lacks a flag xlarun would add, said in the warning.
+_LOST_WITHOUT = {
+    "xla_dump_large_constants": "big constants will be elided as {...} and replay will fill them with garbage",
+    "xla_dump_hlo_snapshots": "no snapshots: replay will run on generated arguments",
+    "xla_dump_hlo_as_proto": "no .hlo.pb dumps",
+    "xla_dump_compress_protos": "protos will be written uncompressed",
+    "xla_dump_hlo_pass_re": "no per-pass dumps",
+    "xla_dump_hlo_module_re": "every module will be dumped",
+    "xla_dump_hlo_pipeline_re": "every pipeline will be dumped",
+    "xla_dump_max_hlo_modules": "every module will be dumped",
+    "xla_dump_include_timestamp": "file names will have no timestamp",
+}
 
 
 @dataclass
@@ -173,10 +188,69 @@ def _framework_vars(spec: RunSpec, paths: JobPaths) -> dict[str, str]:
     return out
 
 
-def compose_env(spec: RunSpec, paths: JobPaths, base_env: dict[str, str]) -> ComposedEnv:
+def fit_to_known_flags(flags: list[str], known: KnownXlaFlags, theirs: dict[str, str]) -> tuple[list[str], list[str]]:
+    """``flags`` without the ones xlarun added that the job's XLA lacks (an unknown flag aborts the job),
+    and a warning per unknown flag. Flags named in ``theirs`` (name -> where the user put it) are kept."""
+    kept: list[str] = []
+    warnings: list[str] = []
+    for flag in flags:
+        name = flag_name(flag)
+        if known.knows(flag) or name == "xla_dump_to":  # without --xla_dump_to there is no capture: never drop it
+            kept.append(flag)
+        elif name in theirs:
+            kept.append(flag)
+            warnings.append(
+                f"{known.owner}'s XLA does not know --{name} (from {theirs[name]}): kept as you asked, "
+                f"but the job will likely abort at start with 'Unknown flags in XLA_FLAGS'; remove it from {theirs[name]}"
+            )
+        else:
+            lost = _LOST_WITHOUT.get(name)
+            warnings.append(f"{known.owner}'s XLA does not know --{name}: left out" + (f"; {lost}" if lost else ""))
+    return kept, warnings
+
+
+#: The spec option that makes xlarun add a flag, for advice when a job's XLA refuses it.
+_SPEC_OPTION_OF = {
+    **{flag.lstrip("-"): f"'{fmt}' in dump.formats" for fmt, flag in _FORMAT_FLAGS.items()},
+    "xla_dump_compress_protos": "dump.compress_protos",
+    "xla_dump_hlo_snapshots": "dump.snapshots",
+    "xla_dump_hlo_pass_re": "dump.pass_re",
+    "xla_dump_hlo_module_re": "dump.module_re",
+    "xla_dump_hlo_pipeline_re": "dump.pipeline_re",
+    "xla_dump_large_constants": "dump.large_constants",
+    "xla_dump_include_timestamp": "dump.timestamps",
+    "xla_dump_max_hlo_modules": "dump.max_modules",
+    "xla_dump_module_metadata": "dump.module_metadata",
+    "xla_dump_disable_metadata": "dump.disable_metadata",
+    "tf_xla_auto_jit": "tensorflow.auto_jit",
+    "tf_xla_cpu_global_jit": "tensorflow.cpu_global_jit",
+    "tf_xla_clustering_debug": "tensorflow.clustering_debug",
+    "tf_xla_min_cluster_size": "tensorflow.min_cluster_size",
+}
+
+
+def where_flag_comes_from(spec: RunSpec, base_env: dict[str, str], name: str) -> str:
+    """Advice on removing flag ``name`` (``xla_foo``): the spec key or variable that put it into the job."""
+    env = {**base_env, **spec.env}
+    if name in {flag_name(f) for f in spec.dump.extra_xla_flags + spec.tensorflow.extra_flags}:
+        return "remove it from " + ("dump.extra_xla_flags" if name.startswith("xla_") else "tensorflow.extra_flags")
+    for variable in ("XLA_FLAGS", "TF_XLA_FLAGS"):
+        if name in {flag_name(f) for f in split_flags(env.get(variable))}:
+            return f"remove it from {variable}" + (" in the spec's env" if variable in spec.env else " in your environment")
+    if name in _SPEC_OPTION_OF:
+        return f"drop {_SPEC_OPTION_OF[name]} from the spec"
+    return "remove it from the spec or your environment"
+
+
+def compose_env(
+    spec: RunSpec, paths: JobPaths, base_env: dict[str, str], known_xla_flags: KnownXlaFlags | None = None
+) -> ComposedEnv:
     """The job's environment: ``base_env`` + the spec's ``env`` + every variable the dump and logging sections imply.
 
     XLA_FLAGS and TF_XLA_FLAGS already in ``base_env`` are merged flag by flag (the spec wins).
+    With ``known_xla_flags`` (what the job's XLA registers), a flag xlarun would add that it lacks is
+    left out with a warning; one the user gave (``dump.extra_xla_flags``, their XLA_FLAGS) is kept
+    with a warning. Without it every flag is kept.
     """
     warnings: list[str] = []
     env = dict(base_env)
@@ -186,6 +260,11 @@ def compose_env(spec: RunSpec, paths: JobPaths, base_env: dict[str, str]) -> Com
     ours = xla_flags_for(spec, paths.dump_dir)
     user_xla = split_flags(env.get("XLA_FLAGS"))
     xla_flags, overridden = merge_flags(user_xla, ours)
+    if known_xla_flags is not None:
+        theirs = {flag_name(f): "your XLA_FLAGS" for f in user_xla}
+        theirs.update({flag_name(f): "dump.extra_xla_flags" for f in spec.dump.extra_xla_flags})
+        xla_flags, unknown = fit_to_known_flags(xla_flags, known_xla_flags, theirs)
+        warnings += unknown
     if "xla_dump_to" in overridden:
         warnings.append("XLA_FLAGS from your environment had --xla_dump_to; xlarun dumps into the run's folder instead")
     others = sorted(set(overridden) - {"xla_dump_to"})

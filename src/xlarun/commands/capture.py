@@ -120,19 +120,25 @@ def flags(
 
     Paste the lines into a shell to reproduce a capture by hand. Only variables that differ from
     your current environment are printed; XLA_FLAGS already set in your environment are merged.
+    Flags xlarun would add that the job's XLA does not know (read from the framework the job's
+    Python finds) are left out, with a warning, as a capture leaves them out.
     """
     import os
 
     from ..backends.base import JobPaths
+    from ..capture import probe_job_xla_flags
     from ..console import print_json, warn
     from ..flags import compose_env
+    from ..known_flags import FlagNameCache
     from ..spec import load_spec
 
     loaded = load_spec(spec)
     base_env = dict(os.environ) if loaded.spec.backend.kind == "local" else {}
-    composed = compose_env(loaded.spec, JobPaths.under(str(out_dir.absolute())), base_env)
+    known = probe_job_xla_flags(loaded, base_env, FlagNameCache.default(writable=False))  # reads the cache, never writes it
+    composed = compose_env(loaded.spec, JobPaths.under(str(out_dir.absolute())), base_env, known)
     if as_json:
-        print_json({"env": composed.delta, "xla_flags": composed.xla_flags, "tf_xla_flags": composed.tf_xla_flags, "warnings": composed.warnings})
+        print_json({"env": composed.delta, "xla_flags": composed.xla_flags, "tf_xla_flags": composed.tf_xla_flags,
+                    "xla_flags_checked_against": known.owner if known else None, "warnings": composed.warnings})
         return
     for line in composed.warnings:
         warn(line)
