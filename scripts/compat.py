@@ -474,10 +474,14 @@ def _git_commit() -> str | None:
 
 # ---- fixtures -----------------------------------------------------------------------------------------------------
 
+# What the README ranks modules by first: a model's programs have them, init and cast modules do not.
+COMPUTE_OPCODES = frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot",
+                             "all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
 STAGE_DUMP = re.compile(r"^module_(?P<id>\d+)\.(?P<name>.+)\.(?P<stage>before_optimizations|(?:[\w.]+_)?after_optimizations)\.txt$")
 
 # Runs in a venv with jaxlib: XLA's own parser builds each module; instructions are counted in the HloModuleProto it
-# serializes (HloModuleProto.computations = 3, HloComputationProto.instructions = 2), with no xlarun code involved.
+# serializes (HloModuleProto.computations = 3, HloComputationProto.instructions = 2, HloInstructionProto.opcode = 2),
+# with no xlarun code involved.
 COUNT_WITH_XLA = r"""
 import json, sys
 from jax._src.lib import xla_client as xc
@@ -512,7 +516,13 @@ def varint(buf, i):
 
 def count(path):
     proto = parse(open(path).read()).as_serialized_hlo_module_proto()
-    return sum(1 for n, comp in fields(proto) if n == 3 for m, _ in fields(comp) if m == 2)
+    opcodes = {}
+    for n, comp in fields(proto):
+        for m, instruction in fields(comp) if n == 3 else ():
+            if m == 2:  # HloInstructionProto.opcode = 2
+                opcode = next(v.decode() for k, v in fields(instruction) if k == 2)
+                opcodes[opcode] = opcodes.get(opcode, 0) + 1
+    return {"instructions": sum(opcodes.values()), "opcodes": opcodes}
 
 out = {"jaxlib": getattr(jaxlib, "__version__", None) or __import__("jaxlib.version").version.__version__, "counts": {}, "errors": {}}
 for path in sys.argv[1:]:
@@ -524,7 +534,8 @@ print(json.dumps(out))
 """
 
 
-def count_with_xla(python: Path, paths: list[Path]) -> tuple[str, dict[str, int], dict[str, str]]:
+def count_with_xla(python: Path, paths: list[Path]) -> tuple[str, dict[str, dict], dict[str, str]]:
+    """(who counted, {path: {"instructions": n, "opcodes": {...}}}, {path: error}) from the jaxlib of `python`."""
     proc = subprocess.run([str(python), "-c", COUNT_WITH_XLA, *map(str, paths)], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise CompatError(f"counting with {python}'s XLA failed: {_last_line(proc.stderr)}")
@@ -563,10 +574,19 @@ def write_fixture(key: str, work: Path) -> tuple[Path, dict[str, bytes]]:
         modules: dict[int, dict] = {}
         for name, path in stage_dumps.items():
             match = STAGE_DUMP.match(name)
-            module = modules.setdefault(int(match["id"]), {"module_id": int(match["id"]), "name": match["name"], "instr_before": None, "instr_after": None})
-            module["instr_before" if match["stage"] == "before_optimizations" else "instr_after"] = counts[str(path)]
-    ranked = sorted(modules.values(), key=lambda m: (-(m["instr_before"] or m["instr_after"] or 0), m["module_id"]))
+            module = modules.setdefault(int(match["id"]), {"module_id": int(match["id"]), "name": match["name"], "instr_before": None,
+                                                           "instr_after": None, "compute_ops": 0})
+            facts = counts[str(path)]
+            if match["stage"] == "before_optimizations":
+                module["instr_before"] = facts["instructions"]
+                module["compute_ops"] = sum(n for op, n in facts["opcodes"].items() if op in COMPUTE_OPCODES)
+            else:
+                module["instr_after"] = facts["instructions"]
+    # The README's ranking rule (compute ops, then instructions), applied to what XLA's parser counted.
+    ranked = sorted(modules.values(), key=lambda m: (-m["compute_ops"], -(m["instr_before"] or m["instr_after"] or 0), m["module_id"]))
     main = main_of(version.framework, ranked, lambda m: m["instr_before"] or m["instr_after"])
+    if ranked[0] is not main:
+        log(f"{key}: by XLA's counts {ranked[0]['name']} outranks the main module {main['name']}: check the example")
     if main is None:
         raise CompatError(f"{key}: no main module among {[m['name'] for m in ranked]}")
     folder = FIXTURES / key
@@ -585,7 +605,7 @@ def write_fixtures(keys: list[str], work: Path, pack: str) -> None:
     written = [write_fixture(key, work) for key in keys]
     plain = sum(len(b) for _, data in written for b in data.values())
     if pack == "auto":  # measured over every version written now and those already there
-        others = sum(p.stat().st_size for p in FIXTURES.glob("*/dumps/*") if p.parent.parent.name not in keys)
+        others = sum(fixture_text_size(folder) for folder in FIXTURES.glob("*/") if folder.name not in keys)
         pack = "tar" if plain + others > FIXTURE_TEXT_LIMIT else "text"
     for folder, data in written:
         if pack == "tar":
@@ -601,6 +621,14 @@ def write_fixtures(keys: list[str], work: Path, pack: str) -> None:
         log(f"{folder.name}: {len(data)} stage dumps ({sum(map(len, data.values())) // 1024} KiB text) as {pack}")
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
     log(f"fixture tree {FIXTURES.relative_to(REPO)}: {total / 1024 / 1024:.2f} MiB on disk ({plain / 1024 / 1024:.2f} MiB of dumps written now, as {pack})")
+
+
+def fixture_text_size(folder: Path) -> int:
+    """Bytes of stage-dump text a version's fixture holds, plain or in its tarball."""
+    if (folder / "dumps.tar.gz").is_file():
+        with tarfile.open(folder / "dumps.tar.gz") as tar:
+            return sum(member.size for member in tar.getmembers())
+    return sum(p.stat().st_size for p in (folder / "dumps").glob("*"))
 
 
 class _BytesReader:
