@@ -51,6 +51,19 @@ def test_a_name_no_module_has_stays_alone_and_framework_files_are_never_tied():
     assert neuron["module_SyncTensorsGraph.387.pid_12643.execution_7496.hlo_snapshot.pb"] == 1
 
 
+def test_replay_ranks_every_snapshot_spelling_first_and_skips_unoptimized_snapshots():
+    text = f"module_0000.{TF_NAME}.before_optimizations.txt"
+    for snapshot in (TF_SNAPSHOT, "module_0004.jit_f.execution_0001.hlo_snapshot.pb", "module_0006.jit_f.snapshot.-18754.pb",
+                     "module_SyncTensorsGraph.387.pid_12643.execution_7496.hlo_snapshot.pb"):  # fmt: skip
+        choice = choose_replay_input([(text, decode_dump_name(text)), (snapshot, None)], read=lambda p: HLO)
+        assert (choice.path, choice.input_kind) == (snapshot, "snapshot")
+        assert choose_replay_input([(text, None), (snapshot, decode_dump_name(snapshot))], read=lambda p: HLO).path == snapshot
+    # an HloUnoptimizedSnapshot is a different proto that replay cannot read: the text dump is replayed instead
+    unoptimized = "module_0006.jit__reduce_sum.execution_0000.hlo_unoptimized_snapshot.pb"
+    choice = choose_replay_input([(unoptimized, decode_dump_name(unoptimized)), (text, None)], read=lambda p: HLO)
+    assert (choice.path, choice.input_kind) == (text, "text-large-constants")
+
+
 HLO = b"""HloModule m, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
 
 ENTRY %main (p: f32[2]) -> f32[2] {

@@ -18,7 +18,10 @@ from typing import Any
 from ..errors import InputError
 from .sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
 
-_SNAPSHOT = re.compile(r"(\.snapshot\.-?\d+\.pb|\.hlo_snapshot\.pb)(\.gz)?$")
+# HloSnapshots: PJRT's '.snapshot.<n>.pb', and '.execution_<n>.hlo_snapshot.pb' with or without a module id (TF's)
+_SNAPSHOT = re.compile(r"(\.snapshot\.-?\d+\.pb|\.execution_\d+\.hlo_snapshot\.pb|\.hlo_snapshot\.pb)(\.gz)?$")
+# an HloUnoptimizedSnapshot is another proto (arguments per partition), which replay does not read
+_UNOPTIMIZED_SNAPSHOT = re.compile(r"\.hlo_unoptimized_snapshot\.(pb|txt)$")
 _BEFORE = re.compile(r"\.before_optimizations\.(txt|hlo\.pb|hlo\.pb\.gz)$")
 _AFTER = re.compile(r"after_optimizations\.(txt|hlo\.pb|hlo\.pb\.gz)$")
 _PER_PASS = re.compile(r"\.\d{4}\.[\w\-.]*\.after_[\w\-.]+\.before_")
@@ -41,6 +44,8 @@ def _candidate(path: str, dump_name: Any, read: Callable[[str], bytes]) -> tuple
     """(rank, input kind) for a replayable file; None for anything else."""
     name = Path(path).name
     kind = getattr(dump_name, "kind", None)
+    if _UNOPTIMIZED_SNAPSHOT.search(name):
+        return None
     if kind == "snapshot" or _SNAPSHOT.search(name):
         return 0, "snapshot"
     if kind == "pass" or _PER_PASS.search(name):
