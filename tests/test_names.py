@@ -378,7 +378,7 @@ def test_an_object_compiled_from_dumped_llvm_ir_is_not_xlas():
     assert decode_dump_name("module_0000.jit_quad_roots.ir-no-opt-noconst.o").kind == "unknown"
 
 
-def test_tf_snapshot_carries_no_module_id():
+def test_words_for_the_new_names():
     path = f"module_{_TF216}.execution_0000.hlo_snapshot.pb"  # tensorflow-cpu 2.16.2, made here
     expect(path, kind="snapshot", format="pb", module_name=_TF216, execution=0)
     words = dict(decode_dump_name(path).describe())
@@ -387,6 +387,8 @@ def test_tf_snapshot_carries_no_module_id():
     assert words["process"].startswith("12643 ")
     words = dict(decode_dump_name("module_0023.jit_train_step.after_optimizations_before_buffer_assignment.txt").describe())
     assert words["stage"] == "after optimizations, before buffer assignment (libtpu writes both)"
+    words = dict(decode_dump_name("module_0021.jit_train_step.tpu_comp_env.txt").describe())
+    assert (words["file"], words["backend"]) == ("tpu_comp_env (the TPU compilation environment)", "tpu")
 
 
 def test_a_number_after_a_uniquified_name_is_not_a_gpu_shard():

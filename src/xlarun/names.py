@@ -407,6 +407,12 @@ _FORMAT_WORDS = {
     "pprof": "pprof profile", "pop": "PopVision profile", "a": "ar archive",
     "flags": "command-line flags, as a flag file holds them",
 }  # fmt: skip
+# what each options file holds (libtpu writes the last five beside its dumps)
+_OPTIONS_WORDS = {"config": "the compile config", "metadata": "the module's metadata",
+                  "execution_options": "the ExecutionOptions it was compiled with",
+                  "flagfile": "the flags the compiler ran with", "hlo_module_config": "its HloModuleConfig",
+                  "target_arguments": "the arguments of the compile target",
+                  "tpu_comp_env": "the TPU compilation environment"}  # fmt: skip
 _ARTIFACT_LABEL = {"codegen": "kernel", "gpu-artifact": "kernel", "tf-graph": "graph", "pjrt-compile-input": "file",
                    "torch-xla": "file", "poplar-report": "report folder", "debug-options": "file"}  # fmt: skip
 
@@ -437,6 +443,8 @@ def _describe(d: DumpName) -> list[tuple[str, str]]:
         out.append(("timestamp", f"{d.timestamp_us} microseconds since the epoch{_utc(d.timestamp_us)}"))
     if d.module_id is not None:
         out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; unique within one process only)"))
+    elif d.kind == "snapshot" and d.module_name:
+        out.append(("module id", "not in the file name (the index ties it to the run's one module of this name)"))
     if d.module_name:
         out.append(("module name", d.module_name))
     elif d.module_id is not None and d.stage:
@@ -459,13 +467,12 @@ def _describe(d: DumpName) -> list[tuple[str, str]]:
         out.append(("snapshot", f"{d.snapshot_id} (PJRT's number for this execution; may be negative)"))
     if d.pid is not None:
         out.append(("process", f"{d.pid} (the pid of the process that ran it, as PyTorch/XLA on Neuron names it)"))
-    if d.kind == "snapshot" and d.module_id is None and d.module_name:
-        out.append(("module id", "not in the file name (TensorFlow's snapshots carry the module name only)"))
     if d.stage != "pass" and d.step is not None:
         what = "JAX's dump counter" if d.kind == "jax-ir" else f"TF's _{d.step}: the name was dumped before"
         out.append(("step", f"{d.step} ({what})"))
     if d.artifact and not (d.stage == "pass" and d.after_pass is None):
-        out.append((_artifact_label(d), d.artifact))
+        words = _OPTIONS_WORDS.get(d.artifact) if d.kind == "debug-options" else None
+        out.append((_artifact_label(d), d.artifact + (f" ({words})" if words else "")))
     return out
 
 
