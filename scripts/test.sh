@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (system packages, Docker daemon, venv with JAX + TF) and run the
+# Set up everything the tests need (system packages, Docker daemon, venv with JAX + TF, the compat venvs) and run the
 # whole suite, including the quick benchmark. CI runs exactly this (see .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,4 +7,7 @@ bash scripts/setup.sh --dev
 if [ "$(id -u)" = 0 ] && [ -x scripts/start-dockerd.sh ]; then
   bash scripts/start-dockerd.sh || echo "test: the Docker daemon did not start; container tests will be skipped" >&2
 fi
+# The framework versions CI tests for real (oldest, middle and newest jaxlib, TF 2.16, PyTorch/XLA), one venv each,
+# cached outside the clone: a warm run only checks their markers. A failed build fails those tests, not the whole suite.
+.venv/bin/python scripts/compat.py venvs --ends || echo "test: building the compat venvs failed (see above); their tests will fail" >&2
 exec .venv/bin/python -m pytest -p no:cacheprovider -q --durations=15 "$@"
