@@ -6,6 +6,7 @@ import shlex
 
 from xlarun.backends.base import JobPaths
 from xlarun.flags import compose_env, merge_flags, redact_env, split_flags
+from xlarun.known_flags import KnownXlaFlags
 from xlarun.spec import parse_spec_text
 
 PATHS = JobPaths.under("/runs/r1")
@@ -124,3 +125,46 @@ def test_pass_re_really_makes_per_pass_dumps(tmp_path):
     subprocess.run([sys.executable, "-c", code], env=composed.env, check=True, timeout=120)
     dumped = [p.name for p in (tmp_path / "dump").iterdir()]
     assert any(".after_fusion." in name or "after_fusion" in name for name in dumped), dumped[:20]
+
+
+OLD_TF = KnownXlaFlags("tensorflow 2.16.2", ("libtensorflow_cc.so.2",), frozenset({"xla_dump_to", "xla_dump_hlo_as_text", "xla_dump_hlo_as_proto"}))
+
+
+def test_flags_the_jobs_xla_lacks_are_left_out_with_what_is_lost():
+    composed = compose_env(spec_of("dump:\n  formats: [text, proto]\n  snapshots: true\n"), PATHS, {}, OLD_TF)
+    assert composed.xla_flags == ["--xla_dump_to=/runs/r1/dump", "--xla_dump_hlo_as_text", "--xla_dump_hlo_as_proto"]
+    assert shlex.split(composed.env["XLA_FLAGS"]) == composed.xla_flags
+    assert composed.warnings == [
+        "tensorflow 2.16.2's XLA does not know --xla_dump_hlo_snapshots: left out; no snapshots: replay will run on generated arguments",
+        "tensorflow 2.16.2's XLA does not know --xla_dump_large_constants: left out; "
+        "big constants will be elided as {...} and replay will fill them with garbage",
+    ]
+
+
+def test_flags_the_user_gave_are_kept_with_a_warning():
+    base = {"XLA_FLAGS": "--xla_cpu_mine=1 --xla_dump_large_constants"}
+    composed = compose_env(spec_of("dump:\n  extra_xla_flags: ['--xla_gpu_theirs']\n"), PATHS, base, OLD_TF)
+    assert composed.xla_flags == ["--xla_cpu_mine=1", "--xla_dump_to=/runs/r1/dump", "--xla_dump_hlo_as_text", "--xla_dump_large_constants", "--xla_gpu_theirs"]
+    kept = [w for w in composed.warnings if "kept as you asked" in w]
+    assert len(kept) == 3
+    assert "--xla_cpu_mine (from your XLA_FLAGS)" in kept[0] and "--xla_gpu_theirs (from dump.extra_xla_flags)" in kept[2]
+    assert all("left out" not in w for w in composed.warnings)
+
+
+def test_without_known_flags_or_when_all_are_known_nothing_changes():
+    spec = spec_of("dump:\n  snapshots: true\n")
+    everything = KnownXlaFlags("jaxlib 0.10.2", (), frozenset({"xla_dump_hlo_as_text", "xla_dump_hlo_snapshots", "xla_dump_large_constants"}))
+    assert compose_env(spec, PATHS, {}).xla_flags == compose_env(spec, PATHS, {}, everything).xla_flags
+    assert compose_env(spec, PATHS, {}, everything).warnings == []  # --xla_dump_to is never dropped, even unlisted
+
+
+def test_advice_names_where_a_refused_flag_came_from():
+    from xlarun.flags import where_flag_comes_from
+
+    spec = spec_of("dump:\n  extra_xla_flags: ['--xla_foo']\n  formats: [proto]\nenv:\n  TF_XLA_FLAGS: --tf_xla_bar\n")
+    base = {"XLA_FLAGS": "--xla_mine"}
+    assert where_flag_comes_from(spec, base, "xla_foo") == "remove it from dump.extra_xla_flags"
+    assert where_flag_comes_from(spec, base, "xla_mine") == "remove it from XLA_FLAGS in your environment"
+    assert where_flag_comes_from(spec, base, "tf_xla_bar") == "remove it from TF_XLA_FLAGS in the spec's env"
+    assert where_flag_comes_from(spec, base, "xla_dump_large_constants") == "set dump.large_constants: false in the spec"
+    assert where_flag_comes_from(spec, base, "xla_dump_hlo_as_proto") == "take 'proto' out of dump.formats"

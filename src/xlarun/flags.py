@@ -209,23 +209,20 @@ def fit_to_known_flags(flags: list[str], known: KnownXlaFlags, theirs: dict[str,
     return kept, warnings
 
 
-#: The spec option that makes xlarun add a flag, for advice when a job's XLA refuses it.
-_SPEC_OPTION_OF = {
-    **{flag.lstrip("-"): f"'{fmt}' in dump.formats" for fmt, flag in _FORMAT_FLAGS.items()},
-    "xla_dump_compress_protos": "dump.compress_protos",
-    "xla_dump_hlo_snapshots": "dump.snapshots",
-    "xla_dump_hlo_pass_re": "dump.pass_re",
-    "xla_dump_hlo_module_re": "dump.module_re",
-    "xla_dump_hlo_pipeline_re": "dump.pipeline_re",
-    "xla_dump_large_constants": "dump.large_constants",
-    "xla_dump_include_timestamp": "dump.timestamps",
-    "xla_dump_max_hlo_modules": "dump.max_modules",
-    "xla_dump_module_metadata": "dump.module_metadata",
-    "xla_dump_disable_metadata": "dump.disable_metadata",
-    "tf_xla_auto_jit": "tensorflow.auto_jit",
-    "tf_xla_cpu_global_jit": "tensorflow.cpu_global_jit",
-    "tf_xla_clustering_debug": "tensorflow.clustering_debug",
-    "tf_xla_min_cluster_size": "tensorflow.min_cluster_size",
+#: How to stop xlarun adding a flag, for advice when a job's XLA refuses it.
+_HOW_TO_DROP = {
+    **{flag.lstrip("-"): f"take '{fmt}' out of dump.formats" for fmt, flag in _FORMAT_FLAGS.items()},
+    **{name: f"set {option}: false in the spec" for name, option in [
+        ("xla_dump_compress_protos", "dump.compress_protos"), ("xla_dump_hlo_snapshots", "dump.snapshots"),
+        ("xla_dump_large_constants", "dump.large_constants"), ("xla_dump_include_timestamp", "dump.timestamps"),
+        ("xla_dump_module_metadata", "dump.module_metadata"), ("xla_dump_disable_metadata", "dump.disable_metadata"),
+        ("tf_xla_cpu_global_jit", "tensorflow.cpu_global_jit"), ("tf_xla_clustering_debug", "tensorflow.clustering_debug"),
+    ]},
+    **{name: f"remove {option} from the spec" for name, option in [
+        ("xla_dump_hlo_pass_re", "dump.pass_re"), ("xla_dump_hlo_module_re", "dump.module_re"),
+        ("xla_dump_hlo_pipeline_re", "dump.pipeline_re"), ("xla_dump_max_hlo_modules", "dump.max_modules"),
+        ("tf_xla_auto_jit", "tensorflow.auto_jit"), ("tf_xla_min_cluster_size", "tensorflow.min_cluster_size"),
+    ]},
 }
 
 
@@ -237,9 +234,7 @@ def where_flag_comes_from(spec: RunSpec, base_env: dict[str, str], name: str) ->
     for variable in ("XLA_FLAGS", "TF_XLA_FLAGS"):
         if name in {flag_name(f) for f in split_flags(env.get(variable))}:
             return f"remove it from {variable}" + (" in the spec's env" if variable in spec.env else " in your environment")
-    if name in _SPEC_OPTION_OF:
-        return f"drop {_SPEC_OPTION_OF[name]} from the spec"
-    return "remove it from the spec or your environment"
+    return _HOW_TO_DROP.get(name) or "remove it from the spec or your environment"
 
 
 def compose_env(
