@@ -238,3 +238,69 @@ def test_a_missing_image_is_a_clear_error_and_a_recorded_run(tmp_path, docker_cl
     assert result.status == RunStatus.ERROR
     assert "xlarun-absent:nope" in result.manifest.error
     assert exit_status_error(result).exit_code == ExitCode.ENVIRONMENT
+
+
+REFUSING_JOB = (
+    "import sys\n"
+    "sys.stderr.write('2026-11-23 08:37:38.192632: F external/local_xla/xla/parse_flags_from_env.cc:225] "
+    "Unknown flags in XLA_FLAGS: --xla_foo  \\n')\n"
+    "raise SystemExit(1)\n"
+)
+
+
+def test_a_job_refusing_a_flag_is_told_which(tmp_path):
+    spec = write_spec(tmp_path, "name: refused\nscript: job.py\ndump:\n  extra_xla_flags: ['--xla_foo']\n", REFUSING_JOB)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.flag_rejection.flags == ("--xla_foo",)
+    assert NO_DUMP_WARNING not in result.warnings
+    assert "the job aborted at start: its XLA does not know --xla_foo (Unknown flag in XLA_FLAGS)" in result.warnings
+    error = exit_status_error(result)
+    assert error.exit_code == ExitCode.FAILED
+    assert error.message.startswith("the job aborted at start: its XLA does not know --xla_foo") and result.run_id in error.message
+    assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"
+
+
+def test_a_refusal_in_the_logs_of_a_succeeding_job_is_not_blamed(tmp_path):
+    spec = write_spec(tmp_path, "name: fine\nscript: job.py\n", REFUSING_JOB.replace("raise SystemExit(1)\n", ""))
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.SUCCEEDED and result.flag_rejection is None and NO_DUMP_WARNING in result.warnings
+
+
+TF2_JIT = """
+import tensorflow as tf
+
+@tf.function(jit_compile=True)
+def step(x, w):
+    return tf.reduce_sum(tf.tanh(x @ w) * tf.constant([float(i) for i in range(64)]))
+
+print("value", float(step(tf.ones([8, 16]), tf.ones([16, 64]))))
+"""
+
+
+@pytest.mark.tf
+def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
+    """TF 2.16's XLA lacks --xla_dump_large_constants: xlarun leaves it out instead of aborting the job."""
+    from .compat_support import require_compat
+
+    python = require_compat("tf-2.16.2")
+    spec = write_spec(tmp_path, f"name: tf216\nscript: job.py\npython: {python}\n", TF2_JIT)
+    lacks = "tensorflow 2.16.2's XLA does not know --xla_dump_large_constants: left out"
+
+    shown = cli("flags", spec, "--json")
+    assert shown.exit_code == 0, shown.output
+    flags_json = json.loads(shown.stdout)
+    assert flags_json["xla_flags_checked_against"] == "tensorflow 2.16.2"
+    assert "--xla_dump_large_constants" not in flags_json["xla_flags"] and any(lacks in w for w in flags_json["warnings"])
+    plain = cli("flags", spec)
+    assert lacks in " ".join(plain.stderr.split()) and "--xla_dump_large_constants" not in plain.stdout
+
+    captured = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
+    assert captured.exit_code == 0, captured.output
+    assert lacks in " ".join(captured.stderr.split())
+    store = Store.open(tmp_path / "s")
+    run = store.index.runs()[0]
+    manifest = store.manifest(run.run_id)
+    assert manifest["status"] == "succeeded" and "--xla_dump_large_constants" not in manifest["xla_flags"]
+    modules = store.index.modules(run.run_id)
+    assert [m.name for m in modules if m.name.startswith("a_inference_step")], [m.name for m in modules]
+    assert manifest["files"] >= 3
