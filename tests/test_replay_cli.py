@@ -70,6 +70,7 @@ def test_edited_module_against_the_original_snapshot_exits_1(jax_run, cli, tmp_p
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
     assert data["verdict"] == "mismatch" and data["mismatches"] and data["module"] is None
+    assert data["exit_code"] == 1 and data["error"] is None and data["max_abs_error"] > 0
 
     edited.write_text(text)
     assert cli("replay", edited, "--snapshot", snapshot, "--store", store.root, "-q").exit_code == 0
@@ -112,6 +113,9 @@ def test_runner_engine_exit_codes(jax_run, cli, tmp_path):
 def test_usage_errors_exit_2(jax_run, cli):
     store, _ = jax_run
     assert cli("replay", "no_such_module_xyz", "--store", store.root).exit_code == 2
+    unknown = cli("replay", "no_such_module_xyz", "--store", store.root, "--json")
+    data = json.loads(unknown.stdout)
+    assert unknown.exit_code == data["exit_code"] == 2 and "no_such_module_xyz" in data["error"] and data["verdict"] is None
     assert cli("replay", "train_step", "--store", store.root, "--inputs", "sideways").exit_code == 2
     assert cli("replay", "train_step", "--store", store.root, "--platform", "cuda").exit_code == 3  # not on this machine
 
@@ -140,3 +144,76 @@ def test_convert_text_proto_text(tmp_path, cli):
     elided = Path(__file__).parent / "fixtures" / "hlo" / "lookup_elided" / "module_0002.jit_lookup.before_optimizations.txt"
     result = cli("convert", elided, "--to", "proto", "-o", tmp_path / "e.pb")
     assert result.exit_code == 0 and "GARBAGE" in result.stderr
+
+
+# ---- replay --json prints exactly one JSON document, failures included ----
+
+FP_TEXT = "fixtures/hlo/fp/module_0004.jit_f.before_optimizations.txt"
+FAILURE_KEYS = {"replay_id", "module", "ref", "verdict", "error", "hint", "exit_code"}
+
+
+def _one_document(result) -> dict:
+    data = json.loads(result.stdout)  # the whole of stdout is one document
+    assert data["exit_code"] == result.exit_code
+    return data
+
+
+def test_json_failure_unknown_ref(cli, tmp_path):
+    from xlarun.store import Store
+
+    Store.open(tmp_path / "store", create=True).close()
+    result = cli("replay", "no_such_module_xyz", "--store", tmp_path / "store", "--json")
+    data = _one_document(result)
+    assert result.exit_code == 2 and set(data) == FAILURE_KEYS
+    assert data["verdict"] is None and data["ref"] == "no_such_module_xyz" and data["error"] == "the store has no runs yet"
+
+
+def test_json_failure_no_store_is_not_an_engine_error(cli, tmp_path):
+    data = _one_document(cli("replay", "jit_f", "--store", tmp_path / "missing", "--json"))
+    assert data["exit_code"] == 3 and data["verdict"] is None and "no xlarun store" in data["error"] and data["hint"]
+
+
+def test_json_failure_engine_missing(cli, tmp_path):
+    from pathlib import Path
+
+    text = Path(__file__).parent / FP_TEXT
+    result = cli("replay", text, "--engine", "run_hlo_module", "--store", tmp_path / "no-store", "--json",
+                 env={"PATH": "/usr/bin:/bin", "XLARUN_RUN_HLO_MODULE": ""})
+    data = _one_document(result)
+    assert result.exit_code == 3 and data["verdict"] == "engine-error"
+    assert data["error"] == "run_hlo_module is not on PATH and XLARUN_RUN_HLO_MODULE is not set" and "bazel" in data["hint"]
+
+
+def test_json_failure_unreadable_input(cli, tmp_path):
+    broken = tmp_path / "module_0001.jit_broken.before_optimizations.txt"
+    broken.write_text("HloModule jit_broken\n\nENTRY main {\n  p = f32[4] parameter(0)\n  ROOT q = f32[4] nonsense(p)\n}\n")
+    data = _one_document(cli("replay", broken, "--store", tmp_path / "no-store", "--json"))
+    assert data["exit_code"] == 2 and data["verdict"] is None and data["error"].startswith("HLO text does not parse")
+
+
+def test_json_failure_compile_error_is_a_result(cli, tmp_path):
+    module = tmp_path / "module_0001.jit_bad.before_optimizations.txt"
+    module.write_text(
+        "HloModule jit_bad\n\nENTRY main {\n  p = f32[4] parameter(0)\n"
+        '  ROOT c = f32[4] custom-call(p), custom_call_target="xlarun_no_such_target"\n}\n'
+    )
+    result = cli("replay", module, "--store", tmp_path / "no-store", "--json")
+    data = _one_document(result)
+    assert result.exit_code == 3 and data["verdict"] == "engine-error" and data["module_name"] == "jit_bad"
+    assert data["error"].startswith("compile on cpu failed") and "xlarun_no_such_target" in data["error"]
+    assert data["hint"] is None and data["outputs"] == []
+
+
+def test_json_failure_internal_error(cli, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from xlarun.replay import engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "replay_with_pjrt", broken)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the crash log goes there
+    result = cli("replay", Path(__file__).parent / FP_TEXT, "--store", tmp_path / "no-store", "--json")
+    data = _one_document(result)
+    assert result.exit_code == 4 and data["error"] == "internal error: RuntimeError('boom')" and data["verdict"] is None

@@ -118,16 +118,22 @@ def check_runners() -> list[Check]:
 
 
 def check_replay_engine() -> Check:
+    """Prove the built-in engine by replaying a tiny module, so "ok" means a replay would work."""
+    name = "built-in replay engine (PJRT)"
     if importlib.util.find_spec("jaxlib") is None:
-        return Check("built-in replay engine (PJRT)", False, "jaxlib missing", "pip install jaxlib")
+        return Check(name, False, "jaxlib missing", "pip install jaxlib")
     try:
-        from .replay.pjrt import available_platforms, bindings
+        from .replay.engine import prove_engine
+        from .replay.pjrt import SUPPORTED_RANGE, available_platforms, jaxlib_version
 
-        bindings()
-        return Check("built-in replay engine (PJRT)", True, f"platforms: {', '.join(available_platforms())}")
-    except Exception as exc:
-        message = getattr(exc, "message", None) or str(exc)
-        return Check("built-in replay engine (PJRT)", False, message.splitlines()[0][:160], "pip install 'jax[cpu]>=0.10,<0.11'")
+        proof = prove_engine("cpu")
+        if not proof.ok:
+            return Check(name, False, proof.detail[:300], f"xlarun's engine runs on {SUPPORTED_RANGE} (here {jaxlib_version()}); "
+                         "or use --engine run_hlo_module")
+        return Check(name, True, f"{proof.detail}; platforms: {', '.join(available_platforms())}")
+    except Exception as exc:  # jax itself fails to import or initialise
+        message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        return Check(name, False, message.splitlines()[0][:300], "pip install 'jax[cpu]'")
 
 
 def run_checks(docker: bool = True) -> list[Check]:

@@ -54,15 +54,27 @@ def replay(
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
-    from ..replay import ReplayOptions, replay_file
+    from ..replay import ReplayOptions
+
+    try:
+        options = ReplayOptions(
+            engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
+            rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
+            runner_path=str(runner) if runner else None, timeout_s=timeout, image=image,
+        ).validate()
+        sink = None if (quiet or as_json) else _stream
+        code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
+    except BaseException as exc:
+        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
+            _report_failure(ref, exc)  # scripts get one JSON document whatever went wrong
+        raise
+    raise typer.Exit(code)
+
+
+def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
+    from ..replay import replay_file
     from ..replay.record import replay_and_record_file, replay_stored_module
 
-    options = ReplayOptions(
-        engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
-        rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
-        runner_path=str(runner) if runner else None, timeout_s=timeout, image=image,
-    ).validate()
-    sink = None if (quiet or as_json) else _stream
     path = Path(ref)
     if path.is_file() and run is None:
         the_store = _existing_store(store)
@@ -84,7 +96,23 @@ def replay(
         record = replay_stored_module(the_store, module, options, sink, file=file)
         _report(record.result, record.replay_id, module, as_json)
         result = record.result
-    raise typer.Exit(int(result.exit_code))
+    return int(result.exit_code)
+
+
+def _report_failure(ref: str, exc: BaseException) -> None:
+    """The one JSON document of a replay that failed before it had a result (exit code beside the error)."""
+    from ..console import print_json
+    from ..errors import EngineError, EnvironmentProblem, ExitCode, XlarunError
+
+    if isinstance(exc, XlarunError):
+        message, hint, code = exc.message, exc.hint, exc.exit_code
+    elif isinstance(exc, KeyboardInterrupt):
+        message, hint, code = "interrupted", None, ExitCode.INTERRUPTED
+    else:  # a bug: the CLI's handler still prints the traceback and writes the crash log
+        message, hint, code = f"internal error: {exc!r}", "please report it", ExitCode.INTERNAL
+    verdict = "engine-error" if isinstance(exc, (EngineError, EnvironmentProblem)) else None  # no engine, or it failed
+    print_json({"replay_id": None, "module": None, "ref": ref, "verdict": verdict, "error": message, "hint": hint,
+                "exit_code": int(code)})
 
 
 def _existing_store(path: Path | None):
@@ -105,7 +133,7 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
     from ..console import print_json, print_pairs, say, warn
 
     if as_json:
-        print_json({"replay_id": replay_id, "module": module.ref if module else None, **result.to_dict()})
+        print_json({"replay_id": replay_id, "module": module.ref if module else None, "hint": None, **result.to_dict()})
         return
     for line in result.warnings:
         warn(line)

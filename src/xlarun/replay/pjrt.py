@@ -220,6 +220,17 @@ def _backend_platform(alias: str) -> str:
     return client.platform
 
 
+def prepare_custom_calls(module_proto: bytes) -> None:
+    """Make jax's custom-call kernels runnable before a module that calls any is executed.
+
+    Skipped for modules without custom calls: filling in the LAPACK pointers costs about a
+    second (``xlarun doctor`` replays a module without any). The opcode is stored as a string
+    in the proto, so a byte search finds every ``custom-call``.
+    """
+    if b"custom-call" in module_proto:
+        _register_jax_custom_calls()
+
+
 @functools.lru_cache(maxsize=1)
 def _register_jax_custom_calls() -> None:
     """Make jax's custom-call kernels usable, as ``jax.export`` does before running foreign modules.
@@ -308,7 +319,6 @@ class Platform:
             )
         backends, get_backend = _backend_api()
         alias = next(a for a in _PLATFORM_ALIASES[name] if a in backends())
-        _register_jax_custom_calls()
         self.name = name
         self.client = get_backend(alias)
         self.device = self.client.local_devices()[0]
