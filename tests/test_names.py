@@ -549,7 +549,8 @@ TOKENS = st.sampled_from([
     "-buffer-assignment", ".txt", ".hlo.pb", ".gz", ".dot", ".html", "top_level", "snapshot", "execution_0001",
     "hlo_snapshot", "obj-file", "ir-no-opt", ".ll", ".o", "-pre-optimization", ".mlir", "ptx", "ttir", "tf_graphs/",
     "jax_ir/", "torch_xla/", "poplar/", "jax_ir0001_", "jax_000001_", "module.mlir", "1732212345123", "\\", " ",
-    "é", "\x00",
+    "é", "\x00", "pid_7", "obj-file.", ".obj-file..o", "flagfile", "tpu_comp_env", "_before_buffer_assignment",
+    "SyncTensorsGraph", "ir-with-opt", "thunk_sequence_after_thunk_passes",
 ])  # fmt: skip
 
 
@@ -572,6 +573,8 @@ def test_name_shaped_garbage_never_raises(text):
 def test_long_names_decode_quickly():
     started = time.perf_counter()
     for path in ["module_0001." + "0001.a." * 3000 + "txt", "module_0001." + "a" * 50000 + ".after_",
-                 "tf_graphs/" + "_1" * 20000, "jax_ir/jax_ir0001_" + "_" * 20000 + ".mlir"]:  # fmt: skip
+                 "tf_graphs/" + "_1" * 20000, "jax_ir/jax_ir0001_" + "_" * 20000 + ".mlir",
+                 "module_x" + ".pid_1" * 10000 + ".execution_", "module_0001." + "obj-file." * 5000 + "x",
+                 "module_0001." + "obj-file." * 5000 + "x.o", "module_0001." + "a." * 20000 + "ir-no-opt.o"]:  # fmt: skip
         decode_dump_name(path)
     assert time.perf_counter() - started < 2.0

@@ -267,9 +267,15 @@ _XLA_SCHEMES = (
 )  # fmt: skip
 
 
+# the ending a scheme needs, checked before its search: '.+\.o$' tried at every 'obj-file.' is quadratic
+_REQUIRED_END = {_OBJ_FILE: ".o"}
+
+
 def _xla_suffix(rest: str) -> dict[str, Any] | None:
     """Fields from the part after 'module_XXXX.', or None when no scheme matches."""
     for pattern, fields_of in _XLA_SCHEMES:
+        if not rest.endswith(_REQUIRED_END.get(pattern, "")):
+            continue
         if (m := pattern.search(rest)) and (fields := fields_of(m, rest[: m.start()])):
             return fields
     return None
