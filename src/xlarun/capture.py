@@ -183,11 +183,13 @@ def capture(
     backend = make_backend(loaded.spec.backend)
     framework = job_framework(loaded)
 
-    run_id, staging = store.begin_run()
-    paths = backend.job_paths(staging)
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
-    composed = compose_env(loaded.spec, paths, base_env, probe_job_xla_flags(loaded, base_env))
+    known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
+
+    run_id, staging = store.begin_run()
+    paths = backend.job_paths(staging)
+    composed = compose_env(loaded.spec, paths, base_env, known_xla_flags)
     job = Job(
         argv=job_argv(loaded, backend.kind),
         env=composed.env,
