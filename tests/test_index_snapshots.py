@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,13 @@ def test_a_snapshot_joins_the_one_module_of_its_name():
                 "module_0002.jit_g.before_optimizations.txt"])  # fmt: skip
     assert ids[TF_SNAPSHOT] == 0
     assert ids["module_0002.jit_g.before_optimizations.txt"] == 2
+
+
+def test_the_real_tf_216_dump_ties_its_snapshot():
+    fixture = Path(__file__).parent / "fixtures" / "names" / "other_versions.txt"
+    names = [n for n in fixture.read_text().splitlines() if "a_inference_f_" in n and not n.startswith("#")]
+    snapshot = next(n for n in names if n.endswith(".hlo_snapshot.pb"))
+    assert tied(names)[snapshot] == 0
 
 
 def test_a_name_two_modules_share_ties_to_neither():

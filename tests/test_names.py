@@ -17,7 +17,8 @@ from xlarun.names import KINDS, DumpName, decode_dump_name
 FIXTURES = Path(__file__).parent / "fixtures" / "names"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
 PUBLIC = FIXTURES / "public.txt"  # names quoted in public issues, docs and code, not made here
-MADE_HERE = [f for f in FIXTURE_FILES if f != PUBLIC]  # by make_fixtures.py
+OTHER_VERSIONS = FIXTURES / "other_versions.txt"  # made here with the compat venvs (jax 0.4.30-0.6.2, TF 2.16, torch_xla)
+MADE_HERE = [f for f in FIXTURE_FILES if f not in (PUBLIC, OTHER_VERSIONS)]  # by make_fixtures.py
 
 # Real names that may decode as 'unknown', each with the reason; public.txt says the same beside the name.
 EXPECTED_UNKNOWN: dict[str, str] = {
@@ -371,6 +372,26 @@ def test_whole_module_object_files_across_versions(path, module_id, module_name)
     expect(path, kind="codegen", format="o", module_id=module_id, module_name=module_name, backend="cpu",
            pipeline="obj-file")  # fmt: skip
     assert dict(decode_dump_name(path).describe())["codegen step"] == "obj-file (the whole module's object code)"
+
+
+def test_names_from_other_versions_keep_whole_dotted_module_names():
+    names = real_names(OTHER_VERSIONS)
+    family = re.compile(r"jit_\w+|a_inference_f_\d+__\w+_\.\d+|SyncTensorsGraph\.\d+")
+    objects = defaultdict(set)
+    for name in names:
+        d = decode_dump_name(name)
+        assert d.kind != "unknown" and family.fullmatch(d.module_name or ""), name
+        if d.module_id is not None:
+            assert name.startswith(f"module_{d.module_id:04d}.{d.module_name}."), name
+        if d.format == "o":
+            objects[name[name.index(d.module_name) + len(d.module_name):]].add(d.artifact)
+    # every spelling of an object file: whole module ('.o', '.obj-file..o', '.obj-file.o') and per kernel
+    assert {".o", ".obj-file..o", ".obj-file.o"} <= set(objects)
+    assert all(objects[whole] == {None} for whole in (".o", ".obj-file..o", ".obj-file.o"))
+    assert "broadcast.2_elemental_kernel_module" in set().union(*objects.values())  # a kernel with a dot
+    assert {"part_00", "add_sine_fusion_kernel_module"} <= set().union(*objects.values())
+    tf_snapshot = next(n for n in names if n.endswith(".execution_0000.hlo_snapshot.pb"))
+    assert decode_dump_name(tf_snapshot).module_id is None and f"module_0000.{decode_dump_name(tf_snapshot).module_name}.o" in names
 
 
 def test_an_object_compiled_from_dumped_llvm_ir_is_not_xlas():
