@@ -97,7 +97,8 @@ def scan_flag_names(path: str | os.PathLike[str]) -> frozenset[str]:
 
 
 def _read_only_ranges(data: mmap.mmap) -> list[tuple[int, int]]:
-    """(start, end) of each ``.rodata*`` section of a 64-bit little-endian ELF file, else the whole file."""
+    """(start, end) of each read-only data section (``.rodata*``, ``.lrodata*``) of a 64-bit little-endian
+    ELF file; the whole file for anything else (Mach-O, a damaged header)."""
     whole = [(0, len(data))]
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return whole
@@ -110,7 +111,7 @@ def _read_only_ranges(data: mmap.mmap) -> list[tuple[int, int]]:
         for name_at, _flags, offset, size in sections:
             start = names_at + name_at
             name = data[start : data.find(b"\0", start)]
-            if name.startswith(b".rodata") and size and offset + size <= len(data):
+            if name.startswith((b".rodata", b".lrodata")) and size and offset + size <= len(data):
                 ranges.append((offset, offset + size))
     except (struct.error, IndexError):
         return whole
