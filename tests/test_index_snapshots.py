@@ -121,32 +121,45 @@ print(float(f(x, x)))
 """
 
 
-@pytest.mark.tf
-def test_a_real_tf_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
-    """TF2 jit_compile with dump.snapshots, captured for real. TensorFlow 2.21 (the project venv's) segfaults on
-    the first execution under --xla_dump_hlo_snapshots (checked again 2026-11-23), so the capture runs in the
-    tensorflow-cpu 2.16.2 venv, whose XLA lacks --xla_dump_large_constants (hence large_constants: false)."""
-    python = require_compat("tf-2.16.2")
+def _capture_tf_and_replay_its_snapshot(cli, folder, python_line: str, dump_line: str) -> None:
     spec = write_spec(
-        tmp_path / "job",
-        f"name: tf-snapshot\nscript: job.py\nframework: tensorflow\npython: {python}\ntimeout: 5m\n"
-        "dump:\n  formats: [text, proto]\n  snapshots: true\n  large_constants: false\nlogging:\n  min_log_level: 1\n",
+        folder,
+        f"name: tf-snapshot\nscript: job.py\nframework: tensorflow\n{python_line}timeout: 5m\n"
+        f"dump:\n  formats: [text, proto]\n  snapshots: true\n{dump_line}logging:\n  min_log_level: 1\n",
         TF_JOB,
     )
-    store_root = tmp_path / "store"
+    store_root = folder / "store"
     captured = cli("capture", spec, "--store", store_root)
     assert captured.exit_code == 0, captured.output
     store = Store.open(store_root)
     (run_id,) = store.index.conn.execute("SELECT run_id FROM runs").fetchone()
-    snapshots = [p for (p,) in store.index.conn.execute("SELECT path FROM files WHERE run_id=? AND kind='snapshot'", (run_id,))]
-    assert len(snapshots) == 1 and snapshots[0].startswith("module_a_inference_f_") and ".execution_0000." in snapshots[0]
-    (module_id,) = store.index.conn.execute("SELECT module_id FROM files WHERE run_id=? AND kind='snapshot'", (run_id,)).fetchone()
+    rows = store.index.conn.execute("SELECT path, module_id FROM files WHERE run_id=? AND kind='snapshot'", (run_id,)).fetchall()
+    assert len(rows) == 1, rows
+    (snapshot, module_id), = rows
+    assert snapshot.startswith("module_a_inference_f_") and ".execution_0000." in snapshot and module_id is not None
     module = store.index.module(run_id, module_id)
-    assert snapshots[0] == f"module_{module.name}.execution_0000.hlo_snapshot.pb"  # tied by its whole dotted name
+    assert snapshot == f"module_{module.name}.execution_0000.hlo_snapshot.pb"  # tied by its whole dotted name
 
     shown = cli("show", f"module_{module_id:04d}", "--store", store_root, "--json")
-    assert shown.exit_code == 0 and snapshots[0] in [f["path"] for f in json.loads(shown.stdout)["files"]]
+    assert shown.exit_code == 0 and snapshot in [f["path"] for f in json.loads(shown.stdout)["files"]]
     replayed = cli("replay", f"module_{module_id:04d}", "--store", store_root, "--json")
     result = json.loads(replayed.stdout)
     assert (result["input_kind"], result["arguments"], result["verdict"]) == ("snapshot", "snapshot", "match"), result
-    assert result["source"].endswith(snapshots[0])
+    assert result["source"].endswith(snapshot)
+
+
+@pytest.mark.tf
+def test_a_real_tf_221_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
+    """TF2 jit_compile with dump.snapshots, captured for real with the project venv's TensorFlow 2.21. Its XLA
+    segfaults in DumpArguments (HloProto::MergeImpl on an executable without its HLO proto) unless the executable
+    keeps its HLO: --xla_embed_ir_in_executable (checked 2026-11-23)."""
+    pytest.importorskip("tensorflow")
+    _capture_tf_and_replay_its_snapshot(cli, tmp_path / "job", "", '  extra_xla_flags: ["--xla_embed_ir_in_executable"]\n')
+
+
+@pytest.mark.tf
+def test_a_real_tf_216_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
+    """The same with tensorflow-cpu 2.16.2 (the compat venv), which dumps snapshots without help but lacks
+    --xla_dump_large_constants (hence large_constants: false)."""
+    python = require_compat("tf-2.16.2")
+    _capture_tf_and_replay_its_snapshot(cli, tmp_path / "job", f"python: {python}\n", "  large_constants: false\n")
