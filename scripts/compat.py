@@ -273,8 +273,12 @@ JOB_ERROR = re.compile(r"Unknown flags|^F\d{4} |Check failed|^\w*(Error|Exceptio
 def _last_line(text: str) -> str:
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in (text or "").splitlines()]
     lines = [line for line in lines if line]
-    line = lines[-1] if lines else ""
-    return line if len(line) <= 160 else line[:157] + "..."
+    return _shorten(lines[-1] if lines else "")
+
+
+def _shorten(line: str, limit: int = 160) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _json_out(proc: subprocess.CompletedProcess):
@@ -397,7 +401,7 @@ class VersionRun:
             problems.append(f"{modules[0]['name']} ranked first")
         if uncounted:
             error = next((m.get("parse_error") for m in uncounted if m.get("parse_error")), None)
-            problems.append(f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({error})" if error else ""))
+            problems.append(f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({_shorten(error, 110)})" if error else ""))
         if main.get("instr_before") is None and main.get("instr_after") is None:
             problems.append("main module has no counts")
         short = _short_module_name(main["name"])
@@ -423,10 +427,10 @@ class VersionRun:
         verdict = out.get("verdict")
         if proc.returncode == 0 and verdict == "match":
             return Cell("ok", f"match ({out.get('input_kind') or out.get('arguments') or 'fake'})")
-        reason = out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout)
-        if proc.returncode == 0:
-            return Cell("fail", str(verdict or "ran"), reason or "ran without anything to compare with")
-        return Cell("fail", f"exit {proc.returncode}", reason)
+        if proc.returncode == 0:  # ran, but nothing said it computed the right thing
+            said = (out.get("log") or "").strip().splitlines()
+            return Cell("fail", str(verdict or "ran"), _shorten(said[-1] if said else "nothing to compare with"))
+        return Cell("fail", f"exit {proc.returncode}", _shorten(out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout)))
 
     def cell_render(self, main: dict) -> Cell:
         target = self.folder / "main.svg"
@@ -451,14 +455,11 @@ def markdown_table(results: list[dict]) -> str:
 
 
 def run_matrix(keys: list[str], work: Path, json_file: Path | None) -> list[dict]:
-    for key in keys:  # build first: a missing venv is a set-up problem, not a red cell
-        status = build_venv(key)
-        if status != "cached":
-            log(f"{key}: {status}")
     work.mkdir(parents=True, exist_ok=True)
     document = {"date": _now(), "commit": _git_commit(), "command": "scripts/compat.py run " + " ".join(keys), "versions": []}
     for key in keys:
-        log(f"{key}: running the matrix cells")
+        status = build_venv(key)  # a missing venv is a set-up problem, not a red cell
+        log(f"{key}: venv {status}; running the matrix cells")
         result = VersionRun(VERSIONS[key], work).run()
         document["versions"].append(asdict(result))
         log(f"{key}: " + ", ".join(f"{c} {result.cells[c].status}" for c in COLUMNS) + f" ({result.seconds:.0f} s)")
