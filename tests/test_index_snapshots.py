@@ -152,9 +152,9 @@ def _capture_tf_and_replay_its_snapshot(cli, folder, python_line: str, dump_line
 def test_a_real_tf_221_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
     """TF2 jit_compile with dump.snapshots, captured for real with the project venv's TensorFlow 2.21. Its XLA
     segfaults in DumpArguments (HloProto::MergeImpl on an executable without its HLO proto) unless the executable
-    keeps its HLO: --xla_embed_ir_in_executable (checked 2026-11-23)."""
+    keeps its HLO, which xlarun asks for with --xla_embed_ir_in_executable (checked 2026-11-23)."""
     pytest.importorskip("tensorflow")
-    _capture_tf_and_replay_its_snapshot(cli, tmp_path / "job", "", '  extra_xla_flags: ["--xla_embed_ir_in_executable"]\n')
+    _capture_tf_and_replay_its_snapshot(cli, tmp_path / "job", "", "")
 
 
 @pytest.mark.tf

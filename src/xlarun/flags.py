@@ -110,6 +110,8 @@ def xla_flags_for(spec: RunSpec, dump_dir: str) -> list[str]:
         flags.append("--xla_dump_compress_protos")
     if dump.snapshots:
         flags.append("--xla_dump_hlo_snapshots")
+        if spec.framework == "tensorflow":  # TF 2.21's XLA segfaults dumping a snapshot of an executable without its HLO
+            flags.append("--xla_embed_ir_in_executable")
     if dump.pass_re:
         flags.append(f"--xla_dump_hlo_pass_re={dump.pass_re}")
     if dump.module_re:
@@ -214,6 +216,7 @@ _HOW_TO_DROP = {
     **{flag.lstrip("-"): f"take '{fmt}' out of dump.formats" for fmt, flag in _FORMAT_FLAGS.items()},
     **{name: f"set {option}: false in the spec" for name, option in [
         ("xla_dump_compress_protos", "dump.compress_protos"), ("xla_dump_hlo_snapshots", "dump.snapshots"),
+        ("xla_embed_ir_in_executable", "dump.snapshots"),
         ("xla_dump_large_constants", "dump.large_constants"), ("xla_dump_include_timestamp", "dump.timestamps"),
         ("xla_dump_module_metadata", "dump.module_metadata"), ("xla_dump_disable_metadata", "dump.disable_metadata"),
         ("tf_xla_cpu_global_jit", "tensorflow.cpu_global_jit"), ("tf_xla_clustering_debug", "tensorflow.clustering_debug"),
@@ -277,8 +280,6 @@ def compose_env(
         warnings.append("removed --tf_dump_graph_prefix from TF_XLA_FLAGS (it aborts TensorFlow 2.21); set dump.tf_graphs instead")
 
     env.update(_framework_vars(spec, paths))
-    if spec.dump.snapshots and spec.framework == "tensorflow":
-        warnings.append("--xla_dump_hlo_snapshots crashes TensorFlow 2.21 (segfault) on the first jit_compile call; drop dump.snapshots for TF")
     if env.get("JAX_COMPILATION_CACHE_DIR") and spec.jax.disable_compilation_cache:
         warnings.append("JAX_COMPILATION_CACHE_DIR is set; xlarun turns the cache off for the capture so every module is compiled and dumped")
 
