@@ -1,4 +1,4 @@
-"""The jaxlib adapter on the installed jaxlib (the project supports 0.10.x)."""
+"""The jaxlib adapter on the installed jaxlib (other versions: tests/test_compat_replay.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,39 @@ LOOKUP = FIXTURES / "lookup_large" / "module_0002.jit_lookup.before_optimization
 
 
 def test_installed_jaxlib_is_supported_and_every_name_resolves():
-    assert pjrt.jaxlib_version().startswith(pjrt.SUPPORTED_JAXLIB + ".")
     names = pjrt.bindings()
+    assert names.version == pjrt.jaxlib_version()
     assert callable(names.hlo_to_stablehlo) and callable(names.hlo_module_from_text)
+    assert names.mlir_route == pjrt.ROUTE_STABLEHLO
     assert "cpu" in pjrt.available_platforms()
 
 
 def test_a_missing_private_name_is_an_environment_problem_naming_the_version():
     bare = SimpleNamespace(hlo=SimpleNamespace(), _xla=SimpleNamespace(mlir=SimpleNamespace()))
-    with pytest.raises(EnvironmentProblem, match=r"jaxlib 9\.9\.9 lacks .*hlo_to_stablehlo") as info:
+    with pytest.raises(EnvironmentProblem, match=r"jaxlib 9\.9\.9 lacks .*hlo_to_stablehlo and xla_computation_to_mlir_module") as info:
         pjrt.resolve_bindings(bare, "9.9.9")
-    assert "0.10" in info.value.hint
+    assert "0.4.30 to 0.12" in info.value.hint
+
+
+def test_without_hlo_to_stablehlo_the_xla_computation_route_is_taken():
+    """jaxlib 0.4.30-0.5.3's names, borrowed from the installed jaxlib (which has both routes)."""
+    from jax._src.lib import xla_client
+
+    real = pjrt.bindings()
+    mlir = SimpleNamespace(xla_computation_to_mlir_module=xla_client._xla.mlir.xla_computation_to_mlir_module)
+    old = SimpleNamespace(
+        hlo=SimpleNamespace(
+            hlo_module_from_text=real.hlo_module_from_text, HloModule=xla_client.hlo.HloModule,
+            hlo_module_to_dot_graph=real.hlo_module_to_dot_graph, HloPrintOptions=real.print_options,
+        ),
+        _xla=SimpleNamespace(mlir=mlir), XlaComputation=xla_client.XlaComputation,
+        DeviceList=real.device_list, CompileOptions=real.compile_options,
+    )
+    names = pjrt.resolve_bindings(old, "0.5.3")
+    assert names.hlo_to_stablehlo is None and names.mlir_route == pjrt.ROUTE_COMPUTATION
+    mlir_text = names.computation_to_mlir(names.xla_computation(pjrt.text_to_module_proto(LOOKUP.read_text())))
+    compiled = pjrt.Platform("cpu").compile(mlir_text.encode())
+    assert compiled.compile_s > 0
 
 
 def test_text_proto_text_round_trip_keeps_large_constants():
@@ -51,3 +73,37 @@ def test_bad_text_is_an_input_error_and_bad_stablehlo_an_engine_error():
         pjrt.text_to_module_proto("HloModule broken\nENTRY {")
     with pytest.raises(EngineError, match="compile on cpu failed"):
         pjrt.Platform("cpu").compile(b"not mlir")
+
+
+# ---- modules of a newer XLA made readable by an older parser (replay/downgrade.py) ----
+
+
+def _instruction_lines(text: str) -> list[str]:
+    """Each instruction without its metadata (whose stack frames the printer numbers in its own order)."""
+    lines = (line.strip().split(", metadata=")[0] for line in text.splitlines())
+    return sorted(line for line in lines if " = " in line and not line.startswith("HloModule"))
+
+
+def test_wide_instruction_ids_are_renumbered_and_the_schedule_dropped():
+    from xlarun.replay.downgrade import has_wide_instruction_ids, renumber_instructions
+    from xlarun.replay.sources import load_source
+
+    source = load_source(FIXTURES / "mlp" / "module_0014.jit_train_step.cpu_after_optimizations.hlo.pb")
+    assert has_wide_instruction_ids(source.module_proto)  # jax 0.10.2 numbers them computation << 32 | index
+    narrow = renumber_instructions(source.module_proto)
+    assert not has_wide_instruction_ids(narrow)
+    before, after = pjrt.module_proto_to_text(source.module_proto), pjrt.module_proto_to_text(narrow)
+    assert "is_scheduled=true" in before and "is_scheduled=true" not in after
+    assert _instruction_lines(before) == _instruction_lines(after)  # same instructions, operands and attributes
+
+
+def test_debug_info_is_stripped_and_nothing_else():
+    from xlarun.replay.downgrade import strip_debug_info
+
+    text = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_text()
+    assert "FileNames" in text and "metadata={" in text
+    stripped = strip_debug_info(text)
+    assert "FileNames" not in stripped and "StackFrames" not in stripped and "metadata=" not in stripped
+    options = {"print_large_constants": True}
+    plain = pjrt.module_proto_to_text(pjrt.text_to_module_proto(text), **options)
+    assert _instruction_lines(pjrt.module_proto_to_text(pjrt.text_to_module_proto(stripped), **options)) == _instruction_lines(plain)

@@ -86,8 +86,10 @@ def _compare_one(index: int, a: np.ndarray, e: np.ndarray, abs_bound: float, rel
     if count:
         out.matched = False
         out.mismatched_elements += count
-        for position in list(zip(*np.nonzero(bad)))[: max(0, _MAX_REPORTED - len(out.problems))]:
-            where = ",".join(str(int(p)) for p in position)
+        # argwhere, not nonzero: it also indexes a scalar output (one empty position)
+        for row in np.argwhere(bad)[: max(0, _MAX_REPORTED - len(out.problems))]:
+            position = tuple(int(p) for p in row)
+            where = ",".join(str(p) for p in position)
             out.problems.append(f"output {index} [{where}]: expected {e[position].item()!r}, got {a[position].item()!r}")
 
 

@@ -129,22 +129,56 @@ def resolve_bindings(xla_client, version: str) -> _Bindings:
 
 
 def text_to_module_proto(text: str) -> bytes:
-    """Parse HLO text into a serialized HloModuleProto (XLA's own parser)."""
+    """Parse HLO text into a serialized HloModuleProto (XLA's own parser).
+
+    Text from a newer XLA that this parser refuses is parsed again without its debug info
+    (stack-frame tables, metadata; :mod:`.downgrade`), which never changes what it computes.
+    """
+    parse = bindings().hlo_module_from_text
     try:
-        module = bindings().hlo_module_from_text(text)
+        module = parse(text)
     except Exception as exc:  # jaxlib raises its own XlaRuntimeError family
-        raise InputError(f"HLO text does not parse: {_first_line(exc)}", "is this an HLO text dump?") from exc
+        module = _parse_without_debug_info(parse, text)
+        if module is None:
+            raise InputError(f"HLO text does not parse: {_first_line(exc)}", "is this an HLO text dump?") from exc
     return module.as_serialized_hlo_module_proto()
+
+
+def _parse_without_debug_info(parse, text: str):
+    from .downgrade import strip_debug_info
+
+    stripped = strip_debug_info(text)
+    if stripped == text:
+        return None
+    try:
+        return parse(stripped)
+    except Exception:
+        return None  # the original error says more
+
+
+def _with_narrow_ids(convert, module_proto: bytes):
+    """``convert(module_proto)``, retried with instructions renumbered when the proto's ids are too wide for this XLA."""
+    try:
+        return convert(module_proto)
+    except Exception:
+        from .downgrade import has_wide_instruction_ids, renumber_instructions
+
+        if not has_wide_instruction_ids(module_proto):
+            raise
+        return convert(renumber_instructions(module_proto))
+
+
+def _module(module_proto: bytes):
+    try:
+        return _with_narrow_ids(bindings().hlo_module_from_proto, module_proto)
+    except Exception as exc:
+        raise InputError(f"not an HloModuleProto: {_first_line(exc)}") from exc
 
 
 def module_proto_to_text(module_proto: bytes, *, print_large_constants: bool = True) -> str:
     """Print a serialized HloModuleProto as HLO text (large constants in full by default)."""
-    b = bindings()
-    try:
-        module = b.hlo_module_from_proto(module_proto)
-    except Exception as exc:
-        raise InputError(f"not an HloModuleProto: {_first_line(exc)}") from exc
-    options = b.print_options()
+    module = _module(module_proto)
+    options = bindings().print_options()
     options.print_large_constants = print_large_constants
     return module.to_string(options)
 
@@ -156,31 +190,27 @@ def module_proto_to_stablehlo(module_proto: bytes) -> bytes:
     goes through ``XlaComputation``; every compile entry point takes either.
     """
     b = bindings()
-    try:
+
+    def convert(proto: bytes):
         if b.hlo_to_stablehlo is not None:
-            return b.hlo_to_stablehlo(module_proto)
-        mlir = b.computation_to_mlir(b.xla_computation(module_proto))
+            return b.hlo_to_stablehlo(proto)
+        return b.computation_to_mlir(b.xla_computation(proto))
+
+    try:
+        mlir = _with_narrow_ids(convert, module_proto)
     except Exception as exc:
-        raise EngineError(f"HLO -> StableHLO conversion failed: {_first_line(exc)}", _proto_hint(exc)) from exc
+        raise EngineError(f"HLO -> StableHLO conversion failed: {_first_line(exc)}") from exc
     return mlir.encode("utf-8") if isinstance(mlir, str) else mlir
-
-
-def _proto_hint(exc: BaseException) -> str | None:
-    # XLA since 2025 numbers instructions past 2**31 (computation id << 32 | index); older parsers refuse them
-    if "INT_MAX" in str(exc):
-        return f"the module was dumped by a newer XLA than jaxlib {jaxlib_version()}'s; replay it with a newer jaxlib"
-    return None
 
 
 def module_to_dot(module_proto: bytes) -> str:
     """Render a serialized HloModuleProto as a Graphviz DOT graph."""
-    b = bindings()
-    return b.hlo_module_to_dot_graph(b.hlo_module_from_proto(module_proto))
+    return bindings().hlo_module_to_dot_graph(_module(module_proto))
 
 
 def module_name(module_proto: bytes) -> str:
     """The module's name, read by XLA."""
-    return bindings().hlo_module_from_proto(module_proto).name
+    return _module(module_proto).name
 
 
 # ---- platforms, compile, execute ----
