@@ -11,7 +11,8 @@ Supported: jaxlib 0.4.30 to 0.12. What differs between them (checked in one venv
 - HLO -> StableHLO: ``_xla.mlir.hlo_to_stablehlo(proto)`` (bytecode) from 0.6; before it,
   ``_xla.mlir.xla_computation_to_mlir_module(XlaComputation(proto))`` (MLIR text);
 - compile: ``client.compile_and_load(mlir, DeviceList, options)`` from 0.6.2,
-  ``client.compile(mlir, DeviceList, options)`` before, ``client.compile(mlir, options)`` on 0.4.x;
+  ``client.compile(mlir, options)`` to 0.5.3 (the device comes from the options), and
+  ``client.compile(mlir, DeviceList, options)`` between, where its signature names the devices;
 - the 64-bit switch: ``jax.enable_x64`` from jax 0.8, ``jax.experimental.enable_x64`` before;
 - backends: ``jax.extend.backend.get_backend`` (not in 0.4.30: ``jax._src.xla_bridge``);
 - the parser and printer: ``xla_client._xla`` until 0.10, ``xla_client.hlo`` after.
@@ -367,9 +368,9 @@ class Platform:
         devices = b.device_list((self.device,))
         if hasattr(self.client, "compile_and_load"):  # jaxlib 0.6.2+: compile() no longer loads
             return self.client.compile_and_load(stablehlo, devices, b.compile_options())
-        if _takes_devices(self.client.compile):  # jaxlib 0.5 and 0.6.0-0.6.1
+        if _takes_devices(self.client.compile):  # jaxlib 0.6.0-0.6.1
             return self.client.compile(stablehlo, devices, b.compile_options())
-        options = b.compile_options()  # jaxlib 0.4.x: the device comes from the options' assignment
+        options = b.compile_options()  # jaxlib 0.4.30-0.5.3: the device comes from the options' assignment
         options.device_assignment = _single_device_assignment(b.xla_client, self.device)
         return self.client.compile(stablehlo, options)
 
