@@ -49,6 +49,26 @@ _FIELD = re.compile(r'([\w.]+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
 _SECTION_ENTRY = re.compile(r'\s*(\d+)\s+(.*?)\s*$')
 _SPACES = re.compile(r'[ \t]*')
 _MODULE_LINE = re.compile(r"HloModule\s+([^\s,]+)")
+# How a computation ends: "}", "} // name" (XLA printed the name until 2025), "}, execution_thread=\"...\"".
+_COMPUTATION_END = re.compile(r'\}\s*(?://.*|,\s*execution_thread\s*=\s*"[^"]*"\s*(?://.*)?)?')
+
+#: XLA's opcodes (xla/hlo/ir/hlo_opcode.h). ``<opcode>-start`` of any other is an async pair, for which XLA's
+#: parser builds a computation wrapping the one instruction (see :func:`wrap_async_operations`).
+OPCODES = frozenset("""
+abs acos acosh add add-dependency after-all all-gather all-gather-done all-gather-start all-reduce all-reduce-done
+all-reduce-start all-to-all and asin asinh async-done async-start async-update atan atan2 atanh batch-norm-grad
+batch-norm-inference batch-norm-training bitcast bitcast-convert broadcast call cbrt ceil cholesky clamp
+count-leading-zeros collective-broadcast collective-permute collective-permute-done collective-permute-start
+collective-reduce compare complex concatenate conditional constant convert convolution copy copy-done copy-start
+cosine cosh custom-call divide domain dot dynamic-reshape dynamic-slice dynamic-update-slice erf exponential
+exponential-minus-one fft floor fusion gather get-dimension-size get-tuple-element imag infeed iota is-finite log
+log-plus-one logistic map maximum minimum mulhi multiply negate not opt-barrier or outfeed pad parameter partition-id
+popcnt power ragged-all-to-all ragged-dot real recv recv-done reduce reduce-precision reduce-scatter reduce-window
+remainder replica-id reshape reverse rng rng-bit-generator rng-get-and-update-state round-nearest-afz
+round-nearest-even rsqrt scaled-dot scan scatter select select-and-scatter send send-done set-dimension-size
+shift-left shift-right-arithmetic shift-right-logical shuffle sign sine sinh slice sort sqrt stochastic-convert
+subtract tan tanh topk transpose triangular-solve tuple while xor
+""".split())
 
 
 @dataclass
@@ -183,6 +203,22 @@ _SUMMARY_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-
 _SIMPLE_INSTRUCTION = re.compile(_SUMMARY_HEAD.pattern + r'([^()\[\]{}"/]*)\)')
 
 
+# Strings and innermost bracketed groups, removed over and over by _holds_a_statement.
+_INNERMOST = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\([^(){}\[\]"]*\)|\{[^(){}\[\]"]*\}|\[[^(){}\[\]"]*\]')
+
+
+_STATEMENT_START = re.compile(r"\s(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=")
+
+
+def _holds_a_statement(value: str) -> bool:
+    """True when an attribute value, brackets and strings aside, has ' name =' in it: the next instruction."""
+    while True:
+        inner = _INNERMOST.sub("", value)
+        if inner == value:
+            return _STATEMENT_START.search(value) is not None
+        value = inner
+
+
 def _parse_attributes(line: str, pos: int) -> dict[str, str]:
     attributes: dict[str, str] = {}
     length = len(line)
@@ -205,12 +241,15 @@ def _parse_attributes(line: str, pos: int) -> dict[str, str]:
             raise LineError(f"expected ', key=value' but found {line[pos:pos + 30]!r}")
         end = walk(line, pos + 1, True)
         key, _eq, value = strip_comments(line[pos + 1 : end]).partition("=")
-        attributes[key.strip()] = value.strip()
+        value = value.strip()
+        if _holds_a_statement(value):  # two statements run together on one line
+            raise LineError(f"expected ', key=value' but found {value[:30]!r}")
+        attributes[key.strip()] = value
         pos = end
 
 
 def _read_shape(line: str, pos: int) -> tuple[str, int]:
-    if line.startswith("(", pos):
+    if line.startswith(("(", "b("), pos):  # a tuple, or a buffer b(f32[2,4])
         end = walk(line, pos, False)
         return strip_comments(line[pos:end]), end
     m = _ARRAY_SHAPE.match(line, pos)
@@ -225,10 +264,19 @@ def _operand_names(inner: str) -> list[str]:
         return []
     pieces = split_top_level(inner) if "[" in inner else inner.split(",")
     # an operand may be printed with its shape: "f32[8]{0} %x"
-    return [p.split()[-1].lstrip("%") for p in pieces if p.strip()]
+    names = [p.split()[-1].lstrip("%") for p in pieces if p.strip()]
+    if any("(" in n or ")" in n for n in names):
+        raise LineError("an instruction written inside another's operands")  # the grammar reader builds it
+    return names
 
 
-def _apply_metadata(instruction: HloInstruction, metadata: str) -> None:
+def called_computations(attributes: dict[str, str]) -> list[str]:
+    """The computations an instruction's attributes name (``calls=%f``, ``branch_computations={%a, %b}``)."""
+    return [name for key, value in attributes.items() if key in CALLED_COMPUTATION_KEYS for name in _NAME_REF.findall(value)]
+
+
+def apply_metadata(instruction: HloInstruction, metadata: str) -> None:
+    """Fill op_name, op_type, source_file, source_line and stack_frame_id from ``metadata={...}`` text."""
     for key, value in _FIELD.findall(metadata.strip()[1:-1]):
         if key in ("op_name", "op_type", "source_file"):
             setattr(instruction, key, unquote(value))
@@ -265,11 +313,9 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
         instruction.operands = [p.split()[-1].lstrip("%") for p in inner.split(",") if p.strip()]
     else:
         instruction.operands = _operand_names(inner)
-    for key, value in instruction.attributes.items():
-        if key in CALLED_COMPUTATION_KEYS:
-            instruction.called_computations.extend(_NAME_REF.findall(value))
+    instruction.called_computations = called_computations(instruction.attributes)
     if "metadata" in instruction.attributes:
-        _apply_metadata(instruction, instruction.attributes["metadata"])
+        apply_metadata(instruction, instruction.attributes["metadata"])
     return instruction
 
 
@@ -286,13 +332,16 @@ def _summary_instruction(line: str, computation: str) -> HloInstruction | None:
     is_root, name, shape, opcode = head.groups()
     if opcode == "constant":
         return None  # the literal tells whether the dump elided it
+    opening = line.find("(", head.end())
+    if opening >= 0 and opening < line.find(")", head.end()):
+        return None  # an operand written as an instruction (or a tuple-shaped operand): the full parse reads it
     instruction = HloInstruction(name=name, opcode=opcode, shape=shape, computation=computation, is_root=is_root is not None)
     if opcode == "parameter":
         number = _PARAMETER_NUMBER.match(line, head.end())
         instruction.parameter_number = int(number.group(1)) if number else None
     metadata = _METADATA.search(line, head.end())
     if metadata is not None:
-        _apply_metadata(instruction, metadata.group(1))
+        apply_metadata(instruction, metadata.group(1))
     return instruction
 
 
@@ -323,8 +372,7 @@ class _TextParser:
                 section = section if stripped else None  # a blank line ends a FileNames/... table
                 continue
             if current is not None:
-                if stripped == "}":
-                    self._finish(current)
+                if stripped[0] == "}" and _COMPUTATION_END.fullmatch(stripped):  # "} // name" (XLA until 2025), "}, execution_thread=..."
                     current = None
                     continue
                 index = self._instruction(line, lineno, index, current)
@@ -347,7 +395,7 @@ class _TextParser:
             raise InputError("the HLO text is empty", _HINT)
         if not self.computations:
             raise self.fail(count, "the module has no computations", _HINT)
-        return self._module()
+        return assemble_module(self.name, self.computations, self.entry, self.header, self.tables, complete=not self.summary)
 
     def _module_line(self, line: str, lineno: int) -> None:
         m = _MODULE_LINE.match(line)
@@ -393,28 +441,78 @@ class _TextParser:
                     raise self.fail(lineno, str(error)) from None
                 line, index = f"{line} {nxt}", index + 1
 
-    def _finish(self, computation: HloComputation) -> None:
-        instructions = computation.instructions
-        params = [i for i in instructions if i.opcode == "parameter"]
-        computation.parameters = sorted(params, key=lambda i: (i.parameter_number is None, i.parameter_number or 0))
-        roots = [i for i in instructions if i.is_root]
-        if not roots and instructions:  # XLA takes the last instruction when none is marked ROOT
-            instructions[-1].is_root = True
-            roots = [instructions[-1]]
-        computation.root = roots[-1].name if roots else ""
 
-    def _module(self) -> HloModule:
-        entry = self.entry or next(reversed(self.computations))
-        self.computations[entry].is_entry = True
-        _resolve_stack_frames(self.computations.values(), self.tables)
-        module = HloModule(
-            name=self.name or "", entry_computation=entry, computations=self.computations,
-            entry_signature="", header_attributes=self.header, parsed_from="text", complete=not self.summary,
-        )
-        mark_fusion_computations(module)
-        layout = self.header.get("entry_computation_layout")
-        module.entry_signature = (layout and _signature_from_layout(layout)) or signature_of(module.entry)
-        return module
+def _finish(computation: HloComputation) -> None:
+    instructions = computation.instructions
+    params = [i for i in instructions if i.opcode == "parameter"]
+    computation.parameters = sorted(params, key=lambda i: (i.parameter_number is None, i.parameter_number or 0))
+    roots = [i for i in instructions if i.is_root]
+    if not roots and instructions:  # XLA takes the last instruction when none is marked ROOT
+        instructions[-1].is_root = True
+        roots = [instructions[-1]]
+    computation.root = roots[-1].name if roots else ""
+
+
+def assemble_module(name: str | None, computations: dict[str, HloComputation], entry: str | None, header: dict[str, str],
+                    tables: dict[str, dict[int, str]], complete: bool = True) -> HloModule:
+    """The module from parsed computations: the async computations XLA builds added, roots, parameters,
+    the entry (the last computation when none is marked ENTRY, as XLA takes it), sources and signature."""
+    computations = wrap_async_operations(computations)
+    for computation in computations.values():
+        _finish(computation)
+    entry = entry or next(reversed(computations))
+    computations[entry].is_entry = True
+    _resolve_stack_frames(computations.values(), tables)
+    module = HloModule(
+        name=name if name is not None else f"module_{entry}", entry_computation=entry, computations=computations,
+        entry_signature="", header_attributes=header, parsed_from="text", complete=complete,
+    )
+    mark_fusion_computations(module)
+    layout = header.get("entry_computation_layout")
+    module.entry_signature = (layout and _signature_from_layout(layout)) or signature_of(module.entry)
+    return module
+
+
+def wrap_async_operations(computations: dict[str, HloComputation]) -> dict[str, HloComputation]:
+    """Add the computation XLA's parser builds for each ``<opcode>-start`` of an op without async opcodes
+    of its own (``custom-call-start``, ``fusion-start``...): parameters for the operands and the op itself
+    as root, named ``async_wrapped`` (uniquified) and placed before the computation that starts it."""
+    if not any(i.opcode.endswith("-start") and i.opcode not in OPCODES for c in computations.values() for i in c.instructions):
+        return computations
+    result: dict[str, HloComputation] = {}
+    taken = set(computations)
+    for computation in computations.values():
+        for instruction in computation.instructions:
+            wrapped = instruction.opcode.removesuffix("-start")
+            if wrapped == instruction.opcode or instruction.opcode in OPCODES or wrapped not in OPCODES:
+                continue
+            name, number = "async_wrapped", 0
+            while name in taken:
+                number += 1
+                name = f"async_wrapped.{number}"
+            taken.add(name)
+            result[name] = _async_wrapped(name, wrapped, instruction)
+        result[computation.name] = computation
+    return result
+
+
+def _async_wrapped(name: str, opcode: str, start: HloInstruction) -> HloComputation:
+    # the start's shape is ((operand shapes), result shape, state...)
+    parts = [strip_comments(p).strip() for p in split_top_level(start.shape[1:-1])] if start.shape.startswith("(") else []
+    operand_shapes = [p.strip() for p in split_top_level(parts[0][1:-1]) if p.strip()] if parts and parts[0].startswith("(") else []
+    computation = HloComputation(name=name)
+    for number, operand in enumerate(start.operands):
+        shape = operand_shapes[number] if number < len(operand_shapes) else ""
+        parameter_name = "async_param" if number == 0 else f"async_param.{number}"
+        computation.instructions.append(HloInstruction(
+            name=parameter_name, opcode="parameter", shape=shape, computation=name, parameter_number=number,
+        ))
+    computation.instructions.append(HloInstruction(
+        name="async_op", opcode=opcode, shape=parts[1] if len(parts) > 1 else "", computation=name, is_root=True,
+        operands=[p.name for p in computation.instructions], attributes=dict(start.attributes),
+        called_computations=list(start.called_computations),
+    ))
+    return computation
 
 
 def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> None:
@@ -570,7 +668,7 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
     sources: set[str] = set()
     for metadata in set(_SCAN_METADATA.findall(text)):  # many instructions share one
         facts = HloInstruction(name="", opcode="", shape="")
-        _apply_metadata(facts, metadata)
+        apply_metadata(facts, metadata)
         if facts.op_name:
             op_names.add(facts.op_name)
         if facts.source_file is None and facts.stack_frame_id is not None and (where := locate(facts.stack_frame_id)) is not None:
@@ -590,9 +688,32 @@ def parse_hlo_text(text: str, summary: bool = False) -> HloModule:
     metadata, elided constants), about 1.5x faster; operands, attributes and called computations stay
     empty for most instructions, and the module has no fingerprint.
 
+    Text laid out as XLA prints it is read line by line; anything else XLA's own parser accepts (line
+    breaks and comments anywhere, no ``HloModule`` line, inline operands...) by :mod:`xlarun.hlo_grammar`.
+
     Raises :class:`InputError` whose message names the line (``HLO text line N: ...``).
     """
-    return _TextParser(text, summary).parse()
+    try:
+        return _TextParser(text, summary).parse()
+    except InputError as line_error:
+        return _parse_any_layout(text, line_error)
+
+
+_ERROR_LINE = re.compile(r"HLO text line (\d+)")
+
+
+def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
+    """The module read by XLA's grammar; when that fails too, the error of the reader that got further."""
+    from .hlo_grammar import GrammarParser, HloSyntaxError
+
+    try:
+        parsed = GrammarParser(text).parse()
+    except HloSyntaxError as error:
+        at = _ERROR_LINE.match(line_error.message)
+        if at is not None and error.lineno > int(at.group(1)):
+            raise InputError(f"HLO text line {error.lineno}: {error}", _HINT) from None
+        raise line_error from None
+    return assemble_module(parsed.module_name, parsed.computations, parsed.entry, parsed.header, parsed.tables)
 
 
 def read_hlo_file(path: str | Path) -> HloModule:
