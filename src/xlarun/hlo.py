@@ -716,8 +716,68 @@ def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
     return assemble_module(parsed.module_name, parsed.computations, parsed.entry, parsed.header, parsed.tables)
 
 
+# What HLO text starts with, after comments: the HloModule line, or a computation (name, maybe its
+# parameters and result, '{', then an instruction), as XLA's parser reads a file without an HloModule line.
+_HLO_TEXT_START = re.compile(
+    rb"(?:\s|//[^\n]*|/\*.*?\*/)*(?:HloModule\s|(?:ENTRY\s+)?%?[A-Za-z_][\w.\-]*(?:[ \t]*\([^\n=]*?|\s*)"
+    rb"\{(?:\s|//[^\n]*|/\*.*?\*/)*(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=)",
+    re.S,
+)
+_GZIP_MAGIC = b"\x1f\x8b"
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_FORMATS_HINT = "xlarun reads HLO text (.txt, .hlo), HLO protos (.pb, .hlo.pb: HloProto, HloModuleProto, HloSnapshot), gzipped or not"
+
+
+def looks_like_hlo_text(data: bytes) -> bool:
+    """The one test of "is this HLO text": after comments and blank lines, an ``HloModule`` line or a
+    computation (``[ENTRY] name [(params) -> shape] {`` and an instruction) starts the bytes."""
+    return _HLO_TEXT_START.match(data[:65536]) is not None
+
+
+def looks_like_text(data: bytes) -> bool:
+    """No control characters in the first 4 KiB (protos have them); empty data is not text."""
+    return bool(data) and _CONTROL.search(data[:4096]) is None
+
+
+def gunzip(data: bytes, name: str = "the file") -> bytes:
+    """``data`` decompressed when it is gzip (``--xla_dump_compress_protos``), else as it is."""
+    if not data.startswith(_GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as error:
+        raise InputError(f"{name} is not a valid gzip file: {error}") from None
+
+
+def load_hlo(data: bytes, name: str = "", kind: str | None = None, summary: bool = False) -> HloModule:
+    """An HLO module from a file's bytes: the one loader (render, the index and replay use it).
+
+    Gzipped or not; HLO text (as XLA prints it, hand-written, comments first) or a binary HloProto,
+    HloModuleProto or HloSnapshot. ``kind`` (``"text"`` or ``"proto"``) says which when the caller knows;
+    else ``name``'s extension (``.txt``/``.hlo``, ``.pb``) does; else the content. ``summary``: see
+    :func:`parse_hlo_text`. Raises :class:`InputError` for anything else.
+    """
+    label = name or "the file"
+    data = gunzip(data, label)
+    base = name.removesuffix(".gz")
+    if kind is None:
+        if base.endswith(".pb"):
+            kind = "proto"
+        elif base.endswith((".txt", ".hlo")) or looks_like_hlo_text(data):
+            kind = "text"
+        elif looks_like_text(data):
+            raise InputError(f"{label} is text but not an HLO module", _FORMATS_HINT)
+        else:
+            kind = "proto"
+    if kind == "text":
+        return parse_hlo_text(data.decode("utf-8", errors="replace"), summary=summary)
+    from .hloproto import summarize_hlo_proto  # hloproto builds on this module's classes
+
+    return summarize_hlo_proto(data)
+
+
 def read_hlo_file(path: str | Path) -> HloModule:
-    """Read a module by extension: ``.txt``/``.hlo`` text, ``.pb``/``.hlo.pb`` proto, ``.gz`` gzipped either.
+    """Read a module from a file (see :func:`load_hlo`); by extension where it says, else by content.
 
     A ``.pb`` may hold an HloProto (XLA's dump), a bare HloModuleProto or an HloSnapshot.
     """
@@ -729,23 +789,11 @@ def read_hlo_file(path: str | Path) -> HloModule:
         raise InputError(f"no such HLO file: {path}", hint) from None
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror}") from None
-    name = path.name
-    if name.endswith(".gz"):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as error:
-            raise InputError(f"{path} is not a valid gzip file: {error}") from None
-        name = name[:-3]
     try:
-        if name.endswith(".pb"):
-            from .hloproto import summarize_hlo_proto  # hloproto builds on this module's classes
-
-            return summarize_hlo_proto(data)
-        if name.endswith((".txt", ".hlo")) or data.lstrip().startswith(b"HloModule"):
-            return parse_hlo_text(data.decode("utf-8", errors="replace"))
+        if not path.name.removesuffix(".gz").endswith((".pb", ".txt", ".hlo")) and not looks_like_hlo_text(gunzip(data)):
+            raise InputError(f"cannot tell the format of {path}", _FORMATS_HINT)
+        return load_hlo(data, path.name)
     except InputError as error:
+        if error.message.startswith("cannot tell the format"):
+            raise
         raise InputError(f"{path}: {error.message}", error.hint) from None
-    raise InputError(
-        f"cannot tell the format of {path}",
-        "xlarun reads HLO text (.txt, .hlo), protos (.pb, .hlo.pb) and gzipped protos (.pb.gz)",
-    )

@@ -79,16 +79,9 @@ def stage_label(name: DumpName) -> str:
 
 
 def _parse(name: DumpName, data: bytes, summary: bool = False):
-    from .hlo import parse_hlo_text
-    from .hloproto import summarize_hlo_proto
+    from .hlo import load_hlo
 
-    if name.format == "text":
-        return parse_hlo_text(data.decode("utf-8", errors="replace"), summary=summary)
-    if name.format == "proto.gz":
-        import gzip
-
-        data = gzip.decompress(data)
-    return summarize_hlo_proto(data)
+    return load_hlo(data, kind="text" if name.format == "text" else "proto", summary=summary)
 
 
 @dataclass(frozen=True)

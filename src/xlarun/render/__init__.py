@@ -14,11 +14,11 @@ Big graphs: above ``RenderOptions.limit`` nodes a graph is refused (:class:`Grap
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..hlo import gunzip, load_hlo, looks_like_hlo_text
 from .graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
 from .graphdef import graphdef_graph
 from .hlo_graph import hlo_graph, hlo_neighbourhood
@@ -66,11 +66,12 @@ def content_kind(name: str, data: bytes) -> str:
         return "graphdef"
     if base.endswith(".pb"):
         return "hlo-proto"
+    data = gunzip(data, name)
     head = data[:4096].lstrip()
-    if head.startswith(b"HloModule"):
-        return "hlo-text"
     if head.startswith((b"digraph", b"strict digraph", b"graph")):
         return "dot"
+    if looks_like_hlo_text(data):
+        return "hlo-text"
     if head.startswith(b"node {") or b"\nnode {" in head:
         return "graphdef"
     if base.endswith((".txt", ".hlo")):
@@ -78,20 +79,9 @@ def content_kind(name: str, data: bytes) -> str:
     raise InputError(f"cannot tell what {name} holds", "render draws HLO text (.txt), HLO protos (.pb), .dot files and GraphDef .pbtxt files")
 
 
-def load_hlo(data: bytes, name: str = "module"):
-    """An HLO module from text or proto bytes (gzip-compressed protos too)."""
-    from ..hlo import parse_hlo_text
-    from ..hloproto import summarize_hlo_proto
-
-    if name.endswith(".gz"):
-        data = gzip.decompress(data)
-    if data[:4096].lstrip().startswith(b"HloModule"):
-        return parse_hlo_text(data.decode("utf-8", errors="replace"))
-    return summarize_hlo_proto(data)
-
-
 def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None = None) -> Graph:
     """The drawable graph of an HLO module or a GraphDef (the neighbourhood when ``options.around``)."""
+    data = gunzip(data, name)
     kind = content_kind(name, data)
     title = title or name
     if kind == "graphdef":
@@ -115,7 +105,7 @@ def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, t
     if content_kind(name, data) == "dot":
         if options.around or options.expand or options.expand_all:
             raise InputError("--around and --expand work on HLO modules, not on XLA's .dot files", "drop --xla-dot to draw the module with xlarun's renderer")
-        source = (gzip.decompress(data) if name.endswith(".gz") else data).decode("utf-8", errors="replace")
+        source = gunzip(data, name).decode("utf-8", errors="replace")
         nodes = count_dot_nodes(source)
         if options.limit and nodes > options.limit:
             raise GraphTooBig(

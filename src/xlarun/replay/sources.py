@@ -10,12 +10,12 @@ HloProto{hlo_module=1}, HloModuleProto{name=1, entry_computation_name=2, computa
 
 from __future__ import annotations
 
-import gzip
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..hlo import gunzip, looks_like_hlo_text, looks_like_text
 from ..protowire import ProtoDecodeError, as_str, fields_by_number, first
 from . import literals
 
@@ -82,39 +82,26 @@ def read_dump_bytes(path: Path, data: bytes | None = None) -> bytes:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: broken gzip data ({exc})") from exc
-    return data
+    return gunzip(data, str(path))
 
 
 def load_source(path: str | Path, data: bytes | None = None) -> ReplaySource:
     """Read a dump file (or its ``data``, for files read from the store) for replay."""
     path = Path(path)
     raw = read_dump_bytes(path, data)
-    if _looks_like_text(raw):
+    if looks_like_hlo_text(raw):
         text = raw.decode("utf-8", errors="replace")
-        if not text.lstrip().startswith("HloModule"):
-            raise InputError(
-                f"{path.name} is text but not an HLO module",
-                "replay takes HLO text (.txt), HloProto (.hlo.pb) or HloSnapshot (.snapshot.*.pb) dumps",
-            )
-        name = text.lstrip().split(None, 2)[1].rstrip(",")
-        return ReplaySource(path, TEXT, text=text, module_name=name)
+        header = _MODULE_NAME_LINE.search(text)
+        return ReplaySource(path, TEXT, text=text, module_name=header.group(1) if header else None)
+    if looks_like_text(raw):
+        raise InputError(
+            f"{path.name} is text but not an HLO module",
+            "replay takes HLO text (.txt), HloProto (.hlo.pb) or HloSnapshot (.snapshot.*.pb) dumps",
+        )
     return _load_binary(path, raw)
 
 
-def _looks_like_text(raw: bytes) -> bool:
-    """HLO text starts with ``HloModule``; other text has no control characters, protos do."""
-    head = raw[:4096].decode("utf-8", errors="ignore")
-    if head.lstrip().startswith("HloModule"):
-        return True
-    return bool(head) and not _CONTROL.search(head)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_MODULE_NAME_LINE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.MULTILINE)
 
 
 def _load_binary(path: Path, raw: bytes) -> ReplaySource:
