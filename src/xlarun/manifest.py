@@ -62,7 +62,8 @@ class Manifest(BaseModel):
     files: int = 0
     dump_bytes: int = 0
     stored_bytes_new: int = 0
-    kind: str = Field("capture", description="capture, or replay for runs made by `xlarun replay`")
+    kind: str = Field("capture", description="capture, replay for runs made by `xlarun replay`, or import for `xlarun import`")
+    imported_from: dict[str, Any] | None = Field(None, description="for kind import: the source's path and kind, and the run it was exported from")
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

@@ -145,7 +145,9 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
     from ..console import count_or_blank, human_bytes, print_json, print_pairs, print_table, say
     from ..refs import resolve_module
+    from .share import bundle_or_ref
 
+    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
     if as_json:

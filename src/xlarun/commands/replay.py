@@ -74,7 +74,9 @@ def replay(
 def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
     from ..replay import replay_file
     from ..replay.record import replay_and_record_file, replay_stored_module
+    from .share import bundle_or_ref
 
+    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: replayed from a temporary store
     path = Path(ref)
     if path.is_file() and run is None:
         the_store = _existing_store(store)

@@ -1,0 +1,408 @@
+"""``bundle``: one module of a run as a single .zip for a bug report, and reading such a zip back.
+
+Layout of a bundle (the ``xlarun export`` layout, so ``xlarun import`` reads it as it reads an export)::
+
+    README.md              what each file is, versions, flags, the commands that reproduce it
+    dump/                  the module's dump files, with XLA's names
+    _xlarun/bundle.json    which module, which files (the marker ``import`` looks for)
+    _xlarun/manifest.json  the run's manifest, secrets redacted
+    _xlarun/spec.yaml      the spec, secrets redacted (and spec.resolved.json)
+    sources/               with --with-sources: the Python files the module's metadata names
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .dump_import import BUNDLE_MARKER, META_DIR, import_dump
+from .errors import InputError
+from .flags import redact_env
+from .index import FileInfo, ModuleInfo
+from .store import Store
+
+#: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
+WARN_BYTES = 25 * 1000 * 1000
+BUNDLE_FORMAT = 1
+_SOURCE_LIMIT = 1 << 20
+
+#: One line per kind (and stage) of file, for the README.
+_WHAT = {
+    ("hlo", "before_optimizations"): "the module as the framework handed it to XLA (before any HLO pass)",
+    ("hlo", "after_optimizations"): "the module after XLA's HLO passes: what was compiled to machine code",
+    ("buffer-assignment", None): "where every buffer of the optimized module lives (XLA's buffer assignment)",
+    ("memory-usage-report", None): "peak memory and the buffers that make it up",
+    ("debug-options", None): "the non-default DebugOptions (XLA flags) of this compile, as a text proto",
+    ("snapshot", None): "HloSnapshot: the module, one execution's real arguments and its result",
+    ("pass", None): "the module right after one HLO pass",
+}
+_FORMAT_WORDS = {"text": "HLO text", "proto": "HloProto (binary)"}
+_PLATFORMS = {"cpu": ("Host", "host"), "gpu": ("CUDA", "gpu"), "cuda": ("CUDA", "gpu"), "rocm": ("ROCM", "gpu")}
+
+
+@dataclass
+class BundleOptions:
+    """What goes into a bundle beyond the module's stage dumps and reports."""
+
+    snapshot: bool = True
+    snapshot_limit_bytes: int = 20 << 20
+    passes: bool = False
+    with_sources: bool = False
+    redact_paths: bool = False
+
+
+@dataclass
+class BundleEntry:
+    """One file in the zip: its path there, what it is, and its size."""
+
+    path: str
+    what: str
+    size: int
+
+
+@dataclass
+class BundleResult:
+    """The written zip, what it holds, and what a user should know (size warnings, left-out files)."""
+
+    path: Path
+    zip_bytes: int
+    entries: list[BundleEntry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def pick_bundle_files(module: ModuleInfo, options: BundleOptions) -> tuple[list[FileInfo], list[str]]:
+    """The module's files that go into its bundle, and notes on what was left out."""
+    notes: list[str] = []
+    picked = []
+    for f in module.files:
+        stage = "after_optimizations" if (f.stage or "").endswith("after_optimizations") else f.stage
+        if f.kind == "hlo" and stage in ("before_optimizations", "after_optimizations") and f.format in ("text", "proto"):
+            picked.append(f)
+        elif f.kind in ("buffer-assignment", "memory-usage-report", "debug-options"):
+            picked.append(f)
+        elif f.kind == "pass" and options.passes:
+            picked.append(f)
+    snapshots = sorted((f for f in module.files if f.kind == "snapshot"), key=lambda f: (f.size, f.path))
+    if snapshots and options.snapshot:
+        small = [f for f in snapshots if f.size <= options.snapshot_limit_bytes]
+        if small:
+            picked.append(small[0])
+        else:
+            notes.append(f"the snapshot ({snapshots[0].size / 1e6:.1f} MB) is over the snapshot limit and was left out: replays run on generated arguments")
+    elif snapshots:
+        notes.append("the snapshot was left out (--no-snapshot): replays run on generated arguments")
+    else:
+        notes.append("the run captured no snapshot of this module: replays run on generated arguments")
+    return sorted(picked, key=lambda f: f.path), notes
+
+
+def make_bundle(store: Store, module: ModuleInfo, output: str | Path | None = None, options: BundleOptions | None = None) -> BundleResult:
+    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder)."""
+    options = options or BundleOptions()
+    t0 = time.monotonic()
+    output = Path(output or f"{module.name or f'module_{module.module_id:04d}'}.bundle.zip")
+    if output.suffix.lower() != ".zip":
+        raise InputError(f"{output} does not end in .zip", "bundles are zip files (GitHub takes them as attachments)")
+    manifest = store.manifest(module.run_id)
+    run_dir = store.run_path(module.run_id)
+    files, notes = pick_bundle_files(module, options)
+    redact = _path_redactor(manifest, run_dir) if options.redact_paths else (lambda data: data)
+
+    contents: list[tuple[BundleEntry, bytes]] = []
+    for f in files:
+        data = redact(store.blobs.get(f.digest))
+        contents.append((BundleEntry(f"dump/{f.path}", _describe(f), len(data)), data))
+    if options.with_sources:
+        sources, source_notes = _module_sources(store, module)
+        notes += source_notes
+        contents += [(BundleEntry(f"sources/{name}", "a Python source the module's metadata names", len(data)), redact(data)) for name, data in sources]
+    meta = {
+        "manifest.json": (json.dumps(redact_manifest(manifest), indent=2).encode(), "the run's manifest (versions, flags, host), secrets redacted"),
+        "spec.yaml": (_read_spec(run_dir), "the run spec, secrets redacted"),
+        "spec.resolved.json": (_read_resolved(run_dir), "the spec as xlarun resolved it, secrets redacted"),
+    }
+    for name, (data, what) in meta.items():
+        if data:
+            data = redact(data)
+            contents.append((BundleEntry(f"{META_DIR}/{name}", what, len(data)), data))
+    description = {
+        "format": BUNDLE_FORMAT, "xlarun": __version__, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "module": {"run_id": module.run_id, "module_id": module.module_id, "name": module.name, "backend": module.backend,
+                   "entry_signature": module.entry_signature, "fingerprint": module.fingerprint},
+        "options": {"snapshot": options.snapshot, "passes": options.passes, "with_sources": options.with_sources, "redact_paths": options.redact_paths},
+        "files": [{"path": e.path, "what": e.what, "size": e.size} for e, _ in contents],
+    }
+    marker = json.dumps(description, indent=2).encode()
+    contents.append((BundleEntry(BUNDLE_MARKER, "which module this bundle holds (read by `xlarun import` / `replay`)", len(marker)), marker))
+    readme = redact(render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name).encode())
+    contents.insert(0, (BundleEntry("README.md", "this file", len(readme)), readme))
+
+    _write_zip(output, contents)
+    size = output.stat().st_size
+    warnings = [n for n in notes if "left out" in n and "--no-snapshot" not in n]
+    if size > WARN_BYTES:
+        warnings.append(_size_advice(size, [e for e, _ in contents], options))
+    return BundleResult(output, size, [e for e, _ in contents], warnings, round(time.monotonic() - t0, 3))
+
+
+def _write_zip(output: Path, contents: list[tuple[BundleEntry, bytes]]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+            for entry, data in contents:
+                info = zipfile.ZipInfo(entry.path, date_time=time.gmtime()[:6])
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = (stat.S_IFREG | 0o644) << 16
+                archive.writestr(info, data)
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _describe(f: FileInfo) -> str:
+    stage = "after_optimizations" if (f.stage or "").endswith("after_optimizations") else f.stage
+    what = _WHAT.get((f.kind, stage)) or _WHAT.get((f.kind, None)) or f.kind
+    if f.kind == "pass" and f.after_pass:
+        what = f"the module right after pass {f.after_pass} (step {f.step})"
+    fmt = _FORMAT_WORDS.get(f.format or "")
+    return f"{what}; {fmt}" if fmt and f.kind in ("hlo", "pass") else what
+
+
+def _size_advice(size: int, entries: list[BundleEntry], options: BundleOptions) -> str:
+    parts: dict[str, int] = {}
+    for e in entries:
+        key = ("pass dumps (leave out --passes)" if "after pass" in e.what else
+               "the snapshot (--no-snapshot, or a lower --snapshot-limit-mb)" if e.what.startswith("HloSnapshot") else
+               "Python sources (leave out --with-sources)" if e.path.startswith("sources/") else
+               "protos (the text dumps say the same)" if e.path.endswith(".pb") else None)
+        if key:
+            parts[key] = parts.get(key, 0) + e.size
+    biggest = sorted(parts.items(), key=lambda kv: -kv[1])
+    advice = ", ".join(f"{k}: {v / 1e6:.1f} MB unpacked" for k, v in biggest) or "nothing optional is in it"
+    return f"the bundle is {size / 1e6:.1f} MB, over the 25 MB GitHub takes; to shrink it drop {advice}"
+
+
+# --- redaction ---------------------------------------------------------------------------------------
+
+
+def redact_manifest(manifest: dict) -> dict:
+    """The manifest with secret-looking variables hidden (flags.py's rules) in its environment and spec."""
+    out = dict(manifest)
+    out["env_delta"] = redact_env(manifest.get("env_delta") or {})
+    return out
+
+
+def _redact_spec_env(spec: dict) -> dict:
+    if isinstance(spec.get("env"), dict):
+        spec = {**spec, "env": redact_env({str(k): (None if v is None else str(v)) for k, v in spec["env"].items()})}
+    return spec
+
+
+def _read_spec(run_dir: Path) -> bytes:
+    import yaml
+
+    path = run_dir / "spec.yaml"
+    if not path.is_file():
+        return b""
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return b"# the spec could not be read back to redact it, so it is left out\n"
+    if not isinstance(spec, dict):
+        return b""
+    return ("# secrets redacted by xlarun bundle\n" + yaml.safe_dump(_redact_spec_env(spec), sort_keys=False)).encode()
+
+
+def _read_resolved(run_dir: Path) -> bytes:
+    path = run_dir / "spec.resolved.json"
+    if not path.is_file():
+        return b""
+    resolved = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(resolved.get("spec"), dict):
+        resolved["spec"] = _redact_spec_env(resolved["spec"])
+    return json.dumps(resolved, indent=2).encode()
+
+
+def _path_redactor(manifest: dict, run_dir: Path):
+    """A function that replaces the home and work folders in bytes by placeholders of the same length
+    (so binary protos stay well-formed)."""
+    resolved = json.loads((run_dir / "spec.resolved.json").read_text()) if (run_dir / "spec.resolved.json").is_file() else {}
+    folders = {str(Path.home()): "HOME"}
+    for value in (manifest.get("cwd"), resolved.get("workdir"), (manifest.get("git") or {}).get("root"), os.getcwd()):
+        if value:
+            folders.setdefault(str(value), "WORK")
+    pairs = []
+    for folder, label in sorted(folders.items(), key=lambda kv: -len(kv[0])):
+        raw = folder.rstrip("/").encode()
+        if raw.count(b"/") < 1 or len(raw) < 4:  # '/' or '/w': replacing it would mangle every path
+            continue
+        placeholder = (b"/REDACTED-" + label.encode())[: len(raw)].ljust(len(raw), b"_")
+        pairs.append((re.compile(re.escape(raw) + rb"(?=[/\"'\s:)]|$)"), placeholder))
+
+    def redact(data: bytes) -> bytes:
+        for pattern, placeholder in pairs:
+            data = pattern.sub(placeholder, data)
+        return data
+
+    return redact
+
+
+# --- sources ---------------------------------------------------------------------------------------
+
+
+def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """The Python files named by the metadata of the module's unoptimized text, read from this machine."""
+    from .hlo import scan_hlo_text
+
+    texts = [f for f in module.files if f.kind == "hlo" and f.format == "text"]
+    names: set[str] = set()
+    for f in texts:
+        facts = scan_hlo_text(store.blobs.get(f.digest))
+        for where in getattr(facts, "sources", ()) or ():
+            names.add(where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where)
+    out, notes = [], []
+    for name in sorted(names):
+        path = Path(name)
+        if not path.is_file():
+            notes.append(f"source {name} named by the metadata is not on this machine: left out")
+            continue
+        if path.stat().st_size > _SOURCE_LIMIT:
+            notes.append(f"source {name} is over 1 MiB: left out")
+            continue
+        out.append((str(path).lstrip("/"), path.read_bytes()))
+    if not names:
+        notes.append("the module's metadata names no source files")
+    return out, notes
+
+
+# --- README ------------------------------------------------------------------------------------------
+
+
+def render_readme(module: ModuleInfo, manifest: dict, entries: list[BundleEntry], notes: list[str], options: BundleOptions, zip_name: str) -> str:
+    """The README.md inside a bundle: what each file is, versions and flags, and how to reproduce."""
+    versions = manifest.get("versions") or {}
+    shown_versions = ", ".join(f"{k} {v}" for k, v in versions.items() if k not in ("python_executable", "probe_error")) or "not recorded"
+    flags = manifest.get("xla_flags") or []
+    replay_flags = [f for f in flags if not f.startswith("--xla_dump")]
+    platform, device = _PLATFORMS.get((module.backend or "cpu").lower(), ("Host", "host"))
+    dumps = [e.path for e in entries if e.path.startswith("dump/")]
+
+    def first(*patterns: str) -> str | None:
+        for pattern in patterns:
+            for path in dumps:
+                if re.search(pattern, path):
+                    return path
+        return None
+
+    before_txt = first(r"before_optimizations\.txt$")
+    after_txt = first(r"after_optimizations\.txt$")
+    snapshot = first(r"snapshot.*\.pb$")
+    extra = (" " + " ".join(replay_flags)) if replay_flags else ""
+    lines = [
+        f"# XLA bug-report bundle: {module.label}",
+        "",
+        f"Made by xlarun {__version__} from run `{module.run_id}` ({manifest.get('name', '?')}, framework {manifest.get('framework') or '?'}, "
+        f"backend {module.backend or '?'}). Entry signature: `{module.entry_signature or '?'}`; "
+        f"{module.instr_before if module.instr_before is not None else '?'} instructions before optimizations, "
+        f"{module.instr_after if module.instr_after is not None else '?'} after.",
+        "",
+        "## Files",
+        "",
+        "| file | what it is | bytes |",
+        "|---|---|---:|",
+        *[f"| `{e.path}` | {e.what} | {e.size} |" for e in entries if e.path != "README.md"],
+        "",
+        "## Versions and flags",
+        "",
+        f"- versions: {shown_versions}",
+        f"- host: {(manifest.get('host') or {}).get('platform', '?')}",
+        f"- XLA_FLAGS: `{' '.join(flags) or '(none recorded)'}`",
+    ]
+    if manifest.get("tf_xla_flags"):
+        lines.append(f"- TF_XLA_FLAGS: `{' '.join(manifest['tf_xla_flags'])}`")
+    if manifest.get("command"):
+        lines.append(f"- the job: `{' '.join(manifest['command'])}`")
+    lines += [
+        "",
+        "## Reproduce",
+        "",
+        "With xlarun (and its `jax` extra for replay), no import needed:",
+        "",
+        "```",
+        f"xlarun replay {zip_name}          # compile and run it again, compare with the snapshot's result",
+        f"xlarun show {zip_name}            # stages, instruction counts, opcodes",
+        f"xlarun import {zip_name}          # keep it in your store: modules, find, diff, report",
+        "```",
+        "",
+        "With XLA's own tools (built from source: `bazel build //xla/tools:run_hlo_module //xla/tools/multihost_hlo_runner:hlo_runner_main`), after unzipping:",
+        "",
+        "```",
+    ]
+    if snapshot:
+        lines.append(f"run_hlo_module --platform={platform} --reference_platform= {snapshot}{extra}   # the snapshot's real arguments")
+    if before_txt:
+        lines.append(f"run_hlo_module --platform={platform} --reference_platform=Interpreter {before_txt}{extra}")
+    if snapshot:
+        lines.append(f"hlo_runner_main --device_type={device} --input_format=snapshot_proto_binary --num_repeats=3 {snapshot}")
+    if before_txt:
+        lines.append(f"hlo_runner_main --device_type={device} --input_format=text --num_repeats=3 {before_txt}")
+    if after_txt:
+        lines.append(f"hlo_runner_main --device_type={device} --input_format=text --run_xla_backend_only {after_txt}   # the optimized module, no HLO passes")
+    lines += [
+        "```",
+        "",
+        "`run_hlo_module` exits 0 when the outputs match the reference, 255 when they differ.",
+        "",
+        "## Left out",
+        "",
+        *[f"- {n}" for n in notes],
+    ]
+    if not options.with_sources:
+        lines.append("- the Python sources the module's metadata names (they may be private; `xlarun bundle --with-sources` adds them)")
+    if not options.passes:
+        lines.append("- the per-pass dumps (`xlarun bundle --passes` adds them when the run captured them)")
+    lines.append("- paths: home and work folders replaced by same-length placeholders" if options.redact_paths
+                 else "- nothing is redacted but secret-looking environment variables: paths in the dumps and manifest are as captured (`--redact-paths`)")
+    return "\n".join(lines) + "\n"
+
+
+# --- reading a bundle without importing it ---------------------------------------------------------
+
+
+def is_bundle_path(ref: str) -> bool:
+    """Whether a command argument names a bundle zip on disk (rather than a module REF)."""
+    path = Path(ref)
+    return ref.lower().endswith(".zip") and path.is_file()
+
+
+@contextmanager
+def opened_bundle(path: str | Path) -> Iterator[tuple[Store, ModuleInfo]]:
+    """The bundle's module, imported into a temporary store that is deleted afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="xlarun-bundle-"))
+    store = Store.open(folder / "store", create=True)
+    try:
+        result = import_dump(path, store)
+        module_id = result.bundle_module_id
+        if module_id is None:
+            if not result.modules:
+                raise InputError(f"{path} holds no module", "is it an xlarun bundle or a dump archive?")
+            module_id = result.modules[0].module_id  # a plain dump zip: its main program
+        yield store, store.index.module(result.run_id, module_id)
+    finally:
+        store.close()
+        store.wait_for_discards()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,112 @@
+"""``import`` and ``bundle``: bring a dump made elsewhere into the store, and pack one module for a bug report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, RunOption, StoreOption, open_store
+
+IMPORT_EPILOG = (
+    "Refused (exit 2, nothing imported): names with '..' or absolute paths, symbolic and hard links, devices, FIFOs, "
+    "duplicate names, names that are not UTF-8, encrypted zip members, and decompression bombs (past --max-bytes, "
+    "--max-files or --max-ratio)."
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import", epilog=IMPORT_EPILOG)(import_)
+    app.command("bundle")(bundle)
+
+
+def import_(
+    source: Annotated[Path, typer.Argument(help="A dump folder, a .zip / .tar / .tar.gz / .tgz / .tar.zst of one, an `xlarun export` folder, or a bundle .zip.", show_default=False)],
+    name: Annotated[Optional[str], typer.Option("--name", help="Name of the new run (default: the original run's name, else the folder or archive name).")] = None,
+    max_bytes: Annotated[int, typer.Option("--max-bytes", help="Refuse a source that unpacks to more bytes than this.")] = 16 << 30,
+    max_files: Annotated[int, typer.Option("--max-files", help="Refuse a source with more files than this.")] = 200_000,
+    max_ratio: Annotated[float, typer.Option("--max-ratio", help="Refuse an archive that unpacks to more than this times its size (past 64 MiB).")] = 500.0,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import an XLA dump made outside xlarun as a run of kind 'import', archived and indexed as a capture's
+    dump is: `modules`, `show`, `find`, `replay`, `diff` and `report` then work on it.
+
+    Examples: xlarun import /tmp/dump (what XLA_FLAGS=--xla_dump_to=/tmp/dump wrote) ·
+    xlarun import ci-artifact.tar.zst · xlarun import bug-bundle.zip
+    """
+    from ..console import print_json, say, warn
+    from ..dump_import import import_dump
+    from ..safe_unpack import UnpackLimits
+    from .navigate import print_modules
+
+    limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
+    result = import_dump(source, open_store(store, create=True), name=name, limits=limits)
+    if as_json:
+        print_json(result)
+        return
+    for line in result.warnings:
+        warn(line)
+    took = sum(result.timings_s.values())
+    say(f"imported {result.source_kind} {source} as run [bold]{result.run_id}[/bold] in {took:.1f} s: {result.files} files, {len(result.modules)} modules")
+    print_modules(result.modules[:10], more=max(0, len(result.modules) - 10))
+
+
+def bundle(
+    ref: Annotated[str, typer.Argument(help="Module REF: jit_train_step, module_0006, RUN/module_0006.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")] = None,
+    no_snapshot: Annotated[bool, typer.Option("--no-snapshot", help="Leave the snapshot (the real arguments) out.")] = False,
+    snapshot_limit_mb: Annotated[float, typer.Option("--snapshot-limit-mb", help="Leave out a snapshot bigger than this.")] = 20.0,
+    passes: Annotated[bool, typer.Option("--passes", help="Add the per-pass dumps (many files).")] = False,
+    with_sources: Annotated[bool, typer.Option("--with-sources", help="Add the Python files the module's metadata names (off: they may be private).")] = False,
+    redact_paths: Annotated[bool, typer.Option("--redact-paths", help="Replace your home and work folders in every file by same-length placeholders.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write one .zip for a bug report: the module's before/after-optimizations dumps (text and proto),
+    buffer assignment, memory report, debug_options, one snapshot, the redacted manifest and spec, and a
+    README.md saying what each file is, the versions and flags, and the commands that replay it.
+
+    The receiver runs `xlarun replay BUNDLE.zip` or `xlarun show BUNDLE.zip` (no import needed), or
+    `xlarun import BUNDLE.zip`. A warning says what to drop when the zip passes 25 MB.
+    """
+    from ..bundle import BundleOptions, make_bundle
+    from ..console import human_bytes, print_json, say, warn
+    from ..refs import resolve_module
+
+    the_store = open_store(store)
+    module = resolve_module(the_store.index, ref, run=run)
+    options = BundleOptions(
+        snapshot=not no_snapshot, snapshot_limit_bytes=int(snapshot_limit_mb * (1 << 20)), passes=passes,
+        with_sources=with_sources, redact_paths=redact_paths,
+    )
+    result = make_bundle(the_store, module, output, options)
+    if as_json:
+        print_json(result)
+        return
+    for line in result.warnings:
+        warn(line)
+    say(f"wrote [bold]{result.path}[/bold]: {len(result.entries)} files, {human_bytes(result.zip_bytes)} ({module.label}, run {module.run_id})")
+    typer.echo(f"replay it anywhere: xlarun replay {result.path}")
+
+
+def bundle_or_ref(ref: str, store: str | None, run: str | None) -> tuple[str | None, str, str | None]:
+    """(store, REF, run) for a command given a REF: a bundle .zip becomes its module in a temporary store,
+    imported for this command only and deleted when it ends; any other REF is returned unchanged."""
+    from ..bundle import is_bundle_path, opened_bundle
+
+    if not is_bundle_path(ref):
+        return store, ref, run
+    the_store, module = _command_context().with_resource(opened_bundle(ref))
+    return str(the_store.root), module.ref, None
+
+
+def _command_context():
+    """The running command's click context (its resources are closed when the command ends)."""
+    try:  # typer >= 0.29 vendors click
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    return get_current_context()

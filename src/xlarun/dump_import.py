@@ -1,0 +1,249 @@
+"""``import``: a dump made outside xlarun (a folder XLA_FLAGS=--xla_dump_to wrote, an archive of one, an
+``xlarun export`` folder or an ``xlarun bundle``) becomes a run of kind ``import`` in the store.
+
+The source is unpacked (refusing anything hostile: see safe_unpack.py) into the run's staging folder, laid
+out as a capture's job would have written it, then archived and indexed by the same functions a capture uses
+(:meth:`Store.archiver` with :func:`prepare_facts`, :meth:`Store.commit_run`, :meth:`Index.ingest_run`).
+Nothing is written outside the store, and a refused source leaves no trace in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backends.base import OUTPUT_DIRS
+from .backends.local import utc_now
+from .errors import InputError
+from .index import ModuleInfo
+from .manifest import Manifest, host_facts
+from .safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
+from .store import Store
+from .summarize import prepare_facts
+
+#: The folder of xlarun's own files in an export or a bundle (manifest, spec, logs, bundle.json).
+META_DIR = "_xlarun"
+BUNDLE_MARKER = f"{META_DIR}/bundle.json"
+_INCOMING = "incoming"  # below the staging folder, outside OUTPUT_DIRS: the archiver never sees it
+_KEPT_METADATA = ("spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
+_FRAMEWORK_BY_NAME = (("jit_", "jax"), ("pmap_", "jax"), ("a_inference_", "tensorflow"), ("cluster_", "tensorflow"), ("SyncTensorsGraph", "torch_xla"))
+
+
+@dataclass
+class ImportResult:
+    """What an import made: the new run, its modules (main program first) and how long each step took."""
+
+    run_id: str
+    source: str
+    source_kind: str  # folder, zip, tar, tar.gz, tar.zst, bundle
+    files: int
+    dump_bytes: int
+    modules: list[ModuleInfo] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    bundle_module_id: int | None = None  # the module a bundle was made for
+    timings_s: dict[str, float] = field(default_factory=dict)  # unpack, archive, index
+
+
+def import_dump(source: str | Path, store: Store | None = None, *, name: str | None = None, limits: UnpackLimits | None = None) -> ImportResult:
+    """Import a dump folder, archive or bundle as a new run (kind ``import``) and index it.
+
+    Raises :class:`HostileArchive` (an :class:`InputError`) for a refused source, with nothing kept.
+    """
+    source = Path(source).expanduser()
+    store = store or Store.open()
+    run_id, staging = store.begin_run()
+    try:
+        t0 = time.monotonic()
+        incoming = staging / _INCOMING
+        report = unpack_dump_source(source, incoming, limits)
+        root = _dump_root(incoming)
+        origin = _read_metadata(root / META_DIR)
+        is_bundle = (root / BUNDLE_MARKER).is_file()
+        warnings = _lay_out(root, staging, is_bundle)
+        t1 = time.monotonic()
+        files = store.archiver(staging, on_archived=prepare_facts).finish()
+        t2 = time.monotonic()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if not files:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"{source} holds no files to import", "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it")
+    kind = "bundle" if is_bundle else report.kind
+    metadata = {name_: text for name_, text in origin.get("files", {}).items()}
+    manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
+    metadata["manifest.json"] = manifest.to_json()
+    if origin.get("manifest_text"):
+        metadata["origin-manifest.json"] = origin["manifest_text"]
+    index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
+    shutil.rmtree(incoming, ignore_errors=True)
+    store.commit_run(run_id, staging, files, metadata)
+    index.ingest_run(store, run_id)
+    t3 = time.monotonic()
+    bundle = origin.get("bundle") or {}
+    return ImportResult(
+        run_id=run_id, source=str(source), source_kind=kind, files=len(files), dump_bytes=manifest.dump_bytes,
+        modules=store.index.modules(run_id), warnings=warnings, bundle_module_id=(bundle.get("module") or {}).get("module_id"),
+        timings_s={"unpack": round(t1 - t0, 3), "archive": round(t2 - t1, 3), "index": round(t3 - t2, 3)},
+    )
+
+
+def _dump_root(incoming: Path) -> Path:
+    """The folder holding the dump: an archive of a folder has that one folder at its top."""
+    root = incoming
+    while True:
+        if not root.is_dir():
+            return incoming
+        entries = list(root.iterdir())
+        if len(entries) != 1 or not entries[0].is_dir() or entries[0].name in OUTPUT_DIRS or entries[0].name == META_DIR:
+            return root
+        if entries[0].name.startswith("module_"):  # a PJRT compile-input folder: part of the dump
+            return root
+        root = entries[0]
+
+
+def _lay_out(root: Path, staging: Path, is_bundle: bool) -> list[str]:
+    """Move the dump's files where a capture's job writes them: XLA's files in dump/, tf_graphs/ ... beside."""
+    warnings: list[str] = []
+    for entry in sorted(root.iterdir()):
+        if entry.name == META_DIR:
+            continue
+        if is_bundle and entry.name != "dump":  # README.md, sources/: for people, not part of the dump
+            continue
+        if entry.is_dir() and entry.name in OUTPUT_DIRS:
+            target = staging / entry.name
+            target.rmdir()  # begin_run made it empty
+            os.rename(entry, target)
+        else:
+            os.rename(entry, staging / "dump" / entry.name)
+    if not any(_walk_files(staging / "dump")):
+        warnings.append("no XLA dump files at the top of the source: only other outputs were imported")
+    return warnings
+
+
+def _walk_files(folder: Path):
+    for _dirpath, _dirs, names in os.walk(folder):
+        yield from names
+
+
+def _read_metadata(meta: Path) -> dict[str, Any]:
+    """The original manifest, bundle description and spec/logs of an export or bundle (empty for a raw dump)."""
+    out: dict[str, Any] = {"files": {}}
+    if not meta.is_dir():
+        return out
+    for name, key in (("manifest.json", "manifest"), ("bundle.json", "bundle")):
+        path = meta / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out[key] = value
+                if key == "manifest":
+                    out["manifest_text"] = text
+    for name in _KEPT_METADATA:
+        path = meta / name
+        if path.is_file():
+            out["files"][name] = path.read_text(encoding="utf-8", errors="replace")
+    return out
+
+
+def _manifest(store: Store, run_id: str, source: Path, kind: str, name: str | None, origin: dict, files, warnings: list[str], took: float) -> Manifest:
+    theirs = origin.get("manifest") or {}
+    now = utc_now()
+    xla_flags = [str(f) for f in theirs.get("xla_flags") or []]
+    flags_from = "manifest" if theirs else None
+    if not xla_flags:
+        xla_flags = _flags_from_debug_options(store, files)
+        flags_from = "debug_options" if xla_flags else None
+    imported_from = {
+        "path": str(source.resolve()),
+        "kind": kind,
+        "bytes": _size_of(source),
+        "imported": now,
+        "original_run_id": theirs.get("run_id"),
+        "original_kind": theirs.get("kind"),
+        "xla_flags_from": flags_from,
+    }
+    return Manifest(
+        run_id=run_id,
+        name=name or theirs.get("name") or _stem(source),
+        status="succeeded",
+        started=theirs.get("started") or now,
+        ended=theirs.get("ended") or now,
+        duration_s=round(took, 3),
+        spec_path=theirs.get("spec_path"),
+        command=[str(a) for a in theirs.get("command") or []],
+        xlarun_command=list(sys.argv),
+        cwd=theirs.get("cwd"),
+        backend=theirs.get("backend") or "import",
+        framework=theirs.get("framework") or _guess_framework(files),
+        env_delta=theirs.get("env_delta") or {},
+        xla_flags=xla_flags,
+        tf_xla_flags=[str(f) for f in theirs.get("tf_xla_flags") or []],
+        versions={str(k): str(v) for k, v in (theirs.get("versions") or {}).items()},
+        host=theirs.get("host") or {},
+        git=theirs.get("git"),
+        warnings=warnings,
+        tags={str(k): str(v) for k, v in (theirs.get("tags") or {}).items()},
+        files=len(files),
+        dump_bytes=sum(f.size for f in files),
+        kind="import",
+        imported_from={**imported_from, "by_host": host_facts().get("hostname")},
+    )
+
+
+def _stem(source: Path) -> str:
+    name = source.resolve().name
+    kind = archive_kind(source) if source.is_file() else None
+    for suffix in (".tar.zst", ".tar.zstd", ".tar.gz", ".tgz", ".tar", ".zip"):
+        if kind and name.lower().endswith(suffix):
+            return name[: -len(suffix)] or name
+    return name
+
+
+def _size_of(source: Path) -> int:
+    if source.is_file():
+        return source.stat().st_size
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _s, names in os.walk(source) for n in names)
+
+
+def _guess_framework(files) -> str | None:
+    from .names import decode_dump_name
+
+    for stored in files:
+        module = decode_dump_name(stored.path).module_name or ""
+        for prefix, framework in _FRAMEWORK_BY_NAME:
+            if module.startswith(prefix):
+                return framework
+    return None
+
+
+def _flags_from_debug_options(store: Store, files) -> list[str]:
+    """The non-default XLA flags of a raw dump, read back from a module's ``debug_options`` text proto."""
+    for stored in files:
+        if stored.path.endswith("debug_options"):
+            return parse_debug_options(store.blobs.get(stored.digest).decode("utf-8", "replace"))
+    return []
+
+
+def parse_debug_options(text: str) -> list[str]:
+    """``xla_dump_to: "/tmp/d"`` lines -> ``--xla_dump_to=/tmp/d`` (a DebugOptions text proto's scalar fields)."""
+    flags = []
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.startswith("xla_") or value.startswith("{"):
+            continue
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        flags.append(f"--{key}={value}")
+    return flags
