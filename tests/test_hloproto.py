@@ -162,6 +162,8 @@ def test_shape_text_layout_details():
     assert shape_text(shape, with_layout=False) == "bf16[8,128]"
     dynamic = field(2, 4) + field(3, 10) + field(6, 1) + field(5, field(1, 0))
     assert shape_text(dynamic) == "s32[<=10]{0}"
+    unbounded = field(2, 11) + field(3, 1 << 63) + field(3, 4) + field(6, 1) + field(6, 0)  # int64 min: XLA's "?"
+    assert shape_text(unbounded, with_layout=False) == "f32[?,4]"
     tuple_shape = field(2, 13) + field(4, field(2, 17)) + field(4, field(2, 1) + field(5, b""))
     assert shape_text(tuple_shape) == "(token[], pred[])"
 
@@ -171,3 +173,11 @@ def test_find_module_proto_prefers_the_nested_module():
     assert 3 in fields_by_number(hlo_proto)  # the buffer assignment is there too
     module = find_module_proto(hlo_proto)
     assert module[1][0].startswith(b"a_inference_f_20__")
+
+
+def test_unbounded_and_dynamic_dimensions_read_from_a_proto_xla_wrote():
+    hlo = pytest.importorskip("jax._src.lib").xla_client.hlo
+    text = "HloModule m\n\nENTRY e {\n  p = f32[?,<=4] parameter(0)\n  ROOT n = f32[?,<=4] negate(p)\n}\n"
+    module = summarize_hlo_proto(hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto())
+    assert module.entry_signature == "(f32[?,<=4]) -> f32[?,<=4]"
+    assert module.find_instruction("n").shape.startswith("f32[?,<=4]")

@@ -171,8 +171,16 @@ class HloModule:
 
 
 def format_signature(parameters: list[str], result: str) -> str:
-    """``(a, b) -> r`` from parameter and result shapes, layouts dropped."""
-    return f"({', '.join(strip_layouts(p) for p in parameters)}) -> {strip_layouts(result)}"
+    """``(a, b) -> r`` from parameter and result shapes, layouts dropped, spaces as XLA prints them."""
+    return f"({', '.join(_plain_shape(p) for p in parameters)}) -> {_plain_shape(result)}"
+
+
+_DIMENSIONS = re.compile(r"\[[^\]]*\]")
+
+
+def _plain_shape(shape: str) -> str:
+    shape = strip_layouts(shape)
+    return _DIMENSIONS.sub(lambda m: "".join(m.group().split()), shape) if " " in shape else shape
 
 
 def _signature_from_layout(layout: str) -> str | None:
@@ -327,7 +335,7 @@ def _summary_instruction(line: str, computation: str) -> HloInstruction | None:
     """Name, opcode, shape, root flag and metadata of a common instruction line, its operands and other
     attributes unread; None where the full parse is needed (tuple shapes, constants, wrapped lines)."""
     head = _SUMMARY_HEAD.match(line)
-    if head is None or line.endswith(","):
+    if head is None or line.endswith((",", "{", "(", "[")):  # continued on the next line
         return None
     is_root, name, shape, opcode = head.groups()
     if opcode == "constant":
@@ -616,15 +624,29 @@ class TextFacts:
     entry_signature: str
 
 
-# An instruction line as XLA prints it, up to its opcode's "(": name, then opcode (the shape between is an
-# array shape or a tuple, nested at most twice: a deeper one leaves the line unmatched, and the scan declines).
-_SCAN_INSTRUCTION = re.compile(r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)) ([A-Za-z][\w\-]*)\(')
+# An instruction line as XLA prints it, up to its operands' ")": name, then opcode (the shape between is an
+# array shape or a tuple, nested at most twice; the operands hold no parenthesis: else the line is left
+# unmatched, an operand written as an instruction among others, and the scan declines).
+_SCAN_INSTRUCTION = re.compile(
+    r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)) ([A-Za-z][\w\-]*)\([^()\n]*\)'
+)
 # A line that is none of: an instruction (two-space indent), a computation's header or end, a table's name or
 # entry, or blank. Where there is one, the text is not as XLA prints it.
-_SCAN_STRANGE_LINE = re.compile(r'\n(?!  \S|\}(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)')
+_SCAN_STRANGE_LINE = re.compile(r'\n(?!  \S|\}(?: // [^\n]*)?(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)')
 _SCAN_TABLE = re.compile(r'\n(FileNames|FunctionNames|FileLocations|StackFrames)\n((?:\d+ [^\n]*\n)*)')
 _SCAN_METADATA = re.compile(_METADATA.pattern.replace(r",\s*", ", "))  # a literal start: the search leaps to each one (2x faster)
 _SCAN_CONSTANT_LINE = re.compile(r'\n(  [^\n]* constant\([^\n]*)')
+
+
+_SCAN_LINE_WITH_TWO_EQUALS = re.compile(r"\n[^\n]* = [^\n]* = [^\n]*")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# "name = " then a shape or an opcode: an instruction starts (backend_config={uplo = 76 : ui8} does not)
+_STATEMENT = re.compile(r"%?[A-Za-z_][\w.\-]* = (?:\(|[a-z][a-z0-9]*\[|[a-z][\w\-]*\()")
+
+
+def _two_statements_on_a_line(text: str) -> bool:
+    """A line holding two instructions, strings aside (``a = f32[] x(p), dimensions={0} b = f32[] y(q)``)."""
+    return any(len(_STATEMENT.findall(_STRING.sub("", line))) > 1 for line in _SCAN_LINE_WITH_TWO_EQUALS.findall(text))
 
 
 def scan_hlo_text(data: bytes) -> TextFacts | None:
@@ -635,11 +657,14 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
     if not as_xla_prints(data):
         return None
     text = data.decode("utf-8", errors="replace")
-    if not text.rstrip().endswith("\n}") or _SCAN_STRANGE_LINE.search(text, text.find("\n")) is not None:
+    if not text[text.rstrip().rfind("\n") + 1 :].startswith("}") or _SCAN_STRANGE_LINE.search(text, text.find("\n")) is not None:
         return None
     heads = _SCAN_INSTRUCTION.findall(text)
-    if len(heads) != text.count("\n  "):
-        return None  # a line the pattern does not read: the parse will
+    if len(heads) != text.count("\n  ") or (len(heads) != text.count(" = ") and _two_statements_on_a_line(text)):
+        return None  # a line the pattern does not read, or two statements on a line: the parse reads them
+    opcodes = Counter(opcode for _name, opcode in heads)
+    if any(op.endswith("-start") and op not in OPCODES for op in opcodes):
+        return None  # an async pair: XLA builds a computation for it, and so does the parse
     header_line = text[: text.find("\n")]
     name = _MODULE_LINE.match(header_line)
     try:
@@ -676,7 +701,7 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
         if facts.source_file:
             sources.add(f"{facts.source_file}:{facts.source_line}" if facts.source_line else facts.source_file)
     return TextFacts(
-        instructions=len(heads), opcodes=Counter(opcode for _name, opcode in heads), names={name for name, _opcode in heads},
+        instructions=len(heads), opcodes=opcodes, names={name for name, _opcode in heads},
         op_names=op_names, sources=sources, elided_constants=elided, entry_signature=signature,
     )
 

@@ -64,6 +64,7 @@ PRIMITIVE_TYPES = {
     31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu", 34: "buffer",
 }
 TUPLE_TYPE = 13
+UNBOUNDED_SIZE = -(1 << 63)  # Shape::kUnboundedSize
 _COMBINED_TILE_DIMENSION = "*"  # a negative tile size combines dimensions
 
 _HINT = "xlarun reads XLA's HloProto (*.hlo.pb dumps), bare HloModuleProto and HloSnapshot files"
@@ -119,12 +120,19 @@ def shape_text(data: bytes | None, with_layout: bool = True) -> str:
         return f"({', '.join(parts)})"
     dims = [as_signed64(d) for d in repeated_varints(fields.get(SHAPE_DIMENSIONS, []))]
     dynamic = repeated_varints(fields.get(SHAPE_IS_DYNAMIC_DIMENSION, []))
-    dim_text = ",".join(f"<={d}" if n < len(dynamic) and dynamic[n] else str(d) for n, d in enumerate(dims))
+    dim_text = ",".join(_dimension_text(d, n < len(dynamic) and bool(dynamic[n])) for n, d in enumerate(dims))
     text = f"{PRIMITIVE_TYPES.get(element_type, f'type{element_type}')}[{dim_text}]"
     layout = _message(first(fields, SHAPE_LAYOUT))
     if with_layout and dims and layout is not None:
         text += _layout_text(layout)
     return text
+
+
+def _dimension_text(size: int, dynamic: bool) -> str:
+    """``8``, ``<=8`` (dynamic, at most 8) or ``?`` (unbounded: XLA stores the smallest int64)."""
+    if size == UNBOUNDED_SIZE:
+        return "?"
+    return f"<={size}" if dynamic else str(size)
 
 
 def _layout_text(layout: dict) -> str:
