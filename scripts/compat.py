@@ -245,6 +245,7 @@ class VersionResult:
     seconds: float = 0.0
     run_id: str | None = None
     main_module: str | None = None
+    date: str = field(default_factory=lambda: _now())
 
 
 def is_main_module(framework: str, name: str | None) -> bool:
@@ -318,6 +319,8 @@ class VersionRun:
         data["name"] = f"compat-{self.version.key}"
         data["script"] = str((self.version.spec.parent / data["script"]).resolve())
         data["python"] = str(venv_python(self.version.key))
+        # Snapshots (module + real arguments + result) let replay compare with what the version computed itself.
+        data.setdefault("dump", {}).update(formats=["text", "proto"], snapshots=True)
         path = self.folder / "spec.yaml"
         path.write_text(f"# {self.version.key}: {self.version.spec.relative_to(REPO)} run by that version's venv\n" + yaml.safe_dump(data, sort_keys=False))
         return path
@@ -417,8 +420,8 @@ class VersionRun:
             self.result.cells["unknown_files"] = Cell("ok", "0")
         else:
             names = [f["path"] for f in files]
-            shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
-            self.result.cells["unknown_files"] = Cell("fail", str(len(names)), shown)
+            name = names[0] if len(names[0]) <= 90 else "..." + names[0][-87:]  # the end of a name is what tells it apart
+            self.result.cells["unknown_files"] = Cell("fail", str(len(names)), f"e.g. {name}")
 
     def cell_replay(self, main: dict, python: Path | None) -> Cell:
         ref = f"{self.result.run_id}/module_{main['module_id']:04d}"
@@ -429,7 +432,7 @@ class VersionRun:
             return Cell("ok", f"match ({out.get('input_kind') or out.get('arguments') or 'fake'})")
         if proc.returncode == 0:  # ran, but nothing said it computed the right thing
             said = (out.get("log") or "").strip().splitlines()
-            return Cell("fail", str(verdict or "ran"), _shorten(said[-1] if said else "nothing to compare with"))
+            return Cell("fail", str(verdict or "ran"), _shorten(said[-1].removeprefix("ran; ") if said else "nothing to compare with"))
         return Cell("fail", f"exit {proc.returncode}", _shorten(out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout)))
 
     def cell_render(self, main: dict) -> Cell:
@@ -457,14 +460,19 @@ def markdown_table(results: list[dict]) -> str:
 def run_matrix(keys: list[str], work: Path, json_file: Path | None) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     document = {"date": _now(), "commit": _git_commit(), "command": "scripts/compat.py run " + " ".join(keys), "versions": []}
+    earlier = work / "matrix.json"  # versions not run now keep their last results (each carries its date)
+    kept = {v["key"]: v for v in json.loads(earlier.read_text())["versions"]} if earlier.is_file() else {}
     for key in keys:
         status = build_venv(key)  # a missing venv is a set-up problem, not a red cell
         log(f"{key}: venv {status}; running the matrix cells")
         result = VersionRun(VERSIONS[key], work).run()
         document["versions"].append(asdict(result))
         log(f"{key}: " + ", ".join(f"{c} {result.cells[c].status}" for c in COLUMNS) + f" ({result.seconds:.0f} s)")
-        for target in filter(None, (work / "matrix.json", json_file)):
-            target.write_text(json.dumps(document, indent=2) + "\n")
+        if json_file:
+            json_file.write_text(json.dumps(document, indent=2) + "\n")
+        kept[key] = document["versions"][-1]
+        merged = dict(document, versions=[kept[k] for k in VERSIONS if k in kept])
+        earlier.write_text(json.dumps(merged, indent=2) + "\n")
     return document["versions"]
 
 
