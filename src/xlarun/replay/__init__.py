@@ -8,7 +8,7 @@ Public API::
     result.verdict        # "match" | "mismatch" | "ran" | "engine-error"
     result.max_abs_error, result.compile_s, result.median_s
 
-Engines: ``pjrt`` (built in; :mod:`.engine`), ``run_hlo_module`` and ``hlo_runner_main``
+Engines: ``pjrt`` (built in, on jaxlib 0.4.30 to 0.12; :mod:`.engine`), ``run_hlo_module`` and ``hlo_runner_main``
 (:mod:`.drivers`), ``auto`` (pjrt when jaxlib imports, else the first runner found).
 Every private jaxlib name lives in :mod:`.pjrt`.
 """
