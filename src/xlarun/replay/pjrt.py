@@ -354,28 +354,48 @@ class Platform:
         self.client = get_backend(alias)
         self.device = self.client.local_devices()[0]
 
-    def compile(self, stablehlo: bytes) -> CompiledModule:
-        """Compile a StableHLO module (bytecode or text) for this platform's first device."""
+    def compile(self, stablehlo: bytes, debug_options: dict | None = None) -> CompiledModule:
+        """Compile a StableHLO module (bytecode or text) for this platform's first device.
+
+        ``debug_options``: DebugOptions fields for this compile only, e.g.
+        ``{"xla_disable_hlo_passes": "algsimp,cse"}`` (XLA_FLAGS is read once per process).
+        """
         start = time.perf_counter()
         try:
-            executable = self._compile(stablehlo)
+            executable = self._compile(stablehlo, debug_options or {})
         except Exception as exc:
             raise EngineError(f"compile on {self.name} failed: {_first_line(exc)}") from exc
         return CompiledModule(executable, self.device, time.perf_counter() - start)
 
-    def _compile(self, stablehlo: bytes):
+    def _compile(self, stablehlo: bytes, debug_options: dict):
         b = bindings()
         devices = b.device_list((self.device,))
         if hasattr(self.client, "compile_and_load"):  # jaxlib 0.6.2+: compile() no longer loads
-            return self.client.compile_and_load(stablehlo, devices, b.compile_options())
+            return self.client.compile_and_load(stablehlo, devices, _compile_options(b, debug_options))
         if _takes_devices(self.client.compile):  # jaxlib 0.6.0-0.6.1
-            return self.client.compile(stablehlo, devices, b.compile_options())
-        options = b.compile_options()  # jaxlib 0.4.30-0.5.3: the device comes from the options' assignment
+            return self.client.compile(stablehlo, devices, _compile_options(b, debug_options))
+        options = _compile_options(b, debug_options)  # jaxlib 0.4.30-0.5.3: the device comes from the options' assignment
         options.device_assignment = _single_device_assignment(b.xla_client, self.device)
         return self.client.compile(stablehlo, options)
 
     def describe(self) -> str:
         return f"{self.name} ({self.device.device_kind}, jaxlib {jaxlib_version()})"
+
+
+def _compile_options(b: _Bindings, debug_options: dict):
+    """CompileOptions with ``debug_options`` set: bound DebugOptions fields directly, the rest as
+    environment overrides (``xla_disable_all_hlo_passes`` is only reachable that way on jaxlib 0.10)."""
+    options = b.compile_options()
+    bound = options.executable_build_options.debug_options
+    overrides = []
+    for name, value in debug_options.items():
+        if hasattr(bound, name):
+            setattr(bound, name, value)
+        else:
+            overrides.append((name, value))
+    if overrides:
+        options.env_option_overrides = overrides
+    return options
 
 
 def _takes_devices(compile_method) -> bool:
