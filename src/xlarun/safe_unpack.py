@@ -109,13 +109,17 @@ class _Writer:
         self.dirs: set[str] = set()
 
     def refuse(self, member: str, reason: str) -> HostileArchive:
-        shown = member.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        shown = member.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        if len(shown) > 90:  # keep the message one line: both ends of a long name say what it is
+            shown = f"{shown[:40]}...{shown[-40:]}"
         return HostileArchive(f"refused {self.source.name}: {shown!r}: {reason}", "nothing was imported; unpack it yourself if you trust it")
 
     def admit(self, name: str, kind: str) -> str | None:
         """The cleaned name of a member to write (None for a folder); raises for anything else."""
         if kind not in ("file", "dir"):
             raise self.refuse(name, f"{kind} (only regular files and folders are imported)")
+        if kind == "dir" and not name.strip("./"):
+            return None  # './': the archive's own top folder
         try:
             clean = clean_member_name(name, self.limits)
         except ValueError as exc:
