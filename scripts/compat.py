@@ -407,9 +407,30 @@ class VersionRun:
             problems.append(f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({_shorten(error, 110)})" if error else ""))
         if main.get("instr_before") is None and main.get("instr_after") is None:
             problems.append("main module has no counts")
+        problems += self._check_counts_with_xla(main)
         short = _short_module_name(main["name"])
         r.cells["main_first"] = Cell("fail" if problems else "ok", f"{short} {counts}", "; ".join(problems) or None)
         return main
+
+    def _check_counts_with_xla(self, main: dict) -> list[str]:
+        """The main module's counts against XLA's own parser's (what xlarun says is not its own proof)."""
+        exported = self.folder / "files"
+        if not exported.is_dir() and self.xlarun("export", self.result.run_id, str(exported), "--no-logs").returncode != 0:
+            return ["cannot export the run to check its counts"]
+        stages = {}
+        for path in exported.glob(f"module_{main['module_id']:04d}.*.txt"):
+            match = STAGE_DUMP.match(path.name)
+            if match:
+                stages["instr_before" if match["stage"] == "before_optimizations" else "instr_after"] = path
+        try:
+            _by, counts, errors = xla_facts(self.version, list(stages.values()))
+        except CompatError as exc:
+            return [str(exc)]
+        xla = {k: counts[str(p)]["instructions"] if str(p) in counts else None for k, p in stages.items()}
+        if all(main.get(k) == v for k, v in xla.items()):
+            return []
+        said = "/".join("–" if xla.get(k) is None else str(xla[k]) for k in ("instr_before", "instr_after"))
+        return [f"XLA's parser counts {said}" + (f" ({_shorten(next(iter(errors.values())), 80)})" if errors else "")]
 
     def cell_unknown(self) -> None:
         proc = self.xlarun("files", self.result.run_id, "--kind", "unknown", "--json")
@@ -552,6 +573,20 @@ def count_with_xla(python: Path, paths: list[Path]) -> tuple[str, dict[str, dict
     return f"jaxlib {out['jaxlib']} hlo_module_from_text", out["counts"], out["errors"]
 
 
+def xla_facts(version: Version, paths: list[Path]) -> tuple[str, dict[str, dict], dict[str, str]]:
+    """XLA's own count of each HLO text: the version's jaxlib for jax; TF and PyTorch/XLA ship no Python binding of
+    XLA's parser, so jaxlib's in .venv reads theirs (and whatever the version's own parser refused)."""
+    counted_by, counts, errors = "", {}, {}
+    if version.framework == "jax":
+        counted_by, counts, errors = count_with_xla(venv_python(version.key), paths)
+    rest = [p for p in paths if str(p) not in counts]
+    if rest:
+        by, more, errors = count_with_xla(Path(sys.executable), rest)
+        counted_by = f"{counted_by}; {by} for {len(more)} file(s)" if counted_by else by
+        counts.update(more)
+    return counted_by, counts, errors
+
+
 def export_run(key: str, work: Path, dest: Path) -> None:
     run = VersionRun(VERSIONS[key], work)
     if not run.store.is_dir():
@@ -569,14 +604,7 @@ def write_fixture(key: str, work: Path) -> tuple[Path, dict[str, bytes]]:
         export_run(key, work, exported)
         names = sorted(p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file())
         stage_dumps = {n: exported / n for n in names if STAGE_DUMP.match(n)}
-        counted_by, counts, errors = "", {}, {}
-        if version.framework == "jax":  # the version's own XLA first
-            counted_by, counts, errors = count_with_xla(venv_python(key), list(stage_dumps.values()))
-        rest = [p for p in stage_dumps.values() if str(p) not in counts]
-        if rest:  # TF and PyTorch/XLA ship no Python binding of XLA's parser: jaxlib's (in .venv) reads their HLO
-            by, more, errors = count_with_xla(Path(sys.executable), rest)
-            counted_by = f"{counted_by}; {by} for {len(more)} file(s)" if counted_by else by
-            counts.update(more)
+        counted_by, counts, errors = xla_facts(version, list(stage_dumps.values()))
         if errors:
             raise CompatError(f"{key}: XLA's parser refused {len(errors)} dump(s): {next(iter(errors.items()))}")
         data = {n: p.read_bytes() for n, p in stage_dumps.items()}
