@@ -109,13 +109,16 @@ class _Writer:
         self.dirs: set[str] = set()
 
     def refuse(self, member: str, reason: str) -> HostileArchive:
-        shown = member.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        shown = member.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in shown)  # no escapes reach the terminal
         if len(shown) > 90:  # keep the message one line: both ends of a long name say what it is
             shown = f"{shown[:40]}...{shown[-40:]}"
-        return HostileArchive(f"refused {self.source.name}: {shown!r}: {reason}", "nothing was imported; unpack it yourself if you trust it")
+        return HostileArchive(f"refused {self.source.name}: '{shown}': {reason}", "nothing was imported; unpack it yourself if you trust it")
 
     def admit(self, name: str, kind: str) -> str | None:
         """The cleaned name of a member to write (None for a folder); raises for anything else."""
+        if kind == "encrypted":
+            raise self.refuse(name, "encrypted member (xlarun cannot read it)")
         if kind not in ("file", "dir"):
             raise self.refuse(name, f"{kind} (only regular files and folders are imported)")
         if kind == "dir" and not name.strip("./"):
@@ -263,7 +266,7 @@ def _zip_name(info: zipfile.ZipInfo, writer: _Writer) -> str:
 
 def _zip_kind(info: zipfile.ZipInfo) -> str:
     if info.flag_bits & 0x1:
-        return "encrypted member"
+        return "encrypted"
     mode = info.external_attr >> 16
     if info.create_system == 3 and stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         return _kind_of_mode(mode)

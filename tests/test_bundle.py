@@ -1,0 +1,136 @@
+"""``xlarun bundle``: a real capture's main module as a bug-report zip, replayed elsewhere by another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bundled(jax_run, tmp_path_factory):
+    """jit_train_step of the bundled example, bundled with its paths redacted: (zip path, CLI JSON result)."""
+    from typer.testing import CliRunner
+
+    from xlarun.cli import app
+
+    store, _result = jax_run
+    out = tmp_path_factory.mktemp("bundle") / "train_step.zip"
+    result = CliRunner().invoke(app, ["bundle", "jit_train_step", "-o", str(out), "--redact-paths", "--store", str(store.root), "--json"])
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.stdout)
+
+
+def _xlarun(*args: str, store: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XLARUN_STORE": str(store)}
+    return subprocess.run([sys.executable, "-m", "xlarun", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_bundle_holds_the_files_a_bug_report_needs(bundled):
+    path, result = bundled
+    names = set(zipfile.ZipFile(path).namelist())
+    dumps = {n for n in names if n.startswith("dump/")}
+    for suffix in ("before_optimizations.txt", "before_optimizations.hlo.pb", "cpu_after_optimizations.txt", "cpu_after_optimizations.hlo.pb",
+                   "cpu_after_optimizations-buffer-assignment.txt", "cpu_after_optimizations-memory-usage-report.txt", "debug_options"):
+        assert f"dump/module_0012.jit_train_step.{suffix}" in dumps or any(n.endswith(f"jit_train_step.{suffix}") for n in dumps), suffix
+    snapshots = [n for n in dumps if ".snapshot." in n]
+    assert len(snapshots) == 1
+    assert all("jit_train_step" in n for n in dumps)  # only the one module
+    assert {"README.md", "_xlarun/bundle.json", "_xlarun/manifest.json", "_xlarun/spec.yaml"} <= names
+    assert not any(n.startswith("sources/") for n in names)  # off by default
+    assert result["zip_bytes"] == path.stat().st_size
+    assert result["warnings"] == []
+
+
+def test_bundle_readme_says_what_each_file_is_and_how_to_reproduce(bundled):
+    path, _result = bundled
+    archive = zipfile.ZipFile(path)
+    readme = archive.read("README.md").decode()
+    for name in archive.namelist():
+        if name != "README.md":
+            assert f"`{name}`" in readme, name
+    assert f"xlarun replay {path.name}" in readme
+    snapshot = next(n for n in archive.namelist() if ".snapshot." in n)
+    assert f"run_hlo_module --platform=Host --reference_platform= {snapshot}" in readme
+    assert f"hlo_runner_main --device_type=host --input_format=snapshot_proto_binary --num_repeats=3 {snapshot}" in readme
+    assert "--run_xla_backend_only dump/" in readme
+    assert "jax 0.10.2" in readme or "jax " in readme
+    assert "--xla_dump_hlo_snapshots" in readme
+    assert "--with-sources" in readme and "may be private" in readme
+
+
+def test_redact_paths_leaves_no_home_or_work_folder_in_any_file(bundled):
+    path, _result = bundled
+    archive = zipfile.ZipFile(path)
+    for folder in {str(Path.home()), str(REPO)}:
+        for name in archive.namelist():
+            assert folder.encode() not in archive.read(name), f"{folder} in {name}"
+    manifest = json.loads(archive.read("_xlarun/manifest.json"))
+    assert any("/REDACTED-" in arg for arg in manifest["command"])
+
+
+def test_bundle_replays_in_a_fresh_store_in_another_process(bundled, tmp_path):
+    path, _result = bundled
+    replayed = _xlarun("replay", str(path), "--json", store=tmp_path / "fresh", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    verdict = json.loads(replayed.stdout)
+    assert verdict["verdict"] == "match" and verdict["arguments"] == "snapshot"
+    assert verdict["max_abs_error"] == 0
+    assert not (tmp_path / "fresh").exists()  # replayed without importing
+    shown = _xlarun("show", str(path), "--json", store=tmp_path / "fresh", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["name"] == "jit_train_step"
+
+
+def test_unzipped_bundle_imports_and_replays_in_another_process(bundled, tmp_path):
+    path, _result = bundled
+    unzipped = tmp_path / "unzipped"
+    zipfile.ZipFile(path).extractall(unzipped)
+    store = tmp_path / "other-store"
+    imported = _xlarun("import", str(unzipped), "--json", store=store, cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    result = json.loads(imported.stdout)
+    assert result["source_kind"] == "bundle" and result["bundle_module_id"] == 12
+    assert [m["name"] for m in result["modules"]] == ["jit_train_step"]
+    manifest = json.loads((store / "runs" / result["run_id"] / "manifest.json").read_text())
+    assert manifest["kind"] == "import" and manifest["name"] == "jax-mlp" and manifest["versions"]["jax"]
+    replayed = _xlarun("replay", "jit_train_step", "--json", store=store, cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["verdict"] == "match"
+
+
+def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, monkeypatch):
+    from xlarun import bundle as bundle_module
+    from xlarun.bundle import BundleOptions, make_bundle
+    from xlarun.refs import resolve_module
+
+    store, _result = jax_run
+    module = resolve_module(store.index, "jit_train_step")
+    monkeypatch.setattr(bundle_module, "WARN_BYTES", 1000)
+    result = make_bundle(store, module, tmp_path / "b.zip", BundleOptions(snapshot=False, with_sources=True))
+    names = zipfile.ZipFile(result.path).namelist()
+    assert not any(".snapshot." in n for n in names)
+    assert any(n.endswith("examples/jax_mlp.py") and n.startswith("sources/") for n in names)
+    assert len(result.warnings) == 1 and "over the 25 MB" in result.warnings[0] and "protos" in result.warnings[0]
+    readme = zipfile.ZipFile(result.path).read("README.md").decode()
+    assert "--no-snapshot" in readme
+
+
+def test_redact_manifest_hides_secret_variables():
+    from xlarun.bundle import redact_manifest
+
+    redacted = redact_manifest({"env_delta": {"HF_TOKEN": "hf_abc", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:pw@host/simple"}})
+    assert redacted["env_delta"] == {"HF_TOKEN": "***", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:***@host/simple"}
+
+
+def test_bundle_of_a_path_not_zip_is_a_usage_error(jax_run, cli, tmp_path):
+    store, _result = jax_run
+    result = cli("bundle", "jit_train_step", "-o", tmp_path / "b.tar", "--store", store.root)
+    assert result.exit_code == 2 and "does not end in .zip" in result.stderr
