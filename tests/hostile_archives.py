@@ -124,6 +124,8 @@ def make_hostile_corpus(folder: Path, escape_target: Path) -> list[HostileCase]:
     _zip(add("duplicate-dotslash.zip", "duplicate name"), [good, (f"./{_GOOD}", b"HloModule other\n")])
     _zip(add("file-and-folder.zip", "both a file and a folder"), [("a", b"x"), ("a/b", b"y")])
     _zip(add("control-char.zip", "control character"), [good, ("evil\x1b[2J.txt", b"x")])
+    _zip(add("too-deep.zip", "folders deep"), [good, ("d/" * 40 + "x.txt", b"x")])
+    _zip(add("long-name.zip", "name too long"), [good, ("x" * 300 + ".txt", b"x")])
 
     path = add("not-utf8.zip", "not UTF-8")  # cp437 bytes with no UTF-8 flag: é as Latin-1
     data = _zip(path, [good, ("cafX.txt", b"x")])
@@ -160,6 +162,7 @@ def make_hostile_corpus(folder: Path, escape_target: Path) -> list[HostileCase]:
     _tar(add("blockdev.tgz", "device file"), [(_tar_info(_GOOD), _HLO), (_tar_info("sda", tarfile.BLKTYPE), None)])
     _tar(add("fifo.tar.gz", "FIFO"), [(_tar_info(_GOOD), _HLO), (_tar_info("pipe", tarfile.FIFOTYPE), None)])
     _tar(add("duplicate.tar.gz", "duplicate name"), [(_tar_info(_GOOD), _HLO), (_tar_info(_GOOD), b"HloModule other\n")])
+    _tar(add("file-and-folder.tar.gz", "both a file and a folder"), [(_tar_info("a"), b"x"), (_tar_info("a/b"), b"y")])
     _tar(add("not-utf8.tar.gz", "not UTF-8"), [(_tar_info(_GOOD), _HLO), (_tar_info(b"caf\xe9.txt".decode("utf-8", "surrogateescape")), b"x")])
     _tar(add("too-many-files.tgz", "more than 50 files", ["--max-files", "50"]),
          [(_tar_info(f"module_{i:04d}.jit_f.before_optimizations.txt"), _HLO) for i in range(51)])
@@ -170,6 +173,7 @@ def make_hostile_corpus(folder: Path, escape_target: Path) -> list[HostileCase]:
 
     # --- tar.zst ---
     _tar_zst(add("dotdot.tar.zst", "path traversal"), [(_tar_info(_GOOD), _HLO), (_tar_info(f"{CLIMB}{escape.lstrip('/')}"), b"pwned")])
+    _tar_zst(add("hardlink.tar.zst", "hard link"), [(_tar_info(_GOOD), _HLO), (_tar_info("shadow", tarfile.LNKTYPE, "/etc/shadow"), None)])
     _tar_zst(add("symlink.tar.zst", "symbolic link"), [(_tar_info("link", tarfile.SYMTYPE, escape), None)])
     _zeros_tar_zst(add("ratio-bomb.tar.zst", "decompression bomb"), BOMB_BYTES)
     _zeros_tar_zst(add("size-bomb.tar.zst", "decompression bomb", ["--max-bytes", str(8 << 20)]), 16 << 20)
