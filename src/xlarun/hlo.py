@@ -175,12 +175,8 @@ def format_signature(parameters: list[str], result: str) -> str:
     return f"({', '.join(_plain_shape(p) for p in parameters)}) -> {_plain_shape(result)}"
 
 
-_DIMENSIONS = re.compile(r"\[[^\]]*\]")
-
-
 def _plain_shape(shape: str) -> str:
-    shape = strip_layouts(shape)
-    return _DIMENSIONS.sub(lambda m: "".join(m.group().split()), shape) if " " in shape else shape
+    return strip_layouts("".join(shape.split()) if " " in shape or "\n" in shape else shape)
 
 
 def _signature_from_layout(layout: str) -> str | None:
@@ -461,6 +457,14 @@ def _finish(computation: HloComputation) -> None:
     computation.root = roots[-1].name if roots else ""
 
 
+#: Opcodes whose shape XLA's parser builds from the operands, whatever the text says.
+SHAPE_SET_BY_XLA = frozenset({"outfeed", "send", "send-done", "recv", "recv-done"})
+
+
+def _root_of(computation: HloComputation) -> HloInstruction:
+    return next(i for i in reversed(computation.instructions) if i.name == computation.root)
+
+
 def assemble_module(name: str | None, computations: dict[str, HloComputation], entry: str | None, header: dict[str, str],
                     tables: dict[str, dict[int, str]], complete: bool = True) -> HloModule:
     """The module from parsed computations: the async computations XLA builds added, roots, parameters,
@@ -470,6 +474,10 @@ def assemble_module(name: str | None, computations: dict[str, HloComputation], e
         _finish(computation)
     entry = entry or next(reversed(computations))
     computations[entry].is_entry = True
+    if computations[entry].root and _root_of(computations[entry]).opcode in SHAPE_SET_BY_XLA:
+        from .hlo_grammar import infer_missing_shapes  # the signature shows the shape XLA gives it
+
+        infer_missing_shapes(computations)
     _resolve_stack_frames(computations.values(), tables)
     module = HloModule(
         name=name if name is not None else f"module_{entry}", entry_computation=entry, computations=computations,
@@ -729,7 +737,7 @@ _ERROR_LINE = re.compile(r"HLO text line (\d+)")
 
 def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
     """The module read by XLA's grammar; when that fails too, the error of the reader that got further."""
-    from .hlo_grammar import GrammarParser, HloSyntaxError
+    from .hlo_grammar import GrammarParser, HloSyntaxError, infer_missing_shapes
 
     try:
         parsed = GrammarParser(text).parse()
@@ -738,6 +746,7 @@ def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
         if at is not None and error.lineno > int(at.group(1)):
             raise InputError(f"HLO text line {error.lineno}: {error}", _HINT) from None
         raise line_error from None
+    infer_missing_shapes(parsed.computations)
     return assemble_module(parsed.module_name, parsed.computations, parsed.entry, parsed.header, parsed.tables)
 
 
