@@ -78,6 +78,15 @@ def timeline_pass_names(steps: list[PassStep]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def changing_pass_names(steps: list[PassStep]) -> list[str]:
+    """The passes that changed the module (their dump differs from the one before), in timeline order.
+
+    Only these can be a single culprit: the pipeline is deterministic, so disabling a pass that left
+    every module as it was changes nothing on its own.
+    """
+    return list(dict.fromkeys(s.after_pass for s in steps if s.changed and s.after_pass and s.after_pass not in _NOT_PASSES))
+
+
 def refuse_unbisectable(module, steps: list[PassStep]) -> None:
     """Raise InputError when the module lacks what a replay bisection needs."""
     if not steps:

@@ -1,0 +1,91 @@
+"""Bisections are kept with the run they bisected, like replays.
+
+Each bisection's :class:`BisectResult` is written as JSON into the store next to the run whose
+module it bisected (``runs/<run>/bisections/<id>.json``); a rerun bisection goes with its baseline
+run. The files are the truth: ``xlarun show REF`` and the HTML report read them, and a deleted run
+takes its bisections with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .result import BisectResult
+
+FOLDER = "bisections"
+
+
+@dataclass
+class BisectRecord:
+    """One recorded bisection."""
+
+    bisect_id: str
+    started: str
+    options: dict
+    result: BisectResult
+
+
+def record_bisection(store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
+    """Write the bisection's JSON record beside its run (``result.run_id``) and return it."""
+    from ..store import new_run_id
+
+    record = BisectRecord(new_run_id(), started or now(), options, result)
+    folder = store.runs_dir / result.run_id / FOLDER if result.run_id else store.root / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{record.bisect_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record_json(record), indent=1))
+    os.replace(tmp, path)  # a reader never sees half a record
+    return record
+
+
+def record_json(record: BisectRecord) -> dict:
+    return {"bisect_id": record.bisect_id, "started": record.started, "options": record.options, "result": record.result.to_dict()}
+
+
+def load_record(path: Path) -> BisectRecord:
+    data = json.loads(Path(path).read_text())
+    return BisectRecord(data["bisect_id"], data["started"], data.get("options", {}), BisectResult.from_dict(data["result"]))
+
+
+def bisections_for(store, run_id: str, module_id: int | None = None) -> list[BisectRecord]:
+    """The recorded bisections of a run (or of one of its modules), oldest first."""
+    records = [load_record(p) for p in sorted((store.runs_dir / run_id / FOLDER).glob("*.json"))]
+    if module_id is None:
+        return records
+    return [r for r in records if r.result.module_id in (module_id, None)]
+
+
+def print_bisections_for(store, module) -> None:
+    """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
+    from ..console import print_table, short_time
+
+    records = bisections_for(store, module.run_id, module.module_id)
+    if not records:
+        return
+    rows = []
+    for r in records:
+        res = r.result
+        culprit = res.culprit_pass or (" + ".join(res.culprit_set) if res.culprit_set else "")
+        where = f"step {res.culprit_step}" if res.culprit_step is not None else ""
+        size = f"{res.replays} replays" if res.mode == "replay" else f"{res.reruns} reruns"
+        rows.append((r.bisect_id, short_time(r.started), res.mode, res.reference if res.mode == "replay" else res.check or "",
+                     res.verdict, culprit, where, _error(res), size, f"{res.wall_s:.1f}"))
+    print_table(("bisection", "when", "mode", "against", "verdict", "pass", "where", "max abs err", "work", "s"), rows,
+                title=f"bisections ({len(records)})", right=("max abs err", "s"))
+
+
+def _error(result: BisectResult) -> str:
+    entry = result.error_after or result.largest
+    if entry is None or entry.max_abs_error is None:
+        return ""
+    before = result.error_before.max_abs_error if result.error_before and result.error_before.max_abs_error is not None else None
+    return f"{before:.3g} -> {entry.max_abs_error:.3g}" if before is not None and result.error_after else f"{entry.max_abs_error:.3g}"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
