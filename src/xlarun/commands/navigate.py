@@ -190,7 +190,11 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
 
 
 def _show_extras(store, module) -> None:
-    """Sections other stages contribute to `show` (replays...), when those stages are installed."""
+    """Sections other stages contribute to `show` (replays, bisections), when those stages are installed."""
+    if any((store.runs_dir / module.run_id / "bisections").glob("*.json")):
+        from ..bisect.record import print_bisections_for
+
+        print_bisections_for(store, module)
     if not any((store.runs_dir / module.run_id / "replays").glob("*.json")):
         return  # never replayed: skip importing the replay stage (numpy and friends, ~0.2 s)
     try:

@@ -1,0 +1,180 @@
+"""``bisect``: which pass changed the numbers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import JsonOption, RunOption, StoreOption, open_store
+
+BISECT_EXIT_CODES = (
+    "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
+    "(no pass dumps, elided constants, a flaky check) · 3 inconclusive, or the engine failed."
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bisect", epilog=BISECT_EXIT_CODES)(bisect)
+
+
+def bisect(
+    target: Annotated[str, typer.Argument(help="Module REF (replay mode), or a spec file with --check (rerun mode).", show_default=False)],
+    check: Annotated[Optional[str], typer.Option("--check", help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.")] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", "-t", help="A value matches when its absolute OR relative error is within this.")] = 1e-5,
+    linear: Annotated[bool, typer.Option("--linear", help="Replay every step instead of a binary search.")] = False,
+    reference: Annotated[str, typer.Option("--reference", help="before (the before_optimizations module's outputs) or snapshot (the recorded result).")] = "before",
+    reference_platform: Annotated[Optional[str], typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")] = None,
+    platform: Annotated[str, typer.Option("--platform", "-p", help="Where the steps run.")] = "cpu",
+    recompile: Annotated[str, typer.Option("--recompile", help="timeline: disable the passes the timeline names when a step is recompiled; all: every HLO pass; full: none (passes apply again and can hide the culprit).")] = "timeline",
+    inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Rerun mode: reruns at a time.")] = 1,
+    module: Annotated[Optional[str], typer.Option("--module", "-m", help="Rerun mode: take candidate passes from this module's timeline only (default: every module's).")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="Rerun mode: baseline runs (at least 2, to catch a flaky check).")] = 2,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream progress.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Find the XLA pass that changed a program's numbers.
+
+    Replay mode (a REF): the module must be captured pass by pass (dump.pass_re: '.*', text
+    dumps, large constants; a snapshot gives the real arguments). Each pass step's dump is
+    replayed on the same arguments, recompiled with the timeline's passes disabled so it runs as
+    that step left it, and compared with the reference; a binary search finds the first step
+    past the tolerance, and its pass's diff is shown.
+
+    Rerun mode (a spec and --check): the job is run twice as it is, then again with passes
+    disabled (--xla_disable_hlo_passes), narrowing down to the one pass whose disabling flips
+    the check. Every rerun is an ordinary run in the store.
+
+    Examples: xlarun bisect bf16_sum · xlarun bisect bf16_sum --linear --json ·
+    xlarun bisect configs/bisect-bf16.yaml --check 'result (\\S+)' -j 2
+    """
+    try:
+        code = _bisect(target, check, tolerance, linear, reference, reference_platform, platform, recompile, inputs, seed,
+                       jobs, module, repeat, None if (quiet or as_json) else _stream, store, run, as_json)
+    except BaseException as exc:
+        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
+            _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
+        raise
+    raise typer.Exit(code)
+
+
+def _bisect(target, check, tolerance, linear, reference, reference_platform, platform, recompile, inputs, seed, jobs, module, repeat,
+            sink, store, run, as_json) -> int:
+    from ..bisect import BisectOptions, bisect_module, bisect_rerun
+    from ..bisect.record import now, record_bisection
+    from ..errors import InputError
+
+    started = now()
+    spec_given = target.endswith((".yaml", ".yml")) and Path(target).is_file()
+    if spec_given:
+        if check is None:
+            raise InputError(f"{target} is a spec: rerun mode needs --check", "--check exit, or --check 'result (\\S+)' to compare a printed number")
+        the_store = open_store(store, create=True)
+        result = bisect_rerun(target, the_store, check, abs_tolerance=tolerance, rel_tolerance=tolerance, jobs=jobs, module=module,
+                              repeat=repeat, sink=sink)
+        options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
+    else:
+        if check is not None:
+            raise InputError("--check goes with a spec file (rerun mode)", f"give the spec's path, or drop --check to bisect {target} by replay")
+        from ..refs import resolve_module
+
+        the_store = open_store(store)
+        target_module = resolve_module(the_store.index, target, run=run)
+        bisect_options = BisectOptions(reference=reference, reference_platform=reference_platform, platform=platform, abs_tolerance=tolerance,
+                                       rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
+        result = bisect_module(the_store, target_module, bisect_options, sink)
+        options = bisect_options.to_dict()
+    record = record_bisection(the_store, result, options, started)
+    if as_json:
+        from ..console import print_json
+
+        print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
+    else:
+        print_bisection(result, record.bisect_id)
+    return int(result.exit_code)
+
+
+def print_bisection(result, bisect_id: str | None = None) -> None:
+    """The bisection as a terminal report: the answer, the culprit's diff, the error at every step."""
+    from ..console import print_pairs, print_table, say, warn
+
+    for line in result.warnings:
+        warn(line)
+    what = f"bisection of {result.subject} by {result.mode}" + (f" (recorded as {bisect_id})" if bisect_id else "")
+    say(f"[bold]{what}[/bold]")
+    before, after = result.error_before, result.error_after
+    if result.mode == "replay":
+        print_pairs([
+            ("reference", f"{result.reference}, {result.arguments} arguments"),
+            ("recompiled", f"with {len(result.disabled_passes)} timeline passes disabled" if result.recompile == "timeline" else result.recompile),
+            ("tolerance", f"abs {result.abs_tolerance:g} or rel {result.rel_tolerance:g}"),
+            ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
+            ("culprit", f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}" if result.culprit_pass else None),
+            ("error before", _error(before) if result.culprit_pass and before else None),
+            ("error after", _error(after) if result.culprit_pass and after else None),
+        ])
+    else:
+        print_pairs([
+            ("check", result.check),
+            ("baseline", f"{result.baseline:g}" if result.baseline is not None else None),
+            ("candidates", f"{len(result.disabled_passes)} passes"),
+            ("search", f"{result.reruns} runs ({len(result.trials)} with the baselines) in {result.wall_s:.1f} s"),
+            ("culprit", result.culprit_pass),
+        ])
+    if result.diff_summary:
+        say(f"[bold]what {result.culprit_pass} did[/bold] (xlarun diff {result.subject} --to {result.culprit_step})")
+        for line in result.diff_summary:
+            say(f"  {_escape(line)}")
+    if result.mode == "replay" and result.steps:
+        rows = [(e.step if e.step >= 0 else "", e.label, _num(e.max_abs_error), _num(e.max_rel_error),
+                 e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else "")) for e in result.steps]
+        print_table(("step", "dump", "max abs err", "max rel err", "verdict"), rows, title=f"error at every replayed step ({len(rows)})",
+                    right=("step", "max abs err", "max rel err"))
+    elif result.trials:
+        rows = [(t.run_id or "", t.role, _short(t.disabled), "" if t.value is None else f"{t.value:g}",
+                 {True: "FLIPPED", False: "same", None: ""}[t.flipped] if t.role != "baseline" else "") for t in result.trials]
+        print_table(("run", "role", "disabled", "value", "check"), rows, title=f"runs ({len(rows)})")
+    colour = "red" if result.verdict == "diverged" else ("yellow" if result.verdict == "inconclusive" else "green")
+    say(f"[{colour}]{_escape(result.headline())}[/{colour}]")
+
+
+def _error(entry) -> str:
+    return f"abs {_num(entry.max_abs_error)}, rel {_num(entry.max_rel_error)} ({entry.label})"
+
+
+def _num(value) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def _short(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _stream(line: str) -> None:
+    sys.stderr.write(f"  | {line}\n")
+    sys.stderr.flush()
+
+
+def _report_failure(target: str, exc: BaseException) -> None:
+    from ..console import print_json
+    from ..errors import ExitCode, XlarunError
+
+    if isinstance(exc, XlarunError):
+        message, hint, code = exc.message, exc.hint, exc.exit_code
+    elif isinstance(exc, KeyboardInterrupt):
+        message, hint, code = "interrupted", None, ExitCode.INTERRUPTED
+    else:
+        message, hint, code = f"internal error: {exc!r}", "please report it", ExitCode.INTERNAL
+    print_json({"bisect_id": None, "subject": target, "verdict": None, "error": message, "hint": hint, "exit_code": int(code)})
