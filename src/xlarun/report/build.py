@@ -29,6 +29,7 @@ from markupsafe import Markup
 from .. import __version__
 from ..console import human_bytes, to_jsonable
 from ..errors import InputError
+from .bisections import bisection_blocks
 from .collect import FileCopier, ParsedCache, hlo_name, replay_rows, timeline
 from .graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
 
@@ -149,6 +150,7 @@ class _RunReport:
             "module": module, "display_name": module.name or hlo_name(self.store, module) or "(unnamed)", "href": f"modules/{folder}.html",
             "files": files, "steps": steps, "changed_steps": len(changed), "open_step": biggest.anchor if biggest else None, "graphs": jobs,
             "replay_columns": replay_columns, "replays": replays,
+            "bisections": bisection_blocks(self.store, self.run_id, module.module_id),
             "opcodes": _opcode_rows(module.opcodes_before, module.opcodes_after),
         }
 
