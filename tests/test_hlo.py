@@ -574,3 +574,194 @@ def test_the_scan_declines_text_it_cannot_read_exactly(how):
             parse_hlo_text(damaged)
     else:
         assert parse_hlo_text(damaged).instruction_count() == parse_hlo_text(text).instruction_count()
+
+
+# --- everything XLA has printed since 2022, and hand-written HLO -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "instructions", "computations"),
+    # XLA's own counts (jaxlib 0.10.2's hlo_module_from_text) of dumps made by tests/fixtures/hlo/old/make_old.py
+    [("jax-0.4.30.jit_step.before_optimizations.txt", 52, 6), ("jax-0.5.0.jit_step.cpu_after_optimizations.txt", 45, 7)],
+)
+def test_old_jax_dumps_closed_by_a_comment_are_read(name, instructions, computations):
+    path = FIXTURES / "old" / name
+    assert "\n} // " in path.read_text()  # what jax <= 0.5.0 printed after longer computations
+    module = read_hlo_file(path)
+    assert (module.instruction_count(), len(module.computations)) == (instructions, computations)
+    assert module.entry_signature == "(f32[4,8], f32[8,8]) -> (f32[4,8], f32[8])"
+    assert module.find_instruction("add.12").source_file.endswith("make_old.py")
+    facts = scan_hlo_text(path.read_bytes())  # the index's fast path reads it too, with the same facts
+    assert facts is not None and facts.instructions == instructions
+
+
+def test_computation_closers_and_headings_of_every_era():
+    text = (
+        "HloModule m, is_scheduled=true\n\n"
+        "%add.1 (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+        "  ROOT %a = f32[] add(f32[] %x, f32[] %y)\n} // add.1\n\n"
+        "%side (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}, execution_thread=\"host\"\n\n"
+        "ENTRY %main.9 (p0: f32[2]) -> f32[] {\n  %p0 = f32[2]{0} parameter(0)\n  %z = f32[] constant(0)\n"
+        "  ROOT %r = f32[] reduce(f32[2]{0} %p0, f32[] %z), dimensions={0}, to_apply=%add.1\n} // main.9\n"
+    )
+    module = parse_hlo_text(text)
+    assert (module.entry_computation, module.instruction_count(), len(module.computations)) == ("main.9", 7, 3)
+    assert module.entry_signature == "(f32[2]) -> f32[]"
+    assert module.header_attributes["is_scheduled"] == "true"
+
+
+def test_hand_written_module_without_header_that_starts_with_comments():
+    text = (
+        "// RUN: hlo-opt %s --passes=foo | FileCheck %s\n/* a block\n   comment */\n\n"
+        "add {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n  ROOT s = f32[] add(p0, p1)\n}\n"
+        "fusion {\n  a = f32[16,784]{0,1} parameter(0)\n  c = f32[] constant(0)\n"
+        "  ROOT r = f32[16] reduce(a, c), dimensions={1}, to_apply=add // trailing comment\n}\n"
+        "ENTRY main {\n  %p = f32[16,784]{0,1} parameter(0)\n  ROOT f = f32[16] fusion(%p), kind=kInput, calls=fusion\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert module.name == "module_main"  # as XLA names a module without an HloModule line
+    assert (module.instruction_count(), len(module.computations), module.entry_computation) == (8, 3, "main")
+    assert module.computations["fusion"].is_fusion
+    assert module.entry_signature == "(f32[16,784]) -> f32[16]"
+    no_entry = parse_hlo_text("c1 {\n  ROOT a = f32[] constant(1)\n}\nc2 {\n  ROOT b = f32[] constant(2)\n}\n")
+    assert no_entry.entry_computation == "c2"  # XLA takes the last computation
+
+
+def test_wrapped_header_statements_on_one_line_and_wrapped_attributes():
+    text = (
+        "HloModule m,\n  entry_computation_layout={(f32[2,3]{1,0})->\n    (f32[2,3]{1,0}, s32[])},\n"
+        "  allow_spmd_sharding_propagation_to_output={true}\n\n"
+        "ENTRY e {\n  p = f32[2,3] parameter(0)\n  b = f32[2,3,4] broadcast(p),\n  dimensions={0,1} c = s32[] constant(7)\n"
+        "  ROOT t = (f32[2,3], s32[]) tuple(p,\n      c), frontend_attributes={\n    _xla_a=\"1\",\n    _xla_b=\"2\"}\n}\n"
+    )
+    for summary in (False, True):
+        module = parse_hlo_text(text, summary=summary)
+        assert [i.name for i in module.entry.instructions] == ["p", "b", "c", "t"]
+        assert module.entry_signature == "(f32[2,3]) -> (f32[2,3], s32[])"
+    assert parse_hlo_text(text).find_instruction("t").attributes["frontend_attributes"].replace("\n", "").replace(" ", "") == '{_xla_a="1",_xla_b="2"}'
+    one_line = parse_hlo_text("HloModule t ENTRY e { ROOT c = f16[] constant(1) }")
+    assert (one_line.name, one_line.instruction_count()) == ("t", 1)
+
+
+def test_operands_written_as_instructions_are_built_as_xla_builds_them():
+    text = (
+        "HloModule m\n\nENTRY e {\n"
+        "  ROOT t = (f32[8,7], s32[], f32[]) tuple(f32[8,7] reshape(f32[1,8,1,7] parameter(0)), s32[] constant(1),\n"
+        "      add(f32[] constant(2), f32[] constant(3)))\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert module.instruction_count() == 7  # as XLA's parser builds them: one per inline operand
+    assert [i.opcode for i in module.entry.instructions] == ["parameter", "reshape", "constant", "constant", "constant", "add", "tuple"]
+    assert module.entry.parameters[0].shape == "f32[1,8,1,7]"
+    assert module.entry_signature == "(f32[1,8,1,7]) -> (f32[8,7], s32[], f32[])"
+    root = module.find_instruction("t")
+    assert root.operands == ["reshape.anon", "constant.anon", "add.anon"]
+    assert module.find_instruction("add.anon").operands == ["constant.anon.1", "constant.anon.2"]
+
+
+def test_async_start_of_a_plain_op_builds_the_wrapped_computation():
+    text = (
+        "HloModule m\n\nENTRY e {\n  p = f32[2]{0} parameter(0)\n"
+        "  s = ((f32[2]{0}), f32[2]{0}, s32[]) custom-call-start(p), custom_call_target=\"foo\"\n"
+        "  ROOT d = f32[2]{0} custom-call-done(s)\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert list(module.computations) == ["async_wrapped", "e"]  # as XLA's parser adds it
+    wrapped = module.computations["async_wrapped"]
+    assert [(i.opcode, i.shape) for i in wrapped.instructions] == [("parameter", "f32[2]{0}"), ("custom-call", "f32[2]{0}")]
+    assert wrapped.instructions[-1].attributes["custom_call_target"] == '"foo"'
+    assert module.instruction_count() == 5
+    assert scan_hlo_text(text.encode()) is None  # the scan would count 3: it declines, the parse reads it
+    own_ops = parse_hlo_text(text.replace("custom-call-start", "all-gather-start").replace("custom-call-done", "all-gather-done"))
+    assert len(own_ops.computations) == 1  # all-gather-start is an opcode of its own
+
+
+def test_shapes_xla_prints_and_hand_written_ones():
+    text = (
+        "HloModule m, entry_computation_layout={(f32[8,128]{1,0:T(8,128)S(1)}, s32[<=4]{0}, f32[?,2])->b(f32[2, 4])}\n\n"
+        "ENTRY e {\n  a = f32[8,128]{1,0:T(8,128)S(1)} parameter(0), sharding={devices=[2,1]<=[2]}\n"
+        "  d = s32[<=4]{0} parameter(1)\n  u = f32[?,2] parameter(2)\n"
+        "  g = f32[4,4]{0,1} all-gather(a), channel_id=1, replica_groups=mesh['x'=1,'y'=2] {'y'}, dimensions={1}\n"
+        "  ROOT b = b(f32[2,4]) custom-call(), custom_call_target=\"CreateBuffer\", api_version=API_VERSION_TYPED_FFI\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert module.entry_signature == "(f32[8,128], s32[<=4], f32[?,2]) -> b(f32[2,4])"
+    assert module.find_instruction("a").shape == "f32[8,128]{1,0:T(8,128)S(1)}"
+    assert module.find_instruction("g").attributes["replica_groups"] == "mesh['x'=1,'y'=2] {'y'}"
+    spaced = parse_hlo_text("HloModule m\nENTRY e {\n  p = f32[3, 12288] parameter(0)\n  ROOT b = f32[3, 12288] {1, 0} bitcast(p)\n}\n")
+    assert spaced.entry_signature == "(f32[3,12288]) -> f32[3,12288]"
+
+
+def test_instructions_written_without_a_shape_get_the_shape_xla_infers():
+    text = (
+        "HloModule m\n\nENTRY e {\n  p = (f32[4,8], s32[]) parameter(0)\n  a = get-tuple-element(p), index=0\n"
+        "  t = transpose(a), dimensions={1,0}\n  d = dot(a, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  c = compare(d, d), direction=LT\n  i = get-tuple-element(p), index=1\n  ROOT r = tuple(c, d, negate(i))\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert module.entry_signature == "((f32[4,8], s32[])) -> (pred[4,4], f32[4,4], s32[])"
+    with pytest.raises(InputError, match="line 3: expected a shape"):
+        parse_hlo_text("HloModule m\nENTRY e {\n  ROOT c = constant(1)\n}\n")
+
+
+def test_index_comments_metadata_and_a_computation_written_in_place():
+    text = (
+        "HloModule m\n\nENTRY main {\n  a = (s32[], s32[]) parameter(0)\n"
+        "  ROOT c = s32[] call(a), to_apply={\n    x = (s32[], s32[]) parameter(0)\n"
+        "    g0 = s32[] get-tuple-element(x), index=0, metadata={op_name=\"jit(f)/add\" source_file=\"f.py\" source_line=3}\n"
+        "    g1 = s32[] get-tuple-element(/*index=0*/x), index=1\n    ROOT s = s32[] add(g0, g1)\n  }\n}\n"
+    )
+    module = parse_hlo_text(text)
+    assert (module.instruction_count(), len(module.computations)) == (6, 2)
+    assert module.find_instruction("c").called_computations == ["c.to_apply"]
+    assert module.find_instruction("g0").source_file == "f.py" and module.find_instruction("g0").source_line == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "HloModule m\nENTRY e {\n  ROOT r = f32[] negate(" + "negate(" * 100_000 + "p" + ")" * 100_001 + "\n}\n",
+        "HloModule m\nENTRY e {\n  ROOT c = f32[] constant(" + "{" * 100_000 + "\n}\n",
+        "HloModule m\n" + "ENTRY e {\n" * 20_000,
+        "x = " * 50_000,
+        "HloModule m\nENTRY e {\n  a = f32[] parameter(0), metadata={op_name=\"unterminated\n}\n",
+    ],
+    ids=["nested operands", "unbalanced literal", "headers only", "no module", "open string"],
+)
+def test_what_cannot_be_read_is_refused_quickly_with_an_input_error(text):
+    started = time.perf_counter()
+    with pytest.raises(InputError, match="HLO text line"):
+        parse_hlo_text(text)
+    assert time.perf_counter() - started < 5
+
+
+def test_deep_tuple_shapes_are_read_without_recursion():
+    text = "HloModule m\nENTRY e {\n  ROOT p = " + "(" * 100_000 + "f32[]" + ")" * 100_000 + " parameter(0)\n}\n"
+    started = time.perf_counter()
+    assert parse_hlo_text(text).instruction_count() == 1
+    with pytest.raises(InputError, match="nested more than"):  # the grammar reader, like XLA's, has a limit
+        parse_hlo_text(text.replace("HloModule m\n", ""))
+    assert time.perf_counter() - started < 5
+
+
+def test_one_loader_reads_text_that_starts_with_comments_everywhere(tmp_path):
+    from xlarun.hlo import load_hlo, looks_like_hlo_text
+    from xlarun.render import content_kind, graph_of, RenderOptions
+    from xlarun.replay.sources import TEXT, load_source
+
+    text = fixture("fp/*.before_optimizations.txt").read_text()
+    commented = "// RUN: hlo-opt %s\n/* from XLA's tests */\n" + text
+    data = commented.encode()
+    assert looks_like_hlo_text(data) and looks_like_hlo_text(gzip.compress(data)) is False
+    expected = parse_hlo_text(text).fingerprint()
+    assert load_hlo(data).fingerprint() == load_hlo(gzip.compress(data), "m.txt.gz").fingerprint() == expected
+    proto = fixture("fp/*.before_optimizations.hlo.pb").read_bytes()
+    assert load_hlo(proto).instruction_count() == load_hlo(gzip.compress(proto)).instruction_count() == parse_hlo_text(text).instruction_count()
+    assert content_kind("module.txt", data) == "hlo-text"
+    assert graph_of(data, "module.txt", RenderOptions()).nodes
+    path = tmp_path / "module_0001.f.before_optimizations.txt"
+    path.write_bytes(data)
+    source = load_source(path)
+    assert source.file_format == TEXT and source.module_name == "jit_f"
+    with pytest.raises(InputError, match="text but not an HLO module"):
+        load_hlo(b"BufferAssignment:\nallocation 0: size 4\n", "x.log")
