@@ -321,15 +321,29 @@ def logs(
 
 
 def export(
-    run: Annotated[str, typer.Argument(help="Run REF.", show_default=False)],
-    dest: Annotated[Path, typer.Argument(help="A new or empty folder.", show_default=False)],
+    run: Annotated[str, typer.Argument(help="Run REF (a module REF with --format model-explorer).", show_default=False)],
+    dest: Annotated[Path, typer.Argument(help="A new or empty folder (a .json file with --format model-explorer).", show_default=False)],
     no_logs: Annotated[bool, typer.Option("--no-logs", help="Only the dump files, without _xlarun/ (manifest, spec, logs).")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="files (the run's files), or model-explorer (a module's JSON graph for Model Explorer).")] = "files",
+    stage: Annotated[str, typer.Option("--stage", help="With model-explorer: before_optimizations or after_optimizations.")] = "before_optimizations",
     store: StoreOption = None,
 ) -> None:
     """Write a run's files back with their original names and exact bytes (dump files at the top,
-    tf_graphs/, jax_ir/ ... beside them, and the manifest, spec and logs in _xlarun/)."""
+    tf_graphs/, jax_ir/ ... beside them, and the manifest, spec and logs in _xlarun/).
+
+    With --format model-explorer: `xlarun export jit_f f.json --format model-explorer` writes the module's
+    graph as a Model Explorer JSON graph (what `xlarun view` serves); open it with `model-explorer f.json`."""
     from ..refs import resolve_run
 
+    if fmt == "model-explorer":
+        from .view import export_model_explorer
+
+        export_model_explorer(run, dest, stage, store)
+        return
+    if fmt != "files":
+        from ..errors import InputError
+
+        raise InputError(f"unknown --format {fmt!r}", "use files or model-explorer")
     the_store = open_store(store)
     info = resolve_run(the_store.index, run)
     count = the_store.export(info.run_id, dest, with_logs=not no_logs)

@@ -1,0 +1,75 @@
+"""``view``: open a module in Model Explorer (the optional ``view`` extra), served on loopback only."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import RunOption, StoreOption, open_store
+
+STAGES = ("before_optimizations", "after_optimizations")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("view")(view)
+
+
+def view(
+    ref: Annotated[str, typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False)],
+    stage: Annotated[str, typer.Option("--stage", "-s", help="before_optimizations (the framework's graph) or after_optimizations (fusions).")] = "before_optimizations",
+    port: Annotated[Optional[int], typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,
+    no_browser: Annotated[bool, typer.Option("--no-browser", help="Print the URL, don't open a browser.")] = False,
+    store: StoreOption = None,
+    run: RunOption = None,
+) -> None:
+    """Open a module's graph in Google's Model Explorer, a local web app built for huge graphs (where
+    graphviz gives up). Nodes are grouped by op_name, fusions and called computations open as subgraphs,
+    and each node shows its shape, op_name, source line and fusion.
+
+    Serves on 127.0.0.1 only, until Ctrl-C. Needs the view extra (pip install 'xlarun[view]'); exit 3 without
+    it. `xlarun export REF FILE.json --format model-explorer` writes the graph file for a Model Explorer of your own.
+    """
+    import tempfile
+    import webbrowser
+    from pathlib import Path
+
+    from ..console import say
+    from ..errors import EnvironmentProblem, InputError
+    from ..refs import resolve_module
+    from ..view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
+    from .share import bundle_or_ref
+
+    if stage not in STAGES:
+        raise InputError(f"unknown --stage {stage!r}", f"use one of {', '.join(STAGES)}")
+    if not model_explorer_installed():
+        raise EnvironmentProblem("Model Explorer is not installed", INSTALL_HINT)
+    store, ref, run = bundle_or_ref(ref, store, run)
+    the_store = open_store(store)
+    module = resolve_module(the_store.index, ref, run=run)
+    with tempfile.TemporaryDirectory(prefix="xlarun-view-") as folder:
+        graph = write_model_explorer_json(the_store, module, Path(folder) / f"{module.name or module.module_id}.{stage}.json", stage)
+        with ModelExplorerServer.start(graph, port) as server:
+            say(f"Model Explorer shows [bold]{module.label}[/bold] ({stage}) at")
+            typer.echo(server.url, nl=True)
+            typer.echo("(serving on 127.0.0.1 only; Ctrl-C stops it)", err=True)
+            if not no_browser:
+                webbrowser.open_new_tab(server.url)
+            try:
+                server.wait()
+            except KeyboardInterrupt:
+                typer.echo("stopped", err=True)
+
+
+def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None:
+    """`xlarun export REF FILE.json --format model-explorer`."""
+    from ..errors import InputError
+    from ..refs import resolve_module
+    from ..view import write_model_explorer_json
+
+    if stage not in STAGES:
+        raise InputError(f"unknown --stage {stage!r}", f"use one of {', '.join(STAGES)}")
+    the_store = open_store(store)
+    module = resolve_module(the_store.index, ref)
+    path = write_model_explorer_json(the_store, module, dest, stage)
+    typer.echo(f"wrote {module.label} ({stage}) as a Model Explorer graph to {path}; open it with: model-explorer {path}")
