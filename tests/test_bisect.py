@@ -1,0 +1,211 @@
+"""xlarun bisect on real pass-by-pass captures of tiny JAX programs (configs/examples/bisect_*.py).
+
+bf16_sum: float-normalization-bf16 keeps bf16 intermediates in f32 (the sum moves by 0.069);
+residual: algsimp folds (x / 3) * 3 - x to 0; layer: nothing moves past the tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import CONFIGS
+
+
+@pytest.fixture(scope="session")
+def bisect_store(tmp_path_factory):
+    """One store holding pass-by-pass captures of the three bisect examples."""
+    from xlarun.capture import capture
+    from xlarun.store import Store
+
+    path = tmp_path_factory.mktemp("bisect") / "store"
+    store = Store.open(path, create=True)
+    for name in ("bf16", "algsimp", "stable"):
+        result = capture(CONFIGS / f"bisect-{name}.yaml", store)
+        assert result.ok, result.warnings
+    return path
+
+
+def _bisect_json(cli, *args):
+    result = cli("bisect", *args, "--json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_replay_mode_names_float_normalization_bf16(cli, bisect_store):
+    code, data = _bisect_json(cli, "bf16_sum", "--store", bisect_store)
+    assert code == 1 and data["verdict"] == "diverged"
+    assert data["culprit_pass"] == "float-normalization-bf16"
+    assert data["culprit_pipeline"] == "HLO_passes_through_layout_assignment"
+    assert data["arguments"] == "snapshot"
+    assert data["error_before"]["max_abs_error"] == 0.0
+    assert 0.05 < data["error_after"]["max_abs_error"] < 0.1  # -112.938 (f32 intermediates) against -113.007 (bf16 roundings)
+    assert "convert +10" in " ".join(data["diff_summary"])  # the pass's structural diff: converts to f32 around the arithmetic
+    assert data["replays"] < data["steps_total"]
+    assert "float-normalization-bf16" in data["disabled_passes"]
+
+
+def test_linear_replays_every_step_and_agrees(cli, bisect_store):
+    _, binary = _bisect_json(cli, "bf16_sum", "--store", bisect_store)
+    code, linear = _bisect_json(cli, "bf16_sum", "--linear", "--store", bisect_store)
+    assert code == 1 and linear["culprit_pass"] == binary["culprit_pass"] and linear["culprit_step"] == binary["culprit_step"]
+    assert len(linear["steps"]) == linear["steps_total"] > len(binary["steps"])
+    assert linear["replays"] > binary["replays"]  # steps whose dump repeats an earlier one are not replayed again
+    before = [s for s in linear["steps"] if s["step"] < linear["culprit_step"]]
+    assert before and all(s["max_abs_error"] == 0.0 for s in before)
+
+
+def test_replay_mode_names_algsimp(cli, bisect_store):
+    code, data = _bisect_json(cli, "residual", "--store", bisect_store)
+    assert code == 1 and data["culprit_pass"] == "algsimp" and data["culprit_pipeline"] == "simplification"
+    assert data["error_after"]["max_abs_error"] > 0.1
+    assert "divide -1" in " ".join(data["diff_summary"])
+
+
+def test_nothing_diverges_says_so(cli, bisect_store):
+    result = cli("bisect", "layer", "--store", bisect_store)
+    assert result.exit_code == 0
+    assert "no step diverges past the tolerance; largest error seen" in result.stdout
+
+
+def test_recompiling_with_the_full_pipeline_hides_the_culprit(cli, bisect_store):
+    # why steps are recompiled with their timeline's passes disabled: otherwise the pass applies again
+    code, data = _bisect_json(cli, "bf16_sum", "--recompile", "full", "--linear", "--store", bisect_store)
+    assert code == 0 and data["verdict"] == "no-divergence"
+    code, data = _bisect_json(cli, "bf16_sum", "--recompile", "all", "--store", bisect_store)
+    assert code == 1 and data["culprit_pass"] == "float-normalization-bf16"
+
+
+def test_snapshot_reference_finds_the_step_that_matches_the_recorded_result(cli, bisect_store):
+    code, data = _bisect_json(cli, "bf16_sum", "--reference", "snapshot", "--store", bisect_store)
+    assert code == 1 and data["culprit_pass"] == "float-normalization-bf16"
+    assert data["steps"][0]["step"] == -1 and data["steps"][0]["diverged"] is True
+    assert data["error_after"]["max_abs_error"] == 0.0
+
+
+def test_bisections_are_recorded_and_shown(cli, bisect_store):
+    cli("bisect", "residual", "--store", bisect_store, "-q")
+    shown = cli("show", "residual", "--store", bisect_store)
+    assert "bisections" in shown.stdout and "algsimp" in shown.stdout
+
+
+def test_json_on_failure(cli, bisect_store):
+    code, data = _bisect_json(cli, "no_such_module", "--store", bisect_store)
+    assert code == 2 and data["verdict"] is None and "no_such_module" in data["error"]
+
+
+def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_store):
+    from xlarun.bisect.replay_mode import refuse_unbisectable
+    from xlarun.diff import pass_steps
+    from xlarun.errors import InputError
+    from xlarun.refs import resolve_module
+    from xlarun.store import Store
+
+    module = resolve_module(Store.open(bisect_store).index, "bf16_sum")
+    with pytest.raises(InputError, match="without per-pass dumps") as raised:
+        refuse_unbisectable(module, [])
+    assert "dump.pass_re" in raised.value.hint
+    with pytest.raises(InputError, match="without large constants") as raised:
+        refuse_unbisectable(dataclasses.replace(module, elided_constants=True), pass_steps(module))
+    assert "dump.large_constants: true" in raised.value.hint
+
+
+def test_refuses_a_capture_without_pass_dumps(cli, tmp_path):
+    spec = tmp_path / "plain.yaml"
+    spec.write_text(f"name: plain\nscript: {CONFIGS / 'examples' / 'bisect_stable.py'}\nframework: jax\ndump:\n  formats: [text]\n")
+    store = tmp_path / "store"
+    assert cli("capture", spec, "--store", store, "-q").exit_code == 0
+    result = cli("bisect", "layer", "--store", store)
+    assert result.exit_code == 2 and "without per-pass dumps" in result.stderr and "dump.pass_re" in result.stderr
+
+
+def test_rerun_mode_refuses_a_flaky_check(cli, tmp_path):
+    script = tmp_path / "noisy.py"
+    script.write_text("import random\nprint(f'result {random.random()}')\n")
+    spec = tmp_path / "noisy.yaml"
+    spec.write_text(f"name: noisy\nscript: noisy.py\npython: {sys.executable}\ndump:\n  formats: [text]\n")
+    code, data = _bisect_json(cli, spec, "--check", r"result (\S+)", "-j", "2", "--store", tmp_path / "store")
+    assert code == 2 and data["error"].startswith("the check is flaky")
+
+
+def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
+    store = tmp_path / "store"
+    code, data = _bisect_json(cli, CONFIGS / "bisect-bf16.yaml", "--check", r"result (\S+)", "-j", "2", "--store", store)
+    assert code == 1 and data["verdict"] == "diverged" and data["culprit_pass"] == "float-normalization-bf16"
+    assert data["baseline"] == pytest.approx(-112.938255)
+    flipped = [t for t in data["trials"] if t["disabled"] == ["float-normalization-bf16"]]
+    assert flipped and flipped[0]["flipped"] and flipped[0]["value"] == pytest.approx(-113.007385)
+    assert data["reruns"] < 2 * len(data["disabled_passes"])  # delta debugging, not one rerun per pass
+    runs = cli("runs", "--store", store, "--json")
+    tagged = [r for r in json.loads(runs.stdout) if r["tags"].get("bisect")]
+    assert len(tagged) == data["reruns"] + 2  # and the two baseline runs
+
+
+def test_check_reads_exit_codes_and_numbers():
+    from xlarun.bisect.rerun import Check
+
+    exit_check = Check.parse("exit")
+    assert exit_check.same(0.0, 0.0, 0, 0) and not exit_check.same(0.0, 1.0, 0, 0)
+    number = Check.parse(r"loss (\S+)")
+    assert number.same(2.0, 2.0000001, 1e-5, 1e-5) and not number.same(2.0, 2.1, 1e-5, 1e-5)
+    assert number.same(2.0, None, 1e-5, 1e-5) is None
+
+
+def test_ddmin_narrows_to_one_pass_with_few_trials():
+    from xlarun.bisect.rerun import _ddmin
+    from xlarun.bisect.result import BisectResult, RerunTrial
+
+    class FakeReruns:  # judges subsets by rule instead of running a job: only the search is under test here
+        def __init__(self):
+            self.seen, self.count = {}, 0
+
+        def trials(self, subsets, role):
+            out = []
+            for s in subsets:
+                self.count += 1
+                trial = RerunTrial(None, list(s), role, flipped="p13" in s if "p4" not in s or len(s) > 8 else None)
+                self.seen[tuple(s)] = trial
+                out.append(trial)
+            return out
+
+    result = BisectResult("rerun", "spec")
+    runner = FakeReruns()
+    _ddmin([f"p{i}" for i in range(32)], runner, result, jobs=2)
+    assert result.culprit_pass == "p13" and runner.count <= 12
+
+
+def test_bisect_result_round_trips_through_json(bisect_store):
+    from xlarun.bisect import BisectOptions, BisectResult, bisect_module
+    from xlarun.refs import resolve_module
+    from xlarun.store import Store
+
+    store = Store.open(bisect_store)
+    result = bisect_module(store, resolve_module(store.index, "residual"), BisectOptions())
+    again = BisectResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.culprit_pass == "algsimp" and again.steps == result.steps and again.headline() == result.headline()
+
+
+def test_help_teaches_both_modes(cli):
+    result = cli("bisect", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "--check" in text and "dump.pass_re" in text and "--linear" in text
+    assert textwrap.shorten("Replay mode", 20) in text and "Rerun mode" in text
+
+
+def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp_path):
+    from xlarun.refs import resolve_module
+    from xlarun.store import Store
+
+    cli("bisect", "bf16_sum", "--linear", "--store", bisect_store, "-q")
+    module = resolve_module(Store.open(bisect_store).index, "bf16_sum")
+    out = tmp_path / "report"
+    assert cli("report", module.run_id, "--store", bisect_store, "-o", out, "--no-graphs").exit_code == 0
+    page = (out / "modules" / f"module_{module.module_id:04d}.html").read_text()
+    section = page[page.index('id="bisections"'):]
+    assert 'class="error-plot"' in section and section.count("<circle") >= module.n_pass_dumps  # one point per replayed step
+    assert "float-normalization-bf16" in section and "convert +10" in section
+    assert '<span class="add">' in section  # the culprit's unified diff
