@@ -343,8 +343,10 @@ class VersionRun:
             reason = "; ".join(x for x in (error or _last_line(proc.stderr), f"job: {job}" if job else "") if x)
             r.cells["capture"] = Cell("fail", f"exit {proc.returncode}", reason)
         r.run_id = run_id or self._latest_run()
-        main = self.cell_main_first() if r.run_id else None
-        self.cell_unknown() if r.run_id else None
+        main = None
+        if r.run_id:  # a failed job is archived all the same: its modules and files still get their cells
+            main = self.cell_main_first()
+            self.cell_unknown()
         for column, python in (("replay_own", venv_python(self.version.key)), ("replay_xlarun", None)):
             if column == "replay_own" and self.version.framework != "jax":
                 r.cells[column] = Cell("n/a", "no jaxlib")
@@ -383,7 +385,8 @@ class VersionRun:
             return ""
         files = (captured.get("manifest") or {}).get("files")
         files = len(files) if isinstance(files, (list, dict)) else files
-        return f"{len(captured.get('modules') or [])} modules, {files} files"
+        modules = len(captured.get("modules") or [])
+        return f"{modules} module{'s' * (modules != 1)}, {files} files"
 
     def cell_main_first(self) -> dict | None:
         r = self.result
@@ -452,6 +455,8 @@ class VersionRun:
         if proc.returncode == 0 and verdict == "match":
             return Cell("ok", f"match ({out.get('input_kind') or out.get('arguments') or 'fake'})")
         if proc.returncode == 0:  # ran, but nothing said it computed the right thing
+            if not any("snapshot" in p.name for p in (self.folder / "files").glob(f"*module*{main['name']}*")):
+                return Cell("fail", str(verdict or "ran"), f"{self.version.framework} wrote no snapshot (real arguments and result) to compare with")
             said = (out.get("log") or "").strip().splitlines()
             return Cell("fail", str(verdict or "ran"), _shorten(said[-1].removeprefix("ran; ") if said else "nothing to compare with"))
         return Cell("fail", f"exit {proc.returncode}", _shorten(out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout)))
