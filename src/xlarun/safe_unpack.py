@@ -107,6 +107,7 @@ class _Writer:
         self.report = UnpackReport(kind)
         self.files: set[str] = set()
         self.dirs: set[str] = set()
+        self.made: set[str] = set()  # folders created and checked to lie below dest
 
     def refuse(self, member: str, reason: str) -> HostileArchive:
         shown = member.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -150,10 +151,12 @@ class _Writer:
     def write(self, member: str, clean: str, stream: BinaryIO, declared: int | None) -> None:
         target = os.path.join(self.dest, *clean.split("/"))
         parent = os.path.dirname(target)
-        os.makedirs(parent, exist_ok=True)
-        real_parent = os.path.realpath(parent)
-        if real_parent != self.root and not real_parent.startswith(self.root + os.sep):  # never, with links refused: but be sure
-            raise self.refuse(member, "would be written outside the destination")
+        if parent not in self.made:
+            os.makedirs(parent, exist_ok=True)
+            real_parent = os.path.realpath(parent)
+            if real_parent != self.root and not real_parent.startswith(self.root + os.sep):  # never, with links refused: but be sure
+                raise self.refuse(member, "would be written outside the destination")
+            self.made.add(parent)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         written = 0
         with os.fdopen(fd, "wb") as out:
@@ -216,8 +219,12 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
                 if clean is None:
                     stack.append((f"{name}/", entry.path))
                     continue
-                with open(entry.path, "rb") as stream:
-                    writer.write(name, clean, stream, None)
+                try:  # O_NOFOLLOW: a file swapped for a link since it was listed is refused, not followed
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+                except OSError as exc:
+                    raise writer.refuse(name, f"cannot be read: {exc.strerror}") from None
+                with os.fdopen(fd, "rb") as stream:
+                    writer.write(name, clean, stream, st.st_size)
 
 
 def _kind_of_mode(mode: int) -> str:
