@@ -19,15 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InputError, XlarunError
-from .replay_mode import changing_pass_names
+from .replay_mode import NEVER_DISABLED, changing_pass_names
 from .result import BisectResult, RerunTrial
 
 Log = Callable[[str], None]
 _DISABLE = "--xla_disable_hlo_passes="
-#: Passes a job cannot run without (measured, jax 0.10.2 CPU): without sharding-remover a JAX program
-#: calls a 'Sharding' custom call the host has no kernel for; without copy-insertion buffer
-#: assignment aborts on a constant output. They move no numbers, so they are never candidates.
-NEVER_DISABLED = ("sharding-remover", "copy-insertion")
 
 
 class FlakyCheck(XlarunError):
@@ -117,7 +113,7 @@ def bisect_rerun(
             result.warnings.append(f"the job printed no result with all {len(candidates)} candidate passes disabled (run {everything.run_id}); searching subsets")
             log(result.warnings[-1])
         _ddmin(candidates, runner, result, jobs)
-    result.reruns = len(result.trials)
+    result.reruns = sum(1 for t in result.trials if t.role != "baseline")
     result.wall_s = time.perf_counter() - started
     return result
 
