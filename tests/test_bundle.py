@@ -134,3 +134,28 @@ def test_bundle_of_a_path_not_zip_is_a_usage_error(jax_run, cli, tmp_path):
     store, _result = jax_run
     result = cli("bundle", "jit_train_step", "-o", tmp_path / "b.tar", "--store", store.root)
     assert result.exit_code == 2 and "does not end in .zip" in result.stderr
+
+
+def test_pick_bundle_files_takes_passes_only_when_asked():
+    from xlarun.bundle import BundleOptions, pick_bundle_files
+    from xlarun.index import FileInfo, ModuleInfo
+
+    def file(path, kind, fmt=None, stage=None, size=10, step=None):
+        return FileInfo(path, "d" + path, size, kind, fmt, stage, step, None, "pass" if kind == "pass" else None, None)
+
+    files = [
+        file("m.before_optimizations.txt", "hlo", "text", "before_optimizations"),
+        file("m.before_optimizations.dot", "hlo", "dot", "before_optimizations"),
+        file("m.sm_8.0_gpu_after_optimizations.txt", "hlo", "text", "after_optimizations"),
+        file("m.0001.p.after_a.before_b.txt", "pass", "text", "pass", step=1),
+        file("m.snapshot.1.pb", "snapshot", size=50),
+        file("m.snapshot.2.pb", "snapshot", size=5),
+        file("m.ir-no-opt.ll", "codegen"),
+    ]
+    module = ModuleInfo("r", 1, "m", "gpu", [], 1, len(files), 1, 1, 0, {}, {}, None, None, 0, False, None, files=files)
+    picked, notes = pick_bundle_files(module, BundleOptions())
+    assert [f.path for f in picked] == ["m.before_optimizations.txt", "m.sm_8.0_gpu_after_optimizations.txt", "m.snapshot.2.pb"]
+    picked, _ = pick_bundle_files(module, BundleOptions(passes=True, snapshot_limit_bytes=1))
+    assert "m.0001.p.after_a.before_b.txt" in [f.path for f in picked] and not any("snapshot" in f.path for f in picked)
+    _, notes = pick_bundle_files(module, BundleOptions(snapshot_limit_bytes=1))
+    assert any("over the snapshot limit" in n for n in notes)

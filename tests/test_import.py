@@ -180,3 +180,26 @@ def test_every_hostile_archive_is_refused_and_nothing_escapes(hostile, cli, tmp_
     check = cli("check", "--store", store, "--json")
     assert check.exit_code == 0, check.output
     assert json.loads(check.stdout)["damaged"] == []
+
+
+def test_import_an_xlarun_export_keeps_the_original_manifest(jax_run, tmp_path, store_path, cli):
+    store, captured = jax_run
+    exported = tmp_path / "exported"
+    store.export(captured.run_id, exported)
+    result = cli("import", exported, "--store", store_path, "--json")
+    assert result.exit_code == 0, result.output
+    imported = json.loads(result.stdout)
+    assert imported["source_kind"] == "folder" and imported["files"] == captured.manifest.files
+    assert [m["name"] for m in imported["modules"]] == [m.name for m in captured.modules]
+    assert [m["fingerprint"] for m in imported["modules"]] == [m.fingerprint for m in captured.modules]
+    run_dir = store_path / "runs" / imported["run_id"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["kind"] == "import" and manifest["name"] == "jax-mlp"
+    assert manifest["imported_from"]["original_run_id"] == captured.run_id
+    assert manifest["versions"]["jax"] == captured.manifest.versions["jax"]
+    assert manifest["xla_flags"] == captured.manifest.xla_flags
+    assert (run_dir / "origin-manifest.json").is_file() and (run_dir / "spec.yaml").is_file()
+    assert "_xlarun/manifest.json" not in {f["path"] for f in json.loads((run_dir / "files.json").read_text())}
+    report = cli("report", imported["run_id"], "-o", tmp_path / "report", "--store", store_path)
+    assert report.exit_code == 0, report.output
+    assert (tmp_path / "report" / "index.html").is_file()
