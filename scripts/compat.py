@@ -395,7 +395,9 @@ class VersionRun:
         if listing.returncode != 0 or modules is None:
             r.cells["main_first"] = Cell("fail", "", _last_line(listing.stderr) or "no module listing")
             return None
-        main = main_of(self.version.framework, modules, lambda m: m.get("instr_before") or m.get("instr_after"))
+        xla, problem = self.xla_view()
+        # which SyncTensorsGraph is the training step is decided by XLA's counts, not by the ranking under test
+        main = main_of(self.version.framework, modules, lambda m: xla.get(m["module_id"], {}).get("instr_before"))
         if main is None:
             r.cells["main_first"] = Cell("fail", "", f"no main module among {len(modules)}: {', '.join(str(m['name']) for m in modules[:4])}")
             return None
@@ -410,30 +412,27 @@ class VersionRun:
             problems.append(f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({_shorten(error, 110)})" if error else ""))
         if main.get("instr_before") is None and main.get("instr_after") is None:
             problems.append("main module has no counts")
-        problems += self._check_counts_with_xla(main)
+        said = xla.get(main["module_id"], {})
+        if problem or any(main.get(k) != said.get(k) for k in ("instr_before", "instr_after")):
+            counted = "/".join("–" if said.get(k) is None else str(said[k]) for k in ("instr_before", "instr_after"))
+            problems.append(problem or f"XLA's parser counts {counted}")
         short = _short_module_name(main["name"])
         r.cells["main_first"] = Cell("fail" if problems else "ok", f"{short} {counts}", "; ".join(problems) or None)
         return main
 
-    def _check_counts_with_xla(self, main: dict) -> list[str]:
-        """The main module's counts against XLA's own parser's (what xlarun says is not its own proof)."""
+    def xla_view(self) -> tuple[dict[int, dict], str | None]:
+        """{module_id: XLA's own facts} for this version's run (exported under the version's folder), or a problem."""
         exported = self.folder / "files"
-        if not exported.is_dir() and self.xlarun("export", self.result.run_id, str(exported), "--no-logs").returncode != 0:
-            return ["cannot export the run to check its counts"]
-        stages = {}
-        for path in exported.glob(f"module_{main['module_id']:04d}.*.txt"):
-            match = STAGE_DUMP.match(path.name)
-            if match:
-                stages["instr_before" if match["stage"] == "before_optimizations" else "instr_after"] = path
+        if not exported.is_dir():
+            proc = self.xlarun("export", self.result.run_id, str(exported), "--no-logs")
+            if proc.returncode != 0:
+                return {}, f"cannot export the run: {_last_line(proc.stderr)}"
         try:
-            _by, counts, errors = xla_facts(self.version, list(stages.values()))
+            _by, ranked, errors = xla_modules(self.version, exported)
         except CompatError as exc:
-            return [str(exc)]
-        xla = {k: counts[str(p)]["instructions"] if str(p) in counts else None for k, p in stages.items()}
-        if all(main.get(k) == v for k, v in xla.items()):
-            return []
-        said = "/".join("–" if xla.get(k) is None else str(xla[k]) for k in ("instr_before", "instr_after"))
-        return [f"XLA's parser counts {said}" + (f" ({_shorten(next(iter(errors.values())), 80)})" if errors else "")]
+            return {}, str(exc)
+        problem = f"XLA's parser refused {len(errors)} dump(s): {_shorten(next(iter(errors.values())), 80)}" if errors else None
+        return {m["module_id"]: m for m in ranked}, problem
 
     def cell_unknown(self) -> None:
         proc = self.xlarun("files", self.result.run_id, "--kind", "unknown", "--json")
@@ -592,6 +591,28 @@ def xla_facts(version: Version, paths: list[Path]) -> tuple[str, dict[str, dict]
     return counted_by, counts, errors
 
 
+def xla_modules(version: Version, exported: Path) -> tuple[str, list[dict], dict[str, str]]:
+    """The modules of an exported run as XLA's own parser reads their stage dumps (instructions before and after
+    optimization, compute ops), ranked by the README's rule: compute ops, then instructions."""
+    stage_dumps = {p.name: p for p in sorted(exported.iterdir()) if STAGE_DUMP.match(p.name)}
+    counted_by, counts, errors = xla_facts(version, list(stage_dumps.values()))
+    modules: dict[int, dict] = {}
+    for name, path in stage_dumps.items():
+        match = STAGE_DUMP.match(name)
+        module = modules.setdefault(int(match["id"]), {"module_id": int(match["id"]), "name": match["name"], "instr_before": None,
+                                                       "instr_after": None, "compute_ops": 0})
+        facts = counts.get(str(path))
+        if facts is None:  # refused: in errors
+            continue
+        if match["stage"] == "before_optimizations":
+            module["instr_before"] = facts["instructions"]
+            module["compute_ops"] = sum(n for op, n in facts["opcodes"].items() if op in COMPUTE_OPCODES)
+        else:
+            module["instr_after"] = facts["instructions"]
+    ranked = sorted(modules.values(), key=lambda m: (-m["compute_ops"], -(m["instr_before"] or m["instr_after"] or 0), m["module_id"]))
+    return counted_by, ranked, errors
+
+
 def export_run(key: str, work: Path, dest: Path) -> None:
     run = VersionRun(VERSIONS[key], work)
     if not run.store.is_dir():
@@ -608,29 +629,15 @@ def write_fixture(key: str, work: Path) -> tuple[Path, dict[str, bytes]]:
         exported = Path(tmp) / "run"
         export_run(key, work, exported)
         names = sorted(p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file())
-        stage_dumps = {n: exported / n for n in names if STAGE_DUMP.match(n)}
-        counted_by, counts, errors = xla_facts(version, list(stage_dumps.values()))
+        counted_by, ranked, errors = xla_modules(version, exported)
         if errors:
             raise CompatError(f"{key}: XLA's parser refused {len(errors)} dump(s): {next(iter(errors.items()))}")
-        data = {n: p.read_bytes() for n, p in stage_dumps.items()}
-        modules: dict[int, dict] = {}
-        for name, path in stage_dumps.items():
-            match = STAGE_DUMP.match(name)
-            module = modules.setdefault(int(match["id"]), {"module_id": int(match["id"]), "name": match["name"], "instr_before": None,
-                                                           "instr_after": None, "compute_ops": 0})
-            facts = counts[str(path)]
-            if match["stage"] == "before_optimizations":
-                module["instr_before"] = facts["instructions"]
-                module["compute_ops"] = sum(n for op, n in facts["opcodes"].items() if op in COMPUTE_OPCODES)
-            else:
-                module["instr_after"] = facts["instructions"]
-    # The README's ranking rule (compute ops, then instructions), applied to what XLA's parser counted.
-    ranked = sorted(modules.values(), key=lambda m: (-m["compute_ops"], -(m["instr_before"] or m["instr_after"] or 0), m["module_id"]))
+        data = {n: (exported / n).read_bytes() for n in names if STAGE_DUMP.match(n)}
     main = main_of(version.framework, ranked, lambda m: m["instr_before"] or m["instr_after"])
-    if ranked[0] is not main:
-        log(f"{key}: by XLA's counts {ranked[0]['name']} outranks the main module {main['name']}: check the example")
     if main is None:
         raise CompatError(f"{key}: no main module among {[m['name'] for m in ranked]}")
+    if ranked[0] is not main:
+        log(f"{key}: by XLA's counts {ranked[0]['name']} outranks the main module {main['name']}: check the example")
     folder = FIXTURES / key
     if folder.exists():
         shutil.rmtree(folder)

@@ -142,6 +142,9 @@ def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
     runs = cli("runs", "--store", store, "--json")
     tagged = [r for r in json.loads(runs.stdout) if r["tags"].get("bisect")]
     assert len(tagged) == data["reruns"] + 2  # and the two baseline runs
+    # the reruns hold bf16_sum without pass dumps: a name alone still finds the run captured pass by pass
+    code, by_replay = _bisect_json(cli, "bf16_sum", "--store", store)
+    assert code == 1 and by_replay["culprit_pass"] == "float-normalization-bf16"
 
 
 def test_check_reads_exit_codes_and_numbers():

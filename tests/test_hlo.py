@@ -659,6 +659,30 @@ def test_operands_written_as_instructions_are_built_as_xla_builds_them():
     assert module.find_instruction("add.anon").operands == ["constant.anon.1", "constant.anon.2"]
 
 
+def test_tuple_element_operands_of_jax_0_11_build_the_get_tuple_elements_xla_builds():
+    # jax 0.11 prints element i of a tuple-shaped %x as the operand %x#i; XLA's parser (jaxlib 0.11.2 counted 159
+    # instructions where the text has 156 lines) builds one get-tuple-element per element used, named x_i
+    text = (
+        "HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}\n\n"
+        "f {\n  a = f32[4]{0} parameter(0)\n  n = f32[4]{0} negate(a)\n  ROOT t = (f32[4]{0}, /*index=1*/f32[2]{0}) tuple(n, n)\n}\n\n"
+        "ENTRY e {\n  %p = f32[4]{0} parameter(0)\n  %c = (f32[4]{0}, f32[2]{0}) call(%p), to_apply=%f\n"
+        "  %x = f32[4]{0} add(%c#0, %c#0)\n  ROOT %y = f32[4]{0} add(%x, %c#0)\n}\n"
+    )
+    for module in (parse_hlo_text(text), parse_hlo_text(text, summary=True), parse_hlo_text("// a comment first\n" + text)):
+        assert module.instruction_count() == 8
+        assert [i.name for i in module.entry.instructions] == ["p", "c", "c_0", "x", "y"]
+    module = parse_hlo_text(text)
+    gte = module.find_instruction("c_0")
+    assert (gte.opcode, gte.shape, gte.operands, gte.attributes["index"]) == ("get-tuple-element", "f32[4]{0}", ["c"], "0")
+    assert module.find_instruction("x").operands == ["c_0", "c_0"]
+    scanned = scan_hlo_text(text.encode())
+    assert (scanned.instructions, scanned.opcodes["get-tuple-element"]) == (8, 1) and "c_0" in scanned.names
+    # the element a later instruction already has the name of: XLA makes the name unique, the scan leaves it to the parse
+    clash = text.replace("%x = f32[4]{0} add(%c#0, %c#0)", "%c_0 = f32[4]{0} add(%c#0, %c#0)").replace("add(%x,", "add(%c_0,")
+    assert scan_hlo_text(clash.encode()) is None
+    assert parse_hlo_text(clash).instruction_count() == 8
+
+
 def test_async_start_of_a_plain_op_builds_the_wrapped_computation():
     text = (
         "HloModule m\n\nENTRY e {\n  p = f32[2]{0} parameter(0)\n"

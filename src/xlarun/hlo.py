@@ -336,9 +336,11 @@ def _summary_instruction(line: str, computation: str) -> HloInstruction | None:
     is_root, name, shape, opcode = head.groups()
     if opcode == "constant":
         return None  # the literal tells whether the dump elided it
-    opening = line.find("(", head.end())
-    if opening >= 0 and opening < line.find(")", head.end()):
+    opening, closing = line.find("(", head.end()), line.find(")", head.end())
+    if opening >= 0 and opening < closing:
         return None  # an operand written as an instruction (or a tuple-shaped operand): the full parse reads it
+    if "#" in line[head.end() : closing]:
+        return None  # an operand %x#1 stands for a get-tuple-element the full parse builds
     instruction = HloInstruction(name=name, opcode=opcode, shape=shape, computation=computation, is_root=is_root is not None)
     if opcode == "parameter":
         number = _PARAMETER_NUMBER.match(line, head.end())
@@ -471,6 +473,7 @@ def assemble_module(name: str | None, computations: dict[str, HloComputation], e
     the entry (the last computation when none is marked ENTRY, as XLA takes it), sources and signature."""
     computations = wrap_async_operations(computations)
     for computation in computations.values():
+        expand_tuple_references(computation)
         _finish(computation)
     entry = entry or next(reversed(computations))
     computations[entry].is_entry = True
@@ -487,6 +490,52 @@ def assemble_module(name: str | None, computations: dict[str, HloComputation], e
     layout = header.get("entry_computation_layout")
     module.entry_signature = (layout and _signature_from_layout(layout)) or signature_of(module.entry)
     return module
+
+
+_TUPLE_REFERENCE = re.compile(r"(.+)#(\d+)")
+
+
+def expand_tuple_references(computation: HloComputation) -> None:
+    """Build the get-tuple-elements behind operands written ``%x#1`` (element 1 of tuple-shaped %x), as XLA's
+    parser does for the text XLA prints since jax 0.11: one per element used, named ``x_1``, placed after %x."""
+    if not any("#" in operand for instruction in computation.instructions for operand in instruction.operands):
+        return
+    by_name = {i.name: i for i in computation.instructions}
+    made: dict[str, HloInstruction] = {}
+    for instruction in computation.instructions:
+        for position, operand in enumerate(instruction.operands):
+            match = _TUPLE_REFERENCE.fullmatch(operand)
+            if match is None or operand in by_name:
+                continue
+            if operand not in made:
+                base, index = match.group(1), int(match.group(2))
+                name, number = f"{base}_{index}", 0
+                while name in by_name:
+                    number += 1
+                    name = f"{base}_{index}.{number}"
+                source = by_name.get(base)
+                elements = _tuple_shapes(source.shape) if source is not None else []
+                made[operand] = gte = HloInstruction(
+                    name=name, opcode="get-tuple-element", shape=elements[index] if index < len(elements) else "",
+                    computation=computation.name, operands=[base], attributes={"index": str(index)},
+                )
+                by_name[name] = gte
+            instruction.operands[position] = made[operand].name
+    after: dict[str, list[HloInstruction]] = {}
+    for operand, gte in sorted(made.items(), key=lambda item: int(item[0].rsplit("#", 1)[1])):
+        after.setdefault(gte.operands[0], []).append(gte)
+    known = {i.name for i in computation.instructions}
+    ordered = [gte for base, gtes in after.items() if base not in known for gte in gtes]  # names no instruction here
+    for instruction in computation.instructions:
+        ordered.append(instruction)
+        ordered += after.get(instruction.name, [])
+    computation.instructions = ordered
+
+
+def _tuple_shapes(shape: str) -> list[str]:
+    if not shape.startswith("("):
+        return []
+    return [strip_comments(p).strip() for p in split_top_level(shape[1:-1]) if strip_comments(p).strip()]
 
 
 def wrap_async_operations(computations: dict[str, HloComputation]) -> dict[str, HloComputation]:
@@ -636,8 +685,10 @@ class TextFacts:
 # array shape or a tuple, nested at most twice; the operands hold no parenthesis: else the line is left
 # unmatched, an operand written as an instruction among others, and the scan declines).
 _SCAN_INSTRUCTION = re.compile(
-    r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)) ([A-Za-z][\w\-]*)\([^()\n]*\)'
+    r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)) ([A-Za-z][\w\-]*)\(([^()\n]*)\)'
 )
+# An operand written %x#1: element 1 of tuple-shaped %x, a get-tuple-element XLA's parser builds (named x_1).
+_SCAN_TUPLE_REFERENCE = re.compile(r'%?([^\s,%#]+)#(\d+)')
 # A line that is none of: an instruction (two-space indent), a computation's header or end, a table's name or
 # entry, or blank. Where there is one, the text is not as XLA prints it.
 _SCAN_STRANGE_LINE = re.compile(r'\n(?!  \S|\}(?: // [^\n]*)?(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)')
@@ -670,7 +721,15 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
     heads = _SCAN_INSTRUCTION.findall(text)
     if len(heads) != text.count("\n  ") or (len(heads) != text.count(" = ") and _two_statements_on_a_line(text)):
         return None  # a line the pattern does not read, or two statements on a line: the parse reads them
-    opcodes = Counter(opcode for _name, opcode in heads)
+    opcodes = Counter(opcode for _name, opcode, _operands in heads)
+    names = {name for name, _opcode, _operands in heads}
+    references = {ref for _n, _o, operands in heads if "#" in operands for ref in _SCAN_TUPLE_REFERENCE.findall(operands)}
+    if references:
+        built = {f"{base}_{index}" for base, index in references}
+        if len(built) != len(references) or built & names:
+            return None  # names XLA would make unique: the parse does
+        names |= built
+        opcodes["get-tuple-element"] += len(references)
     if any(op.endswith("-start") and op not in OPCODES for op in opcodes):
         return None  # an async pair: XLA builds a computation for it, and so does the parse
     header_line = text[: text.find("\n")]
@@ -709,7 +768,7 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
         if facts.source_file:
             sources.add(f"{facts.source_file}:{facts.source_line}" if facts.source_line else facts.source_file)
     return TextFacts(
-        instructions=len(heads), opcodes=opcodes, names={name for name, _opcode in heads},
+        instructions=len(heads) + len(references), opcodes=opcodes, names=names,
         op_names=op_names, sources=sources, elided_constants=elided, entry_signature=signature,
     )
 

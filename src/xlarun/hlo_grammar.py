@@ -289,6 +289,13 @@ class GrammarParser:
                 raise self.error("unbalanced brackets (the text may be cut short)", name.start)
             return None
         following = self.peek()
+        if following.is_("#"):  # %x#1: element 1 of tuple-shaped %x (hlo.expand_tuple_references builds it)
+            self.take()
+            index = self.take()
+            if index.kind != WORD or not index.text.isdigit():
+                raise self.error(f"expected a tuple index after '#' but found {self._show(index)}", index.start)
+            following = self.peek()
+            return f"{name.text.lstrip('%')}#{index.text}" if following.is_(",") or following.is_(")") else None
         return name.text.lstrip("%") if following.is_(",") or following.is_(")") else None
 
     # --- shapes and attributes ------------------------------------------------------------------

@@ -127,8 +127,9 @@ _OBJ_FILE = re.compile(r"(?:^|\.)obj-file\.(?P<kernel>.+)\.o$")
 _WHOLE_OBJ_FILE = re.compile(r"(?:^|\.)(?:obj-file\.{1,2})?o$")
 # what a module name never ends with: an LLVM IR step (a '.ir-with-opt.o' is the user's own compile of XLA's .ll)
 _LLVM_STEP_TAIL = re.compile(r"(?:^|\.)ir-(?:no|with)-opt(?:-noconst)?$")
-# [<kernel or shard>.]ir-<no|with>-opt[.<shard>][-noconst].ll: LLVM IR (newer XLA puts the kernel first)
-_LLVM_IR = re.compile(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+))?(?P<noconst>-noconst)?\.ll$")
+# [<kernel or shard>.]ir-<no|with>-opt[.<shard>|.part_<nn>][-noconst].ll: LLVM IR (newer XLA puts the kernel
+# first; jax 0.4.38-0.5 and TF 2.18 split the CPU module into parts after the step)
+_LLVM_IR = re.compile(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+|part_\d+))?(?P<noconst>-noconst)?\.ll$")
 # <kernel>-<pre-optimization|post-optimization|post-lowering>.mlir: the CPU fusion emitter's MLIR
 _EMITTER_MLIR = re.compile(r"-(?P<step>pre-optimization|post-optimization|post-lowering)\.mlir$")
 # <kernel>.mlir-passes.log: the emitter's MLIR after every pass (--xla_dump_emitter_re)

@@ -9,6 +9,7 @@ is searched first, then older runs, newest first.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .errors import RefError
 from .index import Index, ModuleInfo, RunInfo
@@ -66,8 +67,11 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
     return [m for m in modules if m.name and ref in m.name]  # 'train_step' finds 'jit_train_step'
 
 
-def resolve_module(index: Index, ref: str, run: str | None = None) -> ModuleInfo:
-    """The one module a REF names; RefError listing candidates when none or several match."""
+def resolve_module(index: Index, ref: str, run: str | None = None, prefer: Callable[[ModuleInfo], bool] | None = None) -> ModuleInfo:
+    """The one module a REF names; RefError listing candidates when none or several match.
+
+    A REF without a run looks in the newest run that has such a module; with ``prefer``, in the newest run whose
+    match passes it (``bisect`` wants one captured pass by pass), else as without."""
     ref = ref.strip()
     if not ref:
         raise RefError("empty module REF", "give a module id (6, module_0006), a name (jit_f) or RUN/module_0006")
@@ -81,6 +85,12 @@ def resolve_module(index: Index, ref: str, run: str | None = None) -> ModuleInfo
             raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
         scopes = [runs[-1]]
     hits = _match_in_run(index.modules(scopes[0].run_id), ref)
+    if prefer is not None and run is None and not (len(hits) == 1 and prefer(hits[0])):
+        for candidate in reversed(index.runs()):
+            preferred = _match_in_run(index.modules(candidate.run_id), ref)
+            if len(preferred) == 1 and prefer(preferred[0]):
+                hits = preferred
+                break
     if not hits and run is None:
         for older in reversed(index.runs()[:-1]):  # the newest run that has such a module
             hits = _match_in_run(index.modules(older.run_id), ref)

@@ -85,7 +85,8 @@ def _bisect(target, check, tolerance, linear, reference, reference_platform, pla
         from ..refs import resolve_module
 
         the_store = open_store(store)
-        target_module = resolve_module(the_store.index, target, run=run)
+        # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
+        target_module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
         bisect_options = BisectOptions(reference=reference, reference_platform=reference_platform, platform=platform, abs_tolerance=tolerance,
                                        rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
         result = bisect_module(the_store, target_module, bisect_options, sink)
@@ -124,7 +125,7 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
             ("check", result.check),
             ("baseline", f"{result.baseline:g}" if result.baseline is not None else None),
             ("candidates", f"{len(result.disabled_passes)} passes"),
-            ("search", f"{result.reruns} runs ({len(result.trials)} with the baselines) in {result.wall_s:.1f} s"),
+            ("search", f"{result.reruns} reruns after {len(result.trials) - result.reruns} baseline runs, {result.wall_s:.1f} s in all"),
             ("culprit", result.culprit_pass),
         ])
     if result.diff_summary:
