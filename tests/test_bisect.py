@@ -212,3 +212,43 @@ def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp
     assert 'class="error-plot"' in section and section.count("<circle") >= module.n_pass_dumps  # one point per replayed step
     assert "float-normalization-bf16" in section and "convert +10" in section
     assert '<span class="add">' in section  # the culprit's unified diff
+
+
+def test_passes_the_module_cannot_compile_without_are_found_by_binary_search():
+    from xlarun.bisect.replay_mode import _passes_needed
+
+    disabled = [f"p{i}" for i in range(40)]
+    calls = []
+
+    def compile_error(off):
+        calls.append(off)
+        missing = [p for p in ("p7", "p31") if p in off]
+        return f"UNIMPLEMENTED: needs {missing[0]}" if missing else None
+
+    assert sorted(_passes_needed(disabled, compile_error)) == ["p31", "p7"]
+    assert len(calls) <= 2 * 7 + 3  # about log2(40) compiles per needed pass, not one per pass
+    assert _passes_needed(disabled, lambda off: "broken") is None  # not even the full pipeline compiles
+
+
+def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
+    # a dot over two contracting dimensions: the CPU backend has no emitter for it until dot_decomposer runs
+    script = tmp_path / "twodims.py"
+    script.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        @jax.jit
+        def contract(a, b):
+            return jnp.einsum("ijk,jk->i", a, b) * 2.0
+        a = jax.random.normal(jax.random.PRNGKey(0), (8, 4, 3))
+        b = jax.random.normal(jax.random.PRNGKey(1), (4, 3))
+        print(f"result {float(contract(a, b).sum()):.6f}")
+    """))
+    spec = tmp_path / "twodims.yaml"
+    spec.write_text(f"name: twodims\nscript: {script}\nframework: jax\ndump:\n  formats: [text]\n  pass_re: '.*'\n"
+                    "  snapshots: true\n  large_constants: true\n")
+    store = tmp_path / "store"
+    assert cli("capture", spec, "--store", store, "-q").exit_code == 0
+    code, data = _bisect_json(cli, "contract", "--store", store)
+    assert data["error"] is None, data
+    assert "dot_decomposer" in data["kept_passes"] and "dot_decomposer" not in data["disabled_passes"]
+    assert data["kept_passes"] == ["dot_decomposer"]  # the search keeps what is needed, nothing more
+    assert code == 0 and data["verdict"] == "no-divergence"  # the decomposed dot sums the same products in the same order

@@ -11,6 +11,8 @@ pass; the first step whose outputs leave it by more than the tolerance names the
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from ..replay.compare import compare_outputs
 from ..replay.deoptimize import deoptimize_hlo_text
 from ..replay.fakedata import fake_arguments
 from ..replay.literals import describe, flatten
+from ..replay.probe import ProbeWorker
 from ..replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 from .result import BisectResult, StepError
 
@@ -114,6 +117,9 @@ class _Replayer:
         self.outputs: dict[str, tuple[list | None, float | None, str | None]] = {}
         self.replays = 0
         self.arguments: list | None = None
+        self._stablehlo: dict[str, str] = {}  # dump path -> its StableHLO in a temporary file, for the probe
+        self._probe: ProbeWorker | None = None
+        self._arguments_file: str | None = None
 
     def text(self, path: str) -> str:
         text = self.store.read_file(self.module.run_id, path).decode("utf-8", errors="replace")
@@ -126,17 +132,19 @@ class _Replayer:
         """(outputs, compile seconds, error) of the dump; cached by digest on the main platform."""
         if platform is None and digest in self.outputs:
             return self.outputs[digest]
-        target = platform or self.platform
         try:
             rewritten = deoptimize_hlo_text(self.text(path)).text  # fusions -> calls, layouts spelled out; no-op before fusion
             proto = pjrt.text_to_module_proto(rewritten)
             if self.arguments is None:
                 self.arguments = self._arguments(proto)
-            stablehlo = pjrt.module_proto_to_stablehlo(proto)
-            pjrt.prepare_custom_calls(proto)
-            compiled = target.compile(stablehlo, self.debug_options)
-            raw, _ = compiled.run(compiled.upload(self.arguments))
-            found = (compiled.download(raw), compiled.compile_s, None)
+            if platform is not None:  # the reference platform's one run
+                stablehlo = pjrt.module_proto_to_stablehlo(proto)
+                pjrt.prepare_custom_calls(proto)
+                compiled = platform.compile(stablehlo, self.debug_options)
+                raw, _ = compiled.run(compiled.upload(self.arguments))
+                found = (compiled.download(raw), compiled.compile_s, None)
+            else:  # in the worker: with passes disabled, XLA may abort instead of raising
+                found = self._run_in_worker(path, proto)
         except (EngineError, InputError) as exc:
             if isinstance(exc, InputError) and "elided constants" in exc.message:
                 raise
@@ -145,6 +153,54 @@ class _Replayer:
         if platform is None:
             self.outputs[digest] = found
         return found
+
+    def compile_error(self, path: str, debug_options: dict) -> str | None:
+        """Why the dump does not compile with ``debug_options`` on the main platform (None: it does), learnt in
+        the worker process: with passes disabled, XLA can abort the process instead of raising."""
+        return self._worker().compile_error(self._module_file(path), debug_options)
+
+    def close(self) -> None:
+        """Stop the worker and delete the temporary files."""
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+        for file in [*self._stablehlo.values(), *([self._arguments_file] if self._arguments_file else [])]:
+            if os.path.exists(file):
+                os.unlink(file)
+        self._stablehlo.clear()
+        self._arguments_file = None
+
+    def _run_in_worker(self, path: str, proto: bytes) -> tuple[list | None, float | None, str | None]:
+        import pickle
+
+        if self._arguments_file is None:
+            with tempfile.NamedTemporaryFile(prefix="xlarun-bisect-args-", suffix=".pkl", delete=False) as handle:
+                pickle.dump(self.arguments, handle)
+            self._arguments_file = handle.name
+        module_file = self._module_file(path, proto)
+        outputs_file = module_file + ".out.pkl"
+        compile_s, error = self._worker().run(module_file, self.debug_options, self._arguments_file, outputs_file,
+                                              custom_calls=b"custom-call" in proto)
+        if error is not None:
+            return None, None, f"compile or run failed: {error}"
+        with open(outputs_file, "rb") as handle:
+            outputs = pickle.load(handle)
+        os.unlink(outputs_file)
+        return outputs, compile_s, None
+
+    def _worker(self) -> ProbeWorker:
+        if self._probe is None:
+            self._probe = ProbeWorker(self.options.platform)
+        return self._probe
+
+    def _module_file(self, path: str, proto: bytes | None = None) -> str:
+        if path not in self._stablehlo:
+            if proto is None:
+                proto = pjrt.text_to_module_proto(deoptimize_hlo_text(self.text(path)).text)
+            with tempfile.NamedTemporaryFile(prefix="xlarun-bisect-", suffix=".mlirbc", delete=False) as handle:
+                handle.write(pjrt.module_proto_to_stablehlo(proto))
+            self._stablehlo[path] = handle.name
+        return self._stablehlo[path]
 
     def _arguments(self, proto: bytes) -> list:
         snapshot = self.snapshot()
@@ -181,10 +237,34 @@ def bisect_module(store, module, options: BisectOptions | None = None, sink: Log
         raise InputError(f"{module.label} has no before_optimizations text dump", "capture with dump.formats including text")
     debug_options, disabled = _debug_options(options, steps)
     replayer = _Replayer(store, module, options, debug_options, log)
+    try:
+        return _bisect(store, module, options, steps, before, replayer, debug_options, disabled, log, started)
+    finally:
+        replayer.close()
+
+
+def _bisect(store, module, options: BisectOptions, steps: list[PassStep], before, replayer: _Replayer, debug_options: dict,
+            disabled: list[str], log: Log, started: float) -> BisectResult:
+    kept: list[str] = []
+    error = None
+    if disabled:  # the reference's own run (kept for it), which says whether the module compiles this way
+        outputs, _, error = replayer.run(before.digest, before.path)
+        if outputs is None:
+            replayer.outputs.pop(before.digest, None)
+            replayer.replays -= 1
+    if error is not None:
+        log(f"the before_optimizations module does not compile with {len(disabled)} passes disabled ({error}); finding the passes it needs")
+        kept = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, _disable(off)))
+        if kept is None:
+            raise EngineError(f"the before_optimizations module does not compile with the timeline's passes disabled: {error}",
+                              "try --recompile full (the pipeline runs again on each step, which can hide the culprit)")
+        disabled = [n for n in disabled if n not in kept]
+        replayer.debug_options = debug_options = _disable(disabled)
+        log(f"kept enabled, as the module does not compile without them: {', '.join(kept)}")
     result = BisectResult(
         "replay", module.ref, reference=_reference_name(options), recompile=options.recompile, disabled_passes=disabled,
         abs_tolerance=options.abs_tolerance, rel_tolerance=options.rel_tolerance, search="linear" if options.linear else "binary",
-        steps_total=len(steps), run_id=module.run_id, module_id=module.module_id,
+        steps_total=len(steps), run_id=module.run_id, module_id=module.module_id, kept_passes=kept,
     )
     log(f"{module.label}: {len(steps)} pass steps; recompiling each with {_describe_recompile(options, disabled)}")
     expected, start_diverged = _reference_outputs(replayer, before, options, result, log)
@@ -221,6 +301,41 @@ def _debug_options(options: BisectOptions, steps: list[PassStep]) -> tuple[dict,
     disabled = [n for n in timeline_pass_names(steps) if n not in NEVER_DISABLED] if options.recompile == "timeline" else []
     disabled = list(dict.fromkeys(disabled + list(options.extra_disabled)))
     return ({"xla_disable_hlo_passes": ",".join(disabled)} if disabled else {}), disabled
+
+
+def _disable(passes: list[str]) -> dict:
+    return {"xla_disable_hlo_passes": ",".join(passes)} if passes else {}
+
+
+#: At most this many passes are kept enabled for the module to compile; past it the search gives up.
+_MAX_NEEDED = 12
+def _passes_needed(disabled: list[str], compile_error: Callable[[list[str]], str | None]) -> list[str] | None:
+    """The passes (of ``disabled``) the module cannot compile without: lowering passes such as dot_decomposer or
+    gather_simplifier, which rewrite what the backend has no emitter for. Each is found by a binary search for
+    the shortest prefix of the rest whose re-enabling makes the module compile (its last pass is needed): about
+    log2(n) compiles per needed pass. None when the module does not compile even with every pass enabled.
+    (Guessing from XLA's complaint, 'HLO opcode `scatter` is not supported', kept twice as many passes, one of
+    which made a later step abort XLA.)"""
+    seen: dict[tuple[str, ...], str | None] = {}
+
+    def error_with(off: list[str]) -> str | None:
+        if tuple(off) not in seen:
+            seen[tuple(off)] = compile_error(off)
+        return seen[tuple(off)]
+
+    needed: list[str] = []
+    while (error := error_with(candidates := [n for n in disabled if n not in needed])) is not None:
+        if not candidates or len(needed) >= _MAX_NEEDED or error_with([]) is not None:
+            return None
+        low, high = 0, len(candidates)  # re-enabling candidates[:high] compiles; candidates[:low] does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if error_with(candidates[middle:]) is None:
+                high = middle
+            else:
+                low = middle
+        needed.append(candidates[high - 1])
+    return needed
 
 
 def _describe_recompile(options: BisectOptions, disabled: list[str]) -> str:

@@ -66,6 +66,8 @@ class BisectResult:
     recompile: str = "timeline"
     #: Passes disabled when each step was recompiled (so the rest of the pipeline leaves it as it is).
     disabled_passes: list[str] = field(default_factory=list)
+    #: Timeline passes left enabled because the module does not compile without them (found by trying).
+    kept_passes: list[str] = field(default_factory=list)
     abs_tolerance: float = 1e-5
     rel_tolerance: float = 1e-5
     search: str = "binary"

@@ -113,7 +113,8 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
     if result.mode == "replay":
         print_pairs([
             ("reference", f"{result.reference}, {result.arguments} arguments"),
-            ("recompiled", f"with {len(result.disabled_passes)} timeline passes disabled" if result.recompile == "timeline" else result.recompile),
+            ("recompiled", (f"with {len(result.disabled_passes)} timeline passes disabled" if result.recompile == "timeline" else result.recompile)
+             + (f"; kept on, as the module does not compile without them: {', '.join(result.kept_passes)}" if result.kept_passes else "")),
             ("tolerance", f"abs {result.abs_tolerance:g} or rel {result.rel_tolerance:g}"),
             ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
             ("culprit", f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}" if result.culprit_pass else None),

@@ -4,11 +4,14 @@ XLA reports some malformed inputs with ``CHECK`` failures, which abort the whole
 (``Check failed: has_layout()``). Optimized modules recompiled through StableHLO are where
 this happens, so the engine compiles them here first; a crash becomes an error message and a
 fallback instead of a dead notebook kernel or CLI. Run as ``python -m xlarun.replay.probe
-PLATFORM FILE``: exit 0 when the module compiles, 3 with the reason on stderr when it does not.
+PLATFORM FILE [DEBUG_OPTIONS_JSON]``: exit 0 when the module compiles, 3 with the reason on stderr when it
+does not. ``xlarun bisect`` probes this way which passes a module cannot compile without: with some passes
+disabled, XLA's CPU emitters CHECK-fail instead of returning an error.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,14 +20,14 @@ import tempfile
 _PROBE_TIMEOUT_S = 600
 
 
-def probe_compile(stablehlo: bytes, platform: str, timeout_s: float | None = None) -> str | None:
+def probe_compile(stablehlo: bytes, platform: str, timeout_s: float | None = None, debug_options: dict | None = None) -> str | None:
     """``None`` when the module compiles in a child process, else why it did not (one line)."""
     with tempfile.NamedTemporaryFile(prefix="xlarun-probe-", suffix=".mlirbc", delete=False) as handle:
         handle.write(stablehlo)
         path = handle.name
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "xlarun.replay.probe", platform, path],
+            [sys.executable, "-m", "xlarun.replay.probe", platform, path, *([json.dumps(debug_options)] if debug_options else [])],
             capture_output=True,
             text=True,
             timeout=timeout_s or _PROBE_TIMEOUT_S,
@@ -37,6 +40,121 @@ def probe_compile(stablehlo: bytes, platform: str, timeout_s: float | None = Non
     if proc.returncode == 0:
         return None
     return _reason(proc.returncode, proc.stderr)
+
+
+class ProbeWorker:
+    """One child process that compiles module after module (``python -m xlarun.replay.probe --serve PLATFORM``),
+    started again when XLA aborts it: a probe costs the compile, not a Python start and a jax import (~2 s).
+    Use as a context manager; :meth:`compile_error` is :func:`probe_compile` for one module file on disk."""
+
+    def __init__(self, platform: str, timeout_s: float | None = None):
+        self.platform, self.timeout_s = platform, timeout_s or _PROBE_TIMEOUT_S
+        self.proc: subprocess.Popen | None = None
+        self.stderr = None
+        self.starts = 0
+
+    def __enter__(self) -> ProbeWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen:
+        self.stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")
+        self.starts += 1
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")},
+        )
+        return self.proc
+
+    def compile_error(self, path: str, debug_options: dict | None = None) -> str | None:
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        proc.stdin.write(json.dumps({"path": path, "debug_options": debug_options or {}}) + "\n")
+        proc.stdin.flush()
+        reply = _read_line(proc, self.timeout_s)
+        if reply is None:  # aborted (or hung): the reason is on its stderr
+            self.close()
+            self.stderr.seek(0)
+            return _reason(proc.returncode if proc.returncode is not None else -9, self.stderr.read())
+        answer = json.loads(reply)
+        return answer.get("error")
+
+    def run(self, path: str, debug_options: dict | None, arguments: str, outputs: str,
+            custom_calls: bool = False) -> tuple[float | None, str | None]:
+        """Compile the module file and run it on the pickled ``arguments`` in the child; the outputs are pickled
+        to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child."""
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        request = {"path": path, "debug_options": debug_options or {}, "arguments": arguments, "outputs": outputs,
+                   "custom_calls": custom_calls}
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        reply = _read_line(proc, self.timeout_s)
+        if reply is None:
+            self.close()
+            self.stderr.seek(0)
+            return None, _reason(proc.returncode if proc.returncode is not None else -9, self.stderr.read())
+        answer = json.loads(reply)
+        return answer.get("compile_s"), answer.get("error")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                stream.close()
+            self.proc = None
+
+
+def _read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            proc.kill()
+            proc.wait()
+            return None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait()
+        return None
+    return line
+
+
+def _serve(platform_name: str) -> int:
+    from ..errors import XlarunError
+    from .pjrt import Platform
+
+    import pickle
+
+    from .pjrt import _register_jax_custom_calls
+
+    platform = Platform(platform_name)
+    arguments: dict[str, list] = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        with open(request["path"], "rb") as handle:
+            stablehlo = handle.read()
+        try:
+            if request.get("custom_calls"):
+                _register_jax_custom_calls()
+            compiled = platform.compile(stablehlo, request.get("debug_options") or None)
+            answer = {"error": None, "compile_s": compiled.compile_s}
+            if request.get("arguments"):
+                if request["arguments"] not in arguments:
+                    with open(request["arguments"], "rb") as handle:
+                        arguments[request["arguments"]] = pickle.load(handle)
+                raw, _ = compiled.run(compiled.upload(arguments[request["arguments"]]))
+                with open(request["outputs"], "wb") as handle:
+                    pickle.dump(compiled.download(raw), handle)
+        except XlarunError as exc:
+            answer = {"error": exc.message}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 def _reason(returncode: int, stderr: str) -> str:
@@ -52,11 +170,14 @@ def _main(argv: list[str]) -> int:
     from ..errors import XlarunError
     from .pjrt import Platform
 
-    platform, path = argv
+    if argv[:1] == ["--serve"]:
+        return _serve(argv[1])
+    platform, path = argv[:2]
+    debug_options = json.loads(argv[2]) if len(argv) > 2 else None
     with open(path, "rb") as handle:
         stablehlo = handle.read()
     try:
-        Platform(platform).compile(stablehlo)
+        Platform(platform).compile(stablehlo, debug_options)
     except XlarunError as exc:
         print(exc.message, file=sys.stderr)
         return 3
