@@ -63,7 +63,7 @@ def measure(size: str, work: Path) -> dict:
     modules = _json(listing)["modules"]
     main = next(m for m in modules if "train_step" in m["name"])
     ref = f"{main['run_id']}/module_{main['module_id']:04d}"
-    results = {"workload": spec["name"], "capture_s": round(took, 2), "module": main["name"], "passes": main.get("passes")}
+    results = {"workload": spec["name"], "capture_s": round(took, 2), "module": main["name"], "pass_dumps": main.get("n_pass_dumps")}
     for mode, extra in (("binary", []), ("linear", ["--linear"])):
         seconds, proc = _xlarun(store, "bisect", ref, "--json", "-q", *extra)
         results[mode] = _summary(seconds, _json(proc)) | {"exit": proc.returncode}
