@@ -252,3 +252,20 @@ def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
     assert "dot_decomposer" in data["kept_passes"] and "dot_decomposer" not in data["disabled_passes"]
     assert data["kept_passes"] == ["dot_decomposer"]  # the search keeps what is needed, nothing more
     assert code == 0 and data["verdict"] == "no-divergence"  # the decomposed dot sums the same products in the same order
+
+
+def test_a_bundle_with_passes_carries_the_bisection_and_imports(cli, bisect_store, tmp_path):
+    import zipfile
+
+    assert cli("bisect", "bf16_sum", "--store", bisect_store).exit_code == 1
+    out = tmp_path / "bf16.zip"
+    assert cli("bundle", "bf16_sum", "--passes", "-o", out, "--store", bisect_store).exit_code == 0
+    with zipfile.ZipFile(out) as bundle:
+        records = [n for n in bundle.namelist() if "/bisections/" in n]
+        assert records and json.loads(bundle.read(records[-1]))["result"]["culprit_pass"] == "float-normalization-bf16"
+        assert "float-normalization-bf16" in bundle.read("README.md").decode()
+    imported = cli("import", out, "--store", tmp_path / "theirs")
+    assert imported.exit_code == 0, imported.output
+    without = tmp_path / "plain.zip"
+    assert cli("bundle", "bf16_sum", "-o", without, "--store", bisect_store).exit_code == 0
+    assert not [n for n in zipfile.ZipFile(without).namelist() if "/bisections/" in n]

@@ -138,6 +138,14 @@ def make_bundle(store: Store, module: ModuleInfo, output: str | Path | None = No
         if data:
             data = redact(data)
             contents.append((BundleEntry(f"{META_DIR}/{name}", what, len(data)), data))
+    if options.passes:  # the pass dumps' reading: what xlarun bisect found in them
+        from .bisect.record import bisections_for, record_json
+
+        for record in bisections_for(store, module.run_id, module.module_id):
+            data = redact(json.dumps(record_json(record), indent=1).encode())
+            what = f"a bisection of this module ({record.result.mode} mode, {record.result.verdict}" + (
+                f", culprit {record.result.culprit_pass})" if record.result.culprit_pass else ")")
+            contents.append((BundleEntry(f"{META_DIR}/bisections/{record.bisect_id}.json", what, len(data)), data))
     description = {
         "format": BUNDLE_FORMAT, "xlarun": __version__, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "module": {"run_id": module.run_id, "module_id": module.module_id, "name": module.name, "backend": module.backend,
