@@ -11,10 +11,18 @@ job; a series' pack stays open while the series grows, and is written once a sca
 file that changed after it was read, writes the open packs, and only then moves the raw files aside, to be
 deleted in the background (``Store.discard_later``). On a failure every raw file stays
 in staging.
+
+Whatever a dump folder holds, the run is archived: a file that cannot be archived (a symbolic link, whose
+target is never read; a FIFO or a socket, never opened for reading; a file that cannot be read) is listed
+in :attr:`OutputArchiver.notes` with why, as is a name that is not UTF-8 (archived under its bytes escaped)
+and a file still being written when the job ended (archived as last read). Before the raw files go, the
+list of what was archived is written to ``staging/archived.json``: a capture killed after that point is
+recovered from it (``Store.recover``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
@@ -28,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends.base import OUTPUT_DIRS
-from .blobs import PackWriter
+from .blobs import NotRegularFile, PackWriter
+from .killpoints import kill_point
 
 if TYPE_CHECKING:
     from .store import Store, StoredFile
@@ -42,6 +51,45 @@ POLL_S = 0.5
 _SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
 
 Stamp = tuple[int, int]  # (size, mtime_ns)
+
+#: Written into staging once every file is archived, before the raw files are deleted.
+ARCHIVED_LIST = "archived.json"
+#: How many times the last files are read again when they keep changing after the job ended.
+_FINAL_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class FileNote:
+    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
+    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
+
+    path: str
+    archived: bool
+    why: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "archived": self.archived, "why": self.why}
+
+
+def archive_name(rel: str) -> str:
+    """The archive name of a path below a run folder: ``dump/x`` -> ``x``, ``tf_graphs/x`` stays; a name
+    that is not UTF-8 (surrogate-escaped by ``os``) gets its bad bytes written ``\\xff``: archive names are
+    text everywhere (index, JSON, reports)."""
+    name = logical_path(rel)
+    if not name.isascii():
+        name = os.fsencode(name).decode("utf-8", errors="backslashreplace")
+    return name
+
+
+def _kind_of(mode: int) -> str | None:
+    """Why an entry that is not a regular file or a folder is not archived."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe): not opened, reading it could block forever"
+    if stat.S_ISSOCK(mode):
+        return "a socket: not archived"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file: not archived"
+    return None
 
 
 def logical_path(rel: str) -> str:
@@ -99,6 +147,10 @@ class OutputArchiver:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._problems: dict[str, tuple[Stamp | None, str]] = {}  # path -> (stamp when it failed, why): not archived
+        self._others: dict[str, str] = {}  # path -> why: not a regular file (symbolic link, FIFO, socket)
+        #: What the user should know about the dump folder's files (filled by :meth:`finish`).
+        self.notes: list[FileNote] = []
         self._held = ExitStack()
         self._holding = False
         self._count_lock = threading.Lock()
@@ -117,7 +169,8 @@ class OutputArchiver:
             while not self._stop.wait(POLL_S):
                 stamps = self._scan()
                 now = time.time_ns()
-                settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9]
+                settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9
+                           and self._problems.get(p, (None,))[0] != s]
                 self._seen = stamps
                 self._archive_paths(settled, parallel=False, running=True)
                 for series in self._series.values():  # a series the scan did not grow has likely ended: write its pack
@@ -136,8 +189,10 @@ class OutputArchiver:
 
     # --- once the job has ended -----------------------------------------------------------------
 
-    def finish(self) -> list["StoredFile"]:
-        """Archive every remaining file, delete the raw files, and return the run's files sorted by path."""
+    def finish(self, previous: tuple[list["StoredFile"], list[FileNote]] | None = None) -> list["StoredFile"]:
+        """Archive every remaining file, list what was archived in ``archived.json``, delete the raw files,
+        and return the run's files sorted by path (:attr:`notes` says what was not archived, and why).
+        ``previous``: what an earlier, killed archiving listed (recovery); kept unless archived again."""
         from .store import StoredFile
 
         self._hold_store()
@@ -145,21 +200,45 @@ class OutputArchiver:
             self._stop_thread()
             if self._error is not None:
                 raise self._error
-            for _round in range(5):  # until a scan finds nothing new (a file renamed while it was read shows up again)
+            stamps: dict[str, Stamp] = {}
+            for _round in range(_FINAL_ROUNDS):  # until a scan finds nothing new (a file renamed while it was read shows up again)
                 stamps = self._scan()
                 for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
                     del self._archived[path]  # changed (or deleted) after it was read: read it again
-                todo = [p for p in stamps if p not in self._archived]
+                todo = [p for p in stamps if p not in self._archived and self._problems.get(p, (None,))[0] != stamps[p]]
                 if not todo:
                     break
                 self._done = len(self._archived)
                 self._archive_paths(todo, parallel=True, total=len(stamps))
             for series in self._series.values():  # packs still open from while the job ran
                 series.packer.close()
+            kill_point("packs-written")
+            by_path = {f.path: f for f in (previous[0] if previous else [])}
+            by_path.update((a.name, StoredFile(a.name, a.digest, a.size)) for a in self._archived.values())
+            files = sorted(by_path.values(), key=lambda f: f.path)
+            self.notes = self._collect_notes(self._scan())
+            if previous:
+                noted = {n.path for n in self.notes} | {a.name for a in self._archived.values()}
+                self.notes = sorted(self.notes + [n for n in previous[1] if n.path not in noted], key=lambda n: n.path)
+            write_archived_list(self.staging, files, self.notes)
+            kill_point("archived-listed")
             self.store.discard_later([self.staging / sub for sub in OUTPUT_DIRS])  # all safe in the store: the raw files can go
-            return sorted((StoredFile(a.name, a.digest, a.size) for a in self._archived.values()), key=lambda f: f.path)
+            kill_point("raw-discarded")
+            return files
         finally:
             self._release_store()
+
+    def _collect_notes(self, stamps: dict[str, Stamp]) -> list[FileNote]:
+        notes = [FileNote(self._name(p), False, why) for p, why in self._others.items()]
+        notes += [FileNote(self._name(p), False, why) for p, (_stamp, why) in self._problems.items() if p not in self._archived]
+        for path, done in self._archived.items():
+            raw = logical_path(path[len(self._prefix):].replace(os.sep, "/"))
+            if done.name != raw:
+                notes.append(FileNote(done.name, True, "its name is not UTF-8: archived with the bad bytes written \\xNN"))
+            now = stamps.get(path)
+            if now is not None and now != done.stamp:
+                notes.append(FileNote(done.name, True, f"still being written when the job ended: archived as read ({done.size} bytes; {now[0]} now)"))
+        return sorted(notes, key=lambda n: n.path)
 
     # --- the work ----------------------------------------------------------------------------
 
@@ -180,21 +259,32 @@ class OutputArchiver:
             self._thread = None
 
     def _scan(self) -> dict[str, Stamp]:
+        """(size, mtime) of every regular file below the output folders; other entries go to ``_others``."""
         stamps: dict[str, Stamp] = {}
         for sub in OUTPUT_DIRS:
             stack = [str(self.staging / sub)]
             while stack:
+                folder = stack.pop()
                 try:
-                    entries = list(os.scandir(stack.pop()))
+                    entries = list(os.scandir(folder))
                 except FileNotFoundError:
                     continue
+                except OSError as exc:  # an unreadable folder: say so, archive the rest
+                    self._others[folder] = f"a folder that cannot be listed: {exc.strerror or exc}"
+                    continue
                 for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
+                    try:
                         st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            stamps[entry.path] = (st.st_size, st.st_mtime_ns)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+                    elif stat.S_ISREG(st.st_mode):
+                        stamps[entry.path] = (st.st_size, st.st_mtime_ns)
+                    elif stat.S_ISLNK(st.st_mode):
+                        self._others[entry.path] = f"a symbolic link (to {_link_text(entry.path)!r}): skipped, its target is never read"
+                    else:
+                        self._others[entry.path] = _kind_of(st.st_mode) or f"not a regular file (mode {st.st_mode:o}): not archived"
         return stamps
 
     def _archive_paths(self, paths: list[str], parallel: bool, total: int = 0, running: bool = False) -> None:
@@ -223,11 +313,23 @@ class OutputArchiver:
 
     def _name(self, path: str) -> str:
         """The archive name of a path below staging."""
-        return logical_path(path[len(self._prefix) :].replace(os.sep, "/"))
+        return archive_name(path[len(self._prefix) :].replace(os.sep, "/"))
 
     def _read_into(self, packer: PackWriter, path: str):
-        """Store a file into a pack: (digest, bytes, stamp), or None when it is gone (renamed or deleted)."""
-        return packer.add_file(path)
+        """Store a file into a pack: (digest, bytes or None, size, stamp), or None when it is gone (renamed
+        or deleted) or cannot be read (then ``_problems`` says why)."""
+        try:
+            return packer.add_file(path)
+        except NotRegularFile:
+            self._others[path] = "replaced by something that is not a regular file while being archived: not archived"
+        except OSError as exc:
+            try:
+                st = os.stat(path, follow_symlinks=False)
+                stamp: Stamp | None = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                stamp = None
+            self._problems[path] = (stamp, f"cannot be read: {exc.strerror or exc}")
+        return None
 
     def _store_series(self, key: tuple | None, paths: list[str], total: int, running: bool) -> None:
         """Store files in the series' packs (``key`` None: the files stored alone, packed together)."""
@@ -238,17 +340,47 @@ class OutputArchiver:
         for path in paths:
             stored = self._read_into(state.packer, path)
             if stored is not None:
-                digest, data, stamp = stored
-                self._finished(path, digest, data, stamp, total, running)
+                digest, data, size, stamp = stored
+                self._problems.pop(path, None)
+                self._finished(path, digest, data, size, stamp, total, running)
         if not running:
             state.packer.close()
 
-    def _finished(self, path: str, digest: str, data: bytes, stamp: Stamp, total: int, running: bool) -> None:
+    def _finished(self, path: str, digest: str, data: memoryview | None, size: int, stamp: Stamp, total: int, running: bool) -> None:
         name = self._name(path)
-        self._archived[path] = _Archived(name, digest, len(data), stamp)
-        if self.on_archived is not None:
+        self._archived[path] = _Archived(name, digest, size, stamp)
+        if self.on_archived is not None and data is not None:  # None: a large file, streamed
             self.on_archived(name, digest, data, running)
         if total and self.progress:
             with self._count_lock:
                 self._done += 1
                 self.progress(self._done, total)
+
+
+def _link_text(path: str) -> str:
+    """What a symbolic link says (the link itself; its target is never opened)."""
+    try:
+        return os.fsencode(os.readlink(path)).decode("utf-8", errors="backslashreplace")
+    except OSError:
+        return "?"
+
+
+def write_archived_list(staging: Path, files: list["StoredFile"], notes: list[FileNote]) -> None:
+    """Write ``archived.json`` into staging, atomically: every file is in the store, so a capture killed from
+    here on is recovered from this list (the raw files are about to go)."""
+    tmp = staging / f".{ARCHIVED_LIST}.tmp"
+    tmp.write_text(json.dumps({"files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files],
+                               "notes": [n.to_json() for n in notes]}, separators=(",", ":")))
+    os.replace(tmp, staging / ARCHIVED_LIST)
+
+
+def read_archived_list(staging: Path) -> tuple[list["StoredFile"], list[FileNote]] | None:
+    """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
+    from .store import StoredFile
+
+    try:
+        data = json.loads((staging / ARCHIVED_LIST).read_text())
+        return ([StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
+                [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -14,6 +14,7 @@ from typing import Any
 from .backends.base import RunStatus
 from .capture import CaptureResult, capture
 from .errors import XlarunError
+from .interrupts import StopRequest, stop_on_signals
 from .spec import LoadedSpec
 from .store import Store
 
@@ -55,6 +56,7 @@ class BatchResult:
     batch_id: str
     cells: list[CellOutcome] = field(default_factory=list)
     interrupted: bool = False
+    signal: str | None = None  # the signal that stopped the batch (SIGINT, SIGTERM, SIGHUP), if one did
 
     @property
     def ok(self) -> bool:
@@ -76,14 +78,16 @@ def run_batch(
 ) -> BatchResult:
     """Capture every cell, at most ``jobs`` at a time; each cell becomes a run tagged with the batch and its values.
 
-    Ctrl-C stops the running jobs (their runs are archived as interrupted) and skips the rest.
+    SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the running jobs (their runs are archived as interrupted, the
+    signal named in their manifests) and skips the rest.
     With ``fail_fast`` (default: the spec's ``fail_fast``) the first failure does the same.
     """
     if fail_fast is None:
         fail_fast = any(c.spec.fail_fast for c in cells)
     batch = BatchResult(batch_id or new_batch_id())
     batch.cells = [CellOutcome(i, c.matrix_values or {}) for i, c in enumerate(cells)]
-    cancel = threading.Event()
+    stop = StopRequest()
+    cancel = stop.cancel
     notify = on_event or (lambda _cell: None)
 
     def run_cell(outcome: CellOutcome, loaded: LoadedSpec) -> None:
@@ -95,7 +99,7 @@ def run_batch(
         outcome.started = time.monotonic()
         notify(outcome)
         try:
-            outcome.result = capture(loaded, store, batch_id=batch.batch_id, matrix=outcome.values or None, cancel=cancel)
+            outcome.result = capture(loaded, store, batch_id=batch.batch_id, matrix=outcome.values or None, stop=stop)
             outcome.state = "done"
         except XlarunError as exc:
             outcome.error = exc.one_line()
@@ -108,15 +112,17 @@ def run_batch(
         if fail_fast and not outcome.ok:
             cancel.set()
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="xlarun-cell") as pool:
+    with stop_on_signals(stop), ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="xlarun-cell") as pool:
         pending: set[Future] = {pool.submit(run_cell, o, c) for o, c in zip(batch.cells, cells)}
         try:
             while pending:
                 _done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-        except KeyboardInterrupt:
-            batch.interrupted = True
+        except KeyboardInterrupt:  # SIGINT with another handler than ours (a notebook)
             cancel.set()  # running jobs stop and are archived as interrupted; queued cells are skipped
             wait(pending)
+            batch.interrupted = True
+    if stop.received:
+        batch.interrupted, batch.signal = True, stop.signal_name
     return batch
 
 

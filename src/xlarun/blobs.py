@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 import struct
 import threading
 import time
@@ -48,6 +49,10 @@ from .errors import StoreError
 
 #: A pack is written once its members add up to this many bytes (and it has two members at least).
 PACK_BYTES = 16 << 20
+#: A file larger than this is streamed into a pack of its own, through a bounded buffer, never held whole.
+STREAM_BYTES = 4 * PACK_BYTES
+#: Chunk size when streaming a large file (read, hash and compress a chunk at a time).
+_STREAM_CHUNK = 4 << 20
 #: Delta chains (format 2) deeper than this are refused as damage.
 MAX_DELTA_DEPTH = 16
 #: Decoded blobs and packs kept in memory: reading a module's dumps in order decodes each pack once.
@@ -143,6 +148,44 @@ class BlobStore:
             tmp.unlink(missing_ok=True)
             raise
         return len(payload)
+
+    def store_stream(self, handle) -> tuple[str, int]:
+        """Store a large file from an open binary ``handle`` as a pack of its own, a chunk at a time: memory
+        stays bounded by the chunk and zstd's window, whatever the file's size. Returns (digest, bytes read)."""
+        self.packs_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.packs_dir / f".tmp-stream-{os.getpid()}-{threading.get_ident()}"
+        header_size = 8 + 4 + 4 + _MEMBER.size
+        content, frame_hash, size = blake3(), blake3(_PACK_NAME_PREFIX), 0
+        try:
+            with open(tmp, "wb") as out:
+                out.write(bytes(header_size))  # the header names the digest, known only at the end
+
+                class _Hashing:  # the pack is named by the hash of its frame: hash it as it is written
+                    def write(self, data) -> int:
+                        frame_hash.update(data)
+                        return out.write(data)
+
+                params = zstandard.ZstdCompressionParameters(  # a 16 MB window: bounded memory, still long matches
+                    window_log=24, strategy=zstandard.STRATEGY_FAST, write_checksum=1, write_content_size=0)
+                with zstandard.ZstdCompressor(compression_params=params).stream_writer(_Hashing(), closefd=False) as writer:
+                    while chunk := handle.read(_STREAM_CHUNK):
+                        content.update(chunk)
+                        writer.write(chunk)
+                        size += len(chunk)
+                digest = content.hexdigest()
+                payload = _PACK_TAG + (1).to_bytes(4, "little") + _MEMBER.pack(bytes.fromhex(digest), 0, size)
+                out.seek(0)
+                out.write(_SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload)
+            if self.stored_of([digest]):
+                tmp.unlink()
+                return digest, size
+            name = frame_hash.hexdigest()
+            os.replace(tmp, self.pack_path(name))  # atomic: a reader never sees a partial pack
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._table.add(name, [(digest, 0, size)])  # after the pack is safely on disk
+        return digest, size
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -286,6 +329,10 @@ class BlobStore:
         return sum(p.stat().st_size for p in files if p.exists())
 
 
+class NotRegularFile(OSError):
+    """A path that was a regular file when listed is something else when opened (a FIFO, a socket...)."""
+
+
 class PackWriter:
     """Stores files, one by one, in packs (see the module docstring).
 
@@ -317,15 +364,23 @@ class PackWriter:
         view[:] = data
         return self._commit(len(data))[0]
 
-    def add_file(self, path: str | Path) -> tuple[str, memoryview, tuple[int, int]] | None:
-        """Store a file: (digest, its bytes (valid until the next call), (size, mtime_ns) as read), or None
-        when the file is gone (a job's temporary file, renamed or deleted)."""
+    def add_file(self, path: str | Path) -> tuple[str, memoryview | None, int, tuple[int, int]] | None:
+        """Store a file: (digest, its bytes (valid until the next call; None for a file larger than
+        ``STREAM_BYTES``, streamed into a pack of its own), its size as read, (size, mtime_ns) as stat said),
+        or None when the file is gone (a job's temporary file, renamed or deleted). Never blocks on a FIFO:
+        the file is opened non-blocking and refused unless it is a regular file (OSError ENOTREG... as
+        :class:`NotRegularFile`)."""
         try:
-            handle = open(path, "rb", buffering=0)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        with handle:
-            st = os.fstat(handle.fileno())
+        with open(fd, "rb", buffering=0) as handle:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegularFile(path)
+            if st.st_size > STREAM_BYTES:
+                digest, got = self.blobs.store_stream(handle)
+                return digest, None, got, (st.st_size, st.st_mtime_ns)
             view = self._reserve(st.st_size)
             got = 0
             while got < st.st_size:  # readinto may return less than asked
@@ -334,14 +389,14 @@ class PackWriter:
                     break  # the file shrank while being read: its new stamp makes the archiver read it again
                 got += n
         digest, data = self._commit(got)
-        return digest, data, (st.st_size, st.st_mtime_ns)
+        return digest, data, got, (st.st_size, st.st_mtime_ns)
 
     def _reserve(self, size: int) -> memoryview:
         """Room for ``size`` bytes after the open pack's members."""
         capacity = len(self._buffer) if self._buffer is not None else 0
         if self.size + size > capacity and self._members:
             self.flush()
-        if size > capacity - self.size:
+        if self._buffer is None or size > capacity - self.size:  # no buffer yet (even for an empty file), or too small
             self._release_buffer()
             self._buffer = _take_buffer(max(2 * PACK_BYTES, size))
         return memoryview(self._buffer)[self.size : self.size + size]

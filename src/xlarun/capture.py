@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,8 @@ from .backends.local import utc_now
 from .errors import EnvironmentProblem, StoreError, XlarunError
 from .flags import compose_env, redact_env, where_flag_comes_from
 from .index import ModuleInfo
+from .interrupts import StopRequest, exit_code_for, stop_on_signals
+from .killpoints import kill_point
 from .known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from .manifest import Manifest, git_facts, host_facts, probe_versions
 from .spec import LoadedSpec, detect_framework, load_spec
@@ -47,6 +47,7 @@ class CaptureResult:
     modules: list[ModuleInfo] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
+    signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
 
     @property
     def ok(self) -> bool:
@@ -70,31 +71,15 @@ class _LogSink:
                 target = sys.stdout if stream == "stdout" else sys.stderr
                 if self.prefix:
                     text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
-                target.write(text)
-                target.flush()
+                try:
+                    target.write(text)
+                    target.flush()
+                except (OSError, ValueError):  # the terminal went away (SIGHUP): the logs still get everything
+                    self.echo = False
 
     def close(self) -> None:
         for handle in self.files.values():
             handle.close()
-
-
-@contextmanager
-def _defer_interrupts():
-    """Hold Ctrl-C / SIGTERM while archiving: the run is saved first, then the interrupt is honoured."""
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    received: list[int] = []
-
-    def remember(signum, _frame):
-        received.append(signum)
-
-    old = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield lambda: bool(received)
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def _in_background(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -172,12 +157,22 @@ def capture(
     matrix: dict[str, Any] | None = None,
     base_env: dict[str, str] | None = None,
     cancel: threading.Event | None = None,
+    stop: StopRequest | None = None,
 ) -> CaptureResult:
     """Run a spec's job with its dump environment, archive everything it wrote, and index it.
 
     A job that fails, times out or is interrupted is archived all the same; look at
-    ``result.status``. Raises :class:`XlarunError` only when nothing could be run or kept.
+    ``result.status``. Called from the main thread, SIGINT, SIGTERM and SIGHUP stop the job's process
+    group and the run is archived as ``interrupted`` (``result.signal`` names the signal); ``stop`` is
+    shared by the captures of one batch. Raises :class:`XlarunError` only when nothing could be run or kept.
     """
+    stop = stop or StopRequest(cancel)
+    with stop_on_signals(stop):
+        return _capture(spec, store, echo=echo, echo_prefix=echo_prefix, on_archive=on_archive, batch_id=batch_id,
+                        matrix=matrix, base_env=base_env, stop=stop)
+
+
+def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, base_env, stop: StopRequest) -> CaptureResult:
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or Store.open()
     backend = make_backend(loaded.spec.backend)
@@ -198,8 +193,7 @@ def capture(
         timeout_s=loaded.spec.timeout,
         script_dir=loaded.script.parent,
     )
-    if cancel is not None:
-        job.cancel = cancel
+    job.cancel = stop.cancel
     (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
     resolved = {
         "spec": loaded.spec.model_dump(mode="json"),
@@ -232,14 +226,16 @@ def capture(
         sink.close()
     duration = time.monotonic() - t0
 
+    kill_point("job-ended")
     warnings = list(composed.warnings)
-    with _defer_interrupts() as interrupted_meanwhile:
+    # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
+    with stop.archiving(run_id, staging), store.lock():
         try:
             files: list[StoredFile] = archiver.finish()
         except OSError as exc:
             raise StoreError(
                 f"archiving run {run_id} failed: {exc.strerror or exc}; the job's raw output is kept in {staging}",
-                "free disk space and copy what you need from there (`xlarun gc` removes it)",
+                "free disk space, then `xlarun recover` makes it a run marked incomplete (`xlarun gc --discard-recoverable` deletes it)",
             ) from None
         rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
         if rejection is not None:
@@ -248,6 +244,10 @@ def capture(
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
+        signal_name = stop.signal_name
+        if signal_name and result.status == RunStatus.INTERRUPTED:
+            warnings.append(f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived")
+        warnings += file_note_warnings(archiver.notes, run_id)
         manifest = Manifest(
             run_id=run_id,
             name=loaded.spec.name,
@@ -276,15 +276,28 @@ def capture(
             tags=loaded.spec.tags,
             files=len(files),
             dump_bytes=sum(f.size for f in files),
+            signal=signal_name,
+            file_notes=[note.to_json() for note in archiver.notes],
         )
         index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
         run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
         index.ingest_run(store, run_id)
-        was_interrupted = interrupted_meanwhile()
+        kill_point("indexed")
     modules = store.index.modules(run_id)
-    if was_interrupted and result.status != RunStatus.INTERRUPTED:
-        raise KeyboardInterrupt  # the run is safe; now honour the Ctrl-C that came while archiving
-    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection)
+    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name)
+
+
+def file_note_warnings(notes, run_id: str) -> list[str]:
+    """One warning for the dump folder's paths that were not archived, one for those archived with a caveat."""
+    out = []
+    skipped = [n for n in notes if not n.archived]
+    caveats = [n for n in notes if n.archived]
+    for group, what in ((skipped, "not archived"), (caveats, "archived with a caveat")):
+        if group:
+            shown = "; ".join(f"{n.path}: {n.why}" for n in group[:3])
+            more = f"; and {len(group) - 3} more" if len(group) > 3 else ""
+            out.append(f"{len(group)} file(s) of the dump folder {what}: {shown}{more} (`xlarun files {run_id}` lists them)")
+    return out
 
 
 def exit_status_error(result: CaptureResult) -> XlarunError | None:
@@ -295,7 +308,11 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
     if result.status == RunStatus.TIMED_OUT:
         return JobFailed(f"the job ran past its timeout and was killed; {where}", "raise `timeout:` in the spec", exit_code=ExitCode.TIMEOUT)
     if result.status == RunStatus.INTERRUPTED:
-        return JobFailed(f"interrupted; {where} with what it wrote so far", None, exit_code=ExitCode.INTERRUPTED)
+        how = f"stopped by {result.signal}" if result.signal else "interrupted"
+        return JobFailed(f"{how}; {where} with what it wrote so far", None, exit_code=ExitCode(exit_code_for(result.signal)))
+    if result.signal:  # the job had ended: the run is whole, but xlarun was asked to stop
+        return JobFailed(f"{result.signal} received while archiving; {where} ({result.status.value})", None,
+                         exit_code=ExitCode(exit_code_for(result.signal)))
     if result.status == RunStatus.ERROR:
         if result.manifest.backend_details.get("environment_problem"):
             return EnvironmentProblem(f"the job could not start: {result.manifest.error}; {where}")

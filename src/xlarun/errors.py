@@ -25,8 +25,12 @@ class ExitCode(IntEnum):
     INTERNAL = 4
     #: The job ran past its timeout and was killed (same code as coreutils ``timeout``).
     TIMEOUT = 124
-    #: Interrupted with Ctrl-C; whatever was captured so far is archived.
+    #: Stopped by SIGHUP (the terminal went away); whatever was captured so far is archived.
+    HANGUP = 129
+    #: Interrupted with Ctrl-C (SIGINT); whatever was captured so far is archived.
     INTERRUPTED = 130
+    #: Stopped by SIGTERM (``kill``, ``timeout``, a job scheduler); whatever was captured so far is archived.
+    TERMINATED = 143
 
 
 class XlarunError(Exception):

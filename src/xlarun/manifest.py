@@ -62,6 +62,9 @@ class Manifest(BaseModel):
     files: int = 0
     dump_bytes: int = 0
     stored_bytes_new: int = 0
+    signal: str | None = Field(None, description="the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did")
+    file_notes: list[dict[str, Any]] = Field(default_factory=list, description="paths of the dump folder not archived, or archived with a caveat: {path, archived, why}")
+    recovered: dict[str, Any] | None = Field(None, description="for a run made by `xlarun recover` from a killed capture's staging folder: when, and what was found")
     kind: str = Field("capture", description="capture, replay for runs made by `xlarun replay`, or import for `xlarun import`")
     imported_from: dict[str, Any] | None = Field(None, description="for kind import: the source's path and kind, and the run it was exported from")
 

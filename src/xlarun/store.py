@@ -12,7 +12,9 @@ Layout of a store folder (default ``./.xlarun``)::
     staging/<run id>/        runs being captured; never listed
 
 A run becomes visible only by an atomic ``rename`` of its finished staging folder into ``runs/``,
-so a crash or kill while archiving never leaves half a run and never touches earlier runs.
+so a crash or kill while archiving never leaves half a run and never touches earlier runs. The staging
+folder of a killed capture is a :class:`Leftover`: ``xlarun recover`` (:func:`xlarun.recover.recover_runs`)
+makes it a run marked ``incomplete``; ``gc`` keeps it (and the blobs it names) unless told to discard it.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .backends.base import OUTPUT_DIRS
-from .archiver import OutputArchiver, logical_path  # noqa: F401 (logical_path: part of this module's API)
+from .archiver import ARCHIVED_LIST, OutputArchiver, logical_path, read_archived_list  # noqa: F401 (logical_path: part of this module's API)
 from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
+from .killpoints import kill_point
 
 #: 4: new files are named by BLAKE3, not SHA-256 (see blobs.py); 3: blobs may be packs and pointers into
 #: them; 2: delta blobs; 1: plain blobs only. Older stores are read as they are and become format 4 when a
@@ -42,6 +45,7 @@ STORE_VERSION = 4
 _READABLE_VERSIONS = ("1", "2", "3", "4")
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
+_NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its owner.pid before its name
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,20 @@ class CheckReport:
     blobs: int
     packs: int
     damaged: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
+    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
+
+    path: Path
+    recoverable: bool
+    what: str
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -159,10 +177,15 @@ class Store:
         """Create a staging folder for a new run; the job writes its outputs there."""
         run_id = run_id or new_run_id()
         staging = self.staging_dir / run_id
-        staging.mkdir(parents=True)
+        if staging.exists():
+            raise FileExistsError(17, "a staging folder of that name exists", str(staging))
+        # made under a temporary name and renamed: gc never sees a staging folder without its owner
+        draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{os.getpid()}"
+        draft.mkdir(parents=True)
         for sub in OUTPUT_DIRS:
-            (staging / sub).mkdir()
-        (staging / "owner.pid").write_text(str(os.getpid()))
+            (draft / sub).mkdir()
+        (draft / "owner.pid").write_text(str(os.getpid()))
+        os.rename(draft, staging)
         return run_id, staging
 
     def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
@@ -196,9 +219,12 @@ class Store:
             else:
                 target.write_text(content, encoding="utf-8")
         (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files], separators=(",", ":")))
-        (staging / "owner.pid").unlink(missing_ok=True)
+        kill_point("metadata-written")
+        (staging / ARCHIVED_LIST).unlink(missing_ok=True)  # files.json says the same from here on
         final = self.runs_dir / run_id
         os.rename(staging, final)
+        kill_point("committed")
+        (final / "owner.pid").unlink(missing_ok=True)  # after the rename: until then it tells gc the folder is in use
         return final
 
     # --- reading -----------------------------------------------------------------------------
@@ -284,20 +310,38 @@ class Store:
         self._discards.clear()
 
     def stale_staging(self) -> list[Path]:
-        """Staging folders whose capturing process is gone (a killed xlarun)."""
+        """Staging folders whose capturing process is gone (a killed xlarun), recoverable or not."""
         out = []
         if not self.staging_dir.is_dir():
             return out
         for folder in self.staging_dir.iterdir():
             if folder.name.startswith(_TRASH_PREFIX):
                 continue  # raw files being deleted (gc removes what a killed deletion left)
-            pid_file = folder / "owner.pid"
-            try:
-                pid = int(pid_file.read_text())
-                os.kill(pid, 0)
-            except (OSError, ValueError):
+            if folder.name.startswith(_NEW_PREFIX):
+                if not _owner_alive(int(folder.name.rsplit("-", 1)[1]) if folder.name.rsplit("-", 1)[1].isdigit() else None):
+                    out.append(folder)
+                continue
+            if not _owner_alive(_read_pid(folder / "owner.pid")):
                 out.append(folder)
         return out
+
+    def leftovers(self) -> list[Leftover]:
+        """What killed captures left in staging, oldest first, each saying whether it can be recovered."""
+        return [describe_leftover(folder) for folder in sorted(self.stale_staging(), key=lambda p: p.name)]
+
+    def live_in_staging(self) -> set[str]:
+        """Digests that recoverable staging folders list as archived: gc keeps them for ``xlarun recover``."""
+        live: set[str] = set()
+        for leftover in self.leftovers():
+            listed = read_archived_list(leftover.path) if leftover.recoverable else None
+            if listed is not None:
+                live.update(f.digest for f in listed[0])
+            if leftover.recoverable and (leftover.path / "files.json").exists():
+                try:
+                    live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass
+        return live
 
     def delete_run(self, run_id: str) -> None:
         """Remove a run (its blobs go at the next gc, if no other run uses them)."""
@@ -308,15 +352,20 @@ class Store:
             self.index.forget_run(run_id)
             shutil.rmtree(trash, ignore_errors=True)
 
-    def gc(self) -> tuple[int, int, int]:
-        """Remove stale staging folders and blobs no run refers to; returns (folders, blobs, bytes freed)."""
+    def gc(self, discard_recoverable: bool = False) -> tuple[int, int, int]:
+        """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
+        what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
+        Blobs a recoverable staging folder lists are kept while it is."""
         with self.lock(exclusive=True):
-            stale = self.stale_staging()
-            for folder in stale + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
+            doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
+            for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
+            for tmp in [*self.blobs.root.glob("*/.tmp-*"), *self.root.glob(".VERSION-*")]:  # a killed writer's: no writer runs now
+                tmp.unlink(missing_ok=True)
             live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            live |= self.live_in_staging()
             removed, freed = self.blobs.collect(live)
-            return len(stale), removed, freed
+            return len(doomed), removed, freed
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> "CheckReport":
         """Read back every file of every run and every pack, and say what is missing or damaged."""
@@ -348,3 +397,58 @@ class Store:
     def disk_usage(self) -> int:
         """Bytes the store's blobs and packs take on disk."""
         return self.blobs.disk_usage()
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _owner_alive(pid: int | None) -> bool:
+    """Whether the process that owns a staging folder still runs (a zombie counts as gone)."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def describe_leftover(folder: Path) -> Leftover:
+    """Whether a killed capture's staging folder holds anything of the job's, and what."""
+    if folder.name.startswith("."):
+        return Leftover(folder, False, "a folder being made or deleted")
+    if (folder / "files.json").exists() and (folder / "manifest.json").exists():
+        return Leftover(folder, True, "a finished capture killed just before its commit")
+    listed = read_archived_list(folder)
+    raw = 0
+    for sub in OUTPUT_DIRS:
+        for _root, _dirs, names in os.walk(folder / sub):
+            raw += len(names)
+    logs = sum(_size(folder / f"{name}.log") for name in ("stdout", "stderr"))
+    parts = []
+    if listed is not None:
+        parts.append(f"{len(listed[0])} archived file(s)")
+    if raw:
+        parts.append(f"{raw} raw file(s)")
+    if logs:
+        parts.append(f"{logs} bytes of logs")
+    if not parts:
+        return Leftover(folder, False, "nothing the job wrote")
+    return Leftover(folder, True, ", ".join(parts))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -21,7 +21,8 @@ class RunStatus(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # exited non-zero
     TIMED_OUT = "timed_out"  # killed at the spec's deadline
-    INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM to xlarun
+    INTERRUPTED = "interrupted"  # SIGINT (Ctrl-C), SIGTERM or SIGHUP to xlarun (the manifest names it)
+    INCOMPLETE = "incomplete"  # xlarun was killed before the commit; recovered from staging by `xlarun recover`
     ERROR = "error"  # could not be started at all (missing interpreter, dead Docker daemon...)
 
 

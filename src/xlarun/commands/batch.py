@@ -58,7 +58,9 @@ def run_and_report(cells, store, *, jobs: int, fail_fast: bool | None, as_json: 
     else:
         print_comparison(result)
     if result.interrupted:
-        raise typer.Exit(int(ExitCode.INTERRUPTED))
+        from ..interrupts import exit_code_for
+
+        raise typer.Exit(exit_code_for(result.signal))  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     if not result.ok:
         raise typer.Exit(int(ExitCode.FAILED))
 

@@ -1,8 +1,8 @@
-"""``rm``, ``gc``, ``reindex``, ``check``: keeping a store tidy and sound."""
+"""``rm``, ``gc``, ``recover``, ``reindex``, ``check``: keeping a store tidy and sound."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,6 +12,7 @@ from . import JsonOption, StoreOption, open_store
 def register(app: typer.Typer) -> None:
     app.command("rm")(rm)
     app.command("gc")(gc)
+    app.command("recover")(recover)
     app.command("reindex")(reindex)
     app.command("check")(check)
 
@@ -33,12 +34,59 @@ def rm(
         typer.echo(f"deleted {run_id}")
 
 
-def gc(store: StoreOption = None) -> None:
-    """Remove leftovers of killed captures and dump blobs no run refers to."""
-    from ..console import human_bytes
+def gc(
+    store: StoreOption = None,
+    discard_recoverable: Annotated[bool, typer.Option("--discard-recoverable", help="Also delete what killed captures left that `xlarun recover` could make runs.")] = False,
+) -> None:
+    """Remove leftovers of killed captures that hold nothing, and dump blobs no run refers to.
 
-    folders, blobs, freed = open_store(store).gc()
+    A killed capture's staging folder that holds what its job wrote is kept (and the blobs it lists):
+    `xlarun recover` makes it a run marked incomplete; `--discard-recoverable` deletes it instead.
+    """
+    from ..console import human_bytes, warn
+
+    the_store = open_store(store)
+    kept = [lo for lo in the_store.leftovers() if lo.recoverable]
+    if kept and not discard_recoverable:
+        warn(f"{len(kept)} killed capture(s) left what their jobs wrote in {the_store.staging_dir}: "
+             f"{', '.join(f'{lo.run_id} ({lo.what})' for lo in kept)}; kept: `xlarun recover` makes them runs marked incomplete, "
+             "`xlarun gc --discard-recoverable` deletes them")
+    folders, blobs, freed = the_store.gc(discard_recoverable=discard_recoverable)
     typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused blob(s), freed {human_bytes(freed)}")
+
+
+def recover(
+    runs: Annotated[Optional[list[str]], typer.Argument(help="Run ids of staging folders to recover (default: every one).", show_default=False)] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make what killed captures left in staging/ into runs marked incomplete.
+
+    A capture killed at any point (kill -9, out of memory, a reboot) leaves its staging folder: the spec,
+    the logs so far, the dump files not yet archived, the list of those that were. Each folder holding
+    something of the job's becomes a visible run with status `incomplete`; files that cannot be archived
+    are listed with why (`xlarun files RUN`). Folders holding nothing are left to `xlarun gc`.
+    """
+    from ..console import print_json, say, warn
+    from ..recover import recover_runs
+
+    the_store = open_store(store)
+    done = recover_runs(the_store, runs or None)
+    if as_json:
+        print_json({"recovered": [r for r in done if r.error is None], "left": [r for r in done if r.error is not None]})
+    else:
+        for item in done:
+            if item.error:
+                warn(f"{item.run_id}: not recovered: {item.error}")
+            else:
+                say(f"recovered run [bold]{item.run_id}[/bold] ({item.status}): {item.files} file(s) from {item.what}")
+        if not done:
+            say("nothing to recover")
+    if runs and {r.run_id for r in done if r.error is None} != set(runs):
+        from ..errors import InputError
+
+        missing = sorted(set(runs) - {r.run_id for r in done if r.error is None})
+        raise InputError(f"not recovered: {', '.join(missing)}", "`xlarun gc` lists what killed captures left; a folder whose capture still runs is not a leftover")
 
 
 def reindex(store: StoreOption = None) -> None:

@@ -84,23 +84,30 @@ def files(
 ) -> None:
     """List every file of a run with what its name means: modules' dumps, TF GraphDefs, JAX IR, reports.
 
-    Files whose names xlarun cannot decode are archived and listed as kind 'unknown'.
+    Files whose names xlarun cannot decode are archived and listed as kind 'unknown'. Paths of the dump
+    folder that were not archived (symbolic links, FIFOs, sockets, unreadable files) are listed after
+    them with why, as are files archived with a caveat (a name that is not UTF-8, still being written).
     """
     from collections import Counter
 
     from ..console import human_bytes, print_json, print_table
     from ..refs import resolve_run
 
-    index = open_store(store).index
+    the_store = open_store(store)
+    index = the_store.index
     info = resolve_run(index, run)
     items = [f for f in index.run_files(info.run_id) if not kind or f.kind in kind]
+    notes = the_store.manifest(info.run_id).get("file_notes") or []
     if as_json:
-        print_json({"run_id": info.run_id, "files": items})
+        print_json({"run_id": info.run_id, "files": items, "not_archived": [n for n in notes if not n["archived"]],
+                    "caveats": [n for n in notes if n["archived"]]})
         return
     rows = [(f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size)) for f in items]
     print_table(("file", "kind", "stage", "step", "after pass", "size"), rows, right=("step", "size"))
     counts = Counter(f.kind for f in items)
     typer.echo(f"{len(items)} files: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+    for note in notes:  # what the dump folder held that was not archived, or was with a caveat
+        typer.echo(f"{'archived' if note['archived'] else 'NOT ARCHIVED'}  {note['path']}: {note['why']}")
 
 
 def _short_stages(stages: list[str]) -> str:

@@ -1,0 +1,104 @@
+"""The signals that stop a capture or a batch: SIGINT (Ctrl-C), SIGTERM (``kill``, ``timeout``, a job
+scheduler) and SIGHUP (the terminal went away).
+
+While the job runs, a stop signal sets :attr:`StopRequest.cancel`: the backend stops the job's whole
+process group and the run is archived as ``interrupted``, with the signal's name in its manifest. While
+runs are being archived (:meth:`StopRequest.archiving`), a signal is held: the commit finishes first, and
+a one-line note says so; one more signal then stops xlarun at once, saying which staging folders are left
+and that ``xlarun recover`` makes them runs (nothing is corrupted: a commit is one atomic rename).
+A signal that was ignored when xlarun started (``nohup``, a background job) stays ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+#: What stops a capture, in the order a user is likely to send them.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def exit_code_for(signal_name: str | None) -> int:
+    """The exit code a shell expects after a signal: 128 + its number (130 for SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    try:
+        return 128 + int(signal.Signals[signal_name or "SIGINT"])
+    except KeyError:
+        return 128 + int(signal.SIGINT)
+
+
+class StopRequest:
+    """Whether, and by which signal, xlarun was asked to stop; shared by every capture it runs."""
+
+    def __init__(self, cancel: threading.Event | None = None):
+        self.cancel = cancel or threading.Event()
+        self.received: list[int] = []
+        self._archiving: dict[str, Path] = {}  # run id -> staging folder, while committing
+        self._lock = threading.Lock()
+        self._held = False
+
+    @property
+    def signal_name(self) -> str | None:
+        """The first stop signal received (``SIGTERM``...), or None (also when stopped by ``cancel`` alone)."""
+        return signal.Signals(self.received[0]).name if self.received else None
+
+    @contextmanager
+    def archiving(self, run_id: str, staging: Path) -> Iterator[None]:
+        """While inside, a run is being archived and committed: a signal waits for it (see the module doc)."""
+        with self._lock:
+            self._archiving[run_id] = staging
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._archiving.pop(run_id, None)
+
+    def on_signal(self, signum: int, _frame=None) -> None:
+        """The handler installed by :func:`stop_on_signals`."""
+        self.received.append(signum)
+        self.cancel.set()
+        with self._lock:
+            left = dict(self._archiving)
+        if not left:
+            return
+        name = signal.Signals(signum).name
+        if not self._held:
+            self._held = True
+            _say(f"xlarun: {name} while archiving run {', '.join(left)}: finishing the commit first "
+                 f"(send it again to stop now; what is not committed then stays in staging/ for `xlarun recover`)")
+            return
+        for run_id, staging in left.items():
+            _say(f"xlarun: {name}: stopped while archiving; run {run_id} is not committed, its files are in {staging}: "
+                 f"`xlarun recover --store {staging.parent.parent}` makes it a run marked incomplete")
+        os._exit(128 + signum)  # like kill -9, which the store survives: commits are atomic renames
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (SIGHUP)
+        pass
+
+
+@contextmanager
+def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
+    """Route SIGINT, SIGTERM and SIGHUP to ``request`` while inside (from the main thread; elsewhere a no-op).
+    Signals ignored when entering stay ignored; the previous handlers come back on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {}
+    for sig in STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.SIG_IGN:
+            continue  # nohup, or a background job: the user asked for this signal to be ignored
+        previous[sig] = signal.signal(sig, request.on_signal)
+    try:
+        yield request
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -1,0 +1,34 @@
+"""A test hook: ``XLARUN_KILL_AT`` makes xlarun SIGKILL itself at a named point of capture and archive.
+
+The torture tests use it to prove that a ``kill -9`` between any two steps leaves no half-written run.
+``XLARUN_KILL_AT=pack-written:3`` kills at the third time a pack is written; ``XLARUN_KILL_AT=7`` at the
+seventh kill point reached, whatever its name. Unset (always, outside the tests), a kill point costs one
+dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_lock = threading.Lock()
+_hits: dict[str, int] = {}
+
+
+def kill_point(step: str) -> None:
+    """SIGKILL this process if ``XLARUN_KILL_AT`` names this step (and this is its Nth hit)."""
+    wanted = os.environ.get("XLARUN_KILL_AT")
+    if not wanted:
+        return
+    name, _, nth = wanted.rpartition(":") if ":" in wanted else ("*", "", wanted)
+    if name not in ("*", step):
+        return
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        hit = _hits[name]
+    if hit == int(nth or 1):
+        if trace := os.environ.get("XLARUN_KILL_TRACE"):  # says where the kill landed, for the test's figures
+            with open(trace, "a") as out:
+                out.write(f"{step}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
