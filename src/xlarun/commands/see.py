@@ -138,7 +138,7 @@ def diff(
     Examples: xlarun diff train_step --pass fusion; xlarun diff train_step --from 7 --to 9;
     xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step
     """
-    from ..console import print_json, say
+    from ..console import print_json
     from ..diff import pass_diff, run_diff
     from ..errors import InputError
     from ..refs import resolve_module
@@ -157,6 +157,13 @@ def diff(
     if as_json:
         print_json(result.to_dict() if not summary_only else {**result.to_dict(), "unified": None})
         return
+    print_module_diff(result, summary_only)
+
+
+def print_module_diff(result, summary_only: bool = False) -> None:
+    """A ModuleDiff as `xlarun diff` prints it: what is compared, the structural summary, the unified diff."""
+    from ..console import say
+
     say(f"[bold]{result.after}[/bold]\n  against {result.before}")
     for line in result.summary.lines():
         typer.echo(f"  {line}")

@@ -1,0 +1,546 @@
+"""The Python front door: ``xlarun.open_store()`` -> :class:`Store` -> :class:`Run` -> :class:`Module`.
+
+Thin objects over the library the CLI uses (the store, the index, REFs, diff, render, replay, bisect),
+named as the CLI names things. Each prints as the CLI prints it and shows as HTML in Jupyter::
+
+    import xlarun
+    store = xlarun.open_store()
+    run = store.run()                        # the latest run (a run REF: id, prefix, spec name)
+    step = store.module("train_step")        # a module REF, as `xlarun show` takes it
+    print(step.instr_before, step.text()[:200])
+    step.diff(pass_name="fusion")
+    step.replay()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from . import display
+
+if TYPE_CHECKING:
+    from .bisect import BisectResult
+    from .diff import ModuleDiff
+    from .index import FileInfo, FindHit, ModuleInfo, PassInfo, RunInfo
+    from .replay.result import ReplayResult
+    from .store import Store as _LibraryStore
+
+__all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store", "batch", "capture", "open_store"]
+
+
+class _Shown:
+    """Prints as the CLI does (``str``/``repr``), displays as HTML in Jupyter (``_repr_html_``)."""
+
+    def _printed(self) -> display.Printed:  # the CLI printer's output, recorded
+        raise NotImplementedError
+
+    @cached_property
+    def _shown(self) -> display.Printed:
+        return self._printed()
+
+    def __str__(self) -> str:
+        return self._shown.text
+
+    def __repr__(self) -> str:
+        return self._shown.text
+
+    def _repr_html_(self) -> str:
+        return display.printed_html(self._shown)
+
+
+def open_store(path: str | Path | None = None, create: bool = True) -> Store:
+    """The store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), created if missing unless ``create=False``."""
+    from .store import Store as LibraryStore
+
+    return Store(LibraryStore.open(path, create=create))
+
+
+class Store(_Shown):
+    """A run store. ``runs()``, ``run(ref)``, ``modules(run)``, ``module(ref)``, ``find(text)``; ``capture``,
+    ``batch`` and ``import_dump`` add runs to it."""
+
+    def __init__(self, store: _LibraryStore):
+        self.store = store  # the library's Store: blobs, index, run folders
+
+    @property
+    def path(self) -> Path:
+        return self.store.root
+
+    def runs(self, batch: str | None = None, name: str | None = None) -> RunList:
+        """The runs, oldest first (``xlarun runs``); ``batch`` an id or prefix or 'latest', ``name`` a spec name."""
+        if batch:
+            from .commands.navigate import _resolve_batch
+
+            batch = _resolve_batch(self.store.index, batch)
+        return RunList(self, [Run(self, info) for info in self.store.index.runs(batch_id=batch, name=name)], batch, name)
+
+    def run(self, ref: str | None = None) -> Run:
+        """The run a run REF names: an id, a unique prefix, a spec name (its latest run); None: the latest."""
+        from .refs import resolve_run
+
+        return Run(self, resolve_run(self.store.index, ref))
+
+    def modules(self, run: str | Run | None = None) -> ModuleList:
+        """A run's modules, the main program first (``xlarun modules``); default: the latest run."""
+        return (run if isinstance(run, Run) else self.run(run)).modules()
+
+    def module(self, ref: str, run: str | Run | None = None) -> Module:
+        """The module a REF names (``module_0006``, ``6``, ``jit_f``, ``train_step``, ``RUN/module_0006``), as ``xlarun show`` finds it."""
+        from .refs import resolve_module
+
+        run_ref = run.id if isinstance(run, Run) else run
+        return Module(self, resolve_module(self.store.index, ref, run=run_ref))
+
+    def find(self, text: str, *, opcode: bool = False, name: bool = False, op_name: bool = False, source: bool = False,
+             exact: bool = False, run: str | Run | None = None) -> Found:
+        """Modules holding an opcode, instruction name, op_name or source location (``xlarun find``), across runs."""
+        from .index import TERM_KINDS
+
+        kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source)) if on) or TERM_KINDS
+        run_id = (run if isinstance(run, Run) else self.run(run)).id if run is not None else None
+        return Found(self, text, self.store.index.find(text, kinds=kinds, run_id=run_id, exact=exact))
+
+    def capture(self, spec: str | Path, *, echo: bool = False) -> Run:
+        return capture(spec, store=self, echo=echo)
+
+    def batch(self, spec: str | Path, *, jobs: int = 1, fail_fast: bool | None = None) -> Batch:
+        return batch(spec, store=self, jobs=jobs, fail_fast=fail_fast)
+
+    def import_dump(self, source: str | Path, *, name: str | None = None) -> Run:
+        """``xlarun import``: a dump folder, archive or bundle made elsewhere becomes a run of kind ``import``."""
+        from .dump_import import import_dump
+
+        result = import_dump(source, self.store, name=name)
+        return self.run(result.run_id)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _printed(self) -> display.Printed:
+        return self.runs()._printed()
+
+    def __repr__(self) -> str:
+        return f"<xlarun.Store {self.path}: {len(self.store.index.runs())} runs>"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
+class Run(_Shown):
+    """One run of the store: its facts (``id``, ``name``, ``kind``, ``status``...), ``modules()``, ``files()``,
+    ``logs()``, ``manifest``, ``report()``, ``export()``. Prints as ``xlarun modules RUN``."""
+
+    def __init__(self, store: Store, info: RunInfo):
+        self._store = store
+        self.info = info
+
+    id = property(lambda self: self.info.run_id, doc="The run id (``20261122-103555-391d``).")
+    name = property(lambda self: self.info.name, doc="The spec's name (or the function's, for an in-process capture).")
+    kind = property(lambda self: self.info.kind, doc="capture, import, inline (xlarun.jax.capture), replay...")
+    status = property(lambda self: self.info.status)
+    backend = property(lambda self: self.info.backend)
+    framework = property(lambda self: self.info.framework)
+    started = property(lambda self: self.info.started)
+    duration_s = property(lambda self: self.info.duration_s)
+    n_modules = property(lambda self: self.info.n_modules)
+    n_files = property(lambda self: self.info.n_files)
+    dump_bytes = property(lambda self: self.info.dump_bytes)
+    batch_id = property(lambda self: self.info.batch_id)
+    tags = property(lambda self: self.info.tags)
+
+    @property
+    def ok(self) -> bool:
+        """The job succeeded and dumped something."""
+        return self.status == "succeeded" and self.n_files > 0
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def modules(self) -> ModuleList:
+        """The run's modules, the main program first."""
+        return ModuleList(self._store, [Module(self._store, m) for m in self._store.store.index.modules(self.id)], self)
+
+    def module(self, ref: str) -> Module:
+        return self._store.module(ref, run=self)
+
+    @property
+    def main(self) -> Module:
+        """The main program: the first module ``xlarun modules`` lists."""
+        modules = self.modules()
+        if not modules:
+            from .errors import InputError
+
+            raise InputError(f"run {self.id} has no modules", "`xlarun files RUN` lists what it wrote")
+        return modules[0]
+
+    def files(self, kind: str | None = None) -> list[FileInfo]:
+        """Every file the run wrote with what its name means (``xlarun files``); ``kind``: hlo, pass, snapshot..."""
+        return [f for f in self._store.store.index.run_files(self.id) if kind is None or f.kind == kind]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What was recorded: command, flags, versions, host, times, status."""
+        return self._store.store.manifest(self.id)
+
+    def logs(self, stream: str = "stdout") -> str:
+        """The job's ``stdout`` or ``stderr``."""
+        return self._store.store.read_log(self.id, stream)
+
+    def report(self, out: str | Path = "report") -> Path:
+        """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""
+        from .report import build_run_report
+
+        return build_run_report(self._store.store, self.id, out).index_html
+
+    def export(self, dest: str | Path, with_logs: bool = True) -> int:
+        """``xlarun export``: the run's files back under their original names; returns how many."""
+        return self._store.store.export(self.id, dest, with_logs=with_logs)
+
+    def _printed(self) -> display.Printed:
+        from .commands.navigate import modules
+
+        return display.capture_printed(modules, run=self.id, store=str(self._store.path))
+
+
+class RunList(_Shown, Sequence[Run]):
+    """Runs, oldest first; prints as ``xlarun runs``."""
+
+    def __init__(self, store: Store, runs: list[Run], batch: str | None = None, name: str | None = None):
+        self._store, self._runs, self._batch, self._name = store, runs, batch, name
+
+    @overload
+    def __getitem__(self, i: int) -> Run: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Run]: ...
+    def __getitem__(self, i):
+        return self._runs[i]
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def _printed(self) -> display.Printed:
+        from .commands.navigate import runs
+
+        return display.capture_printed(runs, store=str(self._store.path), batch=self._batch, name=self._name)
+
+
+class ModuleList(_Shown, Sequence["Module"]):
+    """A run's modules, the main program first; prints as ``xlarun modules``' table."""
+
+    def __init__(self, store: Store, modules: list[Module], run: Run | None = None):
+        self._store, self._modules, self.run = store, modules, run
+
+    @overload
+    def __getitem__(self, i: int) -> Module: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Module]: ...
+    def __getitem__(self, i):
+        return self._modules[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def _printed(self) -> display.Printed:
+        from .commands.navigate import print_modules
+
+        return display.capture_printed(print_modules, [m.info for m in self._modules])
+
+
+class Module(_Shown):
+    """One module of a run: its facts, ``text(stage=...)``, ``files``, ``passes``, and the verbs
+    ``diff``, ``render``, ``replay``, ``bisect``, ``bundle``. Prints as ``xlarun show``; in Jupyter adds its graph."""
+
+    def __init__(self, store: Store, info: ModuleInfo):
+        self._store = store
+        if not info.files and info.n_files:  # a run's module list carries no files: read them once
+            info = store.store.index.module(info.run_id, info.module_id)
+        self.info = info
+
+    run_id = property(lambda self: self.info.run_id)
+    module_id = property(lambda self: self.info.module_id)
+    name = property(lambda self: self.info.name, doc="``jit_train_step`` (None where file names leave it out).")
+    label = property(lambda self: self.info.label, doc="``module_0012.jit_train_step``: as XLA names it in files.")
+    ref = property(lambda self: self.info.ref, doc="``RUN/module_0012``: a REF that names exactly this module.")
+    backend = property(lambda self: self.info.backend)
+    stages = property(lambda self: self.info.stages)
+    instr_before = property(lambda self: self.info.instr_before, doc="Instructions before optimizations.")
+    instr_after = property(lambda self: self.info.instr_after, doc="Instructions after optimizations.")
+    signature = property(lambda self: self.info.entry_signature, doc="The entry computation's signature.")
+    fingerprint = property(lambda self: self.info.fingerprint)
+    opcodes_before = property(lambda self: self.info.opcodes_before)
+    opcodes_after = property(lambda self: self.info.opcodes_after)
+    n_pass_dumps = property(lambda self: self.info.n_pass_dumps)
+
+    @property
+    def files(self) -> list[FileInfo]:
+        """Every file of the module: stage dumps, pass dumps, snapshots, buffer assignment, codegen..."""
+        return self.info.files
+
+    @property
+    def passes(self) -> list[PassInfo]:
+        """The pass timeline (with a pass-by-pass capture): step, pipeline, after/before pass, instruction count."""
+        return self.info.passes
+
+    @property
+    def run(self) -> Run:
+        return self._store.run(self.run_id)
+
+    def text(self, stage: str = "before_optimizations", *, pass_name: str | None = None, step: int | None = None) -> str:
+        """The module's HLO text at a stage (``before_optimizations``, ``after_optimizations``) or after a pass (``xlarun cat``)."""
+        return self.read(self._text_file(stage, pass_name, step)).decode("utf-8", errors="replace")
+
+    def read(self, file: FileInfo | str) -> bytes:
+        """The exact archived bytes of one of the module's files (a FileInfo or its path)."""
+        path = file if isinstance(file, str) else file.path
+        return self._store.store.read_file(self.run_id, path)
+
+    def _text_file(self, stage: str | None, pass_name: str | None, step: int | None) -> FileInfo:
+        from .commands.navigate import _pick_file
+
+        return _pick_file(self.info, stage, pass_name, step, "text")
+
+    def diff(self, other: str | Module | Run | None = None, *, pass_name: str | None = None, from_step: int | None = None,
+             to_step: int | None = None, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> Diff:
+        """``xlarun diff``: what a pass did (``pass_name``, or ``from_step``/``to_step``), or this module against
+        ``other`` (a Module, a module REF, or a run: the module of the same name there)."""
+        from .diff import pass_diff, run_diff
+        from .errors import InputError
+
+        store = self._store.store
+        if other is not None:
+            if pass_name or to_step is not None or from_step is not None:
+                raise InputError("pass_name, from_step and to_step compare steps of one module; give no other module with them")
+            second = self._other(other)
+            return Diff(run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context))
+        if not pass_name and to_step is None:
+            raise InputError("say what to compare: pass_name=NAME, from_step/to_step, or another module", "module.passes lists the pass timeline")
+        return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
+
+    def _other(self, other: str | Module | Run) -> Module:
+        if isinstance(other, Module):
+            return other
+        if isinstance(other, Run):
+            other = other.id
+        from .commands.see import _other_module
+
+        return Module(self._store, _other_module(self._store.store, self.info, other))
+
+    def render(self, output: str | Path | None = None, *, stage: str | None = None, pass_name: str | None = None, step: int | None = None,
+               format: str = "svg", around: str | None = None, depth: int = 3, expand: Sequence[str] = (), expand_fusions: bool = False,
+               limit: int | None = None) -> Graph:
+        """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given."""
+        from .render import DEFAULT_NODE_LIMIT, RenderOptions, pick_render_file, render_stored_file
+
+        options = RenderOptions(format=format, around=around, depth=depth, expand=tuple(expand), expand_all=expand_fusions,
+                                limit=limit or DEFAULT_NODE_LIMIT)
+        rendered = render_stored_file(self._store.store, self.run_id, pick_render_file(self.info, stage, pass_name, step), options)
+        if output is not None:
+            Path(output).write_bytes(rendered.data)
+        return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes))
+
+    def replay(self, *, engine: str = "auto", platform: str = "cpu", reference_platform: str | None = None, abs_error_bound: float = 1e-3,
+               rel_error_bound: float = 1e-3, iterations: int = 1, seed: int | None = None, inputs: str = "auto", file: str | None = None,
+               print_literals: bool = False) -> Replay:
+        """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run."""
+        from .replay import ReplayOptions
+        from .replay.record import replay_stored_module
+
+        options = ReplayOptions(engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
+                                rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, inputs=inputs,
+                                print_literals=print_literals).validate()
+        record = replay_stored_module(self._store.store, self.info, options, None, file=file)
+        return Replay(record.result, record.replay_id, self)
+
+    def bisect(self, *, tolerance: float = 1e-5, reference: str = "before", reference_platform: str | None = None, platform: str = "cpu",
+               linear: bool = False, recompile: str = "timeline", inputs: str = "auto", seed: int = 0) -> Bisection:
+        """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
+        from .bisect import BisectOptions, bisect_module
+        from .bisect.record import now, record_bisection
+
+        started = now()
+        options = BisectOptions(reference=reference, reference_platform=reference_platform, platform=platform, abs_tolerance=tolerance,
+                                rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
+        result = bisect_module(self._store.store, self.info, options, None)
+        record = record_bisection(self._store.store, result, options.to_dict(), started)
+        return Bisection(result, record.bisect_id)
+
+    def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
+        """``xlarun bundle``: the module in one .zip for a bug report."""
+        from .commands.share import bundle as bundle_command
+
+        display.capture_printed(bundle_command, ref=self.ref, output=Path(output), passes=passes, no_snapshot=not snapshot,
+                                store=str(self._store.path))
+        return Path(output)
+
+    def _printed(self) -> display.Printed:
+        from .commands.navigate import show
+
+        return display.capture_printed(show, ref=self.ref, store=str(self._store.path))
+
+    def _repr_html_(self) -> str:
+        return display.printed_html(self._shown, self._graph_html())
+
+    def _graph_html(self) -> str:
+        from .errors import XlarunError
+
+        try:
+            from .report.graphs import safe_inline_svg
+
+            graph = self.render(stage="before_optimizations")
+            return display.graph_html(safe_inline_svg(graph.data.decode("utf-8")), f"{self.label} before optimizations: {graph.nodes} nodes")
+        except XlarunError as exc:  # too big, graphviz missing, no HLO text: the tables still show
+            return display.note_html(f"graph not drawn: {exc.one_line()}")
+
+
+class Found(_Shown, Sequence["FindHit"]):
+    """What ``find`` found: one hit per module and kind; prints as ``xlarun find``."""
+
+    def __init__(self, store: Store, text: str, hits: list[FindHit]):
+        self._store, self.text, self.hits = store, text, hits
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.hits[i]
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def modules(self) -> list[Module]:
+        """The modules hit, each once."""
+        seen = dict.fromkeys((h.run_id, h.module_id) for h in self.hits)
+        return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
+
+    def _printed(self) -> display.Printed:
+        from .console import print_table
+
+        if not self.hits:
+            return display.Printed(f"no module contains {self.text!r}", [display.LineBlock(f"no module contains {self.text!r}")])
+        rows = [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in self.hits]
+        return display.capture_printed(print_table, ("module", "name", "kind", "matches"), rows)
+
+
+class Diff(_Shown):
+    """A module diff (``xlarun diff``): ``summary`` (structural), ``unified`` (text lines), ``before``/``after`` labels."""
+
+    def __init__(self, diff: ModuleDiff):
+        self.diff = diff
+
+    before = property(lambda self: self.diff.before)
+    after = property(lambda self: self.diff.after)
+    summary = property(lambda self: self.diff.summary)
+    unified = property(lambda self: self.diff.unified)
+    notes = property(lambda self: self.diff.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.diff.to_dict()
+
+    def _printed(self) -> display.Printed:
+        from .commands.see import print_module_diff
+
+        return display.capture_printed(print_module_diff, self.diff)
+
+
+class Graph:
+    """A rendered graph (``data`` in ``format``); shows itself as SVG in Jupyter."""
+
+    def __init__(self, data: bytes, format: str, source: str, nodes: int, notes: list[str]):
+        self.data, self.format, self.source, self.nodes, self.notes = data, format, source, nodes, notes
+
+    def save(self, path: str | Path) -> Path:
+        Path(path).write_bytes(self.data)
+        return Path(path)
+
+    def _repr_svg_(self) -> str | None:
+        if self.format != "svg":
+            return None
+        from .report.graphs import safe_inline_svg
+
+        return safe_inline_svg(self.data.decode("utf-8"))
+
+    def __repr__(self) -> str:
+        return f"<xlarun.Graph {self.format}: {self.nodes} nodes, from {self.source}>"
+
+
+class Replay(_Shown):
+    """A recorded replay: ``verdict`` (match, mismatch, ran, engine-error), ``result`` with errors and timings."""
+
+    def __init__(self, result: ReplayResult, replay_id: str | None, module: Module | None):
+        self.result, self.replay_id, self.module = result, replay_id, module
+
+    verdict = property(lambda self: self.result.verdict)
+    max_abs_error = property(lambda self: self.result.max_abs_error)
+    max_rel_error = property(lambda self: self.result.max_rel_error)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.verdict in ("match", "ran")
+
+    def _printed(self) -> display.Printed:
+        from .commands.replay import _report
+
+        return display.capture_printed(_report, self.result, self.replay_id, self.module.info if self.module else None, False)
+
+
+class Bisection(_Shown):
+    """A recorded bisection: ``verdict``, ``culprit_pass``, the error at every replayed step (``result``)."""
+
+    def __init__(self, result: BisectResult, bisect_id: str | None):
+        self.result, self.bisect_id = result, bisect_id
+
+    verdict = property(lambda self: self.result.verdict)
+    culprit_pass = property(lambda self: self.result.culprit_pass)
+
+    def _printed(self) -> display.Printed:
+        from .commands.bisect import print_bisection
+
+        return display.capture_printed(print_bisection, self.result, self.bisect_id)
+
+
+def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: bool = False) -> Run:
+    """``xlarun capture SPEC``: run the spec's job with its dump environment, archive and index what it wrote.
+
+    A job that fails is archived all the same: look at ``run.ok`` / ``run.status``. ``echo`` streams the
+    job's output here as it runs."""
+    from .capture import capture as capture_spec
+
+    the_store = store if isinstance(store, Store) else open_store(store)
+    result = capture_spec(spec, the_store.store, echo=echo)
+    return the_store.run(result.run_id)
+
+
+class Batch(_Shown):
+    """A batch (``xlarun batch``): ``batch_id``, ``runs``, ``ok``; prints the CLI's comparison of the cells."""
+
+    def __init__(self, store: Store, result: Any):
+        self._store, self.result = store, result
+
+    batch_id = property(lambda self: self.result.batch_id)
+    ok = property(lambda self: self.result.ok)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
+
+    def _printed(self) -> display.Printed:
+        from .commands.batch import print_comparison
+
+        return display.capture_printed(print_comparison, self.result)
+
+
+def batch(spec: str | Path, store: Store | str | Path | None = None, *, jobs: int = 1, fail_fast: bool | None = None) -> Batch:
+    """``xlarun batch SPEC``: capture every cell of the spec's matrix, ``jobs`` at a time; each cell is a run."""
+    from .batch import run_batch
+    from .spec import load_batch
+
+    the_store = store if isinstance(store, Store) else open_store(store)
+    return Batch(the_store, run_batch(load_batch(spec), the_store.store, jobs=jobs, fail_fast=fail_fast))
+

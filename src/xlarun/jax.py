@@ -1,0 +1,228 @@
+"""In-process JAX capture: dump one function's compilation, in the process where the model lives.
+
+``xlarun.jax.capture(f, *args)`` compiles ``f`` with XLA dump options passed for that compilation only
+(``jax.jit(f).lower(*args).compile(compiler_options={"xla_dump_to": ...})``), then archives and indexes
+what XLA wrote as a run of kind ``inline``. Nothing else the process compiles is dumped, ``XLA_FLAGS``
+is not read or changed, and JAX's persistent compilation cache is off for that compile (a cache hit
+compiles nothing, so it would dump nothing). ``with xlarun.jax.capturing(...) as session`` captures
+several functions, one run each, tagged with one batch id.
+
+This module is ``xlarun.jax``; ``import jax`` inside it is the JAX package (imports are absolute).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .api import Run, Store
+
+__all__ = ["Session", "capture", "capturing", "compiler_options_for"]
+
+RUN_KIND = "inline"
+
+
+def compiler_options_for(dump_dir: str | Path, *, pass_re: str | None = None, snapshots: bool = False, formats: tuple[str, ...] = ("text", "proto"),
+                         large_constants: bool = True, extra_xla_flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The per-compile options of a dump into ``dump_dir``: the flags a spec's ``dump:`` section sets, as
+    ``{"xla_dump_to": ..., "xla_dump_hlo_as_text": True, ...}`` for ``Lowered.compile(compiler_options=...)``."""
+    from types import SimpleNamespace
+
+    from .flags import xla_flags_for
+    from .spec import DumpSpec
+
+    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,
+                    extra_xla_flags=list(extra_xla_flags))
+    options: dict[str, Any] = {}
+    for flag in xla_flags_for(SimpleNamespace(dump=dump, framework="jax"), str(dump_dir)):  # type: ignore[arg-type]
+        name, sep, value = flag.lstrip("-").partition("=")
+        options[name] = _option_value(value) if sep else True
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return text
+
+
+@dataclass(frozen=True)
+class FunctionFacts:
+    """Where a captured function comes from: its qualified name, source file and first line."""
+
+    qualname: str
+    source_file: str | None
+    source_line: int | None
+
+
+def describe_function(f: Callable[..., Any]) -> FunctionFacts:
+    target = inspect.unwrap(f) if hasattr(f, "__wrapped__") else f
+    qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    module = getattr(target, "__module__", None)
+    if module and module not in ("__main__", "builtins"):
+        qualname = f"{module}.{qualname}"
+    try:
+        source_file = inspect.getsourcefile(target)
+        source_line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        source_file, source_line = None, None
+    return FunctionFacts(qualname, source_file, source_line)
+
+
+def _jax_versions() -> dict[str, str]:
+    import platform
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for package in ("jax", "jaxlib", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+@contextlib.contextmanager
+def _compilation_cache_off() -> Iterator[None]:
+    """JAX's persistent cache off for this compile only: a hit would compile (and dump) nothing."""
+    import jax
+
+    try:
+        before = jax.config.jax_enable_compilation_cache
+    except AttributeError:  # a JAX without the switch has no persistent cache on by default
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", before)
+
+
+def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwargs: dict[str, Any]):
+    import jax
+
+    from .errors import EnvironmentProblem, InputError
+
+    if hasattr(f, "lower") and not jit_kwargs:
+        jitted = f  # already jax.jit(...): lower it as it is (jitting it again would nest a call)
+    elif hasattr(f, "lower"):
+        raise InputError("jit options were given for a function that is already jitted", "pass the plain function, or drop the options")
+    else:
+        jitted = jax.jit(f, **jit_kwargs)
+    if "compiler_options" not in inspect.signature(jax.stages.Lowered.compile).parameters:
+        raise EnvironmentProblem(f"jax {jax.__version__} cannot pass dump options to one compilation (Lowered.compile has no compiler_options)",
+                                 "upgrade jax (0.4.30 and later have it), or capture the script with `xlarun capture SPEC`")
+    return jitted.lower(*args, **kwargs)
+
+
+def capture(f: Callable[..., Any], *args: Any, name: str | None = None, pass_re: str | None = None, snapshots: bool = False,
+            store: Store | str | Path | None = None, formats: tuple[str, ...] = ("text", "proto"), large_constants: bool = True,
+            extra_xla_flags: tuple[str, ...] = (), kwargs: dict[str, Any] | None = None, batch_id: str | None = None,
+            **jit_kwargs: Any) -> Run:
+    """Compile ``f(*args)`` with XLA dumps for that compilation only, and archive it as a run of kind ``inline``.
+
+    ``pass_re`` (``".*"``: around every pass), ``snapshots`` (the compiled function is run once on ``args``
+    to record its real arguments and result: do not give donated buffers), ``formats`` and ``large_constants``
+    mean what they mean in a spec's ``dump:``. ``jit_kwargs`` go to ``jax.jit`` (``static_argnums``...);
+    ``kwargs`` are keyword arguments of ``f``. Returns the run; ``run.main`` is the function's module."""
+    from . import api
+
+    the_store = store if isinstance(store, api.Store) else api.open_store(store)
+    facts = describe_function(f)
+    lib = the_store.store
+    run_id, staging = lib.begin_run()
+    started, t0 = _utc_now(), time.monotonic()
+    options = compiler_options_for(staging / "dump", pass_re=pass_re, snapshots=snapshots, formats=formats, large_constants=large_constants,
+                                   extra_xla_flags=extra_xla_flags)
+    error: str | None = None
+    try:
+        with _compilation_cache_off():
+            compiled = _lowered(f, args, kwargs or {}, jit_kwargs).compile(compiler_options=options)
+            if snapshots:  # XLA writes a snapshot when the executable runs
+                import jax
+
+                jax.block_until_ready(compiled(*args, **(kwargs or {})))
+    except BaseException as exc:
+        from .errors import XlarunError
+
+        if isinstance(exc, (XlarunError, KeyboardInterrupt)) or not any((staging / "dump").iterdir()):
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        error = f"{type(exc).__name__}: {exc}"  # compiled, then failed: what XLA dumped is kept, as a capture keeps a failed job's
+    took = time.monotonic() - t0
+    return _commit(the_store, run_id, staging, name or facts.qualname.rsplit(".", 1)[-1], facts, options, started, took, error, batch_id)
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _commit(the_store: Store, run_id: str, staging: Path, name: str, facts: FunctionFacts, options: dict[str, Any], started: str,
+            took: float, error: str | None, batch_id: str | None) -> Run:
+    from .errors import InputError
+    from .manifest import Manifest, host_facts
+    from .summarize import prepare_facts
+
+    lib = the_store.store
+    try:
+        files = lib.archiver(staging, on_archived=prepare_facts).finish()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if not files:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"compiling {facts.qualname} dumped nothing", "is it a JAX function that XLA compiles?")
+    flags = [f"--{k}" if v is True else f"--{k}={v}" for k, v in options.items()]
+    manifest = Manifest(
+        run_id=run_id, name=name, status="failed" if error else "succeeded", error=error, started=started, ended=_utc_now(),
+        duration_s=round(took, 3), command=[facts.qualname], xlarun_command=list(sys.argv), cwd=str(Path.cwd()), backend="in-process",
+        framework="jax", xla_flags=flags, versions=_jax_versions(), host=host_facts(), batch_id=batch_id, files=len(files),
+        dump_bytes=sum(f.size for f in files), kind=RUN_KIND,
+        tags={"function": facts.qualname, "source_file": facts.source_file or "", "source_line": str(facts.source_line or "")},
+    )
+    index = lib.index  # opened (and reconciled) before the commit: else it would index this run twice
+    lib.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
+    index.ingest_run(lib, run_id)
+    return the_store.run(run_id)
+
+
+@dataclass
+class Session:
+    """Several functions captured with the same options into one store, one run each, tagged with one batch id."""
+
+    store: Store
+    options: dict[str, Any]
+    batch_id: str
+    runs: list[Run] = field(default_factory=list)
+
+    def capture(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Run:
+        """``xlarun.jax.capture`` with this session's options (a keyword given here wins)."""
+        run = capture(f, *args, **{**self.options, "store": self.store, "batch_id": self.batch_id, **kwargs})
+        self.runs.append(run)
+        return run
+
+
+@contextlib.contextmanager
+def capturing(store: Store | str | Path | None = None, *, pass_re: str | None = None, snapshots: bool = False,
+              formats: tuple[str, ...] = ("text", "proto"), large_constants: bool = True) -> Iterator[Session]:
+    """``with xlarun.jax.capturing() as session: session.capture(f, x); session.capture(g, y)``: one run per
+    function, all tagged with the session's batch id (``xlarun runs --batch ID``, ``store.runs(batch=ID)``)."""
+    from . import api
+    from .batch import new_batch_id
+
+    the_store = store if isinstance(store, api.Store) else api.open_store(store)
+    yield Session(the_store, {"pass_re": pass_re, "snapshots": snapshots, "formats": formats, "large_constants": large_constants},
+                  new_batch_id())
