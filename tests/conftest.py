@@ -87,3 +87,14 @@ def write_spec(folder: Path, text: str, script: str | None = None, script_name: 
 
 # real-Docker fixtures (docker_engine, docker_client, base_image, cpu_image) for every test module
 from .docker_support import base_image, cpu_image, docker_client, docker_engine  # noqa: E402,F401
+
+
+def pytest_addoption(parser):
+    parser.addoption("--soak", action="store_true", default=False,
+                     help="torture tests: the long mode (hundreds of injected kills), run by hand")
+
+
+@pytest.fixture
+def soak(request) -> bool:
+    """Whether the torture suite runs its long mode (``pytest tests/torture --soak``)."""
+    return bool(request.config.getoption("--soak"))

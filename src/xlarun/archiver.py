@@ -213,6 +213,7 @@ class OutputArchiver:
             for series in self._series.values():  # packs still open from while the job ran
                 series.packer.close()
             kill_point("packs-written")
+            self._give_unique_names()
             by_path = {f.path: f for f in (previous[0] if previous else [])}
             by_path.update((a.name, StoredFile(a.name, a.digest, a.size)) for a in self._archived.values())
             files = sorted(by_path.values(), key=lambda f: f.path)
@@ -228,13 +229,30 @@ class OutputArchiver:
         finally:
             self._release_store()
 
+    def _give_unique_names(self) -> None:
+        """Two paths may escape to one name (``a\\xff`` is also a valid name): the later gets ``~2``..."""
+        taken: set[str] = set()
+        for path in sorted(self._archived):
+            done = self._archived[path]
+            name, n = done.name, 1
+            while name in taken:
+                n += 1
+                name = f"{done.name}~{n}"
+            if name != done.name:
+                self._archived[path] = _Archived(name, done.digest, done.size, done.stamp)
+            taken.add(name)
+
     def _collect_notes(self, stamps: dict[str, Stamp]) -> list[FileNote]:
         notes = [FileNote(self._name(p), False, why) for p, why in self._others.items()]
         notes += [FileNote(self._name(p), False, why) for p, (_stamp, why) in self._problems.items() if p not in self._archived]
         for path, done in self._archived.items():
             raw = logical_path(path[len(self._prefix):].replace(os.sep, "/"))
             if done.name != raw:
-                notes.append(FileNote(done.name, True, "its name is not UTF-8: archived with the bad bytes written \\xNN"))
+                escaped = archive_name(raw)
+                why = "its name is not UTF-8: archived with the bad bytes written \\xNN"
+                if done.name != escaped:
+                    why = f"another file's name is also {escaped!r}: archived under this one"
+                notes.append(FileNote(done.name, True, why))
             now = stamps.get(path)
             if now is not None and now != done.stamp:
                 notes.append(FileNote(done.name, True, f"still being written when the job ended: archived as read ({done.size} bytes; {now[0]} now)"))

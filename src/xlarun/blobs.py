@@ -46,6 +46,7 @@ import zstandard
 from blake3 import blake3
 
 from .errors import StoreError
+from .killpoints import kill_point
 
 #: A pack is written once its members add up to this many bytes (and it has two members at least).
 PACK_BYTES = 16 << 20
@@ -184,7 +185,9 @@ class BlobStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        kill_point("pack-written")
         self._table.add(name, [(digest, 0, size)])  # after the pack is safely on disk
+        kill_point("pack-listed")
         return digest, size
 
     # --- reading -----------------------------------------------------------------------------
@@ -435,7 +438,9 @@ class PackWriter:
         payload = _PACK_TAG + len(self._members).to_bytes(4, "little") + table
         header = _SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
         written = self.blobs._write(self.blobs.pack_path(name), header + frame)
+        kill_point("pack-written")
         self.blobs._table.add(name, self._members)  # after the pack is safely on disk
+        kill_point("pack-listed")
         self._forget_pending()
         return written
 

@@ -30,6 +30,17 @@ SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
 _NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
 
 
+#: Numbers a file name carries beyond what SQLite stores (module_99999999999999999999...): not a module's.
+_MAX_ID = (1 << 63) - 1
+
+
+def _storable(name: DumpName) -> DumpName:
+    """A name whose module id or step SQLite cannot store is kept as a file of no module (kind unknown)."""
+    if any(v is not None and not -_MAX_ID <= v <= _MAX_ID for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)):
+        return DumpName(name.path)
+    return name
+
+
 def tie_to_named_modules(decoded: list[tuple["StoredFile", DumpName]]) -> list[tuple["StoredFile", DumpName]]:
     """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
     ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
@@ -259,7 +270,7 @@ class Index:
         from .summarize import count_pass_dumps, gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
         manifest = store.manifest(run_id)
         files = store.stored_files(run_id)
-        decoded = tie_to_named_modules([(f, decode_dump_name(f.path)) for f in files])
+        decoded = tie_to_named_modules([(f, _storable(decode_dump_name(f.path))) for f in files])
         by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
         for stored, name in decoded:
             if name.module_id is not None and name.kind not in _NOT_MODULE_FILES:

@@ -1,0 +1,102 @@
+"""What the torture tests share: starting xlarun as a user would, and checking a store after the worst."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from xlarun.store import Store
+
+HOSTILE = Path(__file__).resolve().parent.parent / "hostile_dumps.py"
+
+#: A job that replays a real JAX dump folder (made once per session) into its own, file by file: the
+#: archive sees real dumps arrive over a second or so, without paying for a JAX import per trial.
+REPLAY_JOB = """
+import os, shutil, sys, time
+src = sys.argv[1]
+dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.startswith("--xla_dump_to="))
+names = sorted(os.listdir(src))
+print("ready", flush=True)
+for i, name in enumerate(names):
+    shutil.copyfile(os.path.join(src, name), os.path.join(dump, name))
+    if i % 8 == 0:
+        time.sleep(float(sys.argv[2]))
+print("done", len(names), flush=True)
+"""
+
+#: A job that writes one hostile dump folder (tests/hostile_dumps.py) where XLA would dump.
+HOSTILE_JOB = f"""
+import os, runpy, sys
+dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.startswith("--xla_dump_to="))
+sys.argv = ["hostile_dumps.py", sys.argv[1], dump]
+runpy.run_path({str(HOSTILE)!r}, run_name="__main__")
+"""
+
+
+def reset_signals() -> None:
+    """preexec_fn: the default dispositions, so a test sending SIGINT works under nohup or in a background job."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def xlarun(*args: str, store: Path, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    """``python -m xlarun ARGS`` with the store, signals at their defaults, output in pipes."""
+    full_env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, preexec_fn=reset_signals, **kwargs)
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> list[str]:
+    """Read xlarun's stdout until a line holds ``needle``; returns the lines read."""
+    lines, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if needle in line:
+            return lines
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"xlarun ended ({proc.returncode}) before printing {needle!r}: {proc.stderr.read()[-3000:]}")
+    raise AssertionError(f"no {needle!r} within {timeout}s")
+
+
+@dataclass
+class StoreState:
+    runs: list[str]
+    statuses: dict[str, str]
+    leftovers: int
+
+
+def assert_sound(root: Path) -> StoreState:
+    """Every visible run is whole (manifest, file list, every file reads back and hashes to its name), the
+    index lists exactly the runs on disk, and nothing half-written is visible."""
+    store = Store.open(root)
+    try:
+        runs = store.run_ids()
+        for run_id in runs:
+            manifest = store.manifest(run_id)
+            assert manifest.get("run_id") == run_id, f"run {run_id} has no manifest of its own: {manifest}"
+        report = store.check()
+        assert report.damaged == [], report.damaged
+        indexed = {r.run_id: r.status for r in store.index.runs()}
+        assert set(indexed) == set(runs), (sorted(indexed), runs)
+        return StoreState(runs, indexed, len(store.stale_staging()))
+    finally:
+        store.close()
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> None:
+    """Wait until the jobs a killed xlarun orphaned have ended (they finish on their own)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.05)

@@ -1,0 +1,68 @@
+"""Hostile dump folders (tests/hostile_dumps.py, 20+ kinds, made by the job as it runs): every one is
+captured into a committed run; each file is archived with its exact bytes or listed with why not."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from xlarun.backends.base import RunStatus
+from xlarun.capture import capture
+from xlarun.store import Store
+
+from ..conftest import write_spec
+from ..hostile_dumps import MAKERS, ROOT, expectation
+from .support import HOSTILE_JOB, assert_sound
+
+
+def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cli):
+    store = Store.open(tmp_path / "store")
+    lost = crashes = hangs = checked = 0
+    slowest = (0.0, "")
+    for kind in sorted(MAKERS):
+        spec = write_spec(tmp_path / kind, f"name: {kind}\nscript: job.py\nargs: [{kind}]\ntimeout: 60s\n", HOSTILE_JOB)
+        started = time.monotonic()
+        try:
+            result = capture(spec, store)
+        except Exception as exc:  # noqa: BLE001 - counted: a crash here is what the suite exists to find
+            crashes += 1
+            print(f"{kind}: {type(exc).__name__}: {exc}")
+            continue
+        took = time.monotonic() - started
+        slowest = max(slowest, (round(took, 2), kind))
+        if result.status == RunStatus.TIMED_OUT:
+            hangs += 1
+        if result.run_id not in store.run_ids():
+            lost += 1
+            continue
+        assert result.status == RunStatus.SUCCEEDED, (kind, result.warnings, store.read_log(result.run_id, "stderr")[-2000:])
+        expect = expectation(kind)
+        stored = {f.path: f for f in store.stored_files(result.run_id)}
+        for name, data in expect.archived.items():
+            assert name in stored, (kind, name, sorted(stored)[:20])
+            if data is not None:
+                assert store.read_file(result.run_id, name) == data, (kind, name)
+            checked += 1
+        assert len(stored) >= expect.at_least
+        notes = {n["path"]: n for n in store.manifest(result.run_id)["file_notes"]}
+        for name, why in expect.skipped.items():
+            assert name in notes and not notes[name]["archived"] and why in notes[name]["why"], (kind, name, notes)
+            assert name not in stored
+            checked += 1
+        for name, why in expect.caveats.items():
+            assert notes[name]["archived"] and why in notes[name]["why"], (kind, name, notes)
+        if expect.skipped:  # the user is told, in the capture's warnings and in `xlarun files`
+            assert any("not archived" in w for w in result.warnings), result.warnings
+            listed = cli("files", result.run_id, "--store", store.root)
+            assert listed.exit_code == 0 and all(f"NOT ARCHIVED  {name}" in listed.stdout for name in expect.skipped), listed.stdout
+            as_json = json.loads(cli("files", result.run_id, "--store", store.root, "--json").stdout)
+            assert {n["path"] for n in as_json["not_archived"]} >= set(expect.skipped)
+    store.close()
+    state = assert_sound(tmp_path / "store")
+    figures(folders=len(MAKERS), runs=len(state.runs), runs_lost=lost, exit4_crashes=crashes, hangs=hangs, paths_checked=checked,
+            slowest_s=slowest[0], slowest=slowest[1], as_root=ROOT)
+    assert len(MAKERS) >= 20
+    assert (lost, crashes, hangs) == (0, 0, 0)
+    assert len(state.runs) == len(MAKERS)
