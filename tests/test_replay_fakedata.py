@@ -50,8 +50,17 @@ def test_known_values_do_not_drift():
     assert value.dtype == np.float32 and abs(float(value.sum())) < 3
 
 
-def test_tuples_nest_and_tokens_are_refused():
-    value = fake_argument(Shape(TUPLE, tuple_shapes=(Shape(11, (2,)), Shape(1, ()))))
-    assert describe(value) == "(f32[2], pred[])"
-    with pytest.raises(InputError, match="token"):
-        fake_argument(Shape(TOKEN))
+def test_tuples_nest_tokens_are_none_and_opaque_is_refused_by_name():
+    inner = Shape(TUPLE, tuple_shapes=(Shape(4, ()), Shape(TOKEN)))
+    value = fake_argument(Shape(TUPLE, tuple_shapes=(Shape(11, (2,)), Shape(1, ()), inner)))
+    assert describe(value) == "(f32[2], pred[], (s32[], token[]))"
+    assert fake_argument(Shape(TOKEN)) is None
+    with pytest.raises(InputError, match=r"opaque\[\] parameter"):
+        fake_argument(Shape(14))
+
+
+def test_zero_sized_and_bounded_dynamic_shapes():
+    assert fake_argument(Shape(11, (0, 3))).shape == (0, 3)
+    dynamic = Shape(11, (4, 8), dynamic=(False, True))
+    assert dynamic.hlo_text() == "f32[4,<=8]" and fake_argument(dynamic).shape == (4, 8)
+    assert dynamic.nbytes() == 4 * 8 * 4 and Shape(TUPLE, tuple_shapes=(dynamic, Shape(TOKEN))).nbytes() == 128

@@ -12,7 +12,8 @@ from . import JsonOption, RunOption, StoreOption, open_store
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
-    "2 usage or input error (unknown REF, unreadable file) · 3 engine failure (compile or run failed, jaxlib or runner missing)."
+    "2 usage or input error (unknown REF, unreadable file, a module refused by a limit: --max-data-size, nesting, infeed) · "
+    "3 engine failure (compile or run failed, XLA aborted or crashed, --timeout passed, jaxlib or runner missing)."
 )
 
 
@@ -36,7 +37,9 @@ def replay(
     print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
     runner: Annotated[Optional[Path], typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a runner is killed.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine).")] = None,
+    max_data_size: Annotated[str, typer.Option("--max-data-size", help="Refuse modules whose fake arguments and results need more (4G, 512M; 0: no limit).")] = "4G",
+    in_process: Annotated[bool, typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -48,19 +51,24 @@ def replay(
     compare with) > an .hlo.pb > text dumped with large constants > plain text (whose {...}
     constants are garbage: you are warned loudly). Without a snapshot the arguments are seeded
     fake data. Optimized modules are rewritten to recompile, else their unoptimized dump is
-    replayed instead, and the result says so. Every replay of a stored module is recorded and
-    listed by `xlarun show REF`.
+    replayed instead, and the result says so. The built-in engine runs in a child process with a
+    time and memory limit: XLA aborting, crashing or hanging is an engine error (exit 3), and
+    fake data over --max-data-size is refused before it is made. NaN/Inf in the outputs and
+    random-number instructions are said beside the verdict. Every replay of a stored module is
+    recorded and listed by `xlarun show REF`.
 
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
     from ..replay import ReplayOptions
+    from ..replay.limits import parse_size
 
     try:
         options = ReplayOptions(
             engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
             rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
-            runner_path=str(runner) if runner else None, timeout_s=timeout, image=image,
+            runner_path=str(runner) if runner else None, timeout_s=timeout, image=image, max_data_bytes=parse_size(max_data_size),
+            isolate="never" if in_process else "auto",
         ).validate()
         sink = None if (quiet or as_json) else _stream
         code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
@@ -157,6 +165,7 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
             ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
             ("outputs", ", ".join(o.type for o in result.outputs)),
             ("error", result.error),
+            ("crash", f"{result.crash} while {result.failed_step}" if result.crash else None),
         ]
     )
     for line in result.mismatches:
@@ -166,7 +175,11 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
             say(f"[bold]output {output.index}[/bold] {output.type}")
             print(output.literal)
     colour = {"match": "green", "ran": "green", "mismatch": "red", "engine-error": "red"}[result.verdict]
-    say(f"[{colour}]{result.verdict}[/{colour}]")
+    caveats = [c for c in ("NaN/Inf in the outputs" if result.nonfinite_outputs else "",
+                           "rng: differs per compile" if result.random_instructions else "") if c]
+    if caveats and colour == "green":
+        colour = "yellow"
+    say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
 
 
 def _escape(text: str) -> str:

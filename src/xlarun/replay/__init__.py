@@ -34,6 +34,7 @@ __all__ = [
     "ReplayResult",
     "choose_replay_input",
     "replay_file",
+    "replay_here",
     "resolve_engine",
 ]
 
@@ -75,23 +76,24 @@ def replay_file(
     an optimized module that cannot be recompiled (found beside ``path`` on disk when omitted).
     ``snapshot``: an HloSnapshot whose arguments and recorded result the module is replayed with
     and compared to (e.g. after editing the module's text); built-in engine only.
-    Raises InputError for unreadable input and EnvironmentProblem for a missing engine or
-    platform; compile and run failures come back as verdict ``engine-error``.
+    The built-in engine runs in a child process (:mod:`.worker`) unless ``options.isolate`` is
+    ``never``: XLA aborting, crashing or hanging, or the child running out of memory or time, comes
+    back as verdict ``engine-error`` with ``failed_step`` and ``crash`` set.
+    Raises InputError for unreadable input or a module refused by a limit (:mod:`.limits`), and
+    EnvironmentProblem for a missing engine or platform; compile and run failures come back as
+    verdict ``engine-error``.
     """
     options = (options or ReplayOptions()).validate()
     engine = resolve_engine(options)
-    lines: list[str] = []
+    if engine == "pjrt" and options.isolate != "never":
+        from .worker import ReplayWorker
 
-    def log(line: str) -> None:
-        lines.append(line)
-        if sink:
-            sink(line)
-
+        with ReplayWorker() as worker:
+            return worker.replay(path, options, sink, data=data, unoptimized=unoptimized, unoptimized_data=unoptimized_data,
+                                 snapshot=snapshot, snapshot_data=snapshot_data)
     if engine == "pjrt":
-        snapshot_source = _load_snapshot(snapshot, snapshot_data) if snapshot is not None else None
-        result = _replay_pjrt(Path(path), options, log, data, unoptimized, unoptimized_data, snapshot_source)
-        result.log = "\n".join(lines)
-        return result
+        return replay_here(Path(path), options, sink, data=data, unoptimized=unoptimized, unoptimized_data=unoptimized_data,
+                           snapshot=snapshot, snapshot_data=snapshot_data)
     from .drivers import run_runner
 
     if snapshot is not None:
@@ -106,6 +108,36 @@ def replay_file(
         return result
 
 
+def replay_here(
+    path: Path,
+    options: ReplayOptions,
+    sink: Sink | None = None,
+    *,
+    data: bytes | None = None,
+    unoptimized: str | Path | None = None,
+    unoptimized_data: bytes | None = None,
+    snapshot: str | Path | None = None,
+    snapshot_data: bytes | None = None,
+    stage: Sink = lambda name: None,
+    optimized_failure: str | None = None,
+) -> ReplayResult:
+    """:func:`replay_file` on the built-in engine in this process (what the worker's child runs).
+
+    ``stage`` and ``optimized_failure``: see :func:`.engine.replay_with_pjrt`.
+    """
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if sink:
+            sink(line)
+
+    snapshot_source = _load_snapshot(snapshot, snapshot_data) if snapshot is not None else None
+    result = _replay_pjrt(Path(path), options, log, data, unoptimized, unoptimized_data, snapshot_source, stage, optimized_failure)
+    result.log = "\n".join(lines)
+    return result
+
+
 def _load_snapshot(path: str | Path, data: bytes | None):
     from .sources import SNAPSHOT, load_source
 
@@ -115,7 +147,7 @@ def _load_snapshot(path: str | Path, data: bytes | None):
     return snapshot
 
 
-def _replay_pjrt(path: Path, options, log, data, unoptimized, unoptimized_data, snapshot) -> ReplayResult:
+def _replay_pjrt(path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure) -> ReplayResult:
     from .engine import replay_with_pjrt
     from .sources import load_source, unoptimized_sibling
 
@@ -130,4 +162,4 @@ def _replay_pjrt(path: Path, options, log, data, unoptimized, unoptimized_data, 
         sibling = unoptimized_sibling(path) if data is None and os.path.exists(path) else None
         return load_source(sibling) if sibling else None
 
-    return replay_with_pjrt(source, options, log, load_unoptimized)
+    return replay_with_pjrt(source, options, log, load_unoptimized, stage=stage, optimized_failure=optimized_failure)

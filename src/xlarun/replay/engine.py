@@ -7,8 +7,8 @@ a run on ``reference_platform``, when one is given (rules in :mod:`.compare`).
 
 Optimized modules (``*_after_optimizations`` dumps, and the module inside every snapshot,
 which XLA records after optimization) do not survive the StableHLO route as they are. They are
-rewritten first (:mod:`.deoptimize`) and compiled once in a child process (:mod:`.probe`) since
-a failure there can abort the process; if either step fails, the same module's
+rewritten first (:mod:`.deoptimize`); XLA can abort on the rewritten module, so a replay runs in a
+child process (:mod:`.worker`) that tells which step it is in; if either step fails, the same module's
 ``before_optimizations`` dump is replayed instead, with the snapshot's arguments when there
 are any, and the result says so (``fell_back_to`` and a warning).
 """
@@ -26,13 +26,20 @@ from . import pjrt
 from .compare import Comparison, compare_outputs
 from .deoptimize import CannotDeoptimize, deoptimize_hlo_text
 from .fakedata import fake_arguments
+from .limits import check_data_size, check_text_nesting
 from .literals import describe, flatten
 from .options import ReplayOptions
-from .probe import probe_compile
 from .result import OutputSummary, ReplayResult
-from .sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes
+from .sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes, entry_result_shape, module_opcodes
 
 Log = Callable[[str], None]
+#: Opcodes that wait for the host to send data a replay never sends: the run would hang.
+WAITS_FOR_HOST = {
+    "infeed": "reads its input from the host (infeed)", "host-recv": "receives from the host (recv)",
+    "outfeed": "writes to the host (outfeed), which nobody reads", "host-send": "sends to the host (send), which nobody receives",
+}
+#: Opcodes whose numbers differ from compile to compile (XLA seeds ``rng`` per executable).
+RANDOM_OPCODES = ("rng", "rng-get-and-update-state")
 _PARTITIONS = re.compile(r"^HloModule [^\n]*\bnum_partitions=(\d+)", re.MULTILINE)
 
 
@@ -50,8 +57,17 @@ def replay_with_pjrt(
     options: ReplayOptions,
     log: Log,
     unoptimized: Callable[[], ReplaySource | None] = lambda: None,
+    *,
+    stage: Log = lambda name: None,
+    optimized_failure: str | None = None,
 ) -> ReplayResult:
-    """Replay one source on the built-in engine. ``unoptimized`` loads the fallback dump lazily."""
+    """Replay one source on the built-in engine. ``unoptimized`` loads the fallback dump lazily.
+
+    ``stage`` hears each step's name before it starts (``compile-optimized``, ``compile``, ``run``,
+    ``reference``), so the process that runs a replay in a child knows what XLA was doing if it
+    died; ``optimized_failure``: why the rewritten optimized module is not to be compiled again
+    (it killed the last child), so the fallback is taken at once.
+    """
     platform = pjrt.Platform(options.platform)
     reference = pjrt.Platform(options.reference_platform) if options.reference_platform else None
     result = ReplayResult(
@@ -64,24 +80,31 @@ def replay_with_pjrt(
     )
     _warn_about_source(source, result, log)
     try:
-        built = _build(source, platform, options, log, result, unoptimized)
+        built = _build(source, platform, options, log, result, unoptimized, stage, optimized_failure)
     except EngineError as exc:
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
         return result
     result.compile_s, result.route = built.compiled.compile_s, built.route
+    opcodes = module_opcodes(built.module_proto)
+    _refuse_host_waits(built.source, opcodes)
     arguments = _arguments(source, built, options, result)
     log(f"compiled {built.source.path.name} for {platform.describe()} in {built.compiled.compile_s:.3f} s")
     try:
+        stage("run")
         outputs = _execute(built.compiled, arguments, options.iterations, result, log)
+        stage("reference")
         comparisons = _compare(source, built, outputs, arguments, reference, options, result)
     except EngineError as exc:
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
         return result
     _conclude(result, comparisons, log)
+    _note_nonfinite(result, outputs, log)
+    _note_random(result, opcodes, log)
     result.outputs = [
-        OutputSummary(i, describe(out), _literal_text(out) if options.print_literals else None) for i, out in enumerate(outputs)
+        OutputSummary(i, describe(out), _literal_text(out) if options.print_literals and out is not None else None)
+        for i, out in enumerate(outputs)
     ]
     return result
 
@@ -98,11 +121,15 @@ def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> 
         log(message)
 
 
-def _build(source, platform, options, log, result, unoptimized) -> _Compiled:
+def _build(source, platform, options, log, result, unoptimized, stage, optimized_failure) -> _Compiled:
     """Compile the source, or its unoptimized dump when the optimized module cannot be."""
     if not source.optimized:
+        stage("compile")
         return _compile_plain(source, platform, options)
     try:
+        if optimized_failure:
+            raise EngineError(optimized_failure)
+        stage("compile-optimized")
         return _compile_optimized(source, platform, options, log)
     except EngineError as exc:
         reason = exc.message
@@ -120,23 +147,27 @@ def _build(source, platform, options, log, result, unoptimized) -> _Compiled:
     log(message)
     result.fell_back_to = str(fallback.path)
     _warn_about_source(fallback, result, log)
+    stage("compile")
     return _compile_plain(fallback, platform, options)
 
 
 def _module_proto(source: ReplaySource) -> bytes:
-    return source.module_proto if source.module_proto is not None else pjrt.text_to_module_proto(source.text)
+    if source.module_proto is not None:
+        return source.module_proto
+    check_text_nesting(source.text.encode("utf-8", errors="replace"), source.path.name)
+    return pjrt.text_to_module_proto(source.text)
 
 
 def _compile_plain(source: ReplaySource, platform, options) -> _Compiled:
     proto = _module_proto(source)
     stablehlo = pjrt.module_proto_to_stablehlo(proto)
-    if options.isolate == "always":
-        _probe_or_raise(stablehlo, platform, options)
     pjrt.prepare_custom_calls(proto)
     return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), None)
 
 
 def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compiled:
+    if source.text is not None:
+        check_text_nesting(source.text.encode("utf-8", errors="replace"), source.path.name)
     text = source.text if source.text is not None else pjrt.module_proto_to_text(source.module_proto)
     try:
         rewritten = deoptimize_hlo_text(text)
@@ -144,18 +175,10 @@ def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compile
         raise EngineError(exc.message) from exc
     proto = pjrt.text_to_module_proto(rewritten.text)
     stablehlo = pjrt.module_proto_to_stablehlo(proto)
-    if options.isolate != "never":
-        _probe_or_raise(stablehlo, platform, options)
     route = "deoptimized" + (f": {', '.join(rewritten.changes)}" if rewritten.changes else "")
     log(f"optimized module {source.path.name} rewritten for recompilation ({route})")
     pjrt.prepare_custom_calls(proto)
     return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), route)
-
-
-def _probe_or_raise(stablehlo: bytes, platform, options) -> None:
-    failure = probe_compile(stablehlo, platform.name, options.timeout_s)
-    if failure:
-        raise EngineError(failure)
 
 
 def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, result: ReplayResult) -> list:
@@ -168,6 +191,8 @@ def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, r
         )
     if not use_snapshot:
         result.arguments = "fake"
+        output = entry_result_shape(built.module_proto)
+        check_data_size(sum(s.nbytes() for s in shapes), output.nbytes() if output else 0, options.max_data_bytes)
         return fake_arguments(shapes, options.seed or 0)
     expected = [s.hlo_text() for s in shapes]
     actual = [describe(a) for a in source.arguments]
@@ -214,6 +239,63 @@ def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> 
     for comparison in comparisons:
         log(comparison.summary())
         result.mismatches.extend(comparison.problems)
+
+
+def _refuse_host_waits(source: ReplaySource, opcodes: dict[str, str]) -> None:
+    for opcode, what in WAITS_FOR_HOST.items():
+        if opcode in opcodes:
+            raise InputError(
+                f"{source.path.name} {what} in instruction {opcodes[opcode]}: a replay has no host side, so the run would wait forever",
+                "replay the module without its host transfers (infeed/outfeed/send/recv to the host), or on the job that serves them",
+            )
+
+
+def _note_nonfinite(result: ReplayResult, outputs: list, log: Log) -> None:
+    """Say which outputs hold NaN or Inf: a match of NaN with NaN is still worth a look."""
+    for index, value in enumerate(outputs):
+        counts = _nonfinite_counts(value)
+        if counts:
+            result.nonfinite_outputs.append(f"output {index} {describe(value)}: {counts}")
+    if not result.nonfinite_outputs:
+        return
+    message = f"outputs hold NaN or Inf: {'; '.join(result.nonfinite_outputs[:3])}" + (
+        f" (and {len(result.nonfinite_outputs) - 3} more)" if len(result.nonfinite_outputs) > 3 else ""
+    )
+    if result.arguments == "fake":
+        message += (
+            " - the arguments are fake data, uniform in [-1, 1): cholesky, log, sqrt, division and the like give "
+            "NaN or Inf on values their real inputs never take; replay a snapshot for the real ones"
+        )
+    result.warnings.append(message)
+    log(message)
+
+
+def _nonfinite_counts(value) -> str | None:
+    if value is None:
+        return None
+    array = np.asarray(value)
+    if array.dtype.kind not in "fc" and not _is_ml_float(array.dtype):
+        return None
+    wide = array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
+    nan, inf = int(np.isnan(wide).sum()), int(np.isinf(wide).sum())
+    parts = [f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else ""]
+    return f"{' and '.join(p for p in parts if p)} of {array.size}" if nan or inf else None
+
+
+def _is_ml_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "V" and "float" in dtype.name
+
+
+def _note_random(result: ReplayResult, opcodes: dict[str, str], log: Log) -> None:
+    """Name the instructions that draw random numbers: two compiles of them draw different ones."""
+    result.random_instructions = [f"{opcodes[op]} ({op})" for op in RANDOM_OPCODES if op in opcodes]
+    if not result.random_instructions:
+        return
+    message = f"the module draws random numbers ({', '.join(result.random_instructions)}): XLA seeds rng per compile"
+    if result.verdict == "mismatch":
+        message += ", so a mismatch against another compile (a snapshot's run, --reference-platform) is expected"
+    result.warnings.append(message)
+    log(message)
 
 
 def _literal_text(value: np.ndarray) -> str:

@@ -9,7 +9,11 @@ without ``--use_large_float_range``, so reductions do not overflow to inf:
 - complex: real and imaginary parts each uniform in [-1, 1);
 - signed integers: uniform in [-8, 8) clipped to the type's range; unsigned in [0, 16) clipped;
   small so that values used as indices, shift amounts or loop bounds stay sane;
-- pred: fair coin flips.
+- pred: fair coin flips;
+- tuples (nested too): a list of fake values, one per element; tokens: ``None`` (the engine passes
+  the empty array PJRT takes for a token); zero-sized arrays: empty arrays; bounded-dynamic
+  dimensions (``f32[<=8]``): filled to their bound, the size XLA gives such a parameter when no
+  runtime size is known. Anything else (opaque, buffer) is refused by name.
 
 Each parameter draws from its own stream (``seed`` and the parameter number), so adding a
 parameter does not change the values of the others.
@@ -37,8 +41,13 @@ def fake_arguments(shapes: list[Shape], seed: int = 0) -> list:
 def _fake(shape: Shape, rng: np.random.Generator):
     if shape.is_tuple:
         return [_fake(sub, rng) for sub in shape.tuple_shapes]
+    if shape.is_token:
+        return None
     if not shape.is_array:
-        raise InputError(f"cannot make fake data for a {shape.hlo_text()} parameter", "replay it with a snapshot")
+        raise InputError(
+            f"cannot make fake data for a {shape.hlo_text()} parameter (element type {shape.element_type})",
+            "replay it with a snapshot that holds its value",
+        )
     ptype = primitive_type(shape.element_type)
     dtype = numpy_dtype(ptype)
     dims = shape.dimensions

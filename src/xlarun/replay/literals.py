@@ -83,7 +83,7 @@ PRIMITIVE_TYPES: dict[int, PrimitiveType] = {
 TUPLE, OPAQUE_TYPE, TOKEN, BUFFER = 13, 14, 17, 34
 _BY_NAME = {t.name: t for t in PRIMITIVE_TYPES.values()}
 _LITERAL_SHAPE, _LITERAL_TUPLE = 1, 10
-_SHAPE_ELEMENT_TYPE, _SHAPE_DIMS, _SHAPE_TUPLE, _SHAPE_LAYOUT = 2, 3, 4, 5
+_SHAPE_ELEMENT_TYPE, _SHAPE_DIMS, _SHAPE_TUPLE, _SHAPE_LAYOUT, _SHAPE_DYNAMIC = 2, 3, 4, 5, 6
 _LAYOUT_MINOR_TO_MAJOR, _LAYOUT_TILES = 1, 6
 
 
@@ -123,6 +123,8 @@ class Shape:
     minor_to_major: tuple[int, ...] | None = None
     tuple_shapes: tuple[Shape, ...] = ()
     tiled: bool = False
+    #: Per dimension: True where the dimension is bounded-dynamic (``f32[<=8]``: at most 8).
+    dynamic: tuple[bool, ...] = ()
 
     @property
     def is_tuple(self) -> bool:
@@ -132,6 +134,27 @@ class Shape:
     def is_array(self) -> bool:
         return self.element_type in PRIMITIVE_TYPES
 
+    @property
+    def is_token(self) -> bool:
+        return self.element_type == TOKEN
+
+    def leaves(self) -> list[Shape]:
+        """The array and token shapes of a (nested) tuple shape, in the order XLA flattens them."""
+        if self.is_tuple:
+            return [leaf for sub in self.tuple_shapes for leaf in sub.leaves()]
+        return [self]
+
+    def nbytes(self) -> int:
+        """Bytes a value of this shape takes as numpy arrays (dynamic dimensions at their bound, sub-byte types one byte)."""
+        if self.is_tuple:
+            return sum(sub.nbytes() for sub in self.tuple_shapes)
+        if not self.is_array:
+            return 0
+        count = 1
+        for dim in self.dimensions:
+            count *= max(dim, 0)
+        return count * numpy_dtype(primitive_type(self.element_type)).itemsize
+
     def hlo_text(self) -> str:
         """The shape as HLO text prints it, without the layout: ``f32[3,4]``, ``(f32[], s32[2])``."""
         if self.is_tuple:
@@ -140,7 +163,8 @@ class Shape:
             return "token[]"
         if not self.is_array:
             return "opaque[]"
-        return f"{primitive_type(self.element_type).name}[{','.join(map(str, self.dimensions))}]"
+        dims = [("<=" if i < len(self.dynamic) and self.dynamic[i] else "") + str(d) for i, d in enumerate(self.dimensions)]
+        return f"{primitive_type(self.element_type).name}[{','.join(dims)}]"
 
 
 def decode_shape(data: bytes) -> Shape:
@@ -157,7 +181,8 @@ def decode_shape(data: bytes) -> Shape:
         order = repeated_varints(layout_fields.get(_LAYOUT_MINOR_TO_MAJOR, []))
         minor_to_major = tuple(order) if len(order) == len(dims) else None
         tiled = bool(layout_fields.get(_LAYOUT_TILES))
-    return Shape(element_type, dims, minor_to_major, tuple_shapes, tiled)
+    dynamic = tuple(bool(v) for v in repeated_varints(fields.get(_SHAPE_DYNAMIC, [])))
+    return Shape(element_type, dims, minor_to_major, tuple_shapes, tiled, dynamic if any(dynamic) else ())
 
 
 def decode_literal(data: bytes):

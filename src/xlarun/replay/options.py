@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
+from .limits import DEFAULT_MAX_DATA_BYTES
+
+#: Seconds the built-in engine's child may run when no --timeout is given.
+DEFAULT_ENGINE_TIMEOUT_S = 900.0
 
 ENGINES = ("auto", "pjrt", "run_hlo_module", "hlo_runner_main")
 INPUT_MODES = ("auto", "fake", "snapshot")
@@ -39,11 +43,16 @@ class ReplayOptions:
     #: Run the runner inside this container image (e.g. NVIDIA's JAX image, which carries hlo_runner_main);
     #: the runner is looked up in the image unless ``runner_path`` names its path there.
     image: str | None = None
-    #: Run the built-in engine in a child process, so an XLA CHECK failure cannot kill the caller.
-    #: ``auto``: only for optimized modules, whose recompile is where such aborts happen.
+    #: Where the built-in engine runs: ``auto``/``always``: in a child process under the memory and time
+    #: limits, so an XLA CHECK failure, a segfault or a hang becomes an ``engine-error``; ``never``: in
+    #: this process (faster for many small replays, but XLA can abort the caller).
     isolate: str = "auto"
-    #: Seconds a runner (or an isolated replay) may take before it is killed; ``None``: no limit.
+    #: Seconds a runner or the built-in engine's child may take before it is killed; ``None``: no limit
+    #: for runners, :data:`DEFAULT_ENGINE_TIMEOUT_S` for the built-in engine.
     timeout_s: float | None = None
+    #: Refuse fake arguments and results that would take more than this many bytes (0: no limit);
+    #: the child's address space is limited accordingly (:mod:`.limits`).
+    max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
 
     def validate(self) -> ReplayOptions:
         """Raise InputError for values no engine accepts; return self."""
@@ -54,6 +63,8 @@ class ReplayOptions:
             raise InputError(f"iterations must be at least 1, not {self.iterations}")
         if self.abs_error_bound < 0 or self.rel_error_bound < 0:
             raise InputError("error bounds cannot be negative")
+        if self.max_data_bytes < 0 or (self.timeout_s is not None and self.timeout_s <= 0):
+            raise InputError("--max-data-size cannot be negative and --timeout must be positive")
         return self
 
     def to_dict(self) -> dict:

@@ -308,15 +308,19 @@ class CompiledModule:
     device: Any
     compile_s: float
 
-    def upload(self, arguments: list[np.ndarray]) -> list:
-        """Copy host arrays to the device once, outside the timed loop."""
+    def upload(self, arguments: list) -> list:
+        """Copy host arrays to the device once, outside the timed loop.
+
+        Tuple-shaped parameters (lists, nested too) are flattened, as the StableHLO route flattens
+        them into one parameter per element; a token (``None``) becomes the empty array PJRT takes for it.
+        """
         import jax
 
         switch = _x64_switch()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # the experimental switch warns on some versions
             with switch(True):  # keep 64-bit arguments 64-bit: the module's types are fixed
-                return [jax.device_put(np.asarray(a), self.device) for a in arguments]
+                return [jax.device_put(_host_array(a), self.device) for a in _flat_arguments(arguments)]
 
     def run(self, device_arguments: list) -> tuple[list, float]:
         """Execute once; return the device outputs (tuples flattened) and the seconds it took."""
@@ -330,8 +334,29 @@ class CompiledModule:
         return outputs, time.perf_counter() - start
 
     @staticmethod
-    def download(outputs: list) -> list[np.ndarray]:
-        return [np.asarray(out) for out in outputs]
+    def download(outputs: list) -> list[np.ndarray | None]:
+        """Host copies of the outputs; ``None`` for a token (it has no value)."""
+        return [_download_one(out) for out in outputs]
+
+
+def _flat_arguments(arguments: list) -> list:
+    flat = []
+    for argument in arguments:
+        flat.extend(_flat_arguments(argument) if isinstance(argument, list) else [argument])
+    return flat
+
+
+def _host_array(value) -> np.ndarray:
+    return np.zeros((0,), np.bool_) if value is None else np.asarray(value)
+
+
+def _download_one(output) -> np.ndarray | None:
+    try:
+        return np.asarray(output)
+    except Exception as exc:  # jaxlib's runtime error: a token buffer has no array
+        if "token" in str(exc).lower():
+            return None
+        raise EngineError(f"reading an output back failed: {_first_line(exc)}") from exc
 
 
 class Platform:
@@ -409,5 +434,15 @@ def _single_device_assignment(xla_client, device):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The error's first line, and the line after it when the first is only a status or a location.
+
+    XLA often writes ``INVALID_ARGUMENT: ...:`` or ``<unknown>:0: error: loc(...)`` first and the
+    explanation on the next line; a message without it names no cause.
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first = lines[0]
+    if len(lines) > 1 and (first.endswith(":") or len(first) < 48):
+        return f"{first} {lines[1]}"
+    return first

@@ -49,11 +49,19 @@ class ReplayResult:
     #: Structural problems and the first mismatching elements, one line each.
     mismatches: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Outputs holding NaN or Inf, one line each (``output 0 f32[4,4]: 16 NaN of 16``); said beside any verdict.
+    nonfinite_outputs: list[str] = field(default_factory=list)
+    #: Instructions that draw random numbers (``rng.3 (rng)``): they differ from compile to compile.
+    random_instructions: list[str] = field(default_factory=list)
     outputs: list[OutputSummary] = field(default_factory=list)
     #: The runner's argv, for the run_hlo_module and hlo_runner_main drivers.
     command: list[str] | None = None
     #: Why the engine failed, for verdict ``engine-error``.
     error: str | None = None
+    #: For ``engine-error``: the step it failed in (``compile``, ``run``...) and, when the engine's process
+    #: died, how (``SIGSEGV``, ``XLA CHECK failure``, ``timeout``, ``out of memory``).
+    failed_step: str | None = None
+    crash: str | None = None
     #: Everything the engine printed (runners) or logged (built-in engine).
     log: str = ""
 

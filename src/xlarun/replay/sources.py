@@ -30,7 +30,9 @@ _OPTIMIZED_NAME = re.compile(r"(^|[._])([\w.\-]*_)?after_optimizations([.\-]|$)"
 _OPTIMIZED_HEADER = re.compile(r"^HloModule [^\n]*\bis_scheduled=true", re.MULTILINE)
 
 TEXT, HLO_PROTO, MODULE_PROTO, SNAPSHOT = "text", "hlo_proto", "module_proto", "snapshot"
-_MODULE_NAME, _MODULE_HOST_PROGRAM_SHAPE, _MODULE_SCHEDULE, _PROGRAM_SHAPE_PARAMETERS = 1, 4, 7, 1
+_MODULE_NAME, _MODULE_COMPUTATIONS, _MODULE_HOST_PROGRAM_SHAPE, _MODULE_SCHEDULE = 1, 3, 4, 7
+_PROGRAM_SHAPE_PARAMETERS, _PROGRAM_SHAPE_RESULT = 1, 2
+_COMPUTATION_INSTRUCTIONS, _INSTRUCTION_NAME, _INSTRUCTION_OPCODE, _INSTRUCTION_IS_HOST_TRANSFER = 2, 1, 2, 47
 #: What follows the module's ``module_NNNN.<name>`` prefix in an optimized dump or a snapshot.
 _OPTIMIZED_SUFFIX = re.compile(
     r"\.(?:snapshot\.-?\d+\.pb|execution_\d+\.hlo_snapshot\.pb"
@@ -161,12 +163,38 @@ def _is_scheduled(module_proto: bytes) -> bool:
     return _MODULE_SCHEDULE in fields_by_number(module_proto)
 
 
-def entry_parameter_shapes(module_proto: bytes) -> list[literals.Shape]:
-    """Parameter shapes of the entry computation (HloModuleProto.host_program_shape.parameters)."""
+def _program_shape(module_proto: bytes) -> dict:
     program_shape = first(fields_by_number(module_proto), _MODULE_HOST_PROGRAM_SHAPE)
     if not isinstance(program_shape, bytes):
         raise InputError("the module has no entry signature (host_program_shape)", "is it a complete HLO module?")
-    return [literals.decode_shape(raw) for raw in fields_by_number(program_shape).get(_PROGRAM_SHAPE_PARAMETERS, [])]
+    return fields_by_number(program_shape)
+
+
+def entry_parameter_shapes(module_proto: bytes) -> list[literals.Shape]:
+    """Parameter shapes of the entry computation (HloModuleProto.host_program_shape.parameters)."""
+    return [literals.decode_shape(raw) for raw in _program_shape(module_proto).get(_PROGRAM_SHAPE_PARAMETERS, [])]
+
+
+def entry_result_shape(module_proto: bytes) -> literals.Shape | None:
+    """The entry computation's result shape (host_program_shape.result), ``None`` when the proto has none."""
+    raw = first(_program_shape(module_proto), _PROGRAM_SHAPE_RESULT)
+    return literals.decode_shape(raw) if isinstance(raw, bytes) else None
+
+
+def module_opcodes(module_proto: bytes) -> dict[str, str]:
+    """Opcode -> the name of its first instruction, over every computation of the module.
+
+    A host transfer (``send``/``recv`` with ``is_host_transfer``) is listed as ``host-send``/``host-recv``.
+    """
+    found: dict[str, str] = {}
+    for computation in fields_by_number(module_proto).get(_MODULE_COMPUTATIONS, []):
+        for raw in fields_by_number(computation).get(_COMPUTATION_INSTRUCTIONS, []):
+            instruction = fields_by_number(raw)
+            opcode = as_str(first(instruction, _INSTRUCTION_OPCODE)) or "?"
+            if opcode in ("send", "recv") and first(instruction, _INSTRUCTION_IS_HOST_TRANSFER):
+                opcode = f"host-{opcode}"
+            found.setdefault(opcode, as_str(first(instruction, _INSTRUCTION_NAME)) or "?")
+    return found
 
 
 def unoptimized_sibling(path: Path) -> Path | None:

@@ -1,0 +1,330 @@
+"""Replays and conversions in a child process, where XLA crashing or hanging cannot take the caller down.
+
+XLA answers some inputs with a ``CHECK`` failure (an abort), a segfault or a wait that never ends
+(a module reading infeed). :class:`ReplayWorker` runs the built-in engine in a child process
+(``python -m xlarun.replay.worker``) under an address-space limit and a time limit; a child that dies
+becomes a :class:`ReplayResult` with verdict ``engine-error``, the step it died in and how
+(``failed_step``, ``crash``), and the next request starts a fresh child. One worker serves request
+after request, so a batch of replays costs one Python start and one jax import, not one per module.
+
+Protocol: one JSON request per line on the child's stdin; the child answers on its own channel (its
+original stdout; fd 1 is pointed at stderr so nothing else can write there) with ``{"log": line}``
+and ``{"stage": step}`` lines, then one ``{"result": ...}``, ``{"converted": ...}``, ``{"error": ...}``
+(an XlarunError, raised again here) or ``{"bug": traceback}`` (raised as a RuntimeError here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import errors
+from ..errors import EngineError, XlarunError
+from .limits import address_space_limit
+from .options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
+from .result import ReplayResult
+
+Sink = Callable[[str], None]
+_STEPS = {
+    "start": "starting the engine", "compile": "compiling", "compile-optimized": "compiling the rewritten optimized module",
+    "run": "running", "reference": "running on the reference platform", "convert": "converting",
+}
+
+
+class ReplayWorker:
+    """A child process that replays (and converts) module after module; use as a context manager.
+
+    ``replay`` takes what :func:`xlarun.replay.replay_file` takes and returns its result, or an
+    ``engine-error`` result when the child died or ran past ``options.timeout_s``; input errors and a
+    missing engine are raised here as they would be in-process.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self._limit: int | None = None
+        self._stderr = None
+        self._buffer = b""
+        self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-worker-")
+
+    def __enter__(self) -> ReplayWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def replay(self, path: str | Path, options: ReplayOptions, sink: Sink | None = None, *, data: bytes | None = None,
+               unoptimized: str | Path | None = None, unoptimized_data: bytes | None = None,
+               snapshot: str | Path | None = None, snapshot_data: bytes | None = None) -> ReplayResult:
+        request = {
+            "kind": "replay", "path": str(path), "options": options.to_dict(), "optimized_failure": None,
+            "data_file": self._spill("data", data),
+            "unoptimized": str(unoptimized) if unoptimized is not None else None,
+            "unoptimized_data_file": self._spill("unoptimized", unoptimized_data),
+            "snapshot": str(snapshot) if snapshot is not None else None,
+            "snapshot_data_file": self._spill("snapshot", snapshot_data),
+        }
+        timeout_s = options.timeout_s or DEFAULT_ENGINE_TIMEOUT_S
+        lines: list[str] = []
+
+        def log(line: str) -> None:
+            lines.append(line)
+            if sink:
+                sink(line)
+
+        answer, step, crash = self._ask(request, options.max_data_bytes, timeout_s, log)
+        first_crash = None
+        if crash and step == "compile-optimized":  # the rewrite killed XLA: replay the unoptimized dump instead
+            first_crash = crash
+            request["optimized_failure"] = f"{crash.message} while compiling the rewritten module"
+            log(f"engine died while compiling the rewritten optimized module ({crash.message}); trying its unoptimized dump")
+            answer, step, crash = self._ask(request, options.max_data_bytes, timeout_s, log)
+        if crash:
+            return _crashed_result(Path(path), options, step, crash, lines)
+        result = ReplayResult.from_dict(answer["result"])
+        if first_crash and result.verdict == "engine-error":
+            result.failed_step, result.crash = "compile-optimized", first_crash.kind
+        return result
+
+    def convert(self, path: str | Path, to: str, data: bytes | None = None, timeout_s: float | None = None):
+        """:func:`xlarun.replay.convert.convert_hlo` in the child; EngineError when XLA dies doing it."""
+        from .convert import Converted
+
+        output = os.path.join(self._tmp.name, "converted")
+        request = {"kind": "convert", "path": str(path), "to": to, "data_file": self._spill("data", data), "output": output}
+        answer, step, crash = self._ask(request, None, timeout_s or DEFAULT_ENGINE_TIMEOUT_S, lambda line: None)
+        if crash:
+            raise EngineError(f"XLA {crash.message} while converting {Path(path).name}", crash.hint)
+        converted = answer["converted"]
+        return Converted(Path(output).read_bytes(), converted["module_name"], converted["warnings"])
+
+    def close(self) -> None:
+        self._stop()
+        self._tmp.cleanup()
+
+    # ---- the child ----
+
+    def _spill(self, name: str, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        path = os.path.join(self._tmp.name, name)
+        Path(path).write_bytes(data)
+        return path
+
+    def _start(self, limit: int | None) -> subprocess.Popen:
+        self._stop()
+        stderr_path = os.path.join(self._tmp.name, "stderr")
+        self._stderr = open(stderr_path, "a+b")  # O_APPEND: truncating it between requests is safe
+        self.starts += 1
+        self._limit = limit
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+        )
+        self._buffer = b""
+        return self.proc
+
+    def _stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            stream.close()
+        self.proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _ask(self, request: dict, limit: int | None, timeout_s: float, log: Sink) -> tuple[dict | None, str, _Crash | None]:
+        """Send one request; (answer, last step, None), or (None, the step it died in, how) when the child died."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None or (request["kind"] == "replay" and limit != self._limit):
+            proc = self._start(limit if request["kind"] == "replay" else self._limit)
+        self._stderr.truncate(0)
+        step = "start"
+        try:
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.flush()
+        except BrokenPipeError:
+            return None, step, self._died(step, timed_out=False)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            line = self._read_line(deadline)
+            if line is None:  # the channel closed (the child died), or time ran out
+                return None, step, self._died(step, timed_out=time.monotonic() >= deadline, timeout_s=timeout_s)
+            message = json.loads(line)
+            if "log" in message:
+                log(message["log"])
+            elif "stage" in message:
+                step = message["stage"]
+            elif "error" in message:
+                raise _error_from(message["error"])
+            elif "bug" in message:
+                raise RuntimeError(f"xlarun's replay worker failed:\n{message['bug']}")
+            else:
+                return message, step, None
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """The child's next line, or None when it closed its channel or the deadline passed."""
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _died(self, step: str, *, timed_out: bool, timeout_s: float = 0.0) -> _Crash:
+        proc = self.proc
+        if timed_out:
+            proc.kill()
+        proc.wait()
+        self._stderr.seek(0)
+        stderr = self._stderr.read().decode("utf-8", errors="replace")
+        crash = _Crash.of(proc.returncode, stderr, timed_out, timeout_s, self._limit)
+        self._stop()
+        return crash
+
+
+class _Crash:
+    """How the child died: ``kind`` (``XLA CHECK failure``, ``SIGSEGV``, ``timeout``...) and a message."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None):
+        self.kind, self.message, self.hint = kind, message, hint
+
+    @classmethod
+    def of(cls, returncode: int, stderr: str, timed_out: bool, timeout_s: float, limit: int | None) -> _Crash:
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        if timed_out:
+            return cls("timeout", f"did not finish within {timeout_s:g} s and was stopped",
+                       "allow more time with --timeout, or look for a loop that never ends")
+        check = next((line for line in lines if "Check failed" in line or "CHECK failed" in line), None)
+        if check:
+            return cls("XLA CHECK failure", f"aborted on a CHECK failure ({check.split('] ', 1)[-1][:300]})",
+                       "XLA refuses this module with an assertion; a newer jaxlib may report it as an error")
+        fatal = next((line for line in lines if line.startswith("F") and "] " in line[:60]), None)
+        memory = any("MemoryError" in line or "bad_alloc" in line or "Out of memory" in line for line in lines)
+        if memory or (returncode == -signal.SIGKILL and limit):
+            from .limits import format_size
+
+            where = f" (its address space is limited to {format_size(address_space_limit(limit))})" if limit else ""
+            return cls("out of memory", f"ran out of memory{where}", "raise --max-data-size, or replay a smaller module")
+        if returncode < 0:
+            name = _signal_name(-returncode)
+            detail = f": {fatal.split('] ', 1)[-1][:300]}" if fatal else ""
+            return cls(name, f"crashed with {name}{detail}", "this is a bug in XLA or jaxlib; the module reproduces it")
+        last = lines[-1][:300] if lines else "no message"
+        return cls(f"exit {returncode}", f"stopped with exit code {returncode} ({last})", None)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _error_from(payload: dict) -> XlarunError:
+    kind = getattr(errors, payload.get("class", ""), None)
+    if not (isinstance(kind, type) and issubclass(kind, XlarunError)) or kind is errors.SpecError:
+        kind = XlarunError
+    return kind(payload["message"], payload.get("hint"), exit_code=errors.ExitCode(payload["exit_code"]))
+
+
+def _guess_input_kind(path: Path) -> str:
+    name = path.name.removesuffix(".gz")
+    if ".snapshot." in name or name.endswith("hlo_snapshot.pb"):
+        return "snapshot"
+    return "proto" if name.endswith(".pb") else "text-large-constants"
+
+
+def _crashed_result(path: Path, options: ReplayOptions, step: str, crash: _Crash, lines: list[str]) -> ReplayResult:
+    doing = _STEPS.get(step, step)
+    error = f"the engine's process {crash.message} while {doing}"
+    lines.append(f"engine error: {error}")
+    return ReplayResult(
+        engine="pjrt", platform={"host": "cpu", "gpu": "cuda"}.get(options.platform.lower(), options.platform.lower()), source=str(path), input_kind=_guess_input_kind(path),
+        verdict="engine-error", error=error + (f" ({crash.hint})" if crash.hint else ""), failed_step=step, crash=crash.kind,
+        log="\n".join(lines),
+    )
+
+
+# ---- the child's side ----
+
+
+def _serve(channel) -> int:
+    def send(message: dict) -> None:
+        channel.write((json.dumps(message) + "\n").encode())
+        channel.flush()
+
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            send(_handle(request, send))
+        except XlarunError as exc:
+            send({"error": {"class": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}})
+        except MemoryError:
+            sys.stderr.write("MemoryError\n")
+            sys.stderr.flush()
+            os._exit(3)  # the parent reads it as running out of memory
+        except Exception:
+            import traceback
+
+            send({"bug": traceback.format_exc()})
+    return 0
+
+
+def _handle(request: dict, send: Callable[[dict], None]) -> dict:
+    def read(key: str) -> bytes | None:
+        return Path(request[key]).read_bytes() if request.get(key) else None
+
+    if request["kind"] == "convert":
+        from .convert import convert_hlo
+
+        send({"stage": "convert"})
+        converted = convert_hlo(request["path"], request["to"], read("data_file"), in_process=True)
+        Path(request["output"]).write_bytes(converted.data)
+        return {"converted": {"module_name": converted.module_name, "warnings": converted.warnings}}
+    from . import replay_here
+
+    options = ReplayOptions(**{**request["options"], "isolate": "never"})
+    result = replay_here(
+        Path(request["path"]), options, lambda line: send({"log": line}), data=read("data_file"),
+        unoptimized=request["unoptimized"], unoptimized_data=read("unoptimized_data_file"),
+        snapshot=request["snapshot"], snapshot_data=read("snapshot_data_file"),
+        stage=lambda name: send({"stage": name}), optimized_failure=request["optimized_failure"],
+    )
+    return {"result": result.to_dict()}
+
+
+def _main(argv: list[str]) -> int:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core file the size of the process
+    limit = int(argv[0]) if argv else 0
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything else printed goes to stderr, never into the answers
+    return _serve(channel)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
