@@ -24,3 +24,27 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("torture figures")
     for name, numbers in _FIGURES:
         terminalreporter.write_line(f"{name}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
+
+
+REAL_DUMP_JOB = """
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
+g = jax.jit(lambda x, y: (jnp.sin(x) * y).mean(axis=0))
+print(float(f(jnp.ones((8, 8)))), g(jnp.ones((4, 4)), jnp.ones((4, 4))).shape)
+"""
+
+
+@pytest.fixture(scope="session")
+def real_dump(tmp_path_factory):
+    """A real JAX dump folder, pass by pass, text and proto (about 270 files), made once per session."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    folder = tmp_path_factory.mktemp("real-dump")
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_dump_to={folder} --xla_dump_hlo_pass_re=.* --xla_dump_hlo_as_text --xla_dump_hlo_as_proto")
+    subprocess.run([sys.executable, "-c", REAL_DUMP_JOB], env=env, check=True, capture_output=True, timeout=300)
+    assert len(os.listdir(folder)) > 100
+    return folder

@@ -23,7 +23,8 @@ dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.sta
 names = sorted(os.listdir(src))
 print("ready", flush=True)
 for i, name in enumerate(names):
-    shutil.copyfile(os.path.join(src, name), os.path.join(dump, name))
+    copy = shutil.copytree if os.path.isdir(os.path.join(src, name)) else shutil.copyfile
+    copy(os.path.join(src, name), os.path.join(dump, name))
     if i % 8 == 0:
         time.sleep(float(sys.argv[2]))
 print("done", len(names), flush=True)

@@ -1,0 +1,98 @@
+"""kill -9 at random points of capture, archive and recovery: no run is ever half-visible, the store stays
+sound, and ``xlarun recover`` turns every killed capture into a run (runs lost: 0).
+
+Kills land two ways: at a kill point (``XLARUN_KILL_AT``, between the archive's steps: a pack written,
+listed in the pack table, every pack written, the archived list written, the raw files moved aside, the
+metadata written, the rename done, the index updated; or the Nth kill point, whatever it is), and by
+``kill -9`` from outside after a random delay while the job runs or xlarun archives.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from xlarun.recover import recover_runs
+from xlarun.store import Store
+
+from ..conftest import write_spec
+from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
+
+CAPTURE_POINTS = ("job-ended", "pack-written", "pack-listed", "packs-written", "archived-listed", "raw-discarded",
+                  "metadata-written", "committed", "indexed")
+RECOVER_POINTS = ("pack-written", "recover-archived", "archived-listed", "metadata-written", "committed")
+JOB = REPLAY_JOB + "open(sys.argv[3], 'a').write(f'{os.getpid()}\\n')\n"
+
+
+def _visible(root: Path) -> set[str]:
+    runs = root / "runs"
+    return {p.name for p in runs.iterdir() if (p / "files.json").exists()} if runs.is_dir() else set()
+
+
+def _job_pids(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
+    rng = random.Random(int(os.environ.get("XLARUN_TORTURE_SEED", "18")))
+    trials = 240 if soak else 12
+    root = tmp_path / "store"
+    pids = tmp_path / "job.pids"
+    spec = write_spec(tmp_path / "spec", f"name: replay\nscript: job.py\nargs: [{real_dump}, '0.01', {pids}]\ntimeout: 120s\n", JOB)
+    figures_by = Counter()
+    landed = Counter()
+    lost = crashes = hangs = 0
+    started = time.monotonic()
+    for trial in range(trials):
+        before = _visible(root)
+        how = rng.choice(("point", "point", "nth", "outside"))
+        env = {"XLARUN_KILL_TRACE": str(tmp_path / "trace")}
+        if how == "point":
+            point = rng.choice(CAPTURE_POINTS)
+            env["XLARUN_KILL_AT"] = f"{point}:{rng.randint(1, 6) if point.startswith('pack-') else 1}"
+        elif how == "nth":
+            env["XLARUN_KILL_AT"] = str(rng.randint(1, 16))
+        proc = xlarun("capture", str(spec), *(() if how == "outside" else ("-q",)), store=root, env=env)
+        if how == "outside":
+            wait_for_line(proc, "ready")
+            time.sleep(rng.uniform(0, 1.5))
+            proc.send_signal(signal.SIGKILL)
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            hangs += 1
+            proc.kill()
+            code = proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        figures_by["kills" if code == -signal.SIGKILL else "kill_not_reached" if code == 0 else f"exit_{code}"] += 1
+        crashes += code == 4
+        wait_gone(_job_pids(pids))  # a job whose xlarun was killed runs on, orphaned, to its end
+        if code == -signal.SIGKILL and rng.random() < 0.3:  # kill the recovery too, at one of its steps
+            again = xlarun("recover", store=root, env={**env, "XLARUN_KILL_AT": f"{rng.choice(RECOVER_POINTS)}:1"})
+            again.communicate(timeout=120)
+            figures_by["recoveries_killed" if again.returncode == -signal.SIGKILL else "recoveries_not_killed"] += 1
+            crashes += again.returncode == 4
+        if trial % 5 == 0:
+            assert_sound(root)  # before recovery: nothing half-visible
+        store = Store.open(root)
+        done = recover_runs(store)
+        store.close()
+        assert all(r.error is None for r in done), done
+        new = _visible(root) - before
+        lost += len(new) != 1
+    for line in (tmp_path / "trace").read_text().split() if (tmp_path / "trace").exists() else []:
+        landed[line] += 1
+    state = assert_sound(root)
+    statuses = Counter(state.statuses.values())
+    figures(trials=trials, kills_injected=figures_by["kills"], **{k: v for k, v in figures_by.items() if k != "kills"},
+            runs=len(state.runs), runs_lost=lost, exit4_crashes=crashes, hangs=hangs, statuses=dict(statuses),
+            kills_landed_at=dict(landed), seconds=round(time.monotonic() - started, 1))
+    assert (lost, crashes, hangs) == (0, 0, 0)
+    assert len(state.runs) == trials and state.leftovers == 0
+    assert figures_by["kills"] >= trials // 2
