@@ -296,7 +296,8 @@ class Module(_Shown):
         return self._store.run(self.run_id)
 
     def text(self, stage: str = "before_optimizations", *, pass_name: str | None = None, step: int | None = None) -> str:
-        """The module's HLO text at a stage (``before_optimizations``, ``after_optimizations``) or after a pass (``xlarun cat``)."""
+        """The module's HLO text at a stage (``before_optimizations``, ``after_optimizations``, or ``before``/``after``)
+        or after a pass (``pass_name``, ``step``), as ``xlarun cat`` prints it."""
         return self.read(self._text_file(stage, pass_name, step)).decode("utf-8", errors="replace")
 
     def read(self, file: FileInfo | str) -> bytes:
@@ -306,8 +307,9 @@ class Module(_Shown):
 
     def _text_file(self, stage: str | None, pass_name: str | None, step: int | None) -> FileInfo:
         from .commands.navigate import _pick_file
+        from .render import stage_key
 
-        return _pick_file(self.info, stage, pass_name, step, "text")
+        return _pick_file(self.info, stage_key(stage), pass_name, step, "text")  # "after", "cpu_after_optimizations" work too
 
     def diff(self, other: str | Module | Run | None = None, *, pass_name: str | None = None, from_step: int | None = None,
              to_step: int | None = None, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> Diff:
