@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import html
 import io
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,8 @@ def capture_printed(printer: Callable[..., Any], *args: Any, **kwargs: Any) -> P
             printer(*args, **kwargs)
         except typer.Exit:  # a command's exit code: the text is what matters here
             pass
-    return Printed(buffer.getvalue().rstrip("\n"), blocks)
+    # a kernel may force colours (FORCE_COLOR): the text is what a pipe gets, without escapes
+    return Printed(_ANSI.sub("", buffer.getvalue()).rstrip("\n"), blocks)
 
 
 # --- HTML ------------------------------------------------------------------------------------------
