@@ -196,3 +196,14 @@ def test_a_modules_html_renders_in_chromium(captured, tmp_path):
         browser.close()
     assert errors == []
     assert (tmp_path / "module.png").stat().st_size > 5_000
+
+
+def test_report_bundle_and_import_from_python(captured, tmp_path):
+    store, plain, _passes, _other = captured
+    index = plain.report(tmp_path / "report")
+    assert index == tmp_path / "report" / "index.html" and "jit_layer" in index.read_text()
+    bundle = plain.main.bundle(tmp_path / "layer.zip")
+    other = xlarun.open_store(tmp_path / "other")
+    imported = other.import_dump(bundle)
+    assert imported.kind == "import" and imported.main.fingerprint == plain.main.fingerprint
+    assert other.module("jit_layer").replay().verdict == "match"
