@@ -265,15 +265,20 @@ class BlobStore:
 
     # --- checking and collecting -------------------------------------------------------------
 
-    def verify(self, digest: str) -> str | None:
-        """None when the file's bytes decode and hash to ``digest``; else what is wrong (``xlarun check``)."""
+    def verify(self, digest: str, use_cache: bool = False) -> str | None:
+        """None when the file's bytes decode and hash to ``digest``; else what is wrong (``xlarun check``).
+        ``use_cache``: packs decoded since :meth:`forget_decoded` may be reused (a check decodes each once)."""
         try:
-            data = self._get(digest, 0, use_cache=False)
+            data = self._get(digest, 0, use_cache=use_cache)
         except StoreError as exc:
             return exc.message
         except (OSError, ValueError) as exc:
             return f"blob {digest[:12]} cannot be read: {exc}"
         return None if _names(data, digest) else f"blob {digest[:12]} does not hash to its name"
+
+    def forget_decoded(self) -> None:
+        """Drop every decoded blob and pack kept in memory: what is read next comes from the disk."""
+        self._cache = _DecodedCache(CACHE_BYTES)
 
     def verify_pack(self, name: str) -> str | None:
         """None when a pack's bytes match its name and its header agrees with ``packs.sqlite``."""

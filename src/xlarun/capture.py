@@ -244,6 +244,8 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
+        if result.details.get("stopped_leftovers"):
+            warnings.append(str(result.details["stopped_leftovers"]))
         signal_name = stop.signal_name
         if signal_name and result.status == RunStatus.INTERRUPTED:
             warnings.append(f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived")

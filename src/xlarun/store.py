@@ -385,8 +385,9 @@ class Store:
             done += 1
             if progress:
                 progress(done, total)
+        self.blobs.forget_decoded()  # read from the disk, each pack once (not once per file it holds)
         for sha, uses in sorted(by_sha.items(), key=lambda kv: kv[1]):
-            problem = self.blobs.verify(sha)
+            problem = self.blobs.verify(sha, use_cache=True)
             if problem:
                 report.damaged += [{"run": run_id, "path": path, "problem": problem} for run_id, path in uses]
             done += 1

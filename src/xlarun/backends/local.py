@@ -14,6 +14,8 @@ from .base import Job, JobPaths, LaunchResult, OutputSink, RunStatus
 
 #: After SIGTERM, how long the job gets to exit before SIGKILL.
 GRACE_S = 5.0
+#: After the job's main process exits, how long the processes it left in its group get to end on their own.
+LEFTOVER_GRACE_S = 2.0
 
 
 def utc_now() -> str:
@@ -35,6 +37,31 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    try:
+        os.killpg(proc.pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _stop_leftovers(proc: subprocess.Popen) -> bool:
+    """The job's main process has exited: give what it left running in its process group (a writer, a
+    server) a moment to end, then stop it, so that nothing writes into the run while it is archived and
+    the output pipes close. Returns whether anything had to be stopped."""
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _group_alive(proc):
+        if time.monotonic() >= deadline:
+            _signal_group(proc, signal.SIGTERM)
+            end = time.monotonic() + GRACE_S
+            while _group_alive(proc) and time.monotonic() < end:
+                time.sleep(0.05)
+            _signal_group(proc, signal.SIGKILL)
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -96,9 +123,12 @@ class LocalBackend:
         except KeyboardInterrupt:
             status = RunStatus.INTERRUPTED
             _stop(proc)
+        details: dict[str, object] = {"pid": proc.pid}
+        if status is None and _stop_leftovers(proc):
+            details["stopped_leftovers"] = f"processes the job left running in its process group were stopped {LEFTOVER_GRACE_S:g} s after it exited"
         for pump in pumps:
             pump.join(timeout=10)
         exit_code = proc.returncode
         if status is None:
             status = RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
-        return LaunchResult(status, exit_code, started, utc_now(), details={"pid": proc.pid})
+        return LaunchResult(status, exit_code, started, utc_now(), details=details)
