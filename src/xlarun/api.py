@@ -331,11 +331,10 @@ class Module(_Shown):
     def _other(self, other: str | Module | Run) -> Module:
         if isinstance(other, Module):
             return other
-        if isinstance(other, Run):
-            other = other.id
+        ref = other.id if isinstance(other, Run) else other
         from .commands.see import _other_module
 
-        return Module(self._store, _other_module(self._store.store, self.info, other))
+        return Module(self._store, _other_module(self._store.store, self.info, ref))
 
     def render(self, output: str | Path | None = None, *, stage: str | None = None, pass_name: str | None = None, step: int | None = None,
                format: str = "svg", around: str | None = None, depth: int = 3, expand: Sequence[str] = (), expand_fusions: bool = False,

@@ -39,7 +39,7 @@ def compiler_options_for(dump_dir: str | Path, *, pass_re: str | None = None, sn
     from .flags import xla_flags_for
     from .spec import DumpSpec
 
-    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,
+    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,  # type: ignore[arg-type]
                     extra_xla_flags=list(extra_xla_flags))
     options: dict[str, Any] = {}
     for flag in xla_flags_for(SimpleNamespace(dump=dump, framework="jax"), str(dump_dir)):  # type: ignore[arg-type]
@@ -97,9 +97,8 @@ def _compilation_cache_off() -> Iterator[None]:
     """JAX's persistent cache off for this compile only: a hit would compile (and dump) nothing."""
     import jax
 
-    try:
-        before = jax.config.jax_enable_compilation_cache
-    except AttributeError:  # a JAX without the switch has no persistent cache on by default
+    before = getattr(jax.config, "jax_enable_compilation_cache", None)
+    if before is None:  # a JAX without the switch has no persistent cache on by default
         yield
         return
     jax.config.update("jax_enable_compilation_cache", False)
