@@ -151,11 +151,11 @@ STYLE = """<style>
 .xlarun th { border-bottom: 1px solid #999; }
 .xlarun td.num, .xlarun th.num { text-align: right; }
 .xlarun caption { text-align: left; font-weight: bold; }
-.xlarun .pairs th { border: none; color: #555; font-weight: normal; }
+.xlarun .pairs th { border: none; color: #555; font-weight: normal; white-space: nowrap; }
 .xlarun .line { font-family: monospace; white-space: pre-wrap; }
 .xlarun .bold { font-weight: bold; } .xlarun .warning { color: #a60; } .xlarun .error { color: #c00; } .xlarun .ok { color: #080; }
 .xlarun .diff-add { color: #080; } .xlarun .diff-del { color: #c00; } .xlarun .diff-hunk { color: #088; }
-.xlarun .graph { max-width: 100%; overflow: auto; border: 1px solid #ddd; }
+.xlarun .graph { max-width: 100%; max-height: 640px; overflow: auto; border: 1px solid #ddd; }
 </style>"""
 
 _e = html.escape
