@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -58,15 +59,21 @@ class _LogSink:
     """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
 
     def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
-        self.files = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}
+        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}
         self.echo = echo
         self.prefix = prefix
         self.lock = threading.Lock()
+        self.error: str | None = None
 
     def __call__(self, stream: str, text: str) -> None:
         with self.lock:
-            self.files[stream].write(text)
-            self.files[stream].flush()
+            if self.files[stream] is not None:
+                try:
+                    self.files[stream].write(text)
+                    self.files[stream].flush()
+                except OSError as exc:  # a full disk: keep reading the job's output (else it blocks), say so
+                    self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
+                    self._close(stream)
             if self.echo:
                 target = sys.stdout if stream == "stdout" else sys.stderr
                 if self.prefix:
@@ -78,8 +85,16 @@ class _LogSink:
                     self.echo = False
 
     def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
+        for stream in self.files:
+            self._close(stream)
+
+    def _close(self, stream: str) -> None:
+        handle, self.files[stream] = self.files[stream], None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError as exc:
+                self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
 
 
 def _in_background(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -232,11 +247,8 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
     with stop.archiving(run_id, staging), store.lock():
         try:
             files: list[StoredFile] = archiver.finish()
-        except OSError as exc:
-            raise StoreError(
-                f"archiving run {run_id} failed: {exc.strerror or exc}; the job's raw output is kept in {staging}",
-                "free disk space, then `xlarun recover` makes it a run marked incomplete (`xlarun gc --discard-recoverable` deletes it)",
-            ) from None
+        except (OSError, sqlite3.Error, StoreError) as exc:  # a full disk, most likely
+            raise _not_committed(run_id, staging, exc) from None
         rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
         if rejection is not None:
             warnings.append(rejection.explain())
@@ -244,6 +256,8 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
+        if sink.error:
+            warnings.append(sink.error)
         if result.details.get("stopped_leftovers"):
             warnings.append(str(result.details["stopped_leftovers"]))
         signal_name = stop.signal_name
@@ -282,11 +296,26 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
             file_notes=[note.to_json() for note in archiver.notes],
         )
         index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
-        run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
-        index.ingest_run(store, run_id)
+        try:
+            run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
+        except OSError as exc:
+            raise _not_committed(run_id, staging, exc) from None
+        try:
+            index.ingest_run(store, run_id)
+        except sqlite3.Error as exc:  # a full disk: the run is committed; the index catches up when next opened
+            warnings.append(f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room")
+            return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name)
         kill_point("indexed")
     modules = store.index.modules(run_id)
     return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name)
+
+
+def _not_committed(run_id: str, staging: Path, exc: Exception) -> StoreError:
+    why = exc.message if isinstance(exc, StoreError) else (getattr(exc, "strerror", None) or str(exc))
+    return StoreError(
+        f"archiving run {run_id} failed: {why}; the job's output is kept in {staging}",
+        "free disk space, then `xlarun recover` makes it a run marked incomplete (`xlarun gc --discard-recoverable` deletes it)",
+    )
 
 
 def file_note_warnings(notes, run_id: str) -> list[str]:
