@@ -230,3 +230,37 @@ def test_graph_too_big_is_an_input_error():
     with pytest.raises(GraphTooBig) as caught:
         render_bytes(ladder_hlo(100).encode(), "ladder.txt", RenderOptions(limit=10))
     assert caught.value.exit_code == 2 and "--around out" in caught.value.hint
+
+
+def test_a_shape_nested_100000_deep_is_drawn_with_its_label_cut(cli, tmp_path):
+    depth = 100_000
+    path = tmp_path / "deep.hlo"
+    path.write_text(f"HloModule deep\nENTRY main {{\n  p = f32[] parameter(0)\n  ROOT r = {'(' * depth}f32[]{')' * depth} add(p, p)\n}}\n")
+    result = cli("render", path, "-o", tmp_path / "deep.svg")
+    assert result.exit_code == 0, result.output
+    svg = (tmp_path / "deep.svg").read_text()
+    assert "…" in svg and len(svg) < 100_000  # dot refuses quoted strings past 16384 characters
+
+
+def test_dot_runs_under_a_memory_limit_and_a_crash_is_named(tmp_path):
+    import importlib
+
+    layout_module = importlib.import_module("xlarun.render.layout")  # the package exports the function of that name
+    assert layout_module.DOT_ADDRESS_SPACE >= 1 << 30
+    assert b"<svg" in layout("digraph G { a -> b }", "svg")
+    # dot killed by a signal (here: its address space cut to nothing by the same limit) is a named EnvironmentProblem
+    from xlarun.errors import EnvironmentProblem
+
+    saved = layout_module.DOT_ADDRESS_SPACE
+    layout_module.DOT_ADDRESS_SPACE = 1 << 20
+    try:
+        with pytest.raises(EnvironmentProblem, match=r"dot (crashed \(SIG\w+\)|failed)"):
+            layout(ladder_hlo_dot(), "svg")
+    finally:
+        layout_module.DOT_ADDRESS_SPACE = saved
+
+
+def ladder_hlo_dot() -> str:
+    from xlarun.render import to_dot
+
+    return to_dot(graph_of(ladder_hlo(200).encode(), "ladder.hlo", RenderOptions(limit=None)))

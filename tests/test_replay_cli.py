@@ -214,6 +214,7 @@ def test_json_failure_internal_error(cli, tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "replay_with_pjrt", broken)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the crash log goes there
-    result = cli("replay", Path(__file__).parent / FP_TEXT, "--store", tmp_path / "no-store", "--json")
+    # --in-process: the patched engine is this process's (the default child would import its own)
+    result = cli("replay", Path(__file__).parent / FP_TEXT, "--store", tmp_path / "no-store", "--json", "--in-process")
     data = _one_document(result)
     assert result.exit_code == 4 and data["error"] == "internal error: RuntimeError('boom')" and data["verdict"] is None

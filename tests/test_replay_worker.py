@@ -154,7 +154,7 @@ def test_host_transfers_that_would_wait_forever_are_refused(worker, tmp_path):
           ROOT v = f32[3] get-tuple-element(in), index=0
         }
     """)
-    with pytest.raises(InputError, match=r"reads its input from the host \(infeed\) in instruction in"):
+    with pytest.raises(InputError, match=r"reads its input from the host \(infeed\) \(instruction in\)"):
         worker.replay(path, ReplayOptions(timeout_s=30))
 
 

@@ -16,6 +16,8 @@ from ..errors import InputError
 
 #: Above this many nodes a whole graph is not laid out (dot takes minutes or hangs); --around draws a part.
 DEFAULT_NODE_LIMIT = 1500
+#: Characters of one label or tooltip drawn (a 100,000-deep tuple shape would be one label dot cannot read).
+MAX_LABEL_CHARS = 2000
 
 
 @dataclass
@@ -155,11 +157,16 @@ def _text(value: str) -> str:
     return graphviz.escape(value)
 
 
+def _label(value: str) -> str:
+    """A label or tooltip cut to :data:`MAX_LABEL_CHARS`: dot refuses quoted strings past 16384 characters."""
+    return _text(value if len(value) <= MAX_LABEL_CHARS else value[: MAX_LABEL_CHARS - 1] + "…")
+
+
 def to_dot(graph: Graph) -> str:
     """The graph as DOT source (clusters nested, labels escaped)."""
     dot = graphviz.Digraph(name="G")
     title = "\n".join([graph.title, *graph.notes])
-    dot.attr(rankdir="TB", compound="true", labelloc="t", fontsize="16", fontname="Helvetica", label=_text(title), tooltip=" ")
+    dot.attr(rankdir="TB", compound="true", labelloc="t", fontsize="16", fontname="Helvetica", label=_label(title), tooltip=" ")
     dot.attr("node", shape="box", style="filled,rounded", fontname="Helvetica", fontsize="11", color="#555555", margin="0.08,0.04")
     dot.attr("edge", fontname="Helvetica", fontsize="9", color="#444444", arrowsize="0.7")
     children: dict[str | None, list[Cluster]] = {}
@@ -173,20 +180,20 @@ def to_dot(graph: Graph) -> str:
         for node in members.get(cluster_id, []):
             style = "filled,rounded" + (",dashed" if node.dashed else "") + (",bold" if node.bold else "")
             container.node(
-                _text(node.id), label=_text(node.label), tooltip=_text(node.tooltip or node.label), fillcolor=node.fill,
+                _text(node.id), label=_label(node.label), tooltip=_label(node.tooltip or node.label), fillcolor=node.fill,
                 shape=node.shape, style=style, penwidth="2.5" if node.bold else "1",
             )
         for cluster in children.get(cluster_id, []):
             with container.subgraph(name=f"cluster_{_dot_id(cluster.id)}") as sub:
-                sub.attr(label=_text(cluster.label), style="filled,rounded", fillcolor=cluster.fill, color="#999999",
-                         tooltip=_text(cluster.tooltip or cluster.label), fontname="Helvetica", fontsize="12")
+                sub.attr(label=_label(cluster.label), style="filled,rounded", fillcolor=cluster.fill, color="#999999",
+                         tooltip=_label(cluster.tooltip or cluster.label), fontname="Helvetica", fontsize="12")
                 fill(sub, cluster.id)
 
     fill(dot, None)
     for edge in graph.edges:
         attrs = dict(_EDGE_STYLE.get(edge.kind, {}))
         if edge.label:
-            attrs["label"] = _text(edge.label)
+            attrs["label"] = _label(edge.label)
         if edge.lhead:
             attrs["lhead"] = f"cluster_{_dot_id(edge.lhead)}"
         dot.edge(_text(edge.src), _text(edge.dst), **attrs)

@@ -1,9 +1,13 @@
-"""Running graphviz's ``dot`` on DOT text, with a time limit so a huge graph cannot hang xlarun."""
+"""Running graphviz's ``dot`` on DOT text in a child process with a time and a memory limit, so a huge or
+hostile graph cannot hang xlarun or take the machine's memory; dot dying on a signal is an EnvironmentProblem
+(exit 3) that names the signal."""
 
 from __future__ import annotations
 
 import re
+import resource
 import shutil
+import signal
 import subprocess
 
 from ..errors import EnvironmentProblem, InputError
@@ -11,6 +15,8 @@ from ..errors import EnvironmentProblem, InputError
 #: Output formats ``render`` writes; ``dot`` is the DOT text itself (no layout).
 FORMATS = ("svg", "png", "pdf", "dot")
 DEFAULT_TIMEOUT_S = 60.0
+#: Address space dot may take: its layouts of the graphs the node limit lets through stay under 1 GB.
+DOT_ADDRESS_SPACE = 4 << 30
 # a node statement in DOT text: an id (quoted or not) followed by '[', but not the node/edge/graph defaults
 _NODE_STATEMENT = re.compile(r'^\s*(?!(?:node|edge|graph)\s*\[)(?:"(?:[^"\\]|\\.)*"|[\w.]+)\s*\[', re.MULTILINE)
 
@@ -43,14 +49,39 @@ def layout(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) 
     if fmt == "dot":
         return source.encode("utf-8")
     command = [find_dot(), f"-T{fmt}"]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _limit_memory(proc.pid)
     try:
-        done = subprocess.run(command, input=source.encode("utf-8"), capture_output=True, timeout=timeout_s, check=False)
+        stdout, stderr = proc.communicate(source.encode("utf-8"), timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         raise LayoutTimeout(
             f"graphviz took more than {timeout_s:g} s to lay out the graph and was stopped",
             "draw a neighbourhood with --around NAME --depth 2, or allow more time with --timeout",
         ) from None
-    if done.returncode != 0:
-        message = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
-        raise EnvironmentProblem(f"dot failed (exit {done.returncode}): {message[0] if message else 'no message'}", "render with --format dot to see the DOT text")
-    return done.stdout
+    if proc.returncode < 0:
+        raise EnvironmentProblem(
+            f"dot crashed ({_signal_name(-proc.returncode)}) laying out the graph",
+            "render with --format dot to see the DOT text, or draw less of it with --around NAME",
+        )
+    if proc.returncode != 0:
+        message = stderr.decode("utf-8", errors="replace").strip().splitlines()
+        raise EnvironmentProblem(f"dot failed (exit {proc.returncode}): {message[0] if message else 'no message'}", "render with --format dot to see the DOT text")
+    return stdout
+
+
+def _limit_memory(pid: int) -> None:
+    # set from outside (prlimit), not in a preexec_fn: the report lays graphs out from several threads
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (DOT_ADDRESS_SPACE, DOT_ADDRESS_SPACE))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    except (OSError, AttributeError, ValueError):  # the process already ended, or no prlimit on this system
+        pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

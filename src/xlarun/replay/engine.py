@@ -245,7 +245,7 @@ def _refuse_host_waits(source: ReplaySource, opcodes: dict[str, str]) -> None:
     for opcode, what in WAITS_FOR_HOST.items():
         if opcode in opcodes:
             raise InputError(
-                f"{source.path.name} {what} in instruction {opcodes[opcode]}: a replay has no host side, so the run would wait forever",
+                f"{source.path.name} {what} (instruction {opcodes[opcode]}): a replay has no host side, so the run would wait forever",
                 "replay the module without its host transfers (infeed/outfeed/send/recv to the host), or on the job that serves them",
             )
 

@@ -127,7 +127,7 @@ class ReplayWorker:
         self._limit = limit
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0)],
+            [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
         )
         self._buffer = b""
@@ -314,9 +314,23 @@ def _handle(request: dict, send: Callable[[dict], None]) -> dict:
     return {"result": result.to_dict()}
 
 
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this child when the process that started it dies (a killed xlarun leaves no engine behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the closed stdin still ends the loop between requests
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _main(argv: list[str]) -> int:
     import resource
 
+    if len(argv) > 1:
+        _die_with_parent(int(argv[1]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core file the size of the process
     limit = int(argv[0]) if argv else 0
     if limit:
