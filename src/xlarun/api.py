@@ -253,7 +253,7 @@ class ModuleList(_Shown, Sequence["Module"]):
     def _printed(self) -> display.Printed:
         from .commands.navigate import print_modules
 
-        return display.capture_printed(print_modules, [m.info for m in self._modules])
+        return display.capture_printed(print_modules, [m._summary for m in self._modules])
 
 
 class Module(_Shown):
@@ -262,24 +262,30 @@ class Module(_Shown):
 
     def __init__(self, store: Store, info: ModuleInfo):
         self._store = store
-        if not info.files and info.n_files:  # a run's module list carries no files: read them once
-            info = store.store.index.module(info.run_id, info.module_id)
-        self.info = info
+        self._summary = info  # a run's module list carries no files: they are read on first use (``info``)
 
-    run_id = property(lambda self: self.info.run_id)
-    module_id = property(lambda self: self.info.module_id)
-    name = property(lambda self: self.info.name, doc="``jit_train_step`` (None where file names leave it out).")
-    label = property(lambda self: self.info.label, doc="``module_0012.jit_train_step``: as XLA names it in files.")
-    ref = property(lambda self: self.info.ref, doc="``RUN/module_0012``: a REF that names exactly this module.")
-    backend = property(lambda self: self.info.backend)
-    stages = property(lambda self: self.info.stages)
-    instr_before = property(lambda self: self.info.instr_before, doc="Instructions before optimizations.")
-    instr_after = property(lambda self: self.info.instr_after, doc="Instructions after optimizations.")
-    signature = property(lambda self: self.info.entry_signature, doc="The entry computation's signature.")
-    fingerprint = property(lambda self: self.info.fingerprint)
-    opcodes_before = property(lambda self: self.info.opcodes_before)
-    opcodes_after = property(lambda self: self.info.opcodes_after)
-    n_pass_dumps = property(lambda self: self.info.n_pass_dumps)
+    @cached_property
+    def info(self) -> ModuleInfo:
+        """The index's ModuleInfo, with the module's files and pass timeline."""
+        summary = self._summary
+        if summary.files or not summary.n_files:
+            return summary
+        return self._store.store.index.module(summary.run_id, summary.module_id)
+
+    run_id = property(lambda self: self._summary.run_id)
+    module_id = property(lambda self: self._summary.module_id)
+    name = property(lambda self: self._summary.name, doc="``jit_train_step`` (None where file names leave it out).")
+    label = property(lambda self: self._summary.label, doc="``module_0012.jit_train_step``: as XLA names it in files.")
+    ref = property(lambda self: self._summary.ref, doc="``RUN/module_0012``: a REF that names exactly this module.")
+    backend = property(lambda self: self._summary.backend)
+    stages = property(lambda self: self._summary.stages)
+    instr_before = property(lambda self: self._summary.instr_before, doc="Instructions before optimizations.")
+    instr_after = property(lambda self: self._summary.instr_after, doc="Instructions after optimizations.")
+    signature = property(lambda self: self._summary.entry_signature, doc="The entry computation's signature.")
+    fingerprint = property(lambda self: self._summary.fingerprint)
+    opcodes_before = property(lambda self: self._summary.opcodes_before)
+    opcodes_after = property(lambda self: self._summary.opcodes_after)
+    n_pass_dumps = property(lambda self: self._summary.n_pass_dumps)
 
     @property
     def files(self) -> list[FileInfo]:
