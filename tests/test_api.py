@@ -142,7 +142,10 @@ def test_html_escapes_what_comes_from_the_dump():
 
 def test_verbs_replay_render_bisect(captured, tmp_path):
     store, plain, passes, _other = captured
-    replay = plain.main.replay()
+    main = plain.main
+    before = str(main)
+    replay = main.replay()
+    assert "replays" not in before and "replays" in str(main)  # shown again with the replay it recorded
     assert replay.verdict == "match" and replay.ok and replay.max_abs_error == 0
     assert "compared with  snapshot result" in str(replay) and str(replay).endswith("match")
     shown = store.module(plain.main.ref)

@@ -366,6 +366,7 @@ class Module(_Shown):
                                 rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, inputs=inputs,
                                 print_literals=print_literals).validate()
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
+        self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
 
     def bisect(self, *, tolerance: float = 1e-5, reference: str = "before", reference_platform: str | None = None, platform: str = "cpu",
@@ -379,6 +380,7 @@ class Module(_Shown):
                                 rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
         result = bisect_module(self._store.store, self.info, options, None)
         record = record_bisection(self._store.store, result, options.to_dict(), started)
+        self.__dict__.pop("_shown", None)  # `show` lists the new bisection
         return Bisection(result, record.bisect_id)
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
