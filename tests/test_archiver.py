@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,175 @@ def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path
 
     work._read_into = renamed_meanwhile
     assert [f.path for f in work.finish()] == ["keep.txt", "renamed.txt"]
+
+
+# --- whatever a dump folder holds ------------------------------------------------------------------
+
+
+def _archive(tmp_path, fill) -> tuple[Store, str, list, list]:
+    """Archive a staging folder ``fill(dump_folder)`` made; commit it; (store, run id, files, notes)."""
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()
+    fill(staging / "dump")
+    work = store.archiver(staging)
+    files = work.finish()
+    store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+    return store, run_id, files, work.notes
+
+
+def test_a_zero_byte_file_is_archived(tmp_path):
+    # was: TypeError: memoryview: a bytes-like object is required, not 'NoneType' (exit 4, the run lost)
+    def fill(dump):
+        (dump / "module_0097.jit_f.before_optimizations.hlo.pb").write_bytes(b"")
+        (dump / "module_0097.jit_f.before_optimizations.txt").write_bytes(_pass(1))
+
+    store, run_id, files, notes = _archive(tmp_path, fill)
+    assert {f.path: f.size for f in files} == {"module_0097.jit_f.before_optimizations.hlo.pb": 0, "module_0097.jit_f.before_optimizations.txt": len(_pass(1))}
+    assert store.read_file(run_id, "module_0097.jit_f.before_optimizations.hlo.pb") == b"" and notes == []
+
+
+def test_symlinks_fifos_and_sockets_are_listed_never_read(tmp_path):
+    import socket
+
+    def fill(dump):
+        (dump / "a.txt").write_bytes(b"a")
+        os.symlink("/etc/shadow", dump / "shadow.txt")
+        os.mkfifo(dump / "pipe.pb")  # opening it for reading would block: the archive must finish anyway
+        here = os.getcwd()
+        os.chdir(dump)
+        try:
+            socket.socket(socket.AF_UNIX).bind("s.sock")
+        finally:
+            os.chdir(here)
+
+    started = time.monotonic()
+    _store, _run_id, files, notes = _archive(tmp_path, fill)
+    assert time.monotonic() - started < 10
+    assert [f.path for f in files] == ["a.txt"]
+    why = {n.path: (n.archived, n.why) for n in notes}
+    assert why["shadow.txt"] == (False, "a symbolic link (to '/etc/shadow'): skipped, its target is never read")
+    assert why["pipe.pb"][0] is False and "FIFO" in why["pipe.pb"][1]
+    assert why["s.sock"] == (False, "a socket: not archived")
+
+
+def test_a_name_that_is_not_utf8_is_archived_escaped_and_noted(tmp_path):
+    def fill(dump):
+        with open(os.path.join(os.fsencode(dump), b"bad\xffname.txt"), "wb") as out:
+            out.write(b"bytes")
+
+    store, run_id, files, notes = _archive(tmp_path, fill)
+    assert [f.path for f in files] == ["bad\\xffname.txt"] and store.read_file(run_id, "bad\\xffname.txt") == b"bytes"
+    assert [(n.path, n.archived) for n in notes] == [("bad\\xffname.txt", True)] and "not UTF-8" in notes[0].why
+    store.index.ingest_run(store, run_id)  # text everywhere: the index takes it
+    assert [f.path for f in store.index.run_files(run_id)] == ["bad\\xffname.txt"]
+
+
+UNREADABLE_AS_NOBODY = r"""
+import json, os, sys
+from xlarun.store import Store
+import xlarun.names, xlarun.summarize, concurrent.futures  # imported while the interpreter's files are readable
+if os.geteuid() == 0:  # chmod 000 stops anyone but root
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+store = Store.open(sys.argv[1])
+run_id, staging = store.begin_run()
+(staging / "dump" / "ok.txt").write_bytes(b"ok")
+(staging / "dump" / "secret.txt").write_bytes(b"secret")
+os.chmod(staging / "dump" / "secret.txt", 0)
+work = store.archiver(staging)
+files = work.finish()
+store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+print(json.dumps({"files": [f.path for f in files], "notes": [n.to_json() for n in work.notes], "uid": os.getuid()}))
+"""
+
+
+def test_an_unreadable_file_is_listed_with_why(tmp_path):
+    """chmod 000 stops anyone but root: as root, the archive drops to nobody (uid 65534) to see it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="xlarun-unreadable-", dir="/tmp"))  # pytest's tmp_path is root's alone
+    try:
+        if os.geteuid() == 0:
+            os.chown(folder, 65534, 65534)
+        done = subprocess.run([sys.executable, "-c", UNREADABLE_AS_NOBODY, str(folder / "s")], capture_output=True, text=True,
+                              timeout=120, cwd=folder, env={**os.environ, "HOME": str(folder)})
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["uid"] != 0
+        assert result["files"] == ["ok.txt"]
+        assert result["notes"] == [{"path": "secret.txt", "archived": False, "why": "cannot be read: Permission denied"}]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+BIG_SPARSE = r"""
+import json, os, resource, sys
+from blake3 import blake3
+from xlarun.store import Store
+size = int(sys.argv[2]) << 20
+store = Store.open(sys.argv[1])
+run_id, staging = store.begin_run()
+(staging / "dump" / "small.txt").write_bytes(b"warm up")
+store.archiver(staging).finish()  # imports, buffers and connections: part of the baseline
+run_id, staging = store.begin_run()
+big = staging / "dump" / "big.bin"
+with open(big, "wb") as out:  # a sparse file with data here and there
+    out.truncate(size)
+    for at in range(0, size, 64 << 20):
+        out.seek(at)
+        out.write(os.urandom(1 << 20))
+expected = blake3()
+with open(big, "rb") as handle:
+    while chunk := handle.read(8 << 20):
+        expected.update(chunk)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+files = store.archiver(staging).finish()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+print(json.dumps({"files": [(f.path, f.digest, f.size) for f in files], "expected": expected.hexdigest(),
+                  "peak_growth_mb": (after - before) / 1024, "peak_mb": after / 1024, "problem": store.blobs.verify(files[0].digest)}))
+"""
+
+
+def test_a_large_file_is_streamed_with_bounded_memory(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    size_mb = 384
+    done = subprocess.run([sys.executable, "-c", BIG_SPARSE, str(tmp_path / "s"), str(size_mb)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    [(path, digest, size)] = result["files"]
+    assert (path, size, digest) == ("big.bin", size_mb << 20, result["expected"])
+    assert result["problem"] is None  # reads back and hashes to its name
+    print(f"archiving a {size_mb} MB file: peak RSS {result['peak_mb']:.0f} MB, {result['peak_growth_mb']:.1f} MB above the baseline")
+    assert result["peak_growth_mb"] < 96  # was the whole file (a buffer of its size)
+
+
+def test_a_file_still_written_after_the_job_ends_is_archived_as_read(tmp_path):
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()
+    growing = staging / "dump" / "growing.log"
+    growing.write_bytes(b"start\n")
+    work = store.archiver(staging)
+    real_read = work._read_into
+
+    def appended_meanwhile(packer, path):  # a writer the job left behind appends while each round reads
+        stored = real_read(packer, path)
+        with open(growing, "ab") as out:
+            out.write(b"more\n")
+        return stored
+
+    work._read_into = appended_meanwhile
+    files = work.finish()
+    store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+    [stored] = files
+    assert store.read_file(run_id, "growing.log").startswith(b"start\n")
+    [note] = work.notes
+    assert note.path == "growing.log" and note.archived and "still being written when the job ended" in note.why
