@@ -20,35 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from . import display
+from .api_results import Batch, Bisection, Diff, Found, Graph, Replay
 
 if TYPE_CHECKING:
-    from .bisect import BisectResult
-    from .diff import ModuleDiff
-    from .index import FileInfo, FindHit, ModuleInfo, PassInfo, RunInfo
-    from .replay.result import ReplayResult
+    from .index import FileInfo, ModuleInfo, PassInfo, RunInfo
     from .store import Store as _LibraryStore
 
 __all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store", "batch", "capture", "open_store"]
-
-
-class _Shown:
-    """Prints as the CLI does (``str``/``repr``), displays as HTML in Jupyter (``_repr_html_``)."""
-
-    def _printed(self) -> display.Printed:  # the CLI printer's output, recorded
-        raise NotImplementedError
-
-    @cached_property
-    def _shown(self) -> display.Printed:
-        return self._printed()
-
-    def __str__(self) -> str:
-        return self._shown.text
-
-    def __repr__(self) -> str:
-        return self._shown.text
-
-    def _repr_html_(self) -> str:
-        return display.printed_html(self._shown)
 
 
 def open_store(path: str | Path | None = None, create: bool = True) -> Store:
@@ -58,7 +36,7 @@ def open_store(path: str | Path | None = None, create: bool = True) -> Store:
     return Store(LibraryStore.open(path, create=create))
 
 
-class Store(_Shown):
+class Store(display.Shown):
     """A run store. ``runs()``, ``run(ref)``, ``modules(run)``, ``module(ref)``, ``find(text)``; ``capture``,
     ``batch`` and ``import_dump`` add runs to it."""
 
@@ -135,7 +113,7 @@ class Store(_Shown):
         return repr(self)
 
 
-class Run(_Shown):
+class Run(display.Shown):
     """One run of the store: its facts (``id``, ``name``, ``kind``, ``status``...), ``modules()``, ``files()``,
     ``logs()``, ``manifest``, ``report()``, ``export()``. Prints as ``xlarun modules RUN``."""
 
@@ -212,7 +190,7 @@ class Run(_Shown):
         return display.capture_printed(modules, run=self.id, store=str(self._store.path))
 
 
-class RunList(_Shown, Sequence[Run]):
+class RunList(display.Shown, Sequence[Run]):
     """Runs, oldest first; prints as ``xlarun runs``."""
 
     def __init__(self, store: Store, runs: list[Run], batch: str | None = None, name: str | None = None):
@@ -234,7 +212,7 @@ class RunList(_Shown, Sequence[Run]):
         return display.capture_printed(runs, store=str(self._store.path), batch=self._batch, name=self._name)
 
 
-class ModuleList(_Shown, Sequence["Module"]):
+class ModuleList(display.Shown, Sequence["Module"]):
     """A run's modules, the main program first; prints as ``xlarun modules``' table."""
 
     def __init__(self, store: Store, modules: list[Module], run: Run | None = None):
@@ -256,7 +234,7 @@ class ModuleList(_Shown, Sequence["Module"]):
         return display.capture_printed(print_modules, [m._summary for m in self._modules])
 
 
-class Module(_Shown):
+class Module(display.Shown):
     """One module of a run: its facts, ``text(stage=...)``, ``files``, ``passes``, and the verbs
     ``diff``, ``render``, ``replay``, ``bisect``, ``bundle``. Prints as ``xlarun show``; in Jupyter adds its graph."""
 
@@ -411,109 +389,6 @@ class Module(_Shown):
             return display.note_html(f"graph not drawn: {exc.one_line()}")
 
 
-class Found(_Shown, Sequence["FindHit"]):
-    """What ``find`` found: one hit per module and kind; prints as ``xlarun find``."""
-
-    def __init__(self, store: Store, text: str, hits: list[FindHit]):
-        self._store, self.text, self.hits = store, text, hits
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self.hits[i]
-
-    def __len__(self) -> int:
-        return len(self.hits)
-
-    def modules(self) -> list[Module]:
-        """The modules hit, each once."""
-        seen = dict.fromkeys((h.run_id, h.module_id) for h in self.hits)
-        return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
-
-    def _printed(self) -> display.Printed:
-        from .console import print_table
-
-        if not self.hits:
-            return display.Printed(f"no module contains {self.text!r}", [display.LineBlock(f"no module contains {self.text!r}")])
-        rows = [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in self.hits]
-        return display.capture_printed(print_table, ("module", "name", "kind", "matches"), rows)
-
-
-class Diff(_Shown):
-    """A module diff (``xlarun diff``): ``summary`` (structural), ``unified`` (text lines), ``before``/``after`` labels."""
-
-    def __init__(self, diff: ModuleDiff):
-        self.diff = diff
-
-    before = property(lambda self: self.diff.before)
-    after = property(lambda self: self.diff.after)
-    summary = property(lambda self: self.diff.summary)
-    unified = property(lambda self: self.diff.unified)
-    notes = property(lambda self: self.diff.notes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.diff.to_dict()
-
-    def _printed(self) -> display.Printed:
-        from .commands.see import print_module_diff
-
-        return display.capture_printed(print_module_diff, self.diff)
-
-
-class Graph:
-    """A rendered graph (``data`` in ``format``); shows itself as SVG in Jupyter."""
-
-    def __init__(self, data: bytes, format: str, source: str, nodes: int, notes: list[str]):
-        self.data, self.format, self.source, self.nodes, self.notes = data, format, source, nodes, notes
-
-    def save(self, path: str | Path) -> Path:
-        Path(path).write_bytes(self.data)
-        return Path(path)
-
-    def _repr_svg_(self) -> str | None:
-        if self.format != "svg":
-            return None
-        from .report.graphs import safe_inline_svg
-
-        return safe_inline_svg(self.data.decode("utf-8"))
-
-    def __repr__(self) -> str:
-        return f"<xlarun.Graph {self.format}: {self.nodes} nodes, from {self.source}>"
-
-
-class Replay(_Shown):
-    """A recorded replay: ``verdict`` (match, mismatch, ran, engine-error), ``result`` with errors and timings."""
-
-    def __init__(self, result: ReplayResult, replay_id: str | None, module: Module | None):
-        self.result, self.replay_id, self.module = result, replay_id, module
-
-    verdict = property(lambda self: self.result.verdict)
-    max_abs_error = property(lambda self: self.result.max_abs_error)
-    max_rel_error = property(lambda self: self.result.max_rel_error)
-
-    @property
-    def ok(self) -> bool:
-        return self.result.verdict in ("match", "ran")
-
-    def _printed(self) -> display.Printed:
-        from .commands.replay import _report
-
-        return display.capture_printed(_report, self.result, self.replay_id, self.module.info if self.module else None, False)
-
-
-class Bisection(_Shown):
-    """A recorded bisection: ``verdict``, ``culprit_pass``, the error at every replayed step (``result``)."""
-
-    def __init__(self, result: BisectResult, bisect_id: str | None):
-        self.result, self.bisect_id = result, bisect_id
-
-    verdict = property(lambda self: self.result.verdict)
-    culprit_pass = property(lambda self: self.result.culprit_pass)
-
-    def _printed(self) -> display.Printed:
-        from .commands.bisect import print_bisection
-
-        return display.capture_printed(print_bisection, self.result, self.bisect_id)
-
-
 def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: bool = False) -> Run:
     """``xlarun capture SPEC``: run the spec's job with its dump environment, archive and index what it wrote.
 
@@ -524,25 +399,6 @@ def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: 
     the_store = store if isinstance(store, Store) else open_store(store)
     result = capture_spec(spec, the_store.store, echo=echo)
     return the_store.run(result.run_id)
-
-
-class Batch(_Shown):
-    """A batch (``xlarun batch``): ``batch_id``, ``runs``, ``ok``; prints the CLI's comparison of the cells."""
-
-    def __init__(self, store: Store, result: Any):
-        self._store, self.result = store, result
-
-    batch_id = property(lambda self: self.result.batch_id)
-    ok = property(lambda self: self.result.ok)
-
-    @property
-    def runs(self) -> list[Run]:
-        return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
-
-    def _printed(self) -> display.Printed:
-        from .commands.batch import print_comparison
-
-        return display.capture_printed(print_comparison, self.result)
 
 
 def batch(spec: str | Path, store: Store | str | Path | None = None, *, jobs: int = 1, fail_fast: bool | None = None) -> Batch:

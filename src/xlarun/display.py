@@ -14,6 +14,7 @@ import io
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -207,3 +208,23 @@ def graph_html(svg: str, caption: str) -> str:
 
 def note_html(text: str, tone: str = "warning") -> str:
     return f'<div class="line {tone}">{_e(text)}</div>'
+
+
+class Shown:
+    """Prints as the CLI does (``str``/``repr``), displays as HTML in Jupyter (``_repr_html_``)."""
+
+    def _printed(self) -> Printed:  # the CLI printer's output, recorded
+        raise NotImplementedError
+
+    @cached_property
+    def _shown(self) -> Printed:
+        return self._printed()
+
+    def __str__(self) -> str:
+        return self._shown.text
+
+    def __repr__(self) -> str:
+        return self._shown.text
+
+    def _repr_html_(self) -> str:
+        return printed_html(self._shown)
