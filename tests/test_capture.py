@@ -141,9 +141,16 @@ def test_missing_interpreter_is_an_archived_error(tmp_path):
     assert "cannot start /no/such/python" in result.manifest.error
 
 
+def _default_signals() -> None:
+    # a test sending SIGINT must work when the suite itself runs under nohup or as a background job
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _xlarun(*args, store: Path, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals, **kwargs)
 
 
 def _wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> None:
@@ -169,6 +176,7 @@ def test_ctrl_c_stops_the_job_and_archives_the_run(tmp_path):
     store = Store.open(tmp_path / "s")
     [run] = store.index.runs()
     assert run.status == "interrupted" and run.n_modules >= 1  # what was dumped before Ctrl-C is kept
+    assert store.manifest(run.run_id)["signal"] == "SIGINT"
 
 
 def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
@@ -190,9 +198,16 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
     assert after.run_ids() == [kept]
     assert [r.run_id for r in after.index.runs()] == [kept]
     assert {f.path: after.read_file(kept, f.path) for f in after.stored_files(kept)} == kept_files
-    assert len(after.stale_staging()) == 1
+    [leftover] = after.leftovers()
+    assert leftover.recoverable  # the victim's spec, logs and dump files: gc keeps them for recover
     folders, _blobs, _freed = after.gc()
-    assert folders == 1 and after.run_ids() == [kept]
+    assert folders == 0 and after.run_ids() == [kept]
+    from xlarun.recover import recover_runs
+
+    [recovered] = recover_runs(after)
+    assert recovered.status == "incomplete" and recovered.files >= 1
+    assert sorted(after.run_ids()) == sorted([kept, leftover.run_id]) and after.leftovers() == []
+    assert {r.run_id: r.status for r in after.index.runs()} == {kept: "succeeded", leftover.run_id: "incomplete"}
 
 
 def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_path, monkeypatch):
@@ -211,7 +226,7 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
         return real_write(self, target, payload)
 
     monkeypatch.setattr(BlobStore, "_write", write_until_the_disk_fills)
-    with pytest.raises(StoreError, match="No space left on device; the job's raw output is kept in") as info:
+    with pytest.raises(StoreError, match="No space left on device; the job's output is kept in") as info:
         capture(write_spec(tmp_path / "b", "name: b\nscript: job.py\n", TINY_JAX), store)
     monkeypatch.setattr(BlobStore, "_write", real_write)
     staging = Path(info.value.message.split("kept in ")[1])
@@ -304,3 +319,26 @@ def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
     modules = store.index.modules(run.run_id)
     assert [m.name for m in modules if m.name.startswith("a_inference_step")], [m.name for m in modules]
     assert manifest["files"] >= 3
+
+
+LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK = TINY_JAX + """
+import os
+dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.startswith("--xla_dump_to="))
+open(os.path.join(dump, "module_0097.jit_f.before_optimizations.hlo.pb"), "wb").close()  # a killed writer's
+os.symlink("/etc/passwd", os.path.join(dump, "passwd.txt"))
+"""
+
+
+def test_a_zero_byte_dump_file_and_a_symlink_keep_the_run(tmp_path, cli):
+    # was: TypeError in the archiver, exit 4, the run left in staging; the symlink dropped without a word
+    spec = write_spec(tmp_path, "name: odd\nscript: job.py\n", LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK)
+    out = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
+    assert out.exit_code == 0, out.output
+    said = " ".join(out.stderr.split())
+    assert "1 file(s) of the dump folder not archived: passwd.txt: a symbolic link (to '/etc/passwd'): skipped, its target is never read" in said
+    store = Store.open(tmp_path / "s")
+    [run] = store.index.runs()
+    assert run.status == "succeeded" and store.read_file(run.run_id, "module_0097.jit_f.before_optimizations.hlo.pb") == b""
+    assert "passwd.txt" not in {f.path for f in store.stored_files(run.run_id)}
+    listed = cli("files", "--store", tmp_path / "s")
+    assert "NOT ARCHIVED  passwd.txt: a symbolic link" in listed.stdout

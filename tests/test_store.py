@@ -122,3 +122,97 @@ def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_del
     assert store.stale_staging() == []  # not a capture's leftover
     store.gc()
     assert not leftover.exists() and store.read_file(run_id, "module_0003.m.before_optimizations.txt") == b"HloModule m\n" * 4
+
+
+def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, "os.PathLike"]:
+    """A staging folder as a capture killed with -9 leaves it: spec, log, raw files, a dead owner."""
+    import json
+
+    run_id, staging = store.begin_run()
+    (staging / "spec.resolved.json").write_text(json.dumps({"spec": {"name": "killed", "args": ["--steps", "3"]}, "script": "/x/job.py", "framework": "jax"}))
+    (staging / "stdout.log").write_text(logs)
+    for rel, data in files.items():
+        (staging / rel).write_bytes(data)
+    (staging / "owner.pid").write_text("999999999")
+    return run_id, staging
+
+
+def test_gc_keeps_what_a_killed_capture_left_and_says_so(tmp_path, cli):
+    store = Store.open(tmp_path / "s")
+    run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
+    _, empty = store.begin_run()
+    (empty / "owner.pid").write_text("999999999")  # killed before its job wrote anything
+    leftovers = {lo.run_id: lo for lo in store.leftovers()}
+    assert leftovers[run_id].recoverable and leftovers[run_id].what == "1 raw file(s), 7 bytes of logs"
+    assert not leftovers[empty.name].recoverable
+    out = cli("gc", "--store", store.root)
+    assert out.exit_code == 0
+    assert f"{run_id} (1 raw file(s), 7 bytes of logs); kept: `xlarun recover` makes them runs marked incomplete" in " ".join(out.stderr.split())
+    assert "removed 1 abandoned staging folder(s)" in out.stdout
+    assert staging.exists() and not empty.exists()
+    assert cli("gc", "--store", store.root, "--discard-recoverable").exit_code == 0
+    assert not staging.exists()
+
+
+def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
+    from xlarun.archiver import write_archived_list
+
+    store = Store.open(tmp_path / "s")
+    run_id, staging = _killed_capture(store, {"dump/a.txt": b"archived before the kill"})
+    files = store.archive_outputs(staging)  # archived, listed, raw files gone: then killed before the commit
+    store.wait_for_discards()
+    write_archived_list(staging, files, [])
+    assert not (staging / "dump").exists()
+    _folders, blobs, _freed = store.gc()
+    assert blobs == 0 and store.blobs.has(files[0].digest)
+
+
+def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli):
+    import json
+
+    from xlarun.archiver import write_archived_list
+
+    store = Store.open(tmp_path / "s")
+    run_id, staging = _killed_capture(store, {"dump/module_0000.jit_f.before_optimizations.txt": b"HloModule jit_f\n"})
+    listed = store.archive_outputs(staging)  # the first file got archived and listed...
+    store.wait_for_discards()
+    write_archived_list(staging, listed, [])
+    (staging / "dump").mkdir()
+    (staging / "dump" / "late.txt").write_bytes(b"written after")  # ...then the kill left a raw one
+    out = cli("recover", "--store", store.root, "--json")
+    assert out.exit_code == 0, out.output
+    [made] = json.loads(out.stdout)["recovered"]
+    assert made["run_id"] == run_id and made["status"] == "incomplete" and made["files"] == 2
+    fresh = Store.open(store.root)
+    assert fresh.read_file(run_id, "module_0000.jit_f.before_optimizations.txt") == b"HloModule jit_f\n"
+    assert fresh.read_file(run_id, "late.txt") == b"written after"
+    manifest = fresh.manifest(run_id)
+    assert manifest["name"] == "killed" and manifest["command"] == ["/x/job.py", "--steps", "3"] and manifest["recovered"]["found"]
+    assert [r.status for r in fresh.index.runs()] == ["incomplete"]
+    assert not (fresh.runs_dir / run_id / "archived.json").exists() and not (fresh.runs_dir / run_id / "owner.pid").exists()
+    assert fresh.leftovers() == [] and cli("recover", "--store", store.root).stdout.strip() == "nothing to recover"
+
+
+def test_recover_leaves_a_running_capture_alone(tmp_path, cli):
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()  # owned by this (live) process
+    (staging / "dump" / "a.txt").write_bytes(b"a")
+    assert store.leftovers() == []
+    out = cli("recover", run_id, "--store", store.root)
+    assert out.exit_code == 2 and f"not recovered: {run_id}" in out.stderr
+    assert staging.exists() and store.run_ids() == []
+
+
+def test_a_capture_killed_after_its_metadata_is_committed_whole(tmp_path):
+    import json
+
+    from xlarun.recover import recover_runs
+
+    store = Store.open(tmp_path / "s")
+    run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
+    files = store.archive_outputs(staging)
+    (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "whole", "status": "succeeded"}))
+    (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files]))
+    [done] = recover_runs(store)
+    assert done.status == "succeeded" and store.read_file(run_id, "a.txt") == b"a"
+    assert store.manifest(run_id)["recovered"]["found"] == "a finished capture killed just before its commit"

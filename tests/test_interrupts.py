@@ -1,0 +1,44 @@
+"""Stop signals: routed to a StopRequest while inside, ignored ones left ignored, handlers given back."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from xlarun.errors import ExitCode
+from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
+
+
+def test_exit_codes_are_128_plus_the_signal():
+    assert [exit_code_for(name) for name in ("SIGINT", "SIGTERM", "SIGHUP", None)] == [
+        ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP, ExitCode.INTERRUPTED]
+
+
+def test_a_signal_sets_cancel_and_is_named():
+    before = signal.getsignal(signal.SIGTERM)
+    request = StopRequest()
+    with stop_on_signals(request):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert request.cancel.is_set() and request.signal_name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_ignored_signal_stays_ignored():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        request = StopRequest()
+        with stop_on_signals(request):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+        assert not request.cancel.is_set() and request.signal_name is None
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
+    request = StopRequest()
+    with stop_on_signals(request), request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"):
+        os.kill(os.getpid(), signal.SIGINT)  # the first: wait for the commit
+    err = capsys.readouterr().err
+    assert err.strip() == ("xlarun: SIGINT while archiving run 20261123-000000-abcd: finishing the commit first (send it again to stop now; "
+                           "what is not committed then stays in staging/ for `xlarun recover`)")
