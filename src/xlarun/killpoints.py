@@ -21,7 +21,10 @@ def kill_point(step: str) -> None:
     wanted = os.environ.get("XLARUN_KILL_AT")
     if not wanted:
         return
-    name, _, nth = wanted.rpartition(":") if ":" in wanted else ("*", "", wanted)
+    if ":" in wanted:
+        name, _, nth = wanted.rpartition(":")
+    else:  # "7": the seventh point reached; "committed": its first hit
+        name, nth = ("*", wanted) if wanted.isdigit() else (wanted, "1")
     if name not in ("*", step):
         return
     with _lock:
