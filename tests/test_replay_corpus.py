@@ -6,7 +6,8 @@ The modules: those without custom calls and under 200 instructions. The suite re
 them through one persistent worker (:class:`xlarun.replay.worker.ReplayWorker`), with fake data and a second
 compile to compare with (``--reference-platform cpu``). ``XLARUN_REPLAY_CORPUS=all`` replays every one (about
 an hour on 2 CPUs, 20 s per module at most; the README's replay section gives the figures), ``=N`` a sample of N; with
-``XLARUN_REPLAY_CORPUS_REPORT=FILE`` each outcome is written to FILE as a JSON line.
+``XLARUN_REPLAY_CORPUS_REPORT=FILE`` each outcome is written to FILE as a JSON line as it comes, and with
+``XLARUN_REPLAY_CORPUS_SHARD=I/N`` only every N-th module from the I-th (0-based) is replayed (for one pytest per CPU).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def small_modules() -> list[dict]:
 
 def chosen(rows: list[dict]) -> tuple[list[dict], ReplayOptions]:
     wanted = os.environ.get("XLARUN_REPLAY_CORPUS", "")
+    shard, shards = (int(n) for n in os.environ.get("XLARUN_REPLAY_CORPUS_SHARD", "0/1").split("/"))
     if wanted == "all":
-        return rows, ReplayOptions(engine="pjrt", reference_platform="cpu", timeout_s=20)
+        return rows[shard::shards], ReplayOptions(engine="pjrt", reference_platform="cpu", timeout_s=20)
     count = int(wanted) if wanted.isdigit() else SAMPLE
     stride = max(1, len(rows) // count)
     options = ReplayOptions(engine="pjrt", reference_platform="cpu", timeout_s=SAMPLE_TIMEOUT_S, max_data_bytes=SAMPLE_MAX_DATA)
@@ -70,17 +72,17 @@ def test_every_small_corpus_module_ends_in_a_documented_exit_code(tmp_path):
     rows, options = chosen(small_modules())
     report = os.environ.get("XLARUN_REPLAY_CORPUS_REPORT")
     outcomes, started = [], time.monotonic()
-    with ReplayWorker() as worker:
+    with ReplayWorker() as worker, open(report or os.devnull, "a", encoding="utf-8") as lines:
         for row in rows:
             path = tmp_path / f"{row['id']}.hlo"
             path.write_text(row["text"], encoding="utf-8")
             clock = time.monotonic()
             outcome = {"id": row["id"], **replay_outcome(worker, path, options), "s": round(time.monotonic() - clock, 3)}
             outcomes.append(outcome)
+            lines.write(json.dumps(outcome) + "\n")
+            lines.flush()
             path.unlink()
         starts = worker.starts
-    if report:
-        Path(report).write_text("".join(json.dumps(o) + "\n" for o in outcomes))
     codes = collections.Counter(o["exit_code"] for o in outcomes)
     crashes = collections.Counter(o.get("crash") for o in outcomes if o.get("crash"))
     print(f"\n{len(outcomes)} modules in {time.monotonic() - started:.0f} s, {starts} engine start(s): "
