@@ -165,7 +165,7 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
             ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
             ("outputs", ", ".join(o.type for o in result.outputs)),
             ("error", result.error),
-            ("crash", f"{result.crash} while {result.failed_step}" if result.crash else None),
+            ("crash", f"{result.crash} (step: {result.failed_step})" if result.crash else None),
         ]
     )
     for line in result.mismatches:
