@@ -98,8 +98,8 @@ def test_parameters_too_large_are_refused_by_size_before_allocation(worker, tmp_
         worker.replay(_module(tmp_path, TUPLES_AND_TOKENS.replace("f32[3]", "f32[300000]")), ReplayOptions(max_data_bytes=1 << 20))
 
 
-def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path):
-    path = _module(tmp_path, """
+#: A fusion whose tuple root has no layout: XLA's CPU emitter CHECK-fails on it (jaxlib 0.10), aborting the process.
+CHECK_FAILS = """
         HloModule check
         fusion {
           p0 = f32[10,11,12] parameter(0)
@@ -113,7 +113,11 @@ def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path
           q = f32[1,11,12] parameter(1)
           ROOT f = (f32[10,11,12], f32[1,11,12]) fusion(p, q), kind=kLoop, calls=fusion
         }
-    """)  # a fusion whose tuple root has no layout: XLA's CPU emitter CHECK-fails (jaxlib 0.10)
+"""
+
+
+def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path):
+    path = _module(tmp_path, CHECK_FAILS)
     result = worker.replay(path, ReplayOptions())
     if result.crash is None:
         pytest.skip(f"this jaxlib refuses the module cleanly: {result.error}")
@@ -171,21 +175,7 @@ def test_text_nested_past_the_limit_is_refused_before_xla_parses_it(tmp_path, cl
 
 
 def test_json_is_one_document_when_xla_aborts(tmp_path, cli):
-    path = _module(tmp_path, """
-        HloModule check
-        fusion {
-          p0 = f32[10,11,12] parameter(0)
-          c0 = s32[] constant(0)
-          p1 = f32[1,11,12] parameter(1)
-          dus = f32[10,11,12] dynamic-update-slice(p0, p1, c0, c0, c0)
-          ROOT t = (f32[10,11,12], f32[1,11,12]) tuple(dus, p1)
-        }
-        ENTRY main {
-          p = f32[10,11,12] parameter(0)
-          q = f32[1,11,12] parameter(1)
-          ROOT f = (f32[10,11,12], f32[1,11,12]) fusion(p, q), kind=kLoop, calls=fusion
-        }
-    """)  # a fusion whose tuple root has no layout: XLA's CPU emitter CHECK-fails (jaxlib 0.10)
+    path = _module(tmp_path, CHECK_FAILS)
     result = cli("replay", path, "--json", "--store", tmp_path / "store")
     data = json.loads(result.stdout)
     assert result.exit_code == data["exit_code"] == 3 and data["verdict"] == "engine-error"
