@@ -40,7 +40,7 @@ def _job_pids(path: Path) -> list[int]:
 
 def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
     rng = random.Random(int(os.environ.get("XLARUN_TORTURE_SEED", "18")))
-    trials = 240 if soak else 12
+    trials = 240 if soak else 8
     root = tmp_path / "store"
     pids = tmp_path / "job.pids"
     spec = write_spec(tmp_path / "spec", f"name: replay\nscript: job.py\nargs: [{real_dump}, '0.01', {pids}]\ntimeout: 120s\n", JOB)
