@@ -107,3 +107,14 @@ def test_debug_info_is_stripped_and_nothing_else():
     options = {"print_large_constants": True}
     plain = pjrt.module_proto_to_text(pjrt.text_to_module_proto(text), **options)
     assert _instruction_lines(pjrt.module_proto_to_text(pjrt.text_to_module_proto(stripped), **options)) == _instruction_lines(plain)
+
+
+def test_xla_errors_keep_their_explanation_line():
+    from xlarun.replay.pjrt import _first_line
+
+    status_only = RuntimeError("INVALID_ARGUMENT: Executable expected parameter 0 of size 16:\n  but got a buffer of size 64\n\tat ...")
+    assert _first_line(status_only) == "INVALID_ARGUMENT: Executable expected parameter 0 of size 16: but got a buffer of size 64"
+    location = RuntimeError("<unknown>:0: error:\nloc(\"p\"): dynamic dimension 0 of f32[<=4] has no runtime size")
+    assert _first_line(location).endswith("dynamic dimension 0 of f32[<=4] has no runtime size")
+    whole = RuntimeError("UNIMPLEMENTED: Custom call target PadToStatic is not implemented.\nStack trace follows")
+    assert _first_line(whole) == "UNIMPLEMENTED: Custom call target PadToStatic is not implemented."
