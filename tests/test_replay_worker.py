@@ -203,3 +203,21 @@ def test_sizes_and_nesting():
     assert text_nesting(b'a(b{c[1]}) "(((("') == 3
     with pytest.raises(InputError, match="not a size"):
         parse_size("lots")
+
+
+def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
+    path = _module(tmp_path, """
+        HloModule two_replicas, replica_count=2
+        add {
+          a = f32[] parameter(0)
+          b = f32[] parameter(1)
+          ROOT s = f32[] add(a, b)
+        }
+        ENTRY main {
+          p = f32[4] parameter(0)
+          ROOT r = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=add
+        }
+    """)
+    result = worker.replay(path, ReplayOptions())
+    assert any("written for 2 replicas; it is replayed on one device" in w for w in result.warnings)
+    assert result.verdict in ("ran", "engine-error")

@@ -41,6 +41,7 @@ WAITS_FOR_HOST = {
 #: Opcodes whose numbers differ from compile to compile (XLA seeds ``rng`` per executable).
 RANDOM_OPCODES = ("rng", "rng-get-and-update-state")
 _PARTITIONS = re.compile(r"^HloModule [^\n]*\bnum_partitions=(\d+)", re.MULTILINE)
+_REPLICAS = re.compile(r"^HloModule [^\n]*\breplica_count=(\d+)", re.MULTILINE)
 
 
 @dataclass
@@ -114,11 +115,12 @@ def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> 
         message = ELIDED_WARNING.format(name=source.path.name)
         result.warnings.append(message)
         log(message)
-    partitions = _PARTITIONS.search(source.text or "")
-    if partitions and int(partitions.group(1)) > 1:
-        message = f"{source.path.name} was partitioned for {partitions.group(1)} devices; it is replayed on one"
-        result.warnings.append(message)
-        log(message)
+    for pattern, what in ((_PARTITIONS, "partitioned for {} devices"), (_REPLICAS, "written for {} replicas")):
+        found = pattern.search(source.text or "")
+        if found and int(found.group(1)) > 1:
+            message = f"{source.path.name} was {what.format(found.group(1))}; it is replayed on one device, where its collectives may fail"
+            result.warnings.append(message)
+            log(message)
 
 
 def _build(source, platform, options, log, result, unoptimized, stage, optimized_failure) -> _Compiled:
