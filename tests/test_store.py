@@ -216,3 +216,21 @@ def test_a_capture_killed_after_its_metadata_is_committed_whole(tmp_path):
     [done] = recover_runs(store)
     assert done.status == "succeeded" and store.read_file(run_id, "a.txt") == b"a"
     assert store.manifest(run_id)["recovered"]["found"] == "a finished capture killed just before its commit"
+
+
+def test_a_capture_killed_between_its_manifest_and_file_list_keeps_its_manifest(tmp_path):
+    import json
+
+    from xlarun.archiver import write_archived_list
+    from xlarun.recover import recover_runs
+
+    store = Store.open(tmp_path / "s")
+    run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
+    files = store.archive_outputs(staging)
+    store.wait_for_discards()
+    write_archived_list(staging, files, [])
+    (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "mine", "status": "failed", "exit_code": 3,
+                                                      "started": "2026-11-23T10:00:00+00:00", "ended": "2026-11-23T10:00:01+00:00", "duration_s": 1.0}))
+    [done] = recover_runs(store)
+    manifest = store.manifest(run_id)
+    assert done.status == "failed" and manifest["exit_code"] == 3 and manifest["recovered"] and manifest["files"] == 1

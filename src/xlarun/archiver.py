@@ -201,6 +201,7 @@ class OutputArchiver:
             if self._error is not None:
                 raise self._error
             stamps: dict[str, Stamp] = {}
+            self._problems = {p: (None, why) for p, (_stamp, why) in self._problems.items()}  # the job has ended: try each once more
             for _round in range(_FINAL_ROUNDS):  # until a scan finds nothing new (a file renamed while it was read shows up again)
                 stamps = self._scan()
                 for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:

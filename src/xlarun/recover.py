@@ -129,6 +129,10 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
         file_notes=[n.to_json() for n in notes],
         recovered={"at": _now(), "found": leftover.what, "by": list(sys.argv)},
     )
+    written = _read_json(folder / "manifest.json")  # killed while committing: the capture's own manifest is the better one
+    if written.get("run_id") == folder.name:  # commit_run writes it only once every file is archived
+        manifest = Manifest.model_validate({**written, "files": manifest.files, "dump_bytes": manifest.dump_bytes,
+                                            "file_notes": manifest.file_notes, "recovered": manifest.recovered})
     index = store.index
     store.commit_run(folder.name, folder, files, {"manifest.json": manifest.to_json()})
     index.ingest_run(store, folder.name)
