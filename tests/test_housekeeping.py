@@ -13,6 +13,7 @@ from xlarun.store import Store
 @pytest.fixture
 def store_copy(jax_run, tmp_path):
     store, result = jax_run
+    store.wait_for_discards()  # the capture's raw files are deleted in the background: not while copying
     store.close()
     root = tmp_path / "store"
     shutil.copytree(store.root, root)
