@@ -36,9 +36,13 @@ def test_an_ignored_signal_stays_ignored():
 
 
 def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
-    request = StopRequest()
-    with stop_on_signals(request), request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"):
-        os.kill(os.getpid(), signal.SIGINT)  # the first: wait for the commit
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when the suite runs under nohup
+    try:
+        request = StopRequest()
+        with stop_on_signals(request), request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"):
+            os.kill(os.getpid(), signal.SIGINT)  # the first: wait for the commit
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert err.strip() == ("xlarun: SIGINT while archiving run 20261123-000000-abcd: finishing the commit first (send it again to stop now; "
                            "what is not committed then stays in staging/ for `xlarun recover`)")
