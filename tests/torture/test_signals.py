@@ -18,7 +18,7 @@ from xlarun.errors import ExitCode
 from xlarun.store import Store
 
 from ..conftest import write_spec
-from .support import assert_sound, wait_for_line, xlarun
+from .support import assert_sound, wait_for_line, wait_gone, xlarun
 
 JAX_WITH_A_CHILD = """
 import subprocess, sys, time
@@ -39,7 +39,7 @@ for i in range(3000):
         out.write(f"line {i}\\n" * 50)
 with open(os.path.join(dump, "big.bin"), "wb") as out:
     out.write(os.urandom(1 << 20) * 80)
-print("ready", flush=True)
+print("ready", os.getpid(), flush=True)
 time.sleep(120)
 """
 
@@ -93,9 +93,9 @@ def test_sighup_ignored_by_nohup_stays_ignored(tmp_path):
 def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
     proc = xlarun("capture", str(spec), store=tmp_path / "s")
-    wait_for_line(proc, "ready", timeout=120)
+    job = int(wait_for_line(proc, "ready", timeout=120)[-1].split()[1])
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)  # the job is stopped (0.2 s polls), archiving 6000 files and 200 MB has begun
+    wait_gone([job])  # the job is stopped: archiving 3000 files and 80 MB has begun
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.TERMINATED, err
@@ -110,11 +110,11 @@ def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures)
 def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
     proc = xlarun("capture", str(spec), store=tmp_path / "s")
-    wait_for_line(proc, "ready", timeout=120)
+    job = int(wait_for_line(proc, "ready", timeout=120)[-1].split()[1])
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    wait_gone([job])  # archiving has begun
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.1)
+    time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if "stopped while archiving" in line]
