@@ -24,7 +24,13 @@ def make_run(store: Store, files: dict[str, bytes], manifest: str = '{"name": "t
 
 
 def test_run_ids_sort_by_time():
+    from datetime import datetime, timezone
+
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id())
+    # within one second too (two imports a test ran back to back listed in either order when the digits were random)
+    times = [datetime(2026, 11, 23, 10, 0, 0, us, tzinfo=timezone.utc) for us in (0, 5_000, 250_000, 500_000, 999_999)]
+    ids = [new_run_id(t) for t in times]
+    assert ids == sorted(ids) and len({i[:-2] for i in ids}) == len(ids)
 
 
 def test_identical_files_are_stored_once_across_runs(tmp_path):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from .backends.base import OUTPUT_DIRS
 from .blobs import NotRegularFile, PackWriter
+from .filetypes import file_type
 from .killpoints import kill_point
 
 if TYPE_CHECKING:
@@ -81,15 +82,16 @@ def archive_name(rel: str) -> str:
     return name
 
 
+_WHY_NOT_ARCHIVED = {
+    "FIFO": "a FIFO (named pipe): not opened, reading it could block forever",
+    "socket": "a socket: not archived",
+    "device file": "a device file: not archived",
+}
+
+
 def _kind_of(mode: int) -> str | None:
     """Why an entry that is not a regular file or a folder is not archived."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe): not opened, reading it could block forever"
-    if stat.S_ISSOCK(mode):
-        return "a socket: not archived"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file: not archived"
-    return None
+    return _WHY_NOT_ARCHIVED.get(file_type(mode))
 
 
 def logical_path(rel: str) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError
+from .filetypes import file_type
 
 #: Archive kinds by file-name ending, longest first.
 ARCHIVE_SUFFIXES = ((".tar.zst", "tar.zst"), (".tar.zstd", "tar.zst"), (".tar.gz", "tar.gz"), (".tgz", "tar.gz"), (".tar", "tar"), (".zip", "zip"))
@@ -215,7 +216,7 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
             for entry in sorted(entries, key=lambda e: e.name):
                 name = f"{prefix}{entry.name}"
                 st = entry.stat(follow_symlinks=False)
-                clean = writer.admit(name, _kind_of_mode(st.st_mode))
+                clean = writer.admit(name, file_type(st.st_mode))
                 if clean is None:
                     stack.append((f"{name}/", entry.path))
                     continue
@@ -225,22 +226,6 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
                     raise writer.refuse(name, f"cannot be read: {exc.strerror}") from None
                 with os.fdopen(fd, "rb") as stream:
                     writer.write(name, clean, stream, st.st_size)
-
-
-def _kind_of_mode(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symbolic link"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device file"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
 
 
 # --- zip -------------------------------------------------------------------------------------------
@@ -276,7 +261,7 @@ def _zip_kind(info: zipfile.ZipInfo) -> str:
         return "encrypted"
     mode = info.external_attr >> 16
     if info.create_system == 3 and stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return _kind_of_mode(mode)
+        return file_type(mode)
     return "dir" if info.is_dir() else "file"
 
 

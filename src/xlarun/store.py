@@ -84,9 +84,10 @@ class Leftover:
 
 
 def new_run_id(now: datetime | None = None) -> str:
-    """A time-sortable run id: ``20261122-103015-a1b2`` (UTC, then 4 random hex digits)."""
+    """A time-sortable run id: ``20261122-103015-a1b2`` (UTC; then the 256th of the second, so that runs started in
+    the same second sort in order and ``latest`` is the latest, and 2 random hex digits)."""
     now = now or datetime.now(timezone.utc)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond * 256 // 1_000_000:02x}{secrets.token_hex(1)}"
 
 
 def default_store_path() -> Path:
@@ -175,7 +176,12 @@ class Store:
 
     def begin_run(self, run_id: str | None = None) -> tuple[str, Path]:
         """Create a staging folder for a new run; the job writes its outputs there."""
+        given = run_id is not None
         run_id = run_id or new_run_id()
+        for _attempt in range(8):  # two captures in the same 4 ms drew the same id: draw again
+            if given or not ((self.staging_dir / run_id).exists() or (self.runs_dir / run_id).exists()):
+                break
+            run_id = new_run_id()
         staging = self.staging_dir / run_id
         if staging.exists():
             raise FileExistsError(17, "a staging folder of that name exists", str(staging))
