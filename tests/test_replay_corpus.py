@@ -27,7 +27,7 @@ from xlarun.replay import ReplayOptions  # noqa: E402
 from xlarun.replay.worker import ReplayWorker  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
-SAMPLE = 120
+SAMPLE = 200
 MAX_INSTRUCTIONS = 200
 #: Per module; the sample also refuses fake data over 64 MB so that it stays fast (the full sweep uses the default).
 SAMPLE_TIMEOUT_S, SAMPLE_MAX_DATA = 5.0, 64 << 20

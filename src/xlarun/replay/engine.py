@@ -175,7 +175,7 @@ def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compile
         rewritten = deoptimize_hlo_text(text)
     except CannotDeoptimize as exc:
         raise EngineError(exc.message) from exc
-    proto = pjrt.text_to_module_proto(rewritten.text)
+    proto = _parse_rewrite(text, rewritten.text)
     stablehlo = pjrt.module_proto_to_stablehlo(proto)
     route = "deoptimized" + (f": {', '.join(rewritten.changes)}" if rewritten.changes else "")
     log(f"optimized module {source.path.name} rewritten for recompilation ({route})")
@@ -241,6 +241,16 @@ def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> 
     for comparison in comparisons:
         log(comparison.summary())
         result.mismatches.extend(comparison.problems)
+
+
+def _parse_rewrite(original: str, rewritten: str) -> bytes:
+    """The rewritten module's proto; XLA refusing the rewrite of a module it reads is xlarun's rewrite failing (an
+    EngineError, so the unoptimized dump is tried), not the user's input."""
+    try:
+        return pjrt.text_to_module_proto(rewritten)
+    except InputError as exc:
+        pjrt.text_to_module_proto(original)  # raises the user's own input error when the module never parsed
+        raise EngineError(f"xlarun's rewrite of the optimized module does not parse ({exc.message})") from exc
 
 
 def _refuse_host_waits(source: ReplaySource, opcodes: dict[str, str]) -> None:
