@@ -221,3 +221,22 @@ def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
     result = worker.replay(path, ReplayOptions())
     assert any("written for 2 replicas; it is replayed on one device" in w for w in result.warnings)
     assert result.verdict in ("ran", "engine-error")
+
+
+def test_xla_refusing_the_rewrite_of_an_optimized_module_is_an_engine_error(worker, tmp_path):
+    # from XLA's command_buffer_scheduling_test.cc: the rewrite drops the attribute an all-gather written over
+    # several lines carries (dimensions=): XLA's parser refuses xlarun's text, not the user's
+    path = _module(tmp_path, """
+        HloModule TestModule, is_scheduled=true
+        ENTRY %main (a: s32[2]) -> s32[4] {
+          %a = s32[2] parameter(0)
+          %start = (s32[2]{0}, s32[4]{0}) all-gather-start(%a),
+            channel_id=555, replica_groups={{0,1}}, dimensions={0},
+            backend_config={"collective_backend_config": {"is_sync":true}}
+          ROOT %done = s32[4]{0} all-gather-done(%start)
+        }
+    """)
+    result = worker.replay(path, ReplayOptions())
+    assert result.verdict == "engine-error" and int(result.exit_code) == 3
+    assert "xlarun's rewrite of the optimized module does not parse" in result.error
+    assert "attribute dimensions is expected" in result.error
