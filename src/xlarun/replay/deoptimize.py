@@ -213,12 +213,32 @@ def _check_custom_call(instr: Instruction) -> None:
             )
 
 
+_QUOTED_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _logical_lines(text: str) -> list[str]:
+    """The text's lines with an instruction written over several lines (an open parenthesis, a trailing comma) joined
+    into one, so that no attribute on a continuation line is lost."""
+    joined: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        pending = f"{pending} {line.strip()}" if pending else line
+        bare = _QUOTED_TEXT.sub('""', pending)
+        if bare.count("(") > bare.count(")") or bare.rstrip().endswith(","):
+            continue
+        joined.append(pending)
+        pending = ""
+    if pending:
+        joined.append(pending)
+    return joined
+
+
 def deoptimize_hlo_text(text: str) -> DeoptimizedModule:
     """Rewrite optimized HLO text into HLO the StableHLO route compiles; see the module doc."""
     lines_out: list[str] = []
     counts = {"fusion": 0, "bitcast": 0, "backend_config": 0}
     shapes: dict[str, str] = {}  # instruction name -> shape, for the computation being read
-    for line in text.splitlines():
+    for line in _logical_lines(text):
         if line.startswith("HloModule"):
             lines_out.append(re.sub(r",?\s*is_scheduled=true", "", line))
             continue
