@@ -79,3 +79,9 @@ def test_a_scalar_output_that_differs_is_reported_not_a_crash():
     result = compare_outputs([np.float32(0.25), np.array(3, np.int32)], [np.float32(0.75), np.array(4, np.int32)], 1e-3, 1e-3, "platform cpu")
     assert not result.matched and result.mismatched_elements == 2
     assert result.problems == ["output 0 []: expected 0.75, got 0.25", "output 1 []: expected 4, got 3"]
+
+
+def test_tokens_match_tokens_only():
+    assert compare_outputs([None, np.float32(1)], [None, np.float32(1)], 1e-3, 1e-3, "platform cpu").matched
+    mixed = compare_outputs([None], [np.zeros(0, np.bool_)], 1e-3, 1e-3, "snapshot result")
+    assert not mixed.matched and mixed.problems == ["output 0 is token[], the snapshot result is pred[0]"]

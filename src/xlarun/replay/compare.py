@@ -59,6 +59,11 @@ def compare_outputs(actual: list, expected: list, abs_bound: float, rel_bound: f
         result.matched = False
         result.problems.append(f"{len(actual)} outputs, but the {against} has {len(expected)}")
     for index, (a, e) in enumerate(zip(actual, expected)):
+        if a is None or e is None:  # a token has no value: it matches a token
+            if (a is None) != (e is None):
+                result.matched = False
+                result.problems.append(f"output {index} is {describe(a)}, the {against} is {describe(e)}")
+            continue
         _compare_one(index, np.asarray(a), np.asarray(e), abs_bound, rel_bound, result)
     return result
 
