@@ -539,6 +539,38 @@ def _read_exactly(reader, size: int) -> bytes:
     return b"".join(parts)
 
 
+def _damaged_table(path: Path, exc: Exception) -> StoreError:
+    return StoreError(f"{path} is damaged: {exc}",
+                      f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command")
+
+
+class _CheckedConnection:
+    """A pack-table connection whose damage ('database disk image is malformed') is a StoreError saying how to
+    rebuild the table, not a crash; a lock (OperationalError) passes through as it is."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self.conn, self.path = conn, path
+
+    def execute(self, *args):
+        try:
+            return self.conn.execute(*args)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise _damaged_table(self.path, exc) from None
+
+    def executemany(self, *args):
+        try:
+            return self.conn.executemany(*args)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise _damaged_table(self.path, exc) from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 class _PackTable:
     """``packs.sqlite``: digest -> (pack, offset, length), one connection per thread, WAL. Derived from the
     pack headers, and rebuilt from them when the file is missing. Its digest column keeps the name
@@ -551,14 +583,17 @@ class _PackTable:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
 
-    def _conn(self) -> sqlite3.Connection:
+    def _conn(self) -> _CheckedConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             existed = self.path.exists()
             if not existed and not self.packs_dir.is_dir():
                 return None  # nothing packed yet: nothing to look up
             with self._lock:  # threads of one process create the file one at a time
-                conn = self._connect()
+                try:
+                    conn = _CheckedConnection(self._connect(), self.path)
+                except sqlite3.DatabaseError as exc:  # not a database at all (OperationalError, locked, is handled within)
+                    raise _damaged_table(self.path, exc) from None
                 self._connections.append(conn)
             self._local.conn = conn
             self._rebuild_if_new(conn)

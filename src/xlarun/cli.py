@@ -71,10 +71,15 @@ class _XlarunGroup(typer.core.TyperGroup):
     def invoke(self, ctx):
         from .console import error_line
 
+        wants_json = "--json" in (list(getattr(ctx, "_protected_args", None) or []) + list(ctx.args))
         try:
             return super().invoke(ctx)
         except XlarunError as exc:
             error_line(exc.one_line())
+            if wants_json and not getattr(exc, "json_reported", False):  # scripts get one JSON document, also on failure
+                from .console import print_json
+
+                print_json({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             error_line("interrupted")
@@ -87,6 +92,11 @@ class _XlarunGroup(typer.core.TyperGroup):
             traceback.print_exc()
             log = _crash_log(exc)
             error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
+            if wants_json and not getattr(exc, "json_reported", False):
+                from .console import print_json
+
+                print_json({"error": f"internal error: {exc!r}", "hint": f"the traceback is in {log}; please report it",
+                            "exit_code": int(ExitCode.INTERNAL)})
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
 

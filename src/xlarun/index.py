@@ -222,7 +222,9 @@ class Index:
                 path.unlink()  # derived data: rebuild from runs/
                 return cls.open(path)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open the index {path}: {exc}", f"delete {path}; it is rebuilt from the runs on the next command") from None
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
+            raise StoreError(f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs") from None
         conn.row_factory = sqlite3.Row
         return cls(conn, path)
 

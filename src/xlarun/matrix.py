@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,10 @@ def cell_label(cell: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_short(v)}" for k, v in cell.items())
 
 
+#: The most cells one matrix may have (GitHub Actions allows 256 jobs; a batch runs its cells on this machine).
+MAX_CELLS = 1000
+
+
 def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> list[dict[str, Any]]:
     """The cells of a matrix: the product of its axes, minus ``exclude`` entries, plus ``include`` entries.
 
@@ -45,6 +50,9 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
             raise SpecError(f"{at}.{name}: must be a non-empty list of values", f"e.g. {name}: [a, b]")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
             raise SpecError(f"{at}.{name}: axis names are identifiers (letters, digits, _)", "rename the axis")
+    size = math.prod(len(options) for options in axes.values()) if axes else 0
+    if size > MAX_CELLS:
+        raise SpecError(f"{at}: {size:,} cells, more than {MAX_CELLS:,}", "split the matrix into several specs, or drop values from its axes")
     cells = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else []
     excludes = matrix.get("exclude") or []
     includes = matrix.get("include") or []

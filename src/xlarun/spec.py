@@ -212,6 +212,11 @@ class RunSpec(_Strict):
     @classmethod
     def _env_strings(cls, value: Any) -> Any:
         if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                    raise ValueError(f"{key!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
+                if isinstance(item, (dict, list)):
+                    raise ValueError(f"{key}: a variable's value is a string, number or boolean, not a {type(item).__name__}")
             return {k: v if isinstance(v, str) else ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
         return value
 
@@ -223,6 +228,7 @@ class RunSpec(_Strict):
         return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -352,6 +358,8 @@ def _read_yaml(text: str, source: str) -> tuple[dict, dict, dict]:
         raise SpecError(f"{where} YAML syntax error: {exc.problem or exc}", "fix the YAML syntax at that position") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}", "fix the YAML syntax") from None
+    except RecursionError:
+        raise SpecError(f"{source}: nested too deeply to read", "a spec is a flat mapping of a few levels") from None
     if node is None or data is None:
         raise SpecError(f"{source}:1:1 (top level): the spec is empty", "a spec needs at least 'name' and 'script'")
     if not isinstance(data, dict):

@@ -149,6 +149,25 @@ class Store:
                     self._reconciled = True
         return index
 
+    def rebuild_index(self) -> Path | None:
+        """Rebuild the index from ``runs/``; an index SQLite cannot read is moved aside first (returned), since it
+        is derived data. Every run is ingested again."""
+        path = self.root / "index.sqlite"
+        moved = None
+        try:
+            index = self.index
+        except StoreError as exc:
+            if "cannot open the index" not in exc.message or "locked" in exc.message:
+                raise
+            moved = path.with_name(f"index.sqlite.damaged-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+            os.replace(path, moved)
+            for side in ("-wal", "-shm"):
+                Path(f"{path}{side}").unlink(missing_ok=True)
+            index = self.index
+        for run_id in self.run_ids():
+            index.ingest_run(self, run_id)
+        return moved
+
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""
         self.blobs.close()

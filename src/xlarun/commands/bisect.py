@@ -60,6 +60,7 @@ def bisect(
     except BaseException as exc:
         if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
             _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
+            exc.json_reported = True  # the CLI's handler adds no second document
         raise
     raise typer.Exit(code)
 

@@ -58,7 +58,10 @@ def capture(
     failure = exit_status_error(result)
     if as_json:
         print_json({"run_id": result.run_id, "status": result.status, "exit_code": result.exit_code, "run_dir": result.run_dir,
-                    "manifest": result.manifest, "modules": result.modules, "warnings": result.warnings})
+                    "manifest": result.manifest, "modules": result.modules, "warnings": result.warnings,
+                    "error": failure.message if failure else None, "hint": failure.hint if failure else None})
+        if failure is not None:
+            failure.json_reported = True  # one document: the CLI's handler adds none
     else:
         for line in result.warnings:
             warn(line)

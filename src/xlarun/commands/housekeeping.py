@@ -92,11 +92,10 @@ def recover(
 def reindex(store: StoreOption = None) -> None:
     """Rebuild the index from the runs on disk (after an upgrade, or if the index was deleted)."""
     the_store = open_store(store)
-    index = the_store.index
-    ids = the_store.run_ids()
-    for run_id in ids:
-        index.ingest_run(the_store, run_id)
-    typer.echo(f"reindexed {len(ids)} run(s)")
+    moved = the_store.rebuild_index()
+    if moved is not None:
+        typer.echo(f"the index could not be read: moved it aside to {moved}")
+    typer.echo(f"reindexed {len(the_store.run_ids())} run(s)")
 
 
 def check(store: StoreOption = None, as_json: JsonOption = False) -> None:

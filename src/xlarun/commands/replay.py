@@ -75,6 +75,7 @@ def replay(
     except BaseException as exc:
         if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
             _report_failure(ref, exc)  # scripts get one JSON document whatever went wrong
+            exc.json_reported = True  # the CLI's handler adds no second document
         raise
     raise typer.Exit(code)
 

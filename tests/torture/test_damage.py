@@ -1,0 +1,78 @@
+"""A damaged store: flipped, truncated and deleted packs, and a damaged index or pack table. Every command ends
+with a documented exit code and a line saying what to do, never a crash; `check` names what is damaged, and the
+derived databases are rebuilt by the commands the error names."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
+COMMANDS = (("runs",), ("modules",), ("show", "train_step"), ("cat", "train_step"), ("find", "dot"), ("check",))
+
+
+@pytest.fixture(scope="module")
+def sound_store(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from xlarun.cli import app
+
+    root = tmp_path_factory.mktemp("damage") / "store"
+    result = CliRunner().invoke(app, ["import", str(FIXTURE), "--store", str(root)])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _biggest_pack(store: Path) -> Path:
+    return max((store / "blobs" / "packs").glob("*.zst"), key=lambda p: p.stat().st_size)
+
+
+DAMAGE = {
+    "flipped-pack": lambda s: _flip(_biggest_pack(s)),
+    "truncated-pack": lambda s: _biggest_pack(s).write_bytes(_biggest_pack(s).read_bytes()[:100]),
+    "deleted-pack": lambda s: _biggest_pack(s).unlink(),
+    "garbage-index": lambda s: (s / "index.sqlite").write_bytes(b"not a database at all" * 100),
+    "truncated-index": lambda s: (s / "index.sqlite").write_bytes((s / "index.sqlite").read_bytes()[:4096]),
+    "deleted-index": lambda s: (s / "index.sqlite").unlink(),
+    "truncated-pack-table": lambda s: (s / "blobs" / "packs.sqlite").write_bytes((s / "blobs" / "packs.sqlite").read_bytes()[:1000]),
+    "garbage-pack-table": lambda s: (s / "blobs" / "packs.sqlite").write_bytes(b"\x00" * 8192),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_store_never_crashes_and_says_what_to_do(damage, sound_store, tmp_path, cli, figures):
+    store = tmp_path / "store"
+    shutil.copytree(sound_store, store)
+    for side in store.rglob("*.sqlite-*"):
+        side.unlink()  # as after a crash: the damage is in the main file
+    DAMAGE[damage](store)
+    codes, crashes = {}, []
+    for command in COMMANDS:
+        result = cli(*command, "--store", store)
+        codes[command[0]] = result.exit_code
+        if result.exit_code not in (0, 1, 2, 3) or "Traceback" in result.stderr:
+            crashes.append((command, result.exit_code, result.stderr[-400:]))
+        if result.exit_code in (2, 3):
+            errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and "(" in result.stderr, result.stderr  # one error, with the fix in brackets
+    figures(damage=damage, exit_codes=codes, exit4_crashes=len(crashes))
+    assert not crashes, crashes
+    if damage.endswith("pack"):
+        assert codes["check"] == 1  # damage found and named
+    elif "index" in damage:
+        assert cli("reindex", "--store", store).exit_code == 0  # what the error line says to run
+    else:
+        for side in store.glob("blobs/packs.sqlite*"):
+            side.unlink()  # what the error line says to do
+    if not damage.endswith("pack"):
+        repaired = cli("check", "--store", store)
+        assert repaired.exit_code == 0 and "all sound" in repaired.stdout, repaired.output
+        assert cli("cat", "train_step", "--store", store).exit_code == 0
