@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -399,6 +400,8 @@ def test_out_of_memory_is_reported(tmp_path, docker_client, cpu_image):
 
 @pytest.mark.docker
 def test_ctrl_c_stops_and_removes_the_container(tmp_path, docker_client, cpu_image):
+    # Ctrl-C as in a terminal: under nohup SIGINT is ignored, and interrupt_main then does nothing
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(3, _thread.interrupt_main)
     timer.start()
     started = time.monotonic()
@@ -407,6 +410,7 @@ def test_ctrl_c_stops_and_removes_the_container(tmp_path, docker_client, cpu_ima
             real_job(tmp_path, "import time\ntime.sleep(600)\n"), Sink())
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert result.status is RunStatus.INTERRUPTED
     assert time.monotonic() - started < 20
     assert xlarun_containers(docker_client) == []

@@ -67,8 +67,10 @@ def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
     waiting = TINY_JAX + "print('ready', flush=True)\nimport time\ntime.sleep(120)\n"
     spec = write_spec(tmp_path / "p", "name: w\nscript: job.py\nmatrix:\n  n: [1, 2]\n", waiting)
     env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
+    # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
     proc = subprocess.Popen([sys.executable, "-m", "xlarun", "batch", str(spec), "-j", "2", "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # jobs in a batch don't echo; wait until both have dumped something
     import time
 
