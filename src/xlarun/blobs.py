@@ -514,9 +514,12 @@ def _pack_params(size: int) -> zstandard.ZstdCompressionParameters:
 
 
 def _pack_header_size(raw: bytes) -> int:
-    if raw[:4] != _SKIPPABLE_MAGIC or raw[8:12] != _PACK_TAG:
+    if len(raw) < 16 or raw[:4] != _SKIPPABLE_MAGIC or raw[8:12] != _PACK_TAG:
         raise _damaged("a pack's header")
-    return 8 + int.from_bytes(raw[4:8], "little")
+    end = 8 + int.from_bytes(raw[4:8], "little")
+    if end > len(raw):
+        raise _damaged("a pack's header (the pack is cut short)")
+    return end
 
 
 def _pack_members(raw: bytes) -> list[tuple[str, int, int]]:
