@@ -12,7 +12,7 @@ import zstandard
 import xlarun.blobs as blobs_module
 from xlarun.archiver import series_of
 from xlarun.blobs import BlobStore, _DecodedCache, content_digest
-from xlarun.errors import StoreError
+from xlarun.errors import ExitCode, StoreError
 from xlarun.store import STORE_VERSION, Store
 
 
@@ -233,55 +233,25 @@ def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
     assert not store.blobs.has(_digest(second))
 
 
-def test_an_older_store_is_read_and_upgraded_on_the_next_archive(tmp_path):
+@pytest.mark.parametrize("old", ["1", "2", "3"])
+def test_a_store_of_an_older_format_is_refused_in_one_line(tmp_path, cli, old, monkeypatch):
+    """Formats 1 to 3 were written only by development versions: refused with a message saying so, never a crash."""
     store = Store.open(tmp_path / "s")
-    old_run, staging = store.begin_run()
-    (staging / "dump" / "module_0000.a.txt").write_bytes(b"plain")
-    store.commit_run(old_run, staging, [store.archive_outputs(staging)[0]], {"manifest.json": "{}"})
-    for old in ("1", "2"):
-        (tmp_path / "s" / "VERSION").write_text(f"{old}\n")
-        again = Store.open(tmp_path / "s")
-        assert again.read_file(old_run, "module_0000.a.txt") == b"plain"
-        _run_id, staging = again.begin_run()
-        (staging / "dump" / f"module_0000.b{old}.txt").write_bytes(b"new")
-        again.archive_outputs(staging)
-        assert (tmp_path / "s" / "VERSION").read_text().strip() == str(STORE_VERSION) == "4"
-
-
-def test_a_format_3_store_named_by_sha256_is_read_checked_and_upgraded(tmp_path, monkeypatch):
-    dumps = _pass_dumps(3)
-    names = [f"module_0000.jit_f.{i:04d}.p.after_a{i}.before_a{i + 1}.txt" for i in range(3)]
-
-    def archive(store: Store, name: str) -> str:
-        run_id, staging = store.begin_run()
-        for path, data in zip(names, dumps):
-            (staging / "dump" / path).write_bytes(data)
-        store.commit_run(run_id, staging, store.archive_outputs(staging), {"manifest.json": json.dumps({"name": name, "status": "succeeded"})})
-        return run_id
-
-    store = Store.open(tmp_path / "s")
-    with monkeypatch.context() as format_3:
-        format_3.setattr(blobs_module, "content_digest", _sha256)  # how format 3 named files and packs
-        old_run = archive(store, "old")
     store.close()
-    listing = tmp_path / "s" / "runs" / old_run / "files.json"
-    listing.write_text(json.dumps([{"path": f["path"], "sha256": f["digest"], "size": f["size"]} for f in json.loads(listing.read_text())]))
-    (tmp_path / "s" / "VERSION").write_text("3\n")
-    for derived in (tmp_path / "s").glob("index.sqlite*"):
-        derived.unlink()
+    (tmp_path / "s" / "VERSION").write_text(f"{old}\n")
+    with pytest.raises(StoreError, match=f"has format {old}, which this xlarun no longer reads \\(it reads format 4 only\\)") as error:
+        Store.open(tmp_path / "s")
+    assert STORE_VERSION == 4 and "capture the runs again" in error.value.hint
+    monkeypatch.chdir(tmp_path)  # a short path: the line is not wrapped at the console's width
+    out = cli("runs", "--store", "s")
+    assert out.exit_code == ExitCode.ENVIRONMENT == 3
+    assert f"has format {old}, which this xlarun no longer reads" in out.stderr and "Traceback" not in out.stderr + out.stdout
+    assert len(out.stderr.strip().splitlines()) == 1
 
-    old = Store.open(tmp_path / "s")
-    assert [old.read_file(old_run, path) for path in names] == dumps
-    assert sorted(f.digest for f in old.stored_files(old_run)) == sorted(map(_sha256, dumps))
-    report = old.check()
-    assert report.damaged == [] and report.files == 3 and report.packs == 1
-    assert (tmp_path / "s" / "VERSION").read_text().strip() == "3"  # reading changes nothing
-    new_run = archive(old, "new")  # the same bytes: stored again, under their BLAKE3 names
-    assert sorted(f.digest for f in old.stored_files(new_run)) == sorted(map(_digest, dumps))
-    assert (tmp_path / "s" / "VERSION").read_text().strip() == "4" and len(old.blobs.pack_names()) == 2
-    assert [old.read_file(new_run, path) for path in names] == dumps
-    assert old.check().damaged == []
-    counts = {run: [p.instr_count for p in old.index.module(run, 0).passes] for run in (old_run, new_run)}
-    assert counts[old_run] == counts[new_run] == [800] * 3
-    old.delete_run(old_run)
-    assert old.gc()[1] == 1 and [old.read_file(new_run, path) for path in names] == dumps  # the old pack goes
+
+def test_a_store_of_a_newer_format_is_refused(tmp_path):
+    Store.open(tmp_path / "s").close()
+    (tmp_path / "s" / "VERSION").write_text("5\n")
+    with pytest.raises(StoreError, match="has format '5'; this xlarun reads format 4 only") as error:
+        Store.open(tmp_path / "s")
+    assert error.value.hint == "use the xlarun version that wrote it"

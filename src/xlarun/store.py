@@ -2,7 +2,7 @@
 
 Layout of a store folder (default ``./.xlarun``)::
 
-    VERSION                  store format version (4: files named by BLAKE3, in packs; see STORE_VERSION)
+    VERSION                  store format version: 4, the only one (docs/store-format.md)
     index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
     blobs/                   dump files, content-addressed (BLAKE3) and zstd-compressed, kept once across
                              runs: most in packs (blobs/packs/, with blobs/packs.sqlite saying where each
@@ -38,11 +38,9 @@ from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
 from .killpoints import kill_point
 
-#: 4: new files are named by BLAKE3, not SHA-256 (see blobs.py); 3: blobs may be packs and pointers into
-#: them; 2: delta blobs; 1: plain blobs only. Older stores are read as they are and become format 4 when a
-#: run is archived into them (an older xlarun then refuses them: it would take BLAKE3 names for damage).
+#: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
+#: written only by development versions of xlarun and are refused.
 STORE_VERSION = 4
-_READABLE_VERSIONS = ("1", "2", "3", "4")
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
 _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its owner.pid before its name
@@ -129,9 +127,7 @@ class Store:
             except OSError as exc:
                 raise StoreError(f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder") from None
         else:
-            version = version_file.read_text().strip()
-            if version not in _READABLE_VERSIONS:
-                raise StoreError(f"store {root} has format {version}; this xlarun reads format {STORE_VERSION}", "use the xlarun version that wrote it")
+            _check_format(root, version_file.read_text().strip())
         return cls(root.resolve())
 
     @property
@@ -228,12 +224,7 @@ class Store:
         return OutputArchiver(self, staging, progress, workers, on_archived)
 
     def _upgrade_format(self) -> None:
-        """Mark an older store as the current format before the first pack goes in (older xlarun then refuses it)."""
-        version_file = self.root / "VERSION"
-        if version_file.read_text().strip() != str(STORE_VERSION):
-            tmp = self.root / f".VERSION-{os.getpid()}"
-            tmp.write_text(f"{STORE_VERSION}\n")
-            os.replace(tmp, version_file)
+        """Nothing to do: an open store is always the current format. Kept only while archiver.py still calls it."""
 
     def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
         """Write the run's metadata files and make the run visible with one atomic rename."""
@@ -267,9 +258,11 @@ class Store:
         return path
 
     def stored_files(self, run_id: str) -> list[StoredFile]:
-        data = json.loads((self.run_path(run_id) / "files.json").read_text())
-        # runs archived by format 3 and older list each file's "sha256"
-        return [StoredFile(item["path"], item["digest"] if "digest" in item else item["sha256"], item["size"]) for item in data]
+        listing = self.run_path(run_id) / "files.json"
+        try:
+            return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{listing} is damaged ({type(exc).__name__}: {exc})", "it was changed by hand; `xlarun rm RUN_ID` removes the run") from None
 
     def manifest(self, run_id: str) -> dict:
         path = self.run_path(run_id) / "manifest.json"
@@ -385,7 +378,7 @@ class Store:
             doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
             for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
-            for tmp in [*self.blobs.root.glob("*/.tmp-*"), *self.root.glob(".VERSION-*")]:  # a killed writer's: no writer runs now
+            for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
                 tmp.unlink(missing_ok=True)
             live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
             live |= self.live_in_staging()
@@ -423,6 +416,16 @@ class Store:
     def disk_usage(self) -> int:
         """Bytes the store's blobs and packs take on disk."""
         return self.blobs.disk_usage()
+
+
+def _check_format(root: Path, version: str) -> None:
+    """Refuse a store of another format than :data:`STORE_VERSION` with a message saying which."""
+    if version == str(STORE_VERSION):
+        return
+    if version in ("1", "2", "3"):
+        raise StoreError(f"store {root} has format {version}, which this xlarun no longer reads (it reads format {STORE_VERSION} only)",
+                         "formats 1-3 were written only by development versions; capture the runs again into a new store")
+    raise StoreError(f"store {root} has format {version!r}; this xlarun reads format {STORE_VERSION} only", "use the xlarun version that wrote it")
 
 
 def _read_pid(path: Path) -> int | None:
