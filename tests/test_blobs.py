@@ -1,13 +1,10 @@
-"""Blob storage: plain blobs, packs and their table, format 2 delta blobs still read, gc keeping packs, older stores."""
+"""Blob storage: packs and their table, gc keeping packs, stores of another format refused."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 
 import pytest
-import zstandard
 
 import xlarun.blobs as blobs_module
 from xlarun.archiver import series_of
@@ -31,11 +28,6 @@ def _digest(data: bytes) -> str:
     return content_digest(data)
 
 
-def _sha256(data: bytes) -> str:
-    """How store formats 1 to 3 named files."""
-    return hashlib.sha256(data).hexdigest()
-
-
 def _pack(blobs: BlobStore, dumps: list[bytes]) -> None:
     packer = blobs.packer()
     for d in dumps:
@@ -51,8 +43,8 @@ def test_a_pack_reads_back_exactly_and_is_much_smaller(tmp_path):
     assert not blobs.has(_digest(dumps[0]))  # nothing is stored before the pack is written
     written = packer.flush()
     assert written < sum(map(len, dumps)) / 50
-    packs = {blobs.base_of(_digest(d)) for d in dumps}
-    assert packs == set(blobs.pack_names()) and len(packs) == 1 and blobs.depth(_digest(dumps[3])) == 1
+    packs = {blobs.pack_of(_digest(d)) for d in dumps}
+    assert packs == set(blobs.pack_names()) and len(packs) == 1
     assert not list((tmp_path / "blobs").glob("[0-9a-f][0-9a-f]"))  # one pack file, no file per dump
     fresh = BlobStore(tmp_path / "blobs")  # nothing cached
     assert [fresh.get(_digest(d)) for d in reversed(dumps)] == list(reversed(dumps))
@@ -91,30 +83,22 @@ def test_a_pack_cut_short_is_skipped_when_the_table_is_rebuilt(tmp_path, keep):
     assert "damaged" in fresh.verify_pack(pack_of_cut) or "hash" in fresh.verify_pack(pack_of_cut)
 
 
-def _put_plain(blobs: BlobStore, data: bytes) -> str:
-    """A plain blob, as store formats 1 and 2 wrote them (named by SHA-256)."""
-    blobs._write(blobs.path_for(_sha256(data)), zstandard.ZstdCompressor().compress(data))
-    return _sha256(data)
-
-
 def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     first, second, third = _pass_dumps(3)
-    legacy = _put_plain(blobs, first)  # named by SHA-256 (format 2): not the same name, so not matched
     earlier = blobs.packer()
     earlier.add(third)
     earlier.flush()
     packer = blobs.packer()
-    assert packer.add(first) == _digest(first) != legacy
+    assert packer.add(first) == _digest(first)
     assert packer.add(second) == packer.add(bytes(second)) == _digest(second)  # the repeat is compared, not added
     assert packer.add(third) == _digest(third)  # in the earlier pack
     assert packer.pending == 3  # what the store holds is taken out when the pack is written
     packer.flush()
-    pack = blobs.base_of(_digest(second))
-    assert pack == blobs.base_of(_digest(first)) != blobs.base_of(_digest(third))
-    assert [sha for sha, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_digest(first), _digest(second)]
+    pack = blobs.pack_of(_digest(second))
+    assert pack == blobs.pack_of(_digest(first)) != blobs.pack_of(_digest(third))
+    assert [digest for digest, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_digest(first), _digest(second)]
     assert [blobs.get(_digest(d)) for d in (first, second, third)] == [first, second, third]
-    assert blobs.get(legacy) == first and blobs.depth(legacy) == 0 and blobs.verify(legacy) is None  # still read and checked
 
 
 def test_a_pack_of_only_stored_files_is_not_written(tmp_path):
@@ -135,7 +119,7 @@ def test_a_full_pack_is_written_and_a_new_one_begun(tmp_path, monkeypatch):
     _pack(blobs, dumps)
     packs: dict[str, list[int]] = {}
     for d in dumps:
-        packs.setdefault(blobs.base_of(_digest(d)), []).append(len(d))
+        packs.setdefault(blobs.pack_of(_digest(d)), []).append(len(d))
     assert len(packs) > 2
     *full, last = packs.values()
     assert all(sum(sizes) >= 200_000 > sum(sizes[:-1]) for sizes in full) and sum(last) < 200_000 + last[-1]
@@ -149,14 +133,14 @@ def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
     small = BlobStore(tmp_path / "blobs")
     small._cache = _DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
     assert [small.get(_digest(d)) for d in dumps] == dumps
-    assert blobs.base_of(_digest(dumps[0])) not in small._cache.items
+    assert blobs.pack_of(_digest(dumps[0])) not in small._cache.items
 
 
 def test_damage_is_found_by_verify_and_reading_says_what_to_do(tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     dumps = _pass_dumps(3)
     _pack(blobs, dumps)
-    pack = blobs.base_of(_digest(dumps[0]))
+    pack = blobs.pack_of(_digest(dumps[0]))
     raw = bytearray(blobs.pack_path(pack).read_bytes())
     raw[-5] ^= 0xFF
     blobs.pack_path(pack).write_bytes(bytes(raw))
@@ -167,19 +151,8 @@ def test_damage_is_found_by_verify_and_reading_says_what_to_do(tmp_path):
     with pytest.raises(StoreError, match=f"blob {pack[:12]} is missing") as error:
         BlobStore(tmp_path / "blobs").get(_digest(dumps[1]))
     assert "xlarun check" in error.value.hint
-
-
-def test_format_2_delta_blobs_are_still_read(tmp_path):
-    """A delta blob as format 2 wrote it: skippable frame (XLRD, depth, base sha256), then a frame with the base as dictionary."""
-    blobs = BlobStore(tmp_path / "blobs")
-    first, second = _pass_dumps(2)
-    base_sha = _put_plain(blobs, first)
-    dictionary = zstandard.ZstdCompressionDict(first, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    frame = zstandard.ZstdCompressor(dict_data=dictionary).compress(second)
-    header = (0x184D2A5E).to_bytes(4, "little") + (37).to_bytes(4, "little") + b"XLRD" + bytes([1]) + bytes.fromhex(base_sha)
-    blobs._write(blobs.path_for(_sha256(second)), header + frame)
-    fresh = BlobStore(tmp_path / "blobs")
-    assert fresh.get(_sha256(second)) == second and fresh.base_of(_sha256(second)) == base_sha and fresh.verify(_sha256(second)) is None
+    with pytest.raises(StoreError, match=f"blob {_digest(b'never stored')[:12]} is missing"):
+        blobs.pack_of(_digest(b"never stored"))
 
 
 def test_a_module_series_is_in_dump_order():
@@ -205,7 +178,7 @@ def test_an_archived_series_is_packed_with_exact_bytes(tmp_path):
     store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
     fresh = Store.open(tmp_path / "s")
     assert [fresh.read_file(run_id, f.path) for f in sorted(files, key=lambda f: f.path)] == dumps
-    assert {fresh.blobs.depth(f.digest) for f in files} == {1} and len(fresh.blobs.pack_names()) == 1
+    assert {fresh.blobs.pack_of(f.digest) for f in files} == set(fresh.blobs.pack_names()) and len(fresh.blobs.pack_names()) == 1
     assert fresh.blobs.pack_path(fresh.blobs.pack_names()[0]).stat().st_size < sum(map(len, dumps)) / 50
 
 

@@ -34,7 +34,7 @@ def test_check_reads_back_every_file_of_a_sound_store(cli, store_copy):
 def test_check_names_each_file_a_damaged_pack_held(cli, store_copy):
     store, result = store_copy
     pack = max(store.blobs.pack_names(), key=lambda n: store.blobs.pack_path(n).stat().st_size)
-    held = {sha for sha, _offset, _length in store.blobs._table.members_of(pack)}
+    held = {digest for digest, _offset, _length in store.blobs._table.members_of(pack)}
     raw = bytearray(store.blobs.pack_path(pack).read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     store.blobs.pack_path(pack).write_bytes(bytes(raw))

@@ -1,37 +1,29 @@
-"""Blob storage: file contents kept once, named by their digest, zstd-compressed.
+"""Blob storage: file contents kept once, named by their digest, zstd-compressed, in packs.
 
-Layout below ``<store>/blobs``::
+Layout below ``<store>/blobs`` (the whole format: docs/store-format.md)::
 
-    ab/<digest>.zst       a plain blob: one zstd frame holding one file's bytes (store formats 1 and 2),
-                          or a format 2 delta blob; both still read, no longer written
     packs/<name>.zst      a pack: many files' bytes concatenated and compressed as one zstd frame
     packs.sqlite          where each packed file is: digest -> (pack, offset, length)
 
-**Digests.** A file is named by the BLAKE3 (256-bit) hash of its bytes, in hex (:func:`content_digest`;
-store format 4). Formats 1 to 3 named files by SHA-256: such files keep their names, are read and checked
-as before, and are not matched by new copies of the same bytes (stored again under their BLAKE3 name).
+**Digests.** A file is named by the BLAKE3 (256-bit) hash of its bytes, in hex (:func:`content_digest`).
 BLAKE3 hashes 2x faster than SHA-256 here (2.9 against 1.4 GB/s on one core, with the CPU's SHA
 instructions), and hashing was the largest cost of archiving (see bench/README.md).
 
 **Packs.** Successive dumps of a module (before_optimizations, each pass, after_optimizations, in one
 format) differ by a few lines, so compressed together each is encoded against the one before: a pack is
 30-50 times smaller than its members compressed one by one, and writing it is a single fast zstd pass
-(format 2's per-file deltas spent as long loading their bases as compressing, and one file per dump
-cost more in file creations than the compression). A pack begins with a zstd skippable frame (tag
-``b"XLRK"``) listing its members' digest, offset and length, so ``packs.sqlite`` is only a lookup table:
-rebuilt from the pack headers when it is missing. A pack is named by the digest of ``b"xlarun-pack\\0"``
+(one file per dump cost more in file creations than the compression). A pack begins with a zstd skippable
+frame (tag ``b"XLRK"``) listing its members' digest, offset and length, so ``packs.sqlite`` is only a lookup
+table: rebuilt from the pack headers when it is missing. A pack is named by the digest of ``b"xlarun-pack\\0"``
 and its compressed frame (hashing the members again would double the cost of hashing). It holds about
 ``PACK_BYTES`` of members, so reading one file cold decodes at most that much (tens of milliseconds).
 
-**Delta blobs** (format 2): a skippable frame (``b"XLRD"``, chain depth, the digest of a *base* blob),
-then a zstd frame compressed with the base's bytes as a raw-content dictionary.
-
-A pack or base outlives the blobs decoded from it: :meth:`BlobStore.collect` (``xlarun gc``) keeps them.
+A pack outlives the files decoded from it: :meth:`BlobStore.collect` (``xlarun gc``) keeps it while a live
+file is in it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import stat
@@ -54,15 +46,12 @@ PACK_BYTES = 16 << 20
 STREAM_BYTES = 4 * PACK_BYTES
 #: Chunk size when streaming a large file (read, hash and compress a chunk at a time).
 _STREAM_CHUNK = 4 << 20
-#: Delta chains (format 2) deeper than this are refused as damage.
-MAX_DELTA_DEPTH = 16
-#: Decoded blobs and packs kept in memory: reading a module's dumps in order decodes each pack once.
+#: Decoded files and packs kept in memory: reading a module's dumps in order decodes each pack once.
 CACHE_BYTES = 128 << 20
 _thread_local = threading.local()
 
 _SKIPPABLE_MAGIC = (0x184D2A5E).to_bytes(4, "little")
-_DELTA_TAG, _PACK_TAG = b"XLRD", b"XLRK"
-_DELTA_HEAD_BYTES = 8 + 4 + 1 + 32  # magic, size, tag, depth, base digest
+_PACK_TAG = b"XLRK"
 _MEMBER = struct.Struct("<32sQQ")  # digest, offset, length
 _PACK_NAME_PREFIX = b"xlarun-pack\0"
 
@@ -79,12 +68,6 @@ def content_digest(data) -> str:
     return blake3(data).hexdigest()
 
 
-def _names(data, digest: str) -> bool:
-    """Whether ``digest`` names ``data``: its BLAKE3, or its SHA-256 (files and packs stored by format 3
-    and older)."""
-    return content_digest(data) == digest or hashlib.sha256(data).hexdigest() == digest
-
-
 def _missing(digest: str) -> StoreError:
     return StoreError(f"blob {digest[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is damaged")
 
@@ -93,15 +76,8 @@ def _damaged(what: str) -> StoreError:
     return StoreError(f"{what} is damaged", "`xlarun check` lists what is damaged; re-capture the runs it names")
 
 
-def _delta_base(head: bytes) -> tuple[int, str] | None:
-    """(chain depth, base digest) of a format 2 delta blob's first bytes; None for a plain blob."""
-    if head[:4] != _SKIPPABLE_MAGIC or head[8:12] != _DELTA_TAG:
-        return None
-    return head[12], head[13:45].hex()
-
-
 class BlobStore:
-    """Content-addressed, zstd-compressed file contents: plain blobs and packs (see the module docstring)."""
+    """Content-addressed, zstd-compressed file contents in packs (see the module docstring)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -109,10 +85,6 @@ class BlobStore:
         self._folders: set[str] = set()  # folders known to exist
         self._cache = _DecodedCache(CACHE_BYTES)
         self._table = _PackTable(root / "packs.sqlite", self.packs_dir)
-
-    def path_for(self, digest: str) -> Path:
-        """Where a plain (or delta) blob is."""
-        return self.root / digest[:2] / f"{digest}.zst"
 
     def pack_path(self, name: str) -> Path:
         return self.packs_dir / f"{name}.zst"
@@ -124,11 +96,10 @@ class BlobStore:
     # --- writing -----------------------------------------------------------------------------
 
     def has(self, digest: str) -> bool:
-        return self._table.lookup(digest) is not None or self.path_for(digest).exists()
+        return self._table.lookup(digest) is not None
 
     def stored_of(self, digests: list[str]) -> set[str]:
-        """Those of ``digests`` (BLAKE3 names) the store holds: in packs, the only place such a name can be
-        (plain blobs are from formats 1 and 2, and named by SHA-256)."""
+        """Those of ``digests`` the store holds (one query per 500, not one per digest)."""
         return self._table.existing(digests)
 
     def packer(self) -> "PackWriter":
@@ -194,53 +165,20 @@ class BlobStore:
 
     def get(self, digest: str) -> bytes:
         """The exact bytes of a stored file."""
-        return self._get(digest, 0)
+        return self._get(digest)
 
-    def base_of(self, digest: str) -> str | None:
-        """What a file is decoded from: its pack's name, or a delta blob's base; None for a plain blob."""
-        return self._locate(digest)[1]
+    def pack_of(self, digest: str) -> str:
+        """The name of the pack that holds a stored file."""
+        where = self._table.lookup(digest)
+        if where is None:
+            raise _missing(digest)
+        return where[0]
 
-    def depth(self, digest: str) -> int:
-        """How many blobs are decoded before this one: 0 plain, 1 packed, the chain depth for a delta."""
-        return self._locate(digest)[0]
-
-    def _locate(self, digest: str) -> tuple[int, str | None]:
-        """(depth, what it is decoded from) of a stored file, reading no more than a blob's header."""
-        try:
-            with open(self.path_for(digest), "rb") as handle:
-                return _delta_base(handle.read(_DELTA_HEAD_BYTES)) or (0, None)
-        except FileNotFoundError:
-            where = self._table.lookup(digest)
-            if where is None:
-                raise _missing(digest) from None
-            return 1, where[0]
-
-    def _get(self, digest: str, hops: int, use_cache: bool = True) -> bytes:
-        data = self._cache.get(digest) if use_cache else None
-        if data is not None:
-            return data
-        where = self._table.lookup(digest)  # packed (format 3), else a plain or delta blob
-        if where is not None:
-            return self._pack_slice(*where, use_cache)
-        try:
-            raw = self.path_for(digest).read_bytes()
-        except FileNotFoundError:
-            raise _missing(digest) from None
-        delta = _delta_base(raw[:_DELTA_HEAD_BYTES])
-        try:
-            if delta is None:
-                data = _decompressor().decompress(raw)
-            else:
-                if hops > MAX_DELTA_DEPTH:
-                    raise StoreError(f"blob {digest[:12]} has a delta chain deeper than {MAX_DELTA_DEPTH}", "the store was damaged; re-capture the run")
-                base = self._get(delta[1], hops + 1, use_cache)
-                decoder = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
-                data = decoder.decompress(raw[_DELTA_HEAD_BYTES:])
-        except zstandard.ZstdError:
-            raise _damaged(f"blob {digest[:12]}") from None
-        if use_cache:
-            self._cache.put(digest, data)
-        return data
+    def _get(self, digest: str, use_cache: bool = True) -> bytes:
+        where = self._table.lookup(digest)
+        if where is None:
+            raise _missing(digest)
+        return self._pack_slice(*where, use_cache)
 
     def _pack_slice(self, pack: str, offset: int, length: int, use_cache: bool) -> bytes:
         decoded = self._cache.get(pack) if use_cache else None
@@ -269,12 +207,12 @@ class BlobStore:
         """None when the file's bytes decode and hash to ``digest``; else what is wrong (``xlarun check``).
         ``use_cache``: packs decoded since :meth:`forget_decoded` may be reused (a check decodes each once)."""
         try:
-            data = self._get(digest, 0, use_cache=use_cache)
+            data = self._get(digest, use_cache=use_cache)
         except StoreError as exc:
             return exc.message
         except (OSError, ValueError) as exc:
             return f"blob {digest[:12]} cannot be read: {exc}"
-        return None if _names(data, digest) else f"blob {digest[:12]} does not hash to its name"
+        return None if content_digest(data) == digest else f"blob {digest[:12]} does not hash to its name"
 
     def forget_decoded(self) -> None:
         """Drop every decoded blob and pack kept in memory: what is read next comes from the disk."""
@@ -285,7 +223,7 @@ class BlobStore:
         try:
             raw = self.pack_path(name).read_bytes()
             frame = raw[_pack_header_size(raw) :]
-            if not _names(_PACK_NAME_PREFIX + frame, name):
+            if content_digest(_PACK_NAME_PREFIX + frame) != name:
                 return f"pack {name[:12]} does not hash to its name"
             members = _pack_members(raw)
         except StoreError as exc:
@@ -303,26 +241,13 @@ class BlobStore:
         return sorted(p.name[:-4] for p in self.packs_dir.glob("*.zst"))
 
     def collect(self, live: set[str]) -> tuple[int, int]:
-        """Remove blobs and packs no file in ``live`` needs (their packs and delta bases are kept);
-        returns (blobs and packs removed, bytes freed). The caller holds the store's exclusive lock."""
-        live = set(live)
-        frontier = {sha for sha in live if self.path_for(sha).exists()}
-        while frontier:  # format 2 delta chains
-            bases = set()
-            for sha in frontier:
-                try:
-                    base = self.base_of(sha)
-                except StoreError:
-                    continue
-                if base is not None and base not in live:
-                    bases.add(base)
-            live |= bases
-            frontier = bases
+        """Remove the packs that hold no file in ``live``; returns (packs removed, bytes freed). The caller
+        holds the store's exclusive lock."""
         live_packs = self._table.packs_holding(live)
         dead_packs = [name for name in self.pack_names() if name not in live_packs]
         self._table.forget_packs(dead_packs)  # first: a crash must never leave the table naming a deleted pack
         removed = freed = 0
-        for path in [self.pack_path(n) for n in dead_packs] + [p for p in self.root.glob("[0-9a-f][0-9a-f]/*.zst") if p.name[:-4] not in live]:
+        for path in map(self.pack_path, dead_packs):
             try:
                 freed += path.stat().st_size
                 path.unlink()
@@ -332,8 +257,8 @@ class BlobStore:
         return removed, freed
 
     def disk_usage(self) -> int:
-        """Bytes the blobs, packs and pack table take on disk."""
-        files = [*self.root.glob("[0-9a-f][0-9a-f]/*.zst"), *self.root.glob("packs/*.zst"), *self.root.glob("packs.sqlite*")]
+        """Bytes the packs and pack table take on disk."""
+        files = [*self.root.glob("packs/*.zst"), *self.root.glob("packs.sqlite*")]
         return sum(p.stat().st_size for p in files if p.exists())
 
 
@@ -439,7 +364,7 @@ class PackWriter:
             return 0
         frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
         name = content_digest(_PACK_NAME_PREFIX + frame)
-        table = b"".join(_MEMBER.pack(bytes.fromhex(sha), offset, length) for sha, offset, length in self._members)
+        table = b"".join(_MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in self._members)
         payload = _PACK_TAG + len(self._members).to_bytes(4, "little") + table
         header = _SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
         written = self.blobs._write(self.blobs.pack_path(name), header + frame)
@@ -456,10 +381,10 @@ class PackWriter:
     def _drop(self, stored: set[str]) -> None:
         """Take files the store already holds out of the open pack, moving the others up."""
         buffer, kept, size = self._buffer, [], 0
-        for sha, offset, length in self._members:
-            if sha not in stored:
+        for digest, offset, length in self._members:
+            if digest not in stored:
                 buffer[size : size + length] = buffer[offset : offset + length]
-                kept.append((sha, size, length))
+                kept.append((digest, size, length))
                 size += length
         self._members, self.size = kept, size
 
@@ -528,7 +453,7 @@ def _pack_members(raw: bytes) -> list[tuple[str, int, int]]:
     count = int.from_bytes(raw[12:16], "little")
     if 16 + count * _MEMBER.size != end:
         raise _damaged("a pack's header")
-    return [(sha.hex(), offset, length) for sha, offset, length in _MEMBER.iter_unpack(raw[16:end])]
+    return [(digest.hex(), offset, length) for digest, offset, length in _MEMBER.iter_unpack(raw[16:end])]
 
 
 def _read_exactly(reader, size: int) -> bytes:
@@ -576,8 +501,9 @@ class _CheckedConnection:
 
 class _PackTable:
     """``packs.sqlite``: digest -> (pack, offset, length), one connection per thread, WAL. Derived from the
-    pack headers, and rebuilt from them when the file is missing. Its digest column keeps the name
-    ``sha256`` it had in format 3: renaming it would break a reader of the same store meanwhile."""
+    pack headers, and rebuilt from them when the file is missing. Its digest column is named ``sha256`` for
+    historical reasons (format 3 named files by SHA-256); it holds BLAKE3 digests, and the schema stays as
+    it is so that every format 4 store keeps its table."""
 
     def __init__(self, path: Path, packs_dir: Path):
         self.path = path
@@ -644,11 +570,11 @@ class _PackTable:
             return None
         return conn.execute("SELECT pack, offset, length FROM members WHERE sha256=?", (digest,)).fetchone()
 
-    def existing(self, shas: list[str]) -> set[str]:
+    def existing(self, digests: list[str]) -> set[str]:
         conn = self._conn()
         found: set[str] = set()
-        for start in range(0, len(shas) if conn is not None else 0, 500):
-            chunk = shas[start : start + 500]
+        for start in range(0, len(digests) if conn is not None else 0, 500):
+            chunk = digests[start : start + 500]
             found.update(row[0] for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk))
         return found
 
@@ -667,11 +593,11 @@ class _PackTable:
             conn.execute("ROLLBACK")
             raise
 
-    def packs_holding(self, shas: set[str]) -> set[str]:
+    def packs_holding(self, digests: set[str]) -> set[str]:
         conn = self._conn()
         if conn is None:
             return set()
-        return {pack for sha, pack in conn.execute("SELECT sha256, pack FROM members") if sha in shas}
+        return {pack for digest, pack in conn.execute("SELECT sha256, pack FROM members") if digest in digests}
 
     def forget_packs(self, packs: list[str]) -> None:
         conn = self._conn()
@@ -697,7 +623,7 @@ class _PackTable:
 
 
 class _DecodedCache:
-    """The most recently decoded blobs and packs, up to a byte budget."""
+    """The most recently decoded packs, up to a byte budget."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes

@@ -147,7 +147,7 @@ def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
     """Digests of ``files`` the store does not hold (none, unless the store was damaged by hand)."""
     digests = sorted({f.digest for f in files})
     held = store.blobs.stored_of(digests)
-    return {d for d in digests if d not in held and not store.blobs.path_for(d).exists()}
+    return {d for d in digests if d not in held}
 
 
 def _read_json(path: Path) -> dict:
