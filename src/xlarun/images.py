@@ -28,7 +28,6 @@ IMAGE_KINDS = ("cpu", "gpu", "ipu")
 LABEL_BUILD_HASH = "xlarun.build-hash"
 #: Where the images put a list of the replay runners they carry (one absolute path per line).
 RUNNERS_FILE = "/opt/xlarun/runners.txt"
-RUNNER_NAMES = ("hlo_runner_main", "run_hlo_module", "hlo-opt")
 #: Optional file in the build context: a CA bundle pip uses during the build (see containers/README.md).
 BUILD_CA_NAME = "pip-ca.crt"
 

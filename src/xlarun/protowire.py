@@ -7,7 +7,6 @@ so it walks the wire format directly. Unknown fields are skipped, as protobuf it
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 from .errors import InputError
@@ -123,13 +122,3 @@ def repeated_varints(values: list[int | bytes]) -> list[int]:
         else:
             out.append(value)
     return out
-
-
-def decode_float32(raw: int) -> float:
-    """A fixed32 field value as an IEEE float."""
-    return struct.unpack("<f", raw.to_bytes(4, "little"))[0]
-
-
-def decode_float64(raw: int) -> float:
-    """A fixed64 field value as an IEEE double."""
-    return struct.unpack("<d", raw.to_bytes(8, "little"))[0]

@@ -110,10 +110,6 @@ class DockerBackend:
         """Where the job sees ``host_path``; None when no mount covers it."""
         return container_path(host_path, job, self.options)
 
-    def translate(self, job: Job) -> ContainerSpec:
-        """What :meth:`launch` would send to the engine for ``job``."""
-        return translate_job(job, self.options, self.kind, self._host)
-
     def launch(self, job: Job, sink: OutputSink) -> LaunchResult:
         """Run ``job`` in a fresh container and remove it afterwards, whatever happens.
 
