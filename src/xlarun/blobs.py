@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO, cast
 
 import zstandard
 from blake3 import blake3
@@ -63,7 +64,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return dec
 
 
-def content_digest(data) -> str:
+def content_digest(data: bytes | bytearray | memoryview) -> str:
     """The name of a file's bytes in the store: their BLAKE3 hash, 64 hex digits."""
     return blake3(data).hexdigest()
 
@@ -121,7 +122,7 @@ class BlobStore:
             raise
         return len(payload)
 
-    def store_stream(self, handle) -> tuple[str, int]:
+    def store_stream(self, handle: IO[bytes]) -> tuple[str, int]:
         """Store a large file from an open binary ``handle`` as a pack of its own, a chunk at a time: memory
         stays bounded by the chunk and zstd's window, whatever the file's size. Returns (digest, bytes read)."""
         self.packs_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ class BlobStore:
 
                 params = zstandard.ZstdCompressionParameters(  # a 16 MB window: bounded memory, still long matches
                     window_log=24, strategy=zstandard.STRATEGY_FAST, write_checksum=1, write_content_size=0)
-                with zstandard.ZstdCompressor(compression_params=params).stream_writer(_Hashing(), closefd=False) as writer:
+                with zstandard.ZstdCompressor(compression_params=params).stream_writer(cast(IO[bytes], _Hashing()), closefd=False) as writer:
                     while chunk := handle.read(_STREAM_CHUNK):
                         content.update(chunk)
                         writer.write(chunk)
@@ -336,6 +337,7 @@ class PackWriter:
 
     def _commit(self, size: int) -> tuple[str, memoryview]:
         buffer, start = self._buffer, self.size
+        assert buffer is not None, "_reserve gives the buffer before a file is read into it"
         data = memoryview(buffer)[start : start + size]
         last = self._last
         if last is not None and last[1] == size and buffer.startswith(memoryview(buffer)[last[0] : last[0] + size], start):
@@ -362,6 +364,7 @@ class PackWriter:
         if not self._members:
             self._forget_pending()
             return 0
+        assert self._buffer is not None, "a pending file is in the buffer"
         frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
         name = content_digest(_PACK_NAME_PREFIX + frame)
         table = b"".join(_MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in self._members)
@@ -381,6 +384,7 @@ class PackWriter:
     def _drop(self, stored: set[str]) -> None:
         """Take files the store already holds out of the open pack, moving the others up."""
         buffer, kept, size = self._buffer, [], 0
+        assert buffer is not None, "a pending file is in the buffer"
         for digest, offset, length in self._members:
             if digest not in stored:
                 buffer[size : size + length] = buffer[offset : offset + length]
@@ -510,9 +514,9 @@ class _PackTable:
         self.packs_dir = packs_dir
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[_CheckedConnection] = []
 
-    def _conn(self) -> _CheckedConnection:
+    def _conn(self) -> _CheckedConnection | None:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             existed = self.path.exists()
@@ -546,7 +550,7 @@ class _PackTable:
                 time.sleep(0.1)
         raise AssertionError("unreachable")
 
-    def _rebuild_if_new(self, conn: sqlite3.Connection) -> None:
+    def _rebuild_if_new(self, conn: _CheckedConnection) -> None:
         if conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():
             return
         conn.execute("BEGIN IMMEDIATE")
@@ -573,7 +577,9 @@ class _PackTable:
     def existing(self, digests: list[str]) -> set[str]:
         conn = self._conn()
         found: set[str] = set()
-        for start in range(0, len(digests) if conn is not None else 0, 500):
+        if conn is None:
+            return found
+        for start in range(0, len(digests), 500):
             chunk = digests[start : start + 500]
             found.update(row[0] for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk))
         return found
@@ -585,6 +591,7 @@ class _PackTable:
     def add(self, pack: str, members: Iterable[tuple[str, int, int]]) -> None:
         self.packs_dir.mkdir(parents=True, exist_ok=True)
         conn = self._conn()
+        assert conn is not None, "the packs folder exists: the table is made"
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])

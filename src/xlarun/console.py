@@ -1,15 +1,81 @@
-"""Terminal presentation shared by the commands: tables, JSON, sizes, warnings."""
+"""Terminal presentation shared by the commands: tables, JSON, sizes, warnings.
+
+Everything xlarun prints for people goes through :func:`print_table`, :func:`print_pairs`, :func:`say`,
+:func:`echo`, :func:`diff_line` and :func:`warn`. Inside :func:`recording`, each call is also kept as a
+block (a table, pairs, a line with its tone): that is how the Python API shows the CLI's output as HTML,
+without patching anything. The recorder lives in a context variable, so threads do not see each other's.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+
+@dataclasses.dataclass(frozen=True)
+class TableBlock:
+    headers: tuple[str, ...]
+    rows: list[list[str]]
+    title: str | None = None
+    right: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PairsBlock:
+    pairs: list[tuple[str, str]]
+    title: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LineBlock:
+    text: str
+    tone: str = ""  # "", "ok", "warning", "error", "bold", "diff-add", "diff-del", "diff-hunk"
+
+
+Block = TableBlock | PairsBlock | LineBlock
+_RECORDER: ContextVar[list[Block] | None] = ContextVar("xlarun_console_recorder", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Block]]:
+    """Keep what is printed in this context (and this thread) as blocks, while it is still printed."""
+    blocks: list[Block] = []
+    token = _RECORDER.set(blocks)
+    try:
+        yield blocks
+    finally:
+        _RECORDER.reset(token)
+
+
+def _record(block: Block) -> None:
+    blocks = _RECORDER.get()
+    if blocks is not None:
+        blocks.append(block)
+
+
+def _plain(markup: str) -> str:
+    from rich.text import Text
+
+    return Text.from_markup(markup).plain
+
+
+_TONES = (("[red]", "error"), ("[bold red]", "error"), ("[yellow]", "warning"), ("[green]", "ok"), ("[bold]", "bold"))
+
+
+def _tone_of(markup: str) -> str:
+    head = markup.lstrip()
+    return next((tone for prefix, tone in _TONES if head.startswith(prefix)), "")
 
 
 def _console(stderr: bool = False):
@@ -18,7 +84,8 @@ def _console(stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     # piped output (grep, less, files) should not be folded to 80 columns
     width = None if stream.isatty() else 240
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    # force_jupyter=False: in a notebook too, text goes to stdout (where the API's recording captures it)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, force_jupyter=False)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -61,16 +128,17 @@ def _print_plain_table(headers: Sequence[str], rows: list[list[str]], title: str
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None, right: Sequence[str] = ()) -> None:
     """A table on stdout; columns named in ``right`` are right-aligned (numbers)."""
-    rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
-    if len(rows) > PLAIN_TABLE_ROWS:
-        _print_plain_table(headers, rows, title, right)
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    _record(TableBlock(tuple(headers), cells, title, tuple(right)))
+    if len(cells) > PLAIN_TABLE_ROWS:
+        _print_plain_table(headers, cells, title, right)
         return
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
     for header in headers:
         table.add_column(header, justify="right" if header in right else "left", overflow="fold")
-    for row in rows:
+    for row in cells:
         table.add_row(*row)
     _console().print(table)
 
@@ -78,6 +146,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: st
 def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> None:
     """``label: value`` lines, labels aligned."""
     pairs = [(k, v) for k, v in pairs if v not in (None, "", [], {})]
+    _record(PairsBlock([(k, str(v)) for k, v in pairs], title))
     if title:
         _console().print(f"[bold]{title}[/bold]")
     width = max((len(k) for k, _ in pairs), default=0)
@@ -86,15 +155,34 @@ def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> N
 
 
 def echo(text: str = "") -> None:
-    _console().print(text, markup=False)
+    """Plain text on stdout, as it is (no markup)."""
+    for line in str(text).split("\n"):
+        _record(LineBlock(line))
+    sys.stdout.write(f"{text}\n")
 
 
 def say(markup: str) -> None:
     """A line with rich markup on stdout."""
+    for line in markup.split("\n"):
+        _record(LineBlock(_plain(line), _tone_of(line)))
     _console().print(markup)
 
 
+_DIFF_STYLE = {"+": ("diff-add", "green"), "-": ("diff-del", "red"), "@": ("diff-hunk", "cyan")}
+
+
+def diff_line(line: str) -> None:
+    """A line of a unified diff, coloured on a terminal."""
+    tone, colour = ("bold", "") if line.startswith(("+++", "---")) else _DIFF_STYLE.get(line[:1], ("", ""))
+    _record(LineBlock(line, tone))
+    if colour and tone != "bold" and sys.stdout.isatty():
+        sys.stdout.write(f"\x1b[{ {'green': 32, 'red': 31, 'cyan': 36}[colour] }m{line}\x1b[0m\n")
+    else:
+        sys.stdout.write(f"{line}\n")
+
+
 def warn(text: str) -> None:
+    _record(LineBlock(f"warning: {text}", "warning"))
     _console(stderr=True).print(f"[yellow]warning:[/yellow] {_escape(text)}")
 
 
@@ -138,8 +226,8 @@ class ProgressBar:
 
     def __init__(self, label: str, enabled: bool = True, min_total: int = 200):
         self.label, self.enabled, self.min_total = label, enabled, min_total
-        self.bar = None
-        self.task = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
     def update(self, done: int, total: int) -> None:
         if not self.enabled or total < self.min_total:
@@ -151,6 +239,7 @@ class ProgressBar:
             self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=total)
+        assert self.task is not None
         self.bar.update(self.task, completed=done)
         if done >= total:  # finished: stop its refresh thread now (an index build after it may fork workers)
             self.close()

@@ -352,8 +352,8 @@ def _decode_pjrt(folder: str, name: str) -> dict[str, Any]:
     if m := _MODULE.match(folder):  # jax 0.10.2: module_XXXX.<name>
         return {**fields, "module_id": int(m["id"]), "module_name": folder[m.end() :] or None}
     if m := _PJRT_FOLDER.match(folder):  # XLA writes unknown_module for a module without a name
-        name = None if m["name"] == "unknown_module" else m["name"]
-        return {**fields, "module_name": name, "timestamp_us": int(m["ms"]) * 1000}
+        module_name = None if m["name"] == "unknown_module" else m["name"]
+        return {**fields, "module_name": module_name, "timestamp_us": int(m["ms"]) * 1000}
     return {**fields, "artifact": f"{folder}/{name}"}
 
 
@@ -376,8 +376,8 @@ def _decode(path: str) -> dict[str, Any]:
         return _decode_pjrt(parts[-2], name)
     if fields := _decode_xla(name):
         return fields
-    if fields := _decode_jax_ir(name):  # JAX_DUMP_IR_TO pointed at the XLA dump folder itself
-        return fields
+    if ir_fields := _decode_jax_ir(name):  # JAX_DUMP_IR_TO pointed at the XLA dump folder itself
+        return ir_fields
     if name.endswith(".pbtxt"):  # TF_DUMP_GRAPH_PREFIX pointed at the XLA dump folder itself
         return _decode_tf_graph(name)
     return {}

@@ -45,6 +45,7 @@ def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | bytes
     view = memoryview(buf)
     pos = 0
     end = len(view)
+    value: int | bytes
     while pos < end:
         key, pos = read_varint(view, pos)
         number, wire_type = key >> 3, key & 7
@@ -96,6 +97,21 @@ def as_str(value: int | bytes | None) -> str | None:
     if not isinstance(value, bytes):
         raise ProtoDecodeError("expected a string field, found a number", "the file is not the expected proto")
     return value.decode("utf-8", errors="replace")
+
+
+def as_bytes(value: int | bytes) -> bytes:
+    """A length-delimited field's value (a sub-message, string or packed array); a number where one is
+    expected means the bytes are not the message they were taken for."""
+    if isinstance(value, bytes):
+        return value
+    raise ProtoDecodeError("a protobuf field holds a number where a sub-message belongs", "the file is not the XLA proto it was taken for")
+
+
+def as_int(value: int | bytes) -> int:
+    """A varint or fixed-width field's value; bytes where a number is expected mean the wrong message."""
+    if isinstance(value, int):
+        return value
+    raise ProtoDecodeError("a protobuf field holds bytes where a number belongs", "the file is not the XLA proto it was taken for")
 
 
 def as_signed64(value: int) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from ..hlo_scan import LineError, walk
-from ..protowire import LENGTH_DELIMITED, VARINT, iter_fields, packed_varints
+from ..protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, iter_fields, packed_varints
 
 # HloModuleProto, HloComputationProto, HloInstructionProto field numbers (xla/service/hlo.proto)
 _MODULE_COMPUTATIONS, _MODULE_SCHEDULE = 3, 7
@@ -47,19 +47,19 @@ def renumber_instructions(module_proto: bytes) -> bytes:
         if number == _MODULE_SCHEDULE:
             continue
         if number == _MODULE_COMPUTATIONS:
-            value = _rewrite_computation(value, renumbered)
+            value = _rewrite_computation(as_bytes(value), renumbered)
         _emit(out, number, wire_type, value)
     return bytes(out)
 
 
 def _instruction_ids(module_proto: bytes) -> list[int]:
-    ids = []
+    ids: list[int] = []
     for number, _, computation in iter_fields(module_proto):
         if number != _MODULE_COMPUTATIONS:
             continue
-        for field, _, instruction in iter_fields(computation):
+        for field, _, instruction in iter_fields(as_bytes(computation)):
             if field == _COMPUTATION_INSTRUCTIONS:
-                ids.extend(v for n, _, v in iter_fields(instruction) if n == _INSTRUCTION_ID)
+                ids.extend(as_int(v) for n, _, v in iter_fields(as_bytes(instruction)) if n == _INSTRUCTION_ID)
     return ids
 
 
@@ -67,9 +67,9 @@ def _rewrite_computation(data: bytes, renumbered: dict[int, int]) -> bytes:
     out = bytearray()
     for number, wire_type, value in iter_fields(data):
         if number == _COMPUTATION_INSTRUCTIONS:
-            value = _rewrite_instruction(value, renumbered)
+            value = _rewrite_instruction(as_bytes(value), renumbered)
         elif number == _COMPUTATION_ROOT_ID:
-            value = renumbered.get(value, value)
+            value = renumbered.get(as_int(value), as_int(value))
         _emit(out, number, wire_type, value)
     return bytes(out)
 
@@ -78,9 +78,9 @@ def _rewrite_instruction(data: bytes, renumbered: dict[int, int]) -> bytes:
     out = bytearray()
     for number, wire_type, value in iter_fields(data):
         if number == _INSTRUCTION_ID:
-            value = renumbered.get(value, value)
+            value = renumbered.get(as_int(value), as_int(value))
         elif number in (_INSTRUCTION_OPERAND_IDS, _INSTRUCTION_CONTROL_PREDECESSOR_IDS):
-            ids = packed_varints(value) if wire_type == LENGTH_DELIMITED else [value]
+            ids = packed_varints(as_bytes(value)) if wire_type == LENGTH_DELIMITED else [as_int(value)]
             value = b"".join(_varint(renumbered.get(i, i)) for i in ids)
             wire_type = LENGTH_DELIMITED  # written packed, as XLA writes repeated ids
         _emit(out, number, wire_type, value)
@@ -90,11 +90,11 @@ def _rewrite_instruction(data: bytes, renumbered: dict[int, int]) -> bytes:
 def _emit(out: bytearray, number: int, wire_type: int, value: int | bytes) -> None:
     out += _varint(number << 3 | wire_type)
     if wire_type == VARINT:
-        out += _varint(value)
+        out += _varint(as_int(value))
     elif wire_type == LENGTH_DELIMITED:
-        out += _varint(len(value)) + value
+        out += _varint(len(as_bytes(value))) + as_bytes(value)
     else:  # fixed64 / fixed32, kept as the raw little-endian integer iter_fields gives
-        out += value.to_bytes(8 if wire_type == 1 else 4, "little")
+        out += as_int(value).to_bytes(8 if wire_type == 1 else 4, "little")
 
 
 def _varint(value: int) -> bytes:

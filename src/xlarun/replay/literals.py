@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import InputError
 from ..protowire import (
     LENGTH_DELIMITED,
+    as_bytes,
     as_signed64,
     fields_by_number,
     first,
@@ -26,7 +27,7 @@ from ..protowire import (
 try:  # a jax dependency; optional so the decoder also runs without jax
     import ml_dtypes
 except ImportError:  # pragma: no cover - exercised only without jax installed
-    ml_dtypes = None
+    ml_dtypes = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,8 @@ _LAYOUT_MINOR_TO_MAJOR, _LAYOUT_TILES = 1, 6
 
 def primitive_type(code_or_name: int | str) -> PrimitiveType:
     """The element type for an enum code (``11``) or an HLO spelling (``"f32"``)."""
-    table = PRIMITIVE_TYPES if isinstance(code_or_name, int) else _BY_NAME
     try:
-        return table[code_or_name]
+        return PRIMITIVE_TYPES[code_or_name] if isinstance(code_or_name, int) else _BY_NAME[code_or_name]
     except KeyError:
         raise InputError(f"unsupported XLA element type {code_or_name!r}") from None
 
@@ -172,7 +172,7 @@ def decode_shape(data: bytes) -> Shape:
     fields = fields_by_number(data)
     element_type = first(fields, _SHAPE_ELEMENT_TYPE, 0)
     dims = tuple(as_signed64(v) for v in repeated_varints(fields.get(_SHAPE_DIMS, [])))
-    tuple_shapes = tuple(decode_shape(raw) for raw in fields.get(_SHAPE_TUPLE, []))
+    tuple_shapes = tuple(decode_shape(as_bytes(raw)) for raw in fields.get(_SHAPE_TUPLE, []))
     minor_to_major = None
     tiled = False
     layout = first(fields, _SHAPE_LAYOUT)
@@ -290,7 +290,8 @@ def _varint(value: int) -> bytes:
 
 def _field(number: int, wire_type: int, payload: bytes | int) -> bytes:
     key = _varint((number << 3) | wire_type)
-    if wire_type == LENGTH_DELIMITED:
+    if isinstance(payload, bytes):
+        assert wire_type == LENGTH_DELIMITED
         return key + _varint(len(payload)) + payload
     return key + _varint(payload)
 
