@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from .backends.base import RunStatus
 from .capture import CaptureResult, capture
@@ -35,6 +34,9 @@ class CellOutcome:
     elapsed_s: float | None = None
     result: CaptureResult | None = None
     error: str | None = None
+    node: str | None = None  # where the cell ran, for executors that spread cells over machines (ray)
+    attempts: list[str] = field(default_factory=list)  # why earlier attempts failed (a node lost mid-cell)
+    shipped_bytes: int | None = None  # bytes sent back from the node to this store (ray)
 
     @property
     def label(self) -> str:
@@ -67,6 +69,23 @@ class BatchResult:
 BatchEvent = Callable[[CellOutcome], None]
 
 
+class CellCapture(Protocol):
+    """How one cell is captured: in this process (:func:`capture_here`), or elsewhere by an executor
+    (``xlarun.executors``). May set ``outcome.node`` and call ``notify`` as the cell moves; returns the
+    committed run, or raises :class:`XlarunError` with why the cell could not be run."""
+
+    def __call__(self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult: ...
+
+
+def capture_here(store: Store) -> CellCapture:
+    """The local executor: each cell is an ordinary capture into ``store`` by this process."""
+
+    def capture_cell(loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult:
+        return capture(loaded, store, batch_id=batch_id, matrix=outcome.values or None, stop=stop)
+
+    return capture_cell
+
+
 def run_batch(
     cells: list[LoadedSpec],
     store: Store,
@@ -75,8 +94,10 @@ def run_batch(
     fail_fast: bool | None = None,
     on_event: BatchEvent | None = None,
     batch_id: str | None = None,
+    capture_cell: CellCapture | None = None,
 ) -> BatchResult:
     """Capture every cell, at most ``jobs`` at a time; each cell becomes a run tagged with the batch and its values.
+    ``capture_cell`` runs one cell (default: :func:`capture_here`, a capture by this process).
 
     SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the running jobs (their runs are archived as interrupted, the
     signal named in their manifests) and skips the rest.
@@ -89,6 +110,7 @@ def run_batch(
     stop = StopRequest()
     cancel = stop.cancel
     notify = on_event or (lambda _cell: None)
+    capture_cell = capture_cell or capture_here(store)
 
     def run_cell(outcome: CellOutcome, loaded: LoadedSpec) -> None:
         if cancel.is_set():
@@ -99,7 +121,7 @@ def run_batch(
         outcome.started = time.monotonic()
         notify(outcome)
         try:
-            outcome.result = capture(loaded, store, batch_id=batch.batch_id, matrix=outcome.values or None, stop=stop)
+            outcome.result = capture_cell(loaded, outcome, batch.batch_id, stop, notify)
             outcome.state = "done"
         except XlarunError as exc:
             outcome.error = exc.one_line()

@@ -20,7 +20,7 @@ import typer.core
 
 from .errors import ExitCode, XlarunError
 
-COMMAND_MODULES = ("capture", "batch", "navigate", "replay", "bisect", "housekeeping", "doctor", "see", "images", "share", "view")
+COMMAND_MODULES = ("capture", "batch", "navigate", "replay", "bisect", "housekeeping", "doctor", "see", "images", "share", "view", "worker")
 
 EXIT_CODES_HELP = """
 Exit codes: 0 ok · 1 the job failed, a replay miscompared, or no dump was made · 2 bad usage, spec or input ·

@@ -52,7 +52,7 @@ class DumpSpec(_Strict):
     """What XLA and the frameworks should dump (XLA_FLAGS and friends)."""
 
     formats: list[DumpFormat] = Field(
-        default_factory=lambda: ["text"],
+        default_factory=lambda: list[DumpFormat](["text"]),
         description="HLO formats: text (.txt), proto (.hlo.pb), dot, html, url (url needs a renderer open-source XLA lacks).",
     )
     compress_protos: bool = Field(False, description="--xla_dump_compress_protos: write .hlo.pb.gz.")
@@ -195,6 +195,7 @@ class RunSpec(_Strict):
         "Write ${matrix.AXIS} anywhere in the spec to use a cell's value, e.g. backend: ${matrix.backend}.",
     )
     fail_fast: bool = Field(False, description="In a batch, stop starting new cells (and stop running ones) after the first failure.")
+    executor: Literal["local", "ray"] = Field("local", description="Where a batch's cells run: local (threads of this process) or ray (tasks on a Ray cluster; `xlarun batch --address`).")
 
     @field_validator("name")
     @classmethod
@@ -415,7 +416,7 @@ def parse_spec_cells(text: str, source: str = "<spec>", environ: dict[str, str] 
     if matrix is None:
         return [(None, _validate(data, keys, values, source, environ))]
     cells = expand_matrix(matrix, source, keys.get(("matrix",), (1, 1)))
-    out = []
+    out: list[tuple[dict[str, Any] | None, RunSpec]] = []
     for cell in cells:
         substituted = substitute_matrix(data, cell, lambda path: _locate(path, {}, values, key_error=False), source)
         substituted["matrix"] = None

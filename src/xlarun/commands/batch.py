@@ -18,8 +18,11 @@ def register(app: typer.Typer) -> None:
 
 def batch(
     spec: Annotated[Path, typer.Argument(help="A run spec, usually with a `matrix:` section.", show_default=False)],
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells run at the same time.")] = 1,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Cells run at the same time (local: 1; ray: every cell, up to 32).", show_default=False)] = None,
     fail_fast: Annotated[Optional[bool], typer.Option("--fail-fast/--no-fail-fast", help="Stop after the first failing cell (default: the spec's fail_fast).", show_default=False)] = None,
+    executor: Annotated[Optional[str], typer.Option("--executor", "-x", help="local (threads here) or ray (tasks on a Ray cluster); default: the spec's executor, else local.", show_default=False)] = None,
+    address: Annotated[Optional[str], typer.Option("--address", envvar="RAY_ADDRESS", help="The Ray cluster (HOST:6379, ray://HOST:10001, auto); without it --executor ray starts one on this machine.", show_default=False)] = None,
+    retries: Annotated[int, typer.Option("--retries", min=0, help="With ray: run a cell whose node was lost again, this many times.")] = 0,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -29,27 +32,40 @@ def batch(
     (`xlarun runs --batch ID` lists them). The table at the end compares status, time, modules,
     the main module's instruction counts before and after optimization, files and dump size.
 
+    With --executor ray each cell runs as a Ray task on a node that serves its backend (nodes say what they
+    serve when started with `xlarun worker --address ADDR`); the finished runs are shipped back into this
+    store, and the table says which node each cell ran on.
+
     Example: xlarun batch configs/matrix-local-docker.yaml -j 2
     """
+    from ..executors import executor_of
     from ..spec import load_batch
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
-    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json)
+    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor_of(cells, executor),
+                   address=address, retries=retries)
 
 
-def run_and_report(cells, store, *, jobs: int, fail_fast: bool | None, as_json: bool) -> None:
+def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as_json: bool, executor: str = "local",
+                   address: str | None = None, retries: int = 0) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured."""
-    from ..batch import run_batch
     from ..console import print_json, say
     from ..errors import ExitCode
+    from ..executors import run_batch_on
 
+    if executor == "ray":
+        from ..executors.ray_cluster import import_ray
+
+        import_ray()  # before the progress view: without Ray, one line naming the extra (exit 3)
     view = None if as_json else _ProgressView(len(cells))
     if view:
-        say(f"[bold]batch[/bold] of {len(cells)} cell(s), {jobs} at a time -> {store.root}")
+        how = f"{jobs or 1} at a time" if executor == "local" else f"on the Ray cluster at {address or 'a new local cluster'}"
+        say(f"[bold]batch[/bold] of {len(cells)} cell(s), {how} -> {store.root}")
         view.start()
     try:
-        result = run_batch(cells, store, jobs=jobs, fail_fast=fail_fast, on_event=view.update if view else None)
+        result = run_batch_on(executor, cells, store, jobs=jobs, fail_fast=fail_fast, on_event=view.update if view else None,
+                              address=address, retries=retries)
     finally:
         if view:
             view.stop()
@@ -83,6 +99,9 @@ def _cell_json(cell) -> dict:
         "main_instr_after": after,
         "files": result.manifest.files if result else None,
         "dump_bytes": result.manifest.dump_bytes if result else None,
+        "node": cell.node,
+        "attempts": cell.attempts,
+        "shipped_bytes": cell.shipped_bytes,
     }
 
 
@@ -91,6 +110,7 @@ def print_comparison(result) -> None:
     from ..console import human_bytes, print_table, say
 
     rows = []
+    on_nodes = any(cell.node for cell in result.cells)  # a batch spread over a cluster says where each cell ran
     for cell in result.cells:
         data = _cell_json(cell)
         rows.append(
@@ -99,14 +119,17 @@ def print_comparison(result) -> None:
                 data["modules"] if data["modules"] is not None else "", data["main_module"] or "",
                 data["main_instr_before"] or "", data["main_instr_after"] or "", data["files"] if data["files"] is not None else "",
                 human_bytes(data["dump_bytes"]) if data["dump_bytes"] is not None else "",
-            )
+            ) + ((cell.node or "", human_bytes(cell.shipped_bytes) if cell.shipped_bytes is not None else "") if on_nodes else ())
         )
-    print_table(("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump"), rows,
-                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump"))
+    columns = ("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump")
+    print_table(columns + (("node", "shipped") if on_nodes else ()), rows,
+                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"))
     prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
     if len(prints) == 1 and len(result.cells) > 1:
         say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
     for cell in result.cells:
+        for note in cell.attempts if cell.ok else ():
+            say(f"[yellow]{cell.label}[/yellow]: retried after {note}")
         if cell.error:
             say(f"[red]{cell.label}[/red]: {cell.error}")
 
@@ -131,7 +154,8 @@ class _ProgressView:
         table.add_row(f"[bold]{done}/{self.total} cells finished[/bold]", "")
         for cell in sorted(self.cells.values(), key=lambda c: c.index):
             elapsed = (cell.elapsed_s if cell.elapsed_s is not None else (time.monotonic() - cell.started if cell.started else 0.0))
-            table.add_row(f"  {cell.label}", f"{cell.status} {elapsed:.0f}s")
+            where = f" on {cell.node}" if cell.node and cell.state == "running" else ""
+            table.add_row(f"  {cell.label}", f"{cell.status}{where} {elapsed:.0f}s")
         return table
 
     def start(self) -> None:

@@ -1,0 +1,45 @@
+"""Executors: where the cells of a batch run.
+
+``local`` (the default) captures every cell in this process's threads (:func:`xlarun.batch.run_batch`);
+``ray`` sends each cell to a node of a Ray cluster that serves its backend and ships the finished run back
+into this store (:mod:`xlarun.executors.ray_cluster`; needs ``pip install 'xlarun[ray]'``).
+"""
+
+from __future__ import annotations
+
+from ..batch import BatchEvent, BatchResult, run_batch
+from ..errors import InputError
+from ..spec import LoadedSpec
+from ..store import Store
+
+#: The executors a batch can run on (``--executor``, ``executor:`` in a spec).
+EXECUTORS = ("local", "ray")
+
+
+def executor_of(cells: list[LoadedSpec], asked: str | None) -> str:
+    """The executor a batch runs on: the one asked for on the command line, else the spec's (default local)."""
+    name = asked or next((c.spec.executor for c in cells if getattr(c.spec, "executor", None)), "local")
+    if name not in EXECUTORS:
+        raise InputError(f"unknown executor {name!r}", f"use one of: {', '.join(EXECUTORS)}")
+    return name
+
+
+def run_batch_on(
+    executor: str,
+    cells: list[LoadedSpec],
+    store: Store,
+    *,
+    jobs: int | None = None,
+    fail_fast: bool | None = None,
+    on_event: BatchEvent | None = None,
+    address: str | None = None,
+    retries: int = 0,
+) -> BatchResult:
+    """Run a batch on ``executor``: ``local`` runs ``jobs`` cells at a time here (default 1); ``ray`` submits every
+    cell at once (at most ``jobs`` when given) to the cluster at ``address`` and retries a cell whose node was
+    lost up to ``retries`` times."""
+    if executor == "ray":
+        from .ray_cluster import run_batch_on_ray
+
+        return run_batch_on_ray(cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries)
+    return run_batch(cells, store, jobs=jobs or 1, fail_fast=fail_fast, on_event=on_event)

@@ -1,0 +1,285 @@
+"""The ``ray`` executor: each cell of a batch is a Ray task on a node that serves its backend.
+
+The driver (``xlarun batch --executor ray``) runs the batch as :func:`xlarun.batch.run_batch` does, one thread
+per cell in flight, each thread driving one cell through the cluster:
+
+1. the cell's task (:func:`~xlarun.executors.node_side.capture_cell_on_node`) asks for one unit of its backend's
+   resource (``xlarun_local``, ``xlarun_docker_cpu``...; see :mod:`placement`), says which node it landed on, runs
+   the ordinary capture into a staging store of that node and reports the run's file list;
+2. the driver works out which of those files its store lacks, and a second task, pinned to the same node,
+   sends back the run with only those files (:mod:`shipping`);
+3. the driver verifies every digest and commits the run under its own id, as a capture commits, and indexes it.
+
+A cell whose backend no node offers fails at once, naming what the cluster offers. A node that dies mid-cell
+(Ray marks it dead, or its raylet goes away under the task) fails the cell with that reason, or runs it again
+elsewhere with ``retries``; Ray's own retries are off, so every attempt is one the driver knows of, and a run
+is committed once per cell. Ctrl-C (or ``fail_fast``) cancels the tasks: each stops its capture (the job's
+process group or container) and removes its staging store before the driver exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+from typing import Any
+
+from ..backends.base import RunStatus
+from ..batch import BatchEvent, BatchResult, CellOutcome, run_batch
+from ..capture import CaptureResult
+from ..errors import EnvironmentProblem, JobFailed, XlarunError
+from ..interrupts import StopRequest
+from ..manifest import Manifest
+from ..spec import LoadedSpec
+from ..store import Store
+from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run
+from .placement import describe_offer, probe_node_resources, resource_for
+from .shipping import lacking, receive_run
+
+_POLL_S = 0.2
+#: Cells in flight at once when ``jobs`` is not given (Ray queues the rest by resources anyway).
+DEFAULT_IN_FLIGHT = 32
+RAY_EXTRA_HINT = "pip install 'xlarun[ray]'"
+
+
+class CellLost(Exception):
+    """The node running a cell was lost: the attempt failed, and may be retried elsewhere."""
+
+
+class CellStopped(Exception):
+    """The batch was stopped (Ctrl-C, fail_fast) while the cell ran: its task was cancelled."""
+
+
+def import_ray():
+    """The ``ray`` module, or EnvironmentProblem (exit 3) naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise EnvironmentProblem("--executor ray needs Ray, which is not installed", RAY_EXTRA_HINT) from None
+    return ray
+
+
+def connect(address: str | None) -> tuple[Any, bool]:
+    """Connect this process to the cluster at ``address`` (or ``$RAY_ADDRESS``); with neither, start a one-machine
+    cluster offering what this machine serves. Returns (ray, whether this call connected, and so must disconnect)."""
+    ray = import_ray()
+    if ray.is_initialized():  # a notebook or a test already connected: use that cluster, leave it connected
+        return ray, False
+    address = address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, namespace="xlarun", log_to_driver=False, logging_level="ERROR", configure_logging=False)
+        else:
+            offer = {c.resource: c.units for c in probe_node_resources() if c.units}
+            ray.init(resources=offer, namespace="xlarun", log_to_driver=False, logging_level="ERROR", include_dashboard=False,
+                     configure_logging=False)
+    except Exception as exc:  # ConnectionError, RuntimeError...: Ray's message says what it tried
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise EnvironmentProblem(f"cannot reach the Ray cluster at {address or 'a new local cluster'}: {first}",
+                                 "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`") from None
+    return ray, True
+
+
+class _NodeWatch:
+    """Which Ray nodes are alive, read from the cluster at most once per ``every_s`` for all cells together."""
+
+    def __init__(self, ray, every_s: float = 1.0):
+        self.ray, self.every_s = ray, every_s
+        self.lock = threading.Lock()
+        self.read_at = 0.0
+        self.alive_ids: set[str] = set()
+
+    def alive(self, node_id: str) -> bool:
+        with self.lock:
+            if time.monotonic() - self.read_at > self.every_s:
+                try:
+                    self.alive_ids = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+                except Exception:  # the GCS is busy or restarting: keep what was known
+                    return True
+                self.read_at = time.monotonic()
+            return node_id in self.alive_ids
+
+
+class RayCellCapture:
+    """Captures one cell on the cluster (an :class:`xlarun.batch.CellCapture`); see the module docstring."""
+
+    def __init__(self, ray, store: Store, retries: int = 0):
+        self.ray = ray
+        self.store = store
+        self.retries = max(0, retries)
+        self.offered: dict[str, float] = ray.cluster_resources()
+        # max_retries=0: a lost attempt comes back to the driver, which alone decides to run it again
+        self.capture_task = ray.remote(num_cpus=0, max_retries=0)(capture_cell_on_node)
+        self.fetch_task = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
+        self.discard_task = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
+        self.nodes = _NodeWatch(ray)
+        self.in_flight: set = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult:
+        need = resource_for(loaded.spec.backend)
+        if not self.offered.get(need):
+            raise EnvironmentProblem(
+                f"no node of the cluster offers {need}, which a {loaded.spec.backend.kind} cell needs; the cluster offers: {describe_offer(self.offered)}",
+                "run `xlarun worker --address ADDR` on a machine that serves it (`xlarun doctor` there says what is missing)")
+        request = pickle.dumps((loaded, batch_id, outcome.values or None, list(sys.argv)))
+        for attempt in range(1, self.retries + 2):
+            try:
+                return self._attempt(request, need, outcome, stop, notify, attempt)
+            except CellLost as lost:
+                outcome.attempts.append(f"attempt {attempt} on {outcome.node or 'a node'}: {lost}")
+                if attempt > self.retries or stop.cancel.is_set():
+                    tried = f" ({attempt} attempts)" if attempt > 1 else ""
+                    raise JobFailed(f"{lost}{tried}", None if self.retries else "--retries 1 runs a cell whose node was lost again elsewhere") from None
+                outcome.node = None
+                notify(outcome)
+            except CellStopped as stopped:
+                raise JobFailed(f"stopped: {stopped}") from None
+        raise AssertionError("unreachable")
+
+    def _attempt(self, request: bytes, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int) -> CaptureResult:
+        ray = self.ray
+        gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request)
+        with self._tracked(gen):
+            node = self._next(gen, stop, None)
+            outcome.node = f"{node['node_ip']}/{node['node_id'][:8]}"
+            notify(outcome)
+            report = self._next(gen, stop, node)
+        if report.get("error"):
+            raise XlarunError(report["error"])
+        digests = [digest for _path, digest, _size in report["files"]]
+        missing = sorted(lacking(self.store, digests))
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+        ref = self.fetch_task.options(scheduling_strategy=pinned).remote(report["scratch"], report["run_id"], missing)
+        with self._tracked(ref):
+            try:
+                shipment = self._get(ref, stop, node)
+            except CellStopped:
+                self.discard_task.options(scheduling_strategy=pinned).remote(report["scratch"])
+                raise
+        where = {"ray": {"node_id": node["node_id"], "node_ip": node["node_ip"], "hostname": node["hostname"], "attempt": attempt,
+                         "shipped_bytes": shipment.wire_bytes, "files_shipped": len(shipment.sent), "files": len(shipment.files)}}
+        received = receive_run(self.store, shipment, where)
+        outcome.shipped_bytes = shipment.wire_bytes
+        manifest = Manifest.model_validate(self.store.manifest(received.run_id))
+        modules = self.store.index.modules(received.run_id)
+        return CaptureResult(received.run_id, RunStatus(manifest.status), manifest.exit_code, received.run_dir, manifest, modules,
+                             list(report.get("warnings") or manifest.warnings), None, manifest.signal)
+
+    # --- waiting on the cluster ----------------------------------------------------------------
+
+    def _next(self, gen, stop: StopRequest, node: dict | None) -> dict:
+        """The generator task's next item, watching for a stop and for the loss of its node meanwhile."""
+        self._wait(gen, stop, node)
+        try:
+            return self.ray.get(next(gen))
+        except StopIteration:
+            raise CellLost("the cell's task ended without reporting its run") from None
+        except Exception as exc:
+            raise self._explain(exc, node) from None
+
+    def _get(self, ref, stop: StopRequest, node: dict):
+        self._wait(ref, stop, node)
+        try:
+            return self.ray.get(ref)
+        except Exception as exc:
+            raise self._explain(exc, node) from None
+
+    def _wait(self, ref, stop: StopRequest, node: dict | None) -> None:
+        ray = self.ray
+        while not ray.wait([ref], timeout=_POLL_S)[0]:
+            if stop.cancel.is_set():
+                self._cancel(ref)
+                raise CellStopped(f"the batch was stopped; the cell's task{_on(node)} was cancelled and nothing of it is kept")
+            if node is not None and not self.nodes.alive(node["node_id"]):
+                self._force_cancel(ref)
+                raise CellLost(f"node {node['node_ip']}/{node['node_id'][:8]} died while running the cell")
+
+    def _explain(self, exc: Exception, node: dict | None) -> Exception:
+        """A Ray error as CellLost (the node or worker went away: retryable), CellStopped, or a cell error."""
+        from ray import exceptions as rx
+
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+        if isinstance(exc, rx.TaskCancelledError):
+            return CellStopped(f"the cell's task{_on(node)} was cancelled")
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, rx.RayTaskError) and type(cause).__name__ == "NodeLost":
+            return CellLost(str(cause))
+        lost_kinds = tuple(getattr(rx, name) for name in ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
+                                                          "RaySystemError", "ObjectFetchTimedOutError", "TaskUnschedulableError")
+                           if hasattr(rx, name))
+        if isinstance(exc, lost_kinds) or (node is not None and not self.nodes.alive(node["node_id"])):
+            return CellLost(f"node{_on(node, '')} was lost: {first}")
+        return XlarunError(f"the cell's Ray task failed{_on(node)}: {first}")
+
+    def _cancel(self, ref) -> None:
+        """Cancel a task and wait until it has stopped its capture (it gets KeyboardInterrupt); force it after the grace."""
+        try:
+            self.ray.cancel(ref, force=False)
+        except Exception:
+            return
+        deadline = time.monotonic() + STOP_GRACE_S + 5
+        while time.monotonic() < deadline and not self.ray.wait([ref], timeout=_POLL_S)[0]:
+            pass
+        if time.monotonic() >= deadline:
+            self._force_cancel(ref)
+
+    def _force_cancel(self, ref) -> None:
+        try:
+            self.ray.cancel(ref, force=True)
+        except Exception:  # its node is gone: nothing to cancel there
+            pass
+
+    class _Tracked:
+        def __init__(self, owner: "RayCellCapture", ref):
+            self.owner, self.ref = owner, ref
+
+        def __enter__(self):
+            with self.owner.lock:
+                self.owner.in_flight.add(self.ref)
+
+        def __exit__(self, *_exc):
+            with self.owner.lock:
+                self.owner.in_flight.discard(self.ref)
+
+    def _tracked(self, ref) -> "_Tracked":
+        return RayCellCapture._Tracked(self, ref)
+
+    def cancel_in_flight(self) -> None:
+        """Cancel whatever tasks are still in flight (the batch is ending abnormally)."""
+        with self.lock:
+            left = list(self.in_flight)
+        for ref in left:
+            self._force_cancel(ref)
+
+
+def _on(node: dict | None, prefix: str = " on") -> str:
+    return f"{prefix} {node['node_ip']}/{node['node_id'][:8]}" if node else ""
+
+
+def run_batch_on_ray(
+    cells: list[LoadedSpec],
+    store: Store,
+    *,
+    address: str | None = None,
+    jobs: int | None = None,
+    fail_fast: bool | None = None,
+    on_event: BatchEvent | None = None,
+    retries: int = 0,
+    batch_id: str | None = None,
+) -> BatchResult:
+    """:func:`xlarun.batch.run_batch` with every cell captured on the Ray cluster at ``address`` (see the module
+    docstring); the runs land in ``store`` as a local batch's do, each cell saying which node it ran on."""
+    ray, connected_here = connect(address)
+    capture_cell = RayCellCapture(ray, store, retries)
+    try:
+        return run_batch(cells, store, jobs=jobs or min(len(cells), DEFAULT_IN_FLIGHT), fail_fast=fail_fast, on_event=on_event,
+                         batch_id=batch_id, capture_cell=capture_cell)
+    finally:
+        capture_cell.cancel_in_flight()
+        if connected_here:
+            ray.shutdown()

@@ -1,0 +1,53 @@
+"""``xlarun worker``: ``ray start`` with the resources this machine proves it has (see :mod:`placement`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import EnvironmentProblem
+from .placement import probe_node_resources
+from .ray_cluster import RAY_EXTRA_HINT, import_ray
+
+
+@dataclass
+class WorkerPlan:
+    """What this node offers (resource -> units), what it does not and why, and the ``ray start`` command line."""
+
+    offers: dict[str, int]
+    not_offered: dict[str, str]
+    command: list[str]
+    started: bool = False
+    output: str = field(default="", repr=False)
+
+
+def ray_start_command(address: str | None, offers: dict[str, int], head: bool = False) -> list[str]:
+    """The ``ray start`` command line that joins ``address`` (or starts a head) offering ``offers``."""
+    ray_cli = Path(sys.executable).with_name("ray")
+    ray_cli = str(ray_cli) if ray_cli.exists() else (shutil.which("ray") or "ray")
+    where = ["--head"] if head else ["--address", address or ""]
+    return [ray_cli, "start", *where, "--resources", json.dumps(offers, separators=(",", ":"))]
+
+
+def start_worker(address: str | None, *, head: bool = False, slots: int | None = None, dry_run: bool = False) -> WorkerPlan:
+    """Probe this machine and start (unless ``dry_run``) a Ray node offering what it can run."""
+    import_ray()  # without Ray: exit 3 naming the extra
+    found = probe_node_resources(slots)
+    offers = {c.resource: c.units for c in found if c.units}
+    plan = WorkerPlan(offers, {c.resource: c.why for c in found if not c.units}, ray_start_command(address, offers, head))
+    if dry_run:
+        return plan
+    if not offers:
+        raise EnvironmentProblem("this machine can run no xlarun cell: " + "; ".join(f"{k}: {v}" for k, v in plan.not_offered.items()),
+                                 f"`xlarun doctor` says how to fix each; Ray itself comes with {RAY_EXTRA_HINT}")
+    done = subprocess.run(plan.command, capture_output=True, text=True)
+    plan.output = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        last = plan.output.splitlines()[-1] if plan.output else f"exit {done.returncode}"
+        raise EnvironmentProblem(f"`ray start` failed: {last}", "check the address, and that this machine's Ray version is the cluster's")
+    plan.started = True
+    return plan
