@@ -39,7 +39,7 @@ def compiler_options_for(dump_dir: str | Path, *, pass_re: str | None = None, sn
     from .flags import xla_flags_for
     from .spec import DumpSpec
 
-    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,  # type: ignore[arg-type]
+    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,
                     extra_xla_flags=list(extra_xla_flags))
     options: dict[str, Any] = {}
     for flag in xla_flags_for(SimpleNamespace(dump=dump, framework="jax"), str(dump_dir)):  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Literal
 
 from .errors import InputError
 from .filetypes import file_type
@@ -149,7 +149,7 @@ class _Writer:
             raise self.refuse(name, f"more than {self.limits.max_files} files (a decompression bomb?)")
         return clean
 
-    def write(self, member: str, clean: str, stream: BinaryIO, declared: int | None) -> None:
+    def write(self, member: str, clean: str, stream: IO[bytes], declared: int | None) -> None:
         target = os.path.join(self.dest, *clean.split("/"))
         parent = os.path.dirname(target)
         if parent not in self.made:
@@ -293,7 +293,7 @@ def _tar_stream(source: Path, kind: str) -> Iterator[tarfile.TarFile]:
             with tarfile.open(fileobj=reader, mode="r|", encoding="utf-8", errors="surrogateescape") as archive:
                 yield archive
         else:
-            mode = "r|gz" if kind == "tar.gz" else "r|"
+            mode: Literal["r|gz", "r|"] = "r|gz" if kind == "tar.gz" else "r|"
             with tarfile.open(fileobj=raw, mode=mode, encoding="utf-8", errors="surrogateescape") as archive:
                 yield archive
 
@@ -323,4 +323,6 @@ def _unpack_tar(source: Path, kind: str, writer: _Writer) -> None:
             if member.size > writer.limits.max_total_bytes:
                 raise writer.refuse(member.name, f"declares {member.size} bytes, over {writer.limits.max_total_bytes} (a decompression bomb?)")
             stream = archive.extractfile(member)
+            if stream is None:  # admit lets only regular files through; extractfile gives None for anything else
+                raise writer.refuse(member.name, "is not a regular file")
             writer.write(member.name, clean, stream, member.size)

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import EnvironmentProblem, InputError, SpecError, XlarunError
 from .base import OUTPUT_DIRS, Job, JobPaths, LaunchResult, OutputSink, RunStatus
@@ -153,8 +153,8 @@ class _ContainerRun:
 
     def __init__(self, client: "docker.DockerClient", spec: ContainerSpec, job: Job, sink: OutputSink):
         self.client, self.spec, self.job, self.sink = client, spec, job, sink
-        self.container = None
-        self.stream_client = None
+        self.container: Any = None  # docker.models.containers.Container once created (docker-py has no type hints)
+        self.stream_client: Any = None
         self.pump: _OutputPump | None = None
         self.name = "xlarun-" + re.sub(r"[^A-Za-z0-9_.-]", "-", spec.labels[LABEL_RUN])[:40] + "-" + secrets.token_hex(3)
 

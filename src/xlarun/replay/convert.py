@@ -46,6 +46,10 @@ def convert_hlo(path: str | Path, to: str, data: bytes | None = None, *, in_proc
     warnings = list(source.warnings)
     if source.has_elided_constants:
         warnings.append(ELIDED_WARNING.format(name=source.path.name))
-    proto = source.module_proto if source.module_proto is not None else pjrt.text_to_module_proto(source.text)
+    if source.module_proto is not None:
+        proto = source.module_proto
+    else:
+        assert source.text is not None  # a source holds its text, its proto, or both
+        proto = pjrt.text_to_module_proto(source.text)
     out = pjrt.module_proto_to_text(proto).encode("utf-8") if to == "text" else proto
     return Converted(out, source.module_name, warnings)

@@ -158,7 +158,7 @@ def _bitcast_to_reshape(instr: Instruction, shapes: dict[str, str]) -> list[Inst
     source_text = shapes.get(operand.group(1)) if operand else None
     source = ArrayShape.parse(source_text) if source_text else None
     target = ArrayShape.parse(instr.shape)
-    if source is None or target is None:
+    if operand is None or source is None or target is None:
         raise CannotDeoptimize(f"bitcast {instr.name}: cannot read the shapes of {instr.operands!r}")
     if source.tiled or target.tiled:
         raise CannotDeoptimize(f"bitcast {instr.name} uses a tiled layout")

@@ -183,7 +183,7 @@ def run_runner(
 ) -> ReplayResult:
     """Run a runner binary on ``path``, streaming its output lines to ``sink``, and judge it."""
     if options.image:
-        return _run_runner_in_image(runner, path, options, sink)
+        return _run_runner_in_image(runner, options.image, path, options, sink)
     binary = find_runner(runner, options.runner_path)
     argv = command_line(runner, path, options, binary=binary)
     lines: list[str] = []
@@ -203,12 +203,12 @@ def run_runner(
     return result
 
 
-def _run_runner_in_image(runner: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None) -> ReplayResult:
-    """The same command line, run inside ``options.image`` with the dump file's folder mounted read-only."""
+def _run_runner_in_image(runner: str, image: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None) -> ReplayResult:
+    """The same command line, run inside ``image`` (``options.image``) with the dump file's folder mounted read-only."""
     from ..backends.docker import run_in_image
     from ..images import find_runner_in_image
 
-    binary = options.runner_path or find_runner_in_image(options.image, runner)
+    binary = options.runner_path or find_runner_in_image(image, runner)
     if not binary:
         raise EnvironmentProblem(
             f"image {options.image} has no {runner}",
@@ -225,7 +225,7 @@ def _run_runner_in_image(runner: str, path: str | Path, options: ReplayOptions, 
                 sink(line)
 
     gpus = "all" if _platform(options.platform) in ("CUDA", "ROCM") else None
-    launched = run_in_image(options.image, argv, read_only=[path.parent], timeout_s=options.timeout_s, gpus=gpus, sink=collect)
+    launched = run_in_image(image, argv, read_only=[path.parent], timeout_s=options.timeout_s, gpus=gpus, sink=collect)
     output = "".join(lines)
     if launched.exit_code is None:
         result = result_from_run(runner, argv, -9, output, options, path)

@@ -156,6 +156,7 @@ def _build(source, platform, options, log, result, unoptimized, stage, optimized
 def _module_proto(source: ReplaySource) -> bytes:
     if source.module_proto is not None:
         return source.module_proto
+    assert source.text is not None  # a source holds its text, its proto, or both
     check_text_nesting(source.text.encode("utf-8", errors="replace"), source.path.name)
     return pjrt.text_to_module_proto(source.text)
 
@@ -170,7 +171,10 @@ def _compile_plain(source: ReplaySource, platform, options) -> _Compiled:
 def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compiled:
     if source.text is not None:
         check_text_nesting(source.text.encode("utf-8", errors="replace"), source.path.name)
-    text = source.text if source.text is not None else pjrt.module_proto_to_text(source.module_proto)
+        text = source.text
+    else:
+        assert source.module_proto is not None  # a source holds its text, its proto, or both
+        text = pjrt.module_proto_to_text(source.module_proto)
     try:
         rewritten = deoptimize_hlo_text(text)
     except CannotDeoptimize as exc:
@@ -196,6 +200,7 @@ def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, r
         output = entry_result_shape(built.module_proto)
         check_data_size(sum(s.nbytes() for s in shapes), output.nbytes() if output else 0, options.max_data_bytes)
         return fake_arguments(shapes, options.seed or 0)
+    assert source.arguments is not None  # use_snapshot: they were captured
     expected = [s.hlo_text() for s in shapes]
     actual = [describe(a) for a in source.arguments]
     if expected != actual:
@@ -209,8 +214,8 @@ def _arguments(source: ReplaySource, built: _Compiled, options: ReplayOptions, r
 
 def _execute(compiled: pjrt.CompiledModule, arguments: list, iterations: int, result: ReplayResult, log: Log) -> list:
     device_arguments = compiled.upload(arguments)
-    outputs = None
-    for iteration in range(iterations):
+    outputs: list = []
+    for iteration in range(iterations):  # at least 1: ReplayOptions refuses fewer
         outputs, seconds = compiled.run(device_arguments)
         result.run_times_s.append(seconds)
         log(f"iteration {iteration + 1}/{iterations}: {seconds * 1e3:.3f} ms")

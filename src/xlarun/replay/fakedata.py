@@ -66,6 +66,6 @@ def _fake(shape: Shape, rng: np.random.Generator):
         if dtype.name != ptype.numpy_name:  # raw storage: no ml_dtypes for this type
             return (values & ((1 << bits) - 1)).astype(dtype)
         return values.astype(dtype)
-    low, high = (0.5, 2.0) if name == "f8e8m0fnu" else (-1.0, 1.0)
-    return rng.uniform(low, high, size=dims).astype(np.float32).astype(dtype)
+    span = (0.5, 2.0) if name == "f8e8m0fnu" else (-1.0, 1.0)
+    return rng.uniform(*span, size=dims).astype(np.float32).astype(dtype)
 

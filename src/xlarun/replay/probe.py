@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import IO, Any
 
 _PROBE_TIMEOUT_S = 600
 
@@ -49,8 +50,8 @@ class ProbeWorker:
 
     def __init__(self, platform: str, timeout_s: float | None = None):
         self.platform, self.timeout_s = platform, timeout_s or _PROBE_TIMEOUT_S
-        self.proc: subprocess.Popen | None = None
-        self.stderr = None
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr: IO[str] | None = None
         self.starts = 0
 
     def __enter__(self) -> ProbeWorker:
@@ -59,43 +60,44 @@ class ProbeWorker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self) -> subprocess.Popen:
-        self.stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")
+    def _running(self) -> tuple[subprocess.Popen[str], IO[str]]:
+        """The child and the file its stderr goes to, started (again) if it is not running."""
+        if self.proc is not None and self.proc.poll() is None and self.stderr is not None:
+            return self.proc, self.stderr
+        self.stderr = stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")
         self.starts += 1
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
+            stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")},
         )
-        return self.proc
+        return proc, stderr
 
-    def compile_error(self, path: str, debug_options: dict | None = None) -> str | None:
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
-        proc.stdin.write(json.dumps({"path": path, "debug_options": debug_options or {}}) + "\n")
-        proc.stdin.flush()
-        reply = _read_line(proc, self.timeout_s)
-        if reply is None:  # aborted (or hung): the reason is on its stderr
-            self.close()
-            self.stderr.seek(0)
-            return _reason(proc.returncode if proc.returncode is not None else -9, self.stderr.read())
-        answer = json.loads(reply)
-        return answer.get("error")
-
-    def run(self, path: str, debug_options: dict | None, arguments: str, outputs: str,
-            custom_calls: bool = False) -> tuple[float | None, str | None]:
-        """Compile the module file and run it on the pickled ``arguments`` in the child; the outputs are pickled
-        to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child."""
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
-        request = {"path": path, "debug_options": debug_options or {}, "arguments": arguments, "outputs": outputs,
-                   "custom_calls": custom_calls}
+    def _ask(self, request: dict) -> tuple[dict | None, str]:
+        """Send one request; (the reply, "") or, when the child aborted or hung, (None, the reason from its stderr)."""
+        proc, stderr = self._running()
+        assert proc.stdin is not None  # a pipe: Popen was given stdin=PIPE
         proc.stdin.write(json.dumps(request) + "\n")
         proc.stdin.flush()
         reply = _read_line(proc, self.timeout_s)
         if reply is None:
             self.close()
-            self.stderr.seek(0)
-            return None, _reason(proc.returncode if proc.returncode is not None else -9, self.stderr.read())
-        answer = json.loads(reply)
+            stderr.seek(0)
+            return None, _reason(proc.returncode if proc.returncode is not None else -9, stderr.read())
+        return json.loads(reply), ""
+
+    def compile_error(self, path: str, debug_options: dict | None = None) -> str | None:
+        answer, reason = self._ask({"path": path, "debug_options": debug_options or {}})
+        return reason if answer is None else answer.get("error")
+
+    def run(self, path: str, debug_options: dict | None, arguments: str, outputs: str,
+            custom_calls: bool = False) -> tuple[float | None, str | None]:
+        """Compile the module file and run it on the pickled ``arguments`` in the child; the outputs are pickled
+        to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child."""
+        answer, reason = self._ask({"path": path, "debug_options": debug_options or {}, "arguments": arguments, "outputs": outputs,
+                                    "custom_calls": custom_calls})
+        if answer is None:
+            return None, reason
         return answer.get("compile_s"), answer.get("error")
 
     def close(self) -> None:
@@ -104,13 +106,15 @@ class ProbeWorker:
                 self.proc.kill()
             self.proc.wait()
             for stream in (self.proc.stdin, self.proc.stdout):
-                stream.close()
+                if stream is not None:
+                    stream.close()
             self.proc = None
 
 
-def _read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
+def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
     import selectors
 
+    assert proc.stdout is not None  # a pipe: Popen was given stdout=PIPE
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         if not selector.select(timeout_s):
@@ -142,7 +146,7 @@ def _serve(platform_name: str) -> int:
             if request.get("custom_calls"):
                 _register_jax_custom_calls()
             compiled = platform.compile(stablehlo, request.get("debug_options") or None)
-            answer = {"error": None, "compile_s": compiled.compile_s}
+            answer: dict[str, Any] = {"error": None, "compile_s": compiled.compile_s}
             if request.get("arguments"):
                 if request["arguments"] not in arguments:
                     with open(request["arguments"], "rb") as handle:

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from .. import errors
 from ..errors import EngineError, XlarunError
@@ -48,10 +49,10 @@ class ReplayWorker:
     """
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._limit: int | None = None
-        self._stderr = None
+        self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-worker-")
 
@@ -89,6 +90,7 @@ class ReplayWorker:
             answer, step, crash = self._ask(request, options.max_data_bytes, timeout_s, log)
         if crash:
             return _crashed_result(Path(path), options, step, crash, lines)
+        assert answer is not None  # the child answered: it did not crash
         result = ReplayResult.from_dict(answer["result"])
         if first_crash and result.verdict == "engine-error":
             result.failed_step, result.crash = "compile-optimized", first_crash.kind
@@ -103,6 +105,7 @@ class ReplayWorker:
         answer, step, crash = self._ask(request, None, timeout_s or DEFAULT_ENGINE_TIMEOUT_S, lambda line: None)
         if crash:
             raise EngineError(f"XLA {crash.message} while converting {Path(path).name}", crash.hint)
+        assert answer is not None  # the child answered: it did not crash
         converted = answer["converted"]
         return Converted(Path(output).read_bytes(), converted["module_name"], converted["warnings"])
 
@@ -119,7 +122,7 @@ class ReplayWorker:
         Path(path).write_bytes(data)
         return path
 
-    def _start(self, limit: int | None) -> subprocess.Popen:
+    def _start(self, limit: int | None) -> subprocess.Popen[bytes]:
         self._stop()
         stderr_path = os.path.join(self._tmp.name, "stderr")
         self._stderr = open(stderr_path, "a+b")  # O_APPEND: truncating it between requests is safe
@@ -140,7 +143,8 @@ class ReplayWorker:
             self.proc.kill()
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
-            stream.close()
+            if stream is not None:
+                stream.close()
         self.proc = None
         if self._stderr is not None:
             self._stderr.close()
@@ -151,8 +155,10 @@ class ReplayWorker:
         proc = self.proc
         if proc is None or proc.poll() is not None or (request["kind"] == "replay" and limit != self._limit):
             proc = self._start(limit if request["kind"] == "replay" else self._limit)
-        self._stderr.truncate(0)
+        _, stderr = self._running()
+        stderr.truncate(0)
         step = "start"
+        assert proc.stdin is not None  # a pipe: Popen was given stdin=PIPE
         try:
             proc.stdin.write((json.dumps(request) + "\n").encode())
             proc.stdin.flush()
@@ -177,7 +183,9 @@ class ReplayWorker:
 
     def _read_line(self, deadline: float) -> bytes | None:
         """The child's next line, or None when it closed its channel or the deadline passed."""
-        fd = self.proc.stdout.fileno()
+        proc, _ = self._running()
+        assert proc.stdout is not None  # a pipe: Popen was given stdout=PIPE
+        fd = proc.stdout.fileno()
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
@@ -191,13 +199,18 @@ class ReplayWorker:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
 
+    def _running(self) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+        """The child and the file its stderr goes to (between :meth:`_start` and :meth:`_stop`)."""
+        assert self.proc is not None and self._stderr is not None, "the child was started"
+        return self.proc, self._stderr
+
     def _died(self, step: str, *, timed_out: bool, timeout_s: float = 0.0) -> _Crash:
-        proc = self.proc
+        proc, stderr_file = self._running()
         if timed_out:
             proc.kill()
         proc.wait()
-        self._stderr.seek(0)
-        stderr = self._stderr.read().decode("utf-8", errors="replace")
+        stderr_file.seek(0)
+        stderr = stderr_file.read().decode("utf-8", errors="replace")
         crash = _Crash.of(proc.returncode, stderr, timed_out, timeout_s, self._limit)
         self._stop()
         return crash
@@ -224,7 +237,8 @@ class _Crash:
         if memory or (returncode == -signal.SIGKILL and limit):
             from .limits import format_size
 
-            where = f" (its address space is limited to {format_size(address_space_limit(limit))})" if limit else ""
+            space = address_space_limit(limit)
+            where = f" (its address space is limited to {format_size(space)})" if space else ""
             return cls("out of memory", f"ran out of memory{where}", "raise --max-data-size, or replay a smaller module")
         if returncode < 0:
             name = _signal_name(-returncode)
