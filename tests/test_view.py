@@ -27,9 +27,9 @@ def train_step(jax_run):
 
 def _hlo(store, module, stage):
     from xlarun.hlo import load_hlo
-    from xlarun.view import pick_stage_file
+    from xlarun.select import select_file
 
-    chosen = pick_stage_file(module, stage)
+    chosen = select_file(module, stage, purpose="graph")
     return load_hlo(store.blobs.get(chosen.digest), chosen.path)
 
 

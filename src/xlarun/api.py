@@ -50,9 +50,9 @@ class Store(display.Shown):
     def runs(self, batch: str | None = None, name: str | None = None) -> RunList:
         """The runs, oldest first (``xlarun runs``); ``batch`` an id or prefix or 'latest', ``name`` a spec name."""
         if batch:
-            from .commands.navigate import _resolve_batch
+            from .refs import resolve_batch
 
-            batch = _resolve_batch(self.store.index, batch)
+            batch = resolve_batch(self.store.index, batch)
         return RunList(self, [Run(self, info) for info in self.store.index.runs(batch_id=batch, name=name)], batch, name)
 
     def run(self, ref: str | None = None) -> Run:
@@ -185,9 +185,10 @@ class Run(display.Shown):
         return self._store.store.export(self.id, dest, with_logs=with_logs)
 
     def _printed(self) -> display.Printed:
-        from .commands.navigate import modules
+        from .present import print_run_modules
 
-        return display.capture_printed(modules, run=self.id, store=str(self._store.path))
+        index = self._store.store.index
+        return display.capture_printed(print_run_modules, self.info, index.modules(self.id), index.files_outside_modules(self.id))
 
 
 class RunList(display.Shown, Sequence[Run]):
@@ -207,9 +208,9 @@ class RunList(display.Shown, Sequence[Run]):
         return len(self._runs)
 
     def _printed(self) -> display.Printed:
-        from .commands.navigate import runs
+        from .present import print_runs
 
-        return display.capture_printed(runs, store=str(self._store.path), batch=self._batch, name=self._name)
+        return display.capture_printed(print_runs, [run.info for run in self._runs])
 
 
 class ModuleList(display.Shown, Sequence["Module"]):
@@ -229,7 +230,7 @@ class ModuleList(display.Shown, Sequence["Module"]):
         return len(self._modules)
 
     def _printed(self) -> display.Printed:
-        from .commands.navigate import print_modules
+        from .present import print_modules
 
         return display.capture_printed(print_modules, [m._summary for m in self._modules])
 
@@ -290,10 +291,9 @@ class Module(display.Shown):
         return self._store.store.read_file(self.run_id, path)
 
     def _text_file(self, stage: str | None, pass_name: str | None, step: int | None) -> FileInfo:
-        from .commands.navigate import _pick_file
-        from .render import stage_key
+        from .select import select_file
 
-        return _pick_file(self.info, stage_key(stage), pass_name, step, "text")  # "after", "cpu_after_optimizations" work too
+        return select_file(self.info, stage, pass_name, step, fmt="text")
 
     def diff(self, other: str | Module | Run | None = None, *, pass_name: str | None = None, from_step: int | None = None,
              to_step: int | None = None, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> Diff:
@@ -316,19 +316,20 @@ class Module(display.Shown):
         if isinstance(other, Module):
             return other
         ref = other.id if isinstance(other, Run) else other
-        from .commands.see import _other_module
+        from .refs import counterpart_module
 
-        return Module(self._store, _other_module(self._store.store, self.info, ref))
+        return Module(self._store, counterpart_module(self._store.store.index, self.info, ref))
 
     def render(self, output: str | Path | None = None, *, stage: str | None = None, pass_name: str | None = None, step: int | None = None,
                format: str = "svg", around: str | None = None, depth: int = 3, expand: Sequence[str] = (), expand_fusions: bool = False,
                limit: int | None = None) -> Graph:
         """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given."""
-        from .render import DEFAULT_NODE_LIMIT, RenderOptions, pick_render_file, render_stored_file
+        from .render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
+        from .select import select_file
 
         options = RenderOptions(format=format, around=around, depth=depth, expand=tuple(expand), expand_all=expand_fusions,
                                 limit=limit or DEFAULT_NODE_LIMIT)
-        rendered = render_stored_file(self._store.store, self.run_id, pick_render_file(self.info, stage, pass_name, step), options)
+        rendered = render_stored_file(self._store.store, self.run_id, select_file(self.info, stage, pass_name, step, purpose="graph"), options)
         if output is not None:
             Path(output).write_bytes(rendered.data)
         return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes))
@@ -363,16 +364,14 @@ class Module(display.Shown):
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""
-        from .commands.share import bundle as bundle_command
+        from .bundle import BundleOptions, make_bundle
 
-        display.capture_printed(bundle_command, ref=self.ref, output=Path(output), passes=passes, no_snapshot=not snapshot,
-                                store=str(self._store.path))
-        return Path(output)
+        return make_bundle(self._store.store, self.info, Path(output), BundleOptions(snapshot=snapshot, passes=passes)).path
 
     def _printed(self) -> display.Printed:
-        from .commands.navigate import show
+        from .present import print_module
 
-        return display.capture_printed(show, ref=self.ref, store=str(self._store.path))
+        return display.capture_printed(print_module, self._store.store, self.info)
 
     def _repr_html_(self) -> str:
         return display.printed_html(self._shown, self._graph_html())

@@ -63,7 +63,7 @@ class Diff(display.Shown):
         return self.diff.to_dict()
 
     def _printed(self) -> display.Printed:
-        from .commands.see import print_module_diff
+        from .present import print_module_diff
 
         return display.capture_printed(print_module_diff, self.diff)
 
@@ -104,9 +104,9 @@ class Replay(display.Shown):
         return self.result.verdict in ("match", "ran")
 
     def _printed(self) -> display.Printed:
-        from .commands.replay import _report
+        from .present import print_replay
 
-        return display.capture_printed(_report, self.result, self.replay_id, self.module.info if self.module else None, False)
+        return display.capture_printed(print_replay, self.result, self.replay_id, self.module.info if self.module else None)
 
 
 class Bisection(display.Shown):
@@ -119,7 +119,7 @@ class Bisection(display.Shown):
     culprit_pass = property(lambda self: self.result.culprit_pass)
 
     def _printed(self) -> display.Printed:
-        from .commands.bisect import print_bisection
+        from .present import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
 

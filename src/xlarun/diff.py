@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from .errors import InputError
 from .hlo import HloInstruction, HloModule, parse_hlo_text
+from .select import pass_step
 
 #: Attributes that say where an instruction came from, not what it computes.
 PROVENANCE_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
@@ -306,8 +307,9 @@ def pass_steps(module) -> list[PassStep]:
     return steps
 
 
-def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | None, module_label: str) -> tuple[PassStep, list[str]]:
-    """The step a ``--pass NAME`` (its first run that changed the module, else its first run) or ``--to STEP`` names."""
+def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | None, module) -> tuple[PassStep, list[str]]:
+    """The step a ``--pass NAME`` (as :func:`xlarun.select.pass_step` reads it) or ``--to STEP`` names."""
+    module_label = module.label
     if not steps:
         raise InputError(f"{module_label} has no per-pass text dumps", "capture with dump.pass_re (e.g. '.*') and dump.formats including text")
     if to_step is not None:
@@ -315,14 +317,10 @@ def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | Non
         if not hit:
             raise InputError(f"{module_label} has no pass dump at step {to_step}", f"steps: {_ranges([s.step for s in steps])}")
         return hit[0], []
-    runs = [s for s in steps if s.after_pass == pass_name]
-    if not runs:
-        names = sorted({s.after_pass for s in steps if s.after_pass})
-        close = difflib.get_close_matches(pass_name or "", names, n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else f"passes dumped: {', '.join(names[:30])}"
-        raise InputError(f"{module_label} has no dump after a pass named {pass_name!r}", hint)
-    chosen = next((s for s in runs if s.changed), runs[0])
-    others = [s.step for s in runs if s is not chosen]
+    number, others = pass_step(module, pass_name or "")
+    chosen = next((s for s in steps if s.step == number), None)
+    if chosen is None:
+        raise InputError(f"{module_label} has no HLO text dump at step {number} (after {pass_name})", "capture with dump.formats including text")
     notes = [f"{pass_name} also ran at steps {', '.join(map(str, others))} (--to STEP picks one)"] if others else []
     return chosen, notes
 
@@ -336,7 +334,7 @@ def pass_diff(store, module, pass_name: str | None = None, from_step: int | None
     if pass_name is None and to_step is None:
         raise InputError("say which pass: --pass NAME, or --from STEP --to STEP")
     steps = pass_steps(module)
-    chosen, notes = choose_step(steps, pass_name, to_step, module.label)
+    chosen, notes = choose_step(steps, pass_name, to_step, module)
     if from_step is not None:
         start = [s for s in steps if s.step == from_step]
         if not start:
@@ -358,9 +356,9 @@ def pass_diff(store, module, pass_name: str | None = None, from_step: int | None
 
 def run_diff(store, module_a, module_b, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> ModuleDiff:
     """The same module in two runs, at one stage; instructions matched by name, then by position."""
-    from .render import pick_render_file
+    from .select import select_file
 
-    files = [pick_render_file(m, stage) for m in (module_a, module_b)]
+    files = [select_file(m, stage, purpose="graph") for m in (module_a, module_b)]
     texts = []
     for module, file in zip((module_a, module_b), files):
         if file.format != "text":

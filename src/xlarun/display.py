@@ -1,8 +1,9 @@
 """How the Python front door's objects show themselves: as the CLI prints them (``str``, ``repr``) and as
 HTML in Jupyter (``_repr_html_``).
 
-One source for both: the CLI's own printer runs with stdout captured, and the tables, ``label: value``
-pairs and lines it prints are recorded on the way (:func:`capture_printed`). The text is what the CLI
+One source for both: the CLI's own printer (:mod:`xlarun.present`) runs with stdout captured, and the
+tables, ``label: value`` pairs and lines it prints are recorded on the way by :func:`xlarun.console.recording`
+(:func:`capture_printed`). The text is what the CLI
 prints; the HTML is built from the recorded blocks, every value escaped, as the report does.
 """
 
@@ -12,135 +13,34 @@ import contextlib
 import html
 import io
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+from .console import Block, LineBlock, PairsBlock, TableBlock
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-@dataclass(frozen=True)
-class TableBlock:
-    headers: tuple[str, ...]
-    rows: list[list[str]]
-    title: str | None = None
-    right: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PairsBlock:
-    pairs: list[tuple[str, str]]
-    title: str | None = None
-
-
-@dataclass(frozen=True)
-class LineBlock:
-    text: str
-    tone: str = ""  # "", "warning", "error", "bold", "diff-add", "diff-del", "diff-hunk"
-
-
-Block = TableBlock | PairsBlock | LineBlock
-
-
 @dataclass
 class Printed:
-    """What a CLI printer wrote: the text as a terminal (piped) shows it, and the same as blocks."""
+    """What a printer wrote: the text as a terminal (piped) shows it, and the same as blocks."""
 
     text: str
     blocks: list[Block] = field(default_factory=list)
 
 
-def _plain(markup: str) -> str:
-    from rich.text import Text
-
-    return Text.from_markup(markup).plain
-
-
-def _tone_of(markup: str) -> str:
-    head = markup.lstrip()[:16]
-    if head.startswith("[red]") or head.startswith("[bold red]"):
-        return "error"
-    if head.startswith("[yellow]"):
-        return "warning"
-    if head.startswith("[green]"):
-        return "ok"
-    if head.startswith("[bold]"):
-        return "bold"
-    return ""
-
-
-def _diff_tone(line: str) -> str:
-    if line.startswith(("+++", "---")):
-        return "bold"
-    return {"+": "diff-add", "-": "diff-del", "@": "diff-hunk"}.get(line[:1], "")
-
-
-@contextlib.contextmanager
-def _recording(blocks: list[Block]) -> Iterator[None]:
-    """Record what ``xlarun.console`` and ``typer.echo`` print while the real printers still print it."""
-    from unittest import mock
-
-    import typer
-
+def capture_printed(printer: Callable[..., Any], *args: Any, **kwargs: Any) -> Printed:
+    """Run a printer of :mod:`xlarun.present` with stdout captured: its text, and the blocks it printed."""
     from . import console
 
-    real_table, real_pairs, real_say, real_echo, real_warn = console.print_table, console.print_pairs, console.say, console.echo, console.warn
-    real_typer_echo, real_secho = typer.echo, typer.secho
-
-    def print_table(headers, rows, title=None, right=()):
-        rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
-        blocks.append(TableBlock(tuple(headers), rows, title, tuple(right)))
-        real_table(headers, rows, title=title, right=right)
-
-    def print_pairs(pairs, title=None):
-        pairs = [(k, v) for k, v in pairs if v not in (None, "", [], {})]
-        blocks.append(PairsBlock([(k, str(v)) for k, v in pairs], title))
-        real_pairs(pairs, title=title)
-
-    def say(markup):
-        for line in markup.split("\n"):
-            blocks.append(LineBlock(_plain(line), _tone_of(line)))
-        real_say(markup)
-
-    def echo(text=""):
-        blocks.append(LineBlock(str(text)))
-        real_echo(text)
-
-    def warn(text):
-        blocks.append(LineBlock(f"warning: {text}", "warning"))
-        real_warn(text)
-
-    def typer_echo(message=None, file=None, nl=True, err=False, color=None):
-        if not err:
-            for line in str(message if message is not None else "").split("\n"):
-                blocks.append(LineBlock(line, _diff_tone(line)))
-        real_typer_echo(message, file=file, nl=nl, err=err, color=color)
-
-    def typer_secho(message=None, file=None, nl=True, err=False, color=None, **_style):
-        typer_echo(message, file=file, nl=nl, err=err, color=False)
-
-    # rich prints straight into the notebook when it sees Jupyter; here its output must go to our buffer
-    with mock.patch("rich.console._is_jupyter", lambda: False), \
-         mock.patch.multiple(console, print_table=print_table, print_pairs=print_pairs, say=say, echo=echo, warn=warn), \
-         mock.patch.multiple(typer, echo=typer_echo, secho=typer_secho):  # fmt: skip
-        yield
-
-
-def capture_printed(printer: Callable[..., Any], *args: Any, **kwargs: Any) -> Printed:
-    """Run a CLI printer with stdout captured: its text, and the blocks it printed."""
-    import typer
-
-    blocks: list[Block] = []
     buffer = io.StringIO()
-    with _recording(blocks), contextlib.redirect_stdout(buffer):
-        try:
-            printer(*args, **kwargs)
-        except typer.Exit:  # a command's exit code: the text is what matters here
-            pass
+    with console.recording() as blocks, contextlib.redirect_stdout(buffer):
+        printer(*args, **kwargs)
     # a kernel may force colours (FORCE_COLOR): the text is what a pipe gets, without escapes
-    return Printed(_ANSI.sub("", buffer.getvalue()).rstrip("\n"), blocks)
+    return Printed(_ANSI.sub("", buffer.getvalue()).rstrip("\n"), list(blocks))
 
 
 # --- HTML ------------------------------------------------------------------------------------------

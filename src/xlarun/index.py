@@ -363,6 +363,16 @@ class Index:
         sql += " ORDER BY run_id"
         return [_run_from_row(row) for row in self.conn.execute(sql, params)]
 
+    def batch_ids(self) -> list[str]:
+        """Every batch id, oldest batch (by its first run) first."""
+        sql = "SELECT batch_id FROM runs WHERE batch_id IS NOT NULL AND batch_id != '' GROUP BY batch_id ORDER BY MIN(run_id), batch_id"
+        return [row[0] for row in self.conn.execute(sql)]
+
+    def files_outside_modules(self, run_id: str) -> list[tuple[str, int]]:
+        """(kind, count) of a run's files that belong to no module (logs, TF graphs, reports...), by kind."""
+        sql = "SELECT kind, COUNT(*) FROM files WHERE run_id=? AND module_id IS NULL GROUP BY kind ORDER BY kind"
+        return [(kind, count) for kind, count in self.conn.execute(sql, (run_id,))]
+
     def run(self, run_id: str) -> RunInfo:
         row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:

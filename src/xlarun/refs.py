@@ -1,6 +1,9 @@
 """Resolve what users type (REFs) to runs and modules.
 
+The one home for that decision: every command and the Python API resolve through these functions.
+
 A run REF is a run id, a unique prefix of one, a spec name (its latest run), or ``latest``.
+A batch REF is a batch id (``b20261122-103015-a1b2``), a unique prefix of one, or ``latest``.
 A module REF is ``module_0006``, ``6``, ``module_0006.jit_f``, a module name (``jit_f``) or a unique
 prefix or substring of one, or a dump file name; ``RUN/MODULE`` picks the run. Without a run, the latest run
 is searched first, then older runs, newest first.
@@ -103,3 +106,38 @@ def resolve_module(index: Index, ref: str, run: str | None = None, prefer: Calla
         raise RefError(f"no module matches {ref!r} in {where}", "`xlarun modules [RUN]` lists modules")
     candidates = _list(f"{m.ref} ({m.name or 'unnamed'})" for m in hits)
     raise RefError(f"module REF {ref!r} is ambiguous: {candidates}", "use one of those RUN/module_NNNN forms")
+
+
+def resolve_batch(index: Index, ref: str) -> str:
+    """The batch id a batch REF names: an id, a unique prefix of one, or ``latest`` (the newest batch)."""
+    ids = index.batch_ids()
+    if ref == "latest":
+        if not ids:
+            raise RefError("the store has no batch yet", "capture a spec with a matrix (`xlarun batch SPEC`) to make one")
+        return ids[-1]
+    if ref in ids:
+        return ref
+    hits = [b for b in ids if b.startswith(ref)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise RefError(f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column; 'latest' names the newest")
+    raise RefError(f"batch REF {ref!r} is ambiguous: {_list(hits)}", "type more of the batch id")
+
+
+def counterpart_module(index: Index, module: ModuleInfo, other: str) -> ModuleInfo:
+    """The module ``other`` names to compare ``module`` with: a module REF, or a run REF (that run's module of
+    the same name). Refuses ``module`` itself."""
+    from .errors import InputError
+
+    try:
+        second = resolve_module(index, other)
+    except RefError:
+        run_id = resolve_run(index, other).run_id
+        same = [m for m in index.modules(run_id) if m.name == module.name]
+        if not same:
+            raise InputError(f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN") from None
+        second = index.module(run_id, same[0].module_id)
+    if (second.run_id, second.module_id) == (module.run_id, module.module_id):
+        raise InputError("both REFs name the same module", "name the runs: RUN_A/module_0012 RUN_B/module_0012")
+    return second

@@ -91,19 +91,12 @@ def model_explorer_graphs(module: HloModule, label: str) -> dict:
     return {"label": label, "graphs": [_graph(c, graph_of, fusion_of) for c in ordered]}
 
 
-def pick_stage_file(module: ModuleInfo, stage: str):
-    """The module's text dump (else proto) at ``stage`` (before_optimizations or after_optimizations)."""
-    wanted = [f for f in module.files if f.kind == "hlo" and (f.stage or "").endswith(stage)]
-    wanted.sort(key=lambda f: {"text": 0, "proto": 1}.get(f.format or "", 9))
-    if not wanted:
-        stages = ", ".join(module.stages) or "none"
-        raise InputError(f"{module.label} has no {stage} dump", f"stages dumped: {stages}; pass --stage")
-    return wanted[0]
-
-
 def write_model_explorer_json(store: Store, module: ModuleInfo, dest: str | Path, stage: str = "before_optimizations") -> Path:
     """Write ``module``'s graph at ``stage`` as a Model Explorer JSON graph file; returns its path."""
-    chosen = pick_stage_file(module, stage)
+    from .select import select_file, stage_of
+
+    stage = stage_of(stage)
+    chosen = select_file(module, stage, purpose="graph")
     hlo = load_hlo(store.blobs.get(chosen.digest), chosen.path)
     collection = model_explorer_graphs(hlo, f"{module.label} ({stage}, run {module.run_id})")
     dest = Path(dest)

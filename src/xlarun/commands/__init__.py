@@ -17,6 +17,16 @@ StoreOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
+# --stage/--pass/--step/--format are read by xlarun.select, the same for every command
+StageOption = Annotated[
+    Optional[str],
+    typer.Option("--stage", "-s", help="before (before_optimizations, the default) or after (after_optimizations, cpu_after_optimizations, optimized)."),
+]
+PassOption = Annotated[
+    Optional[str],
+    typer.Option("--pass", "-p", help="The dump right after this pass (its first run that changed the module, else its first run; PIPELINE/PASS narrows it)."),
+]
+StepOption = Annotated[Optional[int], typer.Option("--step", help="The per-pass dump with this step number (show's pass timeline lists them).")]
 
 
 def open_store(path: str | Path | None, create: bool = False):

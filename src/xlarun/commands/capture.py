@@ -72,7 +72,7 @@ def capture(
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
         if result.modules and top:
-            from .navigate import print_modules
+            from ..present import print_modules
 
             print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
     if failure is not None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import JsonOption, RunOption, StoreOption, open_store
+from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, open_store
 
 RefArgument = Annotated[
     str,
@@ -28,52 +28,18 @@ def runs(
     as_json: JsonOption = False,
 ) -> None:
     """List the runs in the store, oldest first."""
-    from ..console import human_bytes, print_json, print_table, short_time
+    from ..console import print_json
+    from ..present import print_runs
+    from ..refs import resolve_batch
 
     index = open_store(store).index
     if batch:
-        batch = _resolve_batch(index, batch)
+        batch = resolve_batch(index, batch)
     items = index.runs(batch_id=batch, name=name)
     if as_json:
         print_json(items)
         return
-    if not items:
-        typer.echo("no runs yet: capture one with `xlarun capture SPEC`")
-        return
-    rows = [
-        (r.run_id, r.name, r.kind, r.backend, r.status, short_time(r.started), f"{r.duration_s:.1f}s", r.n_modules, r.n_files, human_bytes(r.dump_bytes),
-         r.batch_id or "", ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()))
-        for r in items
-    ]
-    print_table(("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "batch", "matrix"), rows, right=("took", "modules", "files", "dump"))
-
-
-def _resolve_batch(index, ref: str) -> str:
-    from ..errors import RefError
-
-    ids = sorted({r.batch_id for r in index.runs() if r.batch_id})
-    if ref == "latest" and ids:
-        return ids[-1]
-    hits = [b for b in ids if b.startswith(ref)]
-    if len(hits) == 1:
-        return hits[0]
-    if not hits:
-        raise RefError(f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column")
-    raise RefError(f"batch REF {ref!r} is ambiguous: {', '.join(hits)}", "type more of the batch id")
-
-
-def print_modules(items, more: int = 0) -> None:
-    """The module table shared by ``modules`` and ``capture``."""
-    from ..console import count_or_blank, print_table
-
-    rows = [
-        (m.module_id, m.name or "(name not in file names)", _short_stages(m.stages), m.n_pass_dumps or "", count_or_blank(m.instr_before), count_or_blank(m.instr_after),
-         _short_signature(m.entry_signature))
-        for m in items
-    ]
-    print_table(("id", "name", "stages", "passes", "instr before", "instr after", "signature"), rows, right=("id", "passes", "instr before", "instr after"))
-    if more:
-        typer.echo(f"... and {more} more (`xlarun modules` lists all)")
+    print_runs(items)
 
 
 def files(
@@ -110,17 +76,6 @@ def files(
         typer.echo(f"{'archived' if note['archived'] else 'NOT ARCHIVED'}  {note['path']}: {note['why']}")
 
 
-def _short_stages(stages: list[str]) -> str:
-    """'before_optimizations', 'cpu_after_optimizations' -> 'before, cpu_after'."""
-    return ", ".join(s.replace("_optimizations", "") for s in stages)
-
-
-def _short_signature(signature: str | None, limit: int = 70) -> str:
-    if not signature or len(signature) <= limit:
-        return signature or ""
-    return signature[: limit - 1] + "…"
-
-
 def modules(
     run: Annotated[Optional[str], typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)] = None,
     store: StoreOption = None,
@@ -130,7 +85,8 @@ def modules(
 
     Ranking by size is the best heuristic there is (a tiny cast or init module is never your model).
     """
-    from ..console import print_json, say
+    from ..console import print_json
+    from ..present import print_run_modules
     from ..refs import resolve_run
 
     index = open_store(store).index
@@ -139,18 +95,13 @@ def modules(
     if as_json:
         print_json({"run_id": info.run_id, "modules": items})
         return
-    say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
-    print_modules(items)
-    others = index.conn.execute(
-        "SELECT kind, COUNT(*) FROM files WHERE run_id=? AND module_id IS NULL GROUP BY kind ORDER BY kind", (info.run_id,)
-    ).fetchall()
-    if others:
-        typer.echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
+    print_run_modules(info, items, index.files_outside_modules(info.run_id))
 
 
 def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, files: Annotated[bool, typer.Option("--files", help="List every file.")] = False, as_json: JsonOption = False) -> None:
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
-    from ..console import count_or_blank, human_bytes, print_json, print_pairs, print_table, say
+    from ..console import print_json
+    from ..present import print_module
     from ..refs import resolve_module
     from .share import bundle_or_ref
 
@@ -160,97 +111,25 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
     if as_json:
         print_json(module)
         return
-    say(f"[bold]{module.label}[/bold] in run {module.run_id}")
-    top_ops = ", ".join(f"{op} {n}" for op, n in sorted(module.opcodes_before.items(), key=lambda kv: -kv[1])[:8])
-    print_pairs(
-        [
-            ("ref", module.ref),
-            ("backend", module.backend),
-            ("stages", ", ".join(module.stages)),
-            ("instructions", f"{count_or_blank(module.instr_before)} before optimizations, {count_or_blank(module.instr_after)} after"),
-            ("signature", module.entry_signature),
-            ("fingerprint", (module.fingerprint or "")[:16]),
-            ("top opcodes", top_ops),
-            ("files", f"{module.n_files} ({human_bytes(sum(f.size for f in module.files))})"),
-            ("warning", "large constants were elided ({...}): dump with dump.large_constants: true to replay faithfully" if module.elided_constants else None),
-            ("parse error", module.parse_error),
-        ]
-    )
-    bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files
-    listed = module.files if files else [f for f in module.files if f.kind not in bulky]
-    if listed:
-        print_table(("file", "kind", "stage", "size"), [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in listed], title="files", right=("size",))
-    if not files:
-        hidden = {kind: sum(1 for f in module.files if f.kind == kind) for kind in bulky}
-        hidden = {k: n for k, n in hidden.items() if n}
-        if hidden:
-            typer.echo("also " + ", ".join(f"{n} {k} files" for k, n in hidden.items()) + " (--files lists them)")
-    if module.passes:
-        rows = []
-        previous = module.instr_before
-        for p in module.passes:
-            delta = "" if p.instr_count is None or previous is None else f"{p.instr_count - previous:+d}"
-            rows.append((p.step, p.pipeline or "", p.after_pass or "", p.before_pass or "", count_or_blank(p.instr_count), delta))
-            previous = p.instr_count if p.instr_count is not None else previous
-        print_table(("step", "pipeline", "after pass", "before pass", "instr", "change"), rows, title=f"pass timeline ({len(module.passes)} dumps)", right=("step", "instr", "change"))
-    _show_extras(the_store, module)
-
-
-def _show_extras(store, module) -> None:
-    """Sections other stages contribute to `show` (replays, bisections), when those stages are installed."""
-    if any((store.runs_dir / module.run_id / "bisections").glob("*.json")):
-        from ..bisect.record import print_bisections_for
-
-        print_bisections_for(store, module)
-    if not any((store.runs_dir / module.run_id / "replays").glob("*.json")):
-        return  # never replayed: skip importing the replay stage (numpy and friends, ~0.2 s)
-    try:
-        from ..replay.record import print_replays_for
-    except ImportError:
-        return
-    print_replays_for(store, module)
-
-
-def _pick_file(module, stage: str | None, pass_name: str | None, step: int | None, fmt: str | None):
-    from ..errors import InputError
-
-    files = module.files
-    if fmt:
-        files = [f for f in files if f.format == fmt]
-    if step is not None or pass_name:
-        candidates = [f for f in files if f.kind == "pass" and (step is None or f.step == step) and (not pass_name or f.after_pass == pass_name)]
-        if not candidates:
-            passes = sorted({f.after_pass for f in module.files if f.kind == "pass" and f.after_pass})
-            raise InputError(f"{module.label} has no dump after pass {pass_name or ''} {'step ' + str(step) if step is not None else ''}".strip(),
-                             f"passes dumped: {', '.join(passes[:20]) or 'none (capture with dump.pass_re)'}")
-    else:
-        wanted = stage or "before_optimizations"
-        candidates = [f for f in files if f.kind == "hlo" and (f.stage == wanted or (wanted == "after_optimizations" and (f.stage or "").endswith("after_optimizations")))]
-        if not candidates:
-            candidates = [f for f in files if f.kind == wanted or f.path.endswith(wanted)]
-        if not candidates:
-            stages = sorted({f.stage or f.kind for f in module.files})
-            raise InputError(f"{module.label} has no {wanted} file", f"available: {', '.join(stages)}")
-    order = {"text": 0, "txt": 1, "dot": 2, "html": 3}
-    candidates.sort(key=lambda f: (f.step or 0, order.get(f.format or "", 9)))
-    return candidates[0]
+    print_module(the_store, module, files)
 
 
 def cat(
     ref: RefArgument,
-    stage: Annotated[Optional[str], typer.Option("--stage", "-s", help="before_optimizations (default), after_optimizations, buffer-assignment, ...")] = None,
-    pass_name: Annotated[Optional[str], typer.Option("--pass", "-p", help="The dump taken right after this pass (first occurrence).")] = None,
-    step: Annotated[Optional[int], typer.Option("--step", help="The per-pass dump with this step number.")] = None,
+    stage: Annotated[Optional[str], typer.Option("--stage", "-s", help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.")] = None,
+    pass_name: PassOption = None,
+    step: StepOption = None,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, proto, dot, html, ... (default: text when there is one).")] = None,
     store: StoreOption = None,
     run: RunOption = None,
 ) -> None:
     """Print a module's dump at a stage or after a pass (the exact archived bytes)."""
     from ..refs import resolve_module
+    from ..select import select_file
 
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
-    chosen = _pick_file(module, stage, pass_name, step, fmt)
+    chosen = select_file(module, stage, pass_name, step, fmt)
     typer.echo(f"# {module.run_id}/{chosen.path}", err=True)
     data = the_store.blobs.get(chosen.digest)
     sys.stdout.buffer.write(data)
@@ -332,7 +211,7 @@ def export(
     dest: Annotated[Path, typer.Argument(help="A new or empty folder (a .json file with --format model-explorer).", show_default=False)],
     no_logs: Annotated[bool, typer.Option("--no-logs", help="Only the dump files, without _xlarun/ (manifest, spec, logs).")] = False,
     fmt: Annotated[str, typer.Option("--format", help="files (the run's files), or model-explorer (a module's JSON graph for Model Explorer).")] = "files",
-    stage: Annotated[str, typer.Option("--stage", help="With model-explorer: before_optimizations or after_optimizations.")] = "before_optimizations",
+    stage: Annotated[str, typer.Option("--stage", help="With model-explorer: before (before_optimizations) or after (after_optimizations, cpu_after_optimizations).")] = "before_optimizations",
     store: StoreOption = None,
 ) -> None:
     """Write a run's files back with their original names and exact bytes (dump files at the top,

@@ -110,6 +110,16 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
     return int(result.exit_code)
 
 
+def _report(result, replay_id: str | None, module, as_json: bool) -> None:
+    from ..console import print_json
+    from ..present import print_replay
+
+    if as_json:
+        print_json({"replay_id": replay_id, "module": module.ref if module else None, "hint": None, **result.to_dict()})
+    else:
+        print_replay(result, replay_id, module)
+
+
 def _report_failure(ref: str, exc: BaseException) -> None:
     """The one JSON document of a replay that failed before it had a result (exit code beside the error)."""
     from ..console import print_json
@@ -138,55 +148,6 @@ def _existing_store(path: Path | None):
 def _stream(line: str) -> None:
     sys.stderr.write(f"  | {line}\n")
     sys.stderr.flush()
-
-
-def _report(result, replay_id: str | None, module, as_json: bool) -> None:
-    from ..console import print_json, print_pairs, say, warn
-
-    if as_json:
-        print_json({"replay_id": replay_id, "module": module.ref if module else None, "hint": None, **result.to_dict()})
-        return
-    for line in result.warnings:
-        warn(line)
-    what = module.label if module else Path(result.source).name
-    say(f"[bold]replay[/bold] of {what} on {result.engine}/{result.platform}" + (f" (recorded as {replay_id})" if replay_id else ""))
-    timing = None
-    if result.run_times_s:
-        timing = f"min {result.min_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms over {len(result.run_times_s)} run(s)"
-    print_pairs(
-        [
-            ("file", Path(result.source).name + f" [{result.input_kind}]"),
-            ("fell back to", Path(result.fell_back_to).name if result.fell_back_to else None),
-            ("route", result.route),
-            ("arguments", result.arguments),
-            ("command", " ".join(result.command) if result.command else None),
-            ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
-            ("run", timing),
-            ("compared with", ", ".join(result.compared_with) or "nothing (no snapshot result, no reference platform)"),
-            ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
-            ("outputs", ", ".join(o.type for o in result.outputs)),
-            ("error", result.error),
-            ("crash", f"{result.crash} (step: {result.failed_step})" if result.crash else None),
-        ]
-    )
-    for line in result.mismatches:
-        say(f"  [red]{_escape(line)}[/red]")
-    for output in result.outputs:
-        if output.literal is not None:
-            say(f"[bold]output {output.index}[/bold] {output.type}")
-            print(output.literal)
-    colour = {"match": "green", "ran": "green", "mismatch": "red", "engine-error": "red"}[result.verdict]
-    caveats = [c for c in ("NaN/Inf in the outputs" if result.nonfinite_outputs else "",
-                           "rng: differs per compile" if result.random_instructions else "") if c]
-    if caveats and colour == "green":
-        colour = "yellow"
-    say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def convert(

@@ -8,14 +8,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import JsonOption, RunOption, StoreOption, open_store
+from . import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, open_store
 
 ModuleRefArgument = Annotated[
     str,
     typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.", show_default=False),
 ]
-StageOption = Annotated[Optional[str], typer.Option("--stage", "-s", help="before_optimizations (default) or after_optimizations.")]
-PassOption = Annotated[Optional[str], typer.Option("--pass", "-p", help="The dump right after this pass (its first run that changed the module).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +26,7 @@ def render(
     ref: ModuleRefArgument,
     stage: StageOption = None,
     pass_name: PassOption = None,
-    step: Annotated[Optional[int], typer.Option("--step", help="The per-pass dump with this step number.")] = None,
+    step: StepOption = None,
     file: Annotated[Optional[str], typer.Option("--file", help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).")] = None,
     xla_dot: Annotated[bool, typer.Option("--xla-dot", help="Lay out XLA's own .dot dump as it is, instead of xlarun's drawing of the HLO.")] = False,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")] = None,
@@ -53,7 +51,7 @@ def render(
     xlarun render init_params --around add.577 --depth 2;
     xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png
     """
-    from ..render import FORMATS, RenderOptions, pick_render_file, render_path, render_stored_file
+    from ..render import FORMATS, RenderOptions, render_path, render_stored_file
 
     fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
     options = RenderOptions(format=fmt, around=around, depth=depth, limit=limit or None, expand=tuple(expand or ()), expand_all=expand_fusions, timeout_s=timeout)
@@ -66,9 +64,10 @@ def render(
             run_id, chosen = _stored_file(the_store, ref, run, file)
         else:
             from ..refs import resolve_module
+            from ..select import select_file
 
             module = resolve_module(the_store.index, ref, run=run)
-            run_id, chosen = module.run_id, pick_render_file(module, stage, pass_name, step, xla_dot)
+            run_id, chosen = module.run_id, select_file(module, stage, pass_name, step, purpose="dot" if xla_dot else "graph")
         rendered = render_stored_file(the_store, run_id, chosen, options)
         stem = Path(chosen.path).name
     _write_rendered(rendered, stem, output, around, open_it)
@@ -76,23 +75,15 @@ def render(
 
 def _stored_file(store, ref: str, run: str | None, path: str):
     """(run id, FileInfo) of ``--file PATH`` in the run REF names (a module REF names its run)."""
-    from ..errors import InputError, RefError
+    from ..errors import RefError
     from ..refs import resolve_module, resolve_run
+    from ..select import select_run_file
 
     try:
         run_id = resolve_module(store.index, ref, run=run).run_id
     except RefError:
         run_id = resolve_run(store.index, run or ref).run_id
-    files = store.index.run_files(run_id)
-    hits = [f for f in files if f.path == path] or [f for f in files if f.path.endswith("/" + path) or f.path.endswith(path)]
-    if len(hits) == 1:
-        return run_id, hits[0]
-    if hits:
-        raise InputError(f"--file {path} matches {len(hits)} files of run {run_id}: {', '.join(f.path for f in hits[:6])}", "give more of the path")
-    import difflib
-
-    close = difflib.get_close_matches(path, [f.path for f in files], n=5, cutoff=0.4)
-    raise InputError(f"run {run_id} has no file {path}", f"did you mean {', '.join(close)}?" if close else "`xlarun show REF --files` lists a module's files")
+    return run_id, select_run_file(store.index.run_files(run_id), path, run_id)
 
 
 def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
@@ -141,14 +132,15 @@ def diff(
     from ..console import print_json
     from ..diff import pass_diff, run_diff
     from ..errors import InputError
-    from ..refs import resolve_module
+    from ..present import print_module_diff
+    from ..refs import counterpart_module, resolve_module
 
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
     if other is not None:
         if pass_name or to_step is not None or from_step is not None:
             raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")
-        second = _other_module(the_store, module, other)
+        second = counterpart_module(the_store.index, module, other)
         result = run_diff(the_store, module, second, stage=stage or "before_optimizations", keep_metadata=keep_metadata, context=context)
     else:
         if not pass_name and to_step is None:
@@ -160,53 +152,10 @@ def diff(
     print_module_diff(result, summary_only)
 
 
-def print_module_diff(result, summary_only: bool = False) -> None:
-    """A ModuleDiff as `xlarun diff` prints it: what is compared, the structural summary, the unified diff."""
-    from ..console import say
-
-    say(f"[bold]{result.after}[/bold]\n  against {result.before}")
-    for line in result.summary.lines():
-        typer.echo(f"  {line}")
-    for note in result.notes:
-        typer.echo(f"  note: {note}")
-    if not summary_only:
-        _print_unified(result.unified)
-
-
-def _other_module(store, module, other: str):
-    from ..errors import InputError, RefError
-    from ..refs import resolve_module, resolve_run
-
-    try:
-        second = resolve_module(store.index, other)
-    except RefError:
-        run_id = resolve_run(store.index, other).run_id
-        same = [m for m in store.index.modules(run_id) if m.name == module.name]
-        if not same:
-            raise InputError(f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN") from None
-        second = store.index.module(run_id, same[0].module_id)
-    if (second.run_id, second.module_id) == (module.run_id, module.module_id):
-        raise InputError("both REFs name the same module", "name the runs: RUN_A/module_0012 RUN_B/module_0012")
-    return second
-
-
-def _print_unified(lines: list[str]) -> None:
-    if not lines:
-        typer.echo("(the texts are identical)")
-        return
-    color = sys.stdout.isatty()
-    typer.echo("")
-    for line in lines:
-        if color and line.startswith(("+", "-", "@@")) and not line.startswith(("+++", "---")):
-            typer.secho(line, fg="green" if line[0] == "+" else "red" if line[0] == "-" else "cyan")
-        else:
-            typer.echo(line)
-
-
 def report(
     run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")] = None,
-    batch: Annotated[Optional[str], typer.Option("--batch", help="Report a whole batch: every run sharing this batch id.")] = None,
+    batch: Annotated[Optional[str], typer.Option("--batch", help="Report a whole batch: its id, a unique prefix, or 'latest'.")] = None,
     graph_limit: Annotated[int, typer.Option("--graph-limit", help="Graphs with more nodes are shown as the neighbourhood of the root.")] = 500,
     no_graphs: Annotated[bool, typer.Option("--no-graphs", help="Skip the graphs (faster).")] = False,
     open_it: Annotated[bool, typer.Option("--open", help="Open the report in a browser.")] = False,
@@ -222,13 +171,14 @@ def report(
     Example: xlarun report --open
     """
     from ..console import say
-    from ..refs import resolve_run
+    from ..refs import resolve_batch, resolve_run
     from ..report import ReportOptions, build_batch_report, build_run_report
 
     the_store = open_store(store)
     options = ReportOptions(graph_limit=graph_limit, graphs=not no_graphs, command=["xlarun", *sys.argv[1:]])
     progress = None if quiet else (lambda text: typer.echo(text, err=True))
     if batch:
+        batch = resolve_batch(the_store.index, batch)
         built = build_batch_report(the_store, batch, output or Path(f"xlarun-report-{batch}"), options, progress)
     else:
         info = resolve_run(the_store.index, run)

@@ -39,7 +39,7 @@ def import_(
     from ..console import print_json, say, warn
     from ..dump_import import import_dump
     from ..safe_unpack import UnpackLimits
-    from .navigate import print_modules
+    from ..present import print_modules
 
     limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
     result = import_dump(source, open_store(store, create=True), name=name, limits=limits)

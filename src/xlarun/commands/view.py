@@ -8,16 +8,13 @@ import typer
 
 from . import RunOption, StoreOption, open_store
 
-STAGES = ("before_optimizations", "after_optimizations")
-
-
 def register(app: typer.Typer) -> None:
     app.command("view")(view)
 
 
 def view(
     ref: Annotated[str, typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False)],
-    stage: Annotated[str, typer.Option("--stage", "-s", help="before_optimizations (the framework's graph) or after_optimizations (fusions).")] = "before_optimizations",
+    stage: Annotated[str, typer.Option("--stage", "-s", help="before (before_optimizations: the framework's graph) or after (after_optimizations, cpu_after_optimizations: fusions).")] = "before_optimizations",
     port: Annotated[Optional[int], typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,
     no_browser: Annotated[bool, typer.Option("--no-browser", help="Print the URL, don't open a browser.")] = False,
     store: StoreOption = None,
@@ -35,13 +32,13 @@ def view(
     from pathlib import Path
 
     from ..console import say
-    from ..errors import EnvironmentProblem, InputError
+    from ..errors import EnvironmentProblem
     from ..refs import resolve_module
+    from ..select import stage_of
     from ..view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
     from .share import bundle_or_ref
 
-    if stage not in STAGES:
-        raise InputError(f"unknown --stage {stage!r}", f"use one of {', '.join(STAGES)}")
+    stage = stage_of(stage)
     if not model_explorer_installed():
         raise EnvironmentProblem("Model Explorer is not installed", INSTALL_HINT)
     store, ref, run = bundle_or_ref(ref, store, run)
@@ -63,12 +60,11 @@ def view(
 
 def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None:
     """`xlarun export REF FILE.json --format model-explorer`."""
-    from ..errors import InputError
     from ..refs import resolve_module
+    from ..select import stage_of
     from ..view import write_model_explorer_json
 
-    if stage not in STAGES:
-        raise InputError(f"unknown --stage {stage!r}", f"use one of {', '.join(STAGES)}")
+    stage = stage_of(stage)
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref)
     path = write_model_explorer_json(the_store, module, dest, stage)

@@ -3,9 +3,10 @@ and TensorFlow GraphDefs with their XLA clusters coloured.
 
 From Python::
 
-    from xlarun.render import RenderOptions, render_stored_file, pick_render_file
+    from xlarun.render import RenderOptions, render_stored_file
+    from xlarun.select import select_file
     module = resolve_module(store.index, "train_step")
-    graph = render_stored_file(store, module.run_id, pick_render_file(module), RenderOptions(format="svg"))
+    graph = render_stored_file(store, module.run_id, select_file(module, purpose="graph"), RenderOptions(format="svg"))
     Path("g.svg").write_bytes(graph.data)
 
 Big graphs: above ``RenderOptions.limit`` nodes a graph is refused (:class:`GraphTooBig`, with the
@@ -26,7 +27,7 @@ from .layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, 
 
 __all__ = [
     "DEFAULT_NODE_LIMIT", "DEFAULT_TIMEOUT_S", "FORMATS", "Graph", "GraphTooBig", "LayoutTimeout", "RenderOptions",
-    "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "pick_render_file", "render_bytes",
+    "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "render_bytes",
     "render_path", "render_stored_file", "to_dot",
 ]  # fmt: skip
 
@@ -135,38 +136,3 @@ def render_stored_file(store, run_id: str, file, options: RenderOptions | None =
     rendered = render_bytes(store.blobs.get(file.digest), file.path, options)
     rendered.source = f"{run_id}/{file.path}"
     return rendered
-
-
-def stage_key(stage: str | None) -> str:
-    """'cpu_after_optimizations', 'after' -> 'after_optimizations'; None, 'before' -> 'before_optimizations'."""
-    text = (stage or "before_optimizations").lower()
-    if "after" in text:
-        return "after_optimizations"
-    if "before" in text:
-        return "before_optimizations"
-    return text
-
-
-def pick_render_file(module, stage: str | None = None, pass_name: str | None = None, step: int | None = None, xla_dot: bool = False):
-    """The file of ``module`` to draw: the HLO (text, else proto) at a stage (default before_optimizations)
-    or after a pass; with ``xla_dot``, XLA's own .dot dump of it instead."""
-    formats = ("dot",) if xla_dot else ("text", "proto", "proto.gz")
-    if step is not None or pass_name:
-        pool = [f for f in module.files if f.kind == "pass" and (step is None or f.step == step) and (not pass_name or f.after_pass == pass_name)]
-        what = f"after pass {pass_name}" if pass_name else f"at step {step}"
-    else:
-        wanted = stage_key(stage)
-        pool = [f for f in module.files if f.kind == "hlo" and f.stage == wanted]
-        what = f"at stage {wanted}"
-    chosen = sorted((f for f in pool if f.format in formats), key=lambda f: (f.step or 0, formats.index(f.format)))
-    if chosen:
-        return chosen[0]
-    if pool:
-        have = ", ".join(sorted({f.format or "?" for f in pool}))
-        hint = "capture with dump.formats including dot" if xla_dot else "capture with dump.formats including text or proto"
-        raise InputError(f"{module.label} has no {'.dot' if xla_dot else 'HLO text or proto'} dump {what} (only {have})", hint)
-    if step is not None or pass_name:
-        passes = sorted({f.after_pass for f in module.files if f.kind == "pass" and f.after_pass})
-        raise InputError(f"{module.label} has no dump {what}", f"passes dumped: {', '.join(passes[:20]) or 'none (capture with dump.pass_re)'}")
-    stages = sorted({f.stage for f in module.files if f.kind == "hlo" and f.stage})
-    raise InputError(f"{module.label} has no HLO dump {what}", f"stages: {', '.join(stages) or 'none'}")

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import XlarunError
-from ..render import RenderOptions, graph_of, layout, pick_render_file, to_dot
+from ..render import RenderOptions, graph_of, layout, to_dot
+from ..select import select_file
 from ..render.graph import Graph, neighbourhood
 
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -45,7 +46,7 @@ def plan_module_graphs(store, module, limit: int) -> list[GraphJob]:
     jobs = []
     for stage in STAGES:
         try:
-            file = pick_render_file(module, stage)
+            file = select_file(module, stage, purpose="graph")
         except XlarunError:
             continue
         job = GraphJob(f"module_{module.module_id:04d}.{stage}", stage, file.path)

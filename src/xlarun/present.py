@@ -1,0 +1,234 @@
+"""How what xlarun finds is printed: one home for the CLI and the Python API.
+
+The commands print through these functions; the Python API's objects show the same output, recorded by
+:func:`xlarun.console.recording` as tables, ``label: value`` pairs and lines (HTML in Jupyter). Everything
+goes through :mod:`xlarun.console`, never ``print`` or ``typer.echo``, so that recording sees all of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .console import count_or_blank, diff_line, echo, human_bytes, print_pairs, print_table, say, short_time, warn
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def print_runs(items) -> None:
+    """The run table of ``xlarun runs``."""
+    if not items:
+        echo("no runs yet: capture one with `xlarun capture SPEC`")
+        return
+    rows = [
+        (r.run_id, r.name, r.kind, r.backend, r.status, short_time(r.started), f"{r.duration_s:.1f}s", r.n_modules, r.n_files, human_bytes(r.dump_bytes),
+         r.batch_id or "", ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()))
+        for r in items
+    ]
+    print_table(("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "batch", "matrix"), rows,
+                right=("took", "modules", "files", "dump"))
+
+
+def print_run_modules(info, items, others: list[tuple[str, int]]) -> None:
+    """``xlarun modules``: the run, its modules (main first), and what else it holds."""
+    say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
+    print_modules(items)
+    if others:
+        echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
+
+
+def print_module(store, module, files: bool = False) -> None:
+    """``xlarun show``: one module's facts, files, pass timeline, and its replays and bisections."""
+    say(f"[bold]{module.label}[/bold] in run {module.run_id}")
+    top_ops = ", ".join(f"{op} {n}" for op, n in sorted(module.opcodes_before.items(), key=lambda kv: -kv[1])[:8])
+    print_pairs(
+        [
+            ("ref", module.ref),
+            ("backend", module.backend),
+            ("stages", ", ".join(module.stages)),
+            ("instructions", f"{count_or_blank(module.instr_before)} before optimizations, {count_or_blank(module.instr_after)} after"),
+            ("signature", module.entry_signature),
+            ("fingerprint", (module.fingerprint or "")[:16]),
+            ("top opcodes", top_ops),
+            ("files", f"{module.n_files} ({human_bytes(sum(f.size for f in module.files))})"),
+            ("warning", "large constants were elided ({...}): dump with dump.large_constants: true to replay faithfully" if module.elided_constants else None),
+            ("parse error", module.parse_error),
+        ]
+    )
+    bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files
+    listed = module.files if files else [f for f in module.files if f.kind not in bulky]
+    if listed:
+        print_table(("file", "kind", "stage", "size"), [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in listed], title="files", right=("size",))
+    if not files:
+        hidden = {kind: sum(1 for f in module.files if f.kind == kind) for kind in bulky}
+        hidden = {k: n for k, n in hidden.items() if n}
+        if hidden:
+            echo("also " + ", ".join(f"{n} {k} files" for k, n in hidden.items()) + " (--files lists them)")
+    if module.passes:
+        rows = []
+        previous = module.instr_before
+        for p in module.passes:
+            delta = "" if p.instr_count is None or previous is None else f"{p.instr_count - previous:+d}"
+            rows.append((p.step, p.pipeline or "", p.after_pass or "", p.before_pass or "", count_or_blank(p.instr_count), delta))
+            previous = p.instr_count if p.instr_count is not None else previous
+        print_table(("step", "pipeline", "after pass", "before pass", "instr", "change"), rows, title=f"pass timeline ({len(module.passes)} dumps)",
+                    right=("step", "instr", "change"))
+    _show_extras(store, module)
+
+
+def print_modules(items, more: int = 0) -> None:
+    """The module table shared by ``modules`` and ``capture``."""
+
+    rows = [
+        (m.module_id, m.name or "(name not in file names)", _short_stages(m.stages), m.n_pass_dumps or "", count_or_blank(m.instr_before), count_or_blank(m.instr_after),
+         _short_signature(m.entry_signature))
+        for m in items
+    ]
+    print_table(("id", "name", "stages", "passes", "instr before", "instr after", "signature"), rows, right=("id", "passes", "instr before", "instr after"))
+    if more:
+        echo(f"... and {more} more (`xlarun modules` lists all)")
+
+
+def _short_stages(stages: list[str]) -> str:
+    """'before_optimizations', 'cpu_after_optimizations' -> 'before, cpu_after'."""
+    return ", ".join(s.replace("_optimizations", "") for s in stages)
+
+
+def _short_signature(signature: str | None, limit: int = 70) -> str:
+    if not signature or len(signature) <= limit:
+        return signature or ""
+    return signature[: limit - 1] + "…"
+
+
+def _show_extras(store, module) -> None:
+    """Sections other stages contribute to `show` (replays, bisections), when those stages are installed."""
+    if any((store.runs_dir / module.run_id / "bisections").glob("*.json")):
+        from .bisect.record import print_bisections_for
+
+        print_bisections_for(store, module)
+    if not any((store.runs_dir / module.run_id / "replays").glob("*.json")):
+        return  # never replayed: skip importing the replay stage (numpy and friends, ~0.2 s)
+    try:
+        from .replay.record import print_replays_for
+    except ImportError:
+        return
+    print_replays_for(store, module)
+
+
+def print_module_diff(result, summary_only: bool = False) -> None:
+    """A ModuleDiff as `xlarun diff` prints it: what is compared, the structural summary, the unified diff."""
+
+    say(f"[bold]{result.after}[/bold]\n  against {result.before}")
+    for line in result.summary.lines():
+        echo(f"  {line}")
+    for note in result.notes:
+        echo(f"  note: {note}")
+    if not summary_only:
+        _print_unified(result.unified)
+
+
+def _print_unified(lines: list[str]) -> None:
+    if not lines:
+        echo("(the texts are identical)")
+        return
+    echo("")
+    for line in lines:
+        diff_line(line)
+
+
+def print_replay(result, replay_id: str | None, module) -> None:
+    """A replay as `xlarun replay` prints it: route, timings, errors against the reference, the verdict."""
+    for line in result.warnings:
+        warn(line)
+    what = module.label if module else Path(result.source).name
+    say(f"[bold]replay[/bold] of {what} on {result.engine}/{result.platform}" + (f" (recorded as {replay_id})" if replay_id else ""))
+    timing = None
+    if result.run_times_s:
+        timing = f"min {result.min_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms over {len(result.run_times_s)} run(s)"
+    print_pairs(
+        [
+            ("file", Path(result.source).name + f" [{result.input_kind}]"),
+            ("fell back to", Path(result.fell_back_to).name if result.fell_back_to else None),
+            ("route", result.route),
+            ("arguments", result.arguments),
+            ("command", " ".join(result.command) if result.command else None),
+            ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
+            ("run", timing),
+            ("compared with", ", ".join(result.compared_with) or "nothing (no snapshot result, no reference platform)"),
+            ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
+            ("outputs", ", ".join(o.type for o in result.outputs)),
+            ("error", result.error),
+            ("crash", f"{result.crash} (step: {result.failed_step})" if result.crash else None),
+        ]
+    )
+    for line in result.mismatches:
+        say(f"  [red]{_escape(line)}[/red]")
+    for output in result.outputs:
+        if output.literal is not None:
+            say(f"[bold]output {output.index}[/bold] {output.type}")
+            echo(output.literal)
+    colour = {"match": "green", "ran": "green", "mismatch": "red", "engine-error": "red"}[result.verdict]
+    caveats = [c for c in ("NaN/Inf in the outputs" if result.nonfinite_outputs else "",
+                           "rng: differs per compile" if result.random_instructions else "") if c]
+    if caveats and colour == "green":
+        colour = "yellow"
+    say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
+
+
+def print_bisection(result, bisect_id: str | None = None) -> None:
+    """The bisection as a terminal report: the answer, the culprit's diff, the error at every step."""
+
+    for line in result.warnings:
+        warn(line)
+    what = f"bisection of {result.subject} by {result.mode}" + (f" (recorded as {bisect_id})" if bisect_id else "")
+    say(f"[bold]{what}[/bold]")
+    before, after = result.error_before, result.error_after
+    if result.mode == "replay":
+        print_pairs([
+            ("reference", f"{result.reference}, {result.arguments} arguments"),
+            ("recompiled", (f"with {len(result.disabled_passes)} timeline passes disabled" if result.recompile == "timeline" else result.recompile)
+             + (f"; kept on, as the module does not compile without them: {', '.join(result.kept_passes)}" if result.kept_passes else "")),
+            ("tolerance", f"abs {result.abs_tolerance:g} or rel {result.rel_tolerance:g}"),
+            ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
+            ("culprit", f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}" if result.culprit_pass else None),
+            ("error before", _error(before) if result.culprit_pass and before else None),
+            ("error after", _error(after) if result.culprit_pass and after else None),
+        ])
+    else:
+        print_pairs([
+            ("check", result.check),
+            ("baseline", f"{result.baseline:g}" if result.baseline is not None else None),
+            ("candidates", f"{len(result.disabled_passes)} passes"),
+            ("search", f"{result.reruns} reruns after {len(result.trials) - result.reruns} baseline runs, {result.wall_s:.1f} s in all"),
+            ("culprit", result.culprit_pass),
+        ])
+    if result.diff_summary:
+        say(f"[bold]what {result.culprit_pass} did[/bold] (xlarun diff {result.subject} --to {result.culprit_step})")
+        for line in result.diff_summary:
+            say(f"  {_escape(line)}")
+    if result.mode == "replay" and result.steps:
+        rows = [(e.step if e.step >= 0 else "", e.label, _num(e.max_abs_error), _num(e.max_rel_error),
+                 e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else "")) for e in result.steps]
+        print_table(("step", "dump", "max abs err", "max rel err", "verdict"), rows, title=f"error at every replayed step ({len(rows)})",
+                    right=("step", "max abs err", "max rel err"))
+    elif result.trials:
+        rows = [(t.run_id or "", t.role, _short(t.disabled), "" if t.value is None else f"{t.value:g}",
+                 {True: "FLIPPED", False: "same", None: ""}[t.flipped] if t.role != "baseline" else "") for t in result.trials]
+        print_table(("run", "role", "disabled", "value", "check"), rows, title=f"runs ({len(rows)})")
+    colour = "red" if result.verdict == "diverged" else ("yellow" if result.verdict == "inconclusive" else "green")
+    say(f"[{colour}]{_escape(result.headline())}[/{colour}]")
+
+
+def _error(entry) -> str:
+    return f"abs {_num(entry.max_abs_error)}, rel {_num(entry.max_rel_error)} ({entry.label})"
+
+
+def _num(value) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def _short(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} and {len(names) - 3} more"
