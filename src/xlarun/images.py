@@ -64,6 +64,7 @@ def _daemon_problem(text: str) -> EnvironmentProblem:
             f"no permission to use the Docker daemon at {address}",
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log in again) or use sudo",
         )
+    why: str | None
     if "FileNotFoundError" in text or "No such file" in text:
         why = "no socket there"
     elif "refused" in text:

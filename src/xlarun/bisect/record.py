@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .result import BisectResult
+
+if TYPE_CHECKING:
+    from ..index import ModuleInfo
+    from ..store import Store
 
 FOLDER = "bisections"
 
@@ -29,7 +35,7 @@ class BisectRecord:
     result: BisectResult
 
 
-def record_bisection(store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
+def record_bisection(store: Store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
     """Write the bisection's JSON record beside its run (``result.run_id``) and return it."""
     from ..store import new_run_id
 
@@ -52,7 +58,7 @@ def load_record(path: Path) -> BisectRecord:
     return BisectRecord(data["bisect_id"], data["started"], data.get("options", {}), BisectResult.from_dict(data["result"]))
 
 
-def bisections_for(store, run_id: str, module_id: int | None = None) -> list[BisectRecord]:
+def bisections_for(store: Store, run_id: str, module_id: int | None = None) -> list[BisectRecord]:
     """The recorded bisections of a run (or of one of its modules), oldest first."""
     records = [load_record(p) for p in sorted((store.runs_dir / run_id / FOLDER).glob("*.json"))]
     if module_id is None:
@@ -60,7 +66,7 @@ def bisections_for(store, run_id: str, module_id: int | None = None) -> list[Bis
     return [r for r in records if r.result.module_id in (module_id, None)]
 
 
-def print_bisections_for(store, module) -> None:
+def print_bisections_for(store: Store, module: ModuleInfo) -> None:
     """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
     from ..console import print_table, short_time
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..diff import PassStep, pass_diff, pass_steps
 from ..errors import EngineError, InputError
@@ -27,6 +28,10 @@ from ..replay.literals import describe, flatten
 from ..replay.probe import ProbeWorker
 from ..replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 from .result import BisectResult, StepError
+
+if TYPE_CHECKING:
+    from ..index import FileInfo, ModuleInfo
+    from ..store import Store
 
 Log = Callable[[str], None]
 #: How each step is recompiled: ``timeline`` disables every pass the timeline names, ``all`` every
@@ -94,7 +99,7 @@ def changing_pass_names(steps: list[PassStep]) -> list[str]:
     return list(dict.fromkeys(s.after_pass for s in steps if s.changed and s.after_pass and s.after_pass not in _NOT_PASSES))
 
 
-def refuse_unbisectable(module, steps: list[PassStep]) -> None:
+def refuse_unbisectable(module: ModuleInfo, steps: list[PassStep]) -> None:
     """Raise InputError when the module lacks what a replay bisection needs."""
     if not steps:
         raise InputError(
@@ -111,7 +116,7 @@ def refuse_unbisectable(module, steps: list[PassStep]) -> None:
 class _Replayer:
     """Compiles and runs step dumps on fixed arguments; remembers outputs by dump digest."""
 
-    def __init__(self, store, module, options: BisectOptions, debug_options: dict, log: Log):
+    def __init__(self, store: Store, module: ModuleInfo, options: BisectOptions, debug_options: dict, log: Log):
         self.store, self.module, self.options, self.debug_options, self.log = store, module, options, debug_options, log
         self.platform = pjrt.Platform(options.platform)
         self.outputs: dict[str, tuple[list | None, float | None, str | None]] = {}
@@ -128,7 +133,7 @@ class _Replayer:
                              "set dump.large_constants: true in the spec and capture again")
         return text
 
-    def run(self, digest: str, path: str, platform=None) -> tuple[list | None, float | None, str | None]:
+    def run(self, digest: str, path: str, platform: pjrt.Platform | None = None) -> tuple[list | None, float | None, str | None]:
         """(outputs, compile seconds, error) of the dump; cached by digest on the main platform."""
         if platform is None and digest in self.outputs:
             return self.outputs[digest]
@@ -137,6 +142,7 @@ class _Replayer:
             proto = pjrt.text_to_module_proto(rewritten)
             if self.arguments is None:
                 self.arguments = self._arguments(proto)
+            found: tuple[list | None, float | None, str | None]
             if platform is not None:  # the reference platform's one run
                 stablehlo = pjrt.module_proto_to_stablehlo(proto)
                 pjrt.prepare_custom_calls(proto)
@@ -183,8 +189,8 @@ class _Replayer:
                                               custom_calls=b"custom-call" in proto)
         if error is not None:
             return None, None, f"compile or run failed: {error}"
-        with open(outputs_file, "rb") as handle:
-            outputs = pickle.load(handle)
+        with open(outputs_file, "rb") as results:
+            outputs = pickle.load(results)
         os.unlink(outputs_file)
         return outputs, compile_s, None
 
@@ -225,7 +231,7 @@ class _Replayer:
         return found
 
 
-def bisect_module(store, module, options: BisectOptions | None = None, sink: Log | None = None) -> BisectResult:
+def bisect_module(store: Store, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None) -> BisectResult:
     """Find the first pass step of ``module`` whose outputs differ from the reference past the tolerance."""
     options = (options or BisectOptions()).validate()
     log = sink or (lambda _line: None)
@@ -243,7 +249,7 @@ def bisect_module(store, module, options: BisectOptions | None = None, sink: Log
         replayer.close()
 
 
-def _bisect(store, module, options: BisectOptions, steps: list[PassStep], before, replayer: _Replayer, debug_options: dict,
+def _bisect(store: Store, module: ModuleInfo, options: BisectOptions, steps: list[PassStep], before: FileInfo, replayer: _Replayer, debug_options: dict,
             disabled: list[str], log: Log, started: float) -> BisectResult:
     kept: list[str] = []
     error = None
@@ -254,10 +260,11 @@ def _bisect(store, module, options: BisectOptions, steps: list[PassStep], before
             replayer.replays -= 1
     if error is not None:
         log(f"the before_optimizations module does not compile with {len(disabled)} passes disabled ({error}); finding the passes it needs")
-        kept = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, _disable(off)))
-        if kept is None:
+        needed = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, _disable(off)))
+        if needed is None:
             raise EngineError(f"the before_optimizations module does not compile with the timeline's passes disabled: {error}",
                               "try --recompile full (the pipeline runs again on each step, which can hide the culprit)")
+        kept = needed
         disabled = [n for n in disabled if n not in kept]
         replayer.debug_options = debug_options = _disable(disabled)
         log(f"kept enabled, as the module does not compile without them: {', '.join(kept)}")
@@ -350,7 +357,8 @@ def _reference_name(options: BisectOptions) -> str:
     return f"before_optimizations on {options.reference_platform}" if options.reference_platform else "before_optimizations"
 
 
-def _reference_outputs(replayer: _Replayer, before, options: BisectOptions, result: BisectResult, log: Log) -> list:
+def _reference_outputs(replayer: _Replayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log) -> tuple[list, bool]:
+    """The outputs each step is compared with, and whether the before_optimizations module already differs from them."""
     platform = pjrt.Platform(options.reference_platform) if options.reference_platform else None
     outputs, _, error = replayer.run(before.digest, before.path, platform)
     if outputs is None:
@@ -402,7 +410,7 @@ def _binary(measure: Callable[[int], StepError], count: int) -> int | None:
     return high
 
 
-def _conclude(store, module, steps: list[PassStep], first: int | None, errors: dict[int, StepError], result: BisectResult) -> None:
+def _conclude(store: Store, module: ModuleInfo, steps: list[PassStep], first: int | None, errors: dict[int, StepError], result: BisectResult) -> None:
     measured = [e for e in errors.values() if e.max_abs_error is not None]
     if first is None:
         result.verdict = "no-divergence"

@@ -18,9 +18,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from ..errors import InputError, XlarunError
 from .replay_mode import NEVER_DISABLED, changing_pass_names
 from .result import BisectResult, RerunTrial
+
+if TYPE_CHECKING:
+    from ..spec import LoadedSpec
+    from ..store import Store
 
 Log = Callable[[str], None]
 _DISABLE = "--xla_disable_hlo_passes="
@@ -47,7 +54,7 @@ class Check:
             raise InputError(f"--check {text!r} is not a regular expression: {exc}", "give 'exit' or a regex whose first group is a number, e.g. 'loss (\\S+)'") from None
         return cls(text, pattern)
 
-    def read(self, store, run_id: str, exit_code: int | None) -> float | None:
+    def read(self, store: Store, run_id: str, exit_code: int | None) -> float | None:
         """The value the check judges: the exit code, or the number the last match captured (None: nothing matched)."""
         if self.pattern is None:
             return None if exit_code is None else float(exit_code)
@@ -74,8 +81,8 @@ class Check:
 
 
 def bisect_rerun(
-    spec,
-    store,
+    spec: str | Path | LoadedSpec,
+    store: Store,
     check: str,
     *,
     abs_tolerance: float = 1e-5,
@@ -87,11 +94,11 @@ def bisect_rerun(
 ) -> BisectResult:
     """Find the one pass whose disabling flips ``check`` ('exit' or a regex capturing a number) on the spec's job."""
     from ..batch import new_batch_id
-    from ..spec import load_spec
+    from ..spec import LoadedSpec, load_spec
 
     log = sink or (lambda _line: None)
     started = time.perf_counter()
-    loaded = spec if hasattr(spec, "spec") else load_spec(spec)
+    loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     judge = Check.parse(check)
     if repeat < 2:
         raise InputError("--repeat must be at least 2: the baseline is repeated to catch a flaky check")
@@ -121,7 +128,7 @@ def bisect_rerun(
 class _Reruns:
     """Runs trials of the job through the batch machinery and judges them."""
 
-    def __init__(self, loaded, store, judge: Check, result: BisectResult, bisect_id: str, jobs: int, log: Log):
+    def __init__(self, loaded: LoadedSpec, store: Store, judge: Check, result: BisectResult, bisect_id: str, jobs: int, log: Log):
         self.loaded, self.store, self.judge, self.result, self.bisect_id, self.jobs, self.log = loaded, store, judge, result, bisect_id, jobs, log
         self.seen: dict[tuple[str, ...], RerunTrial] = {}
 
@@ -160,7 +167,7 @@ class _Reruns:
         first = trials[0]
         if first.value is None:
             what = "exited without an exit code" if self.judge.pattern is None else f"printed nothing matching {self.judge.text!r}"
-            raise InputError(f"the baseline run {first.run_id} {what}", "`xlarun logs " + first.run_id + "` shows its output; fix --check")
+            raise InputError(f"the baseline run {first.run_id} {what}", f"`xlarun logs {first.run_id}` shows its output; fix --check")
         self.result.baseline = first.value
         for other in trials[1:]:
             if not self.judge.same(first.value, other.value, self.result.abs_tolerance, self.result.rel_tolerance):
@@ -173,10 +180,12 @@ class _Reruns:
     def trials(self, subsets: list[list[str]], role: str) -> list[RerunTrial]:
         """Judge the job with each subset disabled; subsets tried before are not rerun."""
         fresh = [s for s in dict.fromkeys(tuple(s) for s in subsets) if s not in self.seen]
+        baseline = self.result.baseline
+        assert baseline is not None, "baseline() ran first"
         if fresh:
             self.log(f"{len(fresh)} rerun(s): " + "; ".join(_short(list(s)) for s in fresh))
             for trial in self._run([self._cell(list(s), role, dumps=False) for s in fresh], [role] * len(fresh), [list(s) for s in fresh]):
-                same = self.judge.same(self.result.baseline, trial.value, self.result.abs_tolerance, self.result.rel_tolerance)
+                same = self.judge.same(baseline, trial.value, self.result.abs_tolerance, self.result.rel_tolerance)
                 trial.flipped = None if same is None else not same
                 self.log(f"  disabled {_short(trial.disabled)}: {trial.value} -> " + {True: "FLIPPED", False: "same", None: "unreadable"}[trial.flipped])
                 self.result.trials.append(trial)
@@ -222,7 +231,7 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
     return out
 
 
-def _candidate_passes(store, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
+def _candidate_passes(store: Store, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
     """The passes that changed a module in its timeline: of one module (``module_ref``), else of every module of the run."""
     from ..diff import pass_steps
     from ..refs import resolve_module
