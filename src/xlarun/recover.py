@@ -97,10 +97,10 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     kill_point("recover-archived")
     notes = archiver.notes
     lost = _check_blobs(store, files)
-    if lost:
-        files = [f for f in files if f.digest not in lost]
+    if lost:  # each lost file gets its note before it leaves the list
         notes = sorted(notes + [FileNote(f.path, False, "listed as archived by the killed capture, but its blob is missing") for f in files if f.digest in lost],
                        key=lambda n: n.path)
+        files = [f for f in files if f.digest not in lost]
     resolved = _read_json(folder / "spec.resolved.json")
     spec = resolved.get("spec") or {}
     started = _started(folder)
