@@ -50,18 +50,25 @@ class NodeLost(RuntimeError):
     """The node's raylet went away while the cell ran: the cell is stopped and nothing of it is kept."""
 
 
-def capture_cell_on_node(request: bytes) -> Iterator[dict]:
+def new_scratch_name() -> str:
+    """A name for one attempt's staging store on a node, chosen by the driver (so it can wait for its removal)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
     """Ray task: yields where it runs, then the captured run ({run_id, status, files, scratch, ...}) or {error}.
     ``request`` is the pickled (LoadedSpec, batch id, matrix values, the driver's argv)."""
+    scratch = node_staging_root() / scratch_name
+    scratch.mkdir(parents=True)  # before saying where: from then on the driver waits for its removal when it cancels
+    (scratch / "request.pickle").write_bytes(request)
     here = where_am_i()
     yield here
-    scratch = node_staging_root() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
-    scratch.mkdir(parents=True)
-    (scratch / "request.pickle").write_bytes(request)
     raylet = os.getppid()
+    # its own session: Ray kills a worker's process group when the worker goes, and the capture must outlive
+    # that long enough to stop its job (it gets SIGTERM when the worker dies)
     with open(scratch / "capture.err", "wb") as errors:
         child = subprocess.Popen([sys.executable, "-m", "xlarun.executors.node_side", str(scratch)], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=errors, preexec_fn=_die_with_parent)
+                                 stdout=subprocess.DEVNULL, stderr=errors, preexec_fn=_die_with_parent, start_new_session=True)
     try:
         while child.poll() is None:
             if os.getppid() != raylet:  # the raylet died: the node is lost to the cluster
@@ -96,6 +103,16 @@ def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
 def discard_scratch(scratch: str) -> None:
     """Ray task: remove a cell's staging store the driver does not want (the batch was stopped)."""
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+def await_stopped(scratch_name: str, timeout_s: float) -> bool:
+    """Ray task, on the node of a cancelled cell: wait until the cell has stopped its capture and removed its
+    staging store (True), or ``timeout_s`` has passed (False)."""
+    scratch = node_staging_root() / scratch_name
+    deadline = time.monotonic() + timeout_s
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    return not scratch.exists()
 
 
 def _read_report(scratch: Path) -> dict:

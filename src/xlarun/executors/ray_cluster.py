@@ -34,7 +34,7 @@ from ..interrupts import StopRequest
 from ..manifest import Manifest
 from ..spec import LoadedSpec
 from ..store import Store
-from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run
+from .node_side import STOP_GRACE_S, await_stopped, capture_cell_on_node, discard_scratch, fetch_run, new_scratch_name
 from .placement import describe_offer, probe_node_resources, resource_for
 from .shipping import lacking, receive_run
 
@@ -114,6 +114,7 @@ class RayCellCapture:
         self.capture_task = ray.remote(num_cpus=0, max_retries=0)(capture_cell_on_node)
         self.fetch_task = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
         self.discard_task = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
+        self.await_stopped_task = ray.remote(num_cpus=0, max_retries=0)(await_stopped)
         self.nodes = _NodeWatch(ray)
         self.in_flight: set = set()
         self.lock = threading.Lock()
@@ -140,13 +141,17 @@ class RayCellCapture:
         raise AssertionError("unreachable")
 
     def _attempt(self, request: bytes, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int) -> CaptureResult:
-        ray = self.ray
-        gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request)
+        scratch_name = new_scratch_name()
+        gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request, scratch_name)
         with self._tracked(gen):
             node = self._next(gen, stop, None)
             outcome.node = f"{node['node_ip']}/{node['node_id'][:8]}"
             notify(outcome)
-            report = self._next(gen, stop, node)
+            try:
+                report = self._next(gen, stop, node)
+            except CellStopped:
+                self._await_stopped(node, scratch_name)
+                raise
         if report.get("error"):
             raise XlarunError(report["error"])
         digests = [digest for _path, digest, _size in report["files"]]
@@ -217,16 +222,23 @@ class RayCellCapture:
         return XlarunError(f"the cell's Ray task failed{_on(node)}: {first}")
 
     def _cancel(self, ref) -> None:
-        """Cancel a task and wait until it has stopped its capture (it gets KeyboardInterrupt); force it after the grace."""
+        """Cancel a task: a running one gets KeyboardInterrupt and stops its capture (see :meth:`_await_stopped`)."""
         try:
             self.ray.cancel(ref, force=False)
-        except Exception:
-            return
-        deadline = time.monotonic() + STOP_GRACE_S + 5
-        while time.monotonic() < deadline and not self.ray.wait([ref], timeout=_POLL_S)[0]:
+        except Exception:  # it had finished, or its node is gone
             pass
-        if time.monotonic() >= deadline:
-            self._force_cancel(ref)
+
+    def _await_stopped(self, node: dict, scratch_name: str) -> None:
+        """After a cancel: wait (up to the grace) until the cell's task on ``node`` has stopped its capture, so that
+        nothing of it is left running when the driver exits (Ray then kills the job's workers outright)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+        try:
+            ref = self.await_stopped_task.options(scheduling_strategy=pinned).remote(scratch_name, STOP_GRACE_S)
+            self.ray.get(ref, timeout=STOP_GRACE_S + 15)
+        except Exception:  # the node is gone, or the wait ran out: there is nothing more the driver can do
+            pass
 
     def _force_cancel(self, ref) -> None:
         try:

@@ -1,0 +1,265 @@
+"""Batches on a real Ray cluster: four nodes on loopback, started here, each offering different xlarun resources.
+
+One cluster serves the module (starting it takes ~15 s on 2 CPUs). The tests that kill nodes run last: each
+takes a node away. Only the processes this module started are stopped (never `ray stop`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from xlarun.batch import run_batch  # noqa: E402
+from xlarun.errors import StoreError  # noqa: E402
+from xlarun.executors import run_batch_on  # noqa: E402
+from xlarun.executors.shipping import lacking, pack_run, receive_run  # noqa: E402
+from xlarun.spec import load_batch  # noqa: E402
+from xlarun.store import Store  # noqa: E402
+
+from .conftest import write_spec  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a real Ray cluster and real captures
+
+NODE_RESOURCES = {
+    "local-a": {"xlarun_local": 1},
+    "local-docker": {"xlarun_local": 1, "xlarun_docker_cpu": 1},
+    "docker": {"xlarun_docker_cpu": 1},
+    "local-spare": {"xlarun_local": 1},
+}
+TINY = """
+import sys, jax, jax.numpy as jnp
+scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+f = jax.jit(lambda x: jnp.tanh(x @ x.T * scale).sum())
+print("value", float(f(jnp.ones((8, 8)))), flush=True)
+"""
+#: The first attempt of a cell says it is ready and waits (to be interrupted or lose its node); later ones finish.
+WAITING = TINY + """
+import os, pathlib, time
+marker = pathlib.Path(os.environ["MARKER_DIR"]) / f"started-{scale}"
+first = not marker.exists()
+marker.write_text(str(os.getpid()))
+(pathlib.Path(os.environ["MARKER_DIR"]) / f"pid-{os.getpid()}").write_text("")
+if first or os.environ.get("ALWAYS_WAIT"):
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(Cluster, node name -> ray Node, the nodes' staging root): a head with no CPUs (the driver's) and four workers."""
+    staging = tmp_path_factory.mktemp("node-staging")
+    saved = os.environ.get("XLARUN_NODE_STAGING")
+    os.environ["XLARUN_NODE_STAGING"] = str(staging)  # the nodes' processes inherit it
+    small = 80 << 20
+    started = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "object_store_memory": small, "include_dashboard": False,
+        # a node whose raylet is killed is declared dead within ~1 s, not Ray's default ~30 s
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 2, "health_check_initial_delay_ms": 0},
+    })
+    nodes = {name: started.add_node(num_cpus=1, resources=res, object_store_memory=small) for name, res in NODE_RESOURCES.items()}
+    started.wait_for_nodes()
+    ray.init(address=started.address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+    session = ray.get_runtime_context().gcs_address
+    try:
+        yield started, nodes, staging
+    finally:
+        ray.shutdown()
+        started.shutdown()  # kills each node's processes by pid
+        _stop_orphaned_workers(session)
+        if saved is None:
+            os.environ.pop("XLARUN_NODE_STAGING", None)
+        else:
+            os.environ["XLARUN_NODE_STAGING"] = saved
+
+
+def _stop_orphaned_workers(gcs_address: str) -> None:
+    """Workers of a node whose raylet a test killed outlive it for a while: stop those of this cluster, by pid."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "default_worker.py" in cmdline and gcs_address in cmdline:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def _modules(store: Store, run_id: str) -> set[tuple[str, str]]:
+    return {(m.name, m.fingerprint) for m in store.index.modules(run_id)}
+
+
+def _ready_logs(staging: Path) -> list[Path]:
+    return [p for p in staging.glob("*/store/staging/*/stdout.log") if "ready" in p.read_text()]
+
+
+def test_a_cell_no_node_can_serve_fails_at_once_naming_what_the_cluster_offers(cluster, tmp_path):
+    spec = write_spec(tmp_path / "p", "name: gpu\nscript: job.py\nbackend: docker-gpu\nmatrix:\n  n: [1]\n", TINY)
+    store = Store.open(tmp_path / "s")
+    started = time.monotonic()
+    result = run_batch_on("ray", load_batch(spec), store)
+    assert time.monotonic() - started < 10
+    [cell] = result.cells
+    assert cell.status == "error" and not result.ok
+    assert "no node of the cluster offers xlarun_docker_gpu" in cell.error
+    assert "xlarun_local 3" in cell.error and "xlarun_docker_cpu 2" in cell.error
+    assert store.run_ids() == []
+
+
+def test_a_shipped_run_is_verified_committed_once_and_carries_only_what_the_store_lacks(tmp_path):
+    spec = write_spec(tmp_path / "p", "name: tiny\nscript: job.py\nmatrix:\n  n: [1]\n", TINY)
+    node_store = Store.open(tmp_path / "node")
+    [cell] = run_batch(load_batch(spec), node_store).cells
+    run_id = cell.result.run_id
+    driver = Store.open(tmp_path / "driver")
+    files = node_store.stored_files(run_id)
+    damaged = pack_run(node_store, run_id)
+    damaged.payload = damaged.payload[:-1] + bytes([damaged.payload[-1] ^ 1])
+    with pytest.raises(StoreError, match="arrived damaged"):
+        receive_run(driver, damaged)
+    assert driver.run_ids() == [] and not list(driver.staging_dir.iterdir())
+
+    full = pack_run(node_store, run_id, lacking(driver, [f.digest for f in files]))
+    assert len(full.sent) == len({f.digest for f in files})
+    first = receive_run(driver, full)
+    again = receive_run(driver, full)  # a result that arrives twice
+    assert first.new and not again.new and driver.run_ids() == [run_id]
+    assert driver.stored_files(run_id) == files
+    assert all(driver.read_file(run_id, f.path) == node_store.read_file(run_id, f.path) for f in files)
+    assert _modules(driver, run_id) == _modules(node_store, run_id)
+    # a store that holds every file is sent none of them
+    assert lacking(driver, [f.digest for f in files]) == set()
+    assert pack_run(node_store, run_id, set()).sent == []
+
+
+@pytest.mark.docker
+def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locally(cluster, tmp_path, cpu_image, docker_client):
+    _cluster, nodes, _staging = cluster
+    spec = write_spec(tmp_path / "p", "name: tiny\nscript: job.py\nframework: jax\nbackend:\n  kind: ${matrix.backend}\n"
+                      "dump:\n  formats: [text]\nmatrix:\n  backend: [local, docker-cpu]\n", TINY)
+    here = Store.open(tmp_path / "local")
+    local = run_batch(load_batch(spec), here, jobs=2)
+    assert local.ok, [c.error for c in local.cells]
+    store = Store.open(tmp_path / "s")
+    spread = run_batch_on("ray", load_batch(spec), store)
+    assert spread.ok, [c.error for c in spread.cells]
+    docker_nodes = {nodes[n].node_id[:8] for n in ("local-docker", "docker")}
+    local_nodes = {nodes[n].node_id[:8] for n in ("local-a", "local-docker", "local-spare")}
+    for mine, theirs in zip(spread.cells, local.cells):
+        assert mine.values == theirs.values
+        assert mine.node.split("/")[1] in (docker_nodes if mine.values["backend"] == "docker-cpu" else local_nodes)
+        run = mine.result.run_id
+        assert _modules(store, run) == _modules(here, theirs.result.run_id) and _modules(store, run)
+        assert {f.path for f in store.stored_files(run)} == {f.path for f in here.stored_files(theirs.result.run_id)}
+        manifest = store.manifest(run)
+        assert manifest["batch_id"] == spread.batch_id and manifest["matrix"] == mine.values
+        assert manifest["backend"] == mine.values["backend"]
+        assert manifest["backend_details"]["ray"]["node_id"].startswith(mine.node.split("/")[1])
+        assert 0 < mine.shipped_bytes
+    assert store.check().damaged == []
+    # the second cell's identical files were not sent again
+    sent = sorted(store.manifest(c.result.run_id)["backend_details"]["ray"]["files_shipped"] for c in spread.cells)
+    assert sent[0] < len(store.stored_files(spread.cells[0].result.run_id))
+
+
+def test_ctrl_c_of_the_driver_cancels_the_tasks_and_leaves_nothing_running(cluster, tmp_path):
+    cluster_, _nodes, staging = cluster
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    spec = write_spec(tmp_path / "p", f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
+                      "matrix:\n  scale: ['1.0', '2.0']\n", WAITING)
+    env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
+    # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
+    driver = subprocess.Popen([sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_until(lambda: len(_ready_logs(staging)) == 2, 90, "both cells running on their nodes")
+        jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
+        assert len(jobs) == 2 and all(_alive(pid) for pid in jobs)
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-2000:]
+    data = json.loads(out)
+    assert data["interrupted"] and [c["status"] for c in data["cells"]] == ["error", "error"]
+    assert all("stopped" in c["error"] for c in data["cells"])
+    assert not any(_alive(pid) for pid in jobs)  # the driver waited for the nodes to stop them: none is orphaned
+    _wait_until(lambda: not any(staging.iterdir()), 10, "the nodes' staging stores removed")
+
+
+def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):
+    _cluster, nodes, staging = cluster
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    spec = write_spec(tmp_path / "p", f"name: lost\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n"
+                      "matrix:\n  scale: ['1.0']\n", WAITING)
+    by_id = {node.node_id[:8]: node for node in nodes.values()}
+
+    def run_and_kill(retries: int):
+        store = Store.open(tmp_path / f"s{retries}")
+        seen: dict = {}
+        box: dict = {}
+
+        def on_event(cell):
+            if cell.node and "first" not in seen:
+                seen["first"] = cell.node
+
+        thread = threading.Thread(target=lambda: box.setdefault("result", run_batch_on("ray", load_batch(spec), store, retries=retries,
+                                                                                         on_event=on_event)))
+        thread.start()
+        _wait_until(lambda: "first" in seen and _ready_logs(staging), 90, "the cell running on a node")
+        victim = by_id[seen["first"].split("/")[1]]
+        jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
+        os.kill(victim.all_processes["raylet"][0].process.pid, signal.SIGKILL)
+        thread.join(timeout=90)
+        assert not thread.is_alive(), "the batch hung after its node died"
+        _wait_until(lambda: not any(_alive(pid) for pid in jobs), 15, "the job on the lost node stopped")
+        return store, box["result"].cells[0], seen["first"]
+
+    store, cell, first_node = run_and_kill(retries=1)
+    assert cell.ok, cell.error
+    assert cell.node != first_node and len(cell.attempts) == 1 and first_node in cell.attempts[0]
+    assert store.run_ids() == [cell.result.run_id]
+
+    for marker in markers.glob("started-*"):
+        marker.unlink()  # the next first attempt waits again
+    store, cell, first_node = run_and_kill(retries=0)
+    assert cell.status == "error" and not cell.ok
+    assert first_node.split("/")[1] in cell.error and ("died" in cell.error or "raylet" in cell.error or "lost" in cell.error)
+    assert store.run_ids() == []
