@@ -98,3 +98,15 @@ def pytest_addoption(parser):
 def soak(request) -> bool:
     """Whether the torture suite runs its long mode (``pytest tests/torture --soak``)."""
     return bool(request.config.getoption("--soak"))
+
+
+#: Fixtures that make a real framework capture or need Docker: a test using one is slow however short its body.
+_SLOW_FIXTURES = frozenset({"jax_run", "jax_passes_run", "tf_run", "tf1_run", "docker_engine", "docker_client", "base_image", "cpu_image"})
+
+
+def pytest_collection_modifyitems(config, items):
+    # the fast tier (`pytest -m "not slow"`) leaves out real captures, Docker, browsers and TensorFlow without
+    # each such test having to say so
+    for item in items:
+        if _SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(item.get_closest_marker(m) for m in ("docker", "browser", "tf")):
+            item.add_marker(pytest.mark.slow)

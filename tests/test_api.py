@@ -70,6 +70,7 @@ def captured(tmp_path_factory):
     return store, plain, passes, other
 
 
+@pytest.mark.slow
 def test_store_runs_and_modules(captured):
     store, plain, passes, other = captured
     assert [r.id for r in store.runs()] == [plain.id, passes.id, other.id]
@@ -98,6 +99,7 @@ def test_find(captured):
     assert str(store.find("sine", opcode=True, run=plain)) == "no module contains 'sine'"
 
 
+@pytest.mark.slow
 def test_text_display_is_what_the_cli_prints(captured, cli):
     store, plain, passes, _other = captured
     where = ("--store", store.path)
@@ -140,6 +142,7 @@ def test_html_escapes_what_comes_from_the_dump():
     assert "<script>" not in page and page.count("&lt;script&gt;") == 5
 
 
+@pytest.mark.slow
 def test_verbs_replay_render_bisect(captured, tmp_path):
     store, plain, passes, _other = captured
     main = plain.main
@@ -157,6 +160,7 @@ def test_verbs_replay_render_bisect(captured, tmp_path):
     assert str(bisection).startswith(f"bisection of {passes.main.ref} by replay") and "diverges past the tolerance" in str(bisection)
 
 
+@pytest.mark.slow
 def test_capture_and_batch_from_python(tmp_path):
     pytest.importorskip("jax")
     script = textwrap.dedent("""
@@ -201,6 +205,7 @@ def test_a_modules_html_renders_in_chromium(captured, tmp_path):
     assert (tmp_path / "module.png").stat().st_size > 5_000
 
 
+@pytest.mark.slow
 def test_report_bundle_and_import_from_python(captured, tmp_path):
     store, plain, _passes, _other = captured
     index = plain.report(tmp_path / "report")

@@ -232,6 +232,7 @@ print(json.dumps({"files": [(f.path, f.digest, f.size) for f in files], "expecte
 """
 
 
+@pytest.mark.slow
 def test_a_large_file_is_streamed_with_bounded_memory(tmp_path):
     import json
     import subprocess

@@ -24,6 +24,8 @@ from xlarun.backends.docker import (
 from xlarun.backends.docker_options import DockerOptions
 from xlarun.errors import EnvironmentProblem, InputError, SpecError
 
+pytestmark = pytest.mark.slow  # real Docker: builds and runs containers
+
 HOST = HostFacts(uid=1234, gid=567, env={"PATH": "/usr/bin", "HOME": "/home/me"}, ipu_count=0)
 
 

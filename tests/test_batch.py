@@ -8,12 +8,16 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from xlarun.batch import run_batch
 from xlarun.spec import load_batch
 from xlarun.store import Store
 
 from .conftest import CONFIGS, write_spec
 from .test_capture import TINY_JAX, _wait_for_line
+
+pytestmark = pytest.mark.slow  # real JAX captures of every cell, Ctrl-C of a batch
 
 TWO_SCALES = """name: scales
 script: job.py

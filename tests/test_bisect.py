@@ -35,6 +35,7 @@ def _bisect_json(cli, *args):
     return result.exit_code, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_replay_mode_names_float_normalization_bf16(cli, bisect_store):
     code, data = _bisect_json(cli, "bf16_sum", "--store", bisect_store)
     assert code == 1 and data["verdict"] == "diverged"
@@ -48,6 +49,7 @@ def test_replay_mode_names_float_normalization_bf16(cli, bisect_store):
     assert "float-normalization-bf16" in data["disabled_passes"]
 
 
+@pytest.mark.slow
 def test_linear_replays_every_step_and_agrees(cli, bisect_store):
     _, binary = _bisect_json(cli, "bf16_sum", "--store", bisect_store)
     code, linear = _bisect_json(cli, "bf16_sum", "--linear", "--store", bisect_store)
@@ -58,6 +60,7 @@ def test_linear_replays_every_step_and_agrees(cli, bisect_store):
     assert before and all(s["max_abs_error"] == 0.0 for s in before)
 
 
+@pytest.mark.slow
 def test_replay_mode_names_algsimp(cli, bisect_store):
     code, data = _bisect_json(cli, "residual", "--store", bisect_store)
     assert code == 1 and data["culprit_pass"] == "algsimp" and data["culprit_pipeline"] == "simplification"
@@ -65,12 +68,14 @@ def test_replay_mode_names_algsimp(cli, bisect_store):
     assert "divide -1" in " ".join(data["diff_summary"])
 
 
+@pytest.mark.slow
 def test_nothing_diverges_says_so(cli, bisect_store):
     result = cli("bisect", "layer", "--store", bisect_store)
     assert result.exit_code == 0
     assert "no step diverges past the tolerance; largest error seen" in result.stdout
 
 
+@pytest.mark.slow
 def test_recompiling_with_the_full_pipeline_hides_the_culprit(cli, bisect_store):
     # why steps are recompiled with their timeline's passes disabled: otherwise the pass applies again
     code, data = _bisect_json(cli, "bf16_sum", "--recompile", "full", "--linear", "--store", bisect_store)
@@ -79,6 +84,7 @@ def test_recompiling_with_the_full_pipeline_hides_the_culprit(cli, bisect_store)
     assert code == 1 and data["culprit_pass"] == "float-normalization-bf16"
 
 
+@pytest.mark.slow
 def test_snapshot_reference_finds_the_step_that_matches_the_recorded_result(cli, bisect_store):
     code, data = _bisect_json(cli, "bf16_sum", "--reference", "snapshot", "--store", bisect_store)
     assert code == 1 and data["culprit_pass"] == "float-normalization-bf16"
@@ -86,6 +92,7 @@ def test_snapshot_reference_finds_the_step_that_matches_the_recorded_result(cli,
     assert data["error_after"]["max_abs_error"] == 0.0
 
 
+@pytest.mark.slow
 def test_bisections_are_recorded_and_shown(cli, bisect_store):
     cli("bisect", "residual", "--store", bisect_store, "-q")
     shown = cli("show", "residual", "--store", bisect_store)
@@ -113,6 +120,7 @@ def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_stor
     assert "dump.large_constants: true" in raised.value.hint
 
 
+@pytest.mark.slow
 def test_refuses_a_capture_without_pass_dumps(cli, tmp_path):
     spec = tmp_path / "plain.yaml"
     spec.write_text(f"name: plain\nscript: {CONFIGS / 'examples' / 'bisect_stable.py'}\nframework: jax\ndump:\n  formats: [text]\n")
@@ -131,6 +139,7 @@ def test_rerun_mode_refuses_a_flaky_check(cli, tmp_path):
     assert code == 2 and data["error"].startswith("the check is flaky")
 
 
+@pytest.mark.slow
 def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
     store = tmp_path / "store"
     code, data = _bisect_json(cli, CONFIGS / "bisect-bf16.yaml", "--check", r"result (\S+)", "-j", "2", "--store", store)
@@ -180,6 +189,7 @@ def test_ddmin_narrows_to_one_pass_with_few_trials():
     assert result.culprit_pass == "p13" and runner.count <= 12
 
 
+@pytest.mark.slow
 def test_bisect_result_round_trips_through_json(bisect_store):
     from xlarun.bisect import BisectOptions, BisectResult, bisect_module
     from xlarun.refs import resolve_module
@@ -199,6 +209,7 @@ def test_help_teaches_both_modes(cli):
     assert textwrap.shorten("Replay mode", 20) in text and "Rerun mode" in text
 
 
+@pytest.mark.slow
 def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp_path):
     from xlarun.refs import resolve_module
     from xlarun.store import Store
@@ -230,6 +241,7 @@ def test_passes_the_module_cannot_compile_without_are_found_by_binary_search():
     assert _passes_needed(disabled, lambda off: "broken") is None  # not even the full pipeline compiles
 
 
+@pytest.mark.slow
 def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
     # a dot over two contracting dimensions: the CPU backend has no emitter for it until dot_decomposer runs
     script = tmp_path / "twodims.py"
@@ -254,6 +266,7 @@ def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
     assert code == 0 and data["verdict"] == "no-divergence"  # the decomposed dot sums the same products in the same order
 
 
+@pytest.mark.slow
 def test_a_bundle_with_passes_carries_the_bisection_and_imports(cli, bisect_store, tmp_path):
     import zipfile
 

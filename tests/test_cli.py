@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import typer
 
 from xlarun.cli import app
@@ -24,6 +25,7 @@ def test_every_command_is_documented_in_the_readme():
     assert not missing, f"commands missing from README.md: {missing}"
 
 
+@pytest.mark.slow
 def test_every_command_has_help(cli):
     for name in command_names():
         result = cli(name, "--help")

@@ -16,6 +16,8 @@ from xlarun.store import Store
 
 from .compat_support import REPO, require_compat
 
+pytestmark = pytest.mark.slow  # captures with other framework versions
+
 
 def capture_in(python: Path, spec: str, folder: Path):
     """configs/<spec> captured with `python` running its script: (store, result, modules ranked)."""

@@ -17,6 +17,8 @@ import pytest
 
 from tests.compat_support import compat_python, require_compat, xlarun_env, xlarun_in
 
+pytestmark = pytest.mark.slow  # replays dumps of other framework versions
+
 OLDEST, MIDDLE, NEWEST = "jax-0.4.30", "jax-0.7.2", "jax-0.12.0.1"
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 

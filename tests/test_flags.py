@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from xlarun.backends.base import JobPaths
 from xlarun.flags import compose_env, merge_flags, redact_env, split_flags
 from xlarun.known_flags import KnownXlaFlags
+from xlarun.names import decode_dump_name
 from xlarun.spec import parse_spec_text
 
 PATHS = JobPaths.under("/runs/r1")
@@ -111,12 +114,11 @@ def test_flags_are_joined_the_way_xla_parses_them():
     assert join_flags(['--a=say "hi"']) == "--a='say \"hi\"'"
 
 
+@pytest.mark.slow  # a real JAX process
 def test_pass_re_really_makes_per_pass_dumps(tmp_path):
     """The flag string as composed, handed to a real JAX process, must produce per-pass dumps."""
     import subprocess
     import sys
-
-    import pytest
 
     pytest.importorskip("jax")
     paths = JobPaths.under(str(tmp_path))
@@ -124,7 +126,11 @@ def test_pass_re_really_makes_per_pass_dumps(tmp_path):
     code = "import jax, jax.numpy as jnp; jax.jit(lambda x: jnp.sin(x) * 2 + 1)(jnp.ones(8)).block_until_ready()"
     subprocess.run([sys.executable, "-c", code], env=composed.env, check=True, timeout=120)
     dumped = [p.name for p in (tmp_path / "dump").iterdir()]
-    assert any(".after_fusion." in name or "after_fusion" in name for name in dumped), dumped[:20]
+    passes = [decode_dump_name(name) for name in dumped if decode_dump_name(name).kind == "pass"]
+    # every module compiled has a dump right after the fusion pass, and only dumps around passes the regex names
+    assert {d.module_id for d in passes} == {decode_dump_name(n).module_id for n in dumped if n.endswith(".before_optimizations.txt")}, dumped
+    assert all("fusion" in {d.after_pass for d in passes if d.module_id == m} for m in {d.module_id for d in passes}), dumped
+    assert all("fusion" in (d.after_pass or "") + (d.before_pass or "") for d in passes), [d.path for d in passes]
 
 
 OLD_TF = KnownXlaFlags("tensorflow 2.16.2", ("libtensorflow_cc.so.2",), frozenset({"xla_dump_to", "xla_dump_hlo_as_text", "xla_dump_hlo_as_proto"}))

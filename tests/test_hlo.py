@@ -302,6 +302,7 @@ def test_canonical_form_uses_positional_names():
     assert "  ROOT v8 = f32[4]{0} subtract(v7, v4)" in form.splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax")
 def test_fingerprint_live_two_processes(tmp_path):
     """Dump one function from two processes (different module ids and script paths) and compare."""
@@ -454,6 +455,7 @@ def synthetic_module(target_bytes: int) -> tuple[str, int]:
     return "".join(parts), count
 
 
+@pytest.mark.slow
 def test_parses_a_5_mb_module_quickly(capsys):
     text, count = synthetic_module(5 * 1024 * 1024)
     start = time.perf_counter()

@@ -30,9 +30,10 @@ SLOW_SIGNATURES = FIXTURES / "corpus_slow_signatures.json"
 WORKERS = 2
 SHOWN = 20
 
-pytestmark = pytest.mark.skipif(
-    not (CORPUS / "accepted.jsonl").is_file(), reason=f"XLA's HLO corpus is not at {CORPUS} (CI checks it out there)"
-)
+pytestmark = [
+    pytest.mark.skipif(not (CORPUS / "accepted.jsonl").is_file(), reason=f"XLA's HLO corpus is not at {CORPUS} (CI checks it out there)"),
+    pytest.mark.slow,  # a sweep of XLA's corpus
+]
 
 # Run by each worker process: XLA's entry signature of every module it is given, as xlarun writes signatures.
 XLA_SIGNATURE_WORKER = r'''

@@ -20,6 +20,7 @@ def store_copy(jax_run, tmp_path):
     return Store.open(root), result
 
 
+@pytest.mark.slow
 def test_check_reads_back_every_file_of_a_sound_store(cli, store_copy):
     store, result = store_copy
     out = cli("check", "--store", store.root, "--json")
@@ -31,6 +32,7 @@ def test_check_reads_back_every_file_of_a_sound_store(cli, store_copy):
     assert text.exit_code == 0 and text.stdout.strip().endswith("all sound")
 
 
+@pytest.mark.slow
 def test_check_names_each_file_a_damaged_pack_held(cli, store_copy):
     store, result = store_copy
     pack = max(store.blobs.pack_names(), key=lambda n: store.blobs.pack_path(n).stat().st_size)

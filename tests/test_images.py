@@ -16,6 +16,8 @@ from tests.docker_support import BUILD_SECONDS, REPO, base_image, cpu_image, doc
 from xlarun import images
 from xlarun.errors import EnvironmentProblem, InputError
 
+pytestmark = pytest.mark.slow  # real Docker: builds images
+
 DOCKERFILES = {kind: REPO / "containers" / kind / "Dockerfile" for kind in images.IMAGE_KINDS}
 
 

@@ -42,6 +42,7 @@ def _tree(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
 
+@pytest.mark.slow
 def test_import_raw_dump_folder_then_navigate_and_replay(raw_dump, store_path, cli):
     before = _tree(raw_dump)
     result = cli("import", raw_dump, "--store", store_path, "--json")
@@ -75,6 +76,7 @@ def test_import_raw_dump_folder_then_navigate_and_replay(raw_dump, store_path, c
     assert verdict["verdict"] == "match" and verdict["arguments"] == "snapshot"
 
 
+@pytest.mark.slow
 def test_import_tar_gz_of_a_raw_dump_matches_the_folder(raw_dump, tmp_path, store_path, cli):
     archive = tmp_path / "ci-artifact.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -151,6 +153,7 @@ def hostile(tmp_path_factory, raw_dump):
     return cases, outside, store
 
 
+@pytest.mark.slow
 def test_hostile_corpus_is_big_enough(hostile):
     cases, _outside, _store = hostile
     assert len(cases) >= 20
@@ -158,6 +161,7 @@ def test_hostile_corpus_is_big_enough(hostile):
     assert {"zip", "tar.gz", "tgz", "tar.zst"} <= kinds
 
 
+@pytest.mark.slow
 def test_every_hostile_archive_is_refused_and_nothing_escapes(hostile, cli, tmp_path, monkeypatch):
     cases, outside, store = hostile
     work = tmp_path / "cwd"

@@ -148,6 +148,7 @@ def _capture_tf_and_replay_its_snapshot(cli, folder, python_line: str, dump_line
     assert result["source"].endswith(snapshot)
 
 
+@pytest.mark.slow
 @pytest.mark.tf
 def test_a_real_tf_221_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
     """TF2 jit_compile with dump.snapshots, captured for real with the project venv's TensorFlow 2.21. Its XLA
@@ -157,6 +158,7 @@ def test_a_real_tf_221_snapshot_is_listed_under_its_module_and_replayed_with_its
     _capture_tf_and_replay_its_snapshot(cli, tmp_path / "job", "", "")
 
 
+@pytest.mark.slow
 @pytest.mark.tf
 def test_a_real_tf_216_snapshot_is_listed_under_its_module_and_replayed_with_its_arguments(tmp_path, cli):
     """The same with tensorflow-cpu 2.16.2 (the compat venv), which dumps snapshots without help but lacks

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real JAX captures in the process
+
 pytest.importorskip("jax")
 
 import xlarun  # noqa: E402

@@ -239,6 +239,7 @@ def test_real_installs_know_what_was_measured(key, framework, owner, lacks, tmp_
     assert [flag for flag in XLARUN_FLAGS if not known.knows(flag)] == lacks
 
 
+@pytest.mark.slow
 @pytest.mark.tf
 def test_tf_2_16_really_refuses_what_its_library_lacks(tmp_path):
     """The proof behind the probe: the flag missing from the library aborts the job; the others pass."""

@@ -575,6 +575,7 @@ TOKENS = st.sampled_from([
 ])  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None, database=None)
 @given(st.text())
 def test_random_text_never_raises(text):
@@ -582,6 +583,7 @@ def test_random_text_never_raises(text):
     assert d.path == text and d.kind in KINDS
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None, database=None)
 @given(st.lists(TOKENS, max_size=24).map("".join))
 def test_name_shaped_garbage_never_raises(text):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # executes a notebook in a Jupyter kernel with JAX
+
 pytest.importorskip("jax")
 nbclient = pytest.importorskip("nbclient", reason="needs nbclient, ipykernel and nbformat (the dev extra)")
 nbformat = pytest.importorskip("nbformat")

@@ -120,6 +120,7 @@ def test_usage_errors_exit_2(jax_run, cli):
     assert cli("replay", "train_step", "--store", store.root, "--platform", "cuda").exit_code == 3  # not on this machine
 
 
+@pytest.mark.slow
 def test_a_loose_file_replays_without_a_store(cli, tmp_path):
     from pathlib import Path
 
@@ -130,6 +131,7 @@ def test_a_loose_file_replays_without_a_store(cli, tmp_path):
     assert not (tmp_path / "no-store").exists()
 
 
+@pytest.mark.slow
 def test_convert_text_proto_text(tmp_path, cli):
     from pathlib import Path
 
@@ -184,6 +186,7 @@ def test_json_failure_engine_missing(cli, tmp_path):
     assert data["error"] == "run_hlo_module is not on PATH and XLARUN_RUN_HLO_MODULE is not set" and "bazel" in data["hint"]
 
 
+@pytest.mark.slow
 def test_json_failure_unreadable_input(cli, tmp_path):
     broken = tmp_path / "module_0001.jit_broken.before_optimizations.txt"
     broken.write_text("HloModule jit_broken\n\nENTRY main {\n  p = f32[4] parameter(0)\n  ROOT q = f32[4] nonsense(p)\n}\n")
@@ -191,6 +194,7 @@ def test_json_failure_unreadable_input(cli, tmp_path):
     assert data["exit_code"] == 2 and data["verdict"] is None and data["error"].startswith("HLO text does not parse")
 
 
+@pytest.mark.slow
 def test_json_failure_compile_error_is_a_result(cli, tmp_path):
     module = tmp_path / "module_0001.jit_bad.before_optimizations.txt"
     module.write_text(

@@ -33,7 +33,7 @@ MAX_INSTRUCTIONS = 200
 SAMPLE_TIMEOUT_S, SAMPLE_MAX_DATA = 5.0, 64 << 20
 DOCUMENTED = {0: "match or ran", 1: "mismatch", 2: "refused", 3: "engine error"}
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}")
+pytestmark = [pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}"), pytest.mark.slow]  # a sweep of XLA's corpus
 
 
 def small_modules() -> list[dict]:

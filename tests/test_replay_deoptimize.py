@@ -86,6 +86,7 @@ def test_what_cannot_be_expressed_is_refused(line, reason):
         deoptimize_hlo_text(module)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["fp", "misc", "mlp", "tf", "lookup_elided"])
 def test_every_optimized_fixture_matches_a_reference_run(folder):
     pytest.importorskip("jax")

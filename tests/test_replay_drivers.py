@@ -226,6 +226,7 @@ def test_hlo_runner_main_never_compares(tmp_path):
     assert run_runner("hlo_runner_main", SNAPSHOT, ReplayOptions(runner_path=str(failed))).verdict == "engine-error"
 
 
+@pytest.mark.slow
 def test_timeout_kills_a_silent_runner(tmp_path):
     runner = make_runner(tmp_path, "run_hlo_module", silent_seconds=30)
     result = run_runner("run_hlo_module", BEFORE_TXT, ReplayOptions(runner_path=str(runner), timeout_s=1))

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # every test compiles and runs modules with XLA
+
 pytest.importorskip("jax")
 
 from xlarun.errors import EnvironmentProblem, InputError  # noqa: E402

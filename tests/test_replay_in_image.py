@@ -14,6 +14,8 @@ import pytest
 
 from .conftest import CONFIGS
 
+pytestmark = pytest.mark.slow  # real Docker and a real JAX capture
+
 STAND_IN = textwrap.dedent(
     """\
     #!/usr/bin/python3

@@ -64,6 +64,7 @@ def typed_snapshot(tmp_path_factory):
     return dump_file(dump, "jit_echo", r"snapshot\.-?\d+\.pb")
 
 
+@pytest.mark.slow
 def test_every_argument_of_a_real_snapshot_decodes_to_the_values_jax_was_given(typed_snapshot):
     from xlarun.replay.sources import load_source
 
@@ -81,6 +82,7 @@ def test_every_argument_of_a_real_snapshot_decodes_to_the_values_jax_was_given(t
     assert [describe(r) for r in result] == [describe(a) for a in source.arguments]
 
 
+@pytest.mark.slow
 def test_the_real_snapshot_replays_to_its_recorded_result(typed_snapshot):
     from xlarun.replay import ReplayOptions, replay_file
 

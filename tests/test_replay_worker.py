@@ -47,6 +47,7 @@ TUPLES_AND_TOKENS = """
 """
 
 
+@pytest.mark.slow
 def test_fake_data_for_nested_tuples_tokens_and_zero_sized_parameters(worker, tmp_path):
     result = worker.replay(_module(tmp_path, TUPLES_AND_TOKENS), ReplayOptions(reference_platform="cpu"))
     assert result.verdict == "match", result.error
@@ -83,6 +84,7 @@ def test_rng_names_itself_and_its_mismatch_is_expected(worker, tmp_path):
         assert any("a mismatch against another compile" in w for w in result.warnings)
 
 
+@pytest.mark.slow
 def test_parameters_too_large_are_refused_by_size_before_allocation(worker, tmp_path):
     path = _module(tmp_path, """
         HloModule big
@@ -116,6 +118,7 @@ CHECK_FAILS = """
 """
 
 
+@pytest.mark.slow
 def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path):
     path = _module(tmp_path, CHECK_FAILS)
     result = worker.replay(path, ReplayOptions())
@@ -127,6 +130,7 @@ def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path
     assert ok.verdict == "ran"  # the next replay gets a fresh child
 
 
+@pytest.mark.slow
 def test_a_loop_that_never_ends_is_stopped_at_the_timeout(worker, tmp_path):
     path = _module(tmp_path, """
         HloModule forever
@@ -149,6 +153,7 @@ def test_a_loop_that_never_ends_is_stopped_at_the_timeout(worker, tmp_path):
     assert "did not finish within 4 s" in result.error
 
 
+@pytest.mark.slow
 def test_host_transfers_that_would_wait_forever_are_refused(worker, tmp_path):
     path = _module(tmp_path, """
         HloModule feed
@@ -162,6 +167,7 @@ def test_host_transfers_that_would_wait_forever_are_refused(worker, tmp_path):
         worker.replay(path, ReplayOptions(timeout_s=30))
 
 
+@pytest.mark.slow
 def test_text_nested_past_the_limit_is_refused_before_xla_parses_it(tmp_path, cli):
     depth = 100_000
     path = tmp_path / "deep.hlo"
@@ -174,6 +180,7 @@ def test_text_nested_past_the_limit_is_refused_before_xla_parses_it(tmp_path, cl
     assert converted.exit_code == 2 and "nests brackets" in converted.stderr
 
 
+@pytest.mark.slow
 def test_json_is_one_document_when_xla_aborts(tmp_path, cli):
     path = _module(tmp_path, CHECK_FAILS)
     result = cli("replay", path, "--json", "--store", tmp_path / "store")
@@ -183,6 +190,7 @@ def test_json_is_one_document_when_xla_aborts(tmp_path, cli):
     assert shown.exit_code in (0, 2)
 
 
+@pytest.mark.slow
 def test_in_process_and_isolated_replays_agree(tmp_path):
     path = _module(tmp_path, TUPLES_AND_TOKENS)
     isolated = replay_file(path, ReplayOptions(print_literals=True))
@@ -190,6 +198,7 @@ def test_in_process_and_isolated_replays_agree(tmp_path):
     assert [o.literal for o in isolated.outputs] == [o.literal for o in here.outputs] and isolated.verdict == here.verdict == "ran"
 
 
+@pytest.mark.slow
 def test_convert_runs_in_the_child_and_round_trips(tmp_path):
     path = _module(tmp_path, TUPLES_AND_TOKENS)
     proto = convert_hlo(path, "proto")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, xlarun
+
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
 
 def test_eight_captures_with_gc_and_rm_on_one_store(tmp_path, real_dump, figures, soak):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
 COMMANDS = (("runs",), ("modules",), ("show", "train_step"), ("cat", "train_step"), ("find", "dot"), ("check",))
 

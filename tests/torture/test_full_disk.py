@@ -14,6 +14,8 @@ import pytest
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, xlarun
 
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+
 FILL = """
 import os, sys
 dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.startswith("--xla_dump_to="))

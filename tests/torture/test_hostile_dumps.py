@@ -16,6 +16,8 @@ from ..conftest import write_spec
 from ..hostile_dumps import MAKERS, ROOT, expectation
 from .support import HOSTILE_JOB, assert_sound
 
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+
 
 def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cli):
     store = Store.open(tmp_path / "store")

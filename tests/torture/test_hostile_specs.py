@@ -9,6 +9,8 @@ import pytest
 
 from ..hostile_specs import SECRET, SPECS, write_specs
 
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+
 #: Specs that are valid (or that xlarun reads leniently, as YAML does): the tiny job runs, dumps nothing, exit 1.
 RUNS = {"duplicate-keys", "env-newline-flag", "huge-file", "huge-timeout", "python-missing"}
 

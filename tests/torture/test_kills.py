@@ -17,11 +17,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from xlarun.recover import recover_runs
 from xlarun.store import Store
 
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
+
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
 CAPTURE_POINTS = ("job-ended", "pack-written", "pack-listed", "packs-written", "archived-listed", "raw-discarded",
                   "metadata-written", "committed", "indexed")

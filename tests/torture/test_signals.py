@@ -20,6 +20,8 @@ from xlarun.store import Store
 from ..conftest import write_spec
 from .support import assert_sound, wait_for_line, wait_gone, xlarun
 
+pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+
 JAX_WITH_A_CHILD = """
 import subprocess, sys, time
 import jax, jax.numpy as jnp
