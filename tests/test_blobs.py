@@ -162,7 +162,7 @@ def test_a_module_series_is_in_dump_order():
         "module_0001.jit_f.0002.simplification.after_algsimp.before_dce.txt",
         "module_0001.jit_f.cpu_after_optimizations.txt",
     ]
-    keys, positions = zip(*(series_of(p) for p in paths))
+    keys, positions = zip(*(series_of(p) for p in paths), strict=True)
     assert len(set(keys)) == 1 and list(positions) == sorted(positions)
     assert series_of("module_0001.jit_f.before_optimizations.dot")[0] not in (None, keys[0])  # another format, another series
     assert series_of("module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt") == (None, 0)
@@ -194,7 +194,7 @@ def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
         store.commit_run(run_id, staging, store.archive_outputs(staging), {"manifest.json": "{}"})
         return run_id
 
-    both = run(dict(zip(names, (first, second))))
+    both = run(dict(zip(names, (first, second), strict=True)))
     only_second = run({names[1]: second})  # the same bytes: stored once, inside the first run's pack
     store.delete_run(both)
     _folders, removed, _freed = store.gc()

@@ -103,7 +103,7 @@ class BlobStore:
         """Those of ``digests`` the store holds (one query per 500, not one per digest)."""
         return self._table.existing(digests)
 
-    def packer(self) -> "PackWriter":
+    def packer(self) -> PackWriter:
         """A writer of files into packs (see :class:`PackWriter`)."""
         return PackWriter(self)
 

@@ -118,7 +118,7 @@ def _print_plain_table(headers: Sequence[str], rows: list[list[str]], title: str
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers)).rstrip()
+        return "  ".join(c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers, strict=False)).rstrip()
 
     out = [title] if title else []
     out.append(line(headers))

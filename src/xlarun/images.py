@@ -12,9 +12,10 @@ import importlib.metadata
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import EnvironmentProblem, InputError
@@ -41,7 +42,7 @@ def docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
 
-def connect_docker(timeout: float | None = 60) -> "docker.DockerClient":
+def connect_docker(timeout: float | None = 60) -> docker.DockerClient:
     """A client for the daemon at ``DOCKER_HOST``; EnvironmentProblem when it does not answer."""
     try:
         import docker
@@ -81,12 +82,12 @@ def _daemon_problem(text: str) -> EnvironmentProblem:
 def build_hint(ref: str, kind: str | None = None) -> str:
     """What to do about a missing image ``ref``."""
     for image_kind in IMAGE_KINDS:
-        if ref.split(":")[0] == f"xlarun-{image_kind}" or kind == f"docker-{image_kind}" and ref.startswith("xlarun-"):
+        if ref.split(":")[0] == f"xlarun-{image_kind}" or (kind == f"docker-{image_kind}" and ref.startswith("xlarun-")):
             return f"build it with `xlarun images build {image_kind}`"
     return f"pull it (`docker pull {ref}`) or set backend.options.pull: missing; xlarun's own images: `xlarun images build cpu`"
 
 
-def require_image(client: "docker.DockerClient", ref: str, pull: str = "never", kind: str | None = None):
+def require_image(client: docker.DockerClient, ref: str, pull: str = "never", kind: str | None = None):
     """The local image ``ref`` (pulled first when ``pull='missing'``); EnvironmentProblem when absent."""
     import docker.errors
 
@@ -131,7 +132,7 @@ class ImageInfo:
         }
 
 
-def image_info(image_or_tag, ref: str | None = None, client: "docker.DockerClient | None" = None) -> ImageInfo:
+def image_info(image_or_tag, ref: str | None = None, client: docker.DockerClient | None = None) -> ImageInfo:
     """Facts about an image, given as an SDK ``Image`` or a tag (looked up; EnvironmentProblem if absent)."""
     if isinstance(image_or_tag, str):
         ref = ref or image_or_tag
@@ -255,9 +256,9 @@ def build_image(
     progress: BuildProgress | None = None,
     pip_network: str | None = "host",
     build_args: dict[str, str] | None = None,
-    pip_ca: Path | str | None | bool = True,
+    pip_ca: Path | str | bool | None = True,
     no_cache: bool = False,
-    client: "docker.DockerClient | None" = None,
+    client: docker.DockerClient | None = None,
 ) -> ImageInfo:
     """Build ``containers/<kind>/Dockerfile`` as ``tag`` (default ``xlarun-<kind>:latest``).
 
@@ -305,7 +306,7 @@ def build_image(
     return image_info(client.images.get(image_id or tag), ref=tag)
 
 
-def _require_base(client: "docker.DockerClient", base: str) -> None:
+def _require_base(client: docker.DockerClient, base: str) -> None:
     """Fail early, with a way out, when the base image is neither here nor pullable."""
     try:
         require_image(client, base, pull="missing")
@@ -327,7 +328,7 @@ def _build_problem(kind: str, tag: str, error: str, log: list[str]) -> Environme
     return EnvironmentProblem(f"building {tag} from containers/{kind} failed: {error.strip()} (last output: {tail})", hint=hint)
 
 
-def image_is_current(client: "docker.DockerClient", tag: str, kind: str, build_args: dict[str, str]) -> bool:
+def image_is_current(client: docker.DockerClient, tag: str, kind: str, build_args: dict[str, str]) -> bool:
     """True when ``tag`` exists and was built from the current Dockerfile with ``build_args``."""
     import docker.errors
 
@@ -339,7 +340,7 @@ def image_is_current(client: "docker.DockerClient", tag: str, kind: str, build_a
 
 
 # -------------------------------------------------------------------------------------------- runners
-def find_runner_in_image(image: str, name: str, client: "docker.DockerClient | None" = None) -> str | None:
+def find_runner_in_image(image: str, name: str, client: docker.DockerClient | None = None) -> str | None:
     """Absolute path of the replay runner ``name`` (e.g. ``hlo_runner_main``) in ``image``, or None.
 
     Reads the image's runner list (``/opt/xlarun/runners.txt``, written by xlarun's Dockerfiles) and

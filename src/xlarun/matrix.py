@@ -53,7 +53,7 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
     size = math.prod(len(options) for options in axes.values()) if axes else 0
     if size > MAX_CELLS:
         raise SpecError(f"{at}: {size:,} cells, more than {MAX_CELLS:,}", "split the matrix into several specs, or drop values from its axes")
-    cells = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else []
+    cells = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())] if axes else []
     excludes = matrix.get("exclude") or []
     includes = matrix.get("include") or []
     for label, entries in (("exclude", excludes), ("include", includes)):
@@ -63,10 +63,9 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
     for entry in includes:
         matched = False
         for cell in cells:
-            if all(cell.get(k) == v for k, v in entry.items() if k in axes):
-                if any(k in axes for k in entry):
-                    cell.update({k: v for k, v in entry.items() if k not in axes})
-                    matched = True
+            if all(cell.get(k) == v for k, v in entry.items() if k in axes) and any(k in axes for k in entry):
+                cell.update({k: v for k, v in entry.items() if k not in axes})
+                matched = True
         if not matched:
             cells.append(dict(entry))
     if not cells:
@@ -93,7 +92,7 @@ def substitute_matrix(value: Any, cell: dict[str, Any], locate: Callable[[tuple]
 
         return _MATRIX_REF.sub(one, value)
     if isinstance(value, dict):
-        return {k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, path + (k,))) for k, v in value.items()}
+        return {k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k))) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute_matrix(v, cell, locate, source, path + (i,)) for i, v in enumerate(value)]
+        return [substitute_matrix(v, cell, locate, source, (*path, i)) for i, v in enumerate(value)]
     return value

@@ -11,7 +11,6 @@ archive keeps them in: ``tf_graphs/``, ``jax_ir/``, ``torch_xla/``, ``poplar/``;
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone

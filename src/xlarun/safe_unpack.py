@@ -16,6 +16,7 @@ may lie). A refusal leaves partial output in ``dest``: callers unpack into a fol
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -275,7 +276,7 @@ def _check_zip_layout(infos: list[zipfile.ZipInfo], writer: _Writer) -> None:
         if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
             raise writer.refuse(info.filename, f"compressed more than {limits.max_ratio:g} to 1 (a decompression bomb?)")
     ordered = sorted(infos, key=lambda i: i.header_offset)
-    for here, after in zip(ordered, ordered[1:]):
+    for here, after in itertools.pairwise(ordered):
         if after.header_offset < here.header_offset + 30 + here.compress_size:
             raise writer.refuse(after.filename, "overlaps another member's data (a zip bomb)")
 

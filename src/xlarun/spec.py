@@ -161,7 +161,7 @@ class BackendSpec(DockerOptions):
         return {"kind": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _container_options_need_a_container(self) -> "BackendSpec":
+    def _container_options_need_a_container(self) -> BackendSpec:
         if self.kind == "local":
             given = sorted(self.model_fields_set - {"kind"})
             if given:
@@ -269,11 +269,12 @@ def _positions(node: yaml.Node, path: tuple, keys: dict, values: dict) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
-            keys[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            _positions(value_node, path + (key,), keys, values)
+            key_path = (*path, key)
+            keys[key_path] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            _positions(value_node, key_path, keys, values)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _positions(item, path + (i,), keys, values)
+            _positions(item, (*path, i), keys, values)
 
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -304,9 +305,9 @@ def _interpolate_tree(value: Any, path: tuple, environ: dict[str, str], problems
             problems.append((path, f"environment variable {missing.args[0]} is not set (write ${{{missing.args[0]}:-default}} to give a default)"))
             return value
     if isinstance(value, dict):
-        return {k: _interpolate_tree(v, path + (k,), environ, problems) for k, v in value.items()}
+        return {k: _interpolate_tree(v, (*path, k), environ, problems) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate_tree(v, path + (i,), environ, problems) for i, v in enumerate(value)]
+        return [_interpolate_tree(v, (*path, i), environ, problems) for i, v in enumerate(value)]
     return value
 
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ..spec import BackendSpec
 
 
-def make_backend(spec: "BackendSpec") -> Backend:
+def make_backend(spec: BackendSpec) -> Backend:
     """The backend a spec's ``backend`` section asks for."""
     if spec.kind == "local":
         from .local import LocalBackend

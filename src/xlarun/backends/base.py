@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class RunStatus(str, enum.Enum):
@@ -38,7 +39,7 @@ class JobPaths:
     poplar_report_dir: str  # POPLAR_ENGINE_OPTIONS autoReport.directory
 
     @classmethod
-    def under(cls, run_dir: str, sep: str = "/") -> "JobPaths":
+    def under(cls, run_dir: str, sep: str = "/") -> JobPaths:
         """The standard layout below ``run_dir``: ``dump/``, ``tf_graphs/``, ``jax_ir/``, ``torch_xla/``, ``poplar/``."""
         base = run_dir.rstrip(sep)
         return cls(

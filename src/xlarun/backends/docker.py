@@ -14,17 +14,30 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EnvironmentProblem, InputError, SpecError, XlarunError
 from .base import OUTPUT_DIRS, Job, JobPaths, LaunchResult, OutputSink, RunStatus
 from .docker_options import DockerOptions, GpuRequest, ipu_device_files, ipus_of_device_id
 from .docker_spec import (
-    CWD_MOUNT, DROPPED_NAMES, IPUOF_DIR_MOUNT, IPUOF_FILE_MOUNT, LABEL_OWNER, LABEL_RUN, RUN_MOUNT, SCRIPT_MOUNT, ContainerSpec,
-    HostFacts, Mount, container_path, run_id_of, translate_job,
+    CWD_MOUNT,
+    DROPPED_NAMES,
+    IPUOF_DIR_MOUNT,
+    IPUOF_FILE_MOUNT,
+    LABEL_OWNER,
+    LABEL_RUN,
+    RUN_MOUNT,
+    SCRIPT_MOUNT,
+    ContainerSpec,
+    HostFacts,
+    Mount,
+    container_path,
+    run_id_of,
+    translate_job,
 )
 
 if TYPE_CHECKING:  # the SDK is imported when a container is launched, not when xlarun is
@@ -89,7 +102,7 @@ class DockerBackend:
         self._host = host
 
     @classmethod
-    def from_spec(cls, spec) -> "DockerBackend":
+    def from_spec(cls, spec) -> DockerBackend:
         """The backend for a run spec's ``backend`` section: its ``kind`` and ``options``."""
         options = getattr(spec, "options", None)
         if options is None:  # the options may also sit in the section itself
@@ -151,7 +164,7 @@ class _Cancelled(Exception):
 class _ContainerRun:
     """One container from creation to removal."""
 
-    def __init__(self, client: "docker.DockerClient", spec: ContainerSpec, job: Job, sink: OutputSink):
+    def __init__(self, client: docker.DockerClient, spec: ContainerSpec, job: Job, sink: OutputSink):
         self.client, self.spec, self.job, self.sink = client, spec, job, sink
         self.container: Any = None  # docker.models.containers.Container once created (docker-py has no type hints)
         self.stream_client: Any = None
@@ -355,7 +368,7 @@ def _open_run_dir(run_dir: Path, user: str | None, host: HostFacts) -> None:
             folder.chmod(0o777)
 
 
-def _give_run_dir_back(client: "docker.DockerClient", image_id: str, run_dir: Path, host: HostFacts, labels: dict) -> bool:
+def _give_run_dir_back(client: docker.DockerClient, image_id: str, run_dir: Path, host: HostFacts, labels: dict) -> bool:
     """Make the caller the owner of everything the job wrote (it may have run as another uid).
 
     Returns True when files had to be handed back, by a short root container running ``chown -R``.
@@ -382,7 +395,7 @@ def _give_run_dir_back(client: "docker.DockerClient", image_id: str, run_dir: Pa
     return foreign
 
 
-def _engine_version(client: "docker.DockerClient") -> str | None:
+def _engine_version(client: docker.DockerClient) -> str | None:
     try:
         return client.version().get("Version")
     except Exception:  # only for the manifest; never fail a finished run over it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -85,7 +85,7 @@ class DockerOptions(BaseModel, extra="forbid"):
         "'root'; or 'UID[:GID]' / 'NAME[:GROUP]'. When the job runs as someone else, xlarun gives the "
         "run folder back to you after the run.",
     )
-    gpus: Union[Literal["all"], int, list[Union[int, str]], None] = Field(
+    gpus: Literal["all"] | int | list[int | str] | None = Field(
         None,
         description="GPUs to hand to the job through the NVIDIA container toolkit: 'all', a count, or a "
         "list of device indexes/UUIDs. Default: 'all' for docker-gpu, none otherwise.",
@@ -211,14 +211,14 @@ class DockerOptions(BaseModel, extra="forbid"):
         return value
 
     @model_validator(mode="after")
-    def _fabric_namespaces(self) -> "DockerOptions":
+    def _fabric_namespaces(self) -> DockerOptions:
         if self.ipu_over_fabric:
             for name, value in (("network", self.network), ("ipc", self.ipc)):
                 if value not in (None, "host"):
                     raise ValueError(f"ipu_over_fabric needs the host's {name} namespace; {name}={value!r} conflicts")
         return self
 
-    def for_kind(self, kind: str) -> "DockerOptions":
+    def for_kind(self, kind: str) -> DockerOptions:
         """These options with the defaults of ``kind`` filled in; ValueError when they do not fit it."""
         if kind not in CONTAINER_KINDS:
             raise ValueError(f"unknown container kind {kind!r}; expected one of {', '.join(CONTAINER_KINDS)}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .. import __version__
 from ..errors import SpecError
@@ -53,7 +53,7 @@ class HostFacts:
     pid: int = 0  # this process, recorded on its containers (LABEL_OWNER)
 
     @classmethod
-    def detect(cls) -> "HostFacts":
+    def detect(cls) -> HostFacts:
         ipus = [p for p in Path("/dev").glob("ipu*") if re.fullmatch(r"ipu[0-9]+", p.name)]
         return cls(uid=os.getuid(), gid=os.getgid(), env=dict(os.environ), ipu_count=len(ipus), pid=os.getpid())
 
@@ -89,7 +89,8 @@ class ContainerSpec:
 
     def create_kwargs(self) -> dict[str, object]:
         """Keyword arguments for ``DockerClient.containers.create`` (docker SDK >= 7)."""
-        from docker.types import DeviceRequest, Mount as SdkMount, Ulimit
+        from docker.types import DeviceRequest, Ulimit
+        from docker.types import Mount as SdkMount
 
         kwargs: dict[str, object] = {
             "image": self.image,

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from .result import BisectResult

@@ -266,7 +266,7 @@ def _bisect(store: Store, module: ModuleInfo, options: BisectOptions, steps: lis
                               "try --recompile full (the pipeline runs again on each step, which can hide the culprit)")
         kept = needed
         disabled = [n for n in disabled if n not in kept]
-        replayer.debug_options = debug_options = _disable(disabled)
+        replayer.debug_options = _disable(disabled)
         log(f"kept enabled, as the module does not compile without them: {', '.join(kept)}")
     result = BisectResult(
         "replay", module.ref, reference=_reference_name(options), recompile=options.recompile, disabled_passes=disabled,
@@ -331,7 +331,7 @@ def _passes_needed(disabled: list[str], compile_error: Callable[[list[str]], str
         return seen[tuple(off)]
 
     needed: list[str] = []
-    while (error := error_with(candidates := [n for n in disabled if n not in needed])) is not None:
+    while error_with(candidates := [n for n in disabled if n not in needed]) is not None:
         if not candidates or len(needed) >= _MAX_NEEDED or error_with([]) is not None:
             return None
         low, high = 0, len(candidates)  # re-enabling candidates[:high] compiles; candidates[:low] does not

@@ -17,7 +17,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,7 +140,7 @@ class _Reruns:
             extra.append(_DISABLE + ",".join(dict.fromkeys(names)))
         dump = spec.dump.model_copy(update={"extra_xla_flags": extra, **({} if dumps else {"pass_re": None, "snapshots": False})})
         if dumps and not dump.pass_re:
-            dump = dump.model_copy(update={"pass_re": ".*", "formats": list(dict.fromkeys(list(dump.formats) + ["text"]))})
+            dump = dump.model_copy(update={"pass_re": ".*", "formats": list(dict.fromkeys([*dump.formats, "text"]))})
         tags = {**spec.tags, "bisect": self.bisect_id, "bisect_role": role}
         label = {"disabled": ",".join(disabled) if disabled else "-"} if role != "baseline" else {"baseline": role}
         return dataclasses.replace(self.loaded, spec=spec.model_copy(update={"dump": dump, "tags": tags}), matrix_values=label)
@@ -153,7 +152,7 @@ class _Reruns:
         if batch.interrupted:
             raise KeyboardInterrupt
         trials = []
-        for outcome, role, names in zip(batch.cells, roles, disabled):
+        for outcome, role, names in zip(batch.cells, roles, disabled, strict=True):  # one outcome per cell
             capture = outcome.result
             if capture is None:
                 raise XlarunError(f"a rerun could not be started: {outcome.error}")

@@ -58,7 +58,7 @@ def compare_outputs(actual: list, expected: list, abs_bound: float, rel_bound: f
     if len(actual) != len(expected):
         result.matched = False
         result.problems.append(f"{len(actual)} outputs, but the {against} has {len(expected)}")
-    for index, (a, e) in enumerate(zip(actual, expected)):
+    for index, (a, e) in enumerate(zip(actual, expected, strict=False)):  # a count mismatch is reported above
         if a is None or e is None:  # a token has no value: it matches a token
             if (a is None) != (e is None):
                 result.matched = False

@@ -106,7 +106,7 @@ def command_line(runner: str, path: str | Path, options: ReplayOptions, binary: 
             argv.append("--print_literals=true")
         if optimized:
             argv.append("--run_test_hlo_passes=false")  # its passes already ran
-        return argv + [str(path)]
+        return [*argv, str(path)]
     if runner == "hlo_runner_main":
         fmt = input_format(runner, path)
         device = "gpu" if options.platform.lower() in ("cuda", "rocm", "gpu") else "host"
@@ -119,7 +119,7 @@ def command_line(runner: str, path: str | Path, options: ReplayOptions, binary: 
             argv.append("--run_xla_backend_only=true")
         if options.print_literals:
             argv.append("--log_output=true")
-        return argv + ["--profile_execution=true", str(path)]
+        return [*argv, "--profile_execution=true", str(path)]
     raise InputError(f"unknown runner {runner!r}", f"use one of: {', '.join(RUNNERS)}")
 
 

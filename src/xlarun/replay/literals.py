@@ -202,7 +202,7 @@ def _decode_piece(shape: Shape, fields: dict):
                 f"tuple literal has {len(elements)} elements, its shape {len(shape.tuple_shapes)}",
                 "the snapshot is damaged",
             )
-        return [_decode_piece(sub, sub_fields) for sub, sub_fields in zip(shape.tuple_shapes, elements)]
+        return [_decode_piece(sub, sub_fields) for sub, sub_fields in zip(shape.tuple_shapes, elements, strict=True)]
     if not shape.is_array:
         return None
     ptype = primitive_type(shape.element_type)

@@ -64,7 +64,7 @@ class ProbeWorker:
         """The child and the file its stderr goes to, started (again) if it is not running."""
         if self.proc is not None and self.proc.poll() is None and self.stderr is not None:
             return self.proc, self.stderr
-        self.stderr = stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")
+        self.stderr = stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")  # noqa: SIM115 (lives as long as the child)
         self.starts += 1
         self.proc = proc = subprocess.Popen(
             [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform], stdin=subprocess.PIPE,
@@ -129,12 +129,10 @@ def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
 
 
 def _serve(platform_name: str) -> int:
-    from ..errors import XlarunError
-    from .pjrt import Platform
-
     import pickle
 
-    from .pjrt import _register_jax_custom_calls
+    from ..errors import XlarunError
+    from .pjrt import Platform, _register_jax_custom_calls
 
     platform = Platform(platform_name)
     arguments: dict[str, list] = {}

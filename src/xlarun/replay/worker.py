@@ -102,7 +102,7 @@ class ReplayWorker:
 
         output = os.path.join(self._tmp.name, "converted")
         request = {"kind": "convert", "path": str(path), "to": to, "data_file": self._spill("data", data), "output": output}
-        answer, step, crash = self._ask(request, None, timeout_s or DEFAULT_ENGINE_TIMEOUT_S, lambda line: None)
+        answer, _step, crash = self._ask(request, None, timeout_s or DEFAULT_ENGINE_TIMEOUT_S, lambda line: None)
         if crash:
             raise EngineError(f"XLA {crash.message} while converting {Path(path).name}", crash.hint)
         assert answer is not None  # the child answered: it did not crash
@@ -125,7 +125,7 @@ class ReplayWorker:
     def _start(self, limit: int | None) -> subprocess.Popen[bytes]:
         self._stop()
         stderr_path = os.path.join(self._tmp.name, "stderr")
-        self._stderr = open(stderr_path, "a+b")  # O_APPEND: truncating it between requests is safe
+        self._stderr = open(stderr_path, "a+b")  # noqa: SIM115 (closed by _stop) -- O_APPEND: truncating it between requests is safe
         self.starts += 1
         self._limit = limit
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
