@@ -100,8 +100,10 @@ def soak(request) -> bool:
     return bool(request.config.getoption("--soak"))
 
 
-#: Fixtures that make a real framework capture or need Docker: a test using one is slow however short its body.
-_SLOW_FIXTURES = frozenset({"jax_run", "jax_passes_run", "tf_run", "tf1_run", "docker_engine", "docker_client", "base_image", "cpu_image"})
+#: Fixtures that make a real framework capture or need Docker: a test using one is slow however short its body
+#: (bisect_store, captured, raw_dump and real_dump are those of test_bisect, test_api, test_import and torture).
+_SLOW_FIXTURES = frozenset({"jax_run", "jax_passes_run", "tf_run", "tf1_run", "bisect_store", "captured", "raw_dump", "real_dump",
+                            "docker_engine", "docker_client", "base_image", "cpu_image"})
 
 
 def pytest_collection_modifyitems(config, items):

@@ -119,6 +119,7 @@ def test_4_a_bug_prints_the_traceback_and_writes_a_crash_log(cli, tmp_path, monk
     assert json.loads(as_json.stdout)["exit_code"] == 4 and "please report it" in json.loads(as_json.stdout)["hint"]
 
 
+@pytest.mark.slow
 def test_124_the_job_ran_past_its_timeout(cli, tmp_path):
     store = tmp_path / "store"
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\ntimeout: 1\n", WRITES_A_DUMP + "import time\ntime.sleep(60)\n")

@@ -147,6 +147,7 @@ def test_textproto_reads_what_protobuf_refuses():
         text_format.Parse(text, tf.compat.v1.GraphDef())
 
 
+@pytest.mark.slow
 def test_big_module_refused_quickly_with_the_around_hint(cli, tmp_path):
     path = tmp_path / "ladder.txt"
     path.write_text(ladder_hlo(3000))

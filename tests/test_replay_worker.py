@@ -54,6 +54,7 @@ def test_fake_data_for_nested_tuples_tokens_and_zero_sized_parameters(worker, tm
     assert [o.type for o in result.outputs] == ["f32[2]", "f32[3]", "token[]", "f32[0,3]"]
 
 
+@pytest.mark.slow
 def test_a_cholesky_of_fake_data_matches_with_nan_and_says_so(worker, tmp_path):
     path = _module(tmp_path, """
         HloModule chol
