@@ -59,6 +59,7 @@ def test_runs_filter_by_batch_name_and_kind(store):
     assert [r.run_id for r in index.runs(kind="import")] == [NEW]
     assert [r.run_id for r in index.runs(name="sweep", batch_id=BATCH)] == [SWEEP_A, SWEEP_B]
     assert index.runs(name="no-such-spec") == [] and index.runs(batch_id="b20000101-000000-0000") == []
+    assert index.batch_ids() == [BATCH]
 
 
 def test_an_unknown_run_or_module_says_what_to_do(store):
@@ -121,6 +122,8 @@ def test_run_files_include_files_of_no_module(store):
     graph = files["tf_graphs/mark_for_compilation.pbtxt"]
     assert (graph.kind, graph.format, graph.stage, graph.step) == ("tf-graph", "pbtxt", None, None)
     assert sorted(files) == sorted(f.path for f in store.stored_files(OLD))
+    assert store.index.files_outside_modules(OLD) == [("tf-graph", 1)]
+    assert store.index.files_outside_modules(NEW) == []
 
 
 def test_find_matches_opcodes_exactly_and_names_as_substrings(store):

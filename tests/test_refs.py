@@ -1,6 +1,6 @@
 """REF resolution over a synthetic store: run ids, unique prefixes, 'latest', spec names, module ids, names,
 prefixes, substrings and dump file names, RUN/MODULE, the newest run that has a module, ambiguous REFs (one
-error listing candidates a user can paste back), and batches."""
+error listing candidates a user can paste back), batches, and the counterpart a module is compared with."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from xlarun.errors import ExitCode, RefError
-from xlarun.refs import MAX_CANDIDATES, resolve_module, resolve_run
+from xlarun.errors import ExitCode, InputError, RefError
+from xlarun.refs import MAX_CANDIDATES, counterpart_module, resolve_batch, resolve_module, resolve_run
 from xlarun.store import Store
 
 from .synthetic_store import archive_run, module_dumps
@@ -26,7 +26,8 @@ def store(tmp_path_factory) -> Store:
     mlp = {**module_dumps(1, "jit_init_params", dots=0, adds=20), **module_dumps(4, "jit_accuracy"), **module_dumps(7, "jit_train_step", dots=3)}
     archive_run(store, {**mlp, **module_dumps(7, "jit_train_step", dots=3, passes=4), **module_dumps(9, "jit_old_only")}, run_id=MLP_OLD)
     archive_run(store, {**mlp, **module_dumps(12, "jit_f"), **module_dumps(13, "jit_f_grad", dots=2)}, run_id=MLP_NEW)
-    archive_run(store, module_dumps(2, "jit_sweep"), run_id=SWEEP_1, name="sweep", batch_id=BATCH_1, matrix={"lr": 0.1})
+    sweep_1 = {**module_dumps(2, "jit_sweep"), **module_dumps(5, "jit_accuracy")}  # the same function, another id
+    archive_run(store, sweep_1, run_id=SWEEP_1, name="sweep", batch_id=BATCH_1, matrix={"lr": 0.1})
     archive_run(store, module_dumps(2, "jit_sweep"), run_id=SWEEP_2, name="sweep", batch_id=BATCH_1, matrix={"lr": 0.01})
     archive_run(store, module_dumps(2, "jit_sweep"), run_id=LATEST, name="sweep", batch_id=BATCH_2, matrix={"lr": 1.0})
     return store
@@ -167,6 +168,47 @@ def test_a_dump_file_name_whose_module_name_differs_names_no_module(store):
         resolve_module(store.index, "module_0007.jit_accuracy.before_optimizations.txt", run=MLP_NEW)
 
 
+# --- batches and counterparts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ref", "batch"), [("latest", BATCH_2), (BATCH_1, BATCH_1), ("b20261103", BATCH_1), ("b20261104-07", BATCH_2)])
+def test_a_batch_ref_is_an_id_a_unique_prefix_or_latest(store, ref, batch):
+    assert resolve_batch(store.index, ref) == batch
+
+
+def test_an_ambiguous_unknown_or_absent_batch_says_what_to_type(store, tmp_path):
+    with pytest.raises(RefError) as ambiguous:
+        resolve_batch(store.index, "b2026110")
+    assert ambiguous.value.message == f"batch REF 'b2026110' is ambiguous: {BATCH_1}, {BATCH_2}" and ambiguous.value.hint == "type more of the batch id"
+    with pytest.raises(RefError, match="no batch matches 'b1999'") as unknown:
+        resolve_batch(store.index, "b1999")
+    assert "xlarun runs" in unknown.value.hint
+    no_batches = Store.open(tmp_path / "plain")
+    archive_run(no_batches, module_dumps(1, "jit_f"), run_id=MLP_OLD)
+    with pytest.raises(RefError, match="the store has no batch yet") as none:
+        resolve_batch(no_batches.index, "latest")
+    assert "xlarun batch" in none.value.hint
+
+
+def test_a_counterpart_is_a_module_ref_or_a_runs_module_of_the_same_name(store):
+    index = store.index
+    accuracy = resolve_module(index, "jit_accuracy", run=MLP_NEW)  # module 4 there
+    assert _where(counterpart_module(index, accuracy, SWEEP_1)) == (SWEEP_1, 5, "jit_accuracy")  # by name, whatever its id
+    assert _where(counterpart_module(index, accuracy, "20261103-120000")) == (SWEEP_1, 5, "jit_accuracy")  # a run prefix
+    assert _where(counterpart_module(index, accuracy, f"{MLP_OLD}/module_0004")) == (MLP_OLD, 4, "jit_accuracy")
+    assert _where(counterpart_module(index, accuracy, "jit_train_step")) == (MLP_NEW, 7, "jit_train_step")  # any module REF
+
+
+def test_a_counterpart_that_is_missing_or_the_module_itself_is_refused(store):
+    index = store.index
+    accuracy = resolve_module(index, "jit_accuracy", run=MLP_NEW)
+    with pytest.raises(InputError) as missing:
+        counterpart_module(index, accuracy, SWEEP_2)
+    assert missing.value.message == f"run {SWEEP_2} has no module named jit_accuracy" and "RUN/module_NNNN" in missing.value.hint
+    with pytest.raises(InputError, match="both REFs name the same module"):
+        counterpart_module(index, accuracy, f"{MLP_NEW}/4")
+
+
 # --- through the CLI: what a user types, what a user reads -----------------------------------
 
 
@@ -184,7 +226,7 @@ def test_show_resolves_what_the_library_resolves(store, cli):
     ("b20261103", [SWEEP_1, SWEEP_2]),  # a unique prefix
     ("b20261104-07", [LATEST]),
 ])
-def test_a_batch_ref_is_an_id_a_unique_prefix_or_latest(store, cli, ref, runs):
+def test_runs_of_a_batch_ref(store, cli, ref, runs):
     out = cli("runs", "--batch", ref, "--store", store.root, "--json")
     assert out.exit_code == 0, out.stderr
     listed = json.loads(out.stdout)
@@ -192,7 +234,7 @@ def test_a_batch_ref_is_an_id_a_unique_prefix_or_latest(store, cli, ref, runs):
     assert [r["matrix"] for r in listed] == [{"lr": 0.1}, {"lr": 0.01}] if len(runs) == 2 else [{"lr": 1.0}]
 
 
-def test_an_ambiguous_or_unknown_batch_ref_is_a_usage_error(store, cli):
+def test_an_ambiguous_or_unknown_batch_ref_is_a_usage_error_of_runs(store, cli):
     ambiguous = cli("runs", "--batch", "b2026110", "--store", store.root)
     assert ambiguous.exit_code == ExitCode.USAGE
     assert f"batch REF 'b2026110' is ambiguous: {BATCH_1}, {BATCH_2}" in ambiguous.stderr
