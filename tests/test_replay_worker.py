@@ -70,6 +70,7 @@ def test_a_cholesky_of_fake_data_matches_with_nan_and_says_so(worker, tmp_path):
     assert result.to_dict()["nonfinite_outputs"] == result.nonfinite_outputs
 
 
+@pytest.mark.slow
 def test_rng_names_itself_and_its_mismatch_is_expected(worker, tmp_path):
     path = _module(tmp_path, """
         HloModule random
