@@ -11,6 +11,7 @@ import threading
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from pydantic import ValidationError
@@ -18,8 +19,21 @@ from pydantic import ValidationError
 from tests.docker_support import base_image, cpu_image, docker_client, docker_engine, xlarun_containers  # noqa: F401
 from xlarun.backends.base import Job, JobPaths, RunStatus
 from xlarun.backends.docker import (
-    CWD_MOUNT, IPUOF_DIR_MOUNT, IPUOF_FILE_MOUNT, RUN_MOUNT, SCRIPT_MOUNT, ContainerSpec, DockerBackend, GpuRequest,
-    HostFacts, Mount, container_path, ipu_device_files, ipus_of_device_id, run_in_image, translate_job,
+    CWD_MOUNT,
+    IPUOF_DIR_MOUNT,
+    IPUOF_FILE_MOUNT,
+    RUN_MOUNT,
+    SCRIPT_MOUNT,
+    ContainerSpec,
+    DockerBackend,
+    GpuRequest,
+    HostFacts,
+    Mount,
+    container_path,
+    ipu_device_files,
+    ipus_of_device_id,
+    run_in_image,
+    translate_job,
 )
 from xlarun.backends.docker_options import DockerOptions
 from xlarun.errors import EnvironmentProblem, InputError, SpecError
@@ -119,13 +133,13 @@ def test_interpreter_is_the_images_unless_named(tmp_path):
 def test_backend_from_a_spec_section():
     class Section:  # what spec.BackendSpec carries
         kind = "docker-gpu"
-        options = {"gpus": [1], "mem_limit": "32g"}
+        options: ClassVar[dict] = {"gpus": [1], "mem_limit": "32g"}
 
     backend = DockerBackend.from_spec(Section())
     assert (backend.kind, backend.options.gpus, backend.options.shm_size, backend.options.image) == (
         "docker-gpu", [1], "8g", "xlarun-gpu:latest")
     Section.options = {"gpu": 1}
-    with pytest.raises(SpecError, match="backend.options"):
+    with pytest.raises(SpecError, match=r"backend\.options"):
         DockerBackend.from_spec(Section())
 
     class Inline:  # options written in the section itself
@@ -171,7 +185,7 @@ def test_gpu_count_or_ids(tmp_path, gpus, count, ids):
 
 
 def test_generic_kind_needs_an_image_and_takes_gpus(tmp_path):
-    with pytest.raises(SpecError, match="needs options.image"):
+    with pytest.raises(SpecError, match=r"needs options\.image"):
         DockerBackend("docker")
     spec = translate_job(make_job(tmp_path), DockerOptions(image="nvcr.io/nvidia/jax:25.04-py3", gpus=1), "docker", HOST)
     assert spec.image == "nvcr.io/nvidia/jax:25.04-py3" and spec.device_requests == [GpuRequest(count=1)]

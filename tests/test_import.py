@@ -85,7 +85,7 @@ def test_import_tar_gz_of_a_raw_dump_matches_the_folder(raw_dump, tmp_path, stor
     packed = json.loads(cli("import", archive, "--store", store_path, "--json").stdout)
     assert packed["source_kind"] == "tar.gz"
     assert packed["files"] == folder["files"]
-    fingerprints = lambda r: {(m["name"], m["module_id"]): m["fingerprint"] for m in r["modules"]}  # noqa: E731
+    fingerprints = lambda r: {(m["name"], m["module_id"]): m["fingerprint"] for m in r["modules"]}
     assert fingerprints(packed) == fingerprints(folder)
     runs = json.loads(cli("runs", "--store", store_path, "--json").stdout)
     assert runs[-1]["name"] == "ci-artifact"

@@ -324,7 +324,7 @@ def test_public_names_are_many_distinct_and_each_source_is_named():
     names = real_names(PUBLIC)
     assert len(names) >= 60 and len(set(names)) == len(names)
     assert lines[0].startswith("# ") and sum(line.startswith("# source: ") for line in lines) >= 15
-    assert lines[[i for i, line in enumerate(lines) if not line.startswith("#")][0] - 1].startswith("# source: ")
+    assert lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) - 1].startswith("# source: ")
     for name, why in EXPECTED_UNKNOWN.items():  # the fixture says why beside the name, too
         if name in names:
             assert "not XLA's" in lines[lines.index(name) - 1] and why.startswith("not XLA's")

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from tests.test_replay_drivers import make_runner  # noqa: E402
+from tests.test_replay_drivers import make_runner
 
 
 def _file(store, module, pattern):

@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("jax")
 
-from xlarun.errors import XlarunError  # noqa: E402
-from xlarun.replay import ReplayOptions  # noqa: E402
-from xlarun.replay.worker import ReplayWorker  # noqa: E402
+from xlarun.errors import XlarunError
+from xlarun.replay import ReplayOptions
+from xlarun.replay.worker import ReplayWorker
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
 SAMPLE = 200

@@ -32,7 +32,7 @@ def test_every_primitive_type_gets_its_dtype_and_shape(code):
 def test_same_seed_same_bytes_other_seed_other_bytes():
     shapes = [Shape(11, (5, 5)), Shape(16, (7,)), Shape(1, (9,)), Shape(4, ())]
     first, again, other = fake_arguments(shapes, 0), fake_arguments(shapes, 0), fake_arguments(shapes, 1)
-    for a, b in zip(first, again):
+    for a, b in zip(first, again, strict=True):
         assert a.tobytes() == b.tobytes()
     assert first[0].tobytes() != other[0].tobytes()
 

@@ -12,8 +12,6 @@ import textwrap
 
 import pytest
 
-from .conftest import CONFIGS
-
 pytestmark = pytest.mark.slow  # real Docker and a real JAX capture
 
 STAND_IN = textwrap.dedent(

@@ -71,7 +71,7 @@ def test_every_argument_of_a_real_snapshot_decodes_to_the_values_jax_was_given(t
     source = load_source(typed_snapshot)
     expected_by_name = expected_args()
     assert len(source.arguments) == len(expected_by_name)
-    for (name, expected), decoded in zip(expected_by_name.items(), source.arguments):
+    for (name, expected), decoded in zip(expected_by_name.items(), source.arguments, strict=True):
         expected = np.asarray(expected)
         assert decoded.dtype == expected.dtype, name
         assert decoded.shape == expected.shape, name

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("jax")
 
-from xlarun.errors import EngineError, EnvironmentProblem, InputError  # noqa: E402
-from xlarun.replay import pjrt  # noqa: E402
-from xlarun.replay.sources import entry_parameter_shapes  # noqa: E402
+from xlarun.errors import EngineError, EnvironmentProblem, InputError
+from xlarun.replay import pjrt
+from xlarun.replay.sources import entry_parameter_shapes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 LOOKUP = FIXTURES / "lookup_large" / "module_0002.jit_lookup.before_optimizations.txt"

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from xlarun.errors import InputError  # noqa: E402
-from xlarun.replay import ReplayOptions, replay_file  # noqa: E402
-from xlarun.replay.convert import convert_hlo  # noqa: E402
-from xlarun.replay.limits import format_size, parse_size, text_nesting  # noqa: E402
-from xlarun.replay.worker import ReplayWorker  # noqa: E402
+from xlarun.errors import InputError
+from xlarun.replay import ReplayOptions, replay_file
+from xlarun.replay.convert import convert_hlo
+from xlarun.replay.limits import format_size, parse_size, text_nesting
+from xlarun.replay.worker import ReplayWorker
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
 
@@ -98,7 +98,7 @@ def test_parameters_too_large_are_refused_by_size_before_allocation(worker, tmp_
     with pytest.raises(InputError, match=r"need 7\.6 GB \(arguments 7\.6 GB, results 4 B\), more than the limit of 4\.0 GB") as caught:
         worker.replay(path, ReplayOptions())
     assert "--max-data-size" in caught.value.hint
-    with pytest.raises(InputError, match="more than the limit of 1.0 MB"):
+    with pytest.raises(InputError, match=r"more than the limit of 1\.0 MB"):
         worker.replay(_module(tmp_path, TUPLES_AND_TOKENS.replace("f32[3]", "f32[300000]")), ReplayOptions(max_data_bytes=1 << 20))
 
 

@@ -109,7 +109,7 @@ def test_load_spec_resolves_paths_relative_to_the_spec(tmp_path):
 
 def test_missing_script_is_a_clear_error(tmp_path):
     spec_path = write_spec(tmp_path, "name: demo\nscript: nope.py\n")
-    with pytest.raises(SpecError, match="script: nope.py not found"):
+    with pytest.raises(SpecError, match=r"script: nope\.py not found"):
         load_spec(spec_path)
 
 
@@ -181,7 +181,7 @@ def test_matrix_cell_errors_name_the_cell():
 def test_matrix_shape_errors():
     from xlarun.spec import parse_spec_cells
 
-    with pytest.raises(SpecError, match="matrix.t: must be a non-empty list"):
+    with pytest.raises(SpecError, match=r"matrix\.t: must be a non-empty list"):
         parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: 5\n", "m.yaml", environ={})
     with pytest.raises(SpecError, match=r"\$\{matrix.x\} is not an axis"):
         parse_spec_cells("name: m\nscript: s.py\nargs: ['${matrix.x}']\nmatrix:\n  t: [1]\n", "m.yaml", environ={})
