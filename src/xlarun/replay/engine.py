@@ -123,7 +123,8 @@ def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> 
             log(message)
 
 
-def _build(source, platform, options, log, result, unoptimized, stage, optimized_failure) -> _Compiled:
+def _build(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions, log: Log, result: ReplayResult,
+           unoptimized: Callable[[], ReplaySource | None], stage: Log, optimized_failure: str | None) -> _Compiled:
     """Compile the source, or its unoptimized dump when the optimized module cannot be."""
     if not source.optimized:
         stage("compile")
@@ -161,14 +162,14 @@ def _module_proto(source: ReplaySource) -> bytes:
     return pjrt.text_to_module_proto(source.text)
 
 
-def _compile_plain(source: ReplaySource, platform, options) -> _Compiled:
+def _compile_plain(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions) -> _Compiled:
     proto = _module_proto(source)
     stablehlo = pjrt.module_proto_to_stablehlo(proto)
     pjrt.prepare_custom_calls(proto)
     return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), None)
 
 
-def _compile_optimized(source: ReplaySource, platform, options, log) -> _Compiled:
+def _compile_optimized(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions, log: Log) -> _Compiled:
     if source.text is not None:
         check_text_nesting(source.text.encode("utf-8", errors="replace"), source.path.name)
         text = source.text
