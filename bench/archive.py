@@ -48,31 +48,19 @@ def bench_manifest(run_id: str, name: str, n_files: int, dump_bytes: int) -> str
                        "duration_s": 0.0, "backend": "local", "framework": "jax", "files": n_files, "dump_bytes": dump_bytes, "kind": "capture"})
 
 
-def forget_parsed_facts() -> None:
-    """Empty this process's caches of parsed dumps, so each repeat does all the work a new process would."""
-    from xlarun import summarize
-
-    with summarize._CACHE_LOCK:
-        summarize._FACTS_CACHE.clear()
-        summarize._COUNTS_CACHE.clear()
-        summarize._STAGE_BYTES.clear()
-
-
 def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archive") -> ArchivedRun:
     """Archive a raw dump folder into a store at ``store_root`` and index it, as a capture does once its job
     has ended, timing both (linking the files in is not timed)."""
-    from xlarun.summarize import prepare_facts
 
-    forget_parsed_facts()
-    store = Store.open(store_root)
-    index = store.index  # opened (and reconciled) before the run exists, so the timed ingest is the only one
+    store = Store.open(store_root)  # a new Store: its facts cache is empty, as in a new process
+    store.index.run_ids()  # the index opened (and reconciled) before the run exists: the timed ingest is the only one
     run_id, staging = store.begin_run()
     link_tree(raw_dump, staging / "dump")
     t0 = time.perf_counter()
-    files = store.archiver(staging, on_archived=prepare_facts).finish()
+    files = store.archiver(staging).finish()
     store.commit_run(run_id, staging, files, {"manifest.json": bench_manifest(run_id, name, len(files), sum(f.size for f in files))})
     t1 = time.perf_counter()
-    index.ingest_run(store, run_id)
+    store.ingest(run_id)
     store.wait_for_discards()  # the raw files' deletion, begun in the background, is part of the work
     t2 = time.perf_counter()
     return ArchivedRun(store, run_id, t1 - t0, t2 - t1)

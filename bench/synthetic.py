@@ -67,7 +67,7 @@ def build_synthetic_store(store: Store, base_run: str, raw_dump: Path, workdir: 
         files = store.archive_outputs(staging) + shared
         store.commit_run(run_id, staging, files, {"manifest.json": bench_manifest(run_id, "bench-synthetic", len(files), sum(f.size for f in files))})
         t1 = time.perf_counter()
-        index.ingest_run(store, run_id)
+        store.ingest(run_id)
         t2 = time.perf_counter()
         archive.append(t1 - t0)
         ingest.append(t2 - t1)

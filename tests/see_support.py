@@ -20,7 +20,7 @@ def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade",
     manifest = Manifest(run_id=run_id, name=name, status="succeeded", exit_code=0, started="2026-01-01T00:00:00+00:00",
                         ended="2026-01-01T00:00:01+00:00", duration_s=1.0, files=len(stored), **manifest_fields)
     store.commit_run(run_id, staging, stored, {"manifest.json": manifest.to_json()})
-    store.index.ingest_run(store, run_id)
+    store.ingest(run_id)
     return run_id
 
 

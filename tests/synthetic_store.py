@@ -86,9 +86,8 @@ def archive_run(store: Store, files: dict[str, str | bytes], *, run_id: str, nam
     manifest = {"name": name, "kind": kind, "status": status, "exit_code": 0 if status == "succeeded" else 1, "backend": "local",
                 "framework": "jax", "started": _started(run_id), "ended": _started(run_id), "duration_s": 1.5, "batch_id": batch_id,
                 "matrix": matrix, "tags": {}}
-    index = store.index  # opened (and reconciled) before the commit, as capture and import do
     store.commit_run(run_id, staging, stored, {"manifest.json": json.dumps(manifest)})
-    index.ingest_run(store, run_id)
+    store.ingest(run_id)
     return run_id
 
 

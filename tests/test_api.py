@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import xlarun
-from xlarun import display
+from xlarun import console, display
 
 from .conftest import write_spec
 
@@ -137,7 +137,7 @@ def test_html_display(captured):
 
 def test_html_escapes_what_comes_from_the_dump():
     hostile = "<script>alert(1)</script>"
-    blocks = [display.TableBlock(("name",), [[hostile]], title=hostile), display.PairsBlock([(hostile, hostile)]), display.LineBlock(hostile)]
+    blocks = [display.TableBlock(("name",), [[hostile]], title=hostile), display.PairsBlock([(hostile, hostile)]), console.LineBlock(hostile)]
     page = display.page_html(display.blocks_html(blocks))
     assert "<script>" not in page and page.count("&lt;script&gt;") == 5
 

@@ -156,7 +156,7 @@ def test_a_name_that_is_not_utf8_is_archived_escaped_and_noted(tmp_path):
     store, run_id, files, notes = _archive(tmp_path, fill)
     assert [f.path for f in files] == ["bad\\xffname.txt"] and store.read_file(run_id, "bad\\xffname.txt") == b"bytes"
     assert [(n.path, n.archived) for n in notes] == [("bad\\xffname.txt", True)] and "not UTF-8" in notes[0].why
-    store.index.ingest_run(store, run_id)  # text everywhere: the index takes it
+    store.ingest(run_id)  # text everywhere: the index takes it
     assert [f.path for f in store.index.run_files(run_id)] == ["bad\\xffname.txt"]
 
 

@@ -16,7 +16,6 @@ import pytest
 
 from xlarun.names import decode_dump_name
 from xlarun.store import Store
-from xlarun.summarize import prepare_facts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file()) if FIXTURES.is_dir() else []
@@ -47,10 +46,10 @@ def indexed(tmp_path_factory):
             run_id, staging = store.begin_run()
             for name, data in stage_dumps(key).items():
                 (staging / "dump" / name).write_bytes(data)
-            files = store.archiver(staging, on_archived=prepare_facts).finish()  # what capture does once the job ends
+            files = store.archiver(staging).finish()  # what capture does once the job ends
             manifest = {"name": f"compat-{key}", "status": "succeeded", "framework": expected(key)["framework"]}
             store.commit_run(run_id, staging, files, {"manifest.json": json.dumps(manifest)})
-            store.index.ingest_run(store, run_id)
+            store.ingest(run_id)
             cache[key] = store.index.modules(run_id)
         return cache[key]
 

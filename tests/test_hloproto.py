@@ -1,4 +1,4 @@
-"""Tests for xlarun.hloproto: summaries of binary HloProto / HloModuleProto / HloSnapshot files."""
+"""Tests for xlarun.hlo.proto: summaries of binary HloProto / HloModuleProto / HloSnapshot files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from xlarun.errors import InputError
 from xlarun.hlo import read_hlo_file
-from xlarun.hloproto import find_module_proto, shape_text, summarize_hlo_proto
+from xlarun.hlo.proto import find_module_proto, shape_text, summarize_hlo_proto
 from xlarun.protowire import fields_by_number
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"

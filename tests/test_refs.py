@@ -160,8 +160,6 @@ def test_prefer_picks_the_newest_run_whose_module_passes(store):
     assert _where(resolve_module(store.index, "jit_train_step", prefer=lambda m: False)) == (MLP_NEW, 7, "jit_train_step")
 
 
-@pytest.mark.xfail(strict=True, reason="refs._match_in_run resolves a dump file name by its module id alone: the name it carries is ignored, "
-                                       "so a file name of another run (where ids differ) silently names another module")
 def test_a_dump_file_name_whose_module_name_differs_names_no_module(store):
     # in MLP_NEW, module 7 is jit_train_step: a file name of module 7 named jit_accuracy is not it
     with pytest.raises(RefError):

@@ -10,7 +10,8 @@ import pytest
 
 from xlarun.hlo import parse_hlo_text
 from xlarun.refs import resolve_module
-from xlarun.render import RenderOptions, graph_of, layout, pick_render_file, render_bytes
+from xlarun.render import RenderOptions, graph_of, layout, render_bytes
+from xlarun.select import select_file
 from xlarun.render.graph import GraphTooBig
 from xlarun.render.layout import LayoutTimeout
 from xlarun.render.textproto import parse_text_proto
@@ -20,7 +21,7 @@ from .see_support import ladder_hlo, svg_clusters, svg_nodes
 
 def _module_text(store, ref: str, stage: str) -> str:
     module = resolve_module(store.index, ref)
-    return store.blobs.get(pick_render_file(module, stage).digest).decode()
+    return store.blobs.get(select_file(module, stage, purpose="graph").digest).decode()
 
 
 def test_train_step_svg_holds_every_dot_and_parameter(jax_run, cli, tmp_path):
@@ -200,7 +201,7 @@ def test_missing_file_and_stage_errors(jax_run, cli, tmp_path):
     out = cli("render", result.run_id, "--file", "nothing.pbtxt", "--store", store.root)
     assert out.exit_code == 2 and "has no file nothing.pbtxt" in out.stderr
     out = cli("render", "train_step", "--pass", "fusion", "--store", store.root)
-    assert out.exit_code == 2 and "no dump after pass fusion" in out.stderr and "pass_re" in out.stderr
+    assert out.exit_code == 2 and "no dump after a pass named 'fusion'" in out.stderr and "pass_re" in out.stderr
 
 
 def test_default_output_name_and_png(jax_run, cli, tmp_path, monkeypatch):

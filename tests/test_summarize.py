@@ -61,7 +61,7 @@ summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
 store = Store.open(sys.argv[1])
 run_id = store.run_ids()[0]
 wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(run_id)]
-with summarize.gather_facts(store, wanted) as gathering:
+with summarize.gather_facts(store, store.facts, wanted) as gathering:
     full = {(f.digest, fp) for f, _name, fp in wanted if fp}  # parsed in full by the workers, the rest scanned here
     pooled = gathering.pool is not None and set(gathering.futures) == full and set(gathering.here) == {(f.digest, fp) for f, _n, fp in wanted} - full
     gathered = gathering.result()
@@ -135,7 +135,7 @@ def test_ingest_with_worker_processes_writes_each_modules_terms_as_ingest_in_one
     report = json.loads(proc.stdout)
     assert report["pooled"]
     monkeypatch.setattr(summarize.FactsPool, "start", classmethod(lambda cls, **kw: None))
-    monkeypatch.setattr(summarize, "_FACTS_CACHE", type(summarize._FACTS_CACHE)())
+    monkeypatch.setattr(inline_store, "facts", summarize.FactsCache())  # nothing parsed before: all parsed inline
     inline = [tuple(r) for r in inline_store.index.conn.execute("SELECT module_id, kind, value FROM terms")]
     pooled = {tuple(row) for row in report["terms"]}
     assert pooled == set(inline) and len(report["terms"]) == len(inline)
@@ -174,23 +174,20 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
     after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
     files = {"module_0004.jit_f.before_optimizations.txt": before, "module_0004.jit_f.cpu_after_optimizations.txt": after,
              "module_0004.jit_f.0001.simplification.after_pipeline-start.before_algsimp.txt": after}
-    monkeypatch.setattr(summarize, "_FACTS_CACHE", type(summarize._FACTS_CACHE)())
-    monkeypatch.setattr(summarize, "_STAGE_BYTES", type(summarize._STAGE_BYTES)())
-    monkeypatch.setattr(summarize, "_COUNTS_CACHE", {})
-    store = Store.open(tmp_path / "s")
+    store = Store.open(tmp_path / "s")  # its own facts cache, empty
     run_id, staging = store.begin_run()
     for name, data in files.items():
         (staging / "dump" / name).write_bytes(data)
-    archived = store.archiver(staging, on_archived=summarize.prepare_facts).finish()  # after the job: keep, count, do not parse
+    archived = store.archiver(staging).finish()  # after the job: keep, count, do not parse
     shas = {content_digest(d) for d in (before, after)}
-    assert set(summarize._STAGE_BYTES) == shas and not summarize._FACTS_CACHE
-    assert summarize._COUNTS_CACHE == {content_digest(after): count_instructions_in_text(after)}
+    assert set(store.facts.stage_bytes) == shas and not store.facts.facts
+    assert store.facts.counts == {content_digest(after): count_instructions_in_text(after)}
     store.commit_run(run_id, staging, archived, {"manifest.json": '{"name": "t", "status": "succeeded"}'})
     fetched = []
     real_get = store.blobs.get
     monkeypatch.setattr(store.blobs, "get", lambda sha: fetched.append(sha) or real_get(sha))
-    store.index.ingest_run(store, run_id)
-    assert not fetched and not summarize._STAGE_BYTES  # taken from the archiver, then let go
+    store.ingest(run_id)
+    assert not fetched and not store.facts.stage_bytes  # taken from the archiver, then let go
     module = store.index.module(run_id, 4)
     assert (module.instr_before, module.instr_after) == (parse_hlo_text(before.decode()).instruction_count(), parse_hlo_text(after.decode()).instruction_count())
     assert [p.instr_count for p in module.passes] == [count_instructions_in_text(after)]

@@ -22,7 +22,6 @@ recovered from it (``Store.recover``).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import threading
@@ -40,8 +39,10 @@ from .blobs import NotRegularFile, PackWriter
 from .filetypes import file_type
 from .killpoints import kill_point
 
+from .runstore import ARCHIVED_LIST, FileNote, StoredFile, logical_path, read_archived_list, write_archived_list  # noqa: F401 (re-exported)
+
 if TYPE_CHECKING:
-    from .store import Store, StoredFile
+    from .runstore import RunStore
 
 #: A file unchanged for this long is taken to be complete (XLA writes each dump file in one go).
 SETTLE_S = 1.0
@@ -53,23 +54,8 @@ _SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
 
 Stamp = tuple[int, int]  # (size, mtime_ns)
 
-#: Written into staging once every file is archived, before the raw files are deleted.
-ARCHIVED_LIST = "archived.json"
 #: How many times the last files are read again when they keep changing after the job ended.
 _FINAL_ROUNDS = 5
-
-
-@dataclass(frozen=True)
-class FileNote:
-    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
-    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
-
-    path: str
-    archived: bool
-    why: str
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "archived": self.archived, "why": self.why}
 
 
 def archive_name(rel: str) -> str:
@@ -92,11 +78,6 @@ _WHY_NOT_ARCHIVED = {
 def _kind_of(mode: int) -> str | None:
     """Why an entry that is not a regular file or a folder is not archived."""
     return _WHY_NOT_ARCHIVED.get(file_type(mode))
-
-
-def logical_path(rel: str) -> str:
-    """Map a path below a run folder to its archive name: ``dump/x`` -> ``x``; ``tf_graphs/x`` stays."""
-    return rel[len("dump/") :] if rel.startswith("dump/") else rel
 
 
 def series_of(path: str) -> tuple[tuple | None, int]:
@@ -132,7 +113,7 @@ class _Series:
 class OutputArchiver:
     """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
 
-    def __init__(self, store: "Store", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+    def __init__(self, store: "RunStore", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
                  on_archived: Callable[[str, str, memoryview, bool], None] | None = None):
         self.store = store
         self.staging = staging
@@ -195,8 +176,6 @@ class OutputArchiver:
         """Archive every remaining file, list what was archived in ``archived.json``, delete the raw files,
         and return the run's files sorted by path (:attr:`notes` says what was not archived, and why).
         ``previous``: what an earlier, killed archiving listed (recovery); kept unless archived again."""
-        from .store import StoredFile
-
         self._hold_store()
         try:
             self._stop_thread()
@@ -267,7 +246,6 @@ class OutputArchiver:
         if not self._holding:  # a shared lock: gc cannot remove blobs meanwhile
             self._held.enter_context(self.store.lock())
             self._holding = True
-            self.store._upgrade_format()
 
     def _release_store(self) -> None:
         self._held.close()
@@ -384,24 +362,3 @@ def _link_text(path: str) -> str:
         return os.fsencode(os.readlink(path)).decode("utf-8", errors="backslashreplace")
     except OSError:
         return "?"
-
-
-def write_archived_list(staging: Path, files: list["StoredFile"], notes: list[FileNote]) -> None:
-    """Write ``archived.json`` into staging, atomically: every file is in the store, so a capture killed from
-    here on is recovered from this list (the raw files are about to go)."""
-    tmp = staging / f".{ARCHIVED_LIST}.tmp"
-    tmp.write_text(json.dumps({"files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files],
-                               "notes": [n.to_json() for n in notes]}, separators=(",", ":")))
-    os.replace(tmp, staging / ARCHIVED_LIST)
-
-
-def read_archived_list(staging: Path) -> tuple[list["StoredFile"], list[FileNote]] | None:
-    """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
-    from .store import StoredFile
-
-    try:
-        data = json.loads((staging / ARCHIVED_LIST).read_text())
-        return ([StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
-                [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

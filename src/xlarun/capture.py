@@ -25,7 +25,6 @@ from .known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_
 from .manifest import Manifest, git_facts, host_facts, probe_versions
 from .spec import LoadedSpec, detect_framework, load_spec
 from .store import Store, StoredFile
-from .summarize import prepare_facts
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -226,7 +225,7 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
     sink = _LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
     # index needs are parsed then too
-    archiver = store.archiver(staging, progress=on_archive, on_archived=prepare_facts)
+    archiver = store.archiver(staging, progress=on_archive)
     archiver.start()
     t0 = time.monotonic()
     started = utc_now()
@@ -295,13 +294,12 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
             signal=signal_name,
             file_notes=[note.to_json() for note in archiver.notes],
         )
-        index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
         try:
             run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
         except OSError as exc:
             raise _not_committed(run_id, staging, exc) from None
         try:
-            index.ingest_run(store, run_id)
+            store.ingest(run_id)
         except sqlite3.Error as exc:  # a full disk: the run is committed; the index catches up when next opened
             warnings.append(f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room")
             return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name)

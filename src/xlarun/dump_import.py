@@ -3,7 +3,7 @@
 
 The source is unpacked (refusing anything hostile: see safe_unpack.py) into the run's staging folder, laid
 out as a capture's job would have written it, then archived and indexed by the same functions a capture uses
-(:meth:`Store.archiver` with :func:`prepare_facts`, :meth:`Store.commit_run`, :meth:`Index.ingest_run`).
+(:meth:`Store.archiver`, :meth:`Store.commit_run`, :meth:`Store.ingest`).
 Nothing is written outside the store, and a refused source leaves no trace in it.
 """
 
@@ -25,7 +25,6 @@ from .index import ModuleInfo
 from .manifest import Manifest, host_facts
 from .safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from .store import Store
-from .summarize import prepare_facts
 
 #: The folder of xlarun's own files in an export or a bundle (manifest, spec, logs, bundle.json).
 META_DIR = "_xlarun"
@@ -67,7 +66,7 @@ def import_dump(source: str | Path, store: Store | None = None, *, name: str | N
         is_bundle = (root / BUNDLE_MARKER).is_file()
         warnings = _lay_out(root, staging, is_bundle)
         t1 = time.monotonic()
-        files = store.archiver(staging, on_archived=prepare_facts).finish()
+        files = store.archiver(staging).finish()
         t2 = time.monotonic()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -81,10 +80,9 @@ def import_dump(source: str | Path, store: Store | None = None, *, name: str | N
     metadata["manifest.json"] = manifest.to_json()
     if origin.get("manifest_text"):
         metadata["origin-manifest.json"] = origin["manifest_text"]
-    index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
     shutil.rmtree(incoming, ignore_errors=True)
     store.commit_run(run_id, staging, files, metadata)
-    index.ingest_run(store, run_id)
+    store.ingest(run_id)
     t3 = time.monotonic()
     bundle = origin.get("bundle") or {}
     return ImportResult(

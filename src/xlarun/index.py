@@ -4,9 +4,9 @@ Terms are kept as distinct values (``term_values``, each once across all runs) a
 them (``module_terms``); the ``terms`` view joins the two. Values no module holds any more (after ``rm``)
 stay in ``term_values``: they cost a little space and are never reported.
 
-The index is derived data: ``runs/`` in the store is the truth, and :meth:`Index.reconcile`
-adds any committed run the index lacks (after a crash between commit and indexing) and drops
-rows of runs that are gone. Each run is indexed in one transaction.
+Schema and queries only: the rows are written by :mod:`xlarun.ingest`, which reads the runs from the store.
+The index is derived data: ``runs/`` in the store is the truth, and :func:`xlarun.ingest.reconcile` adds any
+committed run the index lacks (after a crash between commit and indexing) and drops rows of runs that are gone.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import StoreError, XlarunError
-from .names import DumpName, decode_dump_name
+from .names import DumpName
 
 if TYPE_CHECKING:
-    from .store import Store, StoredFile
+    from .runstore import StoredFile
 
 SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
 
@@ -233,16 +233,9 @@ class Index:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def reconcile(self, store: "Store") -> list[str]:
-        """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
-        on_disk = set(store.run_ids())
-        indexed = {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
-        for gone in indexed - on_disk:
-            self.forget_run(gone)
-        added = sorted(on_disk - indexed)
-        for run_id in added:
-            self.ingest_run(store, run_id)
-        return added
+    def run_ids(self) -> set[str]:
+        """The ids of the runs the index holds."""
+        return {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
 
     def forget_run(self, run_id: str) -> None:
         with self.transaction():
@@ -267,74 +260,59 @@ class Index:
     def transaction(self):
         return _Transaction(self.conn)
 
-    def ingest_run(self, store: "Store", run_id: str) -> None:
-        """Index one committed run: its manifest, files, modules, passes and search terms."""
-        from .summarize import count_pass_dumps, gather_facts, stage_files, summarize_module  # parsing HLO: only commands that index need it
-        manifest = store.manifest(run_id)
-        files = store.stored_files(run_id)
-        decoded = tie_to_named_modules([(f, _storable(decode_dump_name(f.path))) for f in files])
-        by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
-        for stored, name in decoded:
-            if name.module_id is not None and name.kind not in _NOT_MODULE_FILES:
-                by_module[name.module_id].append((stored, name))
-        counts = self._known_text_counts({f.digest for f, n in decoded if n.kind == "pass" and n.format == "text"})
-        known = set(counts)
-        wanted = {module_id: stage_files(members) for module_id, members in by_module.items()}
-        holders: dict[tuple[str, bool], list[int]] = defaultdict(list)  # a stage dump's content may be in several modules
-        for module_id, stages in wanted.items():
-            for stored, _name, with_fingerprint in stages:
-                holders[(stored.digest, with_fingerprint)].append(module_id)
-        # one transaction, begun while the stage dumps are parsed: the rows that need no parse, and the
-        # search terms of each dump as it is parsed, are written meanwhile
-        with gather_facts(store, [w for stages in wanted.values() for w in stages]) as gathering, self.transaction():
-            count_pass_dumps(store, [m for members in by_module.values() for m in members], counts)
-            self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
-            for table in ("files", "modules", "passes", "module_terms"):
-                self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
-            self.conn.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run_id, manifest.get("name", "?"), manifest.get("kind", "capture"), manifest.get("status", "unknown"),
-                    manifest.get("exit_code"), manifest.get("error"), manifest.get("backend", "local"), manifest.get("framework"),
-                    manifest.get("started", ""), manifest.get("ended", ""), manifest.get("duration_s", 0.0),
-                    len(files), sum(f.size for f in files), len(by_module), manifest.get("batch_id"),
-                    json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
-                    json.dumps(manifest.get("tags") or {}), manifest.get("spec_path"),
-                ),
-            )
-            self.conn.executemany(
-                "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (run_id, f.path, f.digest, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
-                     n.step, n.pipeline, n.after_pass, n.before_pass)
-                    for f, n in decoded
-                ],
-            )
-            terms = _TermWriter(self.conn, run_id)
-            for key, facts in gathering.as_completed():
-                if not isinstance(facts, str):
-                    for module_id in holders[key]:
-                        terms.add(module_id, facts.terms)
-            gathered = gathering.result()
-            modules = [summarize_module(store, module_id, members, counts, gathered) for module_id, members in sorted(by_module.items())]
-            for summary in modules:
-                self.conn.execute(
-                    "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        run_id, summary.module_id, summary.name, summary.backend, json.dumps(summary.stages), summary.n_pass_dumps,
-                        summary.n_files, summary.instr_before, summary.instr_after,
-                        count_compute_ops(summary.opcodes_before or summary.opcodes_after), json.dumps(summary.opcodes_before),
-                        json.dumps(summary.opcodes_after), summary.entry_signature, summary.fingerprint, summary.hlo_bytes,
-                        int(summary.elided_constants), summary.parse_error,
-                    ),
-                )
-                self.conn.executemany(
-                    "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
-                    [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
-                )
-                terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
-            terms.flush()
-            self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", [(sha, n) for sha, n in counts.items() if sha not in known])
+    def write_run(self, run_id: str, manifest: dict, decoded: list, n_modules: int) -> None:
+        """(In a transaction.) The run's row and its files' rows, replacing any the run had."""
+        self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+        for table in ("files", "modules", "passes", "module_terms"):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+        files = [f for f, _n in decoded]
+        self.conn.execute(
+            "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, manifest.get("name", "?"), manifest.get("kind", "capture"), manifest.get("status", "unknown"),
+                manifest.get("exit_code"), manifest.get("error"), manifest.get("backend", "local"), manifest.get("framework"),
+                manifest.get("started", ""), manifest.get("ended", ""), manifest.get("duration_s", 0.0),
+                len(files), sum(f.size for f in files), n_modules, manifest.get("batch_id"),
+                json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
+                json.dumps(manifest.get("tags") or {}), manifest.get("spec_path"),
+            ),
+        )
+        self.conn.executemany(
+            "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (run_id, f.path, f.digest, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
+                 n.step, n.pipeline, n.after_pass, n.before_pass)
+                for f, n in decoded
+            ],
+        )
+
+    def write_module(self, run_id: str, summary) -> None:
+        """(In a transaction.) One module's row and its pass timeline (a :class:`ModuleSummary`)."""
+        self.conn.execute(
+            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, summary.module_id, summary.name, summary.backend, json.dumps(summary.stages), summary.n_pass_dumps,
+                summary.n_files, summary.instr_before, summary.instr_after,
+                count_compute_ops(summary.opcodes_before or summary.opcodes_after), json.dumps(summary.opcodes_before),
+                json.dumps(summary.opcodes_after), summary.entry_signature, summary.fingerprint, summary.hlo_bytes,
+                int(summary.elided_constants), summary.parse_error,
+            ),
+        )
+        self.conn.executemany(
+            "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
+            [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
+        )
+
+    def term_writer(self, run_id: str) -> "_TermWriter":
+        """Writes modules' search terms in batches (``add(module_id, terms)``, then ``flush()``)."""
+        return _TermWriter(self.conn, run_id)
+
+    def known_text_counts(self, digests: set[str]) -> dict[str, int]:
+        """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
+        return self._known_text_counts(digests)
+
+    def remember_text_counts(self, counts: dict[str, int]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", list(counts.items()))
 
     def _known_text_counts(self, shas: set[str]) -> dict[str, int]:
         """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""

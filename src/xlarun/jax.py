@@ -188,11 +188,10 @@ def _commit(the_store: Store, run_id: str, staging: Path, name: str, facts: Func
             took: float, error: str | None, batch_id: str | None) -> Run:
     from .errors import InputError
     from .manifest import Manifest, host_facts
-    from .summarize import prepare_facts
 
     lib = the_store.store
     try:
-        files = lib.archiver(staging, on_archived=prepare_facts).finish()
+        files = lib.archiver(staging).finish()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -207,9 +206,8 @@ def _commit(the_store: Store, run_id: str, staging: Path, name: str, facts: Func
         dump_bytes=sum(f.size for f in files), kind=RUN_KIND,
         tags={"function": facts.qualname, "source_file": facts.source_file or "", "source_line": str(facts.source_line or "")},
     )
-    index = lib.index  # opened (and reconciled) before the commit: else it would index this run twice
     lib.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
-    index.ingest_run(lib, run_id)
+    lib.ingest(run_id)
     return the_store.run(run_id)
 
 

@@ -24,7 +24,6 @@ from .capture import file_note_warnings
 from .killpoints import kill_point
 from .manifest import Manifest, host_facts
 from .store import Leftover, Store, StoredFile, describe_leftover
-from .summarize import prepare_facts
 
 
 @dataclass
@@ -84,15 +83,14 @@ def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> Recovere
     manifest["recovered"] = {"at": _now(), "found": leftover.what, "by": list(sys.argv)}
     files = store_files_of(folder / "files.json")
     _check_blobs(store, files)
-    index = store.index
     store.commit_run(folder.name, folder, files, {"manifest.json": json.dumps(manifest, indent=2)})
-    index.ingest_run(store, folder.name)
+    store.ingest(folder.name)
     return RecoveredRun(folder.name, manifest.get("status"), len(files), leftover.what)
 
 
 def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
     previous = read_archived_list(folder)
-    archiver = store.archiver(folder, on_archived=prepare_facts)
+    archiver = store.archiver(folder)
     files = archiver.finish(previous)
     kill_point("recover-archived")
     notes = archiver.notes
@@ -133,9 +131,8 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     if written.get("run_id") == folder.name:  # commit_run writes it only once every file is archived
         manifest = Manifest.model_validate({**written, "files": manifest.files, "dump_bytes": manifest.dump_bytes,
                                             "file_notes": manifest.file_notes, "recovered": manifest.recovered})
-    index = store.index
     store.commit_run(folder.name, folder, files, {"manifest.json": manifest.to_json()})
-    index.ingest_run(store, folder.name)
+    store.ingest(folder.name)
     return RecoveredRun(folder.name, manifest.status, len(files), leftover.what, notes=notes)
 
 

@@ -49,6 +49,13 @@ def _list(items) -> str:
     return shown + (f" (and {len(items) - MAX_CANDIDATES} more)" if len(items) > MAX_CANDIDATES else "")
 
 
+def _same_name(indexed: str | None, named: str | None) -> bool:
+    """A file name's module name against the index's (XLA shortens long names in some file names only)."""
+    if not named or not indexed:
+        return True
+    return indexed == named or indexed.startswith(named) or named.startswith(indexed)
+
+
 def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
     match = _MODULE_ID.match(ref)
     if match:
@@ -61,7 +68,9 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
         return exact
     decoded = decode_dump_name(ref)
     if decoded.module_id is not None:
-        hits = [m for m in modules if m.module_id == decoded.module_id]
+        # the id and the name the file name carries: ids differ between runs, so a name copied from another run
+        # whose id is another module's here names no module of this run
+        hits = [m for m in modules if m.module_id == decoded.module_id and _same_name(m.name, decoded.module_name)]
         if hits:
             return hits
     prefixed = [m for m in modules if m.name and m.name.startswith(ref)]

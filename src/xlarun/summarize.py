@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import XlarunError
-from .hlo_scan import as_xla_prints
+from .hlo.lex import as_xla_prints
 from .index import PassInfo
 from .names import DumpName
 
 if TYPE_CHECKING:
-    from .store import Store, StoredFile
+    from .runstore import RunStore, StoredFile
 
 # One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
 # Anchored on the newline itself, not ^ with re.M: the scanner then jumps from line to line (3x faster).
@@ -28,7 +28,7 @@ _INSTRUCTION_LINE = re.compile(rb"\n[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*
 
 
 def count_instructions_in_text(data) -> int:
-    """Instructions in an HLO text dump, counted by lines (fast; agrees with hlo.py's count).
+    """Instructions in an HLO text dump, counted by lines (fast; agrees with xlarun.hlo's count).
 
     Text as XLA prints it is counted by its two-space-indented lines (5x faster than the line pattern,
     which reads hand-written HLO too)."""
@@ -96,16 +96,86 @@ class _StageFacts:
     terms: frozenset[tuple[str, str]]
 
 
-# The same module text is often in many runs (re-runs, batch cells, reindex), and a capture reads its
-# files while the job runs (prepare_facts): work done once per content, kept in this process.
-_FACTS_CACHE: OrderedDict[tuple[str, bool], _StageFacts] = OrderedDict()
-_FACTS_CACHE_SIZE = 64
-_COUNTS_CACHE: dict[str, int] = {}
-_COUNTS_CACHE_SIZE = 100_000
-_CACHE_LOCK = threading.Lock()
-# Stage dumps' bytes as the archiver read them, until ingest parses them (saves decoding their packs again).
-_STAGE_BYTES: OrderedDict[str, bytes] = OrderedDict()
-_STAGE_BYTES_MAX = 64 << 20
+class FactsCache:
+    """What parsing a store's dumps found, kept in this process: the same module text is often in many runs
+    (re-runs, batch cells, reindex), and a capture reads its files while the job runs (:meth:`prepare`), so
+    the work is done once per content. The store owns one (``store.facts``) and hands it to its archiver and
+    to ingest; nothing else holds parse results. Thread-safe."""
+
+    FACTS_SIZE = 64  # parsed stage dumps (by digest and whether with the fingerprint)
+    COUNTS_SIZE = 100_000  # pass dumps' instruction counts (by digest)
+    STAGE_BYTES_MAX = 64 << 20  # stage dumps' bytes as the archiver read them, until ingest parses them
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.facts: OrderedDict[tuple[str, bool], _StageFacts] = OrderedDict()
+        self.counts: dict[str, int] = {}
+        self.stage_bytes: OrderedDict[str, bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, bool]) -> "_StageFacts | None":
+        with self.lock:
+            facts = self.facts.get(key)
+            if facts is not None:
+                self.facts.move_to_end(key)
+            return facts
+
+    def remember(self, key: tuple[str, bool], facts: "_StageFacts") -> None:
+        with self.lock:
+            self.facts[key] = facts
+            while len(self.facts) > self.FACTS_SIZE:
+                self.facts.popitem(last=False)
+
+    def count_of(self, digest: str) -> int | None:
+        with self.lock:
+            return self.counts.get(digest)
+
+    def take_stage_bytes(self, digest: str) -> bytes | None:
+        with self.lock:
+            return self.stage_bytes.pop(digest, None)
+
+    def prepare(self, path: str, digest: str, data, job_running: bool = True) -> None:
+        """Count or parse a dump file the index will want, now that its bytes are in hand (the archiver calls
+        this for each file, so indexing the run afterwards finds the work done).
+
+        Text pass dumps are always counted here (counting later would decode their packs again). Stage dumps
+        are parsed only while the job runs (it leaves cores idle between compiles): after it, archiving wants
+        every core, and ingest parses them in parallel processes (:class:`gather_facts`).
+        """
+        from .names import decode_dump_name
+
+        name = decode_dump_name(path)
+        if name.format != "text":
+            return
+        if name.kind == "pass":
+            with self.lock:
+                if digest in self.counts:
+                    return
+            count = count_instructions_in_text(data)
+            with self.lock:
+                if len(self.counts) > self.COUNTS_SIZE:
+                    self.counts.clear()
+                self.counts[digest] = count
+        elif name.kind == "hlo" and name.stage in ("before_optimizations", "after_optimizations"):
+            with_fingerprint = name.stage == "before_optimizations"
+            with self.lock:
+                if (digest, with_fingerprint) in self.facts:
+                    return
+                if not job_running:
+                    self._keep_stage_bytes(digest, bytes(data))
+                    return
+            try:
+                self.remember((digest, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
+            except XlarunError:
+                pass  # ingest reports the parse error
+
+    def _keep_stage_bytes(self, digest: str, data: bytes) -> None:
+        """Hold a stage dump's bytes for :class:`gather_facts` (the caller holds the lock)."""
+        if len(data) > self.STAGE_BYTES_MAX // 4 or digest in self.stage_bytes:
+            return
+        self.stage_bytes[digest] = data
+        held = sum(len(d) for d in self.stage_bytes.values())
+        while held > self.STAGE_BYTES_MAX:
+            held -= len(self.stage_bytes.popitem(last=False)[1])
 
 
 def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFacts:
@@ -134,23 +204,13 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
     )
 
 
-def _remember_facts(key: tuple[str, bool], facts: _StageFacts) -> None:
-    with _CACHE_LOCK:
-        _FACTS_CACHE[key] = facts
-        while len(_FACTS_CACHE) > _FACTS_CACHE_SIZE:
-            _FACTS_CACHE.popitem(last=False)
-
-
-def _stage_facts(store: "Store", stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
+def _stage_facts(store: "RunStore", facts: FactsCache, stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
     key = (stored.digest, with_fingerprint)
-    with _CACHE_LOCK:
-        facts = _FACTS_CACHE.get(key)
-        if facts is not None:
-            _FACTS_CACHE.move_to_end(key)
-            return facts
-    facts = _facts_from(name, _stage_bytes(store, stored.digest), with_fingerprint)
-    _remember_facts(key, facts)
-    return facts
+    found = facts.get(key)
+    if found is None:
+        found = _facts_from(name, _stage_bytes(store, facts, stored.digest), with_fingerprint)
+        facts.remember(key, found)
+    return found
 
 
 def stage_files(members) -> list[tuple["StoredFile", DumpName, bool]]:
@@ -181,7 +241,7 @@ class FactsPool:
     """
 
     def __init__(self, workers: int):
-        from . import hlo, hloproto  # noqa: F401 (imported once here, not once in each worker)
+        from .hlo import proto, text  # noqa: F401 (imported once here, not once in each worker)
 
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
         self.pool.submit(int).result()  # fork every worker now, while this is the only thread
@@ -214,7 +274,8 @@ class gather_facts:
     in this thread.
     """
 
-    def __init__(self, store: "Store", wanted: list[tuple["StoredFile", DumpName, bool]]):
+    def __init__(self, store: "RunStore", facts: FactsCache, wanted: list[tuple["StoredFile", DumpName, bool]]):
+        self.cache = facts
         self.out: dict[tuple[str, bool], _StageFacts | str] = {}
         self.pool: FactsPool | None = None
         self.futures: dict = {}
@@ -222,10 +283,9 @@ class gather_facts:
         todo: dict[tuple[str, bool], tuple[DumpName, int]] = {}
         for stored, name, with_fingerprint in wanted:
             key = (stored.digest, with_fingerprint)
-            with _CACHE_LOCK:
-                facts = _FACTS_CACHE.get(key)
-            if facts is not None:
-                self.out[key] = facts
+            found = facts.get(key)
+            if found is not None:
+                self.out[key] = found
             else:
                 todo[key] = (name, stored.size)
         full = {key: job for key, job in todo.items() if key[1]}  # parsed in full, for the fingerprint
@@ -236,8 +296,8 @@ class gather_facts:
         if self.pool is None:
             return
         for key, (name, _size) in sorted(full.items(), key=lambda kv: -kv[1][1]):  # the biggest first: they bound the wall time
-            self.futures[key] = self.pool.submit(name, _stage_bytes(store, key[0]), True)
-        self.here = {key: (name, _stage_bytes(store, key[0])) for key, (name, _size) in todo.items() if key not in full}
+            self.futures[key] = self.pool.submit(name, _stage_bytes(store, facts, key[0]), True)
+        self.here = {key: (name, _stage_bytes(store, facts, key[0])) for key, (name, _size) in todo.items() if key not in full}
 
     def as_completed(self) -> Iterator[tuple[tuple[str, bool], _StageFacts | str]]:
         """(key, facts or the parse error) of each file read here or in the pool, as each is done (nothing
@@ -266,7 +326,7 @@ class gather_facts:
     def _record(self, key: tuple[str, bool], ok: bool, result: _StageFacts | str) -> _StageFacts | str:
         self.out[key] = result
         if ok:
-            _remember_facts(key, result)
+            self.cache.remember(key, result)  # type: ignore[arg-type]
         return result
 
     def __enter__(self) -> "gather_facts":
@@ -277,19 +337,19 @@ class gather_facts:
             self.pool.close()
 
 
-def count_pass_dumps(store: "Store", files, counts: dict[str, int]) -> None:
+def count_pass_dumps(store: "RunStore", facts: FactsCache, files, counts: dict[str, int]) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
     in ``counts`` (by digest), for the pass timelines."""
     for stored, name in files:
         if name.kind == "pass" and name.format == "text":
-            _pass_count(store, stored, counts)
+            _pass_count(store, facts, stored, counts)
 
 
-def _pass_count(store: "Store", stored: "StoredFile", counts: dict[str, int]) -> int:
+def _pass_count(store: "RunStore", facts: FactsCache, stored: "StoredFile", counts: dict[str, int]) -> int:
     """A text pass dump's instruction count: from ``counts``, else counted while archiving, else counted now."""
     count = counts.get(stored.digest)
     if count is None:
-        count = _COUNTS_CACHE.get(stored.digest)
+        count = facts.count_of(stored.digest)
         if count is None:
             count = count_instructions_in_text(store.blobs.get(stored.digest))
         counts[stored.digest] = count
@@ -304,60 +364,13 @@ def _facts_job(name: DumpName, data: bytes, with_fingerprint: bool) -> tuple[boo
         return False, exc.message
 
 
-def prepare_facts(path: str, digest: str, data, job_running: bool = True) -> None:
-    """Count or parse a dump file the index will want, now that its bytes are in hand (the archiver calls
-    this for each file, so indexing the run afterwards finds the work done).
-
-    Text pass dumps are always counted here (counting later would decode their packs again). Stage dumps
-    are parsed only while the job runs (it leaves cores idle between compiles): after it, archiving wants
-    every core, and ingest parses them in parallel processes (:func:`gather_facts`).
-    """
-    from .names import decode_dump_name
-
-    name = decode_dump_name(path)
-    if name.format != "text":
-        return
-    if name.kind == "pass":
-        with _CACHE_LOCK:
-            if digest in _COUNTS_CACHE:
-                return
-        count = count_instructions_in_text(data)
-        with _CACHE_LOCK:
-            if len(_COUNTS_CACHE) > _COUNTS_CACHE_SIZE:
-                _COUNTS_CACHE.clear()
-            _COUNTS_CACHE[digest] = count
-    elif name.kind == "hlo" and name.stage in ("before_optimizations", "after_optimizations"):
-        with_fingerprint = name.stage == "before_optimizations"
-        with _CACHE_LOCK:
-            if (digest, with_fingerprint) in _FACTS_CACHE:
-                return
-            if not job_running:
-                _keep_stage_bytes(digest, bytes(data))
-                return
-        try:
-            _remember_facts((digest, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
-        except XlarunError:
-            pass  # ingest reports the parse error
-
-
-def _keep_stage_bytes(digest: str, data: bytes) -> None:
-    """Hold a stage dump's bytes for :class:`gather_facts` (the caller holds ``_CACHE_LOCK``)."""
-    if len(data) > _STAGE_BYTES_MAX // 4 or digest in _STAGE_BYTES:
-        return
-    _STAGE_BYTES[digest] = data
-    held = sum(len(d) for d in _STAGE_BYTES.values())
-    while held > _STAGE_BYTES_MAX:
-        held -= len(_STAGE_BYTES.popitem(last=False)[1])
-
-
-def _stage_bytes(store: "Store", digest: str) -> bytes:
+def _stage_bytes(store: "RunStore", facts: FactsCache, digest: str) -> bytes:
     """A stage dump's bytes: as the archiver kept them, else from the store."""
-    with _CACHE_LOCK:
-        data = _STAGE_BYTES.pop(digest, None)
+    data = facts.take_stage_bytes(digest)
     return data if data is not None else store.blobs.get(digest)
 
 
-def summarize_module(store: "Store", module_id: int, members, counts: dict[str, int],
+def summarize_module(store: "RunStore", facts_cache: FactsCache, module_id: int, members, counts: dict[str, int],
                      gathered: dict[tuple[str, bool], _StageFacts | str] | None = None) -> ModuleSummary:
     """A module's summary from its files (``members``: (StoredFile, DumpName) pairs); ``counts`` memoizes
     pass-dump instruction counts by digest and gains the new ones; ``gathered`` holds facts from
@@ -385,7 +398,7 @@ def summarize_module(store: "Store", module_id: int, members, counts: dict[str, 
             errors.append(f"{stored.path}: {facts}")
             continue
         try:
-            facts = facts or _stage_facts(store, stored, name, with_fingerprint=attr == "before")
+            facts = facts or _stage_facts(store, facts_cache, stored, name, with_fingerprint=attr == "before")
         except XlarunError as exc:
             errors.append(f"{stored.path}: {exc.message}")
             continue
@@ -402,11 +415,11 @@ def summarize_module(store: "Store", module_id: int, members, counts: dict[str, 
             summary.elided_constants = facts.elided_constants
         summary.terms |= facts.terms
     summary.parse_error = "; ".join(errors) or None
-    summary.passes = _pass_timeline(store, pass_members, counts)
+    summary.passes = _pass_timeline(store, facts_cache, pass_members, counts)
     return summary
 
 
-def _pass_timeline(store: "Store", pass_members, counts: dict[str, int]) -> list[PassInfo]:
+def _pass_timeline(store: "RunStore", facts: FactsCache, pass_members, counts: dict[str, int]) -> list[PassInfo]:
     """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by digest)."""
     by_step: dict[tuple, list] = defaultdict(list)
     for stored, name in pass_members:
@@ -417,6 +430,6 @@ def _pass_timeline(store: "Store", pass_members, counts: dict[str, int]) -> list
         stored, name = items[0]
         count = None
         if name.format == "text":
-            count = _pass_count(store, stored, counts)
+            count = _pass_count(store, facts, stored, counts)
         out.append(PassInfo(step or 0, pipeline, name.after_pass, name.before_pass, stored.path, count))
     return out

@@ -3,7 +3,7 @@
 Model Explorer (``pip install ai-edge-model-explorer``, the ``view`` extra) does not read HLO. Its JSON
 graph adapter reads a ``GraphCollection``: ``{"label", "graphs": [{"id", "nodes": [{"id", "label",
 "namespace", "subgraphIds", "attrs", "incomingEdges", "outputsMetadata"}]}]}``. :func:`model_explorer_graphs`
-writes one from xlarun's own HLO reading (hlo.py): one graph per computation, the entry first; each
+writes one from xlarun's own HLO reading (xlarun.hlo): one graph per computation, the entry first; each
 instruction a node with its opcode, shape, op_name, source line and the fusion it belongs to; nodes grouped
 into collapsible layers by their op_name path (``jit(f)/jvp(g)/dot_general``); called computations
 (fusions, loop bodies, reducers) linked as subgraphs.

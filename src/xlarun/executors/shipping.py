@@ -113,7 +113,6 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
     manifest = json.loads(shipment.metadata["manifest.json"])
     if manifest_extra:
         manifest.setdefault("backend_details", {}).update(manifest_extra)
-    index = store.index  # opened (and reconciled) before the commit: else it would index this run twice
     with store.lock():  # shared, as for a capture: gc cannot take the run's blobs before its commit
         still_missing = lacking(store, [f.digest for f in shipment.files]) - {digest for digest, _data in blobs}
         if still_missing:
@@ -138,5 +137,5 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    index.ingest_run(store, run_id)
+    store.ingest(run_id)
     return Received(run_id, run_dir, new=True, files_sent=len(blobs), bytes_written=written)

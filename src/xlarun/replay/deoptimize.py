@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import EngineError, InputError
-from ..hlo_scan import LineError, walk
-from ..hlo_scan import split_top_level as _split_raw
+from ..hlo.lex import LineError, walk
+from ..hlo.lex import split_top_level as _split_raw
 from .literals import primitive_type
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ..hlo_scan import LineError, walk
+from ..hlo.lex import LineError, walk
 from ..protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, iter_fields, packed_varints
 
 # HloModuleProto, HloComputationProto, HloInstructionProto field numbers (xla/service/hlo.proto)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 
-from .errors import InputError
-from .hlo import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
-from .protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
+from ..errors import InputError
+from .model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
+from ..protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
 
 # HloProto.hlo_module, and HloSnapshot.hlo (an HloProto)
 HLO_PROTO_MODULE = 1
