@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import display
+from .console import LineBlock
 
 if TYPE_CHECKING:
     from .api import Module, Run, Store
@@ -42,7 +43,7 @@ class Found(display.Shown, Sequence["FindHit"]):
         from .console import print_table
 
         if not self.hits:
-            return display.Printed(f"no module contains {self.text!r}", [display.LineBlock(f"no module contains {self.text!r}")])
+            return display.Printed(f"no module contains {self.text!r}", [LineBlock(f"no module contains {self.text!r}")])
         rows = [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in self.hits]
         return display.capture_printed(print_table, ("module", "name", "kind", "matches"), rows)
 

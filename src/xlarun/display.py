@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .console import Block, LineBlock, PairsBlock, TableBlock
+from .console import Block, PairsBlock, TableBlock
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
