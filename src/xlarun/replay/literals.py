@@ -196,7 +196,7 @@ def decode_literal(data: bytes):
 
 def _decode_piece(shape: Shape, fields: dict):
     if shape.is_tuple:
-        elements = [fields_by_number(raw) for raw in fields.get(_LITERAL_TUPLE, [])]
+        elements = [fields_by_number(as_bytes(raw)) for raw in fields.get(_LITERAL_TUPLE, [])]
         if len(elements) != len(shape.tuple_shapes):
             raise InputError(
                 f"tuple literal has {len(elements)} elements, its shape {len(shape.tuple_shapes)}",
@@ -221,6 +221,9 @@ def _to_logical_order(flat: np.ndarray, shape: Shape) -> np.ndarray:
     if shape.tiled:
         raise InputError(f"literal of shape {shape.hlo_text()} has a tiled layout", "tiled literals are not supported")
     major_to_minor = list(reversed(shape.minor_to_major)) if shape.minor_to_major else list(range(len(shape.dimensions)))
+    if sorted(major_to_minor) != list(range(len(shape.dimensions))):
+        raise InputError(f"literal of shape {shape.hlo_text()} has a layout that is not an order of its dimensions ({shape.minor_to_major})",
+                         "the snapshot is damaged")
     physical = flat.reshape([shape.dimensions[d] for d in major_to_minor])
     logical = np.transpose(physical, np.argsort(major_to_minor)) if major_to_minor != sorted(major_to_minor) else physical
     return logical.copy(order="C")
@@ -234,7 +237,10 @@ def _decode_values(ptype: PrimitiveType, values: list, count: int) -> np.ndarray
         ints = repeated_varints(values)
         if ptype.name in ("s32", "s64"):
             ints = [as_signed64(v) for v in ints]
-        return np.array(ints, dtype=dtype)
+        try:
+            return np.array(ints, dtype=dtype)
+        except OverflowError:
+            raise InputError(f"{ptype.name} literal holds a value its type cannot hold", "the snapshot is damaged") from None
     if ptype.wire in ("fixed32", "fixed64"):
         return _decode_fixed(ptype, values, dtype)
     raw = b"".join(v for v in values if isinstance(v, bytes))
@@ -247,11 +253,15 @@ def _decode_fixed(ptype: PrimitiveType, values: list, dtype: np.dtype) -> np.nda
     parts = []
     for value in values:
         if isinstance(value, bytes):  # packed
+            if len(value) % width:
+                raise _cut_values(ptype, len(value), width)
             parts.append(np.frombuffer(value, dtype=component))
         else:  # one unpacked element, delivered as its raw unsigned integer
             parts.append(np.frombuffer(value.to_bytes(width, "little"), dtype=component))
     flat = np.concatenate(parts) if parts else np.zeros(0, component)
     if ptype.name in ("c64", "c128"):
+        if flat.size % 2:
+            raise _cut_values(ptype, flat.size * width, 2 * width)
         pairs = flat.reshape(-1, 2)
         return (pairs[:, 0] + 1j * pairs[:, 1]).astype(dtype)
     return flat.astype(dtype)
@@ -260,7 +270,13 @@ def _decode_fixed(ptype: PrimitiveType, values: list, dtype: np.dtype) -> np.nda
 def _decode_bytes(ptype: PrimitiveType, raw: bytes, dtype: np.dtype, count: int) -> np.ndarray:
     if ptype.bits < 8 and len(raw) != count:
         raw = _unpack_sub_byte(raw, ptype.bits, count)
+    if len(raw) % dtype.itemsize:
+        raise _cut_values(ptype, len(raw), dtype.itemsize)
     return np.frombuffer(raw, dtype=f"<u{dtype.itemsize}").view(dtype)
+
+
+def _cut_values(ptype: PrimitiveType, size: int, width: int) -> InputError:
+    return InputError(f"{ptype.name} literal holds {size} bytes of values, not a multiple of {width}", "the snapshot is damaged")
 
 
 def _unpack_sub_byte(raw: bytes, bits: int, count: int) -> bytes:
