@@ -31,3 +31,26 @@ def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
     assert [f.path for f in fresh.stored_files(run_id)] == ["kept.txt"] and fresh.read_file(run_id, "kept.txt") == b"kept"
     manifest = fresh.manifest(run_id)
     assert manifest["files"] == 1 and {"path": "lost.txt", "archived": False, "why": made.notes[0].why} in manifest["file_notes"]
+
+
+def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tmp_path):
+    """A capture killed just before its commit used to be committed listing a file whose blob was missing:
+    the check for it ran and its answer was dropped."""
+    store = Store.open(tmp_path / "s")
+    run_id, staging = store.begin_run()
+    (staging / "dump" / "kept.txt").write_bytes(b"kept")
+    kept = store.archive_outputs(staging)
+    store.wait_for_discards()
+    listed = [*kept, StoredFile("lost.txt", content_digest(b"never stored"), 12)]
+    (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "whole", "status": "succeeded", "files": 2, "dump_bytes": 16}))
+    (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in listed]))
+    (staging / "owner.pid").write_text("999999999")
+
+    [made] = recover_runs(Store.open(store.root))
+    assert made.error is None and made.status == "succeeded" and made.files == 1
+    fresh = Store.open(store.root)
+    assert [f.path for f in fresh.stored_files(run_id)] == ["kept.txt"]
+    manifest = fresh.manifest(run_id)
+    assert (manifest["files"], manifest["dump_bytes"]) == (1, 4)
+    assert manifest["file_notes"] == [{"path": "lost.txt", "archived": False, "why": "listed as archived by the killed capture, but its blob is missing"}]
+    assert fresh.check().damaged == []

@@ -77,12 +77,19 @@ def recover_folder(store: Store, leftover: Leftover) -> RecoveredRun:
         return _commit_incomplete(store, folder, leftover)
 
 
+_LOST = "listed as archived by the killed capture, but its blob is missing"
+
+
 def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
     """A capture killed between writing its metadata and its rename: it is whole; commit it as it was."""
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["recovered"] = {"at": _now(), "found": leftover.what, "by": list(sys.argv)}
     files = store_files_of(folder / "files.json")
-    _check_blobs(store, files)
+    lost = _check_blobs(store, files)
+    if lost:  # as for an incomplete capture: the run keeps what the store holds, and says what it lost
+        notes = [*(manifest.get("file_notes") or []), *(FileNote(f.path, False, _LOST).to_json() for f in files if f.digest in lost)]
+        files = [f for f in files if f.digest not in lost]
+        manifest.update(file_notes=sorted(notes, key=lambda n: n["path"]), files=len(files), dump_bytes=sum(f.size for f in files))
     store.commit_run(folder.name, folder, files, {"manifest.json": json.dumps(manifest, indent=2)})
     store.ingest(folder.name)
     return RecoveredRun(folder.name, manifest.get("status"), len(files), leftover.what)
@@ -96,7 +103,7 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     notes = archiver.notes
     lost = _check_blobs(store, files)
     if lost:  # each lost file gets its note before it leaves the list
-        notes = sorted(notes + [FileNote(f.path, False, "listed as archived by the killed capture, but its blob is missing") for f in files if f.digest in lost],
+        notes = sorted(notes + [FileNote(f.path, False, _LOST) for f in files if f.digest in lost],
                        key=lambda n: n.path)
         files = [f for f in files if f.digest not in lost]
     resolved = _read_json(folder / "spec.resolved.json")
