@@ -23,7 +23,8 @@ from .errors import ExitCode, XlarunError
 COMMAND_MODULES = ("capture", "batch", "navigate", "replay", "bisect", "housekeeping", "doctor", "see", "images", "share", "view", "worker")
 
 EXIT_CODES_HELP = """
-Exit codes: 0 ok · 1 the job failed, a replay miscompared, or no dump was made · 2 bad usage, spec or input ·
+Exit codes: 0 ok · 1 the answer is no (the job failed or made no dump, a replay miscompared, bisect found a culprit,
+find matched nothing, check found damage) · 2 bad usage, spec or input ·
 3 a component xlarun drives failed or is missing (Docker, graphviz, jaxlib, a replay engine) ·
 4 a bug in xlarun (a crash log is written) · 124 the job hit its timeout · 129 SIGHUP · 130 interrupted (Ctrl-C) · 143 SIGTERM
 (the run is archived as interrupted).

@@ -15,7 +15,8 @@ class ExitCode(IntEnum):
     """Exit codes of the ``xlarun`` command, documented in ``xlarun --help`` and the README."""
 
     OK = 0
-    #: The job ran and failed, a replay miscompared, or a capture produced no dump.
+    #: The answer is "no": the job ran and failed or made no dump (capture, a batch cell), a replay miscompared,
+    #: bisect found the pass that changed the numbers, `find` matched nothing, `check` found damage, `rm` was declined.
     FAILED = 1
     #: Bad command line, bad spec, missing or unreadable input, unknown or ambiguous REF.
     USAGE = 2

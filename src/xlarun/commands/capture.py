@@ -82,7 +82,7 @@ def capture(
 def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
     """Check SPEC without running anything: every problem is listed as file:line:col key.path: message."""
     from ..console import error_line, print_json, say
-    from ..errors import SpecError
+    from ..errors import ExitCode, SpecError
     from ..spec import load_spec
 
     try:
@@ -93,7 +93,7 @@ def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
         else:
             for problem in exc.problems:
                 error_line(problem)
-        raise typer.Exit(2) from None
+        raise typer.Exit(int(ExitCode.USAGE)) from None
     if as_json:
         print_json({"valid": True, "spec": loaded.spec, "script": loaded.script, "workdir": loaded.workdir})
     else:

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import ExitCode
 from . import JsonOption, StoreOption, open_store
 
 
@@ -22,13 +23,13 @@ def rm(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
     store: StoreOption = None,
 ) -> None:
-    """Delete runs from the store (their dump blobs are freed by the next `xlarun gc`)."""
+    """Delete runs from the store (their dump blobs are freed by the next `xlarun gc`). Exit code 1 when you decline."""
     from ..refs import resolve_run
 
     the_store = open_store(store)
     ids = [resolve_run(the_store.index, ref).run_id for ref in runs]
     if not yes and not typer.confirm(f"delete {len(ids)} run(s): {', '.join(ids)}?"):
-        raise typer.Exit(1)
+        raise typer.Exit(int(ExitCode.FAILED))
     for run_id in ids:
         the_store.delete_run(run_id)
         typer.echo(f"deleted {run_id}")
@@ -120,4 +121,4 @@ def check(store: StoreOption = None, as_json: JsonOption = False) -> None:
         verdict = f"{len(report.damaged)} damaged" if report.damaged else "all sound"
         typer.echo(f"checked {report.files} file(s) of {report.runs} run(s): {report.blobs} distinct, {report.packs} pack(s); {verdict}")
     if report.damaged:
-        raise typer.Exit(1)
+        raise typer.Exit(int(ExitCode.FAILED))

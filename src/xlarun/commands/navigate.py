@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import ExitCode
 from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, open_store
 
 RefArgument = Annotated[
@@ -150,7 +151,7 @@ def find(
     """List the modules that contain an opcode, instruction name, op_name or source location.
 
     The seeds' trick, indexed: put a distinctive op in your model (or name a scope) and find the
-    modules holding it across every run in the store.
+    modules holding it across every run in the store. Exit code 1 when no module matches.
     """
     from ..console import print_json, print_table
     from ..index import TERM_KINDS
@@ -165,7 +166,7 @@ def find(
         return
     if not hits:
         typer.echo(f"no module contains {text!r}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(int(ExitCode.FAILED))
     print_table(("module", "name", "kind", "matches"), [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in hits])
 
 
