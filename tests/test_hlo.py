@@ -772,7 +772,7 @@ def test_deep_tuple_shapes_are_read_without_recursion():
 
 def test_one_loader_reads_text_that_starts_with_comments_everywhere(tmp_path):
     from xlarun.hlo import load_hlo, looks_like_hlo_text
-    from xlarun.render import content_kind, graph_of, RenderOptions
+    from xlarun.render import RenderOptions, content_kind, graph_of
     from xlarun.replay.sources import TEXT, load_source
 
     text = fixture("fp/*.before_optimizations.txt").read_text()

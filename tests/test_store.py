@@ -130,7 +130,7 @@ def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_del
     assert not leftover.exists() and store.read_file(run_id, "module_0003.m.before_optimizations.txt") == b"HloModule m\n" * 4
 
 
-def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, "os.PathLike"]:
+def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, os.PathLike]:
     """A staging folder as a capture killed with -9 leaves it: spec, log, raw files, a dead owner."""
     import json
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+import xlarun.summarize as summarize
 from xlarun.blobs import content_digest
 from xlarun.hlo import parse_hlo_text
-from xlarun.store import Store
-import xlarun.summarize as summarize
 from xlarun.names import decode_dump_name
+from xlarun.store import Store
 from xlarun.summarize import _INSTRUCTION_LINE, count_instructions_in_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"

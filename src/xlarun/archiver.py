@@ -38,7 +38,6 @@ from .backends.base import OUTPUT_DIRS
 from .blobs import NotRegularFile, PackWriter
 from .filetypes import file_type
 from .killpoints import kill_point
-
 from .runstore import ARCHIVED_LIST, FileNote, StoredFile, logical_path, read_archived_list, write_archived_list  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -113,7 +112,7 @@ class _Series:
 class OutputArchiver:
     """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
 
-    def __init__(self, store: "RunStore", staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+    def __init__(self, store: RunStore, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
                  on_archived: Callable[[str, str, memoryview, bool], None] | None = None):
         self.store = store
         self.staging = staging
@@ -172,7 +171,7 @@ class OutputArchiver:
 
     # --- once the job has ended -----------------------------------------------------------------
 
-    def finish(self, previous: tuple[list["StoredFile"], list[FileNote]] | None = None) -> list["StoredFile"]:
+    def finish(self, previous: tuple[list[StoredFile], list[FileNote]] | None = None) -> list[StoredFile]:
         """Archive every remaining file, list what was archived in ``archived.json``, delete the raw files,
         and return the run's files sorted by path (:attr:`notes` says what was not archived, and why).
         ``previous``: what an earlier, killed archiving listed (recovery); kept unless archived again."""

@@ -20,7 +20,6 @@ from typing import Any
 
 from .console import Block, PairsBlock, TableBlock
 
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

@@ -41,7 +41,7 @@ def _storable(name: DumpName) -> DumpName:
     return name
 
 
-def tie_to_named_modules(decoded: list[tuple["StoredFile", DumpName]]) -> list[tuple["StoredFile", DumpName]]:
+def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName]]:
     """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
     ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
     ids_by_name: dict[str, set[int]] = defaultdict(set)
@@ -208,7 +208,7 @@ class Index:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path) -> "Index":
+    def open(cls, path: Path) -> Index:
         try:
             conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -303,7 +303,7 @@ class Index:
             [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
         )
 
-    def term_writer(self, run_id: str) -> "_TermWriter":
+    def term_writer(self, run_id: str) -> _TermWriter:
         """Writes modules' search terms in batches (``add(module_id, terms)``, then ``flush()``)."""
         return _TermWriter(self.conn, run_id)
 

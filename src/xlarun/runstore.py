@@ -345,7 +345,7 @@ class RunStore:
             removed, freed = self.blobs.collect(live)
             return len(doomed), removed, freed
 
-    def check(self, progress: Callable[[int, int], None] | None = None) -> "CheckReport":
+    def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
         by_sha: dict[str, list[tuple[str, str]]] = {}
         runs = self.run_ids()
@@ -448,7 +448,7 @@ def logical_path(rel: str) -> str:
     return rel[len("dump/") :] if rel.startswith("dump/") else rel
 
 
-def write_archived_list(staging: Path, files: list["StoredFile"], notes: list[FileNote]) -> None:
+def write_archived_list(staging: Path, files: list[StoredFile], notes: list[FileNote]) -> None:
     """Write ``archived.json`` into staging, atomically: every file is in the store, so a capture killed from
     here on is recovered from this list (the raw files are about to go)."""
     tmp = staging / f".{ARCHIVED_LIST}.tmp"
@@ -457,7 +457,7 @@ def write_archived_list(staging: Path, files: list["StoredFile"], notes: list[Fi
     os.replace(tmp, staging / ARCHIVED_LIST)
 
 
-def read_archived_list(staging: Path) -> tuple[list["StoredFile"], list[FileNote]] | None:
+def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]] | None:
     """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
     try:
         data = json.loads((staging / ARCHIVED_LIST).read_text())

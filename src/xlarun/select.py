@@ -147,7 +147,7 @@ def select_file(
         if not pool:
             raise InputError(f"{module.label} has no {what} file", f"--stage takes: {stage_choices(module)}")
         if wanted.kind != "hlo":
-            if purpose != "read" and not (pool[0].kind in ("hlo", "pass")):
+            if purpose != "read" and pool[0].kind not in ("hlo", "pass"):
                 raise InputError(f"{pool[0].path} is a {pool[0].kind} file, not an HLO module to draw",
                                  f"print it with: xlarun cat {module.ref} --stage {stage}")
             preference = _PREFERENCE["read"] if purpose == "read" else preference

@@ -8,9 +8,9 @@ import os
 import re
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -112,14 +112,14 @@ class FactsCache:
         self.counts: dict[str, int] = {}
         self.stage_bytes: OrderedDict[str, bytes] = OrderedDict()
 
-    def get(self, key: tuple[str, bool]) -> "_StageFacts | None":
+    def get(self, key: tuple[str, bool]) -> _StageFacts | None:
         with self.lock:
             facts = self.facts.get(key)
             if facts is not None:
                 self.facts.move_to_end(key)
             return facts
 
-    def remember(self, key: tuple[str, bool], facts: "_StageFacts") -> None:
+    def remember(self, key: tuple[str, bool], facts: _StageFacts) -> None:
         with self.lock:
             self.facts[key] = facts
             while len(self.facts) > self.FACTS_SIZE:
@@ -204,7 +204,7 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
     )
 
 
-def _stage_facts(store: "RunStore", facts: FactsCache, stored: "StoredFile", name: DumpName, with_fingerprint: bool) -> _StageFacts:
+def _stage_facts(store: RunStore, facts: FactsCache, stored: StoredFile, name: DumpName, with_fingerprint: bool) -> _StageFacts:
     key = (stored.digest, with_fingerprint)
     found = facts.get(key)
     if found is None:
@@ -213,7 +213,7 @@ def _stage_facts(store: "RunStore", facts: FactsCache, stored: "StoredFile", nam
     return found
 
 
-def stage_files(members) -> list[tuple["StoredFile", DumpName, bool]]:
+def stage_files(members) -> list[tuple[StoredFile, DumpName, bool]]:
     """The files :func:`summarize_module` parses: (file, name, with fingerprint) for each stage it has."""
     out = []
     for stage in ("before_optimizations", "after_optimizations"):
@@ -247,7 +247,7 @@ class FactsPool:
         self.pool.submit(int).result()  # fork every worker now, while this is the only thread
 
     @classmethod
-    def start(cls, workers: int | None = None) -> "FactsPool | None":
+    def start(cls, workers: int | None = None) -> FactsPool | None:
         """A pool of ``workers`` processes (one per core by default), or None where forking is unsafe."""
         cores = os.cpu_count() or 1
         if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
@@ -274,7 +274,7 @@ class gather_facts:
     in this thread.
     """
 
-    def __init__(self, store: "RunStore", facts: FactsCache, wanted: list[tuple["StoredFile", DumpName, bool]]):
+    def __init__(self, store: RunStore, facts: FactsCache, wanted: list[tuple[StoredFile, DumpName, bool]]):
         self.cache = facts
         self.out: dict[tuple[str, bool], _StageFacts | str] = {}
         self.pool: FactsPool | None = None
@@ -329,7 +329,7 @@ class gather_facts:
             self.cache.remember(key, result)  # type: ignore[arg-type]
         return result
 
-    def __enter__(self) -> "gather_facts":
+    def __enter__(self) -> gather_facts:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -337,7 +337,7 @@ class gather_facts:
             self.pool.close()
 
 
-def count_pass_dumps(store: "RunStore", facts: FactsCache, files, counts: dict[str, int]) -> None:
+def count_pass_dumps(store: RunStore, facts: FactsCache, files, counts: dict[str, int]) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
     in ``counts`` (by digest), for the pass timelines."""
     for stored, name in files:
@@ -345,7 +345,7 @@ def count_pass_dumps(store: "RunStore", facts: FactsCache, files, counts: dict[s
             _pass_count(store, facts, stored, counts)
 
 
-def _pass_count(store: "RunStore", facts: FactsCache, stored: "StoredFile", counts: dict[str, int]) -> int:
+def _pass_count(store: RunStore, facts: FactsCache, stored: StoredFile, counts: dict[str, int]) -> int:
     """A text pass dump's instruction count: from ``counts``, else counted while archiving, else counted now."""
     count = counts.get(stored.digest)
     if count is None:
@@ -364,13 +364,13 @@ def _facts_job(name: DumpName, data: bytes, with_fingerprint: bool) -> tuple[boo
         return False, exc.message
 
 
-def _stage_bytes(store: "RunStore", facts: FactsCache, digest: str) -> bytes:
+def _stage_bytes(store: RunStore, facts: FactsCache, digest: str) -> bytes:
     """A stage dump's bytes: as the archiver kept them, else from the store."""
     data = facts.take_stage_bytes(digest)
     return data if data is not None else store.blobs.get(digest)
 
 
-def summarize_module(store: "RunStore", facts_cache: FactsCache, module_id: int, members, counts: dict[str, int],
+def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, members, counts: dict[str, int],
                      gathered: dict[tuple[str, bool], _StageFacts | str] | None = None) -> ModuleSummary:
     """A module's summary from its files (``members``: (StoredFile, DumpName) pairs); ``counts`` memoizes
     pass-dump instruction counts by digest and gains the new ones; ``gathered`` holds facts from
@@ -419,7 +419,7 @@ def summarize_module(store: "RunStore", facts_cache: FactsCache, module_id: int,
     return summary
 
 
-def _pass_timeline(store: "RunStore", facts: FactsCache, pass_members, counts: dict[str, int]) -> list[PassInfo]:
+def _pass_timeline(store: RunStore, facts: FactsCache, pass_members, counts: dict[str, int]) -> list[PassInfo]:
     """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by digest)."""
     by_step: dict[tuple, list] = defaultdict(list)
     for stored, name in pass_members:

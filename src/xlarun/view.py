@@ -136,7 +136,7 @@ class ModelExplorerServer:
     url: str
 
     @classmethod
-    def start(cls, graph_file: Path, port: int | None = None, python: str | None = None) -> "ModelExplorerServer":
+    def start(cls, graph_file: Path, port: int | None = None, python: str | None = None) -> ModelExplorerServer:
         """Start Model Explorer on ``127.0.0.1:port`` (a free port by default) and wait until it answers."""
         if not model_explorer_installed():
             raise EnvironmentProblem("Model Explorer is not installed", INSTALL_HINT)
@@ -189,7 +189,7 @@ class ModelExplorerServer:
                 os.killpg(self.process.pid, 9)
                 self.process.wait()
 
-    def __enter__(self) -> "ModelExplorerServer":
+    def __enter__(self) -> ModelExplorerServer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -27,7 +27,7 @@ from .model import (  # noqa: F401 (the model's public names, importable from xl
     signature_of,
 )
 from .scan import TextFacts, scan_hlo_text  # noqa: F401
-from .text import parse_hlo_text  # noqa: F401
+from .text import parse_hlo_text
 
 # What HLO text starts with, after comments: the HloModule line, or a computation (name, maybe its
 # parameters and result, '{', then an instruction), as XLA's parser reads a file without an HloModule line.

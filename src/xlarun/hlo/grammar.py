@@ -34,7 +34,7 @@ maximum minimum multiply negate pad partition-id popcnt power ragged-dot real re
 round-nearest-afz round-nearest-even rsqrt scan scaled-dot scatter select shift-left shift-right-arithmetic
 shift-right-logical sign sine sinh sqrt cbrt reduce-window select-and-scatter sort subtract tan tanh transpose
 triangular-solve tuple while topk
-""".split())
+""".split())  # noqa: SIM905 (a word list reads better than a hundred quoted names)
 # Attributes that name one computation, which XLA's parser also accepts written out in place.
 INLINE_COMPUTATION_KEYS = frozenset({"calls", "to_apply", "condition", "body", "select", "scatter", "true_computation", "false_computation"})
 
@@ -48,7 +48,7 @@ class HloSyntaxError(LineError):
 
 
 class _Token:
-    __slots__ = ("kind", "text", "start", "end")
+    __slots__ = ("end", "kind", "start", "text")
 
     def __init__(self, kind: str, text: str, start: int, end: int):
         self.kind, self.text, self.start, self.end = kind, text, start, end

@@ -25,8 +25,8 @@ from __future__ import annotations
 import hashlib
 
 from ..errors import InputError
-from .model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
 from ..protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
+from .model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
 
 # HloProto.hlo_module, and HloSnapshot.hlo (an HloProto)
 HLO_PROTO_MODULE = 1

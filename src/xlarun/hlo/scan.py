@@ -13,6 +13,7 @@ from .lex import LineError, as_xla_prints
 from .model import OPCODES, HloInstruction, _frame_locator, _signature_from_layout, apply_metadata
 from .text import _METADATA, _MODULE_LINE, _SECTION_ENTRY, _SECTIONS, _parse_attributes, _parse_instruction
 
+
 @dataclass
 class TextFacts:
     """What the index keeps from one module's text (:func:`scan_hlo_text`); the same values a parse gives."""

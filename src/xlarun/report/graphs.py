@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from ..errors import XlarunError
 from ..render import RenderOptions, graph_of, layout, to_dot
-from ..select import select_file
 from ..render.graph import Graph, neighbourhood
+from ..select import select_file
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
