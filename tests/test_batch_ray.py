@@ -17,18 +17,14 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
+from xlarun.batch import run_batch
+from xlarun.errors import StoreError
+from xlarun.executors import run_batch_on
+from xlarun.executors.shipping import lacking, pack_run, receive_run
+from xlarun.spec import load_batch
+from xlarun.store import Store
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
-from xlarun.batch import run_batch  # noqa: E402
-from xlarun.errors import StoreError  # noqa: E402
-from xlarun.executors import run_batch_on  # noqa: E402
-from xlarun.executors.shipping import lacking, pack_run, receive_run  # noqa: E402
-from xlarun.spec import load_batch  # noqa: E402
-from xlarun.store import Store  # noqa: E402
-
-from .conftest import write_spec  # noqa: E402
+from .conftest import write_spec
 
 pytestmark = pytest.mark.slow  # a real Ray cluster and real captures
 
@@ -60,6 +56,9 @@ if first or os.environ.get("ALWAYS_WAIT"):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(Cluster, node name -> ray Node, the nodes' staging root): a head with no CPUs (the driver's) and four workers."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
     staging = tmp_path_factory.mktemp("node-staging")
     saved = os.environ.get("XLARUN_NODE_STAGING")
     os.environ["XLARUN_NODE_STAGING"] = str(staging)  # the nodes' processes inherit it
@@ -124,6 +123,16 @@ def _modules(store: Store, run_id: str) -> set[tuple[str, str]]:
 
 def _ready_logs(staging: Path) -> list[Path]:
     return [p for p in staging.glob("*/store/staging/*/stdout.log") if "ready" in p.read_text()]
+
+
+def test_without_ray_the_ray_executor_exits_3_naming_the_extra(cli, tmp_path, monkeypatch):
+    spec = write_spec(tmp_path / "p", "name: r\nscript: job.py\nexecutor: ray\nmatrix:\n  n: [1]\n", TINY)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is not installed
+    for args in ((), ("--executor", "ray")):  # the spec's executor, and the option
+        out = cli("batch", spec, *args, "--store", tmp_path / "s")
+        assert out.exit_code == 3, out.stdout + out.stderr
+        assert "xlarun[ray]" in out.stderr
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
 
 
 def test_a_cell_no_node_can_serve_fails_at_once_naming_what_the_cluster_offers(cluster, tmp_path):

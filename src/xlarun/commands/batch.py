@@ -125,7 +125,7 @@ def print_comparison(result) -> None:
     print_table(columns + (("node", "shipped") if on_nodes else ()), rows,
                 title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"))
     prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
-    if len(prints) == 1 and len(result.cells) > 1:
+    if len(prints) == 1 and len(result.cells) > 1 and all(c.result and c.result.modules for c in result.cells):
         say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
     for cell in result.cells:
         for note in cell.attempts if cell.ok else ():

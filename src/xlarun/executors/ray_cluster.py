@@ -24,6 +24,7 @@ import pickle
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from ..backends.base import RunStatus
@@ -61,6 +62,14 @@ def import_ray():
     return ray
 
 
+def token_auth_env(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with ``RAY_AUTH_MODE=token`` when a Ray token is at hand and no mode is set: what joining a head
+    started by ``ray start --head`` (token authentication, Ray 2.5x and later) needs. Not a default: a client in
+    token mode connects to a cluster without tokens, but its task cancellations then go unheard."""
+    has_token = environ.get("RAY_AUTH_TOKEN") or Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").is_file()
+    return {**environ, "RAY_AUTH_MODE": "token"} if has_token and not environ.get("RAY_AUTH_MODE") else dict(environ)
+
+
 def connect(address: str | None) -> tuple[Any, bool]:
     """Connect this process to the cluster at ``address`` (or ``$RAY_ADDRESS``); with neither, start a one-machine
     cluster offering what this machine serves. Returns (ray, whether this call connected, and so must disconnect)."""
@@ -78,7 +87,8 @@ def connect(address: str | None) -> tuple[Any, bool]:
     except Exception as exc:  # ConnectionError, RuntimeError...: Ray's message says what it tried
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise EnvironmentProblem(f"cannot reach the Ray cluster at {address or 'a new local cluster'}: {first}",
-                                 "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`") from None
+                                 "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`; a head that "
+                                 "uses token authentication (`ray start --head` does) needs RAY_AUTH_MODE=token and its ~/.ray/auth_token here") from None
     return ray, True
 
 
@@ -124,7 +134,7 @@ class RayCellCapture:
         if not self.offered.get(need):
             raise EnvironmentProblem(
                 f"no node of the cluster offers {need}, which a {loaded.spec.backend.kind} cell needs; the cluster offers: {describe_offer(self.offered)}",
-                "run `xlarun worker --address ADDR` on a machine that serves it (`xlarun doctor` there says what is missing)")
+                "start `xlarun worker --address ADDR` on a machine that serves it; `xlarun doctor` there says what it lacks")
         request = pickle.dumps((loaded, batch_id, outcome.values or None, list(sys.argv)))
         for attempt in range(1, self.retries + 2):
             try:
@@ -149,8 +159,10 @@ class RayCellCapture:
             notify(outcome)
             try:
                 report = self._next(gen, stop, node)
-            except CellStopped:
-                self._await_stopped(node, scratch_name)
+            except CellStopped as stopped:
+                if not self._await_stopped(node, scratch_name):
+                    raise CellStopped(f"{stopped}, but {_on(node, 'node')} did not confirm within {STOP_GRACE_S + 15:.0f}s that its job "
+                                      f"stopped: look there for a leftover job") from None
                 raise
         if report.get("error"):
             raise XlarunError(report["error"])
@@ -228,7 +240,7 @@ class RayCellCapture:
         except Exception:  # it had finished, or its node is gone
             pass
 
-    def _await_stopped(self, node: dict, scratch_name: str) -> None:
+    def _await_stopped(self, node: dict, scratch_name: str) -> bool:
         """After a cancel: wait (up to the grace) until the cell's task on ``node`` has stopped its capture, so that
         nothing of it is left running when the driver exits (Ray then kills the job's workers outright)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -236,9 +248,9 @@ class RayCellCapture:
         pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
         try:
             ref = self.await_stopped_task.options(scheduling_strategy=pinned).remote(scratch_name, STOP_GRACE_S)
-            self.ray.get(ref, timeout=STOP_GRACE_S + 15)
+            return bool(self.ray.get(ref, timeout=STOP_GRACE_S + 15))
         except Exception:  # the node is gone, or the wait ran out: there is nothing more the driver can do
-            pass
+            return False
 
     def _force_cancel(self, ref) -> None:
         try:

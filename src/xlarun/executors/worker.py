@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from ..errors import EnvironmentProblem
 from .placement import probe_node_resources
-from .ray_cluster import RAY_EXTRA_HINT, import_ray
+from .ray_cluster import RAY_EXTRA_HINT, import_ray, token_auth_env
 
 
 @dataclass
@@ -45,6 +46,9 @@ def start_worker(address: str | None, *, head: bool = False, slots: int | None =
         raise EnvironmentProblem("this machine can run no xlarun cell: " + "; ".join(f"{k}: {v}" for k, v in plan.not_offered.items()),
                                  f"`xlarun doctor` says how to fix each; Ray itself comes with {RAY_EXTRA_HINT}")
     done = subprocess.run(plan.command, capture_output=True, text=True)
+    if done.returncode != 0 and "InvalidAuthToken" in done.stdout + done.stderr and not os.environ.get("RAY_AUTH_MODE"):
+        # the head uses token authentication (`ray start --head` does): join with the token this machine holds
+        done = subprocess.run(plan.command, capture_output=True, text=True, env=token_auth_env(dict(os.environ)))
     plan.output = (done.stdout + done.stderr).strip()
     if done.returncode != 0:
         last = plan.output.splitlines()[-1] if plan.output else f"exit {done.returncode}"

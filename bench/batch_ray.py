@@ -1,0 +1,162 @@
+"""A batch on a Ray cluster against the same batch run locally, and what shipping a run back costs.
+
+    python -m bench.batch_ray [--spec configs/matrix-flags.yaml] [--repeats 2] [--out bench/out/batch_ray.json]
+
+- **overhead**: the same cells (default: ``configs/matrix-flags.yaml``, the bundled JAX MLP over two flag
+  values) with ``run_batch(jobs=N)`` here and with ``--executor ray`` on a loopback cluster of N worker nodes
+  (``ray.cluster_utils.Cluster``: a head with no CPUs, each worker offering ``xlarun_local: 1``), alternating
+  which goes first; the cluster's start (and stop) is timed apart, so the overhead is given both without and
+  with it.
+- **bytes shipped**: for every run the Ray batch shipped, the bytes sent back (only the files the driver's store
+  lacked), the bytes had every file been sent (the "packed run" alternative, ``pack_run`` with no filter), the
+  run's dump as written, and what the run added to the driver's store on disk.
+
+Everything runs on this machine: a cluster here measures the executor's own cost (task placement, the capture
+child, shipping, verifying, committing), not a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start_cluster(nodes: int, staging: Path):
+    """A loopback cluster: a head with no CPUs (the driver's) and ``nodes`` workers offering one local cell each."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ["XLARUN_NODE_STAGING"] = str(staging)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 100 << 20, "include_dashboard": False})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=1, resources={"xlarun_local": 1}, object_store_memory=100 << 20)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+    return cluster
+
+
+def stop_cluster(cluster) -> None:
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()  # the nodes' processes, by pid (never `ray stop`)
+
+
+def _store_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in (root / "blobs").rglob("*") if p.is_file())
+
+
+def shipped_sizes(store, cells) -> list[dict]:
+    """Per run the Ray batch committed: bytes sent, bytes a full shipment would have been, dump and stored size."""
+    from xlarun.executors.shipping import pack_run
+
+    out = []
+    for cell in cells:
+        if not cell.ok:
+            continue
+        run_id = cell.result.run_id
+        ray_facts = store.manifest(run_id)["backend_details"]["ray"]
+        full = pack_run(store, run_id)  # what shipping the packed run whole would send
+        out.append({
+            "cell": cell.label, "run_id": run_id, "node": cell.node,
+            "files": ray_facts["files"], "files_shipped": ray_facts["files_shipped"],
+            "shipped_bytes": ray_facts["shipped_bytes"], "full_shipment_bytes": full.wire_bytes,
+            "dump_bytes": cell.result.manifest.dump_bytes,
+        })
+    return out
+
+
+def measure(spec: Path, repeats: int, workdir: Path) -> dict:
+    from xlarun.batch import run_batch
+    from xlarun.executors import run_batch_on
+    from xlarun.spec import load_batch
+    from xlarun.store import Store
+
+    cells = load_batch(spec)
+    nodes = len(cells)
+    t0 = time.perf_counter()
+    cluster = start_cluster(nodes, workdir / "node-staging")
+    cluster_start = time.perf_counter() - t0
+    local_s, ray_s, shipped, stored_first = [], [], [], None
+    try:
+        for i in range(repeats):
+            order = ["local", "ray"] if i % 2 == 0 else ["ray", "local"]
+            for kind in order:
+                store = Store.open(workdir / f"{kind}-{i}")
+                t0 = time.perf_counter()
+                if kind == "local":
+                    result = run_batch(load_batch(spec), store, jobs=nodes)
+                    local_s.append(time.perf_counter() - t0)
+                else:
+                    result = run_batch_on("ray", load_batch(spec), store)
+                    ray_s.append(time.perf_counter() - t0)
+                    shipped = shipped_sizes(store, result.cells)
+                    stored_first = _store_bytes(store.root)
+                if not result.ok:
+                    raise SystemExit(f"{kind} batch failed: {[c.error for c in result.cells]}")
+                store.close()
+        # what one run takes in a store of its own: the first cell captured alone, here
+        alone = Store.open(workdir / "alone")
+        run_batch(load_batch(spec)[:1], alone)
+        stored_one_run = _store_bytes(alone.root)
+    finally:
+        t0 = time.perf_counter()
+        stop_cluster(cluster)
+        cluster_stop = time.perf_counter() - t0
+    local, ray_ = statistics.median(local_s), statistics.median(ray_s)
+    return {
+        "spec": str(spec), "cells": len(cells), "nodes": nodes, "repeats": repeats,
+        "local_batch_s": [round(s, 2) for s in local_s], "ray_batch_s": [round(s, 2) for s in ray_s],
+        "cluster_start_s": round(cluster_start, 2), "cluster_stop_s": round(cluster_stop, 2),
+        "overhead_s_cluster_excluded": round(ray_ - local, 2),
+        "overhead_s_cluster_included": round(ray_ + cluster_start + cluster_stop - local, 2),
+        "ray_over_local_ratio": round(ray_ / local, 3),
+        "runs": shipped, "driver_store_bytes_after_ray_batch": stored_first, "store_bytes_of_one_run_alone": stored_one_run,
+    }
+
+
+def format_report(r: dict) -> str:
+    lines = [
+        f"{r['cells']} cells of {Path(r['spec']).name} on {r['nodes']} loopback nodes, {r['repeats']} repeats (medians)",
+        f"  local batch (-j {r['nodes']})    {statistics.median(r['local_batch_s']):7.2f} s   {r['local_batch_s']}",
+        f"  ray batch              {statistics.median(r['ray_batch_s']):7.2f} s   {r['ray_batch_s']}",
+        f"  cluster start / stop   {r['cluster_start_s']:7.2f} s / {r['cluster_stop_s']:.2f} s",
+        f"  overhead: {r['overhead_s_cluster_excluded']:+.2f} s cluster excluded, {r['overhead_s_cluster_included']:+.2f} s included",
+        f"  {'run':24} {'files sent':>12} {'sent':>10} {'all files':>10} {'dump':>10}",
+    ]
+    for run in r["runs"]:
+        lines.append(f"  {run['cell']:24} {run['files_shipped']:>5}/{run['files']:<6} {run['shipped_bytes'] / 1024:8.1f}K "
+                     f"{run['full_shipment_bytes'] / 1024:8.1f}K {run['dump_bytes'] / 1024:8.1f}K")
+    lines.append(f"  stored: one run alone {r['store_bytes_of_one_run_alone'] / 1024:.1f}K; the driver's store after the ray batch "
+                 f"{r['driver_store_bytes_after_ray_batch'] / 1024:.1f}K")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.batch_ray", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=REPO / "configs" / "matrix-flags.yaml")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "batch_ray.json")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="xlarun-bench-ray-"))
+    try:
+        report = measure(args.spec.resolve(), args.repeats, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(format_report(report))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
