@@ -13,12 +13,13 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .archiver import OutputArchiver
 from .errors import StoreError
 from .index import Index
-from .ingest import ingest_run, reconcile
 from .runstore import (  # noqa: F401 (the store's records, importable from here)
     ARCHIVED_LIST,
     DEFAULT_STORE,
@@ -33,7 +34,9 @@ from .runstore import (  # noqa: F401 (the store's records, importable from here
     logical_path,
     new_run_id,
 )
-from .summarize import FactsCache
+
+if TYPE_CHECKING:
+    from .summarize import FactsCache
 
 
 class Store(RunStore):
@@ -41,7 +44,6 @@ class Store(RunStore):
 
     def __init__(self, root: Path):
         super().__init__(root)
-        self.facts = FactsCache()
         self._indexes = threading.local()  # one SQLite connection per thread (batch cells run in threads)
         self._open_indexes: list[Index] = []
         self._reconciled = False
@@ -52,6 +54,14 @@ class Store(RunStore):
     def open(cls, path: str | Path | None = None, create: bool = True) -> Store:
         """Open the store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), creating it if asked."""
         return super().open(path, create)
+
+    @cached_property
+    def facts(self) -> FactsCache:
+        """What parsing this store's dumps found in this process (made on first use: commands that only read
+        the index never import the HLO readers)."""
+        from .summarize import FactsCache
+
+        return FactsCache()
 
     # --- the index -------------------------------------------------------------------------------
 
@@ -64,13 +74,18 @@ class Store(RunStore):
             self._open_indexes.append(index)
             with self._reconcile_lock:
                 if not self._reconciled:
-                    self._reconciled_ids = set(reconcile(index, self, self.facts))
+                    if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
+                        from .ingest import reconcile
+
+                        self._reconciled_ids = set(reconcile(index, self, self.facts))
                     self._reconciled = True
         return index
 
     def ingest(self, run_id: str) -> None:
         """Index a run just committed (a capture, an import, a recovered run): once, also when this is the
         store's first use of its index (whose reconcile then indexed it)."""
+        from .ingest import ingest_run
+
         index = self.index
         if run_id in self._reconciled_ids:
             self._reconciled_ids.discard(run_id)
@@ -92,6 +107,8 @@ class Store(RunStore):
             for side in ("-wal", "-shm"):
                 Path(f"{path}{side}").unlink(missing_ok=True)
             index = self.index
+        from .ingest import ingest_run
+
         for run_id in self.run_ids():
             ingest_run(index, self, run_id, self.facts)
         return moved
