@@ -129,3 +129,11 @@ def test_stage_of_reads_only_stages():
         stage_of("buffer-assignment")
     assert parse_stage("sm_8.0_gpu_after_optimizations").stage == AFTER  # a GPU target prefix, as GPU dumps name it
     assert parse_stage("sm_8.0_gpu_after_optimizations-buffer-assignment").kind == "buffer-assignment"
+
+
+def test_the_kind_hlo_means_any_stage_and_a_missing_format_says_so_without_none(module):
+    # '--stage hlo' names the kind the files are listed under: the module at any stage, before first
+    assert select_file(module, "hlo").path == "module_0012.jit_train_step.before_optimizations.txt"
+    with pytest.raises(InputError) as caught:
+        select_file(module, "hlo", fmt="proto.gz")
+    assert caught.value.message == "module_0012.jit_train_step has no format proto.gz dump at stage any (only dot, proto, text)"

@@ -47,7 +47,9 @@ class Wanted:
     def describe(self) -> str:
         if self.path:
             return self.path
-        return self.stage if self.kind == "hlo" else f"{self.kind}{' ' + self.stage if self.stage else ''}"
+        if self.kind == "hlo":
+            return self.stage or "any"  # '--stage hlo': the module at any stage
+        return f"{self.kind}{' ' + self.stage if self.stage else ''}"
 
 
 def stage_of(text: str | None) -> str:
