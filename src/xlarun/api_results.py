@@ -26,7 +26,7 @@ class Found(display.Shown, Sequence["FindHit"]):
     def __init__(self, store: Store, text: str, hits: list[FindHit]):
         self._store, self.text, self.hits = store, text, hits
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.hits[i]
 
     def __len__(self) -> int:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,7 +125,7 @@ class OutputArchiver:
         self.workers = workers or min(8, os.cpu_count() or 2)
         self._prefix = str(staging) + os.sep  # paths are kept as strings: pathlib cost more than hashing here
         self._archived: dict[str, _Archived] = {}
-        self._series: dict[tuple, _Series] = {}
+        self._series: dict[tuple | None, _Series] = {}  # None: the files stored alone
         self._seen: dict[str, Stamp] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -296,7 +297,7 @@ class OutputArchiver:
             else:
                 series[key].append((position, path))
         tasks: list[Callable[[], None]] = [
-            (lambda key=key, members=members: self._store_series(key, [p for _pos, p in sorted(members)], total, running))
+            partial(self._store_series, key, [p for _pos, p in sorted(members)], total, running)
             for key, members in sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
         ]
         if alone:

@@ -263,6 +263,8 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
         if signal_name and result.status == RunStatus.INTERRUPTED:
             warnings.append(f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived")
         warnings += file_note_warnings(archiver.notes, run_id)
+        reported = result.details.get("versions")  # the image's framework versions (docker backend)
+        backend_versions = reported if isinstance(reported, dict) else {}
         manifest = Manifest(
             run_id=run_id,
             name=loaded.spec.name,
@@ -282,7 +284,7 @@ def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, ba
             env_delta=redact_env(composed.delta),
             xla_flags=composed.xla_flags,
             tf_xla_flags=composed.tf_xla_flags,
-            versions={**(versions_later() or {}), **{k: str(v) for k, v in result.details.get("versions", {}).items()}},
+            versions={**(versions_later() or {}), **{k: str(v) for k, v in backend_versions.items()}},
             host=host_facts(),
             git=git_later(),
             warnings=warnings,

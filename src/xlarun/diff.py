@@ -158,7 +158,10 @@ def structural_summary(before: HloModule, after: HloModule, by_position: bool = 
     right = {i.name: i for i in after.instructions()}
     matched_right = set(mapping.values())
     summary = StructuralSummary(before.instruction_count(), after.instruction_count(), matched_by_position=positional)
-    added, removed, changed, fused = Counter(), Counter(), Counter(), Counter()
+    added: Counter[str] = Counter()
+    removed: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
+    fused: Counter[str] = Counter()
     examples: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "fused": []}
 
     def note(kind: str, name: str) -> None:
@@ -340,7 +343,7 @@ def pass_diff(store, module, pass_name: str | None = None, from_step: int | None
         if not start:
             raise InputError(f"{module.label} has no pass dump at step {from_step}", f"steps: {_ranges([s.step for s in steps])}")
         left_path, left_sha, left_label = start[0].path, start[0].digest, f"step {from_step} ({start[0].label})"
-    elif chosen.previous_path is None:
+    elif chosen.previous_path is None or chosen.previous_digest is None:
         raise InputError(f"{module.label} has no dump before step {chosen.step}", "capture with dump.formats including text")
     else:
         left_path, left_sha = chosen.previous_path, chosen.previous_digest

@@ -309,19 +309,16 @@ class Index:
 
     def known_text_counts(self, digests: set[str]) -> dict[str, int]:
         """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
-        return self._known_text_counts(digests)
-
-    def remember_text_counts(self, counts: dict[str, int]) -> None:
-        self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", list(counts.items()))
-
-    def _known_text_counts(self, shas: set[str]) -> dict[str, int]:
-        """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
-        wanted, known = sorted(shas), {}
+        wanted = sorted(digests)
+        known: dict[str, int] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             rows = self.conn.execute(f"SELECT digest, instructions FROM text_counts WHERE digest IN ({','.join('?' * len(chunk))})", chunk)
-            known.update((sha, n) for sha, n in rows)
+            known.update((digest, n) for digest, n in rows)
         return known
+
+    def remember_text_counts(self, counts: dict[str, int]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", list(counts.items()))
 
     # --- reading -----------------------------------------------------------------------------
 

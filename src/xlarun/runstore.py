@@ -286,7 +286,7 @@ class RunStore:
 
     def stale_staging(self) -> list[Path]:
         """Staging folders whose capturing process is gone (a killed xlarun), recoverable or not."""
-        out = []
+        out: list[Path] = []
         if not self.staging_dir.is_dir():
             return out
         for folder in self.staging_dir.iterdir():

@@ -184,10 +184,10 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
 
         scanned = scan_hlo_text(data)
         if scanned is not None:  # text as XLA prints it: read with whole-text patterns, no per-line parse
-            terms = {("opcode", op) for op in scanned.opcodes} | {("name", n) for n in scanned.names}
-            terms |= {("op_name", n) for n in scanned.op_names} | {("source", s) for s in scanned.sources}
+            found = {("opcode", op) for op in scanned.opcodes} | {("name", n) for n in scanned.names}
+            found |= {("op_name", n) for n in scanned.op_names} | {("source", s) for s in scanned.sources}
             return _StageFacts(scanned.instructions, dict(sorted(scanned.opcodes.items())), scanned.entry_signature, None,
-                               scanned.elided_constants, frozenset(terms))
+                               scanned.elided_constants, frozenset(found))
     module = _parse(name, data, summary=not with_fingerprint)  # the fingerprint needs the full parse
     terms: set[tuple[str, str]] = set()
     for instruction in module.instructions():

@@ -153,7 +153,7 @@ class ModelExplorerServer:
         ready = threading.Event()
 
         def read() -> None:
-            for line in self.process.stdout:  # keep draining: a full pipe would block the server
+            for line in self.process.stdout or ():  # keep draining: a full pipe would block the server
                 lines.append(line.rstrip())
                 if _URL_LINE.search(line):
                     ready.set()

@@ -75,7 +75,9 @@ class GrammarParser:
     # --- tokens ---------------------------------------------------------------------------------
 
     def peek(self, pos: int | None = None) -> _Token:
-        pos = _SKIP.match(self.text, self.pos if pos is None else pos).end()
+        skipped = _SKIP.match(self.text, self.pos if pos is None else pos)
+        assert skipped is not None  # the pattern matches the empty string
+        pos = skipped.end()
         m = _TOKEN.match(self.text, pos)
         if m is None:
             return _Token(EOF, "", len(self.text), len(self.text))

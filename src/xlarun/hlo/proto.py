@@ -23,6 +23,7 @@ What differs from the text summary of the same module:
 from __future__ import annotations
 
 import hashlib
+from typing import TypeGuard
 
 from ..errors import InputError
 from ..protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
@@ -80,7 +81,7 @@ def _message(value) -> dict | None:
         return None
 
 
-def _is_module(fields: dict | None) -> bool:
+def _is_module(fields: dict | None) -> TypeGuard[dict]:
     """A HloModuleProto has a text name and computations that have named instructions."""
     if not fields or not isinstance(first(fields, MODULE_NAME, b""), bytes):
         return False
@@ -92,7 +93,7 @@ def _is_module(fields: dict | None) -> bool:
         return False
     instructions = computation.get(COMPUTATION_INSTRUCTIONS) or []
     instruction = _message(instructions[0]) if instructions else None
-    return bool(instruction) and isinstance(first(instruction, INSTRUCTION_OPCODE), bytes)
+    return instruction is not None and isinstance(first(instruction, INSTRUCTION_OPCODE), bytes)
 
 
 def find_module_proto(data: bytes) -> dict:

@@ -79,7 +79,9 @@ def _parse_attributes(line: str, pos: int) -> dict[str, str]:
             attributes[simple.group(1)] = strip_comments(value).strip() if "/*" in value else value
             pos = simple.end()
             continue
-        pos = _SPACES.match(line, pos).end()
+        spaces = _SPACES.match(line, pos)
+        assert spaces is not None  # the pattern matches the empty string
+        pos = spaces.end()
         if line.startswith("/*", pos) and "*/" in line[pos:]:  # a trailing /* comment */
             pos = line.index("*/", pos) + 2
             continue

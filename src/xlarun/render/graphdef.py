@@ -71,7 +71,7 @@ def graphdef_graph(data: str | bytes, title: str = "GraphDef") -> Graph:
             details.append(f"dtype: {dtype}")
         if cluster:
             details.append(f"XLA cluster: {cluster}")
-        graph.add_node(Node(name, f"{op}\n{name}", tooltip="\n".join(details), fill=fills.get(cluster, UNCLUSTERED_FILL), cluster=cluster))
+        graph.add_node(Node(name, f"{op}\n{name}", tooltip="\n".join(details), fill=fills[cluster] if cluster else UNCLUSTERED_FILL, cluster=cluster))
     for node in nodes:
         name = str(node.first("name", "?"))
         for raw in node.all("input"):

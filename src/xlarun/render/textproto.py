@@ -91,6 +91,7 @@ def parse_text_proto(text: str | bytes) -> TextProto:
         if kind == "string" and pending is None and continued is not None:
             message, position = continued
             name, before = message.fields[position]
+            assert isinstance(before, str)  # last_string only ever points at a string value
             message.fields[position] = (name, before + _string_value(value, top.problems))
             last_string = continued
         elif kind in ("colon", "sep"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..hlo import gunzip, looks_like_hlo_text, looks_like_text
-from ..protowire import ProtoDecodeError, as_str, fields_by_number, first
+from ..protowire import ProtoDecodeError, as_bytes, as_str, fields_by_number, first
 from . import literals
 
 #: ``{...}``: a constant printed without its values (dumped without --xla_dump_large_constants).
@@ -188,8 +188,8 @@ def module_opcodes(module_proto: bytes) -> dict[str, str]:
     """
     found: dict[str, str] = {}
     for computation in fields_by_number(module_proto).get(_MODULE_COMPUTATIONS, []):
-        for raw in fields_by_number(computation).get(_COMPUTATION_INSTRUCTIONS, []):
-            instruction = fields_by_number(raw)
+        for raw in fields_by_number(as_bytes(computation)).get(_COMPUTATION_INSTRUCTIONS, []):
+            instruction = fields_by_number(as_bytes(raw))
             opcode = as_str(first(instruction, _INSTRUCTION_OPCODE)) or "?"
             if opcode in ("send", "recv") and first(instruction, _INSTRUCTION_IS_HOST_TRANSFER):
                 opcode = f"host-{opcode}"

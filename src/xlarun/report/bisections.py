@@ -36,7 +36,7 @@ def bisection_blocks(store, run_id: str, module_id: int) -> list[BisectionBlock]
         facts = [("mode", f"{r.mode} ({r.search})"), ("tolerance", f"abs {r.abs_tolerance:g} or rel {r.rel_tolerance:g}")]
         if r.mode == "replay":
             facts += [("reference", f"{r.reference}, {r.arguments} arguments"), ("work", f"{r.replays} replays of {r.steps_total} steps, {r.wall_s:.1f} s")]
-            rows = [(e.step, e.label, _num(e.max_abs_error), _num(e.max_rel_error), e.error or ("past tolerance" if e.diverged else "within")) for e in r.steps]
+            rows: list[tuple] = [(e.step, e.label, _num(e.max_abs_error), _num(e.max_rel_error), e.error or ("past tolerance" if e.diverged else "within")) for e in r.steps]
         else:
             facts += [("check", r.check or ""), ("work", f"{r.reruns} reruns, {r.wall_s:.1f} s")]
             rows = [(t.run_id or "", t.role, ", ".join(t.disabled[:6]) + (" ..." if len(t.disabled) > 6 else ""),

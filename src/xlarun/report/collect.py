@@ -140,6 +140,8 @@ def timeline(module, cache: ParsedCache, max_lines: int, with_diffs: bool = True
 
 def _fill_diff(entry: StepEntry, cache: ParsedCache, max_lines: int) -> None:
     step = entry.step
+    if step.previous_digest is None:  # not reached: a step that changed has a dump before it
+        return
     before, after = cache.text(step.previous_digest), cache.text(step.digest)
     left, right = cache.module(step.previous_digest), cache.module(step.digest)
     if left is not None and right is not None:

@@ -84,11 +84,12 @@ def _plan(job: GraphJob, build, limit: int) -> None:
 
 def lay_out_all(jobs: list[GraphJob], timeout_s: float, progress=None) -> None:
     """Lay out every planned graph as SVG, several dot processes at a time."""
-    todo = [j for j in jobs if j.graph is not None]
+    todo = [(j, j.graph) for j in jobs if j.graph is not None]
 
-    def one(job: GraphJob) -> GraphJob:
+    def one(planned: tuple[GraphJob, Graph]) -> GraphJob:
+        job, graph = planned
         try:
-            job.svg = safe_inline_svg(layout(to_dot(job.graph), "svg", timeout_s).decode("utf-8"))
+            job.svg = safe_inline_svg(layout(to_dot(graph), "svg", timeout_s).decode("utf-8"))
         except XlarunError as exc:
             job.problem = f"not drawn: {exc.one_line()}"
         return job
