@@ -187,7 +187,7 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
     assert spread.ok, [c.error for c in spread.cells]
     docker_nodes = {nodes[n].node_id[:8] for n in ("local-docker", "docker")}
     local_nodes = {nodes[n].node_id[:8] for n in ("local-a", "local-docker", "local-spare")}
-    for mine, theirs in zip(spread.cells, local.cells):
+    for mine, theirs in zip(spread.cells, local.cells, strict=True):
         assert mine.values == theirs.values
         assert mine.node.split("/")[1] in (docker_nodes if mine.values["backend"] == "docker-cpu" else local_nodes)
         run = mine.result.run_id
@@ -197,7 +197,7 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
         assert manifest["batch_id"] == spread.batch_id and manifest["matrix"] == mine.values
         assert manifest["backend"] == mine.values["backend"]
         assert manifest["backend_details"]["ray"]["node_id"].startswith(mine.node.split("/")[1])
-        assert 0 < mine.shipped_bytes
+        assert mine.shipped_bytes > 0
     assert store.check().damaged == []
     # the second cell's identical files were not sent again
     sent = sorted(store.manifest(c.result.run_id)["backend_details"]["ray"]["files_shipped"] for c in spread.cells)

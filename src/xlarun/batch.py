@@ -135,7 +135,7 @@ def run_batch(
             cancel.set()
 
     with stop_on_signals(stop), ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="xlarun-cell") as pool:
-        pending: set[Future] = {pool.submit(run_cell, o, c) for o, c in zip(batch.cells, cells)}
+        pending: set[Future] = {pool.submit(run_cell, o, c) for o, c in zip(batch.cells, cells, strict=True)}
         try:
             while pending:
                 _done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

@@ -38,21 +38,22 @@ def batch(
 
     Example: xlarun batch configs/matrix-local-docker.yaml -j 2
     """
-    from ..executors import executor_of
     from ..spec import load_batch
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
-    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor_of(cells, executor),
-                   address=address, retries=retries)
+    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor, address=address, retries=retries)
 
 
-def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as_json: bool, executor: str = "local",
+def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as_json: bool, executor: str | None = None,
                    address: str | None = None, retries: int = 0) -> None:
-    """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured."""
+    """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
+    ``executor`` None: the spec's (``executor:``), else local."""
     from ..console import print_json, say
     from ..errors import ExitCode
-    from ..executors import run_batch_on
+    from ..executors import executor_of, run_batch_on
+
+    executor = executor_of(cells, executor)
 
     if executor == "ray":
         from ..executors.ray_cluster import import_ray

@@ -57,10 +57,10 @@ def probe_node_resources(slots: int | None = None) -> list[Capability]:
     images = docker.get("xlarun images")
     nvidia = docker.get("NVIDIA container runtime (docker-gpu)")
     gpu, ipu = check_gpu_and_ipu()
-    has_image = lambda kind: bool(images and images.ok and f"xlarun-{kind}:latest" in images.detail)  # noqa: E731
-    cpu_ok = daemon.ok and has_image("cpu")
+    image_detail = images.detail if images and images.ok else ""
+    cpu_ok = daemon.ok and "xlarun-cpu:latest" in image_detail
     found.append(Capability("xlarun_docker_cpu", slots if cpu_ok else 0,
-                            images.detail if cpu_ok else (daemon.detail if not daemon.ok else "no xlarun-cpu:latest image (xlarun images build cpu)")))
+                            image_detail if cpu_ok else (daemon.detail if not daemon.ok else "no xlarun-cpu:latest image (xlarun images build cpu)")))
     gpus = len(gpu.detail.split(", ")) if gpu.ok else 0
     gpu_ok = daemon.ok and bool(nvidia and nvidia.ok) and gpus > 0
     found.append(Capability("xlarun_docker_gpu", gpus if gpu_ok else 0, gpu.detail if gpu_ok else

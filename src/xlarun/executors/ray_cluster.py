@@ -259,7 +259,7 @@ class RayCellCapture:
             pass
 
     class _Tracked:
-        def __init__(self, owner: "RayCellCapture", ref):
+        def __init__(self, owner: RayCellCapture, ref):
             self.owner, self.ref = owner, ref
 
         def __enter__(self):
@@ -270,7 +270,7 @@ class RayCellCapture:
             with self.owner.lock:
                 self.owner.in_flight.discard(self.ref)
 
-    def _tracked(self, ref) -> "_Tracked":
+    def _tracked(self, ref) -> _Tracked:
         return RayCellCapture._Tracked(self, ref)
 
     def cancel_in_flight(self) -> None:

@@ -126,7 +126,7 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
         try:
             packer = store.blobs.packer()
             for _digest, data in blobs:
-                packer.add(data)
+                packer.add(data)  # type: ignore[arg-type]  # a memoryview is copied in as bytes are
             written = packer.close()
             for name, content in shipment.metadata.items():
                 if name != "manifest.json":

@@ -28,8 +28,8 @@ class WorkerPlan:
 
 def ray_start_command(address: str | None, offers: dict[str, int], head: bool = False) -> list[str]:
     """The ``ray start`` command line that joins ``address`` (or starts a head) offering ``offers``."""
-    ray_cli = Path(sys.executable).with_name("ray")
-    ray_cli = str(ray_cli) if ray_cli.exists() else (shutil.which("ray") or "ray")
+    beside = Path(sys.executable).with_name("ray")  # the venv's own, when xlarun runs from one
+    ray_cli = str(beside) if beside.exists() else (shutil.which("ray") or "ray")
     where = ["--head"] if head else ["--address", address or ""]
     return [ray_cli, "start", *where, "--resources", json.dumps(offers, separators=(",", ":"))]
 
