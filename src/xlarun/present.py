@@ -104,18 +104,63 @@ def _short_signature(signature: str | None, limit: int = 70) -> str:
 
 
 def _show_extras(store, module) -> None:
-    """Sections other stages contribute to `show` (replays, bisections), when those stages are installed."""
+    """Sections other stages contribute to `show` (replays, bisections), when the module has any."""
     if any((store.runs_dir / module.run_id / "bisections").glob("*.json")):
-        from .bisect.record import print_bisections_for
-
         print_bisections_for(store, module)
-    if not any((store.runs_dir / module.run_id / "replays").glob("*.json")):
-        return  # never replayed: skip importing the replay stage (numpy and friends, ~0.2 s)
-    try:
-        from .replay.record import print_replays_for
-    except ImportError:
+    if any((store.runs_dir / module.run_id / "replays").glob("*.json")):  # else the replay stage (numpy, ~0.2 s) stays unimported
+        print_replays_for(store, module)
+
+
+def print_replays_for(store, module) -> None:
+    """The ``replays`` section of ``xlarun show`` (nothing when the module was never replayed)."""
+    from .replay.record import replays_for
+
+    records = replays_for(store, module.run_id, module.module_id)
+    if not records:
         return
-    print_replays_for(store, module)
+    rows = []
+    for r in records:
+        res = r.result
+        rows.append((
+            r.replay_id, short_time(r.started), res.engine, res.platform, res.input_kind, res.arguments,
+            _seconds4(res.compile_s), _seconds4(res.median_s), _num(res.max_abs_error), _num(res.max_rel_error),
+            res.verdict + (" (fell back)" if res.fell_back_to else ""),
+        ))
+    print_table(
+        ("replay", "when", "engine", "platform", "input", "args", "compile s", "median s", "max abs err", "max rel err", "verdict"),
+        rows, title=f"replays ({len(records)})", right=("compile s", "median s", "max abs err", "max rel err"),
+    )
+
+
+def print_bisections_for(store, module) -> None:
+    """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
+    from .bisect.record import bisections_for
+
+    records = bisections_for(store, module.run_id, module.module_id)
+    if not records:
+        return
+    rows = []
+    for r in records:
+        res = r.result
+        culprit = res.culprit_pass or (" + ".join(res.culprit_set) if res.culprit_set else "")
+        where = f"step {res.culprit_step}" if res.culprit_step is not None else ""
+        size = f"{res.replays} replays" if res.mode == "replay" else f"{res.reruns} reruns"
+        rows.append((r.bisect_id, short_time(r.started), res.mode, res.reference if res.mode == "replay" else res.check or "",
+                     res.verdict, culprit, where, _bisection_error(res), size, f"{res.wall_s:.1f}"))
+    print_table(("bisection", "when", "mode", "against", "verdict", "pass", "where", "max abs err", "work", "s"), rows,
+                title=f"bisections ({len(records)})", right=("max abs err", "s"))
+
+
+def _bisection_error(result) -> str:
+    entry = result.error_after or result.largest
+    if entry is None or entry.max_abs_error is None:
+        return ""
+    before = result.error_before.max_abs_error if result.error_before and result.error_before.max_abs_error is not None else None
+    return f"{before:.3g} -> {entry.max_abs_error:.3g}" if before is not None and result.error_after else f"{entry.max_abs_error:.3g}"
+
+
+def _seconds4(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
 
 
 def print_module_diff(result, summary_only: bool = False) -> None:

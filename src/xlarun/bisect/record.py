@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from .result import BisectResult
 
 if TYPE_CHECKING:
-    from ..index import ModuleInfo
     from ..store import Store
 
 FOLDER = "bisections"
@@ -63,33 +62,6 @@ def bisections_for(store: Store, run_id: str, module_id: int | None = None) -> l
     if module_id is None:
         return records
     return [r for r in records if r.result.module_id in (module_id, None)]
-
-
-def print_bisections_for(store: Store, module: ModuleInfo) -> None:
-    """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
-    from ..console import print_table, short_time
-
-    records = bisections_for(store, module.run_id, module.module_id)
-    if not records:
-        return
-    rows = []
-    for r in records:
-        res = r.result
-        culprit = res.culprit_pass or (" + ".join(res.culprit_set) if res.culprit_set else "")
-        where = f"step {res.culprit_step}" if res.culprit_step is not None else ""
-        size = f"{res.replays} replays" if res.mode == "replay" else f"{res.reruns} reruns"
-        rows.append((r.bisect_id, short_time(r.started), res.mode, res.reference if res.mode == "replay" else res.check or "",
-                     res.verdict, culprit, where, _error(res), size, f"{res.wall_s:.1f}"))
-    print_table(("bisection", "when", "mode", "against", "verdict", "pass", "where", "max abs err", "work", "s"), rows,
-                title=f"bisections ({len(records)})", right=("max abs err", "s"))
-
-
-def _error(result: BisectResult) -> str:
-    entry = result.error_after or result.largest
-    if entry is None or entry.max_abs_error is None:
-        return ""
-    before = result.error_before.max_abs_error if result.error_before and result.error_before.max_abs_error is not None else None
-    return f"{before:.3g} -> {entry.max_abs_error:.3g}" if before is not None and result.error_after else f"{entry.max_abs_error:.3g}"
 
 
 def now() -> str:

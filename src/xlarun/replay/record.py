@@ -138,27 +138,6 @@ def load_record(path: Path) -> ReplayRecord:
     )
 
 
-def print_replays_for(store: Store, module: ModuleInfo) -> None:
-    """The ``replays`` section of ``xlarun show`` (nothing when the module was never replayed)."""
-    from ..console import print_table, short_time
-
-    records = replays_for(store, module.run_id, module.module_id)
-    if not records:
-        return
-    rows = []
-    for r in records:
-        res = r.result
-        rows.append((
-            r.replay_id, short_time(r.started), res.engine, res.platform, res.input_kind, res.arguments,
-            _seconds(res.compile_s), _seconds(res.median_s), _error(res.max_abs_error), _error(res.max_rel_error),
-            res.verdict + (" (fell back)" if res.fell_back_to else ""),
-        ))
-    print_table(
-        ("replay", "when", "engine", "platform", "input", "args", "compile s", "median s", "max abs err", "max rel err", "verdict"),
-        rows, title=f"replays ({len(records)})", right=("compile s", "median s", "max abs err", "max rel err"),
-    )
-
-
 # ---- the index table, derived from the JSON records ----
 
 
@@ -206,11 +185,3 @@ def _now() -> str:
 
 def _unique(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
-
-
-def _seconds(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
-
-
-def _error(value: float | None) -> str:
-    return "" if value is None else f"{value:.3g}"
