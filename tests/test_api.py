@@ -91,7 +91,7 @@ def test_store_runs_and_modules(captured):
 
 
 def test_find(captured):
-    store, plain, passes, other = captured
+    store, plain, _passes, other = captured
     found = store.find("sine", opcode=True)
     assert [(h.run_id, h.kind) for h in found] == [(other.id, "opcode")]
     assert [m.name for m in found.modules()] == ["jit__lambda"]  # jax 0.10 (0.4 wrote jit__lambda_)
@@ -118,7 +118,7 @@ def test_text_display_is_what_the_cli_prints(captured, cli):
 
 def _first_changing_pass(module):
     counts = [module.instr_before] + [p.instr_count for p in module.passes]
-    return next(p for p, before in zip(module.passes, counts) if p.instr_count != before)
+    return next(p for p, before in zip(module.passes, counts, strict=False) if p.instr_count != before)
 
 
 def test_html_display(captured):
@@ -182,7 +182,7 @@ def test_capture_and_batch_from_python(tmp_path):
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 def test_a_modules_html_renders_in_chromium(captured, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-    store, plain, _passes, _other = captured
+    _store, plain, _passes, _other = captured
     page_file = tmp_path / "module.html"
     page_file.write_text(f"<!doctype html><meta charset=utf-8><body>{plain.main._repr_html_()}</body>")
     errors: list[str] = []
@@ -206,7 +206,7 @@ def test_a_modules_html_renders_in_chromium(captured, tmp_path):
 
 @pytest.mark.slow
 def test_report_bundle_and_import_from_python(captured, tmp_path):
-    store, plain, _passes, _other = captured
+    _store, plain, _passes, _other = captured
     index = plain.report(tmp_path / "report")
     assert index == tmp_path / "report" / "index.html" and "jit_layer" in index.read_text()
     bundle = plain.main.bundle(tmp_path / "layer.zip")

@@ -266,7 +266,7 @@ def test_a_file_still_written_after_the_job_ends_is_archived_as_read(tmp_path):
     work._read_into = appended_meanwhile
     files = work.finish()
     store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
-    [stored] = files
+    [_stored] = files
     assert store.read_file(run_id, "growing.log").startswith(b"start\n")
     [note] = work.notes
     assert note.path == "growing.log" and note.archived and "still being written when the job ended" in note.why

@@ -95,7 +95,7 @@ def test_tf1_autojit_keeps_graphdefs_and_clusters(tf1_run):
 
 
 def test_same_computation_has_the_same_fingerprint_across_runs(jax_run, tmp_path):
-    store, first = jax_run
+    _store, first = jax_run
     second = capture(Path(__file__).parent.parent / "configs" / "jax-cpu.yaml", Store.open(tmp_path / "s2"))
     fp1 = {m.name: m.fingerprint for m in first.modules}
     fp2 = {m.name: m.fingerprint for m in second.modules}

@@ -44,7 +44,7 @@ def test_jax_mlp_before_optimizations_summary():
     assert histogram["dot"] == 5
     assert histogram["tanh"] == 1
     assert histogram["reduce"] == 5
-    assert list(histogram)[0] == "parameter"  # most frequent first
+    assert next(iter(histogram)) == "parameter"  # most frequent first
     assert module.entry_signature == (
         "(f32[16,32], f32[32], f32[32,4], f32[4], f32[8,16], f32[8,4]) -> (f32[16,32], f32[32], f32[32,4], f32[4], f32[])"
     )
@@ -533,7 +533,7 @@ def test_the_scan_reads_the_same_facts_as_the_full_parse(path):
     assert facts is not None  # every fixture is laid out as XLA prints
     expected = _facts_by_parse(path.read_text())
     assert _facts_by_scan(facts)[:2] == expected[:2]  # count and opcode histogram (order aside)
-    assert _facts_by_scan(facts) == expected[:1] + (dict(expected[1]),) + expected[2:]
+    assert _facts_by_scan(facts) == (*expected[:1], dict(expected[1]), *expected[2:])
 
 
 def test_the_scan_resolves_stack_frames_and_sees_elided_constants():
@@ -552,10 +552,10 @@ def _damaged(text: str, how: str) -> str:
     if how == "wrapped line":
         at = next(n for n, line in enumerate(lines) if line.startswith("  ") and ", metadata=" in line)
         head, _sep, tail = lines[at].partition(", metadata=")
-        return "\n".join(lines[:at] + [head + ",", "      metadata=" + tail] + lines[at + 1 :])
+        return "\n".join([*lines[:at], head + ",", "      metadata=" + tail, *lines[at + 1 :]])
     if how == "stray line":
         at = next(n for n, line in enumerate(lines) if line == "}")
-        return "\n".join(lines[: at + 1] + ["garbage here"] + lines[at + 1 :])
+        return "\n".join([*lines[: at + 1], "garbage here", *lines[at + 1 :]])
     if how == "no entry layout":
         return text.replace("entry_computation_layout=", "renamed_layout=", 1)  # the parse then reads the entry's parameters
     if how == "deep tuple":

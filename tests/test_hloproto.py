@@ -150,7 +150,7 @@ def test_rejects_other_protos(data, message):
 def test_truncated_proto_file_names_the_path(tmp_path):
     cut = tmp_path / "module_0001.x.before_optimizations.hlo.pb"
     cut.write_bytes(fixture("misc/*.hlo.pb").read_bytes()[:5000])
-    with pytest.raises(InputError, match="module_0001.x.before_optimizations.hlo.pb: "):
+    with pytest.raises(InputError, match=r"module_0001\.x\.before_optimizations\.hlo\.pb: "):
         read_hlo_file(cut)
 
 

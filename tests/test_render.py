@@ -229,7 +229,7 @@ def test_layout_time_limit(tmp_path):
     from xlarun.render import to_dot
 
     started = time.monotonic()
-    with pytest.raises(LayoutTimeout, match="more than 0.2 s"):
+    with pytest.raises(LayoutTimeout, match=r"more than 0\.2 s"):
         layout(to_dot(graph), "svg", timeout_s=0.2)
     assert time.monotonic() - started < 5
 

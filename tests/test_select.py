@@ -96,7 +96,7 @@ def test_formats_are_narrowed_in_any_spelling_and_purposes_order_them(module):
     no_text = _module([n for n in CPU_NAMES if not n.endswith("before_optimizations.txt")])
     assert select_file(no_text, "before", purpose="graph").path.endswith("before_optimizations.hlo.pb")  # text, else proto
     no_dot = _module([n for n in CPU_NAMES if not n.endswith(".dot")])
-    with pytest.raises(InputError, match="no XLA's .dot drawing"):
+    with pytest.raises(InputError, match=r"no XLA's \.dot drawing"):
         select_file(no_dot, "after", purpose="dot")
 
 

@@ -164,7 +164,7 @@ def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
     from xlarun.archiver import write_archived_list
 
     store = Store.open(tmp_path / "s")
-    run_id, staging = _killed_capture(store, {"dump/a.txt": b"archived before the kill"})
+    _run_id, staging = _killed_capture(store, {"dump/a.txt": b"archived before the kill"})
     files = store.archive_outputs(staging)  # archived, listed, raw files gone: then killed before the commit
     store.wait_for_discards()
     write_archived_list(staging, files, [])
