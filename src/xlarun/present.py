@@ -32,6 +32,24 @@ def print_runs(items) -> None:
                 right=("took", "modules", "files", "dump"))
 
 
+def print_files(items, notes: list[dict]) -> None:
+    """``xlarun files``: every file of a run with what its name means, then what was not archived (or was, with a caveat)."""
+    from collections import Counter
+
+    rows = [(f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size)) for f in items]
+    print_table(("file", "kind", "stage", "step", "after pass", "size"), rows, right=("step", "size"))
+    counts = Counter(f.kind for f in items)
+    echo(f"{len(items)} files: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+    for note in notes:
+        echo(f"{'archived' if note['archived'] else 'NOT ARCHIVED'}  {note['path']}: {note['why']}")
+
+
+def print_found(hits) -> None:
+    """``xlarun find``: the modules holding what was searched for, and what matched."""
+    print_table(("module", "name", "kind", "matches"),
+                [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in hits])
+
+
 def print_run_modules(info, items, others: list[tuple[str, int]]) -> None:
     """``xlarun modules``: the run, its modules (main first), and what else it holds."""
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")

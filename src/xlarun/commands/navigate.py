@@ -55,9 +55,8 @@ def files(
     folder that were not archived (symbolic links, FIFOs, sockets, unreadable files) are listed after
     them with why, as are files archived with a caveat (a name that is not UTF-8, still being written).
     """
-    from collections import Counter
-
-    from ..console import human_bytes, print_json, print_table
+    from ..console import print_json
+    from ..present import print_files
     from ..refs import resolve_run
 
     the_store = open_store(store)
@@ -69,12 +68,7 @@ def files(
         print_json({"run_id": info.run_id, "files": items, "not_archived": [n for n in notes if not n["archived"]],
                     "caveats": [n for n in notes if n["archived"]]})
         return
-    rows = [(f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size)) for f in items]
-    print_table(("file", "kind", "stage", "step", "after pass", "size"), rows, right=("step", "size"))
-    counts = Counter(f.kind for f in items)
-    typer.echo(f"{len(items)} files: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
-    for note in notes:  # what the dump folder held that was not archived, or was with a caveat
-        typer.echo(f"{'archived' if note['archived'] else 'NOT ARCHIVED'}  {note['path']}: {note['why']}")
+    print_files(items, notes)
 
 
 def modules(
@@ -153,8 +147,9 @@ def find(
     The seeds' trick, indexed: put a distinctive op in your model (or name a scope) and find the
     modules holding it across every run in the store. Exit code 1 when no module matches.
     """
-    from ..console import print_json, print_table
+    from ..console import print_json
     from ..index import TERM_KINDS
+    from ..present import print_found
     from ..refs import resolve_run
 
     the_store = open_store(store)
@@ -167,7 +162,7 @@ def find(
     if not hits:
         typer.echo(f"no module contains {text!r}", err=True)
         raise typer.Exit(int(ExitCode.FAILED))
-    print_table(("module", "name", "kind", "matches"), [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in hits])
+    print_found(hits)
 
 
 def explain(
