@@ -204,7 +204,8 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
     assert sent[0] < len(store.stored_files(spread.cells[0].result.run_id))
 
 
-def test_ctrl_c_of_the_driver_cancels_the_tasks_and_leaves_nothing_running(cluster, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_running(cluster, tmp_path, sig):
     cluster_, _nodes, staging = cluster
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -219,17 +220,21 @@ def test_ctrl_c_of_the_driver_cancels_the_tasks_and_leaves_nothing_running(clust
         _wait_until(lambda: len(_ready_logs(staging)) == 2, 90, "both cells running on their nodes")
         jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
         assert len(jobs) == 2 and all(_alive(pid) for pid in jobs)
-        driver.send_signal(signal.SIGINT)
+        driver.send_signal(sig)
         out, err = driver.communicate(timeout=60)
     finally:
         if driver.poll() is None:
             driver.kill()
-    assert driver.returncode == 130, err[-2000:]
-    data = json.loads(out)
-    assert data["interrupted"] and [c["status"] for c in data["cells"]] == ["error", "error"]
-    assert all("stopped" in c["error"] for c in data["cells"])
-    assert not any(_alive(pid) for pid in jobs)  # the driver waited for the nodes to stop them: none is orphaned
-    _wait_until(lambda: not any(staging.iterdir()), 10, "the nodes' staging stores removed")
+    if sig == signal.SIGINT:
+        assert driver.returncode == 130, err[-2000:]
+        data = json.loads(out)
+        assert data["interrupted"] and [c["status"] for c in data["cells"]] == ["error", "error"]
+        assert all("stopped" in c["error"] for c in data["cells"])
+        assert not any(_alive(pid) for pid in jobs)  # the driver waited for the nodes to stop them: none is orphaned
+    else:  # nobody waits: Ray ends the driver's workers, and each capture stops its job when its worker is gone
+        _wait_until(lambda: not any(_alive(pid) for pid in jobs), 20, "the jobs stopped after the driver was killed")
+    _wait_until(lambda: not any(staging.iterdir()), 20, "the nodes' staging stores removed")
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
 
 
 def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):

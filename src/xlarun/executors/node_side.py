@@ -1,13 +1,14 @@
 """What runs on a node of the cluster for one cell: the ordinary capture, into a staging store of the node's own.
 
 :func:`capture_cell_on_node` (a Ray task, a generator) first says where it runs, then starts the capture as a
-child process (``python -m xlarun.executors.node_side``) and reports the run it committed into a fresh store
-under the node's staging folder. The child is an ordinary capture with its own signal handling, so stopping
-it (SIGTERM) stops the job's process group or container and archives what it wrote, as a capture in a
-terminal does; it gets SIGTERM too when the Ray worker running the task dies (``PR_SET_PDEATHSIG``). The task
-stops the child when Ray cancels it (the driver's Ctrl-C) and when the node's raylet goes away (the node is
-lost: nothing of the cell may keep running there). :func:`fetch_run` then packs the run, with only the files
-the driver lacks, and removes the staging store.
+process of its own (``python -m xlarun.executors.node_side``, detached: Ray kills a worker's children when the
+worker goes, and the capture must outlive it long enough to stop its job) and reports the run it committed into a
+fresh store under the node's staging folder. The capture is an ordinary one with its own signal handling: it
+stops itself (SIGTERM: the job's process group or container is stopped and what it wrote is archived) when a
+``stop`` file appears in its staging folder (the driver's Ctrl-C, through :func:`stop_cell`; or the task, when
+Ray cancels it or the node's raylet goes away) or when the Ray worker that started it is gone, and then removes
+its staging folder itself. :func:`fetch_run` packs a finished run, with only the files the driver lacks, and
+removes the staging folder.
 
 The node's staging folder is ``$XLARUN_NODE_STAGING`` or ``<tmp>/xlarun-node-<uid>``.
 """
@@ -24,13 +25,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-#: How long a stopped capture may take to archive what its job wrote before it is killed.
+#: How long a stopped capture may take to archive what its job wrote before the wait for it gives up.
 STOP_GRACE_S = 30.0
 _POLL_S = 0.2
+STOP_FILE = "stop"
 
 
 def node_staging_root() -> Path:
@@ -59,31 +62,49 @@ def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
     """Ray task: yields where it runs, then the captured run ({run_id, status, files, scratch, ...}) or {error}.
     ``request`` is the pickled (LoadedSpec, batch id, matrix values, the driver's argv)."""
     scratch = node_staging_root() / scratch_name
-    scratch.mkdir(parents=True)  # before saying where: from then on the driver waits for its removal when it cancels
+    scratch.mkdir(parents=True)  # before saying where: from then on the driver can stop the cell through it
     (scratch / "request.pickle").write_bytes(request)
     here = where_am_i()
     yield here
     raylet = os.getppid()
-    # its own session: Ray kills a worker's process group when the worker goes, and the capture must outlive
-    # that long enough to stop its job (it gets SIGTERM when the worker dies)
     with open(scratch / "capture.err", "wb") as errors:
-        child = subprocess.Popen([sys.executable, "-m", "xlarun.executors.node_side", str(scratch)], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=errors, preexec_fn=_die_with_parent, start_new_session=True)
+        subprocess.run([sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True, check=False)  # returns once detached
     try:
-        while child.poll() is None:
+        while not (scratch / "report.json").exists():
             if os.getppid() != raylet:  # the raylet died: the node is lost to the cluster
-                _stop(child)
-                shutil.rmtree(scratch, ignore_errors=True)
+                stop_capture(scratch)
                 raise NodeLost(f"the raylet of node {here['node_ip']} ({here['node_id'][:8]}) went away while the cell ran; the cell was stopped")
+            if not scratch.exists() or (scratch / STOP_FILE).exists() or not _capture_alive(scratch):
+                break
             time.sleep(_POLL_S)
-    except KeyboardInterrupt:  # ray.cancel: the driver was interrupted, or gave the cell up
-        _stop(child)
-        shutil.rmtree(scratch, ignore_errors=True)
+    except KeyboardInterrupt:  # ray.cancel: the driver gave the cell up
+        stop_capture(scratch)
         raise
+    if not scratch.exists() or (scratch / STOP_FILE).exists():
+        stop_capture(scratch)
+        yield {"error": "the cell was stopped"}
+        return
     report = _read_report(scratch)
     if report.get("error"):
         shutil.rmtree(scratch, ignore_errors=True)
     yield {**report, "scratch": str(scratch)}
+
+
+def stop_capture(scratch: Path, timeout_s: float = STOP_GRACE_S) -> bool:
+    """Ask the capture in ``scratch`` to stop, and wait until it has stopped its job and removed ``scratch`` (True),
+    or ``timeout_s`` has passed (False)."""
+    try:
+        (scratch / STOP_FILE).touch()
+    except OSError:  # already removed: nothing runs there
+        return True
+    deadline = time.monotonic() + timeout_s
+    while scratch.exists() and time.monotonic() < deadline:
+        if not _capture_alive(scratch):  # it ended (or never started) without removing its folder
+            shutil.rmtree(scratch, ignore_errors=True)
+            break
+        time.sleep(_POLL_S)
+    return not scratch.exists()
 
 
 def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
@@ -105,14 +126,9 @@ def discard_scratch(scratch: str) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def await_stopped(scratch_name: str, timeout_s: float) -> bool:
-    """Ray task, on the node of a cancelled cell: wait until the cell has stopped its capture and removed its
-    staging store (True), or ``timeout_s`` has passed (False)."""
-    scratch = node_staging_root() / scratch_name
-    deadline = time.monotonic() + timeout_s
-    while scratch.exists() and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-    return not scratch.exists()
+def stop_cell(scratch_name: str, timeout_s: float) -> bool:
+    """Ray task, on the node of a cell the driver stops: :func:`stop_capture` of the cell's capture."""
+    return stop_capture(node_staging_root() / scratch_name, timeout_s)
 
 
 def _read_report(scratch: Path) -> dict:
@@ -123,36 +139,54 @@ def _read_report(scratch: Path) -> dict:
         return {"error": f"the capture on this node ended without a report{': ' + err.splitlines()[-1] if err else ''}"}
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the Ray worker dies, and SIGINT/SIGTERM at their defaults (capture handles them)."""
+def _capture_alive(scratch: Path) -> bool:
+    """Whether the detached capture of ``scratch`` still runs (True until it has written its pid)."""
+    try:
+        pid = int((scratch / "capture.pid").read_text())
+    except (OSError, ValueError):
+        return scratch.exists() and time.time() - scratch.stat().st_mtime < 60  # still starting
+    return _pid_alive(pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not Path("/proc").is_dir()
+    return state not in ("Z", "X")
+
+
+def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event) -> None:
+    """In the capture: SIGTERM itself (capture stops its job and archives) once asked to stop or orphaned."""
+    while not stopped.is_set():
+        if (scratch / STOP_FILE).exists() or not _pid_alive(worker_pid):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        stopped.wait(_POLL_S)
+
+
+def _main(scratch: Path, worker_pid: int) -> int:
+    """The capture: detaches from the Ray worker, then one ordinary capture into ``scratch/store``; writes
+    ``scratch/report.json``, or removes ``scratch`` when it was stopped (nobody will fetch it)."""
+    if os.fork() > 0:  # the worker waits for this parent only; the capture goes on as an orphan Ray does not kill
+        os._exit(0)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """SIGTERM the capture (it stops its job and archives), then SIGKILL it if it takes too long."""
-    if child.poll() is not None:
-        return
-    child.terminate()
-    try:
-        child.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-
-
-def _main(scratch: Path) -> int:
-    """The child: one ordinary capture into ``scratch/store``; writes ``scratch/report.json``."""
+    (scratch / "capture.pid").write_text(str(os.getpid()))
     from ..capture import capture
     from ..errors import XlarunError
     from ..store import Store
 
     loaded, batch_id, matrix, argv = pickle.loads((scratch / "request.pickle").read_bytes())
     sys.argv = list(argv)  # the manifest records the command the user ran, on the driver
+    stopped = threading.Event()
+    threading.Thread(target=_watch_for_stop, args=(scratch, worker_pid, stopped), name="xlarun-stop-watch", daemon=True).start()
     try:
         store = Store.open(scratch / "store", create=True)
         result = capture(loaded, store, batch_id=batch_id, matrix=matrix)
@@ -162,6 +196,10 @@ def _main(scratch: Path) -> int:
         report = {"error": exc.one_line()}
     except Exception as exc:  # a bug or an SDK error: the cell says why it failed
         report = {"error": f"{type(exc).__name__}: {exc}"}
+    stopped.set()
+    if (scratch / STOP_FILE).exists() or not _pid_alive(worker_pid):
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 0
     tmp = scratch / "report.json.tmp"
     tmp.write_text(json.dumps(report))
     os.replace(tmp, scratch / "report.json")
@@ -169,4 +207,4 @@ def _main(scratch: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(Path(sys.argv[1])))
+    sys.exit(_main(Path(sys.argv[1]), int(sys.argv[2])))

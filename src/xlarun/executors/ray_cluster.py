@@ -35,7 +35,7 @@ from ..interrupts import StopRequest
 from ..manifest import Manifest
 from ..spec import LoadedSpec
 from ..store import Store
-from .node_side import STOP_GRACE_S, await_stopped, capture_cell_on_node, discard_scratch, fetch_run, new_scratch_name
+from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run, new_scratch_name, stop_cell
 from .placement import describe_offer, probe_node_resources, resource_for
 from .shipping import lacking, receive_run
 
@@ -124,7 +124,7 @@ class RayCellCapture:
         self.capture_task = ray.remote(num_cpus=0, max_retries=0)(capture_cell_on_node)
         self.fetch_task = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
         self.discard_task = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
-        self.await_stopped_task = ray.remote(num_cpus=0, max_retries=0)(await_stopped)
+        self.stop_task = ray.remote(num_cpus=0, max_retries=0)(stop_cell)
         self.nodes = _NodeWatch(ray)
         self.in_flight: set = set()
         self.lock = threading.Lock()
@@ -154,13 +154,19 @@ class RayCellCapture:
         scratch_name = new_scratch_name()
         gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request, scratch_name)
         with self._tracked(gen):
-            node = self._next(gen, stop, None)
+            try:
+                node = self._next(gen, stop, None)
+            except CellStopped:  # still queued (or only just started): nothing ran yet
+                self._cancel(gen)
+                raise
             outcome.node = f"{node['node_ip']}/{node['node_id'][:8]}"
             notify(outcome)
             try:
                 report = self._next(gen, stop, node)
             except CellStopped as stopped:
-                if not self._await_stopped(node, scratch_name):
+                confirmed = self._await_stopped(node, scratch_name)
+                self._cancel(gen)
+                if not confirmed:
                     raise CellStopped(f"{stopped}, but {_on(node, 'node')} did not confirm within {STOP_GRACE_S + 15:.0f}s that its job "
                                       f"stopped: look there for a leftover job") from None
                 raise
@@ -209,8 +215,7 @@ class RayCellCapture:
     def _wait(self, ref, stop: StopRequest, node: dict | None) -> None:
         ray = self.ray
         while not ray.wait([ref], timeout=_POLL_S)[0]:
-            if stop.cancel.is_set():
-                self._cancel(ref)
+            if stop.cancel.is_set():  # the caller has the cell's node stop its capture (see _await_stopped)
                 raise CellStopped(f"the batch was stopped; the cell's task{_on(node)} was cancelled and nothing of it is kept")
             if node is not None and not self.nodes.alive(node["node_id"]):
                 self._force_cancel(ref)
@@ -241,13 +246,13 @@ class RayCellCapture:
             pass
 
     def _await_stopped(self, node: dict, scratch_name: str) -> bool:
-        """After a cancel: wait (up to the grace) until the cell's task on ``node`` has stopped its capture, so that
-        nothing of it is left running when the driver exits (Ray then kills the job's workers outright)."""
+        """After a stop: have the cell's node stop its capture (the job, its container) and wait until it has (True),
+        up to the grace, so that nothing of it is left running when the driver exits."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
         try:
-            ref = self.await_stopped_task.options(scheduling_strategy=pinned).remote(scratch_name, STOP_GRACE_S)
+            ref = self.stop_task.options(scheduling_strategy=pinned).remote(scratch_name, STOP_GRACE_S)
             return bool(self.ray.get(ref, timeout=STOP_GRACE_S + 15))
         except Exception:  # the node is gone, or the wait ran out: there is nothing more the driver can do
             return False
