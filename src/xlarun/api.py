@@ -77,7 +77,7 @@ class Store(display.Shown):
         """Modules holding an opcode, instruction name, op_name or source location (``xlarun find``), across runs."""
         from .index import TERM_KINDS
 
-        kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source)) if on) or TERM_KINDS
+        kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source), strict=True) if on) or TERM_KINDS
         run_id = (run if isinstance(run, Run) else self.run(run)).id if run is not None else None
         return Found(self, text, self.store.index.find(text, kinds=kinds, run_id=run_id, exact=exact))
 

@@ -24,7 +24,7 @@ from .killpoints import kill_point
 from .known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from .manifest import Manifest, git_facts, host_facts, probe_versions
 from .spec import LoadedSpec, detect_framework, load_spec
-from .store import Store, StoredFile
+from .store import FileNote, Store, StoredFile
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -58,7 +58,8 @@ class _LogSink:
     """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
 
     def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
-        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}
+        # open for the job's whole life: close() ends them
+        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}  # noqa: SIM115
         self.echo = echo
         self.prefix = prefix
         self.lock = threading.Lock()
@@ -186,7 +187,8 @@ def capture(
                         matrix=matrix, base_env=base_env, stop=stop)
 
 
-def _capture(spec, store, *, echo, echo_prefix, on_archive, batch_id, matrix, base_env, stop: StopRequest) -> CaptureResult:
+def _capture(spec: LoadedSpec | str | Path, store: Store | None, *, echo: bool, echo_prefix: str, on_archive: ArchiveProgress | None,
+             batch_id: str | None, matrix: dict[str, Any] | None, base_env: dict[str, str] | None, stop: StopRequest) -> CaptureResult:
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or Store.open()
     backend = make_backend(loaded.spec.backend)
@@ -318,7 +320,7 @@ def _not_committed(run_id: str, staging: Path, exc: Exception) -> StoreError:
     )
 
 
-def file_note_warnings(notes, run_id: str) -> list[str]:
+def file_note_warnings(notes: list[FileNote], run_id: str) -> list[str]:
     """One warning for the dump folder's paths that were not archived, one for those archived with a caveat."""
     out = []
     skipped = [n for n in notes if not n.archived]

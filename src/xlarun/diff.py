@@ -17,10 +17,15 @@ import difflib
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .hlo import HloInstruction, HloModule, parse_hlo_text
-from .select import pass_step
+from .select import pass_step, select_file
+
+if TYPE_CHECKING:
+    from .index import ModuleInfo
+    from .runstore import RunStore
 
 #: Attributes that say where an instruction came from, not what it computes.
 PROVENANCE_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
@@ -64,7 +69,7 @@ class StructuralSummary:
         delta = self.instructions_after - self.instructions_before
         out = [f"instructions: {self.instructions_before} -> {self.instructions_after} ({delta:+d})"]
         if self.unchanged:
-            return out + ["no structural change (names, opcodes, shapes, operands and attributes are the same)"]
+            return [*out, "no structural change (names, opcodes, shapes, operands and attributes are the same)"]
         for label, counts in (("added", self.added), ("removed", self.removed), ("now inside fusions", self.fused), ("changed", self.changed)):
             if counts:
                 out.append(f"{label}: {sum(counts.values())} ({_top(counts)})")
@@ -135,7 +140,7 @@ def match_instructions(before: HloModule, after: HloModule, by_position: bool = 
             if instruction.name not in taken:
                 free_right.setdefault(instruction.opcode, []).append(instruction.name)
         for opcode, names in free_left.items():
-            for a, b in zip(names, free_right.get(opcode, [])):
+            for a, b in zip(names, free_right.get(opcode, []), strict=False):  # as many as both sides have
                 mapping[a] = b
                 taken.add(b)
                 positional += 1
@@ -147,7 +152,7 @@ def _computation_pairs(before: HloModule, after: HloModule) -> list[tuple[str, s
     pairs.append((before.entry_computation, after.entry_computation))
     left = [n for n in before.computations if n not in after.computations and n != before.entry_computation]
     right = [n for n in after.computations if n not in before.computations and n != after.entry_computation]
-    pairs.extend(zip(left, right))
+    pairs.extend(zip(left, right, strict=False))  # as many as both sides have
     return list(dict.fromkeys(pairs))
 
 
@@ -293,7 +298,7 @@ class PassStep:
         return f"{what} ({self.pipeline})" if self.pipeline else what
 
 
-def pass_steps(module) -> list[PassStep]:
+def pass_steps(module: ModuleInfo) -> list[PassStep]:
     """The module's per-pass text dumps in step order, each paired with the dump before it."""
     by_step = {f.step: f for f in module.files if f.kind == "pass" and f.format == "text" and f.step is not None}
     counts = {p.step: p.instr_count for p in module.passes}
@@ -310,7 +315,7 @@ def pass_steps(module) -> list[PassStep]:
     return steps
 
 
-def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | None, module) -> tuple[PassStep, list[str]]:
+def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | None, module: ModuleInfo) -> tuple[PassStep, list[str]]:
     """The step a ``--pass NAME`` (as :func:`xlarun.select.pass_step` reads it) or ``--to STEP`` names."""
     module_label = module.label
     if not steps:
@@ -332,7 +337,7 @@ def _ranges(steps: list[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if steps else "none"
 
 
-def pass_diff(store, module, pass_name: str | None = None, from_step: int | None = None, to_step: int | None = None, context: int = 3) -> ModuleDiff:
+def pass_diff(store: RunStore, module: ModuleInfo, pass_name: str | None = None, from_step: int | None = None, to_step: int | None = None, context: int = 3) -> ModuleDiff:
     """What one pass did to ``module``: its dump against the dump before it (or ``from_step`` against ``to_step``)."""
     if pass_name is None and to_step is None:
         raise InputError("say which pass: --pass NAME, or --from STEP --to STEP")
@@ -357,13 +362,11 @@ def pass_diff(store, module, pass_name: str | None = None, from_step: int | None
     return diff
 
 
-def run_diff(store, module_a, module_b, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> ModuleDiff:
+def run_diff(store: RunStore, module_a: ModuleInfo, module_b: ModuleInfo, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> ModuleDiff:
     """The same module in two runs, at one stage; instructions matched by name, then by position."""
-    from .select import select_file
-
     files = [select_file(m, stage, purpose="graph") for m in (module_a, module_b)]
     texts = []
-    for module, file in zip((module_a, module_b), files):
+    for module, file in zip((module_a, module_b), files, strict=True):
         if file.format != "text":
             raise InputError(f"{module.label} has no HLO text at {stage}", "capture with dump.formats including text")
         text = store.blobs.get(file.digest).decode("utf-8", errors="replace")

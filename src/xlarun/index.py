@@ -23,6 +23,7 @@ from .names import DumpName
 
 if TYPE_CHECKING:
     from .runstore import StoredFile
+    from .summarize import ModuleSummary
 
 SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
 
@@ -286,7 +287,7 @@ class Index:
             ],
         )
 
-    def write_module(self, run_id: str, summary) -> None:
+    def write_module(self, run_id: str, summary: ModuleSummary) -> None:
         """(In a transaction.) One module's row and its pass timeline (a :class:`ModuleSummary`)."""
         self.conn.execute(
             "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -63,10 +63,10 @@ class ModuleSummary:
 _FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
 
 
-def _best_hlo(members, stage: str):
+def _best_hlo(members: list[tuple[StoredFile, DumpName]], stage: str) -> tuple[StoredFile, DumpName] | None:
     """The most parseable file of a module at a stage: text, then proto, then compressed proto."""
-    candidates = [(s, n) for s, n in members if n.kind == "hlo" and n.stage == stage and n.format in _FORMAT_PREFERENCE]
-    candidates.sort(key=lambda sn: _FORMAT_PREFERENCE[sn[1].format])
+    candidates = [(s, n) for s, n in members if n.kind == "hlo" and n.stage == stage and (n.format or "") in _FORMAT_PREFERENCE]
+    candidates.sort(key=lambda sn: _FORMAT_PREFERENCE[sn[1].format or ""])
     return candidates[0] if candidates else None
 
 
@@ -213,7 +213,7 @@ def _stage_facts(store: RunStore, facts: FactsCache, stored: StoredFile, name: D
     return found
 
 
-def stage_files(members) -> list[tuple[StoredFile, DumpName, bool]]:
+def stage_files(members: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName, bool]]:
     """The files :func:`summarize_module` parses: (file, name, with fingerprint) for each stage it has."""
     out = []
     for stage in ("before_optimizations", "after_optimizations"):
@@ -337,7 +337,7 @@ class gather_facts:
             self.pool.close()
 
 
-def count_pass_dumps(store: RunStore, facts: FactsCache, files, counts: dict[str, int]) -> None:
+def count_pass_dumps(store: RunStore, facts: FactsCache, files: list[tuple[StoredFile, DumpName]], counts: dict[str, int]) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
     in ``counts`` (by digest), for the pass timelines."""
     for stored, name in files:
@@ -370,7 +370,7 @@ def _stage_bytes(store: RunStore, facts: FactsCache, digest: str) -> bytes:
     return data if data is not None else store.blobs.get(digest)
 
 
-def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, members, counts: dict[str, int],
+def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, members: list[tuple[StoredFile, DumpName]], counts: dict[str, int],
                      gathered: dict[tuple[str, bool], _StageFacts | str] | None = None) -> ModuleSummary:
     """A module's summary from its files (``members``: (StoredFile, DumpName) pairs); ``counts`` memoizes
     pass-dump instruction counts by digest and gains the new ones; ``gathered`` holds facts from
@@ -419,7 +419,7 @@ def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, m
     return summary
 
 
-def _pass_timeline(store: RunStore, facts: FactsCache, pass_members, counts: dict[str, int]) -> list[PassInfo]:
+def _pass_timeline(store: RunStore, facts: FactsCache, pass_members: list[tuple[StoredFile, DumpName]], counts: dict[str, int]) -> list[PassInfo]:
     """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by digest)."""
     by_step: dict[tuple, list] = defaultdict(list)
     for stored, name in pass_members:

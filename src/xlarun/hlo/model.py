@@ -261,7 +261,7 @@ def expand_tuple_references(computation: HloComputation) -> None:
                 by_name[name] = gte
             instruction.operands[position] = made[operand].name
     after: dict[str, list[HloInstruction]] = {}
-    for operand, gte in sorted(made.items(), key=lambda item: int(item[0].rsplit("#", 1)[1])):
+    for _operand, gte in sorted(made.items(), key=lambda item: int(item[0].rsplit("#", 1)[1])):
         after.setdefault(gte.operands[0], []).append(gte)
     known = {i.name for i in computation.instructions}
     ordered = [gte for base, gtes in after.items() if base not in known for gte in gtes]  # names no instruction here
@@ -305,7 +305,7 @@ def _async_wrapped(name: str, opcode: str, start: HloInstruction) -> HloComputat
     parts = [strip_comments(p).strip() for p in split_top_level(start.shape[1:-1])] if start.shape.startswith("(") else []
     operand_shapes = [p.strip() for p in split_top_level(parts[0][1:-1]) if p.strip()] if parts and parts[0].startswith("(") else []
     computation = HloComputation(name=name)
-    for number, operand in enumerate(start.operands):
+    for number in range(len(start.operands)):
         shape = operand_shapes[number] if number < len(operand_shapes) else ""
         parameter_name = "async_param" if number == 0 else f"async_param.{number}"
         computation.instructions.append(HloInstruction(
@@ -379,7 +379,7 @@ def _canonical_lines(module: HloModule) -> Iterator[str]:
             position += 1
 
         def wire(m: re.Match) -> str:
-            return local.get(m.group(1), m.group(0))
+            return local.get(m.group(1), m.group(0))  # noqa: B023 (used only within this computation's iteration)
 
         yield f"{'ENTRY ' if computation.is_entry else ''}{computation_ids[computation.name]} {{"
         for instruction in computation.instructions:

@@ -114,7 +114,7 @@ def _inferred(instruction, operands: list[str], roots: dict[str, str]) -> str:
     if opcode == "pad":
         element_type, dims = _dimensions(operands[0])
         edges = [[int(v) for v in part.split("_")] for part in attributes["padding"].split("x")] if dims else []
-        return _array(element_type, [d + e[0] + e[1] + (e[2] if len(e) > 2 else 0) * max(d - 1, 0) for d, e in zip(dims, edges)])
+        return _array(element_type, [d + e[0] + e[1] + (e[2] if len(e) > 2 else 0) * max(d - 1, 0) for d, e in zip(dims, edges, strict=False)])
     if opcode == "dot":
         return _dot_shape(operands, attributes)
     if opcode == "reduce":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..hlo import gunzip, load_hlo, looks_like_hlo_text
@@ -24,6 +25,10 @@ from .graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, nei
 from .graphdef import graphdef_graph
 from .hlo_graph import hlo_graph, hlo_neighbourhood
 from .layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
+
+if TYPE_CHECKING:
+    from ..index import FileInfo
+    from ..runstore import RunStore
 
 __all__ = [
     "DEFAULT_NODE_LIMIT", "DEFAULT_TIMEOUT_S", "FORMATS", "Graph", "GraphTooBig", "LayoutTimeout", "RenderOptions",
@@ -131,7 +136,7 @@ def render_path(path: str | Path, options: RenderOptions | None = None) -> Rende
     return render_bytes(data, path.name, options)
 
 
-def render_stored_file(store, run_id: str, file, options: RenderOptions | None = None) -> RenderedGraph:
+def render_stored_file(store: RunStore, run_id: str, file: FileInfo, options: RenderOptions | None = None) -> RenderedGraph:
     """Render one archived file of a run (``file`` is an index FileInfo)."""
     rendered = render_bytes(store.blobs.get(file.digest), file.path, options)
     rendered.source = f"{run_id}/{file.path}"

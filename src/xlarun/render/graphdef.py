@@ -62,7 +62,7 @@ def graphdef_graph(data: str | bytes, title: str = "GraphDef") -> Graph:
     sizes = Counter(c for c in clusters if c)
     for name in order:
         graph.clusters[name] = Cluster(name, f"XLA {name} ({sizes[name]} nodes)", fill="#fbfbfb", tooltip=f"nodes XLA compiles together as {name}")
-    for node, cluster in zip(nodes, clusters):
+    for node, cluster in zip(nodes, clusters, strict=True):
         name, op = str(node.first("name", "?")), str(node.first("op", "?"))
         details = [f"{name} = {op}"]
         if node.first("device"):

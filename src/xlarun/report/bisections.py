@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
 
@@ -24,7 +28,7 @@ class BisectionBlock:
     diff_lines: list[tuple[str, str]] = field(default_factory=list)  # (css class, text)
 
 
-def bisection_blocks(store, run_id: str, module_id: int) -> list[BisectionBlock]:
+def bisection_blocks(store: Store, run_id: str, module_id: int) -> list[BisectionBlock]:
     """One block per recorded bisection of the module, newest first (none when the bisect stage is absent)."""
     if not any((store.runs_dir / run_id / "bisections").glob("*.json")):
         return []
@@ -62,8 +66,8 @@ def error_plot(result) -> Markup:
     points = [e for e in result.steps if e.step >= 0 and e.max_abs_error is not None]
     steps = max(result.steps_total - 1, 1)
     positive = [e.max_abs_error for e in points if e.max_abs_error > 0 and math.isfinite(e.max_abs_error)]
-    low = math.floor(math.log10(min(positive + [result.abs_tolerance]))) - 1
-    high = math.ceil(math.log10(max(positive + [result.abs_tolerance * 10])))
+    low = math.floor(math.log10(min([*positive, result.abs_tolerance]))) - 1
+    high = math.ceil(math.log10(max([*positive, result.abs_tolerance * 10])))
     plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
 
     def x(step: int) -> float:

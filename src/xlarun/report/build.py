@@ -19,9 +19,11 @@ import json
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
@@ -30,8 +32,12 @@ from .. import __version__
 from ..console import human_bytes, to_jsonable
 from ..errors import InputError
 from .bisections import bisection_blocks
-from .collect import FileCopier, ParsedCache, hlo_name, replay_rows, timeline
+from .collect import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
 from .graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
+
+if TYPE_CHECKING:
+    from ..index import ModuleInfo, RunInfo
+    from ..store import Store
 
 MARKER = ".xlarun-report"
 STATIC_FILES = ("report.css", "report.js")
@@ -92,7 +98,7 @@ def _common(options: ReportOptions, root: str) -> dict:
 
 
 class _RunReport:
-    def __init__(self, store, run_id: str, out: Path, options: ReportOptions, progress):
+    def __init__(self, store: Store, run_id: str, out: Path, options: ReportOptions, progress: Callable[[str], None] | None):
         self.store, self.run_id, self.out, self.options = store, run_id, out, options
         self.say = progress or (lambda text: None)
         self.env = _environment()
@@ -135,7 +141,7 @@ class _RunReport:
         self.say(f"done in {seconds:.1f} s")
         return BuiltReport(self.out / "index.html", self.out / "index.json", len(pages) + 1, sum(1 for j in self.jobs if j.svg), self.copier.copied, seconds)
 
-    def _module_page(self, number: int, total: int, module) -> dict:
+    def _module_page(self, number: int, total: int, module: ModuleInfo) -> dict:
         folder = f"module_{module.module_id:04d}"
         self.say(f"module {number}/{total}: {module.label} ({module.n_files} files, {module.n_pass_dumps} pass dumps)")
         files = [self.copier.entry(f, folder) for f in module.files]
@@ -161,7 +167,7 @@ class _RunReport:
             if job.svg:
                 (folder / f"{job.key}.svg").write_text(job.svg, encoding="utf-8")
 
-    def _index_json(self, info, manifest: dict, pages: list[dict], run_files, tf_jobs) -> dict:
+    def _index_json(self, info: RunInfo, manifest: dict, pages: list[dict], run_files: list[FileEntry], tf_jobs: list[GraphJob]) -> dict:
         def graph(job: GraphJob) -> dict:
             return {"title": job.title, "source": job.source_path, "svg": f"graphs/{job.key}.svg" if job.svg else None, "nodes": job.nodes,
                     "view": job.view, "center": job.center, "problem": job.problem}
@@ -196,14 +202,16 @@ def _opcode_rows(before: dict[str, int], after: dict[str, int]) -> list[tuple[st
     return [(op, before.get(op, 0), after.get(op, 0), after.get(op, 0) - before.get(op, 0)) for op in ops]
 
 
-def build_run_report(store, run_id: str, out: str | Path, options: ReportOptions | None = None, progress=None) -> BuiltReport:
+def build_run_report(store: Store, run_id: str, out: str | Path, options: ReportOptions | None = None,
+                     progress: Callable[[str], None] | None = None) -> BuiltReport:
     """Write the report of one run into folder ``out`` (replaced if it holds an earlier report)."""
     out = Path(out)
     _prepare(out)
     return _RunReport(store, run_id, out, options or ReportOptions(), progress).build()
 
 
-def build_batch_report(store, batch_id: str, out: str | Path, options: ReportOptions | None = None, progress=None) -> BuiltReport:
+def build_batch_report(store: Store, batch_id: str, out: str | Path, options: ReportOptions | None = None,
+                       progress: Callable[[str], None] | None = None) -> BuiltReport:
     """Write a report listing a batch's runs, each run's own report below ``runs/<run id>/``."""
     options = options or ReportOptions()
     runs = store.index.runs(batch_id=batch_id)
@@ -212,7 +220,8 @@ def build_batch_report(store, batch_id: str, out: str | Path, options: ReportOpt
     out = Path(out)
     started = time.monotonic()
     _prepare(out)
-    rows, pages, graphs, files = [], 1, 0, 0
+    rows: list[dict[str, Any]] = []
+    pages, graphs, files = 1, 0, 0
     for number, run in enumerate(runs, 1):
         if progress:
             progress(f"run {number}/{len(runs)}: {run.run_id}")

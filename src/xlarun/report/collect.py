@@ -7,10 +7,15 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..diff import PassStep, pass_steps, structural_summary
 from ..errors import InputError
 from ..hlo import HloModule, parse_hlo_text
+
+if TYPE_CHECKING:
+    from ..index import FileInfo, Index, ModuleInfo
+    from ..runstore import RunStore
 
 #: Formats never copied into a report (binary, or redundant with the text of the same dump).
 BINARY_FORMATS = frozenset({"o", "a", "pb", "pb.gz", "proto", "proto.gz", "pop", "pprof", "url"})
@@ -54,12 +59,12 @@ def safe_file_name(path: str) -> str:
 class FileCopier:
     """Copies text files into ``<report>/files/<folder>/`` once each, within a size limit."""
 
-    def __init__(self, store, root: Path, max_bytes: int):
+    def __init__(self, store: RunStore, root: Path, max_bytes: int):
         self.store, self.root, self.max_bytes = store, root, max_bytes
         self.copied = 0
         self.by_content: dict[str, str] = {}  # digest -> href: unchanged pass dumps share one copy
 
-    def entry(self, file, folder: str, skip_pass_dot: bool = True) -> FileEntry:
+    def entry(self, file: FileInfo, folder: str, skip_pass_dot: bool = True) -> FileEntry:
         entry = FileEntry(file.path, file.kind, file.stage, file.size, None)
         if (file.format or "") in BINARY_FORMATS:
             entry.why_not = "binary"
@@ -92,7 +97,7 @@ class FileCopier:
 class ParsedCache:
     """HLO texts parsed once per content (a pass dump is the 'after' of one step and the 'before' of the next)."""
 
-    def __init__(self, store):
+    def __init__(self, store: RunStore):
         self.store = store
         self.texts: dict[str, str] = {}
         self.modules: dict[str, HloModule | None] = {}
@@ -115,7 +120,7 @@ class ParsedCache:
         self.modules.clear()
 
 
-def hlo_name(store, module) -> str | None:
+def hlo_name(store: RunStore, module: ModuleInfo) -> str | None:
     """The name on the ``HloModule`` line of the module's first HLO text dump (file names may lack it)."""
     for file in module.files:
         if file.format == "text" and file.kind in ("hlo", "pass"):
@@ -125,7 +130,7 @@ def hlo_name(store, module) -> str | None:
     return None
 
 
-def timeline(module, cache: ParsedCache, max_lines: int, with_diffs: bool = True) -> list[StepEntry]:
+def timeline(module: ModuleInfo, cache: ParsedCache, max_lines: int, with_diffs: bool = True) -> list[StepEntry]:
     """The module's pass timeline; each step whose dump changed carries its diff and structural summary."""
     steps = pass_steps(module)
     top = max((s.instr_count or 0 for s in steps), default=0) or 1
@@ -155,7 +160,7 @@ def _fill_diff(entry: StepEntry, cache: ParsedCache, max_lines: int) -> None:
         entry.lines.append(DiffLine(css, line))
 
 
-def replay_rows(index, run_id: str, module_id: int | None = None) -> tuple[list[str], list[list]]:
+def replay_rows(index: Index, run_id: str, module_id: int | None = None) -> tuple[list[str], list[list]]:
     """Columns and rows of the ``replays`` table for a run (or one module), when another stage created it."""
     conn = index.conn
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='replays'").fetchone() is None:

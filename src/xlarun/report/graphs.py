@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
 
 from ..errors import XlarunError
 from ..render import RenderOptions, graph_of, layout, to_dot
 from ..render.graph import Graph, neighbourhood
 from ..select import select_file
+
+if TYPE_CHECKING:
+    from ..index import FileInfo, ModuleInfo
+    from ..runstore import RunStore
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
@@ -41,7 +48,7 @@ class GraphJob:
         return len(self.graph.nodes) if self.graph else 0
 
 
-def plan_module_graphs(store, module, limit: int) -> list[GraphJob]:
+def plan_module_graphs(store: RunStore, module: ModuleInfo, limit: int) -> list[GraphJob]:
     """A job per stage of ``module`` that has HLO text or proto; big graphs become the root's neighbourhood."""
     jobs = []
     for stage in STAGES:
@@ -50,20 +57,24 @@ def plan_module_graphs(store, module, limit: int) -> list[GraphJob]:
         except XlarunError:
             continue
         job = GraphJob(f"module_{module.module_id:04d}.{stage}", stage, file.path)
-        _plan(job, lambda f=file, s=stage: graph_of(store.blobs.get(f.digest), f.path, RenderOptions(), title=f"{module.label} {s}"), limit)
+        _plan(job, partial(_stored_graph, store, file, f"{module.label} {stage}"), limit)
         jobs.append(job)
     return jobs
 
 
-def plan_graphdef(store, file, limit: int) -> GraphJob:
+def plan_graphdef(store: RunStore, file: FileInfo, limit: int) -> GraphJob:
     """A job for one TensorFlow GraphDef ``.pbtxt`` of the run."""
     key = "tf." + "".join(c if c.isalnum() or c in "._-" else "_" for c in file.path.split("/")[-1])
     job = GraphJob(key, file.path, file.path)
-    _plan(job, lambda: graph_of(store.blobs.get(file.digest), file.path, RenderOptions()), limit)
+    _plan(job, partial(_stored_graph, store, file, None), limit)
     return job
 
 
-def _plan(job: GraphJob, build, limit: int) -> None:
+def _stored_graph(store: RunStore, file: FileInfo, title: str | None) -> Graph:
+    return graph_of(store.blobs.get(file.digest), file.path, RenderOptions(), title=title)
+
+
+def _plan(job: GraphJob, build: Callable[[], Graph], limit: int) -> None:
     try:
         graph = build()
     except XlarunError as exc:
@@ -82,7 +93,7 @@ def _plan(job: GraphJob, build, limit: int) -> None:
     job.notes.extend(graph.notes)
 
 
-def lay_out_all(jobs: list[GraphJob], timeout_s: float, progress=None) -> None:
+def lay_out_all(jobs: list[GraphJob], timeout_s: float, progress: Callable[[str], None] | None = None) -> None:
     """Lay out every planned graph as SVG, several dot processes at a time."""
     todo = [(j, j.graph) for j in jobs if j.graph is not None]
 
