@@ -82,7 +82,7 @@ def connect(address: str | None) -> tuple[Any, bool]:
             ray.init(address=address, namespace="xlarun", log_to_driver=False, logging_level="ERROR", configure_logging=False)
         else:
             offer = {c.resource: c.units for c in probe_node_resources() if c.units}
-            ray.init(resources=offer, namespace="xlarun", log_to_driver=False, logging_level="ERROR", include_dashboard=False,
+            ray.init(address="local", resources=offer, namespace="xlarun", log_to_driver=False, logging_level="ERROR", include_dashboard=False,
                      configure_logging=False)
     except Exception as exc:  # ConnectionError, RuntimeError...: Ray's message says what it tried
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
