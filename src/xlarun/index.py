@@ -385,9 +385,6 @@ class Index:
             for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))
         ]
 
-    def all_modules(self) -> list[ModuleInfo]:
-        return [_module_from_row(row) for row in self.conn.execute("SELECT * FROM modules ORDER BY run_id, module_id")]
-
     def find(self, text: str, kinds: tuple[str, ...] = TERM_KINDS, run_id: str | None = None, exact: bool = False, limit_matches: int = 5) -> list[FindHit]:
         """Modules containing a term: an opcode, an instruction name, an op_name or a source location.
 

@@ -44,11 +44,6 @@ DRAWN_CALL_KEYS = ("body", "condition", "branch_computations", "true_computation
 _EDGE_LABEL_MAX = 48
 
 
-def opcode_category(opcode: str) -> str:
-    """'dot' -> 'compute', 'broadcast' -> 'data movement', 'add' -> 'elementwise'."""
-    return _CATEGORY_OF.get(opcode, "elementwise")
-
-
 def opcode_fill(opcode: str) -> str:
     category = _CATEGORY_OF.get(opcode)
     return CATEGORIES[category][0] if category else ELEMENTWISE_FILL
