@@ -347,14 +347,14 @@ def pass_diff(store: RunStore, module: ModuleInfo, pass_name: str | None = None,
         start = [s for s in steps if s.step == from_step]
         if not start:
             raise InputError(f"{module.label} has no pass dump at step {from_step}", f"steps: {_ranges([s.step for s in steps])}")
-        left_path, left_sha, left_label = start[0].path, start[0].digest, f"step {from_step} ({start[0].label})"
+        left_path, left_digest, left_label = start[0].path, start[0].digest, f"step {from_step} ({start[0].label})"
     elif chosen.previous_path is None or chosen.previous_digest is None:
         raise InputError(f"{module.label} has no dump before step {chosen.step}", "capture with dump.formats including text")
     else:
-        left_path, left_sha = chosen.previous_path, chosen.previous_digest
+        left_path, left_digest = chosen.previous_path, chosen.previous_digest
         earlier = [s for s in steps if s.path == left_path]
         left_label = f"step {earlier[0].step} ({earlier[0].label})" if earlier else "before_optimizations"
-    before_text = store.blobs.get(left_sha).decode("utf-8", errors="replace")
+    before_text = store.blobs.get(left_digest).decode("utf-8", errors="replace")
     after_text = store.blobs.get(chosen.digest).decode("utf-8", errors="replace")
     diff = diff_hlo_texts(before_text, after_text, f"{module.ref} {left_label}", f"{module.ref} step {chosen.step} ({chosen.label})",
                           context=context, before_path=left_path, after_path=chosen.path)

@@ -347,15 +347,15 @@ class RunStore:
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
-        by_sha: dict[str, list[tuple[str, str]]] = {}
+        by_digest: dict[str, list[tuple[str, str]]] = {}
         runs = self.run_ids()
         for run_id in runs:
             for entry in self.stored_files(run_id):
-                by_sha.setdefault(entry.digest, []).append((run_id, entry.path))
-        report = CheckReport(runs=len(runs), files=sum(map(len, by_sha.values())), blobs=len(by_sha), packs=0)
+                by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
+        report = CheckReport(runs=len(runs), files=sum(map(len, by_digest.values())), blobs=len(by_digest), packs=0)
         packs = self.blobs.pack_names()
         report.packs = len(packs)
-        total, done = len(by_sha) + len(packs), 0
+        total, done = len(by_digest) + len(packs), 0
         for name in packs:
             problem = self.blobs.verify_pack(name)
             if problem:
@@ -364,8 +364,8 @@ class RunStore:
             if progress:
                 progress(done, total)
         self.blobs.forget_decoded()  # read from the disk, each pack once (not once per file it holds)
-        for sha, uses in sorted(by_sha.items(), key=lambda kv: kv[1]):
-            problem = self.blobs.verify(sha, use_cache=True)
+        for digest, uses in sorted(by_digest.items(), key=lambda kv: kv[1]):
+            problem = self.blobs.verify(digest, use_cache=True)
             if problem:
                 report.damaged += [{"run": run_id, "path": path, "problem": problem} for run_id, path in uses]
             done += 1
