@@ -139,6 +139,6 @@ class Batch(display.Shown):
         return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
 
     def _printed(self) -> display.Printed:
-        from .commands.batch import print_comparison
+        from .present import print_comparison
 
         return display.capture_printed(print_comparison, self.result)

@@ -154,3 +154,26 @@ def main_module_counts(result: CaptureResult | None) -> tuple[int | None, int | 
         return None, None
     main = result.modules[0]
     return main.instr_before, main.instr_after
+
+
+def cell_summary(cell: CellOutcome) -> dict:
+    """What a batch reports of one cell (its --json entry and its row of the comparison table)."""
+    before, after = main_module_counts(cell.result)
+    result = cell.result
+    return {
+        "values": cell.values,
+        "status": cell.status,
+        "error": cell.error,
+        "run_id": result.run_id if result else None,
+        "seconds": round(cell.elapsed_s, 3) if cell.elapsed_s is not None else None,
+        "modules": len(result.modules) if result else None,
+        "main_module": result.modules[0].name if result and result.modules else None,
+        "main_fingerprint": result.modules[0].fingerprint if result and result.modules else None,
+        "main_instr_before": before,
+        "main_instr_after": after,
+        "files": result.manifest.files if result else None,
+        "dump_bytes": result.manifest.dump_bytes if result else None,
+        "node": cell.node,
+        "attempts": cell.attempts,
+        "shipped_bytes": cell.shipped_bytes,
+    }

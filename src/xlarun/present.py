@@ -295,3 +295,32 @@ def _num(value) -> str:
 
 def _short(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
+def print_comparison(result) -> None:
+    """The side-by-side table of a batch's cells."""
+    from .batch import cell_summary
+
+    rows = []
+    on_nodes = any(cell.node for cell in result.cells)  # a batch spread over a cluster says where each cell ran
+    for cell in result.cells:
+        data = cell_summary(cell)
+        rows.append(
+            (
+                cell.label, data["status"], data["run_id"] or "", f"{data['seconds']:.1f}s" if data["seconds"] is not None else "",
+                data["modules"] if data["modules"] is not None else "", data["main_module"] or "",
+                data["main_instr_before"] or "", data["main_instr_after"] or "", data["files"] if data["files"] is not None else "",
+                human_bytes(data["dump_bytes"]) if data["dump_bytes"] is not None else "",
+            ) + ((cell.node or "", human_bytes(cell.shipped_bytes) if cell.shipped_bytes is not None else "") if on_nodes else ())
+        )
+    columns = ("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump")
+    print_table(columns + (("node", "shipped") if on_nodes else ()), rows,
+                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"))
+    prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
+    if len(prints) == 1 and len(result.cells) > 1 and all(c.result and c.result.modules for c in result.cells):
+        say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
+    for cell in result.cells:
+        for note in cell.attempts if cell.ok else ():
+            say(f"[yellow]{cell.label}[/yellow]: retried after {note}")
+        if cell.error:
+            say(f"[red]{cell.label}[/red]: {cell.error}")

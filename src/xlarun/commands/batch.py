@@ -49,9 +49,11 @@ def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as
                    address: str | None = None, retries: int = 0) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
     ``executor`` None: the spec's (``executor:``), else local."""
+    from ..batch import cell_summary
     from ..console import print_json, say
     from ..errors import ExitCode
     from ..executors import executor_of, run_batch_on
+    from ..present import print_comparison
 
     executor = executor_of(cells, executor)
 
@@ -71,7 +73,7 @@ def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as
         if view:
             view.stop()
     if as_json:
-        print_json({"batch_id": result.batch_id, "ok": result.ok, "interrupted": result.interrupted, "cells": [_cell_json(c) for c in result.cells]})
+        print_json({"batch_id": result.batch_id, "ok": result.ok, "interrupted": result.interrupted, "cells": [cell_summary(c) for c in result.cells]})
     else:
         print_comparison(result)
     if result.interrupted:
@@ -80,59 +82,6 @@ def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as
         raise typer.Exit(exit_code_for(result.signal))  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     if not result.ok:
         raise typer.Exit(int(ExitCode.FAILED))
-
-
-def _cell_json(cell) -> dict:
-    from ..batch import main_module_counts
-
-    before, after = main_module_counts(cell.result)
-    result = cell.result
-    return {
-        "values": cell.values,
-        "status": cell.status,
-        "error": cell.error,
-        "run_id": result.run_id if result else None,
-        "seconds": round(cell.elapsed_s, 3) if cell.elapsed_s is not None else None,
-        "modules": len(result.modules) if result else None,
-        "main_module": result.modules[0].name if result and result.modules else None,
-        "main_fingerprint": result.modules[0].fingerprint if result and result.modules else None,
-        "main_instr_before": before,
-        "main_instr_after": after,
-        "files": result.manifest.files if result else None,
-        "dump_bytes": result.manifest.dump_bytes if result else None,
-        "node": cell.node,
-        "attempts": cell.attempts,
-        "shipped_bytes": cell.shipped_bytes,
-    }
-
-
-def print_comparison(result) -> None:
-    """The side-by-side table of a batch's cells."""
-    from ..console import human_bytes, print_table, say
-
-    rows = []
-    on_nodes = any(cell.node for cell in result.cells)  # a batch spread over a cluster says where each cell ran
-    for cell in result.cells:
-        data = _cell_json(cell)
-        rows.append(
-            (
-                cell.label, data["status"], data["run_id"] or "", f"{data['seconds']:.1f}s" if data["seconds"] is not None else "",
-                data["modules"] if data["modules"] is not None else "", data["main_module"] or "",
-                data["main_instr_before"] or "", data["main_instr_after"] or "", data["files"] if data["files"] is not None else "",
-                human_bytes(data["dump_bytes"]) if data["dump_bytes"] is not None else "",
-            ) + ((cell.node or "", human_bytes(cell.shipped_bytes) if cell.shipped_bytes is not None else "") if on_nodes else ())
-        )
-    columns = ("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump")
-    print_table(columns + (("node", "shipped") if on_nodes else ()), rows,
-                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"))
-    prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
-    if len(prints) == 1 and len(result.cells) > 1 and all(c.result and c.result.modules for c in result.cells):
-        say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
-    for cell in result.cells:
-        for note in cell.attempts if cell.ok else ():
-            say(f"[yellow]{cell.label}[/yellow]: retried after {note}")
-        if cell.error:
-            say(f"[red]{cell.label}[/red]: {cell.error}")
 
 
 class _ProgressView:
