@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from markupsafe import Markup, escape
 
 if TYPE_CHECKING:
+    from ..bisect.result import BisectResult
     from ..store import Store
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
@@ -57,15 +58,16 @@ def _css(line: str) -> str:
     return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "")
 
 
-def _num(value) -> str:
+def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
-def error_plot(result) -> Markup:
+def error_plot(result: BisectResult) -> Markup:
     """Max abs error against step as a small SVG: log scale, the tolerance dashed, the culprit red."""
-    points = [e for e in result.steps if e.step >= 0 and e.max_abs_error is not None]
+    # (step, its max abs error): the steps that have one, in step order
+    points = sorted(((e, e.max_abs_error) for e in result.steps if e.step >= 0 and e.max_abs_error is not None), key=lambda p: p[0].step)
     steps = max(result.steps_total - 1, 1)
-    positive = [e.max_abs_error for e in points if e.max_abs_error > 0 and math.isfinite(e.max_abs_error)]
+    positive = [error for _e, error in points if error > 0 and math.isfinite(error)]
     low = math.floor(math.log10(min([*positive, result.abs_tolerance]))) - 1
     high = math.ceil(math.log10(max([*positive, result.abs_tolerance * 10])))
     plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
@@ -89,18 +91,17 @@ def error_plot(result) -> Markup:
     tol = y(result.abs_tolerance)
     parts.append(f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{tol:.1f}" y2="{tol:.1f}" stroke="#c80" stroke-dasharray="4 3"/>'
                  f'<text x="{_LEFT + plot_w - 4}" y="{tol - 4:.1f}" text-anchor="end" font-size="10" fill="#c80">tolerance {result.abs_tolerance:g}</text>')
-    ordered = sorted(points, key=lambda e: e.step)
-    if len(ordered) > 1:
-        path = " ".join(f"{x(e.step):.1f},{y(e.max_abs_error):.1f}" for e in ordered)
+    if len(points) > 1:
+        path = " ".join(f"{x(e.step):.1f},{y(error):.1f}" for e, error in points)
         parts.append(f'<polyline points="{path}" fill="none" stroke="#48c" stroke-width="1.5"/>')
-    for e in ordered:
-        culprit = e.step == result.culprit_step
-        title = escape(f"step {e.step} {e.label}: max abs error {e.max_abs_error:.3g}")
-        parts.append(f'<circle cx="{x(e.step):.1f}" cy="{y(e.max_abs_error):.1f}" r="{5 if culprit else 3.5}" '
-                     f'fill="{"#d22" if culprit else "#48c"}"><title>{title}</title></circle>')
-    culprit = next((e for e in ordered if e.step == result.culprit_step), None)
+    for e, error in points:
+        is_culprit = e.step == result.culprit_step
+        title = escape(f"step {e.step} {e.label}: max abs error {error:.3g}")
+        parts.append(f'<circle cx="{x(e.step):.1f}" cy="{y(error):.1f}" r="{5 if is_culprit else 3.5}" '
+                     f'fill="{"#d22" if is_culprit else "#48c"}"><title>{title}</title></circle>')
+    culprit = next(((e, error) for e, error in points if e.step == result.culprit_step), None)
     if culprit is not None:
-        below = y(culprit.max_abs_error) + 18
-        parts.append(f'<text x="{x(culprit.step) + 7:.1f}" y="{below:.1f}" font-size="11" fill="#d22">{escape(result.culprit_pass or "")}</text>')
+        below = y(culprit[1]) + 18
+        parts.append(f'<text x="{x(culprit[0].step) + 7:.1f}" y="{below:.1f}" font-size="11" fill="#d22">{escape(result.culprit_pass or "")}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))  # every value from the dump went through escape()
