@@ -49,7 +49,7 @@ def _workloads(quick: bool):
             return jnp.mean((h - y) ** 2)
 
         value, grads = jax.value_and_grad(loss)(params)
-        return value, [w - 0.01 * g for w, g in zip(params, grads)]
+        return value, [w - 0.01 * g for w, g in zip(params, grads, strict=False)]
 
     def elementwise_chain(x, y):
         for _ in range(8):
@@ -121,7 +121,7 @@ def _table(results: dict) -> str:
             wall = f"{m['wall_s']:.2f}" if "wall_s" in m else ""
             rows.append((name, how, f"{m['compile_s']:.3f}", f"{m['median_s'] * 1e3:.3f}", f"{m['min_s'] * 1e3:.3f}", wall, note or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() for row in rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,6 +122,6 @@ def format_table(rows: list[Row]) -> str:
         for r in rows
     ]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *body]]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

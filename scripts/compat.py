@@ -30,10 +30,11 @@ import sys
 import tarfile
 import tempfile
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = ".xlarun-compat-ok"

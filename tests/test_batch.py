@@ -15,7 +15,7 @@ from xlarun.spec import load_batch
 from xlarun.store import Store
 
 from .conftest import CONFIGS, write_spec
-from .test_capture import TINY_JAX, _wait_for_line
+from .test_capture import TINY_JAX
 
 pytestmark = pytest.mark.slow  # real JAX captures of every cell, Ctrl-C of a batch
 

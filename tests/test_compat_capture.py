@@ -56,7 +56,7 @@ def jax_0_4_30_run(tmp_path_factory):
 
 
 def test_pytorch_xla_training_step_is_ranked_first(torch_xla_run):
-    store, result, modules = torch_xla_run
+    _store, _result, modules = torch_xla_run
     # the example compiles the training step first (module 0), then its evaluation
     assert [m.name.split(".")[0] for m in modules] == ["SyncTensorsGraph"] * 2
     assert modules[0].module_id == 0 and modules[0].compute_ops > modules[1].compute_ops > 0

@@ -24,7 +24,7 @@ def test_runs_lists_the_capture(cli, store_arg):
 
 
 def test_modules_main_program_first(cli, store_arg):
-    args, result = store_arg
+    args, _result = store_arg
     out = cli("modules", *args)
     assert out.exit_code == 0
     table = out.stdout.splitlines()
@@ -88,7 +88,7 @@ def test_cat_prints_the_exact_dump(cli, store_arg, jax_run):
 
 
 def test_find_by_opcode_op_name_and_source(cli, store_arg):
-    args, result = store_arg
+    args, _result = store_arg
     hits = json.loads(cli("find", "dot", "--opcode", *args, "--json").stdout)
     assert "jit_train_step" in {h["module_name"] for h in hits}
     by_op_name = json.loads(cli("find", "log_softmax", "--op-name", *args, "--json").stdout)
@@ -125,7 +125,7 @@ def test_logs_and_export(cli, store_arg, tmp_path):
 
 
 def test_tf1_autojit_run_shows_graphdefs_and_clusters(cli, tf1_run):
-    store, result = tf1_run
+    store, _result = tf1_run
     args = ["--store", str(store.root)]
     listing = cli("modules", *args)
     assert "cluster_0__XlaCompiledKernel_true" in listing.stdout

@@ -49,7 +49,7 @@ def host_params(rng, vocab: int, d_model: int, layers: int, d_ff: int):
     def dense(fan_in, fan_out):
         return (rng.standard_normal((fan_in, fan_out)) * (1.0 / fan_in) ** 0.5).astype(np.float32)
 
-    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
+    ones = lambda n: np.ones(n, np.float32)
     blocks = [{"norm1": ones(d_model), "qkv": dense(d_model, 3 * d_model), "proj": dense(d_model, d_model), "norm2": ones(d_model),
                "up": dense(d_model, d_ff), "down": dense(d_ff, d_model)} for _ in range(layers)]
     return {"embed": dense(vocab, d_model), "final_norm": ones(d_model), "blocks": blocks}

@@ -38,7 +38,22 @@ if TYPE_CHECKING:
     from typing import Any
 
     from . import jax
-    from .api import Batch, Bisection, Diff, Found, Graph, Module, ModuleList, Replay, Run, RunList, Store, batch, capture, open_store
+    from .api import (
+        Batch,
+        Bisection,
+        Diff,
+        Found,
+        Graph,
+        Module,
+        ModuleList,
+        Replay,
+        Run,
+        RunList,
+        Store,
+        batch,
+        capture,
+        open_store,
+    )
     from .errors import ExitCode, XlarunError
 
 

@@ -63,7 +63,7 @@ def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real
             free = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
             with open(filler, "ab") as out:
                 out.write(b"\0" * max(0, free - (3 << 20)))
-        spec = write_spec(tmp_path / f"fill{attempt}", "name: fill\nscript: job.py\nargs: ['%d']\n" % files, FILL)
+        spec = write_spec(tmp_path / f"fill{attempt}", f"name: fill\nscript: job.py\nargs: ['{files}']\n", FILL)
         proc = xlarun("capture", str(spec), "-q", store=store)
         _out, err = proc.communicate(timeout=120)
         codes.append(proc.returncode)

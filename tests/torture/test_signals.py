@@ -61,7 +61,7 @@ def test_a_stop_signal_stops_the_job_group_and_archives_the_run(tmp_path, sig, f
     child = int(wait_for_line(proc, "ready")[-1].split()[1])
     started = time.monotonic()
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     took = time.monotonic() - started
     assert proc.returncode == 128 + sig, err
     time.sleep(0.2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,10 +18,10 @@ def register(app: typer.Typer) -> None:
 
 def batch(
     spec: Annotated[Path, typer.Argument(help="A run spec, usually with a `matrix:` section.", show_default=False)],
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Cells run at the same time (local: 1; ray: every cell, up to 32).", show_default=False)] = None,
-    fail_fast: Annotated[Optional[bool], typer.Option("--fail-fast/--no-fail-fast", help="Stop after the first failing cell (default: the spec's fail_fast).", show_default=False)] = None,
-    executor: Annotated[Optional[str], typer.Option("--executor", "-x", help="local (threads here) or ray (tasks on a Ray cluster); default: the spec's executor, else local.", show_default=False)] = None,
-    address: Annotated[Optional[str], typer.Option("--address", envvar="RAY_ADDRESS", help="The Ray cluster (HOST:6379, ray://HOST:10001, auto); without it --executor ray starts one on this machine.", show_default=False)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Cells run at the same time (local: 1; ray: every cell, up to 32).", show_default=False)] = None,
+    fail_fast: Annotated[bool | None, typer.Option("--fail-fast/--no-fail-fast", help="Stop after the first failing cell (default: the spec's fail_fast).", show_default=False)] = None,
+    executor: Annotated[str | None, typer.Option("--executor", "-x", help="local (threads here) or ray (tasks on a Ray cluster); default: the spec's executor, else local.", show_default=False)] = None,
+    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS", help="The Ray cluster (HOST:6379, ray://HOST:10001, auto); without it --executor ray starts one on this machine.", show_default=False)] = None,
     retries: Annotated[int, typer.Option("--retries", min=0, help="With ray: run a cell whose node was lost again, this many times.")] = 0,
     store: StoreOption = None,
     as_json: JsonOption = False,

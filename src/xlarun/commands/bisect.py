@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,17 +22,17 @@ def register(app: typer.Typer) -> None:
 
 def bisect(
     target: Annotated[str, typer.Argument(help="Module REF (replay mode), or a spec file with --check (rerun mode).", show_default=False)],
-    check: Annotated[Optional[str], typer.Option("--check", help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.")] = None,
+    check: Annotated[str | None, typer.Option("--check", help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.")] = None,
     tolerance: Annotated[float, typer.Option("--tolerance", "-t", help="A value matches when its absolute OR relative error is within this.")] = 1e-5,
     linear: Annotated[bool, typer.Option("--linear", help="Replay every step instead of a binary search.")] = False,
     reference: Annotated[str, typer.Option("--reference", help="before (the before_optimizations module's outputs) or snapshot (the recorded result).")] = "before",
-    reference_platform: Annotated[Optional[str], typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")] = None,
+    reference_platform: Annotated[str | None, typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")] = None,
     platform: Annotated[str, typer.Option("--platform", "-p", help="Where the steps run.")] = "cpu",
     recompile: Annotated[str, typer.Option("--recompile", help="timeline: disable the passes the timeline names when a step is recompiled; all: every HLO pass; full: none (passes apply again and can hide the culprit).")] = "timeline",
     inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Rerun mode: reruns at a time.")] = 1,
-    module: Annotated[Optional[str], typer.Option("--module", "-m", help="Rerun mode: take candidate passes from this module's timeline only (default: every module's).")] = None,
+    module: Annotated[str | None, typer.Option("--module", "-m", help="Rerun mode: take candidate passes from this module's timeline only (default: every module's).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", help="Rerun mode: baseline runs (at least 2, to catch a flaky check).")] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream progress.")] = False,
     store: StoreOption = None,

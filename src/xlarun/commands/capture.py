@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -36,7 +36,8 @@ def capture(
 
     Example: xlarun capture configs/jax-cpu.yaml
     """
-    from ..capture import capture as run_capture, exit_status_error
+    from ..capture import capture as run_capture
+    from ..capture import exit_status_error
     from ..console import ProgressBar, human_bytes, print_json, say, warn
     from ..spec import load_batch
 
@@ -100,7 +101,7 @@ def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
         say(f"[green]ok[/green] {spec}: run '{loaded.spec.name}' runs {loaded.script} on {loaded.spec.backend.kind}")
 
 
-def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
+def schema(output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
     """Print the JSON Schema of run specs, for editor completion.
 
     VS Code with the YAML extension: add `# yaml-language-server: $schema=./xlarun.schema.json` at the top of a spec.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -57,7 +57,7 @@ def gc(
 
 
 def recover(
-    runs: Annotated[Optional[list[str]], typer.Argument(help="Run ids of staging folders to recover (default: every one).", show_default=False)] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids of staging folders to recover (default: every one).", show_default=False)] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:

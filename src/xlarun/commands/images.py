@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,10 +17,10 @@ def register(app: typer.Typer) -> None:
 
 @images_app.command("build")
 def build(
-    kinds: Annotated[Optional[list[str]], typer.Argument(help="cpu, gpu, ipu (default: cpu).", show_default=False)] = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Base image (the Dockerfile's BASE_IMAGE), e.g. a local xlarun-base:bookworm when no registry is reachable.")] = None,
-    tag: Annotated[Optional[str], typer.Option("--tag", help="Tag to build (default xlarun-<kind>:latest); only with one kind.")] = None,
-    build_arg: Annotated[Optional[list[str]], typer.Option("--build-arg", help="NAME=VALUE, e.g. JAX_VERSION=0.10.2 (default: this host's versions).")] = None,
+    kinds: Annotated[list[str] | None, typer.Argument(help="cpu, gpu, ipu (default: cpu).", show_default=False)] = None,
+    base: Annotated[str | None, typer.Option("--base", help="Base image (the Dockerfile's BASE_IMAGE), e.g. a local xlarun-base:bookworm when no registry is reachable.")] = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Tag to build (default xlarun-<kind>:latest); only with one kind.")] = None,
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="NAME=VALUE, e.g. JAX_VERSION=0.10.2 (default: this host's versions).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every layer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the build log.")] = False,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
 
 def runs(
     store: StoreOption = None,
-    batch: Annotated[Optional[str], typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch).")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Only the runs of this spec name.")] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Only the runs of this spec name.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List the runs in the store, oldest first."""
@@ -44,8 +44,8 @@ def runs(
 
 
 def files(
-    run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...).")] = None,
+    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    kind: Annotated[list[str] | None, typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...).")] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -72,7 +72,7 @@ def files(
 
 
 def modules(
-    run: Annotated[Optional[str], typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)] = None,
+    run: Annotated[str | None, typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -111,10 +111,10 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
 
 def cat(
     ref: RefArgument,
-    stage: Annotated[Optional[str], typer.Option("--stage", "-s", help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.")] = None,
+    stage: Annotated[str | None, typer.Option("--stage", "-s", help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.")] = None,
     pass_name: PassOption = None,
     step: StepOption = None,
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, proto, dot, html, ... (default: text when there is one).")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="text, proto, dot, html, ... (default: text when there is one).")] = None,
     store: StoreOption = None,
     run: RunOption = None,
 ) -> None:
@@ -153,7 +153,7 @@ def find(
     from ..refs import resolve_run
 
     the_store = open_store(store)
-    kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source)) if on) or TERM_KINDS
+    kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source), strict=True) if on) or TERM_KINDS
     run_id = resolve_run(the_store.index, run).run_id if run else None
     hits = the_store.index.find(text, kinds=kinds, run_id=run_id, exact=exact)
     if as_json:
@@ -185,7 +185,7 @@ def explain(
 
 
 def logs(
-    run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
     stream: Annotated[str, typer.Option("--stream", help="stdout, stderr or both.")] = "both",
     store: StoreOption = None,
 ) -> None:

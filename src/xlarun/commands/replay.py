@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,18 +26,18 @@ def replay(
     ref: Annotated[str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.", show_default=False)],
     engine: Annotated[str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")] = "auto",
     platform: Annotated[str, typer.Option("--platform", "-p", help="cpu, cuda or rocm.")] = "cpu",
-    reference_platform: Annotated[Optional[str], typer.Option("--reference-platform", help="Run again on this platform and compare.")] = None,
+    reference_platform: Annotated[str | None, typer.Option("--reference-platform", help="Run again on this platform and compare.")] = None,
     abs_error_bound: Annotated[float, typer.Option("--abs-error-bound", help="An element matches if its absolute error is within this...")] = 1e-3,
     rel_error_bound: Annotated[float, typer.Option("--rel-error-bound", help="...or its relative error within this (XLA's rule).")] = 1e-3,
     iterations: Annotated[int, typer.Option("--iterations", "-n", help="Executions after one compile, each timed.")] = 1,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the fake arguments (default 0).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the fake arguments (default 0).")] = None,
     inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there are any), snapshot, or fake.")] = "auto",
-    snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")] = None,
-    file: Annotated[Optional[str], typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")] = None,
+    snapshot: Annotated[Path | None, typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")] = None,
+    file: Annotated[str | None, typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")] = None,
     print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
-    runner: Annotated[Optional[Path], typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
-    image: Annotated[Optional[str], typer.Option("--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine).")] = None,
+    runner: Annotated[Path | None, typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main).")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine).")] = None,
     max_data_size: Annotated[str, typer.Option("--max-data-size", help="Refuse modules whose fake arguments and results need more (4G, 512M; 0: no limit).")] = "4G",
     in_process: Annotated[bool, typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
@@ -153,7 +153,7 @@ def _stream(line: str) -> None:
 def convert(
     file: Annotated[Path, typer.Argument(help="A dump file: HLO text, .hlo.pb, HloModuleProto or snapshot.", show_default=False)],
     to: Annotated[str, typer.Option("--to", help="text or proto (a serialized HloModuleProto).")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here (default: stdout; proto only when piped).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here (default: stdout; proto only when piped).")] = None,
 ) -> None:
     """Convert an HLO module between text and HloModuleProto (what `hlo-opt --emit-proto` does).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,14 +27,14 @@ def render(
     stage: StageOption = None,
     pass_name: PassOption = None,
     step: StepOption = None,
-    file: Annotated[Optional[str], typer.Option("--file", help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).")] = None,
+    file: Annotated[str | None, typer.Option("--file", help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).")] = None,
     xla_dot: Annotated[bool, typer.Option("--xla-dot", help="Lay out XLA's own .dot dump as it is, instead of xlarun's drawing of the HLO.")] = False,
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout.")] = None,
-    around: Annotated[Optional[str], typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout.")] = None,
+    around: Annotated[str | None, typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")] = None,
     depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
     limit: Annotated[int, typer.Option("--limit", help="Refuse graphs with more nodes than this (0: no limit).")] = 1500,
-    expand: Annotated[Optional[list[str]], typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
+    expand: Annotated[list[str] | None, typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
     expand_fusions: Annotated[bool, typer.Option("--expand-fusions", help="Draw every fusion open.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds graphviz may take before it is stopped.")] = 60.0,
     open_it: Annotated[bool, typer.Option("--open", help="Open the result with the desktop's viewer.")] = False,
@@ -109,10 +109,10 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
 
 def diff(
     ref: Annotated[str, typer.Argument(help="Module REF.", show_default=False)],
-    other: Annotated[Optional[str], typer.Argument(help="A second module REF (or a run REF: the module of the same name there), to compare across runs.", show_default=False)] = None,
+    other: Annotated[str | None, typer.Argument(help="A second module REF (or a run REF: the module of the same name there), to compare across runs.", show_default=False)] = None,
     pass_name: PassOption = None,
-    from_step: Annotated[Optional[int], typer.Option("--from", help="Compare from this per-pass step (default: the step before --to).")] = None,
-    to_step: Annotated[Optional[int], typer.Option("--to", help="Compare up to this per-pass step.")] = None,
+    from_step: Annotated[int | None, typer.Option("--from", help="Compare from this per-pass step (default: the step before --to).")] = None,
+    to_step: Annotated[int | None, typer.Option("--to", help="Compare up to this per-pass step.")] = None,
     stage: StageOption = None,
     summary_only: Annotated[bool, typer.Option("--summary", help="Only the structural summary, not the text diff.")] = False,
     context: Annotated[int, typer.Option("--context", "-U", help="Lines of context in the text diff.")] = 3,
@@ -153,9 +153,9 @@ def diff(
 
 
 def report(
-    run: Annotated[Optional[str], typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")] = None,
-    batch: Annotated[Optional[str], typer.Option("--batch", help="Report a whole batch: its id, a unique prefix, or 'latest'.")] = None,
+    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="Report a whole batch: its id, a unique prefix, or 'latest'.")] = None,
     graph_limit: Annotated[int, typer.Option("--graph-limit", help="Graphs with more nodes are shown as the neighbourhood of the root.")] = 500,
     no_graphs: Annotated[bool, typer.Option("--no-graphs", help="Skip the graphs (faster).")] = False,
     open_it: Annotated[bool, typer.Option("--open", help="Open the report in a browser.")] = False,

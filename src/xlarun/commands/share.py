@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 def import_(
     source: Annotated[Path, typer.Argument(help="A dump folder, a .zip / .tar / .tar.gz / .tgz / .tar.zst of one, an `xlarun export` folder, or a bundle .zip.", show_default=False)],
-    name: Annotated[Optional[str], typer.Option("--name", help="Name of the new run (default: the original run's name, else the folder or archive name).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Name of the new run (default: the original run's name, else the folder or archive name).")] = None,
     max_bytes: Annotated[int, typer.Option("--max-bytes", help="Refuse a source that unpacks to more bytes than this.")] = 16 << 30,
     max_files: Annotated[int, typer.Option("--max-files", help="Refuse a source with more files than this.")] = 200_000,
     max_ratio: Annotated[float, typer.Option("--max-ratio", help="Refuse an archive that unpacks to more than this times its size (past 64 MiB).")] = 500.0,
@@ -38,8 +38,8 @@ def import_(
     """
     from ..console import print_json, say, warn
     from ..dump_import import import_dump
-    from ..safe_unpack import UnpackLimits
     from ..present import print_modules
+    from ..safe_unpack import UnpackLimits
 
     limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
     result = import_dump(source, open_store(store, create=True), name=name, limits=limits)
@@ -55,7 +55,7 @@ def import_(
 
 def bundle(
     ref: Annotated[str, typer.Argument(help="Module REF: jit_train_step, module_0006, RUN/module_0006.", show_default=False)],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")] = None,
     no_snapshot: Annotated[bool, typer.Option("--no-snapshot", help="Leave the snapshot (the real arguments) out.")] = False,
     snapshot_limit_mb: Annotated[float, typer.Option("--snapshot-limit-mb", help="Leave out a snapshot bigger than this.")] = 20.0,
     passes: Annotated[bool, typer.Option("--passes", help="Add the per-pass dumps (many files).")] = False,

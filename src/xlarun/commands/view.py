@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from . import RunOption, StoreOption, open_store
+
 
 def register(app: typer.Typer) -> None:
     app.command("view")(view)
@@ -15,7 +16,7 @@ def register(app: typer.Typer) -> None:
 def view(
     ref: Annotated[str, typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False)],
     stage: Annotated[str, typer.Option("--stage", "-s", help="before (before_optimizations: the framework's graph) or after (after_optimizations, cpu_after_optimizations: fusions).")] = "before_optimizations",
-    port: Annotated[Optional[int], typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,
     no_browser: Annotated[bool, typer.Option("--no-browser", help="Print the URL, don't open a browser.")] = False,
     store: StoreOption = None,
     run: RunOption = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,9 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def worker(
-    address: Annotated[Optional[str], typer.Option("--address", envvar="RAY_ADDRESS", help="The cluster's head (HOST:6379).", show_default=False)] = None,
+    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS", help="The cluster's head (HOST:6379).", show_default=False)] = None,
     head: Annotated[bool, typer.Option("--head", help="Start the cluster's head here instead of joining one.")] = False,
-    slots: Annotated[Optional[int], typer.Option("--slots", min=1, help="CPU cells (local, docker-cpu) this node runs at once (default: half its cores).", show_default=False)] = None,
+    slots: Annotated[int | None, typer.Option("--slots", min=1, help="CPU cells (local, docker-cpu) this node runs at once (default: half its cores).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what this node would offer and the `ray start` command, start nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
