@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from .errors import ExitCode, XlarunError
+from .errors import ExitCode, XlarunError, json_reported
 
 COMMAND_MODULES = ("capture", "batch", "navigate", "replay", "bisect", "housekeeping", "doctor", "see", "images", "share", "view", "worker")
 
@@ -77,7 +77,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             return super().invoke(ctx)
         except XlarunError as exc:
             error_line(exc.one_line())
-            if wants_json and not getattr(exc, "json_reported", False):  # scripts get one JSON document, also on failure
+            if wants_json and not json_reported(exc):  # scripts get one JSON document, also on failure
                 from .console import print_json
 
                 print_json({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
@@ -93,7 +93,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             traceback.print_exc()
             log = _crash_log(exc)
             error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
-            if wants_json and not getattr(exc, "json_reported", False):
+            if wants_json and not json_reported(exc):
                 from .console import print_json
 
                 print_json({"error": f"internal error: {exc!r}", "hint": f"the traceback is in {log}; please report it",

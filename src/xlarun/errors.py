@@ -34,6 +34,16 @@ class ExitCode(IntEnum):
     TERMINATED = 143
 
 
+def mark_json_reported(exc: BaseException) -> None:
+    """Say that a command already printed its one JSON document about ``exc`` (``--json``), so the CLI's error
+    handler prints no second one. Any exception may carry the mark (a KeyboardInterrupt, a bug)."""
+    setattr(exc, "json_reported", True)  # noqa: B010 (BaseException declares no such attribute)
+
+
+def json_reported(exc: BaseException) -> bool:
+    return bool(getattr(exc, "json_reported", False))
+
+
 class XlarunError(Exception):
     """Base of every error a user can act on."""
 

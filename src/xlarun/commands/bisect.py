@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..errors import mark_json_reported
 from . import JsonOption, RunOption, StoreOption, open_store
 
 BISECT_EXIT_CODES = (
@@ -60,7 +61,7 @@ def bisect(
     except BaseException as exc:
         if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
             _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
-            exc.json_reported = True  # the CLI's handler adds no second document
+            mark_json_reported(exc)  # the CLI's handler adds no second document
         raise
     raise typer.Exit(code)
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..errors import mark_json_reported
 from . import JsonOption, StoreOption, open_store
 
 SpecArgument = Annotated[Path, typer.Argument(help="A run spec (YAML). See configs/ for examples and `xlarun schema` for every key.", show_default=False)]
@@ -62,7 +63,7 @@ def capture(
                     "manifest": result.manifest, "modules": result.modules, "warnings": result.warnings,
                     "error": failure.message if failure else None, "hint": failure.hint if failure else None})
         if failure is not None:
-            failure.json_reported = True  # one document: the CLI's handler adds none
+            mark_json_reported(failure)  # one document: the CLI's handler adds none
     else:
         for line in result.warnings:
             warn(line)
