@@ -37,10 +37,14 @@ FULL = Plan(capture_repeats=5, archive_repeats=5, cli_repeats=7, synthetic_runs=
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="xlarun against what users would do instead, side by side, in one run.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="xlarun against what users would do instead, side by side, in one run."
+    )
     parser.add_argument("--quick", action="store_true", help="smoke mode for the test suite: small workload, one repeat, 12 runs")
     parser.add_argument("--size", choices=sorted(SIZES), help="workload size (default: small with --quick, else large)")
-    parser.add_argument("--out", type=Path, default=Path("bench/results.json"), help="where to write the JSON (default bench/results.json)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench/results.json"), help="where to write the JSON (default bench/results.json)"
+    )
     parser.add_argument("--runs", type=int, help="runs in the synthetic store (default 12 quick, 120 full)")
     parser.add_argument("--workdir", type=Path, help="keep the workloads and stores here (default: a temporary folder, removed)")
     return parser.parse_args(argv)
@@ -58,10 +62,24 @@ def run(args: argparse.Namespace) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: dict = {
-        "meta": {"mode": "quick" if args.quick else "full", "size": size.name, "python": platform.python_version(),
-                 "machine": platform.machine(), "cpus": _cpus(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-        "workload": {"layers": size.layers, "d_model": size.d_model, "variants": size.variants, "eval_step": int(size.eval_step),
-                     "formats": list(size.formats), "host_init": int(size.host_init), "pass_re": PASS_RE, "pipeline_re": size.pipeline_re},
+        "meta": {
+            "mode": "quick" if args.quick else "full",
+            "size": size.name,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": _cpus(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        "workload": {
+            "layers": size.layers,
+            "d_model": size.d_model,
+            "variants": size.variants,
+            "eval_step": int(size.eval_step),
+            "formats": list(size.formats),
+            "host_init": int(size.host_init),
+            "pass_re": PASS_RE,
+            "pipeline_re": size.pipeline_re,
+        },
     }
     replay = start_replay(quick=args.quick, overlapped=True) if args.quick else None  # quick: keep the smoke test short
     try:
@@ -105,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     meta = results["meta"]
-    print(f"xlarun benchmarks: {meta['mode']} mode, {meta['size']} workload ({results['workload']['files']} files, "
-          f"{results['workload']['bytes'] / 1e6:.0f} MB), {meta['cpus']} CPUs, {meta['total_s']:.0f} s; medians over repeats")
+    print(
+        f"xlarun benchmarks: {meta['mode']} mode, {meta['size']} workload ({results['workload']['files']} files, "
+        f"{results['workload']['bytes'] / 1e6:.0f} MB), {meta['cpus']} CPUs, {meta['total_s']:.0f} s; medians over repeats"
+    )
     print(format_table(build_rows(results)))
     if not results["replay"].get("ok"):
         print(f"replay: {results['replay']['note']}")

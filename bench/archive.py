@@ -44,8 +44,22 @@ def link_tree(source: Path, dest: Path) -> int:
 def bench_manifest(run_id: str, name: str, n_files: int, dump_bytes: int) -> str:
     """A minimal manifest.json for runs the benchmark writes through the store API."""
     now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-    return json.dumps({"run_id": run_id, "name": name, "status": "succeeded", "exit_code": 0, "started": now, "ended": now,
-                       "duration_s": 0.0, "backend": "local", "framework": "jax", "files": n_files, "dump_bytes": dump_bytes, "kind": "capture"})
+    return json.dumps(
+        {
+            "run_id": run_id,
+            "name": name,
+            "status": "succeeded",
+            "exit_code": 0,
+            "started": now,
+            "ended": now,
+            "duration_s": 0.0,
+            "backend": "local",
+            "framework": "jax",
+            "files": n_files,
+            "dump_bytes": dump_bytes,
+            "kind": "capture",
+        }
+    )
 
 
 def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archive") -> ArchivedRun:
@@ -58,7 +72,9 @@ def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archi
     link_tree(raw_dump, staging / "dump")
     t0 = time.perf_counter()
     files = store.archiver(staging).finish()
-    store.commit_run(run_id, staging, files, {"manifest.json": bench_manifest(run_id, name, len(files), sum(f.size for f in files))})
+    store.commit_run(
+        run_id, staging, files, {"manifest.json": bench_manifest(run_id, name, len(files), sum(f.size for f in files))}
+    )
     t1 = time.perf_counter()
     store.ingest(run_id)
     store.wait_for_discards()  # the raw files' deletion, begun in the background, is part of the work

@@ -35,7 +35,9 @@ def start_cluster(nodes: int, staging: Path):
     from ray.cluster_utils import Cluster
 
     os.environ["XLARUN_NODE_STAGING"] = str(staging)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 100 << 20, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 100 << 20, "include_dashboard": False}
+    )
     for _ in range(nodes):
         cluster.add_node(num_cpus=1, resources={"xlarun_local": 1}, object_store_memory=100 << 20)
     cluster.wait_for_nodes()
@@ -65,12 +67,18 @@ def shipped_sizes(store, cells) -> list[dict]:
         run_id = cell.result.run_id
         ray_facts = store.manifest(run_id)["backend_details"]["ray"]
         full = pack_run(store, run_id)  # what shipping the packed run whole would send
-        out.append({
-            "cell": cell.label, "run_id": run_id, "node": cell.node,
-            "files": ray_facts["files"], "files_shipped": ray_facts["files_shipped"],
-            "shipped_bytes": ray_facts["shipped_bytes"], "full_shipment_bytes": full.wire_bytes,
-            "dump_bytes": cell.result.manifest.dump_bytes,
-        })
+        out.append(
+            {
+                "cell": cell.label,
+                "run_id": run_id,
+                "node": cell.node,
+                "files": ray_facts["files"],
+                "files_shipped": ray_facts["files_shipped"],
+                "shipped_bytes": ray_facts["shipped_bytes"],
+                "full_shipment_bytes": full.wire_bytes,
+                "dump_bytes": cell.result.manifest.dump_bytes,
+            }
+        )
     return out
 
 
@@ -113,13 +121,20 @@ def measure(spec: Path, repeats: int, workdir: Path) -> dict:
         cluster_stop = time.perf_counter() - t0
     local, ray_ = statistics.median(local_s), statistics.median(ray_s)
     return {
-        "spec": str(spec), "cells": len(cells), "nodes": nodes, "repeats": repeats,
-        "local_batch_s": [round(s, 2) for s in local_s], "ray_batch_s": [round(s, 2) for s in ray_s],
-        "cluster_start_s": round(cluster_start, 2), "cluster_stop_s": round(cluster_stop, 2),
+        "spec": str(spec),
+        "cells": len(cells),
+        "nodes": nodes,
+        "repeats": repeats,
+        "local_batch_s": [round(s, 2) for s in local_s],
+        "ray_batch_s": [round(s, 2) for s in ray_s],
+        "cluster_start_s": round(cluster_start, 2),
+        "cluster_stop_s": round(cluster_stop, 2),
         "overhead_s_cluster_excluded": round(ray_ - local, 2),
         "overhead_s_cluster_included": round(ray_ + cluster_start + cluster_stop - local, 2),
         "ray_over_local_ratio": round(ray_ / local, 3),
-        "runs": shipped, "driver_store_bytes_after_ray_batch": stored_first, "store_bytes_of_one_run_alone": stored_one_run,
+        "runs": shipped,
+        "driver_store_bytes_after_ray_batch": stored_first,
+        "store_bytes_of_one_run_alone": stored_one_run,
     }
 
 
@@ -133,10 +148,14 @@ def format_report(r: dict) -> str:
         f"  {'run':24} {'files sent':>12} {'sent':>10} {'all files':>10} {'dump':>10}",
     ]
     for run in r["runs"]:
-        lines.append(f"  {run['cell']:24} {run['files_shipped']:>5}/{run['files']:<6} {run['shipped_bytes'] / 1024:8.1f}K "
-                     f"{run['full_shipment_bytes'] / 1024:8.1f}K {run['dump_bytes'] / 1024:8.1f}K")
-    lines.append(f"  stored: one run alone {r['store_bytes_of_one_run_alone'] / 1024:.1f}K; the driver's store after the ray batch "
-                 f"{r['driver_store_bytes_after_ray_batch'] / 1024:.1f}K")
+        lines.append(
+            f"  {run['cell']:24} {run['files_shipped']:>5}/{run['files']:<6} {run['shipped_bytes'] / 1024:8.1f}K "
+            f"{run['full_shipment_bytes'] / 1024:8.1f}K {run['dump_bytes'] / 1024:8.1f}K"
+        )
+    lines.append(
+        f"  stored: one run alone {r['store_bytes_of_one_run_alone'] / 1024:.1f}K; the driver's store after the ray batch "
+        f"{r['driver_store_bytes_after_ray_batch'] / 1024:.1f}K"
+    )
     return "\n".join(lines)
 
 

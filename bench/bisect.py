@@ -63,13 +63,25 @@ def measure(size: str, work: Path) -> dict:
     modules = _json(listing)["modules"]
     main = next(m for m in modules if "train_step" in m["name"])
     ref = f"{main['run_id']}/module_{main['module_id']:04d}"
-    results = {"workload": spec["name"], "capture_s": round(took, 2), "module": main["name"], "pass_dumps": main.get("n_pass_dumps")}
+    results = {
+        "workload": spec["name"],
+        "capture_s": round(took, 2),
+        "module": main["name"],
+        "pass_dumps": main.get("n_pass_dumps"),
+    }
     for mode, extra in (("binary", []), ("linear", ["--linear"])):
         seconds, proc = _xlarun(store, "bisect", ref, "--json", "-q", *extra)
         results[mode] = _summary(seconds, _json(proc)) | {"exit": proc.returncode}
-    seconds, proc = _xlarun(store, "bisect", str(ROOT / "configs" / "bisect-bf16.yaml"), "--check", r"result (\S+)", "-j", "2", "--json", "-q")
+    seconds, proc = _xlarun(
+        store, "bisect", str(ROOT / "configs" / "bisect-bf16.yaml"), "--check", r"result (\S+)", "-j", "2", "--json", "-q"
+    )
     data = _json(proc)
-    results["rerun_bf16"] = {"seconds": round(seconds, 2), "reruns": data.get("reruns"), "culprit": data.get("culprit_pass"), "exit": proc.returncode}
+    results["rerun_bf16"] = {
+        "seconds": round(seconds, 2),
+        "reruns": data.get("reruns"),
+        "culprit": data.get("culprit_pass"),
+        "exit": proc.returncode,
+    }
     return results
 
 

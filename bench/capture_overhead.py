@@ -26,7 +26,9 @@ class CaptureOutputs:
 
 def direct_env(spec: Path, out_dir: Path) -> dict[str, str]:
     """The environment a capture would give the job, with outputs under ``out_dir`` (from ``xlarun flags --json``)."""
-    proc = subprocess.run([*xlarun_argv(), "flags", str(spec), "--out", str(out_dir), "--json"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [*xlarun_argv(), "flags", str(spec), "--out", str(out_dir), "--json"], capture_output=True, text=True, check=True
+    )
     delta = json.loads(proc.stdout)["env"]
     env = dict(os.environ)
     for key, value in delta.items():

@@ -47,18 +47,34 @@ def main() -> None:
     inline, cli = [], []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
-            done = subprocess.run([sys.executable, "-c", IN_PROCESS, f"{tmp}/store", str(REPO / "configs" / "examples")],
-                                  capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [sys.executable, "-c", IN_PROCESS, f"{tmp}/store", str(REPO / "configs" / "examples")],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             inline.append(json.loads(done.stdout.strip().splitlines()[-1]))
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            subprocess.run([str(Path(sys.executable).parent / "xlarun"), "capture", str(REPO / "configs" / "jax-cpu.yaml"), "-q",
-                            "--store", f"{tmp}/store"], capture_output=True, check=True)
+            subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "xlarun"),
+                    "capture",
+                    str(REPO / "configs" / "jax-cpu.yaml"),
+                    "-q",
+                    "--store",
+                    f"{tmp}/store",
+                ],
+                capture_output=True,
+                check=True,
+            )
             cli.append(time.perf_counter() - t0)
     med = statistics.median
-    print(f"in-process capture of train_step: median {med(r['capture_s'] for r in inline):.2f} s "
-          f"(min {min(r['capture_s'] for r in inline):.2f}; the same compile without dumps {med(r['plain_compile_s'] for r in inline):.2f} s; "
-          f"{inline[0]['modules']} module, {inline[0]['files']} files, {inline[0]['instr_before']} instructions)")
+    print(
+        f"in-process capture of train_step: median {med(r['capture_s'] for r in inline):.2f} s "
+        f"(min {min(r['capture_s'] for r in inline):.2f}; the same compile without dumps {med(r['plain_compile_s'] for r in inline):.2f} s; "
+        f"{inline[0]['modules']} module, {inline[0]['files']} files, {inline[0]['instr_before']} instructions)"
+    )
     print(f"xlarun capture configs/jax-cpu.yaml: median {med(cli):.2f} s (min {min(cli):.2f}; whole script, 8 modules)")
 
 

@@ -29,7 +29,9 @@ def start_replay(quick: bool, overlapped: bool) -> ReplayJob:
     if not (BENCH / "replay_vs_jit.py").exists():
         return ReplayJob(None, overlapped, "bench/replay_vs_jit.py is absent: the replay benchmark has not landed yet")
     argv = [sys.executable, "-c", _CHILD, "quick" if quick else "full"]
-    return ReplayJob(subprocess.Popen(argv, cwd=BENCH.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), overlapped)
+    return ReplayJob(
+        subprocess.Popen(argv, cwd=BENCH.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), overlapped
+    )
 
 
 def finish_replay(job: ReplayJob, timeout_s: float = 900) -> dict:
@@ -43,7 +45,11 @@ def finish_replay(job: ReplayJob, timeout_s: float = 900) -> dict:
         job.process.communicate()
         return {"present": 1, "ok": 0, "note": f"replay_vs_jit.run did not finish in {timeout_s:.0f} s"}
     if job.process.returncode != 0:
-        return {"present": 1, "ok": 0, "note": f"replay_vs_jit.run failed: {err.strip().splitlines()[-1] if err.strip() else job.process.returncode}"}
+        return {
+            "present": 1,
+            "ok": 0,
+            "note": f"replay_vs_jit.run failed: {err.strip().splitlines()[-1] if err.strip() else job.process.returncode}",
+        }
     numbers = json.loads(out)
     ratios = {}
     for workload, by_how in numbers.items():

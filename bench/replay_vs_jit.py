@@ -119,7 +119,9 @@ def _table(results: dict) -> str:
         for how, m in by_how.items():
             note = m.get("route") or m.get("fell_back_to") or m.get("verdict", "")
             wall = f"{m['wall_s']:.2f}" if "wall_s" in m else ""
-            rows.append((name, how, f"{m['compile_s']:.3f}", f"{m['median_s'] * 1e3:.3f}", f"{m['min_s'] * 1e3:.3f}", wall, note or ""))
+            rows.append(
+                (name, how, f"{m['compile_s']:.3f}", f"{m['median_s'] * 1e3:.3f}", f"{m['min_s'] * 1e3:.3f}", wall, note or "")
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() for row in rows)
 

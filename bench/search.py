@@ -20,7 +20,11 @@ def measure_search(synthetic: SyntheticStore, repeats: int, workdir: Path) -> di
         "opcode": ([*xlarun_argv(), "find", "--opcode", COMMON_OPCODE, "--store", store], COMMON_OPCODE),
         "rare_op_name": ([*xlarun_argv(), "find", "--op-name", rare, "--store", store], rare),
     }
-    results: dict = {"runs": len(synthetic.run_ids), "raw_folders": str(synthetic.raw_runs), "rg_available": int(bool(tool("rg")))}
+    results: dict = {
+        "runs": len(synthetic.run_ids),
+        "raw_folders": str(synthetic.raw_runs),
+        "rg_available": int(bool(tool("rg"))),
+    }
     for label, (find_argv, needle) in queries.items():
         t_find = time_command(find_argv, repeats, env=env, ok_codes=(0, 1), warmup=1)
         # the same query printing JSON: how much of the time is the terminal table (rich) rather than the search

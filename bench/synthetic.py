@@ -65,14 +65,21 @@ def build_synthetic_store(store: Store, base_run: str, raw_dump: Path, workdir: 
             (staging / "dump" / path).write_bytes(changed)
         t0 = time.perf_counter()
         files = store.archive_outputs(staging) + shared
-        store.commit_run(run_id, staging, files, {"manifest.json": bench_manifest(run_id, "bench-synthetic", len(files), sum(f.size for f in files))})
+        store.commit_run(
+            run_id,
+            staging,
+            files,
+            {"manifest.json": bench_manifest(run_id, "bench-synthetic", len(files), sum(f.size for f in files))},
+        )
         t1 = time.perf_counter()
         store.ingest(run_id)
         t2 = time.perf_counter()
         archive.append(t1 - t0)
         ingest.append(t2 - t1)
         run_ids.append(run_id)
-        _raw_copy(raw_dump, raw, {p: originals[p].replace(b'op_name="jit(', f'op_name="jit({marker(i)}'.encode()) for p in originals})
+        _raw_copy(
+            raw_dump, raw, {p: originals[p].replace(b'op_name="jit(', f'op_name="jit({marker(i)}'.encode()) for p in originals}
+        )
     results = {
         "runs": len(run_ids),
         "modules": index.conn.execute("SELECT count(*) FROM modules").fetchone()[0],

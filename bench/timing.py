@@ -54,8 +54,15 @@ def run_command(argv: Sequence[str], env: dict[str, str] | None = None, cwd: Pat
     return elapsed
 
 
-def time_command(argv: Sequence[str], repeats: int, env: dict[str, str] | None = None, cwd: Path | None = None, shell: bool = False,
-                 ok_codes: tuple[int, ...] = (0,), warmup: int = 0) -> Timing:
+def time_command(
+    argv: Sequence[str],
+    repeats: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    shell: bool = False,
+    ok_codes: tuple[int, ...] = (0,),
+    warmup: int = 0,
+) -> Timing:
     """Median-ready wall times of a subprocess (stdout discarded), after ``warmup`` untimed runs."""
     samples = []
     for i in range(warmup + repeats):

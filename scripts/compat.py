@@ -53,7 +53,11 @@ class Version:
 
     @property
     def spec(self) -> Path:
-        return REPO / "configs" / {"jax": "jax-cpu.yaml", "tensorflow": "tf-jit-compile.yaml", "torch_xla": "torch-xla.yaml"}[self.framework]
+        return (
+            REPO
+            / "configs"
+            / {"jax": "jax-cpu.yaml", "tensorflow": "tf-jit-compile.yaml", "torch_xla": "torch-xla.yaml"}[self.framework]
+        )
 
 
 def _jax(version: str, python: str = "3.11") -> Version:
@@ -64,12 +68,16 @@ def _tf(version: str) -> Version:
     return Version(f"tf-{version}", "tensorflow", "3.11", (f"tensorflow-cpu=={version}",))
 
 
-VERSIONS = {v.key: v for v in [
-    *(_jax(x) for x in ("0.4.30", "0.4.38", "0.5.0", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")),
-    _jax("0.11.2", "3.12"), _jax("0.12.0.1", "3.12"),  # jax 0.11+ needs Python >= 3.12
-    *(_tf(x) for x in ("2.16.2", "2.17.1", "2.18.1", "2.19.1", "2.20.0", "2.21.0")),
-    Version("torch_xla-2.9.0", "torch_xla", "3.11", ("torch==2.9.0", "torch_xla==2.9.0")),  # torch_xla declares no torch pin
-]}
+VERSIONS = {
+    v.key: v
+    for v in [
+        *(_jax(x) for x in ("0.4.30", "0.4.38", "0.5.0", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")),
+        _jax("0.11.2", "3.12"),
+        _jax("0.12.0.1", "3.12"),  # jax 0.11+ needs Python >= 3.12
+        *(_tf(x) for x in ("2.16.2", "2.17.1", "2.18.1", "2.19.1", "2.20.0", "2.21.0")),
+        Version("torch_xla-2.9.0", "torch_xla", "3.11", ("torch==2.9.0", "torch_xla==2.9.0")),  # torch_xla declares no torch pin
+    ]
+}
 # What CI builds and tests for real: the oldest, a middle and the newest jaxlib, an older TF, PyTorch/XLA.
 ENDS = ("jax-0.4.30", "jax-0.7.2", "jax-0.12.0.1", "tf-2.16.2", "torch_xla-2.9.0")
 
@@ -118,7 +126,9 @@ def find_python(version: str) -> Path:
     on_path = shutil.which(f"python{version}")
     if on_path:
         return Path(on_path)
-    raise CompatError(f"no Python {version} found (pyenv versions, python{version} on PATH): install it, e.g. `pyenv install {version}`")
+    raise CompatError(
+        f"no Python {version} found (pyenv versions, python{version} on PATH): install it, e.g. `pyenv install {version}`"
+    )
 
 
 def core_dependencies() -> list[str]:
@@ -184,9 +194,11 @@ def build_venv(key: str) -> str:
         log(f"{key}: building with {python} ({' '.join(version.pins)}; see {build_log})")
         started = time.monotonic()
         with open(build_log, "w") as out:
-            for argv in ([str(python), "-m", "venv", str(venv)],
-                         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--upgrade", "pip"],
-                         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *version.pins, *core_dependencies()]):
+            for argv in (
+                [str(python), "-m", "venv", str(venv)],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--upgrade", "pip"],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *version.pins, *core_dependencies()],
+            ):
                 out.write(f"$ {' '.join(argv)}\n")
                 out.flush()
                 if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
@@ -280,7 +292,7 @@ def _last_line(text: str) -> str:
 
 def _shorten(line: str, limit: int = 160) -> str:
     line = " ".join(line.split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _json_out(proc: subprocess.CompletedProcess):
@@ -323,7 +335,10 @@ class VersionRun:
         # Snapshots (module + real arguments + result) let replay compare with what the version computed itself.
         data.setdefault("dump", {}).update(formats=["text", "proto"], snapshots=True)
         path = self.folder / "spec.yaml"
-        path.write_text(f"# {self.version.key}: {self.version.spec.relative_to(REPO)} run by that version's venv\n" + yaml.safe_dump(data, sort_keys=False))
+        path.write_text(
+            f"# {self.version.key}: {self.version.spec.relative_to(REPO)} run by that version's venv\n"
+            + yaml.safe_dump(data, sort_keys=False)
+        )
         return path
 
     def run(self) -> VersionResult:
@@ -400,7 +415,9 @@ class VersionRun:
         # which SyncTensorsGraph is the training step is decided by XLA's counts, not by the ranking under test
         main = main_of(self.version.framework, modules, lambda m: xla.get(m["module_id"], {}).get("instr_before"))
         if main is None:
-            r.cells["main_first"] = Cell("fail", "", f"no main module among {len(modules)}: {', '.join(str(m['name']) for m in modules[:4])}")
+            r.cells["main_first"] = Cell(
+                "fail", "", f"no main module among {len(modules)}: {', '.join(str(m['name']) for m in modules[:4])}"
+            )
             return None
         r.main_module = main["name"]
         counts = "/".join("–" if main.get(k) is None else str(main[k]) for k in ("instr_before", "instr_after"))
@@ -410,7 +427,9 @@ class VersionRun:
             problems.append(f"{modules[0]['name']} ranked first")
         if uncounted:
             error = next((m.get("parse_error") for m in uncounted if m.get("parse_error")), None)
-            problems.append(f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({_shorten(error, 110)})" if error else ""))
+            problems.append(
+                f"{len(uncounted)}/{len(modules)} modules without counts" + (f" ({_shorten(error, 110)})" if error else "")
+            )
         if main.get("instr_before") is None and main.get("instr_after") is None:
             problems.append("main module has no counts")
         said = xla.get(main["module_id"], {})
@@ -461,11 +480,18 @@ class VersionRun:
                 second = _json_out(again) or {}
                 if again.returncode == 0 and second.get("verdict") == "match":
                     return Cell("ok", "match (no snapshot: fake data, against --reference-platform cpu)")
-                return Cell("fail", str(second.get("verdict") or verdict or "ran"),
-                            f"{self.version.framework} wrote no snapshot (real arguments and result) to compare with")
+                return Cell(
+                    "fail",
+                    str(second.get("verdict") or verdict or "ran"),
+                    f"{self.version.framework} wrote no snapshot (real arguments and result) to compare with",
+                )
             said = (out.get("log") or "").strip().splitlines()
-            return Cell("fail", str(verdict or "ran"), _shorten(said[-1].removeprefix("ran; ") if said else "nothing to compare with"))
-        return Cell("fail", f"exit {proc.returncode}", _shorten(out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout)))
+            return Cell(
+                "fail", str(verdict or "ran"), _shorten(said[-1].removeprefix("ran; ") if said else "nothing to compare with")
+            )
+        return Cell(
+            "fail", f"exit {proc.returncode}", _shorten(out.get("error") or _last_line(proc.stderr) or _last_line(proc.stdout))
+        )
 
     def cell_render(self, main: dict) -> Cell:
         target = self.folder / "main.svg"
@@ -516,9 +542,24 @@ def _git_commit() -> str | None:
 # ---- fixtures -----------------------------------------------------------------------------------------------------
 
 # What the README ranks modules by first: a model's programs have them, init and cast modules do not.
-COMPUTE_OPCODES = frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot",
-                             "all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
-STAGE_DUMP = re.compile(r"^module_(?P<id>\d+)\.(?P<name>.+)\.(?P<stage>before_optimizations|(?:[\w.]+_)?after_optimizations)\.txt$")
+COMPUTE_OPCODES = frozenset(
+    {
+        "dot",
+        "convolution",
+        "custom-call",
+        "fft",
+        "triangular-solve",
+        "cholesky",
+        "ragged-dot",
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+    }
+)
+STAGE_DUMP = re.compile(
+    r"^module_(?P<id>\d+)\.(?P<name>.+)\.(?P<stage>before_optimizations|(?:[\w.]+_)?after_optimizations)\.txt$"
+)
 
 # Runs in a venv with jaxlib: XLA's own parser builds each module; instructions are counted in the HloModuleProto it
 # serializes (HloModuleProto.computations = 3, HloComputationProto.instructions = 2, HloInstructionProto.opcode = 2),
@@ -606,8 +647,10 @@ def xla_modules(version: Version, exported: Path) -> tuple[str, list[dict], dict
     modules: dict[int, dict] = {}
     for name, path in stage_dumps.items():
         match = STAGE_DUMP.match(name)
-        module = modules.setdefault(int(match["id"]), {"module_id": int(match["id"]), "name": match["name"], "instr_before": None,
-                                                       "instr_after": None, "compute_ops": 0})
+        module = modules.setdefault(
+            int(match["id"]),
+            {"module_id": int(match["id"]), "name": match["name"], "instr_before": None, "instr_after": None, "compute_ops": 0},
+        )
         facts = counts.get(str(path))
         if facts is None:  # refused: in errors
             continue
@@ -616,7 +659,9 @@ def xla_modules(version: Version, exported: Path) -> tuple[str, list[dict], dict
             module["compute_ops"] = sum(n for op, n in facts["opcodes"].items() if op in COMPUTE_OPCODES)
         else:
             module["instr_after"] = facts["instructions"]
-    ranked = sorted(modules.values(), key=lambda m: (-m["compute_ops"], -(m["instr_before"] or m["instr_after"] or 0), m["module_id"]))
+    ranked = sorted(
+        modules.values(), key=lambda m: (-m["compute_ops"], -(m["instr_before"] or m["instr_after"] or 0), m["module_id"])
+    )
     return counted_by, ranked, errors
 
 
@@ -650,9 +695,16 @@ def write_fixture(key: str, work: Path) -> tuple[Path, dict[str, bytes]]:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     (folder / "names.txt").write_text("\n".join(names) + "\n")
-    expected = {"key": key, "framework": version.framework, "pins": list(version.pins), "counted_by": counted_by,
-                "main_module": {"module_id": main["module_id"], "name": main["name"]},
-                "modules": ranked, "made_by": "scripts/compat.py fixtures", "date": _now()}
+    expected = {
+        "key": key,
+        "framework": version.framework,
+        "pins": list(version.pins),
+        "counted_by": counted_by,
+        "main_module": {"module_id": main["module_id"], "name": main["name"]},
+        "modules": ranked,
+        "made_by": "scripts/compat.py fixtures",
+        "date": _now(),
+    }
     (folder / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     return folder, data
 
@@ -676,7 +728,9 @@ def write_fixtures(keys: list[str], work: Path, pack: str) -> None:
                 (folder / "dumps" / name).write_bytes(payload)
         log(f"{folder.name}: {len(data)} stage dumps ({sum(map(len, data.values())) // 1024} KiB text) as {pack}")
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    log(f"fixture tree {FIXTURES.relative_to(REPO)}: {total / 1024 / 1024:.2f} MiB on disk ({plain / 1024 / 1024:.2f} MiB of dumps written now, as {pack})")
+    log(
+        f"fixture tree {FIXTURES.relative_to(REPO)}: {total / 1024 / 1024:.2f} MiB on disk ({plain / 1024 / 1024:.2f} MiB of dumps written now, as {pack})"
+    )
 
 
 def fixture_text_size(folder: Path) -> int:
@@ -693,7 +747,7 @@ class _BytesReader:
 
     def read(self, size: int = -1) -> bytes:
         end = len(self.data) if size < 0 else self.at + size
-        chunk, self.at = self.data[self.at:end], min(end, len(self.data))
+        chunk, self.at = self.data[self.at : end], min(end, len(self.data))
         return chunk
 
 
@@ -709,38 +763,58 @@ def choose_keys(keys: list[str], ends: bool, everything: bool, default: tuple[st
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="scripts/compat.py", description=__doc__.split("\n\n")[0],
-                                     epilog="Examples: `scripts/compat.py venvs --ends` (what CI needs) · `scripts/compat.py run --all` "
-                                            "(the README's table, ~10 min with warm venvs) · `scripts/compat.py run jax-0.4.30 tf-2.16.2` · "
-                                            "`scripts/compat.py fixtures --all` (after a run)",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="scripts/compat.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="Examples: `scripts/compat.py venvs --ends` (what CI needs) · `scripts/compat.py run --all` "
+        "(the README's table, ~10 min with warm venvs) · `scripts/compat.py run jax-0.4.30 tf-2.16.2` · "
+        "`scripts/compat.py fixtures --all` (after a run)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_keys(p: argparse.ArgumentParser, default: str) -> None:
-        p.add_argument("keys", nargs="*", metavar="KEY", help=f"versions such as jax-0.4.30, tf-2.16.2, torch_xla-2.9.0 (default: {default})")
+        p.add_argument(
+            "keys", nargs="*", metavar="KEY", help=f"versions such as jax-0.4.30, tf-2.16.2, torch_xla-2.9.0 (default: {default})"
+        )
         p.add_argument("--ends", action="store_true", help=f"the versions CI tests for real: {', '.join(ENDS)}")
         p.add_argument("--all", action="store_true", dest="everything", help="every version (`keys` lists them)")
 
-    venvs = sub.add_parser("venvs", help="build the per-version venvs (cached; a complete venv is skipped)",
-                           description="Build the venvs under $XLARUN_COMPAT_DIR or ~/.cache/xlarun/compat/<key>. A venv is complete once "
-                                       f"its marker {MARKER} is written (last); a venv without it is rebuilt. One builder per key (a lock).")
+    venvs = sub.add_parser(
+        "venvs",
+        help="build the per-version venvs (cached; a complete venv is skipped)",
+        description="Build the venvs under $XLARUN_COMPAT_DIR or ~/.cache/xlarun/compat/<key>. A venv is complete once "
+        f"its marker {MARKER} is written (last); a venv without it is rebuilt. One builder per key (a lock).",
+    )
     with_keys(venvs, "--all")
-    run = sub.add_parser("run", help="run the matrix and print the table (builds missing venvs first)",
-                         description="Per version, one after another: capture the example with that version's python, check that the "
-                                     "main module is ranked first with counts, that no file is 'unknown', replay the main module with the "
-                                     "version's own jaxlib and with xlarun's (.venv), and render it. Each version's store lies under "
-                                     "WORK/<key>/store; the JSON goes to WORK/matrix.json (and --json FILE).")
+    run = sub.add_parser(
+        "run",
+        help="run the matrix and print the table (builds missing venvs first)",
+        description="Per version, one after another: capture the example with that version's python, check that the "
+        "main module is ranked first with counts, that no file is 'unknown', replay the main module with the "
+        "version's own jaxlib and with xlarun's (.venv), and render it. Each version's store lies under "
+        "WORK/<key>/store; the JSON goes to WORK/matrix.json (and --json FILE).",
+    )
     with_keys(run, "--all")
     run.add_argument("--json", type=Path, dest="json_file", metavar="FILE", help="also write the results here")
-    run.add_argument("--work", type=Path, default=DEFAULT_WORK, help=f"where the stores go (default {DEFAULT_WORK.relative_to(REPO)})")
-    fixtures = sub.add_parser("fixtures", help="write tests/fixtures/compat/<key>/ from the matrix's stores",
-                              description="For each version with a store under WORK: names.txt (every file the capture wrote), the stage "
-                                          "dumps (before_optimizations and *_after_optimizations text), and expected.json (modules ranked "
-                                          "with their instruction counts as XLA's own parser counts them, and the main module).")
+    run.add_argument(
+        "--work", type=Path, default=DEFAULT_WORK, help=f"where the stores go (default {DEFAULT_WORK.relative_to(REPO)})"
+    )
+    fixtures = sub.add_parser(
+        "fixtures",
+        help="write tests/fixtures/compat/<key>/ from the matrix's stores",
+        description="For each version with a store under WORK: names.txt (every file the capture wrote), the stage "
+        "dumps (before_optimizations and *_after_optimizations text), and expected.json (modules ranked "
+        "with their instruction counts as XLA's own parser counts them, and the main module).",
+    )
     with_keys(fixtures, "every version with a store under WORK")
     fixtures.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where `run` left its stores")
-    fixtures.add_argument("--pack", choices=("auto", "text", "tar"), default="auto",
-                          help=f"dumps as plain files or one dumps.tar.gz per version (auto: a tarball above {FIXTURE_TEXT_LIMIT >> 20} MB of text in all)")
+    fixtures.add_argument(
+        "--pack",
+        choices=("auto", "text", "tar"),
+        default="auto",
+        help=f"dumps as plain files or one dumps.tar.gz per version (auto: a tarball above {FIXTURE_TEXT_LIMIT >> 20} MB of text in all)",
+    )
     table = sub.add_parser("table", help="print the markdown table of a matrix JSON")
     table.add_argument("file", type=Path, nargs="?", default=DEFAULT_WORK / "matrix.json")
     sub.add_parser("keys", help="list the versions: key, Python, pins, and whether the venv is built")
@@ -760,7 +834,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: {build_venv(key)}", flush=True)
             log(f"venvs ready under {compat_root()} in {time.monotonic() - started:.1f} s")
         elif args.command == "run":
-            results = run_matrix(choose_keys(args.keys, args.ends, args.everything, tuple(VERSIONS)), args.work.resolve(), args.json_file)
+            results = run_matrix(
+                choose_keys(args.keys, args.ends, args.everything, tuple(VERSIONS)), args.work.resolve(), args.json_file
+            )
             print(markdown_table(results))
         elif args.command == "fixtures":
             stored = tuple(k for k in VERSIONS if (args.work / k / "store").is_dir())

@@ -88,8 +88,12 @@ from .docker_support import base_image, cpu_image, docker_client, docker_engine 
 
 
 def pytest_addoption(parser):
-    parser.addoption("--soak", action="store_true", default=False,
-                     help="torture tests: the long mode (hundreds of injected kills), run by hand")
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="torture tests: the long mode (hundreds of injected kills), run by hand",
+    )
 
 
 @pytest.fixture
@@ -100,13 +104,29 @@ def soak(request) -> bool:
 
 #: Fixtures that make a real framework capture or need Docker: a test using one is slow however short its body
 #: (bisect_store, captured, raw_dump and real_dump are those of test_bisect, test_api, test_import and torture).
-_SLOW_FIXTURES = frozenset({"jax_run", "jax_passes_run", "tf_run", "tf1_run", "bisect_store", "captured", "raw_dump", "real_dump",
-                            "docker_engine", "docker_client", "base_image", "cpu_image"})
+_SLOW_FIXTURES = frozenset(
+    {
+        "jax_run",
+        "jax_passes_run",
+        "tf_run",
+        "tf1_run",
+        "bisect_store",
+        "captured",
+        "raw_dump",
+        "real_dump",
+        "docker_engine",
+        "docker_client",
+        "base_image",
+        "cpu_image",
+    }
+)
 
 
 def pytest_collection_modifyitems(config, items):
     # the fast tier (`pytest -m "not slow"`) leaves out real captures, Docker, browsers and TensorFlow without
     # each such test having to say so
     for item in items:
-        if _SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(item.get_closest_marker(m) for m in ("docker", "browser", "tf")):
+        if _SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
+            item.get_closest_marker(m) for m in ("docker", "browser", "tf")
+        ):
             item.add_marker(pytest.mark.slow)

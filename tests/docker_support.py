@@ -33,8 +33,7 @@ BASE_IMAGE = os.environ.get("XLARUN_TEST_BASE_IMAGE", "xlarun-base:bookworm")
 CPU_IMAGE = os.environ.get("XLARUN_TEST_CPU_IMAGE", "xlarun-cpu:latest")
 #: The rootfs cache of scripts/make-base-image.sh, fixed at import: conftest points XDG_CACHE_HOME
 #: at a temporary folder per test, which would throw the 70 s debootstrap away every session.
-CACHE_DIR = os.environ.get("XLARUN_CACHE_DIR") or str(
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun")
+CACHE_DIR = os.environ.get("XLARUN_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun")
 #: Seconds spent making the images this session: {"base": s, "cpu": s}; absent when they were current.
 BUILD_SECONDS: dict[str, float] = {}
 
@@ -92,8 +91,13 @@ def base_image(docker_engine) -> str:
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
         _unavailable("the base image needs root and debootstrap (apt-get install -y debootstrap)")
     started = time.monotonic()
-    done = subprocess.run([str(REPO / "scripts" / "make-base-image.sh")], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "XLARUN_CACHE_DIR": CACHE_DIR, "XLARUN_BASE_IMAGE": BASE_IMAGE})
+    done = subprocess.run(
+        [str(REPO / "scripts" / "make-base-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "XLARUN_CACHE_DIR": CACHE_DIR, "XLARUN_BASE_IMAGE": BASE_IMAGE},
+    )
     if done.returncode != 0:
         pytest.fail(f"scripts/make-base-image.sh failed: {(done.stderr or done.stdout)[-1000:]}")
     BUILD_SECONDS["base"] = time.monotonic() - started
@@ -106,7 +110,10 @@ def cpu_image(docker_engine, base_image) -> str:
     if not images.image_is_current(docker_engine, CPU_IMAGE, "cpu", args):
         started = time.monotonic()
         images.build_image(
-            "cpu", base=base_image, tag=CPU_IMAGE, client=docker_engine,
+            "cpu",
+            base=base_image,
+            tag=CPU_IMAGE,
+            client=docker_engine,
             progress=lambda line: print(f"[build cpu] {line}", file=sys.stderr),
         )
         BUILD_SECONDS["cpu"] = time.monotonic() - started

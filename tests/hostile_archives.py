@@ -149,31 +149,54 @@ def make_hostile_corpus(folder: Path, escape_target: Path) -> list[HostileCase]:
     path.write_bytes(bytes(data))
 
     _zip(add("ratio-bomb.zip", "decompression bomb"), [good, ("dump/zeros.txt", bytes(BOMB_BYTES))])
-    _zip(add("too-many-files.zip", "more than 50 files", ["--max-files", "50"]), [(f"module_{i:04d}.jit_f.before_optimizations.txt", _HLO) for i in range(51)])
+    _zip(
+        add("too-many-files.zip", "more than 50 files", ["--max-files", "50"]),
+        [(f"module_{i:04d}.jit_f.before_optimizations.txt", _HLO) for i in range(51)],
+    )
     _zip(add("too-big.zip", "over 1048576", ["--max-bytes", str(1 << 20)]), [good, ("big.txt", os.urandom(1 << 20))])
 
     # --- tar.gz / tgz ---
-    _tar(add("dotdot.tar.gz", "path traversal"), [(_tar_info(_GOOD), _HLO), (_tar_info(f"{CLIMB}{escape.lstrip('/')}"), b"pwned")])
+    _tar(
+        add("dotdot.tar.gz", "path traversal"), [(_tar_info(_GOOD), _HLO), (_tar_info(f"{CLIMB}{escape.lstrip('/')}"), b"pwned")]
+    )
     _tar(add("absolute.tgz", "absolute path"), [(_tar_info(_GOOD), _HLO), (_tar_info(escape), b"pwned")])
-    _tar(add("symlink.tar.gz", "symbolic link"), [(_tar_info("dir", tarfile.SYMTYPE, str(escape_target.parent)), None),
-                                                   (_tar_info(f"dir/{escape_target.name}"), b"pwned")])
-    _tar(add("hardlink.tar.gz", "hard link"), [(_tar_info(_GOOD), _HLO), (_tar_info("passwd", tarfile.LNKTYPE, "/etc/passwd"), None)])
+    _tar(
+        add("symlink.tar.gz", "symbolic link"),
+        [
+            (_tar_info("dir", tarfile.SYMTYPE, str(escape_target.parent)), None),
+            (_tar_info(f"dir/{escape_target.name}"), b"pwned"),
+        ],
+    )
+    _tar(
+        add("hardlink.tar.gz", "hard link"),
+        [(_tar_info(_GOOD), _HLO), (_tar_info("passwd", tarfile.LNKTYPE, "/etc/passwd"), None)],
+    )
     _tar(add("chardev.tar.gz", "device file"), [(_tar_info(_GOOD), _HLO), (_tar_info("null", tarfile.CHRTYPE), None)])
     _tar(add("blockdev.tgz", "device file"), [(_tar_info(_GOOD), _HLO), (_tar_info("sda", tarfile.BLKTYPE), None)])
     _tar(add("fifo.tar.gz", "FIFO"), [(_tar_info(_GOOD), _HLO), (_tar_info("pipe", tarfile.FIFOTYPE), None)])
     _tar(add("duplicate.tar.gz", "duplicate name"), [(_tar_info(_GOOD), _HLO), (_tar_info(_GOOD), b"HloModule other\n")])
     _tar(add("file-and-folder.tar.gz", "both a file and a folder"), [(_tar_info("a"), b"x"), (_tar_info("a/b"), b"y")])
-    _tar(add("not-utf8.tar.gz", "not UTF-8"), [(_tar_info(_GOOD), _HLO), (_tar_info(b"caf\xe9.txt".decode("utf-8", "surrogateescape")), b"x")])
-    _tar(add("too-many-files.tgz", "more than 50 files", ["--max-files", "50"]),
-         [(_tar_info(f"module_{i:04d}.jit_f.before_optimizations.txt"), _HLO) for i in range(51)])
+    _tar(
+        add("not-utf8.tar.gz", "not UTF-8"),
+        [(_tar_info(_GOOD), _HLO), (_tar_info(b"caf\xe9.txt".decode("utf-8", "surrogateescape")), b"x")],
+    )
+    _tar(
+        add("too-many-files.tgz", "more than 50 files", ["--max-files", "50"]),
+        [(_tar_info(f"module_{i:04d}.jit_f.before_optimizations.txt"), _HLO) for i in range(51)],
+    )
     with tarfile.open(add("ratio-bomb.tar.gz", "decompression bomb"), "w:gz") as archive:
         info = _tar_info(f"dump/{_GOOD}")
         info.size = BOMB_BYTES
         archive.addfile(info, io.BytesIO(bytes(BOMB_BYTES)))
 
     # --- tar.zst ---
-    _tar_zst(add("dotdot.tar.zst", "path traversal"), [(_tar_info(_GOOD), _HLO), (_tar_info(f"{CLIMB}{escape.lstrip('/')}"), b"pwned")])
-    _tar_zst(add("hardlink.tar.zst", "hard link"), [(_tar_info(_GOOD), _HLO), (_tar_info("shadow", tarfile.LNKTYPE, "/etc/shadow"), None)])
+    _tar_zst(
+        add("dotdot.tar.zst", "path traversal"), [(_tar_info(_GOOD), _HLO), (_tar_info(f"{CLIMB}{escape.lstrip('/')}"), b"pwned")]
+    )
+    _tar_zst(
+        add("hardlink.tar.zst", "hard link"),
+        [(_tar_info(_GOOD), _HLO), (_tar_info("shadow", tarfile.LNKTYPE, "/etc/shadow"), None)],
+    )
     _tar_zst(add("symlink.tar.zst", "symbolic link"), [(_tar_info("link", tarfile.SYMTYPE, escape), None)])
     _zeros_tar_zst(add("ratio-bomb.tar.zst", "decompression bomb"), BOMB_BYTES)
     _zeros_tar_zst(add("size-bomb.tar.zst", "decompression bomb", ["--max-bytes", str(8 << 20)]), 16 << 20)

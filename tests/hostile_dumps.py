@@ -128,7 +128,9 @@ def escaped_name_clash(d: Path) -> None:
 
 @maker
 def name_255_bytes(d: Path) -> None:
-    _write(d, "module_0002.jit_" + "x" * (255 - len("module_0002.jit_.before_optimizations.txt")) + ".before_optimizations.txt", HLO)
+    _write(
+        d, "module_0002.jit_" + "x" * (255 - len("module_0002.jit_.before_optimizations.txt")) + ".before_optimizations.txt", HLO
+    )
     _write(d, "é" * 127 + "a", b"two-byte characters")  # 255 bytes in UTF-8
 
 
@@ -163,8 +165,10 @@ def big_sparse_file(d: Path) -> None:  # over the streaming threshold (64 MB), m
 def written_after_the_job_ends(d: Path) -> None:
     _write(d, BEFORE, HLO)
     _write(d, "growing.log", b"start\n")
-    _background(f"import time\nf = open({str(d / 'growing.log')!r}, 'ab', buffering=0)\n"
-                "for i in range(40):\n    f.write(b'more %d\\n' % i)\n    time.sleep(0.05)\n")
+    _background(
+        f"import time\nf = open({str(d / 'growing.log')!r}, 'ab', buffering=0)\n"
+        "for i in range(40):\n    f.write(b'more %d\\n' % i)\n    time.sleep(0.05)\n"
+    )
 
 
 @maker
@@ -172,8 +176,10 @@ def deleted_and_truncated_at_exit(d: Path) -> None:
     _write(d, BEFORE, HLO)
     _write(d, "doomed.txt", b"x" * 100_000)
     _write(d, "shrinking.txt", b"y" * 100_000)
-    _background(f"import os, time\ntime.sleep(0.3)\nos.unlink({str(d / 'doomed.txt')!r})\n"
-                f"open({str(d / 'shrinking.txt')!r}, 'wb').close()\n")
+    _background(
+        f"import os, time\ntime.sleep(0.3)\nos.unlink({str(d / 'doomed.txt')!r})\n"
+        f"open({str(d / 'shrinking.txt')!r}, 'wb').close()\n"
+    )
 
 
 @maker
@@ -203,8 +209,13 @@ def metadata_lookalikes(d: Path) -> None:
 
 @maker
 def garbage_dump_names(d: Path) -> None:
-    for name in ("module_.txt", "module_99999999999999999999.x.before_optimizations.txt", "module_0000..txt",
-                 "module_0003.jit_f.0001.p.after_.before_.txt", "module_0004.jit_f.before_optimizations.hlo.pb"):
+    for name in (
+        "module_.txt",
+        "module_99999999999999999999.x.before_optimizations.txt",
+        "module_0000..txt",
+        "module_0003.jit_f.0001.p.after_.before_.txt",
+        "module_0004.jit_f.before_optimizations.hlo.pb",
+    ):
         _write(d, name, os.urandom(64))
 
 
@@ -257,7 +268,17 @@ def expectation(kind: str) -> Expectation:
         long = "module_0002.jit_" + "x" * (255 - len("module_0002.jit_.before_optimizations.txt")) + ".before_optimizations.txt"
         e.archived = {long: HLO, "é" * 127 + "a": b"two-byte characters"}
     elif kind == "control_and_markup_names":
-        e.archived = {n: n.encode() for n in ("new\nline.txt", "\x1b[31mred.txt", "<img src=x onerror=alert(1)>.txt", "-rf", " spaced .txt", "quote\"'.txt")}
+        e.archived = {
+            n: n.encode()
+            for n in (
+                "new\nline.txt",
+                "\x1b[31mred.txt",
+                "<img src=x onerror=alert(1)>.txt",
+                "-rf",
+                " spaced .txt",
+                "quote\"'.txt",
+            )
+        }
     elif kind == "deep_folders":
         e.archived = {"/".join(["deep"] * 60) + "/bottom.txt": b"bottom"}
     elif kind == "ten_thousand_tiny_files":
@@ -270,14 +291,26 @@ def expectation(kind: str) -> Expectation:
     elif kind == "deleted_and_truncated_at_exit":
         e.archived = {BEFORE: HLO}  # doomed.txt and shrinking.txt: archived as they were, or gone; never a crash
     elif kind == "hard_links_and_duplicates":
-        e.archived = {BEFORE: HLO, "module_0000.jit_f.before_optimizations.hlo.txt": HLO, **{f"same_{i}.txt": HLO for i in range(50)}}
+        e.archived = {
+            BEFORE: HLO,
+            "module_0000.jit_f.before_optimizations.hlo.txt": HLO,
+            **{f"same_{i}.txt": HLO for i in range(50)},
+        }
     elif kind == "strange_times_and_modes":
         e.archived = {BEFORE: HLO, "future.txt": b"f", "epoch.txt": b"e", "setuid.txt": b"s"}
     elif kind == "metadata_lookalikes":
         e.archived = {n: b'{"run_id": "evil"}' for n in ("manifest.json", "files.json", "archived.json", "owner.pid", ".tmp-x")}
     elif kind == "garbage_dump_names":
-        e.archived = {n: None for n in ("module_.txt", "module_99999999999999999999.x.before_optimizations.txt", "module_0000..txt",
-                                        "module_0003.jit_f.0001.p.after_.before_.txt", "module_0004.jit_f.before_optimizations.hlo.pb")}
+        e.archived = {
+            n: None
+            for n in (
+                "module_.txt",
+                "module_99999999999999999999.x.before_optimizations.txt",
+                "module_0000..txt",
+                "module_0003.jit_f.0001.p.after_.before_.txt",
+                "module_0004.jit_f.before_optimizations.hlo.pb",
+            )
+        }
     elif kind == "everything_at_once":
         for name in ("empty_proto", "fifo", "symlink_outside", "non_utf8_names", "control_and_markup_names", "unreadable_file"):
             inner = expectation(name)

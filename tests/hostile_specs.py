@@ -20,7 +20,7 @@ SPECS: dict[str, bytes | str] = {
     "tabs": "name: t\n\tscript: {job}\n",
     "binary": b"\x00\x01\x02\xff\xfe name: x\n",
     "not-utf8": b"name: caf\xe9\nscript: {job}\n",
-    "nul-in-name": "name: \"a\\0b\"\nscript: {job}\n",
+    "nul-in-name": 'name: "a\\0b"\nscript: {job}\n',
     "missing-script": "name: t\n",
     "missing-name": "script: {job}\n",
     "script-missing-file": "name: t\nscript: /nonexistent/job.py\n",
@@ -37,22 +37,26 @@ SPECS: dict[str, bytes | str] = {
     "unknown-framework": "name: t\nscript: {job}\nframework: caffe\n",
     "env-not-strings": "name: t\nscript: {job}\nenv: {{A: [1, 2]}}\n",
     "env-bad-name": "name: t\nscript: {job}\nenv: {{'A=B': x}}\n",
-    "env-newline-flag": "name: t\nscript: {job}\nenv: {{XLA_FLAGS: \"--xla_a=1\\n--xla_b=2\"}}\n",
+    "env-newline-flag": 'name: t\nscript: {job}\nenv: {{XLA_FLAGS: "--xla_a=1\\n--xla_b=2"}}\n',
     "secret-with-error": f"name: t\nscript: {{job}}\nenv: {{API_TOKEN: {SECRET}}}\ntimeout: soon\n",
     "secret-unknown-key": f"name: t\nscript: {{job}}\nenv: {{API_TOKEN: {SECRET}}}\nwhatever: 1\n",
     "name-traversal": "name: ../../etc/passwd\nscript: {job}\n",
-    "name-control-chars": "name: \"\\e[31mred\\e[0m\"\nscript: {job}\n",
+    "name-control-chars": 'name: "\\e[31mred\\e[0m"\nscript: {job}\n',
     "name-10k": "name: " + "n" * 10_000 + "\nscript: {job}\n",
     "duplicate-keys": "name: a\nname: b\nscript: {job}\n",
     "alias-bomb": "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-                  "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
-                  "name: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nscript: {job}\n",
+    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+    "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+    "name: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nscript: {job}\n",
     "deep-nesting": "name: t\nscript: {job}\nenv: " + "[" * 5000 + "]" * 5000 + "\n",
     "python-tag": "name: !!python/object/apply:os.system ['echo pwned']\nscript: {job}\n",
     "huge-file": "name: t\nscript: {job}\n# " + "x" * 20_000_000 + "\n",
     "matrix-empty": "name: t\nscript: {job}\nmatrix: {{}}\n",
-    "matrix-huge": "name: t\nscript: {job}\nmatrix:\n  a: [" + ", ".join(map(str, range(1000))) + "]\n  b: [" + ", ".join(map(str, range(1000))) + "]\n",
+    "matrix-huge": "name: t\nscript: {job}\nmatrix:\n  a: ["
+    + ", ".join(map(str, range(1000)))
+    + "]\n  b: ["
+    + ", ".join(map(str, range(1000)))
+    + "]\n",
     "image-injection": "name: t\nscript: {job}\nbackend: docker-cpu\nimage: 'x; rm -rf /'\n",
     "python-missing": "name: t\nscript: {job}\npython: /nonexistent/bin/python\n",
 }

@@ -17,8 +17,17 @@ def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade",
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
     stored = store.archive_outputs(staging)
-    manifest = Manifest(run_id=run_id, name=name, status="succeeded", exit_code=0, started="2026-01-01T00:00:00+00:00",
-                        ended="2026-01-01T00:00:01+00:00", duration_s=1.0, files=len(stored), **manifest_fields)
+    manifest = Manifest(
+        run_id=run_id,
+        name=name,
+        status="succeeded",
+        exit_code=0,
+        started="2026-01-01T00:00:00+00:00",
+        ended="2026-01-01T00:00:01+00:00",
+        duration_s=1.0,
+        files=len(stored),
+        **manifest_fields,
+    )
     store.commit_run(run_id, staging, stored, {"manifest.json": manifest.to_json()})
     store.ingest(run_id)
     return run_id
@@ -66,10 +75,21 @@ def svg_nodes(svg: bytes | str) -> dict[str, dict]:
         if group.get("class") != "node":
             continue
         title = group.find("s:title", ns).text
-        shape = next((e for e in group.iter() if e.tag.rsplit("}", 1)[-1] in ("path", "polygon", "ellipse") and e.get("fill") not in (None, "none")), None)
+        shape = next(
+            (
+                e
+                for e in group.iter()
+                if e.tag.rsplit("}", 1)[-1] in ("path", "polygon", "ellipse") and e.get("fill") not in (None, "none")
+            ),
+            None,
+        )
         anchor = next((e for e in group.iter() if e.get(xlink) is not None), None)
         texts = [t.text or "" for t in group.iter("{http://www.w3.org/2000/svg}text")]
-        nodes[title] = {"fill": shape.get("fill") if shape is not None else None, "tooltip": anchor.get(xlink) if anchor is not None else "", "text": texts}
+        nodes[title] = {
+            "fill": shape.get("fill") if shape is not None else None,
+            "tooltip": anchor.get(xlink) if anchor is not None else "",
+            "text": texts,
+        }
     return nodes
 
 

@@ -14,13 +14,16 @@ def hlo_module(name: str, *, dots: int = 1, adds: int = 0, scale: float = 3.0, s
     """A before_optimizations module: ``dots`` chained matmuls, ``adds`` chained adds, a tanh, a scale and a reduce.
 
     Instructions: 11 + dots + adds (2 parameters, tanh, 2 constants, broadcast, multiply, reduce; 3 in the region)."""
+
     def meta(op: str, at: int) -> str:
         return f'metadata={{op_name="jit({name.removeprefix("jit_")})/{op}" source_file="{source}" source_line={at}}}'
 
     body = ["  x.1 = f32[4,4]{1,0} parameter(0)", "  w.2 = f32[4,4]{1,0} parameter(1)"]
     last = "x.1"
     for i in range(dots):
-        body.append(f"  dot.{10 + i} = f32[4,4]{{1,0}} dot({last}, w.2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {meta('dot_general', line + i)}")
+        body.append(
+            f"  dot.{10 + i} = f32[4,4]{{1,0}} dot({last}, w.2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {meta('dot_general', line + i)}"
+        )
         last = f"dot.{10 + i}"
     for i in range(adds):  # elementwise bulk, as an RNG module has: many instructions, no compute op
         body.append(f"  add.{50 + i} = f32[4,4]{{1,0}} add({last}, x.1)")
@@ -50,14 +53,25 @@ def optimized_module(name: str) -> str:
     )
 
 
-def module_dumps(module_id: int, name: str, *, dots: int = 1, adds: int = 0, scale: float = 3.0, optimized: bool = True, passes: int = 0,
-                 source: str = SOURCE) -> dict[str, str]:
+def module_dumps(
+    module_id: int,
+    name: str,
+    *,
+    dots: int = 1,
+    adds: int = 0,
+    scale: float = 3.0,
+    optimized: bool = True,
+    passes: int = 0,
+    source: str = SOURCE,
+) -> dict[str, str]:
     """The text files XLA writes for one module, under XLA's names; ``passes`` per-pass dumps (as --xla_dump_hlo_pass_re)."""
     label = f"module_{module_id:04d}.{name}"
     files = {f"{label}.before_optimizations.txt": hlo_module(name, dots=dots, adds=adds, scale=scale, source=source)}
     if optimized:
         files[f"{label}.cpu_after_optimizations.txt"] = optimized_module(name)
-        files[f"{label}.cpu_after_optimizations-buffer-assignment.txt"] = "BufferAssignment:\nallocation 0: size 64, parameter 0\n"
+        files[f"{label}.cpu_after_optimizations-buffer-assignment.txt"] = (
+            "BufferAssignment:\nallocation 0: size 64, parameter 0\n"
+        )
     for step, (pipeline, after, before) in enumerate(PASSES[:passes]):
         text = hlo_module(name, dots=dots, adds=adds, scale=scale, source=source) if step < passes - 1 else optimized_module(name)
         files[f"{label}.{step:04d}.{pipeline}.after_{after}.before_{before}.txt"] = text
@@ -73,8 +87,18 @@ PASSES = [
 ]
 
 
-def archive_run(store: Store, files: dict[str, str | bytes], *, run_id: str, name: str = "mlp", batch_id: str | None = None,
-                matrix: dict | None = None, status: str = "succeeded", kind: str = "capture", other: dict[str, str | bytes] | None = None) -> str:
+def archive_run(
+    store: Store,
+    files: dict[str, str | bytes],
+    *,
+    run_id: str,
+    name: str = "mlp",
+    batch_id: str | None = None,
+    matrix: dict | None = None,
+    status: str = "succeeded",
+    kind: str = "capture",
+    other: dict[str, str | bytes] | None = None,
+) -> str:
     """Commit one run of ``files`` (XLA dump names, written under dump/) and ``other`` (paths beside it, e.g. tf_graphs/),
     then index it; returns the run id."""
     run_id, staging = store.begin_run(run_id)
@@ -83,9 +107,20 @@ def archive_run(store: Store, files: dict[str, str | bytes], *, run_id: str, nam
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content.encode() if isinstance(content, str) else content)
     stored = store.archive_outputs(staging)
-    manifest = {"name": name, "kind": kind, "status": status, "exit_code": 0 if status == "succeeded" else 1, "backend": "local",
-                "framework": "jax", "started": _started(run_id), "ended": _started(run_id), "duration_s": 1.5, "batch_id": batch_id,
-                "matrix": matrix, "tags": {}}
+    manifest = {
+        "name": name,
+        "kind": kind,
+        "status": status,
+        "exit_code": 0 if status == "succeeded" else 1,
+        "backend": "local",
+        "framework": "jax",
+        "started": _started(run_id),
+        "ended": _started(run_id),
+        "duration_s": 1.5,
+        "batch_id": batch_id,
+        "matrix": matrix,
+        "tags": {},
+    }
     store.commit_run(run_id, staging, stored, {"manifest.json": json.dumps(manifest)})
     store.ingest(run_id)
     return run_id

@@ -16,7 +16,14 @@ from .conftest import write_spec
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 PUBLIC = ["Batch", "Bisection", "Diff", "ExitCode", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store",
           "XlarunError", "batch", "capture", "jax", "open_store"]  # fmt: skip
@@ -77,7 +84,11 @@ def test_store_runs_and_modules(captured):
     assert isinstance(store.modules(plain), xlarun.ModuleList) and len(store.modules(plain)) == 1
     step = store.module("layer", run=plain)
     assert isinstance(step, xlarun.Module)
-    assert (step.name, step.label, step.ref) == ("jit_layer", f"module_{step.module_id:04d}.jit_layer", f"{plain.id}/module_{step.module_id:04d}")
+    assert (step.name, step.label, step.ref) == (
+        "jit_layer",
+        f"module_{step.module_id:04d}.jit_layer",
+        f"{plain.id}/module_{step.module_id:04d}",
+    )
     assert step.instr_before == store.store.index.module(plain.id, step.module_id).instr_before > 0
     assert step.signature == "(f32[16,8], f32[4,16]) -> f32[8]"
     assert step.opcodes_before["dot"] == 1 and step.stages == ["before_optimizations", "cpu_after_optimizations"]
@@ -113,7 +124,17 @@ def test_text_display_is_what_the_cli_prints(captured, cli):
     across = plain.main.diff(passes)
     assert str(across) == cli("diff", plain.main.ref, passes.id, *where).stdout.rstrip("\n")
     assert "f32[4,16]" in str(across) and "f32[6,16]" in str(across)
-    assert str(store.modules(plain)).splitlines()[0].split() == ["id", "name", "stages", "passes", "instr", "before", "instr", "after", "signature"]
+    assert str(store.modules(plain)).splitlines()[0].split() == [
+        "id",
+        "name",
+        "stages",
+        "passes",
+        "instr",
+        "before",
+        "instr",
+        "after",
+        "signature",
+    ]
 
 
 def _first_changing_pass(module):
@@ -136,7 +157,11 @@ def test_html_display(captured):
 
 def test_html_escapes_what_comes_from_the_dump():
     hostile = "<script>alert(1)</script>"
-    blocks = [display.TableBlock(("name",), [[hostile]], title=hostile), display.PairsBlock([(hostile, hostile)]), console.LineBlock(hostile)]
+    blocks = [
+        display.TableBlock(("name",), [[hostile]], title=hostile),
+        display.PairsBlock([(hostile, hostile)]),
+        console.LineBlock(hostile),
+    ]
     page = display.page_html(display.blocks_html(blocks))
     assert "<script>" not in page and page.count("&lt;script&gt;") == 5
 
@@ -156,7 +181,9 @@ def test_verbs_replay_render_bisect(captured, tmp_path):
     assert graph.nodes > 3 and (tmp_path / "g.svg").read_bytes() == graph.data and "<svg" in graph._repr_svg_()
     bisection = passes.main.bisect()
     assert bisection.verdict == "no-divergence" and bisection.culprit_pass is None
-    assert str(bisection).startswith(f"bisection of {passes.main.ref} by replay") and "diverges past the tolerance" in str(bisection)
+    assert str(bisection).startswith(f"bisection of {passes.main.ref} by replay") and "diverges past the tolerance" in str(
+        bisection
+    )
 
 
 @pytest.mark.slow
@@ -171,8 +198,11 @@ def test_capture_and_batch_from_python(tmp_path):
     run = xlarun.capture(spec, store)
     assert isinstance(run, xlarun.Run) and run.ok and run.kind == "capture" and run.main.name.startswith("jit__lambda")
     assert run.logs().strip() == "12.0"
-    matrix = write_spec(tmp_path / "matrix", "name: tiny-n\nscript: job.py\nframework: jax\nargs: ['${matrix.n}']\nmatrix: {n: ['1', '2']}\n",
-                        "import sys, jax, jax.numpy as jnp\nprint(float(jax.jit(lambda v: v.sum())(jnp.ones(int(sys.argv[1])))))\n")
+    matrix = write_spec(
+        tmp_path / "matrix",
+        "name: tiny-n\nscript: job.py\nframework: jax\nargs: ['${matrix.n}']\nmatrix: {n: ['1', '2']}\n",
+        "import sys, jax, jax.numpy as jnp\nprint(float(jax.jit(lambda v: v.sum())(jnp.ones(int(sys.argv[1])))))\n",
+    )
     done = store.batch(matrix, jobs=2)
     assert done.ok and len(done.runs) == 2 and {r.batch_id for r in done.runs} == {done.batch_id}
     assert f"batch {done.batch_id}" in str(done) and "n=1" in str(done) and "n=2" in str(done)
@@ -190,8 +220,14 @@ def test_a_modules_html_renders_in_chromium(captured, tmp_path):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-        page.on("console", lambda message: errors.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
-        page.on("request", lambda request: None if request.url.startswith(("file://", "data:")) else errors.append(f"network: {request.url}"))
+        page.on(
+            "console",
+            lambda message: errors.append(f"console {message.type}: {message.text}") if message.type == "error" else None,
+        )
+        page.on(
+            "request",
+            lambda request: None if request.url.startswith(("file://", "data:")) else errors.append(f"network: {request.url}"),
+        )
         page.goto(page_file.as_uri())
         graph = page.locator("div.graph svg")
         assert graph.count() == 1 and graph.is_visible()

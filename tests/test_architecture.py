@@ -30,8 +30,13 @@ def test_every_module_is_in_a_layer():
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    layered = {name.strip() for contract in config if "containers" not in contract
-               for layer in contract["layers"] for name in layer.replace(":", "|").split("|")}
+    layered = {
+        name.strip()
+        for contract in config
+        if "containers" not in contract
+        for layer in contract["layers"]
+        for name in layer.replace(":", "|").split("|")
+    }
     package = REPO / "src" / "xlarun"
     modules = {f"xlarun.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
     modules |= {f"xlarun.{p.name}" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}

@@ -120,7 +120,10 @@ def test_a_zero_byte_file_is_archived(tmp_path):
         (dump / "module_0097.jit_f.before_optimizations.txt").write_bytes(_pass(1))
 
     store, run_id, files, notes = _archive(tmp_path, fill)
-    assert {f.path: f.size for f in files} == {"module_0097.jit_f.before_optimizations.hlo.pb": 0, "module_0097.jit_f.before_optimizations.txt": len(_pass(1))}
+    assert {f.path: f.size for f in files} == {
+        "module_0097.jit_f.before_optimizations.hlo.pb": 0,
+        "module_0097.jit_f.before_optimizations.txt": len(_pass(1)),
+    }
     assert store.read_file(run_id, "module_0097.jit_f.before_optimizations.hlo.pb") == b"" and notes == []
 
 
@@ -192,8 +195,14 @@ def test_an_unreadable_file_is_listed_with_why(tmp_path):
     try:
         if os.geteuid() == 0:
             os.chown(folder, 65534, 65534)
-        done = subprocess.run([sys.executable, "-c", UNREADABLE_AS_NOBODY, str(folder / "s")], capture_output=True, text=True,
-                              timeout=120, cwd=folder, env={**os.environ, "HOME": str(folder)})
+        done = subprocess.run(
+            [sys.executable, "-c", UNREADABLE_AS_NOBODY, str(folder / "s")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=folder,
+            env={**os.environ, "HOME": str(folder)},
+        )
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
         assert result["uid"] != 0
@@ -239,13 +248,17 @@ def test_a_large_file_is_streamed_with_bounded_memory(tmp_path):
     import sys
 
     size_mb = 384
-    done = subprocess.run([sys.executable, "-c", BIG_SPARSE, str(tmp_path / "s"), str(size_mb)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", BIG_SPARSE, str(tmp_path / "s"), str(size_mb)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     [(path, digest, size)] = result["files"]
     assert (path, size, digest) == ("big.bin", size_mb << 20, result["expected"])
     assert result["problem"] is None  # reads back and hashes to its name
-    print(f"archiving a {size_mb} MB file: peak RSS {result['peak_mb']:.0f} MB, {result['peak_growth_mb']:.1f} MB above the baseline")
+    print(
+        f"archiving a {size_mb} MB file: peak RSS {result['peak_mb']:.0f} MB, {result['peak_growth_mb']:.1f} MB above the baseline"
+    )
     assert result["peak_growth_mb"] < 96  # was the whole file (a buffer of its size)
 
 

@@ -80,8 +80,12 @@ def test_cpu_job_translates_exactly(tmp_path):
         },
         user="1234:567",
         mounts=[Mount(project, SCRIPT_MOUNT, True), Mount(run, RUN_MOUNT, False)],
-        labels={"xlarun.run": "r-20250101-abc", "xlarun.owner-pid": "0", "xlarun.kind": "docker-cpu",
-                "xlarun.version": spec.labels["xlarun.version"]},
+        labels={
+            "xlarun.run": "r-20250101-abc",
+            "xlarun.owner-pid": "0",
+            "xlarun.kind": "docker-cpu",
+            "xlarun.version": spec.labels["xlarun.version"],
+        },
         memswap_limit=None,
     )
     kwargs = spec.create_kwargs()
@@ -116,8 +120,9 @@ def test_working_directory_outside_the_mounts_is_mounted_read_only(tmp_path):
 
 def test_host_specific_variables_stay_behind(tmp_path):
     copied = {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/src", "CUDA_VISIBLE_DEVICES": "3", "EDITOR": "vi"}
-    spec = translate_job(make_job(tmp_path, env=copied), DockerOptions(env={"PYTHONPATH": "/xlarun/script/lib"}),
-                         "docker-cpu", HOST)
+    spec = translate_job(
+        make_job(tmp_path, env=copied), DockerOptions(env={"PYTHONPATH": "/xlarun/script/lib"}), "docker-cpu", HOST
+    )
     assert "PATH" not in spec.environment and "CUDA_VISIBLE_DEVICES" not in spec.environment
     assert spec.environment["EDITOR"] == "vi"
     assert spec.environment["PYTHONPATH"] == "/xlarun/script/lib"  # options.env wins
@@ -137,7 +142,11 @@ def test_backend_from_a_spec_section():
 
     backend = DockerBackend.from_spec(Section())
     assert (backend.kind, backend.options.gpus, backend.options.shm_size, backend.options.image) == (
-        "docker-gpu", [1], "8g", "xlarun-gpu:latest")
+        "docker-gpu",
+        [1],
+        "8g",
+        "xlarun-gpu:latest",
+    )
     Section.options = {"gpu": 1}
     with pytest.raises(SpecError, match=r"backend\.options"):
         DockerBackend.from_spec(Section())
@@ -152,8 +161,13 @@ def test_backend_from_a_spec_section():
 
 @pytest.mark.parametrize(
     ("user", "expected", "home"),
-    [("host", "1234:567", "/tmp"), ("image", None, None), ("root", "0:0", None), ("1000:1000", "1000:1000", "/tmp"),
-     ("xlarun", "xlarun", None)],
+    [
+        ("host", "1234:567", "/tmp"),
+        ("image", None, None),
+        ("root", "0:0", None),
+        ("1000:1000", "1000:1000", "/tmp"),
+        ("xlarun", "xlarun", None),
+    ],
 )
 def test_user_modes(tmp_path, user, expected, home):
     spec = translate_job(make_job(tmp_path), DockerOptions(user=user), "docker-cpu", HOST)
@@ -196,8 +210,19 @@ def test_generic_kind_needs_an_image_and_takes_gpus(tmp_path):
     ("count", "table"),
     [
         (4, {0: [0], 3: [3], 4: [0, 1], 5: [2, 3], 6: [0, 1, 2, 3]}),
-        (16, {15: [15], 16: [0, 1], 23: [14, 15], 24: [0, 1, 2, 3], 27: [12, 13, 14, 15], 28: list(range(8)),
-              29: list(range(8, 16)), 30: list(range(16))}),
+        (
+            16,
+            {
+                15: [15],
+                16: [0, 1],
+                23: [14, 15],
+                24: [0, 1, 2, 3],
+                27: [12, 13, 14, 15],
+                28: list(range(8)),
+                29: list(range(8, 16)),
+                30: list(range(16)),
+            },
+        ),
     ],
 )
 def test_multi_ipu_device_ids(count, table):
@@ -212,9 +237,13 @@ def test_unknown_ipu_device_id_is_an_input_error():
 def test_ipu_device_id_adds_what_gc_docker_adds(tmp_path):
     spec = translate_job(make_job(tmp_path), DockerOptions(ipu_device_id=5, ipu_count=4), "docker-ipu", HOST)
     assert spec.devices == [
-        "/dev/ipu2:/dev/ipu2:rwm", "/dev/ipu2_ex:/dev/ipu2_ex:rwm", "/dev/ipu2_mailbox:/dev/ipu2_mailbox:rwm",
+        "/dev/ipu2:/dev/ipu2:rwm",
+        "/dev/ipu2_ex:/dev/ipu2_ex:rwm",
+        "/dev/ipu2_mailbox:/dev/ipu2_mailbox:rwm",
         "/dev/ipu2_mem:/dev/ipu2_mem:rwm",
-        "/dev/ipu3:/dev/ipu3:rwm", "/dev/ipu3_ex:/dev/ipu3_ex:rwm", "/dev/ipu3_mailbox:/dev/ipu3_mailbox:rwm",
+        "/dev/ipu3:/dev/ipu3:rwm",
+        "/dev/ipu3_ex:/dev/ipu3_ex:rwm",
+        "/dev/ipu3_mailbox:/dev/ipu3_mailbox:rwm",
         "/dev/ipu3_mem:/dev/ipu3_mem:rwm",
     ]
     assert spec.cap_add == [] and spec.ulimits == [] and spec.network_mode is None and spec.ipc_mode is None
@@ -258,15 +287,23 @@ def test_poplar_reports_go_to_the_run_folder(tmp_path):
     job = make_job(tmp_path, env={"POPLAR_ENGINE_OPTIONS": '{"autoReport.all": "true"}'})
     spec = translate_job(job, DockerOptions(), "docker-ipu", HOST)
     assert json.loads(spec.environment["POPLAR_ENGINE_OPTIONS"]) == {
-        "autoReport.all": "true", "autoReport.directory": "/xlarun/run/poplar"}
+        "autoReport.all": "true",
+        "autoReport.directory": "/xlarun/run/poplar",
+    }
     chosen = json.dumps({"autoReport.all": "true", "autoReport.directory": str(job.run_dir / "reports")})
     spec = translate_job(make_job(tmp_path, env={"POPLAR_ENGINE_OPTIONS": chosen}), DockerOptions(), "docker-ipu", HOST)
     assert json.loads(spec.environment["POPLAR_ENGINE_OPTIONS"])["autoReport.directory"] == "/xlarun/run/reports"
 
 
 def test_extra_devices_volumes_network_and_memory(tmp_path):
-    options = DockerOptions(devices=["/dev/fuse"], volumes=[f"{tmp_path}/data:/data:ro", "/cache:/cache"],
-                            network="none", ipc="private", mem_limit="2g", labels={"team": "xla"})
+    options = DockerOptions(
+        devices=["/dev/fuse"],
+        volumes=[f"{tmp_path}/data:/data:ro", "/cache:/cache"],
+        network="none",
+        ipc="private",
+        mem_limit="2g",
+        labels={"team": "xla"},
+    )
     spec = translate_job(make_job(tmp_path), options, "docker-cpu", HOST)
     assert spec.devices == ["/dev/fuse:/dev/fuse:rwm"]
     assert spec.mounts[2:] == [Mount(f"{tmp_path}/data", "/data", True), Mount("/cache", "/cache", False)]
@@ -276,9 +313,21 @@ def test_extra_devices_volumes_network_and_memory(tmp_path):
 
 @pytest.mark.parametrize(
     "bad",
-    [{"remove": False}, {"pull": "always"}, {"shm_size": "lots"}, {"mem_limit": "8 GB"}, {"gpus": 0}, {"gpus": []},
-     {"volumes": ["/a"]}, {"volumes": ["/a:/b:rx"]}, {"devices": ["ipu0"]}, {"ipu_over_fabric": True, "network": "bridge"},
-     {"user": "a b"}, {"ipu_device_id": -1}, {"colour": "red"}],
+    [
+        {"remove": False},
+        {"pull": "always"},
+        {"shm_size": "lots"},
+        {"mem_limit": "8 GB"},
+        {"gpus": 0},
+        {"gpus": []},
+        {"volumes": ["/a"]},
+        {"volumes": ["/a:/b:rx"]},
+        {"devices": ["ipu0"]},
+        {"ipu_over_fabric": True, "network": "bridge"},
+        {"user": "a b"},
+        {"ipu_device_id": -1},
+        {"colour": "red"},
+    ],
 )
 def test_bad_options_are_rejected(bad):
     with pytest.raises(ValidationError):
@@ -312,8 +361,14 @@ def real_job(tmp_path: Path, source: str, timeout_s: float | None = 120, env: di
     (script_dir / "job.py").write_text(source)
     run_dir = tmp_path / "run-docker-test"
     run_dir.mkdir(exist_ok=True)
-    return Job(argv=[sys.executable, str(script_dir / "job.py")], env=dict(env or {}),
-               cwd=script_dir, run_dir=run_dir, timeout_s=timeout_s, script_dir=script_dir)
+    return Job(
+        argv=[sys.executable, str(script_dir / "job.py")],
+        env=dict(env or {}),
+        cwd=script_dir,
+        run_dir=run_dir,
+        timeout_s=timeout_s,
+        script_dir=script_dir,
+    )
 
 
 class Sink:
@@ -358,7 +413,11 @@ def test_jax_dump_lands_in_the_host_run_folder(tmp_path, docker_client, cpu_imag
     assert result.details["image_id"].startswith("sha256:")
     assert result.details["image_labels"]["xlarun.build-arg.jax_version"] == "0.10.2"
     assert result.details["oom_killed"] is False
-    assert result.details["versions"] == {"jax": version("jax"), "jaxlib": version("jaxlib"), "tensorflow": version("tensorflow-cpu")}
+    assert result.details["versions"] == {
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "tensorflow": version("tensorflow-cpu"),
+    }
 
 
 @pytest.mark.docker
@@ -389,7 +448,8 @@ def test_output_streams_while_the_job_runs(tmp_path, docker_client, cpu_image):
 @pytest.mark.docker
 def test_failing_job_reports_its_exit_code(tmp_path, docker_client, cpu_image):
     result = DockerBackend("docker-cpu", DockerOptions(image=cpu_image)).launch(
-        real_job(tmp_path, "import sys\nsys.exit(3)\n"), Sink())
+        real_job(tmp_path, "import sys\nsys.exit(3)\n"), Sink()
+    )
     assert (result.status, result.exit_code, result.error) == (RunStatus.FAILED, 3, None)
 
 
@@ -397,7 +457,8 @@ def test_failing_job_reports_its_exit_code(tmp_path, docker_client, cpu_image):
 def test_deadline_kills_a_sleeping_job(tmp_path, docker_client, cpu_image):
     started = time.monotonic()
     result = DockerBackend("docker-cpu", DockerOptions(image=cpu_image)).launch(
-        real_job(tmp_path, "import time\nprint('sleeping', flush=True)\ntime.sleep(600)\n", timeout_s=2), Sink())
+        real_job(tmp_path, "import time\nprint('sleeping', flush=True)\ntime.sleep(600)\n", timeout_s=2), Sink()
+    )
     assert result.status is RunStatus.TIMED_OUT
     assert result.error == "killed at the 2 s deadline"
     assert time.monotonic() - started < 20
@@ -408,10 +469,13 @@ def test_deadline_kills_a_sleeping_job(tmp_path, docker_client, cpu_image):
 def test_out_of_memory_is_reported(tmp_path, docker_client, cpu_image):
     source = "blocks = []\nfor _ in range(64):\n    blocks.append(b'x' * (16 << 20))\nprint('survived')\n"
     result = DockerBackend("docker-cpu", DockerOptions(image=cpu_image, mem_limit="64m")).launch(
-        real_job(tmp_path, source), Sink())
+        real_job(tmp_path, source), Sink()
+    )
     assert result.status is RunStatus.FAILED
     assert result.details["oom_killed"] is True
-    assert result.error == "out of memory: the kernel killed the job when it passed the 64m memory limit (backend.options.mem_limit)"
+    assert (
+        result.error == "out of memory: the kernel killed the job when it passed the 64m memory limit (backend.options.mem_limit)"
+    )
 
 
 @pytest.mark.docker
@@ -423,7 +487,8 @@ def test_ctrl_c_stops_and_removes_the_container(tmp_path, docker_client, cpu_ima
     started = time.monotonic()
     try:
         result = DockerBackend("docker-cpu", DockerOptions(image=cpu_image)).launch(
-            real_job(tmp_path, "import time\ntime.sleep(600)\n"), Sink())
+            real_job(tmp_path, "import time\ntime.sleep(600)\n"), Sink()
+        )
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
@@ -488,8 +553,14 @@ def test_run_a_tool_in_an_image_with_host_folders_at_their_own_paths(tmp_path, d
     out.mkdir()
     (dump / "module.txt").write_text("HloModule m\n")
     sink = Sink()
-    result = run_in_image(base_image, ["/bin/sh", "-c", f"cat {dump}/module.txt; id -u; touch {out}/literals.pb; exit 4"],
-                          read_only=[dump], writable=[out], sink=sink, timeout_s=60)
+    result = run_in_image(
+        base_image,
+        ["/bin/sh", "-c", f"cat {dump}/module.txt; id -u; touch {out}/literals.pb; exit 4"],
+        read_only=[dump],
+        writable=[out],
+        sink=sink,
+        timeout_s=60,
+    )
     assert (result.status, result.exit_code) == (RunStatus.FAILED, 4)
     assert sink.text("stdout") == f"HloModule m\n{os.getuid()}\n"
     assert (out / "literals.pb").stat().st_uid == os.getuid()

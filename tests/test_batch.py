@@ -36,8 +36,11 @@ if scale > 1.5:
 
 
 def test_batch_runs_every_cell_in_parallel_and_compares(cli, tmp_path):
-    spec = write_spec(tmp_path / "p", TWO_SCALES.replace('args: ["${matrix.scale}"]', 'args: ["${matrix.scale}", "ok"]'),
-                      SCALED_JAX.replace("if scale > 1.5:", "if len(sys.argv) < 3:"))
+    spec = write_spec(
+        tmp_path / "p",
+        TWO_SCALES.replace('args: ["${matrix.scale}"]', 'args: ["${matrix.scale}", "ok"]'),
+        SCALED_JAX.replace("if scale > 1.5:", "if len(sys.argv) < 3:"),
+    )
     out = cli("batch", spec, "-j", "2", "--store", tmp_path / "s", "--json")
     assert out.exit_code == 0, out.stderr
     data = json.loads(out.stdout)
@@ -72,9 +75,14 @@ def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
     spec = write_spec(tmp_path / "p", "name: w\nscript: job.py\nmatrix:\n  n: [1, 2]\n", waiting)
     env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
     # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
-    proc = subprocess.Popen([sys.executable, "-m", "xlarun", "batch", str(spec), "-j", "2", "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "batch", str(spec), "-j", "2", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     # jobs in a batch don't echo; wait until both have dumped something
     import time
 

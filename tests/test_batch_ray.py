@@ -41,7 +41,9 @@ f = jax.jit(lambda x: jnp.tanh(x @ x.T * scale).sum())
 print("value", float(f(jnp.ones((8, 8)))), flush=True)
 """
 #: The first attempt of a cell says it is ready and waits (to be interrupted or lose its node); later ones finish.
-WAITING = TINY + """
+WAITING = (
+    TINY
+    + """
 import os, pathlib, time
 marker = pathlib.Path(os.environ["MARKER_DIR"]) / f"started-{scale}"
 first = not marker.exists()
@@ -51,6 +53,7 @@ if first or os.environ.get("ALWAYS_WAIT"):
     print("ready", flush=True)
     time.sleep(120)
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +66,20 @@ def cluster(tmp_path_factory):
     saved = os.environ.get("XLARUN_NODE_STAGING")
     os.environ["XLARUN_NODE_STAGING"] = str(staging)  # the nodes' processes inherit it
     small = 80 << 20
-    started = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "object_store_memory": small, "include_dashboard": False,
-        # a node whose raylet is killed is declared dead within ~1 s, not Ray's default ~30 s
-        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 2, "health_check_initial_delay_ms": 0},
-    })
+    started = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "object_store_memory": small,
+            "include_dashboard": False,
+            # a node whose raylet is killed is declared dead within ~1 s, not Ray's default ~30 s
+            "_system_config": {
+                "health_check_period_ms": 500,
+                "health_check_failure_threshold": 2,
+                "health_check_initial_delay_ms": 0,
+            },
+        },
+    )
     nodes = {name: started.add_node(num_cpus=1, resources=res, object_store_memory=small) for name, res in NODE_RESOURCES.items()}
     started.wait_for_nodes()
     ray.init(address=started.address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
@@ -177,8 +189,12 @@ def test_a_shipped_run_is_verified_committed_once_and_carries_only_what_the_stor
 @pytest.mark.docker
 def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locally(cluster, tmp_path, cpu_image, docker_client):
     _cluster, nodes, _staging = cluster
-    spec = write_spec(tmp_path / "p", "name: tiny\nscript: job.py\nframework: jax\nbackend:\n  kind: ${matrix.backend}\n"
-                      "dump:\n  formats: [text]\nmatrix:\n  backend: [local, docker-cpu]\n", TINY)
+    spec = write_spec(
+        tmp_path / "p",
+        "name: tiny\nscript: job.py\nframework: jax\nbackend:\n  kind: ${matrix.backend}\n"
+        "dump:\n  formats: [text]\nmatrix:\n  backend: [local, docker-cpu]\n",
+        TINY,
+    )
     here = Store.open(tmp_path / "local")
     local = run_batch(load_batch(spec), here, jobs=2)
     assert local.ok, [c.error for c in local.cells]
@@ -209,13 +225,22 @@ def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_runn
     cluster_, _nodes, staging = cluster
     markers = tmp_path / "markers"
     markers.mkdir()
-    spec = write_spec(tmp_path / "p", f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
-                      "matrix:\n  scale: ['1.0', '2.0']\n", WAITING)
+    spec = write_spec(
+        tmp_path / "p",
+        f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
+        "matrix:\n  scale: ['1.0', '2.0']\n",
+        WAITING,
+    )
     env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
     # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
-    driver = subprocess.Popen([sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         _wait_until(lambda: len(_ready_logs(staging)) == 2, 90, "both cells running on their nodes")
         jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
@@ -241,8 +266,11 @@ def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cl
     _cluster, nodes, staging = cluster
     markers = tmp_path / "markers"
     markers.mkdir()
-    spec = write_spec(tmp_path / "p", f"name: lost\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n"
-                      "matrix:\n  scale: ['1.0']\n", WAITING)
+    spec = write_spec(
+        tmp_path / "p",
+        f"name: lost\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\nmatrix:\n  scale: ['1.0']\n",
+        WAITING,
+    )
     by_id = {node.node_id[:8]: node for node in nodes.values()}
 
     def run_and_kill(retries: int):
@@ -254,8 +282,11 @@ def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cl
             if cell.node and "first" not in seen:
                 seen["first"] = cell.node
 
-        thread = threading.Thread(target=lambda: box.setdefault("result", run_batch_on("ray", load_batch(spec), store, retries=retries,
-                                                                                         on_event=on_event)))
+        thread = threading.Thread(
+            target=lambda: box.setdefault(
+                "result", run_batch_on("ray", load_batch(spec), store, retries=retries, on_event=on_event)
+            )
+        )
         thread.start()
         _wait_until(lambda: "first" in seen and _ready_logs(staging), 90, "the cell running on a node")
         victim = by_id[seen["first"].split("/")[1]]

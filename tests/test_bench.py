@@ -39,7 +39,14 @@ def quick_results(tmp_path_factory) -> dict:
     pytest.importorskip("jax")
     out = tmp_path_factory.mktemp("bench") / "results.json"
     env = {k: v for k, v in os.environ.items() if k != "XLARUN_STORE"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "targets met" in proc.stdout
     return json.loads(out.read_text())

@@ -123,7 +123,9 @@ def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_stor
 @pytest.mark.slow
 def test_refuses_a_capture_without_pass_dumps(cli, tmp_path):
     spec = tmp_path / "plain.yaml"
-    spec.write_text(f"name: plain\nscript: {CONFIGS / 'examples' / 'bisect_stable.py'}\nframework: jax\ndump:\n  formats: [text]\n")
+    spec.write_text(
+        f"name: plain\nscript: {CONFIGS / 'examples' / 'bisect_stable.py'}\nframework: jax\ndump:\n  formats: [text]\n"
+    )
     store = tmp_path / "store"
     assert cli("capture", spec, "--store", store, "-q").exit_code == 0
     result = cli("bisect", "layer", "--store", store)
@@ -219,7 +221,7 @@ def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp
     out = tmp_path / "report"
     assert cli("report", module.run_id, "--store", bisect_store, "-o", out, "--no-graphs").exit_code == 0
     page = (out / "modules" / f"module_{module.module_id:04d}.html").read_text()
-    section = page[page.index('id="bisections"'):]
+    section = page[page.index('id="bisections"') :]
     assert 'class="error-plot"' in section and section.count("<circle") >= module.n_pass_dumps  # one point per replayed step
     assert "float-normalization-bf16" in section and "convert +10" in section
     assert '<span class="add">' in section  # the culprit's unified diff
@@ -245,7 +247,8 @@ def test_passes_the_module_cannot_compile_without_are_found_by_binary_search():
 def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
     # a dot over two contracting dimensions: the CPU backend has no emitter for it until dot_decomposer runs
     script = tmp_path / "twodims.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import jax, jax.numpy as jnp
         @jax.jit
         def contract(a, b):
@@ -253,10 +256,13 @@ def test_a_module_that_needs_a_lowering_pass_keeps_it_on(cli, tmp_path):
         a = jax.random.normal(jax.random.PRNGKey(0), (8, 4, 3))
         b = jax.random.normal(jax.random.PRNGKey(1), (4, 3))
         print(f"result {float(contract(a, b).sum()):.6f}")
-    """))
+    """)
+    )
     spec = tmp_path / "twodims.yaml"
-    spec.write_text(f"name: twodims\nscript: {script}\nframework: jax\ndump:\n  formats: [text]\n  pass_re: '.*'\n"
-                    "  snapshots: true\n  large_constants: true\n")
+    spec.write_text(
+        f"name: twodims\nscript: {script}\nframework: jax\ndump:\n  formats: [text]\n  pass_re: '.*'\n"
+        "  snapshots: true\n  large_constants: true\n"
+    )
     store = tmp_path / "store"
     assert cli("capture", spec, "--store", store, "-q").exit_code == 0
     code, data = _bisect_json(cli, "contract", "--store", store)

@@ -16,7 +16,10 @@ from xlarun.store import STORE_VERSION, Store
 def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:
     """HLO-like texts where each differs from the one before by a line or two, as successive passes do."""
     rng = random.Random(seed)
-    body = [f"  %add.{i} = f32[{rng.randint(1, 512)},128]{{1,0}} add(%p.{i}, %q.{i}), metadata={{op_name=\"jit(f)/add\"}}" for i in range(lines)]
+    body = [
+        f'  %add.{i} = f32[{rng.randint(1, 512)},128]{{1,0}} add(%p.{i}, %q.{i}), metadata={{op_name="jit(f)/add"}}'
+        for i in range(lines)
+    ]
     out = []
     for step in range(count):
         body[rng.randrange(len(body))] = f"  %mul.{step} = f32[8]{{0}} multiply(%a, %b)"
@@ -97,7 +100,10 @@ def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     packer.flush()
     pack = blobs.pack_of(_digest(second))
     assert pack == blobs.pack_of(_digest(first)) != blobs.pack_of(_digest(third))
-    assert [digest for digest, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [_digest(first), _digest(second)]
+    assert [digest for digest, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [
+        _digest(first),
+        _digest(second),
+    ]
     assert [blobs.get(_digest(d)) for d in (first, second, third)] == [first, second, third]
 
 
@@ -212,7 +218,9 @@ def test_a_store_of_an_older_format_is_refused_in_one_line(tmp_path, cli, old, m
     store = Store.open(tmp_path / "s")
     store.close()
     (tmp_path / "s" / "VERSION").write_text(f"{old}\n")
-    with pytest.raises(StoreError, match=f"has format {old}, which this xlarun no longer reads \\(it reads format 4 only\\)") as error:
+    with pytest.raises(
+        StoreError, match=f"has format {old}, which this xlarun no longer reads \\(it reads format 4 only\\)"
+    ) as error:
         Store.open(tmp_path / "s")
     assert STORE_VERSION == 4 and "capture the runs again" in error.value.hint
     monkeypatch.chdir(tmp_path)  # a short path: the line is not wrapped at the console's width

@@ -23,7 +23,9 @@ def bundled(jax_run, tmp_path_factory):
 
     store, _result = jax_run
     out = tmp_path_factory.mktemp("bundle") / "train_step.zip"
-    result = CliRunner().invoke(app, ["bundle", "jit_train_step", "-o", str(out), "--redact-paths", "--store", str(store.root), "--json"])
+    result = CliRunner().invoke(
+        app, ["bundle", "jit_train_step", "-o", str(out), "--redact-paths", "--store", str(store.root), "--json"]
+    )
     assert result.exit_code == 0, result.output
     return out, json.loads(result.stdout)
 
@@ -37,9 +39,18 @@ def test_bundle_holds_the_files_a_bug_report_needs(bundled):
     path, result = bundled
     names = set(zipfile.ZipFile(path).namelist())
     dumps = {n for n in names if n.startswith("dump/")}
-    for suffix in ("before_optimizations.txt", "before_optimizations.hlo.pb", "cpu_after_optimizations.txt", "cpu_after_optimizations.hlo.pb",
-                   "cpu_after_optimizations-buffer-assignment.txt", "cpu_after_optimizations-memory-usage-report.txt", "debug_options"):
-        assert f"dump/module_0012.jit_train_step.{suffix}" in dumps or any(n.endswith(f"jit_train_step.{suffix}") for n in dumps), suffix
+    for suffix in (
+        "before_optimizations.txt",
+        "before_optimizations.hlo.pb",
+        "cpu_after_optimizations.txt",
+        "cpu_after_optimizations.hlo.pb",
+        "cpu_after_optimizations-buffer-assignment.txt",
+        "cpu_after_optimizations-memory-usage-report.txt",
+        "debug_options",
+    ):
+        assert f"dump/module_0012.jit_train_step.{suffix}" in dumps or any(
+            n.endswith(f"jit_train_step.{suffix}") for n in dumps
+        ), suffix
     snapshots = [n for n in dumps if ".snapshot." in n]
     assert len(snapshots) == 1
     assert all("jit_train_step" in n for n in dumps)  # only the one module
@@ -126,7 +137,9 @@ def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, mon
 def test_redact_manifest_hides_secret_variables():
     from xlarun.bundle import redact_manifest
 
-    redacted = redact_manifest({"env_delta": {"HF_TOKEN": "hf_abc", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:pw@host/simple"}})
+    redacted = redact_manifest(
+        {"env_delta": {"HF_TOKEN": "hf_abc", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:pw@host/simple"}}
+    )
     assert redacted["env_delta"] == {"HF_TOKEN": "***", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:***@host/simple"}
 
 

@@ -56,14 +56,20 @@ def test_manifest_records_what_ran(jax_run):
     assert manifest["command"][1].endswith("configs/examples/jax_mlp.py")
     # the git state of the script's checkout; outside one (or without git) None, not an invented commit
     examples = Path(__file__).resolve().parent.parent / "configs" / "examples"
-    top = subprocess.run(["git", "-C", str(examples), "rev-parse", "--show-toplevel"], capture_output=True, text=True) if shutil.which("git") else None
+    top = (
+        subprocess.run(["git", "-C", str(examples), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        if shutil.which("git")
+        else None
+    )
     if top is None or top.returncode != 0:
         assert manifest["git"] is None
     else:
         git = manifest["git"]
         assert git["root"] == top.stdout.strip() and isinstance(git["dirty"], bool) and git["branch"]
         assert re.fullmatch(r"[0-9a-f]{40}", git["commit"])
-        assert subprocess.run(["git", "-C", git["root"], "cat-file", "-e", git["commit"] + "^{commit}"]).returncode == 0  # a real commit of it
+        assert (
+            subprocess.run(["git", "-C", git["root"], "cat-file", "-e", git["commit"] + "^{commit}"]).returncode == 0
+        )  # a real commit of it
     assert manifest["files"] == len(store.stored_files(result.run_id)) > 10
     assert "step 2: loss" in store.read_log(result.run_id, "stdout")
     assert (result.run_dir / "spec.yaml").read_text().startswith("# The bundled example")
@@ -165,8 +171,15 @@ def _default_signals() -> None:
 
 def _xlarun(*args, store: Path, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_signals, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "xlarun", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
+        **kwargs,
+    )
 
 
 def _wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> None:
@@ -267,7 +280,9 @@ def test_a_dead_docker_daemon_is_a_clear_error_and_a_recorded_run(tmp_path, monk
 
 
 def test_a_missing_image_is_a_clear_error_and_a_recorded_run(tmp_path, docker_client):
-    spec = write_spec(tmp_path, "name: noimage\nscript: job.py\nbackend:\n  kind: docker\n  image: xlarun-absent:nope\n", TINY_JAX)
+    spec = write_spec(
+        tmp_path, "name: noimage\nscript: job.py\nbackend:\n  kind: docker\n  image: xlarun-absent:nope\n", TINY_JAX
+    )
     result = capture(spec, Store.open(tmp_path / "s"))
     assert result.status == RunStatus.ERROR
     assert "xlarun-absent:nope" in result.manifest.error
@@ -290,7 +305,9 @@ def test_a_job_refusing_a_flag_is_told_which(tmp_path):
     assert "the job aborted at start: its XLA does not know --xla_foo (Unknown flag in XLA_FLAGS)" in result.warnings
     error = exit_status_error(result)
     assert error.exit_code == ExitCode.FAILED
-    assert error.message.startswith("the job aborted at start: its XLA does not know --xla_foo") and result.run_id in error.message
+    assert (
+        error.message.startswith("the job aborted at start: its XLA does not know --xla_foo") and result.run_id in error.message
+    )
     assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"
 
 
@@ -340,12 +357,15 @@ def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
     assert manifest["files"] >= 3
 
 
-LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK = TINY_JAX + """
+LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK = (
+    TINY_JAX
+    + """
 import os
 dump = next(a.split("=", 1)[1] for a in os.environ["XLA_FLAGS"].split() if a.startswith("--xla_dump_to="))
 open(os.path.join(dump, "module_0097.jit_f.before_optimizations.hlo.pb"), "wb").close()  # a killed writer's
 os.symlink("/etc/passwd", os.path.join(dump, "passwd.txt"))
 """
+)
 
 
 @pytest.mark.slow
@@ -355,7 +375,10 @@ def test_a_zero_byte_dump_file_and_a_symlink_keep_the_run(tmp_path, cli):
     out = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
     assert out.exit_code == 0, out.output
     said = " ".join(out.stderr.split())
-    assert "1 file(s) of the dump folder not archived: passwd.txt: a symbolic link (to '/etc/passwd'): skipped, its target is never read" in said
+    assert (
+        "1 file(s) of the dump folder not archived: passwd.txt: a symbolic link (to '/etc/passwd'): skipped, its target is never read"
+        in said
+    )
     store = Store.open(tmp_path / "s")
     [run] = store.index.runs()
     assert run.status == "succeeded" and store.read_file(run.run_id, "module_0097.jit_f.before_optimizations.hlo.pb") == b""

@@ -61,7 +61,9 @@ def test_capture_of_a_malformed_spec_is_one_line_exit_2(cli, tmp_path):
     spec = write_spec(tmp_path, "name: demo\nscript: job.py\ntimeout: never\n", "print(1)\n")
     result = cli("capture", spec)
     assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == [f"error: {spec}:3:10 timeout: 'never' is not a duration: use seconds or a number with ms, s, m or h (fix that key and run `xlarun validate` again)"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}:3:10 timeout: 'never' is not a duration: use seconds or a number with ms, s, m or h (fix that key and run `xlarun validate` again)"
+    ]
 
 
 def test_flags_prints_export_lines_without_running(cli, tmp_path):

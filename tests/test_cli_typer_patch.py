@@ -29,7 +29,9 @@ def test_the_installed_typer_is_the_one_pyproject_pins():
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [typer_requirement] = [Requirement(d) for d in dependencies if Requirement(d).name == "typer"]
     assert typer_requirement.specifier.contains(importlib.metadata.version("typer"))
-    assert typer_requirement.specifier.contains("0.29.2") and not typer_requirement.specifier.contains("0.30.0")  # pinned to a minor
+    assert typer_requirement.specifier.contains("0.29.2") and not typer_requirement.specifier.contains(
+        "0.30.0"
+    )  # pinned to a minor
 
 
 def test_typer_has_the_private_interface_the_patch_replaces():
@@ -59,8 +61,14 @@ def test_plain_strings_build_no_adapter_and_everything_else_is_still_coerced(mon
     app = typer.Typer()
 
     @app.command()
-    def show(name: str, count: int = 1, where: Path = Path("."), speed: _Speed = _Speed.fast, tag: str | None = None,
-             shout: Annotated[str, typer.Option(parser=str.upper)] = "x") -> None:
+    def show(
+        name: str,
+        count: int = 1,
+        where: Path = Path("."),
+        speed: _Speed = _Speed.fast,
+        tag: str | None = None,
+        shout: Annotated[str, typer.Option(parser=str.upper)] = "x",
+    ) -> None:
         print(json.dumps([name, count, type(where).__name__, str(where), speed.value, tag, shout]))
 
     result = CliRunner().invoke(app, ["abc", "--count", "3", "--where", "/tmp/x", "--speed", "slow", "--shout", "hey"])

@@ -41,7 +41,11 @@ def xla_count(text: str) -> int:
 
 
 def stage_text(store: Store, run_id: str, module, stage: str) -> str:
-    path = next(f for f in store.stored_files(run_id) if f.path.startswith(f"module_{module.module_id:04d}.") and f.path.endswith(f".{stage}.txt"))
+    path = next(
+        f
+        for f in store.stored_files(run_id)
+        if f.path.startswith(f"module_{module.module_id:04d}.") and f.path.endswith(f".{stage}.txt")
+    )
     return store.read_file(run_id, path.path).decode()
 
 

@@ -66,7 +66,8 @@ def test_the_main_module_is_ranked_first(key, indexed):
     main = expected(key)["main_module"]
     first = modules[0]
     assert (first.module_id, first.name) == (main["module_id"], main["name"]), (
-        f"{first.name} ranked first; parse errors: {[m.parse_error for m in modules if m.parse_error][:1]}")
+        f"{first.name} ranked first; parse errors: {[m.parse_error for m in modules if m.parse_error][:1]}"
+    )
 
 
 @pytest.mark.parametrize("key", VERSIONS)
@@ -75,7 +76,9 @@ def test_instruction_counts_are_xlas(key, indexed):
     want = {m["module_id"]: (m["name"], m["instr_before"], m["instr_after"]) for m in expected(key)["modules"]}
     wrong = {mid: {"xlarun": got.get(mid), "xla": want[mid]} for mid in want if got.get(mid) != want[mid]}
     errors = [m.parse_error for m in indexed(key) if m.parse_error]
-    assert not wrong, f"{len(wrong)}/{len(want)} modules differ from XLA's count ({expected(key)['counted_by']}): {wrong}; first parse error: {errors[:1]}"
+    assert not wrong, (
+        f"{len(wrong)}/{len(want)} modules differ from XLA's count ({expected(key)['counted_by']}): {wrong}; first parse error: {errors[:1]}"
+    )
 
 
 @pytest.mark.parametrize("key", VERSIONS)

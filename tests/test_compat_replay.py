@@ -73,7 +73,10 @@ def _one(folder: Path, pattern: str) -> Path:
 def _replay(python: Path, path: Path, *extra: str) -> dict:
     proc = subprocess.run(
         xlarun_in(python, "replay", str(path), "--json", "--store", str(path.parent / "no-store"), *extra),
-        env=xlarun_env(), capture_output=True, text=True, timeout=300,
+        env=xlarun_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     data = json.loads(proc.stdout)
     assert proc.returncode == data["exit_code"], proc.stderr[-2000:]
@@ -111,8 +114,9 @@ def test_a_64_bit_snapshot_replays_to_a_match(key, dumps):
 @pytest.mark.parametrize("key", [OLDEST, MIDDLE, NEWEST])
 def test_doctor_proves_the_engine(key):
     python = require_compat(key)
-    proc = subprocess.run(xlarun_in(python, "doctor", "--no-docker", "--json"), env=xlarun_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        xlarun_in(python, "doctor", "--no-docker", "--json"), env=xlarun_env(), capture_output=True, text=True, timeout=120
+    )
     engine = {c["name"]: c for c in json.loads(proc.stdout)}["built-in replay engine (PJRT)"]
     assert engine["ok"], engine
     route = "xla_computation_to_mlir_module" if key == OLDEST else "hlo_to_stablehlo"
@@ -122,8 +126,9 @@ def test_doctor_proves_the_engine(key):
 def test_modules_of_a_newer_jax_replay_on_the_oldest_jaxlib():
     """jax 0.10.2's dumps: wide instruction ids and stack-frame tables the 0.4.30 parser refuses as they are."""
     python = require_compat(OLDEST)
-    proto = _replay(python, FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.hlo.pb",
-                    "--reference-platform", "cpu")
+    proto = _replay(
+        python, FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.hlo.pb", "--reference-platform", "cpu"
+    )
     _assert_match(proto, "platform cpu")
     text = _replay(python, FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt", "--reference-platform", "cpu")
     _assert_match(text, "platform cpu")

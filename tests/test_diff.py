@@ -47,7 +47,9 @@ def test_structural_summary_of_a_fusion():
     assert summary.added == {"fusion": 1}
     assert summary.removed == {"add": 1, "multiply": 1, "negate": 1}
     assert summary.fused == {"add": 1, "multiply": 1, "negate": 1}
-    assert [(f.name, f.kind, f.fused_instructions, f.opcodes) for f in summary.fusions_formed] == [("neg_fusion", "kLoop", 3, ["add", "multiply", "negate"])]
+    assert [(f.name, f.kind, f.fused_instructions, f.opcodes) for f in summary.fusions_formed] == [
+        ("neg_fusion", "kLoop", 3, ["add", "multiply", "negate"])
+    ]
     assert summary.computations_added == ["fused_computation"]
     assert summary.opcode_delta == {"fusion": 1, "parameter": 2}
     lines = summary.lines()
@@ -66,7 +68,7 @@ def test_structural_summary_matches_renamed_instructions_by_position():
 
 
 def test_without_provenance_drops_metadata_and_tables():
-    text = BEFORE.replace("HloModule m, entry", "HloModule m, entry") + "\nFileNames\n1 \"/x.py\"\n\n"
+    text = BEFORE.replace("HloModule m, entry", "HloModule m, entry") + '\nFileNames\n1 "/x.py"\n\n'
     stripped = without_provenance(text)
     assert "metadata" not in stripped and "/home/me" not in stripped and "FileNames" not in stripped
     assert "%add.1 = f32[4]{0} add(%a, %b)\n" in stripped
@@ -140,10 +142,13 @@ def two_runs(jax_run, tmp_path_factory):
     """The bundled JAX example captured twice into one store: hidden size 128 (jax_run) and 64."""
     store, first = jax_run
     both = copy_store(store, tmp_path_factory.mktemp("two") / "store")
-    spec = write_spec(tmp_path_factory.mktemp("spec64"), (
-        f"name: jax-mlp-64\nscript: {CONFIGS / 'examples' / 'jax_mlp.py'}\nargs: ['--hidden', '64', '--steps', '1']\nframework: jax\n"
-        "dump:\n  formats: [text]\n"
-    ))
+    spec = write_spec(
+        tmp_path_factory.mktemp("spec64"),
+        (
+            f"name: jax-mlp-64\nscript: {CONFIGS / 'examples' / 'jax_mlp.py'}\nargs: ['--hidden', '64', '--steps', '1']\nframework: jax\n"
+            "dump:\n  formats: [text]\n"
+        ),
+    )
     from xlarun.capture import capture
 
     second = capture(spec, both)
@@ -159,10 +164,17 @@ def test_cross_run_diff(two_runs, cli):
     assert summary["instructions_before"] == summary["instructions_after"]
     assert not summary["added"] and not summary["removed"] and not summary["opcode_delta"]
     assert summary["changed"]["dot"] >= 4 and summary["changed"]["parameter"] >= 4  # 128 -> 64 wide
-    assert any("128" in line for line in data["unified"] if line.startswith("-")) and any("64" in line for line in data["unified"] if line.startswith("+"))
+    assert any("128" in line for line in data["unified"] if line.startswith("-")) and any(
+        "64" in line for line in data["unified"] if line.startswith("+")
+    )
     assert not any("metadata=" in line for line in data["unified"])
     # the second REF may be a run: the module of the same name there
     text = cli("diff", f"{first}/jit_train_step", second, "--summary", "--store", store.root)
-    assert text.exit_code == 0 and "instructions:" in text.stdout and "changed:" in text.stdout and "opcode counts" not in text.stdout
+    assert (
+        text.exit_code == 0
+        and "instructions:" in text.stdout
+        and "changed:" in text.stdout
+        and "opcode counts" not in text.stdout
+    )
     same = cli("diff", f"{first}/jit_train_step", f"{first}/jit_train_step", "--store", store.root)
     assert same.exit_code == 2 and "same module" in same.stderr

@@ -33,7 +33,11 @@ def test_a_runner_given_by_variable_is_found(cli, tmp_path):
     out = cli("doctor", "--no-docker", "--json", env={"XLARUN_RUN_HLO_MODULE": str(fake), "PATH": "/usr/bin:/bin"})
     checks = by_name(json.loads(out.stdout))
     assert checks["run_hlo_module (replay --engine run_hlo_module)"] == {
-        "name": "run_hlo_module (replay --engine run_hlo_module)", "ok": True, "detail": str(fake), "fix": None, "essential": False,
+        "name": "run_hlo_module (replay --engine run_hlo_module)",
+        "ok": True,
+        "detail": str(fake),
+        "fix": None,
+        "essential": False,
     }
     assert not checks["hlo_runner_main (replay --engine hlo_runner_main)"]["ok"]
     assert "bazel build //xla/tools:hlo_runner_main" in checks["hlo_runner_main (replay --engine hlo_runner_main)"]["fix"]
@@ -48,7 +52,13 @@ def test_a_dead_docker_daemon_is_reported_with_a_fix(monkeypatch):
 
 
 def test_missing_essentials_exit_3(cli, monkeypatch):
-    monkeypatch.setattr(doctor_module, "check_python_packages", lambda: [doctor_module.Check("a framework to capture", False, "none installed", "pip install 'xlarun[jax]'", essential=True)])
+    monkeypatch.setattr(
+        doctor_module,
+        "check_python_packages",
+        lambda: [
+            doctor_module.Check("a framework to capture", False, "none installed", "pip install 'xlarun[jax]'", essential=True)
+        ],
+    )
     out = cli("doctor", "--no-docker")
     assert out.exit_code == 3
     assert "MISSING" in out.stdout and "pip install 'xlarun[jax]'" in out.stdout

@@ -69,13 +69,16 @@ def test_1_a_capture_that_made_no_dump(cli, tmp_path):
     assert run["n_files"] == 0
 
 
-@pytest.mark.parametrize("args, said", [
-    (["show", "no_such_module", "--store", "{store}"], "no module matches 'no_such_module'"),  # an unknown REF
-    (["show", "jit_", "--store", "{store}"], "module REF 'jit_' is ambiguous"),  # an ambiguous one
-    (["validate", "{spec}"], "timeout"),  # a bad spec
-    (["capture", "{spec}", "--store", "{store}"], "timeout"),  # refused before anything runs
-    (["runs", "--no-such-option"], "No such option"),  # a bad command line
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["show", "no_such_module", "--store", "{store}"], "no module matches 'no_such_module'"),  # an unknown REF
+        (["show", "jit_", "--store", "{store}"], "module REF 'jit_' is ambiguous"),  # an ambiguous one
+        (["validate", "{spec}"], "timeout"),  # a bad spec
+        (["capture", "{spec}", "--store", "{store}"], "timeout"),  # refused before anything runs
+        (["runs", "--no-such-option"], "No such option"),  # a bad command line
+    ],
+)
 def test_2_bad_usage_spec_or_ref(cli, tmp_path, args, said):
     store = tmp_path / "store"
     archive_run(Store.open(store), {**module_dumps(1, "jit_f"), **module_dumps(2, "jit_g")}, run_id="20261123-100000-abcd")
@@ -136,8 +139,14 @@ def _capture_in_a_process(tmp_path: Path, env: dict | None = None, job: str = WR
     spec = write_spec(tmp_path, "name: waits\nscript: job.py\n", job)
     store = tmp_path / "store"
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = subprocess.Popen([sys.executable, "-m", "xlarun", "capture", str(spec), "--store", str(store), "-q"], env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "capture", str(spec), "--store", str(store), "-q"],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_signals_as_in_a_terminal,
+    )
     return proc, store
 
 
@@ -148,10 +157,14 @@ def _signals_as_in_a_terminal() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code", [(signal.SIGHUP, ExitCode.HANGUP), (signal.SIGINT, ExitCode.INTERRUPTED), (signal.SIGTERM, ExitCode.TERMINATED)])
+@pytest.mark.parametrize(
+    "sig, code", [(signal.SIGHUP, ExitCode.HANGUP), (signal.SIGINT, ExitCode.INTERRUPTED), (signal.SIGTERM, ExitCode.TERMINATED)]
+)
 def test_129_130_143_a_stop_signal_archives_what_the_job_wrote(cli, tmp_path, sig, code):
     ready = tmp_path / "ready"
-    proc, store = _capture_in_a_process(tmp_path, job=WRITES_A_DUMP + f"import pathlib, time\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(120)\n")
+    proc, store = _capture_in_a_process(
+        tmp_path, job=WRITES_A_DUMP + f"import pathlib, time\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(120)\n"
+    )
     deadline = time.monotonic() + 60
     while not ready.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

@@ -47,7 +47,9 @@ def test_user_xla_flags_are_merged_and_the_spec_wins():
 
 
 def test_logging_sets_both_vlog_variables_and_vmodule():
-    composed = compose_env(spec_of("logging:\n  min_log_level: 1\n  vlog_level: 2\n  vmodule: {xla_compiler: 2, poplar_compiler: 1}\n"), PATHS, {})
+    composed = compose_env(
+        spec_of("logging:\n  min_log_level: 1\n  vlog_level: 2\n  vmodule: {xla_compiler: 2, poplar_compiler: 1}\n"), PATHS, {}
+    )
     assert composed.env["TF_CPP_MIN_VLOG_LEVEL"] == "2"
     assert composed.env["TF_CPP_MAX_VLOG_LEVEL"] == "2"
     assert composed.env["TF_CPP_VMODULE"] == "xla_compiler=2,poplar_compiler=1"
@@ -55,7 +57,11 @@ def test_logging_sets_both_vlog_variables_and_vmodule():
 
 
 def test_tensorflow_flags_and_graph_dumps_use_the_env_var():
-    composed = compose_env(spec_of("tensorflow:\n  auto_jit: 2\n  cpu_global_jit: true\n  clustering_debug: true\ndump:\n  tf_graphs: true\n"), PATHS, {})
+    composed = compose_env(
+        spec_of("tensorflow:\n  auto_jit: 2\n  cpu_global_jit: true\n  clustering_debug: true\ndump:\n  tf_graphs: true\n"),
+        PATHS,
+        {},
+    )
     assert composed.tf_xla_flags == ["--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit", "--tf_xla_clustering_debug"]
     assert composed.env["TF_DUMP_GRAPH_PREFIX"] == "/runs/r1/tf_graphs"
     assert "tf_dump_graph_prefix" not in composed.env["TF_XLA_FLAGS"]
@@ -77,7 +83,10 @@ def test_jax_ir_torch_and_poplar_outputs_go_into_the_run_folder():
     assert env["JAX_DUMP_IR_TO"] == "/runs/r1/jax_ir" and env["JAX_DUMP_IR_MODES"] == "jaxpr,stablehlo"
     assert env["XLA_SAVE_TENSORS_FILE"] == "/runs/r1/torch_xla/tensors.hlo" and env["XLA_SAVE_TENSORS_FMT"] == "hlo"
     assert env["XLA_IR_DEBUG"] == "1" and env["XLA_HLO_DEBUG"] == "1"
-    assert env["POPLAR_ENGINE_OPTIONS"] == '{"autoReport.all": "true", "autoReport.directory": "/runs/r1/poplar", "debug.instrument": "true"}'
+    assert (
+        env["POPLAR_ENGINE_OPTIONS"]
+        == '{"autoReport.all": "true", "autoReport.directory": "/runs/r1/poplar", "debug.instrument": "true"}'
+    )
     assert env["TF_POPLAR_FLAGS"] == "--use_ipu_model"
     assert env["TF_POPLAR_VLOG_LEVEL"] == "1"
 
@@ -94,8 +103,15 @@ def test_compose_is_pure_and_delta_lists_only_changes():
 
 
 def test_secrets_are_redacted():
-    redacted = redact_env({"HF_TOKEN": "abc", "MY_PASSWORD": "p", "PIP_INDEX_URL": "https://user:pw@host/simple", "XLA_FLAGS": "--x"})
-    assert redacted == {"HF_TOKEN": "***", "MY_PASSWORD": "***", "PIP_INDEX_URL": "https://user:***@host/simple", "XLA_FLAGS": "--x"}
+    redacted = redact_env(
+        {"HF_TOKEN": "abc", "MY_PASSWORD": "p", "PIP_INDEX_URL": "https://user:pw@host/simple", "XLA_FLAGS": "--x"}
+    )
+    assert redacted == {
+        "HF_TOKEN": "***",
+        "MY_PASSWORD": "***",
+        "PIP_INDEX_URL": "https://user:***@host/simple",
+        "XLA_FLAGS": "--x",
+    }
 
 
 def test_split_and_merge_helpers():
@@ -128,12 +144,16 @@ def test_pass_re_really_makes_per_pass_dumps(tmp_path):
     dumped = [p.name for p in (tmp_path / "dump").iterdir()]
     passes = [decode_dump_name(name) for name in dumped if decode_dump_name(name).kind == "pass"]
     # every module compiled has a dump right after the fusion pass, and only dumps around passes the regex names
-    assert {d.module_id for d in passes} == {decode_dump_name(n).module_id for n in dumped if n.endswith(".before_optimizations.txt")}, dumped
+    assert {d.module_id for d in passes} == {
+        decode_dump_name(n).module_id for n in dumped if n.endswith(".before_optimizations.txt")
+    }, dumped
     assert all("fusion" in {d.after_pass for d in passes if d.module_id == m} for m in {d.module_id for d in passes}), dumped
     assert all("fusion" in (d.after_pass or "") + (d.before_pass or "") for d in passes), [d.path for d in passes]
 
 
-OLD_TF = KnownXlaFlags("tensorflow 2.16.2", ("libtensorflow_cc.so.2",), frozenset({"xla_dump_to", "xla_dump_hlo_as_text", "xla_dump_hlo_as_proto"}))
+OLD_TF = KnownXlaFlags(
+    "tensorflow 2.16.2", ("libtensorflow_cc.so.2",), frozenset({"xla_dump_to", "xla_dump_hlo_as_text", "xla_dump_hlo_as_proto"})
+)
 
 
 def test_flags_the_jobs_xla_lacks_are_left_out_with_what_is_lost():
@@ -150,7 +170,13 @@ def test_flags_the_jobs_xla_lacks_are_left_out_with_what_is_lost():
 def test_flags_the_user_gave_are_kept_with_a_warning():
     base = {"XLA_FLAGS": "--xla_cpu_mine=1 --xla_dump_large_constants"}
     composed = compose_env(spec_of("dump:\n  extra_xla_flags: ['--xla_gpu_theirs']\n"), PATHS, base, OLD_TF)
-    assert composed.xla_flags == ["--xla_cpu_mine=1", "--xla_dump_to=/runs/r1/dump", "--xla_dump_hlo_as_text", "--xla_dump_large_constants", "--xla_gpu_theirs"]
+    assert composed.xla_flags == [
+        "--xla_cpu_mine=1",
+        "--xla_dump_to=/runs/r1/dump",
+        "--xla_dump_hlo_as_text",
+        "--xla_dump_large_constants",
+        "--xla_gpu_theirs",
+    ]
     kept = [w for w in composed.warnings if "kept as you asked" in w]
     assert len(kept) == 3
     assert "--xla_cpu_mine (from your XLA_FLAGS)" in kept[0] and "--xla_gpu_theirs (from dump.extra_xla_flags)" in kept[2]
@@ -159,7 +185,9 @@ def test_flags_the_user_gave_are_kept_with_a_warning():
 
 def test_without_known_flags_or_when_all_are_known_nothing_changes():
     spec = spec_of("dump:\n  snapshots: true\n")
-    everything = KnownXlaFlags("jaxlib 0.10.2", (), frozenset({"xla_dump_hlo_as_text", "xla_dump_hlo_snapshots", "xla_dump_large_constants"}))
+    everything = KnownXlaFlags(
+        "jaxlib 0.10.2", (), frozenset({"xla_dump_hlo_as_text", "xla_dump_hlo_snapshots", "xla_dump_large_constants"})
+    )
     assert compose_env(spec, PATHS, {}).xla_flags == compose_env(spec, PATHS, {}, everything).xla_flags
     assert compose_env(spec, PATHS, {}, everything).warnings == []  # --xla_dump_to is never dropped, even unlisted
 

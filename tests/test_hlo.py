@@ -173,7 +173,9 @@ def test_large_constants_dump_is_not_elided():
 
 
 def test_missing_stack_frame_leaves_source_empty():
-    text = SMALL.replace('metadata={op_name="x" source_file="/home/me/a.py" source_line=3}', 'metadata={op_name="x" stack_frame_id=7}')
+    text = SMALL.replace(
+        'metadata={op_name="x" source_file="/home/me/a.py" source_line=3}', 'metadata={op_name="x" stack_frame_id=7}'
+    )
     x = parse_hlo_text(text).find_instruction("x")
     assert (x.op_name, x.stack_frame_id, x.source_file, x.source_line) == ("x", 7, None, None)
 
@@ -215,17 +217,30 @@ def test_attributes_after_one_that_needs_the_bracket_walk_are_all_read():
         "ENTRY %main (a: f32[2], b: f32[2]) -> f32[2] {\n"
         "  %a = f32[2]{0} parameter(0)\n"
         "  %b = f32[2]{0} parameter(1)\n"
-        "  %t = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} %a, /*index=1*/f32[2]{0} %b), backend_config={\"x\":{\"y\":1}}, "
-        "metadata={op_name=\"jit(f)/t\" source_line=3}\n"
-        "  ROOT %s = f32[2]{0} add(%a, %b), sharding={replicated}, metadata={op_name=\"jit(f)/add\"}\n"
+        '  %t = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} %a, /*index=1*/f32[2]{0} %b), backend_config={"x":{"y":1}}, '
+        'metadata={op_name="jit(f)/t" source_line=3}\n'
+        '  ROOT %s = f32[2]{0} add(%a, %b), sharding={replicated}, metadata={op_name="jit(f)/add"}\n'
         "}\n"
     )
     module = parse_hlo_text(text)
-    assert set(module.header_attributes) == {"is_scheduled", "entry_computation_layout", "allow_spmd_sharding_propagation_to_output"}
+    assert set(module.header_attributes) == {
+        "is_scheduled",
+        "entry_computation_layout",
+        "allow_spmd_sharding_propagation_to_output",
+    }
     assert module.entry_signature == "(f32[2], f32[2]) -> f32[2]"
     t, s = module.find_instruction("t"), module.find_instruction("s")
-    assert t.operands == ["a", "b"] and t.attributes["backend_config"] == '{"x":{"y":1}}' and t.op_name == "jit(f)/t" and t.source_line == 3
-    assert s.operands == ["a", "b"] and s.attributes == {"sharding": "{replicated}", "metadata": '{op_name="jit(f)/add"}'} and s.is_root
+    assert (
+        t.operands == ["a", "b"]
+        and t.attributes["backend_config"] == '{"x":{"y":1}}'
+        and t.op_name == "jit(f)/t"
+        and t.source_line == 3
+    )
+    assert (
+        s.operands == ["a", "b"]
+        and s.attributes == {"sharding": "{replicated}", "metadata": '{op_name="jit(f)/add"}'}
+        and s.is_root
+    )
 
 
 # --- fingerprint ------------------------------------------------------------------------------------
@@ -313,10 +328,15 @@ def test_fingerprint_live_two_processes(tmp_path):
         script = script_dir / "programs.py"
         script.write_text(PROGRAMS.read_text())
         dump = tmp_path / run / "dump"
-        env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false", JAX_PLATFORMS="cpu",
-                   XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
-        subprocess.run([sys.executable, str(script), "fp", "--warmup", warmup], env=env, check=True,
-                       capture_output=True, timeout=300)
+        env = dict(
+            os.environ,
+            JAX_ENABLE_COMPILATION_CACHE="false",
+            JAX_PLATFORMS="cpu",
+            XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
+        )
+        subprocess.run(
+            [sys.executable, str(script), "fp", "--warmup", warmup], env=env, check=True, capture_output=True, timeout=300
+        )
         (text,) = dump.glob("module_*.jit_f.before_optimizations.txt")
         fingerprints.append((text.name.split(".")[0], read_hlo_file(text).fingerprint()))
     (id_a, fp_a), (id_b, fp_b) = fingerprints
@@ -390,7 +410,7 @@ def test_unquote_and_strip_layouts():
         ("HloModule m\nENTRY %e () -> f32[] {\n  garbage here\n}\n", "line 3: expected '%name = shape"),
         ("HloModule m\n%x = f32[] constant(1)\n", "line 2: unexpected text outside a computation"),
         ("BufferAssignment:\nallocation 0: size 4\n", "line 1: expected 'HloModule <name>'"),
-        ("HloModule m\nENTRY %e () -> f32[] {\n  %c = f32[] constant(1), metadata={op_name=\"x}\n}\n", "line 3"),
+        ('HloModule m\nENTRY %e () -> f32[] {\n  %c = f32[] constant(1), metadata={op_name="x}\n}\n', "line 3"),
         ("HloModule m\n\nHloModule n\n", "line 3: a second HloModule"),
     ],
 )
@@ -468,8 +488,10 @@ def test_parses_a_5_mb_module_quickly(capsys):
     module.fingerprint()
     fingerprint_elapsed = time.perf_counter() - fingerprint_start
     with capsys.disabled():
-        print(f"\n[hlo] parsed {len(text) / 1e6:.1f} MB, {count} instructions in {elapsed:.2f} s;"
-              f" fingerprint {fingerprint_elapsed:.2f} s")
+        print(
+            f"\n[hlo] parsed {len(text) / 1e6:.1f} MB, {count} instructions in {elapsed:.2f} s;"
+            f" fingerprint {fingerprint_elapsed:.2f} s"
+        )
 
 
 # --- the summary parse (what the index keeps) -----------------------------------------------------
@@ -478,8 +500,14 @@ def test_parses_a_5_mb_module_quickly(capsys):
 def _index_view(module):
     """Everything the index and `find` take from a parsed module."""
     return (
-        module.instruction_count(), module.opcode_histogram(), module.entry_signature, module.has_elided_constants(),
-        [(i.name, i.opcode, i.shape, i.is_root, i.op_name, i.op_type, i.source_file, i.source_line, i.parameter_number) for i in module.instructions()],
+        module.instruction_count(),
+        module.opcode_histogram(),
+        module.entry_signature,
+        module.has_elided_constants(),
+        [
+            (i.name, i.opcode, i.shape, i.is_root, i.op_name, i.op_type, i.source_file, i.source_line, i.parameter_number)
+            for i in module.instructions()
+        ],
         [(c.name, c.is_entry, c.root, [p.name for p in c.parameters]) for c in module.computations.values()],
     )
 
@@ -499,7 +527,10 @@ def test_a_summary_parse_resolves_stack_frames_and_elided_constants():
     text = fixture("lookup_elided/*.cpu_after_optimizations.txt").read_text()
     module = parse_hlo_text(text, summary=True)
     assert module.has_elided_constants()
-    sources = {(i.source_file, i.source_line) for i in parse_hlo_text(fixture("fp/*.before_optimizations.txt").read_text(), summary=True).instructions()}
+    sources = {
+        (i.source_file, i.source_line)
+        for i in parse_hlo_text(fixture("fp/*.before_optimizations.txt").read_text(), summary=True).instructions()
+    }
     assert any(f and f.endswith("programs.py") and line for f, line in sources)
 
 
@@ -516,15 +547,26 @@ def _facts_by_parse(text: str):
     module = parse_hlo_text(text)
     instructions = list(module.instructions())
     return (
-        module.instruction_count(), module.opcode_histogram(), {i.name for i in instructions},
+        module.instruction_count(),
+        module.opcode_histogram(),
+        {i.name for i in instructions},
         {i.op_name for i in instructions if i.op_name},
         {f"{i.source_file}:{i.source_line}" if i.source_line else i.source_file for i in instructions if i.source_file},
-        module.has_elided_constants(), module.entry_signature,
+        module.has_elided_constants(),
+        module.entry_signature,
     )
 
 
 def _facts_by_scan(facts):
-    return (facts.instructions, dict(facts.opcodes), facts.names, facts.op_names, facts.sources, facts.elided_constants, facts.entry_signature)
+    return (
+        facts.instructions,
+        dict(facts.opcodes),
+        facts.names,
+        facts.op_names,
+        facts.sources,
+        facts.elided_constants,
+        facts.entry_signature,
+    )
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/*.txt")), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -602,7 +644,7 @@ def test_computation_closers_and_headings_of_every_era():
         "HloModule m, is_scheduled=true\n\n"
         "%add.1 (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
         "  ROOT %a = f32[] add(f32[] %x, f32[] %y)\n} // add.1\n\n"
-        "%side (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}, execution_thread=\"host\"\n\n"
+        '%side (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}, execution_thread="host"\n\n'
         "ENTRY %main.9 (p0: f32[2]) -> f32[] {\n  %p0 = f32[2]{0} parameter(0)\n  %z = f32[] constant(0)\n"
         "  ROOT %r = f32[] reduce(f32[2]{0} %p0, f32[] %z), dimensions={0}, to_apply=%add.1\n} // main.9\n"
     )
@@ -634,13 +676,16 @@ def test_wrapped_header_statements_on_one_line_and_wrapped_attributes():
         "HloModule m,\n  entry_computation_layout={(f32[2,3]{1,0})->\n    (f32[2,3]{1,0}, s32[])},\n"
         "  allow_spmd_sharding_propagation_to_output={true}\n\n"
         "ENTRY e {\n  p = f32[2,3] parameter(0)\n  b = f32[2,3,4] broadcast(p),\n  dimensions={0,1} c = s32[] constant(7)\n"
-        "  ROOT t = (f32[2,3], s32[]) tuple(p,\n      c), frontend_attributes={\n    _xla_a=\"1\",\n    _xla_b=\"2\"}\n}\n"
+        '  ROOT t = (f32[2,3], s32[]) tuple(p,\n      c), frontend_attributes={\n    _xla_a="1",\n    _xla_b="2"}\n}\n'
     )
     for summary in (False, True):
         module = parse_hlo_text(text, summary=summary)
         assert [i.name for i in module.entry.instructions] == ["p", "b", "c", "t"]
         assert module.entry_signature == "(f32[2,3]) -> (f32[2,3], s32[])"
-    assert parse_hlo_text(text).find_instruction("t").attributes["frontend_attributes"].replace("\n", "").replace(" ", "") == '{_xla_a="1",_xla_b="2"}'
+    assert (
+        parse_hlo_text(text).find_instruction("t").attributes["frontend_attributes"].replace("\n", "").replace(" ", "")
+        == '{_xla_a="1",_xla_b="2"}'
+    )
     one_line = parse_hlo_text("HloModule t ENTRY e { ROOT c = f16[] constant(1) }")
     assert (one_line.name, one_line.instruction_count()) == ("t", 1)
 
@@ -653,7 +698,15 @@ def test_operands_written_as_instructions_are_built_as_xla_builds_them():
     )
     module = parse_hlo_text(text)
     assert module.instruction_count() == 7  # as XLA's parser builds them: one per inline operand
-    assert [i.opcode for i in module.entry.instructions] == ["parameter", "reshape", "constant", "constant", "constant", "add", "tuple"]
+    assert [i.opcode for i in module.entry.instructions] == [
+        "parameter",
+        "reshape",
+        "constant",
+        "constant",
+        "constant",
+        "add",
+        "tuple",
+    ]
     assert module.entry.parameters[0].shape == "f32[1,8,1,7]"
     assert module.entry_signature == "(f32[1,8,1,7]) -> (f32[8,7], s32[], f32[])"
     root = module.find_instruction("t")
@@ -688,7 +741,7 @@ def test_tuple_element_operands_of_jax_0_11_build_the_get_tuple_elements_xla_bui
 def test_async_start_of_a_plain_op_builds_the_wrapped_computation():
     text = (
         "HloModule m\n\nENTRY e {\n  p = f32[2]{0} parameter(0)\n"
-        "  s = ((f32[2]{0}), f32[2]{0}, s32[]) custom-call-start(p), custom_call_target=\"foo\"\n"
+        '  s = ((f32[2]{0}), f32[2]{0}, s32[]) custom-call-start(p), custom_call_target="foo"\n'
         "  ROOT d = f32[2]{0} custom-call-done(s)\n}\n"
     )
     module = parse_hlo_text(text)
@@ -708,13 +761,15 @@ def test_shapes_xla_prints_and_hand_written_ones():
         "ENTRY e {\n  a = f32[8,128]{1,0:T(8,128)S(1)} parameter(0), sharding={devices=[2,1]<=[2]}\n"
         "  d = s32[<=4]{0} parameter(1)\n  u = f32[?,2] parameter(2)\n"
         "  g = f32[4,4]{0,1} all-gather(a), channel_id=1, replica_groups=mesh['x'=1,'y'=2] {'y'}, dimensions={1}\n"
-        "  ROOT b = b(f32[2,4]) custom-call(), custom_call_target=\"CreateBuffer\", api_version=API_VERSION_TYPED_FFI\n}\n"
+        '  ROOT b = b(f32[2,4]) custom-call(), custom_call_target="CreateBuffer", api_version=API_VERSION_TYPED_FFI\n}\n'
     )
     module = parse_hlo_text(text)
     assert module.entry_signature == "(f32[8,128], s32[<=4], f32[?,2]) -> b(f32[2,4])"
     assert module.find_instruction("a").shape == "f32[8,128]{1,0:T(8,128)S(1)}"
     assert module.find_instruction("g").attributes["replica_groups"] == "mesh['x'=1,'y'=2] {'y'}"
-    spaced = parse_hlo_text("HloModule m\nENTRY e {\n  p = f32[3, 12288] parameter(0)\n  ROOT b = f32[3, 12288] {1, 0} bitcast(p)\n}\n")
+    spaced = parse_hlo_text(
+        "HloModule m\nENTRY e {\n  p = f32[3, 12288] parameter(0)\n  ROOT b = f32[3, 12288] {1, 0} bitcast(p)\n}\n"
+    )
     assert spaced.entry_signature == "(f32[3,12288]) -> f32[3,12288]"
 
 
@@ -734,7 +789,7 @@ def test_index_comments_metadata_and_a_computation_written_in_place():
     text = (
         "HloModule m\n\nENTRY main {\n  a = (s32[], s32[]) parameter(0)\n"
         "  ROOT c = s32[] call(a), to_apply={\n    x = (s32[], s32[]) parameter(0)\n"
-        "    g0 = s32[] get-tuple-element(x), index=0, metadata={op_name=\"jit(f)/add\" source_file=\"f.py\" source_line=3}\n"
+        '    g0 = s32[] get-tuple-element(x), index=0, metadata={op_name="jit(f)/add" source_file="f.py" source_line=3}\n'
         "    g1 = s32[] get-tuple-element(/*index=0*/x), index=1\n    ROOT s = s32[] add(g0, g1)\n  }\n}\n"
     )
     module = parse_hlo_text(text)
@@ -750,7 +805,7 @@ def test_index_comments_metadata_and_a_computation_written_in_place():
         "HloModule m\nENTRY e {\n  ROOT c = f32[] constant(" + "{" * 100_000 + "\n}\n",
         "HloModule m\n" + "ENTRY e {\n" * 20_000,
         "x = " * 50_000,
-        "HloModule m\nENTRY e {\n  a = f32[] parameter(0), metadata={op_name=\"unterminated\n}\n",
+        'HloModule m\nENTRY e {\n  a = f32[] parameter(0), metadata={op_name="unterminated\n}\n',
     ],
     ids=["nested operands", "unbalanced literal", "headers only", "no module", "open string"],
 )
@@ -782,7 +837,11 @@ def test_one_loader_reads_text_that_starts_with_comments_everywhere(tmp_path):
     expected = parse_hlo_text(text).fingerprint()
     assert load_hlo(data).fingerprint() == load_hlo(gzip.compress(data), "m.txt.gz").fingerprint() == expected
     proto = fixture("fp/*.before_optimizations.hlo.pb").read_bytes()
-    assert load_hlo(proto).instruction_count() == load_hlo(gzip.compress(proto)).instruction_count() == parse_hlo_text(text).instruction_count()
+    assert (
+        load_hlo(proto).instruction_count()
+        == load_hlo(gzip.compress(proto)).instruction_count()
+        == parse_hlo_text(text).instruction_count()
+    )
     assert content_kind("module.txt", data) == "hlo-text"
     assert graph_of(data, "module.txt", RenderOptions()).nodes
     path = tmp_path / "module_0001.f.before_optimizations.txt"

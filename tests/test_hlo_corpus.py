@@ -31,12 +31,14 @@ WORKERS = 2
 SHOWN = 20
 
 pytestmark = [
-    pytest.mark.skipif(not (CORPUS / "accepted.jsonl").is_file(), reason=f"XLA's HLO corpus is not at {CORPUS} (CI checks it out there)"),
+    pytest.mark.skipif(
+        not (CORPUS / "accepted.jsonl").is_file(), reason=f"XLA's HLO corpus is not at {CORPUS} (CI checks it out there)"
+    ),
     pytest.mark.slow,  # a sweep of XLA's corpus
 ]
 
 # Run by each worker process: XLA's entry signature of every module it is given, as xlarun writes signatures.
-XLA_SIGNATURE_WORKER = r'''
+XLA_SIGNATURE_WORKER = r"""
 import json, re, sys
 from jax._src.lib import xla_client
 hlo = xla_client.hlo
@@ -61,7 +63,7 @@ if __name__ == "__main__":  # argv: the corpus file, the ids wanted (comma-separ
                 except Exception as error:  # reported by the test, with the module's id
                     out[row["id"]] = f"jaxlib failed: {error}"
     json.dump(out, sys.stdout)
-'''
+"""
 _CONSTANT = re.compile(r"[a-z][a-z0-9]*\[([0-9, ]*)\][^\s(]*\s+constant\(")
 _SLOW_ELEMENTS = 1 << 24
 
@@ -95,8 +97,16 @@ def start_xla_workers(rows: list[dict]) -> list[subprocess.Popen]:
     """Worker processes that compute XLA's signatures (jaxlib in this interpreter) of ``rows``."""
     return [
         subprocess.Popen(
-            [sys.executable, "-c", XLA_SIGNATURE_WORKER, str(CORPUS / "accepted.jsonl"), ",".join(r["id"] for r in rows[k::WORKERS])],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                sys.executable,
+                "-c",
+                XLA_SIGNATURE_WORKER,
+                str(CORPUS / "accepted.jsonl"),
+                ",".join(r["id"] for r in rows[k::WORKERS]),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         for k in range(WORKERS)
     ]
@@ -129,8 +139,11 @@ def corpus_results():
             ours[row["id"]] = f"crashed: {error!r}"
             continue
         ours[row["id"]] = (
-            module.instruction_count(), len(module.computations), "%" + module.entry_computation,
-            len(module.entry.instructions), module.entry_signature,
+            module.instruction_count(),
+            len(module.computations),
+            "%" + module.entry_computation,
+            len(module.entry.instructions),
+            module.entry_signature,
         )
     parse_s = time.perf_counter() - started
     xla: dict[str, str] | None = None
@@ -150,11 +163,15 @@ def test_every_module_xla_accepts_is_read_with_xlas_counts(corpus_results):
     refused = {r["id"] for r in accepted if isinstance(ours[r["id"]], str) and ours[r["id"]].startswith("refused")}
     crashed = {r["id"] for r in accepted if isinstance(ours[r["id"]], str) and ours[r["id"]].startswith("crashed")}
     different = {
-        r["id"] for r in accepted if isinstance(ours[r["id"]], tuple)
+        r["id"]
+        for r in accepted
+        if isinstance(ours[r["id"]], tuple)
         and ours[r["id"]][:4] != (r["instructions"], r["computations"], r["entry"], r["entry_instructions"])
     }
-    print(f"[hlo corpus] read {len(accepted) - len(refused) - len(crashed)}/{len(accepted)}, "
-          f"different counts {len(different)}, refused {len(refused)}, crashed {len(crashed)}")
+    print(
+        f"[hlo corpus] read {len(accepted) - len(refused) - len(crashed)}/{len(accepted)}, "
+        f"different counts {len(different)}, refused {len(refused)}, crashed {len(crashed)}"
+    )
     assert not crashed, f"crashed (not an InputError): {shown(crashed)}; first: {ours[min(crashed)]}"
     assert not (refused | different) - set(known), (
         f"refused: {shown(refused - set(known))}; counts unlike XLA's: {shown(different - set(known))}"
@@ -214,7 +231,9 @@ def write_slow_signatures() -> None:
     rows = [r for r in read_corpus("accepted.jsonl") if builds_huge_constants(r["text"])]
     process = subprocess.run(
         [sys.executable, "-c", XLA_SIGNATURE_WORKER, str(CORPUS / "accepted.jsonl"), ",".join(r["id"] for r in rows)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     SLOW_SIGNATURES.write_text(json.dumps(json.loads(process.stdout), indent=1, sort_keys=True) + "\n")
 

@@ -60,12 +60,31 @@ def test_text_and_proto_summaries_agree(proto_path):
     for instruction in text.instructions():
         twin = by_name[instruction.name]
         assert (twin.opcode, twin.shape, twin.operands, twin.is_root) == (
-            instruction.opcode, instruction.shape, instruction.operands, instruction.is_root)
+            instruction.opcode,
+            instruction.shape,
+            instruction.operands,
+            instruction.is_root,
+        )
         assert twin.called_computations == instruction.called_computations
         assert (twin.op_name, twin.op_type, twin.source_file, twin.source_line) == (
-            instruction.op_name, instruction.op_type, instruction.source_file, instruction.source_line)
-        for key in ("kind", "calls", "to_apply", "condition", "body", "branch_computations", "index",
-                    "custom_call_target", "direction", "backend_config", "iota_dimension"):
+            instruction.op_name,
+            instruction.op_type,
+            instruction.source_file,
+            instruction.source_line,
+        )
+        for key in (
+            "kind",
+            "calls",
+            "to_apply",
+            "condition",
+            "body",
+            "branch_computations",
+            "index",
+            "custom_call_target",
+            "direction",
+            "backend_config",
+            "iota_dimension",
+        ):
             assert twin.attributes.get(key) == instruction.attributes.get(key), (instruction.name, key)
 
 

@@ -86,7 +86,10 @@ def test_missing_image_hint_names_the_build_command():
 
 def test_daemon_down_message(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
-    with pytest.raises(EnvironmentProblem, match=r"cannot reach the Docker daemon at unix://.*none.sock: start it \(`sudo systemctl start docker` or `dockerd &`\) or set DOCKER_HOST"):
+    with pytest.raises(
+        EnvironmentProblem,
+        match=r"cannot reach the Docker daemon at unix://.*none.sock: start it \(`sudo systemctl start docker` or `dockerd &`\) or set DOCKER_HOST",
+    ):
         images.connect_docker()
 
 
@@ -110,10 +113,17 @@ def test_engine_facts(docker_client, cpu_image):
 
 @pytest.mark.docker
 def test_cpu_image_runs_the_host_versions_as_a_non_root_user(docker_client, cpu_image):
-    out = docker_client.containers.run(
-        cpu_image, ["python", "-c", "import os, jax, tensorflow as tf; print(os.getuid(), jax.__version__, tf.__version__)"],
-        remove=True, labels={"xlarun.run": "test", "xlarun.owner-pid": str(os.getpid())}, network_mode="none",
-    ).decode().split()
+    out = (
+        docker_client.containers.run(
+            cpu_image,
+            ["python", "-c", "import os, jax, tensorflow as tf; print(os.getuid(), jax.__version__, tf.__version__)"],
+            remove=True,
+            labels={"xlarun.run": "test", "xlarun.owner-pid": str(os.getpid())},
+            network_mode="none",
+        )
+        .decode()
+        .split()
+    )
     assert out == ["1000", importlib.metadata.version("jax"), importlib.metadata.version("tensorflow-cpu")]
     info = images.image_info(cpu_image, client=docker_client)
     assert info.labels["xlarun.kind"] == "cpu" and info.id.startswith("sha256:") and info.digest is None
@@ -130,7 +140,9 @@ def test_cached_rebuild_takes_seconds(docker_client, cpu_image, base_image, reco
     print(f"cpu image: cold build {BUILD_SECONDS.get('cpu', 'not built this session')} s, cached rebuild {cached_s:.1f} s")
     assert info.id == before
     assert cached_s < 30
-    assert images.image_is_current(docker_client, cpu_image, "cpu", {**images.default_build_args("cpu"), "BASE_IMAGE": base_image})
+    assert images.image_is_current(
+        docker_client, cpu_image, "cpu", {**images.default_build_args("cpu"), "BASE_IMAGE": base_image}
+    )
 
 
 @pytest.mark.docker
@@ -139,11 +151,20 @@ def test_gpu_and_ipu_dockerfiles_build_on_a_local_base(docker_client, cpu_image,
     # No CUDA or Graphcore base here: build their Dockerfiles' own steps on what we have (with JAX
     # already inside for gpu, so nothing is installed) to check the shell logic, user and labels.
     tag = f"xlarun-{kind}:smoke"
-    info = images.build_image(kind, base=cpu_image if base == "cpu" else base_image, tag=tag, client=docker_client,
-                              build_args={"JAX_VERSION": "", "TF_VERSION": ""})
+    info = images.build_image(
+        kind,
+        base=cpu_image if base == "cpu" else base_image,
+        tag=tag,
+        client=docker_client,
+        build_args={"JAX_VERSION": "", "TF_VERSION": ""},
+    )
     try:
-        out = docker_client.containers.run(tag, ["sh", "-c", "id -un; echo $HOME; wc -l < /opt/xlarun/runners.txt"],
-                                           remove=True, labels={"xlarun.owner-pid": str(os.getpid())})
+        out = docker_client.containers.run(
+            tag,
+            ["sh", "-c", "id -un; echo $HOME; wc -l < /opt/xlarun/runners.txt"],
+            remove=True,
+            labels={"xlarun.owner-pid": str(os.getpid())},
+        )
         assert out.decode().split() == ["xlarun", "/home/xlarun", "0"]
         assert info.labels["xlarun.kind"] == kind
         assert info.labels["xlarun.build-arg.jax_version"] == ""  # set, so a base's label is not inherited
@@ -164,8 +185,14 @@ def test_missing_base_image_is_a_clear_error(docker_client):
 def test_failing_build_reports_the_step_and_log(docker_client, base_image):
     lines: list[str] = []
     with pytest.raises(EnvironmentProblem) as caught:
-        images.build_image("cpu", base=base_image, tag="xlarun-cpu:broken", client=docker_client,
-                           build_args={"JAX_VERSION": "0.0.0.dev404"}, progress=lines.append)
+        images.build_image(
+            "cpu",
+            base=base_image,
+            tag="xlarun-cpu:broken",
+            client=docker_client,
+            build_args={"JAX_VERSION": "0.0.0.dev404"},
+            progress=lines.append,
+        )
     assert caught.value.message.startswith("building xlarun-cpu:broken from containers/cpu failed: The command")
     assert "jax==0.0.0.dev404" in caught.value.message
     assert any("Step" in line for line in lines)
@@ -200,6 +227,11 @@ def test_find_runner_in_image(docker_client, runner_image, cpu_image):
 
 @pytest.mark.docker
 def test_make_base_image_is_idempotent(docker_client, base_image):
-    done = subprocess.run([str(REPO / "scripts" / "make-base-image.sh")], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "XLARUN_BASE_IMAGE": base_image, "HOME": str(Path.home())})
+    done = subprocess.run(
+        [str(REPO / "scripts" / "make-base-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "XLARUN_BASE_IMAGE": base_image, "HOME": str(Path.home())},
+    )
     assert done.returncode == 0 and done.stdout.strip() == f"{base_image} exists"

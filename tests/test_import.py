@@ -31,8 +31,11 @@ def raw_dump(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("raw")
     (folder / "prog.py").write_text(PROGRAM)
     dump = folder / "xla_dump"
-    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto --xla_dump_hlo_snapshots",
-           "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto --xla_dump_hlo_snapshots",
+        "JAX_PLATFORMS": "cpu",
+    }
     subprocess.run([sys.executable, str(folder / "prog.py")], env=env, check=True, capture_output=True, timeout=300)
     assert any(p.name.endswith("jit_mlp_step.before_optimizations.txt") for p in dump.iterdir())
     return dump
@@ -104,7 +107,11 @@ def test_import_zip_and_tar_zst(raw_dump, tmp_path, store_path, cli):
             if path.is_file():
                 archive.write(path, path.relative_to(raw_dump).as_posix())
     tar_zst = tmp_path / "dump.tar.zst"
-    with open(tar_zst, "wb") as out, zstandard.ZstdCompressor().stream_writer(out) as writer, tarfile.open(fileobj=writer, mode="w|") as tar:
+    with (
+        open(tar_zst, "wb") as out,
+        zstandard.ZstdCompressor().stream_writer(out) as writer,
+        tarfile.open(fileobj=writer, mode="w|") as tar,
+    ):
         tar.add(raw_dump, arcname=".")
     for source, kind in ((zipped, "zip"), (tar_zst, "tar.zst")):
         result = cli("import", source, "--store", store_path, "--json")
@@ -178,7 +185,9 @@ def test_every_hostile_archive_is_refused_and_nothing_escapes(hostile, cli, tmp_
         refused.append(case.name)
         assert list(outside.iterdir()) == [], f"{case.name} wrote outside the store"
         assert list(work.iterdir()) == [], f"{case.name} wrote into the working folder"
-        assert [p for p in (store / "staging").iterdir() if not p.name.startswith(".trash-")] == [], f"{case.name} left staging behind"
+        assert [p for p in (store / "staging").iterdir() if not p.name.startswith(".trash-")] == [], (
+            f"{case.name} left staging behind"
+        )
     assert len(refused) == len(cases)
     assert sorted(os.listdir(store / "runs")) == runs_before  # no run was added
     check = cli("check", "--store", store, "--json")

@@ -32,9 +32,19 @@ def _mlp_files() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Store:
     store = Store.open(tmp_path_factory.mktemp("index") / "store")
-    archive_run(store, {**module_dumps(2, "jit_sweep", dots=2)}, run_id=SWEEP_B, name="sweep", batch_id=BATCH, matrix={"lr": 0.1}, status="failed")
+    archive_run(
+        store,
+        {**module_dumps(2, "jit_sweep", dots=2)},
+        run_id=SWEEP_B,
+        name="sweep",
+        batch_id=BATCH,
+        matrix={"lr": 0.1},
+        status="failed",
+    )
     archive_run(store, _mlp_files(), run_id=OLD, other={"tf_graphs/mark_for_compilation.pbtxt": GRAPHDEF})
-    archive_run(store, {**module_dumps(2, "jit_sweep", dots=2)}, run_id=SWEEP_A, name="sweep", batch_id=BATCH, matrix={"lr": 0.01})
+    archive_run(
+        store, {**module_dumps(2, "jit_sweep", dots=2)}, run_id=SWEEP_A, name="sweep", batch_id=BATCH, matrix={"lr": 0.01}
+    )
     archive_run(store, {**module_dumps(1, "jit_f", source="/elsewhere/app/model.py")}, run_id=NEW, name="other", kind="import")
     return store
 
@@ -75,7 +85,9 @@ def test_modules_are_ranked_main_program_first(store):
     modules = store.index.modules(OLD)
     # by compute ops (dots), not by size: jit_init_params has the most instructions and comes last
     assert [(m.name, m.module_id, m.compute_ops, m.instr_before) for m in modules] == [
-        ("jit_train_step", 7, 3, 14), ("jit_accuracy", 4, 1, 12), ("jit_init_params", 1, 0, 31),
+        ("jit_train_step", 7, 3, 14),
+        ("jit_accuracy", 4, 1, 12),
+        ("jit_init_params", 1, 0, 31),
     ]
     assert [m.label for m in modules] == ["module_0007.jit_train_step", "module_0004.jit_accuracy", "module_0001.jit_init_params"]
     assert modules[0].ref == f"{OLD}/module_0007"
@@ -85,7 +97,16 @@ def test_a_module_summary_holds_its_counts_stages_and_signature(store):
     main = store.index.module(OLD, 7)
     assert main.stages == ["before_optimizations", "cpu_after_optimizations"] and main.backend == "cpu"
     assert (main.instr_before, main.instr_after) == (14, 5)  # the optimized dump fuses the elementwise work
-    assert main.opcodes_before == {"parameter": 4, "dot": 3, "tanh": 1, "constant": 2, "broadcast": 1, "multiply": 1, "reduce": 1, "add": 1}
+    assert main.opcodes_before == {
+        "parameter": 4,
+        "dot": 3,
+        "tanh": 1,
+        "constant": 2,
+        "broadcast": 1,
+        "multiply": 1,
+        "reduce": 1,
+        "add": 1,
+    }
     assert main.opcodes_after == {"parameter": 3, "tanh": 1, "fusion": 1}
     assert main.entry_signature == "(f32[4,4], f32[4,4]) -> f32[]"
     assert (main.n_files, main.n_pass_dumps, main.elided_constants, main.parse_error) == (7, 4, False, None)
@@ -129,14 +150,20 @@ def test_run_files_include_files_of_no_module(store):
 def test_find_matches_opcodes_exactly_and_names_as_substrings(store):
     index = store.index
     hits = index.find("dot", kinds=("opcode",), run_id=OLD)
-    assert [(h.module_name, h.kind, h.matches) for h in hits] == [("jit_accuracy", "opcode", ["dot"]), ("jit_train_step", "opcode", ["dot"])]
+    assert [(h.module_name, h.kind, h.matches) for h in hits] == [
+        ("jit_accuracy", "opcode", ["dot"]),
+        ("jit_train_step", "opcode", ["dot"]),
+    ]
     assert index.find("do", kinds=("opcode",)) == []  # an opcode is a whole word
     by_op_name = index.find("dot_general", kinds=("op_name",), run_id=OLD)
     assert {(h.module_name, tuple(h.matches)) for h in by_op_name} == {
-        ("jit_accuracy", ("jit(accuracy)/dot_general",)), ("jit_train_step", ("jit(train_step)/dot_general",)),
+        ("jit_accuracy", ("jit(accuracy)/dot_general",)),
+        ("jit_train_step", ("jit(train_step)/dot_general",)),
     }
     assert index.find("dot_general", kinds=("op_name",), exact=True) == []
-    assert [h.module_name for h in index.find("jit(train_step)/dot_general", kinds=("op_name",), exact=True)] == ["jit_train_step"]
+    assert [h.module_name for h in index.find("jit(train_step)/dot_general", kinds=("op_name",), exact=True)] == [
+        "jit_train_step"
+    ]
     assert index.find("Dot_General", kinds=("op_name",)) == []  # case-sensitive
 
 
@@ -144,10 +171,19 @@ def test_find_by_source_location_across_runs_and_within_one(store):
     index = store.index
     everywhere = index.find("model.py:10", kinds=("source",))
     assert {(h.run_id, h.module_name) for h in everywhere} == {
-        (OLD, "jit_train_step"), (OLD, "jit_accuracy"), (OLD, "jit_init_params"), (NEW, "jit_f"), (SWEEP_A, "jit_sweep"), (SWEEP_B, "jit_sweep"),
+        (OLD, "jit_train_step"),
+        (OLD, "jit_accuracy"),
+        (OLD, "jit_init_params"),
+        (NEW, "jit_f"),
+        (SWEEP_A, "jit_sweep"),
+        (SWEEP_B, "jit_sweep"),
     }
     [elsewhere] = index.find("/elsewhere/app/", kinds=("source",))
-    assert (elsewhere.run_id, elsewhere.module_name, elsewhere.matches) == (NEW, "jit_f", ["/elsewhere/app/model.py:10", "/elsewhere/app/model.py:11", "/elsewhere/app/model.py:12"])
+    assert (elsewhere.run_id, elsewhere.module_name, elsewhere.matches) == (
+        NEW,
+        "jit_f",
+        ["/elsewhere/app/model.py:10", "/elsewhere/app/model.py:11", "/elsewhere/app/model.py:12"],
+    )
     [main] = index.find(SOURCE, kinds=("source",), run_id=OLD, limit_matches=2)[2:]  # ordered by module id: 1, 4, 7
     assert main.module_name == "jit_train_step" and main.matches == [f"{SOURCE}:10", f"{SOURCE}:11"]
 
@@ -188,7 +224,9 @@ def test_a_lost_index_is_rebuilt_from_the_runs(store, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(store.root, copy, ignore=shutil.ignore_patterns("index.sqlite*"))
     rebuilt = Store.open(copy)
-    assert [json.dumps(r.__dict__, sort_keys=True) for r in rebuilt.index.runs()] == [json.dumps(r.__dict__, sort_keys=True) for r in store.index.runs()]
+    assert [json.dumps(r.__dict__, sort_keys=True) for r in rebuilt.index.runs()] == [
+        json.dumps(r.__dict__, sort_keys=True) for r in store.index.runs()
+    ]
     assert rebuilt.index.modules(OLD) == store.index.modules(OLD)
     assert rebuilt.index.module(OLD, 7).passes == store.index.module(OLD, 7).passes
     rebuilt.close()

@@ -105,7 +105,9 @@ def test_the_index_lists_a_tied_snapshot_under_its_module_and_replay_picks_it(tm
     # two modules named jit_h: the snapshot belongs to neither, and the run still lists it
     for module_id in (1, 3):
         assert "module_jit_h.execution_0000.hlo_snapshot.pb" not in [f.path for f in store.index.module(run_id, module_id).files]
-    row = store.index.conn.execute("SELECT module_id FROM files WHERE run_id=? AND path=?", (run_id, "module_jit_h.execution_0000.hlo_snapshot.pb")).fetchone()
+    row = store.index.conn.execute(
+        "SELECT module_id FROM files WHERE run_id=? AND path=?", (run_id, "module_jit_h.execution_0000.hlo_snapshot.pb")
+    ).fetchone()
     assert row is not None and row[0] is None
 
 
@@ -135,7 +137,7 @@ def _capture_tf_and_replay_its_snapshot(cli, folder, python_line: str, dump_line
     (run_id,) = store.index.conn.execute("SELECT run_id FROM runs").fetchone()
     rows = store.index.conn.execute("SELECT path, module_id FROM files WHERE run_id=? AND kind='snapshot'", (run_id,)).fetchall()
     assert len(rows) == 1, rows
-    (snapshot, module_id), = rows
+    ((snapshot, module_id),) = rows
     assert snapshot.startswith("module_a_inference_f_") and ".execution_0000." in snapshot and module_id is not None
     module = store.index.module(run_id, module_id)
     assert snapshot == f"module_{module.name}.execution_0000.hlo_snapshot.pb"  # tied by its whole dotted name

@@ -11,7 +11,11 @@ from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 
 def test_exit_codes_are_128_plus_the_signal():
     assert [exit_code_for(name) for name in ("SIGINT", "SIGTERM", "SIGHUP", None)] == [
-        ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP, ExitCode.INTERRUPTED]
+        ExitCode.INTERRUPTED,
+        ExitCode.TERMINATED,
+        ExitCode.HANGUP,
+        ExitCode.INTERRUPTED,
+    ]
 
 
 def test_a_signal_sets_cancel_and_is_named():
@@ -39,10 +43,15 @@ def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when the suite runs under nohup
     try:
         request = StopRequest()
-        with stop_on_signals(request), request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"):
+        with (
+            stop_on_signals(request),
+            request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"),
+        ):
             os.kill(os.getpid(), signal.SIGINT)  # the first: wait for the commit
     finally:
         signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
-    assert err.strip() == ("xlarun: SIGINT while archiving run 20261123-000000-abcd: finishing the commit first (send it again to stop now; "
-                           "what is not committed then stays in staging/ for `xlarun recover`)")
+    assert err.strip() == (
+        "xlarun: SIGINT while archiving run 20261123-000000-abcd: finishing the commit first (send it again to stop now; "
+        "what is not committed then stays in staging/ for `xlarun recover`)"
+    )

@@ -57,7 +57,9 @@ def _run_script(source: str, tmp_path: Path, *args: str, env: dict | None = None
     script = tmp_path / "job.py"
     script.write_text(source)
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
-    done = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -139,7 +141,9 @@ def test_the_bundled_example_train_step_in_process(tmp_path):
     run = xlarun.jax.capture(jax_mlp.train_step, params, x, y, 0.1, snapshots=True, store=tmp_path / "store")
     assert (run.name, run.kind, run.framework, run.backend) == ("train_step", "inline", "jax", "in-process")
     assert run.tags["function"] == "jax_mlp.train_step"
-    assert run.tags["source_file"] == str(EXAMPLES / "jax_mlp.py") and run.tags["source_line"] == "33"  # its first line: the @jax.jit decorator, as Python counts it
+    assert (
+        run.tags["source_file"] == str(EXAMPLES / "jax_mlp.py") and run.tags["source_line"] == "33"
+    )  # its first line: the @jax.jit decorator, as Python counts it
     versions = run.manifest["versions"]
     assert versions["jax"] == jax.__version__ and versions["jaxlib"] == jax.lib.__version__
     step = run.main
@@ -164,11 +168,19 @@ def test_a_jax_without_per_compile_options_is_refused_cleanly(tmp_path, monkeypa
 
 def test_options_are_the_specs_dump_flags():
     options = xlarun.jax.compiler_options_for("/d", pass_re=".*", snapshots=True, formats=("text", "proto"))
-    assert options == {"xla_dump_to": "/d", "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True, "xla_dump_hlo_snapshots": True,
-                       "xla_dump_hlo_pass_re": ".*", "xla_dump_large_constants": True}
+    assert options == {
+        "xla_dump_to": "/d",
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": True,
+        "xla_dump_hlo_snapshots": True,
+        "xla_dump_hlo_pass_re": ".*",
+        "xla_dump_large_constants": True,
+    }
 
 
-COMPAT_JAX = Path(os.environ.get("XLARUN_COMPAT_DIR") or Path.home() / ".cache" / "xlarun" / "compat") / "jax-0.4.30" / "bin" / "python"
+COMPAT_JAX = (
+    Path(os.environ.get("XLARUN_COMPAT_DIR") or Path.home() / ".cache" / "xlarun" / "compat") / "jax-0.4.30" / "bin" / "python"
+)
 
 
 @pytest.mark.skipif(not COMPAT_JAX.exists(), reason="needs the jax 0.4.30 compat venv (scripts/compat.py venvs jax-0.4.30)")
@@ -182,8 +194,14 @@ def test_oldest_jax_of_the_matrix_captures_in_process(tmp_path):
     """)
     script = tmp_path / "job.py"
     script.write_text(source)
-    done = subprocess.run([str(COMPAT_JAX), str(script), str(tmp_path / "store")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    done = subprocess.run(
+        [str(COMPAT_JAX), str(script), str(tmp_path / "store")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"jax": "0.4.30", "module": "jit__lambda_", "instr": 4, "snapshots": 1}

@@ -37,7 +37,12 @@ def fake_elf(rodata: bytes, other: bytes = b"") -> bytes:
     def section(name: int, kind: int, offset: int, size: int) -> bytes:
         return struct.pack("<IIQQQQIIQQ", name, kind, 0, 0, offset, size, 0, 0, 1, 0)
 
-    table = section(0, 0, 0, 0) + section(1, 1, text_at, len(other)) + section(7, 1, rodata_at, len(rodata)) + section(15, 3, names_at, len(names))
+    table = (
+        section(0, 0, 0, 0)
+        + section(1, 1, text_at, len(other))
+        + section(7, 1, rodata_at, len(rodata))
+        + section(15, 3, names_at, len(names))
+    )
     header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, table_at, 0, 64, 0, 0, 64, 4, 3)
     return header + other + rodata + names + table
 
@@ -54,7 +59,11 @@ def test_scan_keeps_c_strings_and_drops_proto_names_symbols_and_help_text(tmp_pa
     library = tmp_path / "lib.so"
     library.write_bytes(fake_elf(rodata, other=b"\0xla_in_code_not_data\0"))
     assert scan_flag_names(library) == {
-        "xla_dump_to", "xla_dump_hlo_as_text", "xla_dump_hlo_as_proto", "xla_dump_large_constants", "xla_tail_of_help",
+        "xla_dump_to",
+        "xla_dump_hlo_as_text",
+        "xla_dump_hlo_as_proto",
+        "xla_dump_large_constants",
+        "xla_tail_of_help",
     }
 
 
@@ -100,8 +109,11 @@ def test_probe_reads_the_framework_the_jobs_python_finds(tmp_path):
     old_tf = REGISTRY.replace(b"xla_dump_large_constants\0", b"")
     python = make_venv(
         tmp_path / "venv",
-        {"tensorflow/libtensorflow_cc.so.2": big(old_tf), "tensorflow/libtensorflow_framework.so.2": big(b"\0xla_dump_to\0"),
-         "tensorflow/__init__.py": b""},
+        {
+            "tensorflow/libtensorflow_cc.so.2": big(old_tf),
+            "tensorflow/libtensorflow_framework.so.2": big(b"\0xla_dump_to\0"),
+            "tensorflow/__init__.py": b"",
+        },
         ("tensorflow_cpu-2.16.2.dist-info", "tensorflow_io_gcs_filesystem-0.37.1.dist-info"),
     )
     cache = FlagNameCache(tmp_path / "cache")
@@ -118,8 +130,11 @@ def test_probe_reads_the_framework_the_jobs_python_finds(tmp_path):
 def test_a_plugin_registry_must_know_the_flag_too(tmp_path):
     python = make_venv(
         tmp_path / "venv",
-        {"jaxlib/libjax_common.so": big(REGISTRY), "jaxlib/_jax.so": fake_elf(REGISTRY + b"xla_stub_only\0"),
-         "jax_plugins/xla_cuda12/xla_cuda_plugin.so": big(REGISTRY.replace(b"xla_dump_hlo_as_proto\0", b""))},
+        {
+            "jaxlib/libjax_common.so": big(REGISTRY),
+            "jaxlib/_jax.so": fake_elf(REGISTRY + b"xla_stub_only\0"),
+            "jax_plugins/xla_cuda12/xla_cuda_plugin.so": big(REGISTRY.replace(b"xla_dump_hlo_as_proto\0", b"")),
+        },
         ("jaxlib-0.4.30.dist-info",),
     )
     known = probe_known_xla_flags("jax", python, {}, cache=FlagNameCache(tmp_path / "cache"))
@@ -128,7 +143,9 @@ def test_a_plugin_registry_must_know_the_flag_too(tmp_path):
 
 
 def test_pythonpath_and_the_script_folder_come_first(tmp_path):
-    python = make_venv(tmp_path / "venv", {"_XLAC.cpython-311-x86_64-linux-gnu.so": big(REGISTRY)}, ("torch_xla-2.9.0.dist-info",))
+    python = make_venv(
+        tmp_path / "venv", {"_XLAC.cpython-311-x86_64-linux-gnu.so": big(REGISTRY)}, ("torch_xla-2.9.0.dist-info",)
+    )
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "_XLAC.so").write_bytes(big(b"\0xla_dump_to\0xla_dump_hlo_as_text\0"))
@@ -191,13 +208,23 @@ def test_default_cache_lives_in_xlaruns_cache_folder(monkeypatch, tmp_path):
     ("log", "variable", "flags"),
     [
         # TF 2.16.2, real: the flag named once per parse, trailing spaces
-        ("2026-11-23 08:43:59.797020: F external/local_xla/xla/parse_flags_from_env.cc:225] "
-         "Unknown flags in XLA_FLAGS: --xla_bogus_flag  --xla_bogus_flag \n", "XLA_FLAGS", ("--xla_bogus_flag",)),
+        (
+            "2026-11-23 08:43:59.797020: F external/local_xla/xla/parse_flags_from_env.cc:225] "
+            "Unknown flags in XLA_FLAGS: --xla_bogus_flag  --xla_bogus_flag \n",
+            "XLA_FLAGS",
+            ("--xla_bogus_flag",),
+        ),
         # jaxlib 0.12 / TF 2.21, real
-        ("I0000 start\nF1123 08:41:40.054053   25442 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --xla_cpu_use_mkl_dnn\n",
-         "XLA_FLAGS", ("--xla_cpu_use_mkl_dnn",)),
-        ("F0000 00:00:1795423117.181604   21525 parse_flags_from_env.cc:234] Unknown flags in XLA_FLAGS: --xla_foo --xla_bar=1",
-         "XLA_FLAGS", ("--xla_foo", "--xla_bar=1")),
+        (
+            "I0000 start\nF1123 08:41:40.054053   25442 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --xla_cpu_use_mkl_dnn\n",
+            "XLA_FLAGS",
+            ("--xla_cpu_use_mkl_dnn",),
+        ),
+        (
+            "F0000 00:00:1795423117.181604   21525 parse_flags_from_env.cc:234] Unknown flags in XLA_FLAGS: --xla_foo --xla_bar=1",
+            "XLA_FLAGS",
+            ("--xla_foo", "--xla_bar=1"),
+        ),
         ("parse_flags_from_env.cc:234] Unknown flag in TF_XLA_FLAGS: --tf_xla_foo\n", "TF_XLA_FLAGS", ("--tf_xla_foo",)),
         ("ERROR: Unknown command line flag 'tf_xla_foo'\n", "", ("--tf_xla_foo",)),
     ],
@@ -215,10 +242,21 @@ def test_an_ordinary_failure_is_no_refusal():
 
 # Real framework installs (scripts/compat.py builds them): what each knows of the flags xlarun adds.
 XLARUN_FLAGS = [
-    "--xla_dump_to=/d", "--xla_dump_hlo_as_text", "--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_dot", "--xla_dump_hlo_as_html",
-    "--xla_dump_compress_protos", "--xla_dump_hlo_snapshots", "--xla_dump_hlo_pass_re=x", "--xla_dump_hlo_module_re=x",
-    "--xla_dump_hlo_pipeline_re=x", "--xla_dump_large_constants", "--xla_dump_include_timestamp",
-    "--xla_dump_max_hlo_modules=9", "--xla_dump_module_metadata", "--xla_dump_disable_metadata",
+    "--xla_dump_to=/d",
+    "--xla_dump_hlo_as_text",
+    "--xla_dump_hlo_as_proto",
+    "--xla_dump_hlo_as_dot",
+    "--xla_dump_hlo_as_html",
+    "--xla_dump_compress_protos",
+    "--xla_dump_hlo_snapshots",
+    "--xla_dump_hlo_pass_re=x",
+    "--xla_dump_hlo_module_re=x",
+    "--xla_dump_hlo_pipeline_re=x",
+    "--xla_dump_large_constants",
+    "--xla_dump_include_timestamp",
+    "--xla_dump_max_hlo_modules=9",
+    "--xla_dump_module_metadata",
+    "--xla_dump_disable_metadata",
 ]
 
 
@@ -249,13 +287,20 @@ def test_tf_2_16_really_refuses_what_its_library_lacks(tmp_path):
     code = "import tensorflow as tf; print(float(tf.function(lambda x: tf.reduce_sum(x * 2.0), jit_compile=True)(tf.ones([4]))))"
     base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TF_XLA_FLAGS")}
     accepted = subprocess.run(
-        [python, "-c", code], env={**base, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'd'} --xla_dump_hlo_as_proto"},
-        capture_output=True, text=True, timeout=300,
+        [python, "-c", code],
+        env={**base, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'd'} --xla_dump_hlo_as_proto"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert accepted.returncode == 0 and accepted.stdout.strip() == "8.0", accepted.stderr[-2000:]
     assert any(name.endswith(".hlo.pb") for name in os.listdir(tmp_path / "d"))
     refused = subprocess.run(
-        [python, "-c", code], env={**base, "XLA_FLAGS": "--xla_dump_large_constants"}, capture_output=True, text=True, timeout=300,
+        [python, "-c", code],
+        env={**base, "XLA_FLAGS": "--xla_dump_large_constants"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert refused.returncode != 0
     assert find_flag_rejection(refused.stderr).flags == ("--xla_dump_large_constants",)

@@ -384,14 +384,16 @@ def test_names_from_other_versions_keep_whole_dotted_module_names():
         if d.module_id is not None:
             assert name.startswith(f"module_{d.module_id:04d}.{d.module_name}."), name
         if d.format == "o":
-            objects[name[name.index(d.module_name) + len(d.module_name):]].add(d.artifact)
+            objects[name[name.index(d.module_name) + len(d.module_name) :]].add(d.artifact)
     # every spelling of an object file: whole module ('.o', '.obj-file..o', '.obj-file.o') and per kernel
     assert {".o", ".obj-file..o", ".obj-file.o"} <= set(objects)
     assert all(objects[whole] == {None} for whole in (".o", ".obj-file..o", ".obj-file.o"))
     assert "broadcast.2_elemental_kernel_module" in set().union(*objects.values())  # a kernel with a dot
     assert {"part_00", "add_sine_fusion_kernel_module"} <= set().union(*objects.values())
     tf_snapshot = next(n for n in names if n.endswith(".execution_0000.hlo_snapshot.pb"))
-    assert decode_dump_name(tf_snapshot).module_id is None and f"module_0000.{decode_dump_name(tf_snapshot).module_name}.o" in names
+    assert (
+        decode_dump_name(tf_snapshot).module_id is None and f"module_0000.{decode_dump_name(tf_snapshot).module_name}.o" in names
+    )
 
 
 def test_an_object_compiled_from_dumped_llvm_ir_is_not_xlas():

@@ -22,7 +22,9 @@ def executed(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XLARUN_STORE", str(store))  # the kernel inherits it
         notebook = nbformat.read(NOTEBOOK, as_version=4)
-        client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+        client = nbclient.NotebookClient(
+            notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+        )
         client.execute()
     return notebook, store
 

@@ -42,7 +42,9 @@ def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tm
     kept = store.archive_outputs(staging)
     store.wait_for_discards()
     listed = [*kept, StoredFile("lost.txt", content_digest(b"never stored"), 12)]
-    (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "whole", "status": "succeeded", "files": 2, "dump_bytes": 16}))
+    (staging / "manifest.json").write_text(
+        json.dumps({"run_id": run_id, "name": "whole", "status": "succeeded", "files": 2, "dump_bytes": 16})
+    )
     (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in listed]))
     (staging / "owner.pid").write_text("999999999")
 
@@ -52,5 +54,7 @@ def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tm
     assert [f.path for f in fresh.stored_files(run_id)] == ["kept.txt"]
     manifest = fresh.manifest(run_id)
     assert (manifest["files"], manifest["dump_bytes"]) == (1, 4)
-    assert manifest["file_notes"] == [{"path": "lost.txt", "archived": False, "why": "listed as archived by the killed capture, but its blob is missing"}]
+    assert manifest["file_notes"] == [
+        {"path": "lost.txt", "archived": False, "why": "listed as archived by the killed capture, but its blob is missing"}
+    ]
     assert fresh.check().damaged == []

@@ -23,8 +23,14 @@ BATCH_1, BATCH_2 = "b20261103-120000-ab12", "b20261104-070000-cd34"
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Store:
     store = Store.open(tmp_path_factory.mktemp("refs") / "store")
-    mlp = {**module_dumps(1, "jit_init_params", dots=0, adds=20), **module_dumps(4, "jit_accuracy"), **module_dumps(7, "jit_train_step", dots=3)}
-    archive_run(store, {**mlp, **module_dumps(7, "jit_train_step", dots=3, passes=4), **module_dumps(9, "jit_old_only")}, run_id=MLP_OLD)
+    mlp = {
+        **module_dumps(1, "jit_init_params", dots=0, adds=20),
+        **module_dumps(4, "jit_accuracy"),
+        **module_dumps(7, "jit_train_step", dots=3),
+    }
+    archive_run(
+        store, {**mlp, **module_dumps(7, "jit_train_step", dots=3, passes=4), **module_dumps(9, "jit_old_only")}, run_id=MLP_OLD
+    )
     archive_run(store, {**mlp, **module_dumps(12, "jit_f"), **module_dumps(13, "jit_f_grad", dots=2)}, run_id=MLP_NEW)
     sweep_1 = {**module_dumps(2, "jit_sweep"), **module_dumps(5, "jit_accuracy")}  # the same function, another id
     archive_run(store, sweep_1, run_id=SWEEP_1, name="sweep", batch_id=BATCH_1, matrix={"lr": 0.1})
@@ -45,13 +51,16 @@ def test_no_run_ref_or_latest_is_the_newest_run(store, ref):
     assert resolve_run(store.index, ref).run_id == LATEST
 
 
-@pytest.mark.parametrize(("ref", "run_id"), [
-    (MLP_OLD, MLP_OLD),
-    ("20261103-120001", SWEEP_2),  # a unique prefix
-    ("20261104", LATEST),
-    ("mlp", MLP_NEW),  # a spec name: its latest run
-    ("sweep", LATEST),
-])
+@pytest.mark.parametrize(
+    ("ref", "run_id"),
+    [
+        (MLP_OLD, MLP_OLD),
+        ("20261103-120001", SWEEP_2),  # a unique prefix
+        ("20261104", LATEST),
+        ("mlp", MLP_NEW),  # a spec name: its latest run
+        ("sweep", LATEST),
+    ],
+)
 def test_a_run_ref_is_an_id_a_unique_prefix_or_a_spec_name(store, ref, run_id):
     assert resolve_run(store.index, ref).run_id == run_id
 
@@ -88,13 +97,23 @@ def test_a_long_candidate_list_is_cut_short(tmp_path):
 # --- modules ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ref", [
-    "7", "module_0007", "module_0007.jit_train_step", "module_0007.jit_train",  # id, and id with the name or its prefix
-    "jit_train_step", "jit_train", "train_step",  # name, unique prefix, substring
-    "module_0007.jit_train_step.cpu_after_optimizations.txt",  # a dump file name, as `xlarun files` lists it
-    f"{MLP_NEW}/module_0007", f"{MLP_NEW[:19]}/7", "mlp/jit_train_step",  # RUN/MODULE, the run a REF of its own
-    "  jit_train_step  ",
-])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "7",
+        "module_0007",
+        "module_0007.jit_train_step",
+        "module_0007.jit_train",  # id, and id with the name or its prefix
+        "jit_train_step",
+        "jit_train",
+        "train_step",  # name, unique prefix, substring
+        "module_0007.jit_train_step.cpu_after_optimizations.txt",  # a dump file name, as `xlarun files` lists it
+        f"{MLP_NEW}/module_0007",
+        f"{MLP_NEW[:19]}/7",
+        "mlp/jit_train_step",  # RUN/MODULE, the run a REF of its own
+        "  jit_train_step  ",
+    ],
+)
 def test_every_module_ref_form_names_the_same_module(store, ref):
     # the latest run (a sweep cell) has no such module: the newest run that has one is searched
     assert _where(resolve_module(store.index, ref)) == (MLP_NEW, 7, "jit_train_step")
@@ -102,7 +121,11 @@ def test_every_module_ref_form_names_the_same_module(store, ref):
 
 def test_a_module_only_in_an_older_run_is_found_there(store):
     assert _where(resolve_module(store.index, "jit_old_only")) == (MLP_OLD, 9, "jit_old_only")
-    assert _where(resolve_module(store.index, "module_0007.jit_train_step.0003.cpu-pipeline.after_fusion.before_cse.txt")) == (MLP_NEW, 7, "jit_train_step")
+    assert _where(resolve_module(store.index, "module_0007.jit_train_step.0003.cpu-pipeline.after_fusion.before_cse.txt")) == (
+        MLP_NEW,
+        7,
+        "jit_train_step",
+    )
 
 
 def test_a_module_in_the_latest_run_wins_over_older_runs(store):
@@ -134,8 +157,13 @@ def test_an_ambiguous_module_ref_lists_refs_that_each_name_one_module(store):
     assert error.value.exit_code == ExitCode.USAGE
     listed = message.split("ambiguous: ", 1)[1].split(", ")
     # main program first, as `xlarun modules` lists them; each candidate pasted back names exactly its module
-    assert listed == [f"{MLP_NEW}/module_0007 (jit_train_step)", f"{MLP_NEW}/module_0013 (jit_f_grad)", f"{MLP_NEW}/module_0004 (jit_accuracy)",
-                      f"{MLP_NEW}/module_0012 (jit_f)", f"{MLP_NEW}/module_0001 (jit_init_params)"]
+    assert listed == [
+        f"{MLP_NEW}/module_0007 (jit_train_step)",
+        f"{MLP_NEW}/module_0013 (jit_f_grad)",
+        f"{MLP_NEW}/module_0004 (jit_accuracy)",
+        f"{MLP_NEW}/module_0012 (jit_f)",
+        f"{MLP_NEW}/module_0001 (jit_init_params)",
+    ]
     for candidate in listed:
         ref, name = candidate.split(" ")
         assert resolve_module(store.index, ref).name == name.strip("()")
@@ -169,7 +197,9 @@ def test_a_dump_file_name_whose_module_name_differs_names_no_module(store):
 # --- batches and counterparts --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("ref", "batch"), [("latest", BATCH_2), (BATCH_1, BATCH_1), ("b20261103", BATCH_1), ("b20261104-07", BATCH_2)])
+@pytest.mark.parametrize(
+    ("ref", "batch"), [("latest", BATCH_2), (BATCH_1, BATCH_1), ("b20261103", BATCH_1), ("b20261104-07", BATCH_2)]
+)
 def test_a_batch_ref_is_an_id_a_unique_prefix_or_latest(store, ref, batch):
     assert resolve_batch(store.index, ref) == batch
 
@@ -177,7 +207,10 @@ def test_a_batch_ref_is_an_id_a_unique_prefix_or_latest(store, ref, batch):
 def test_an_ambiguous_unknown_or_absent_batch_says_what_to_type(store, tmp_path):
     with pytest.raises(RefError) as ambiguous:
         resolve_batch(store.index, "b2026110")
-    assert ambiguous.value.message == f"batch REF 'b2026110' is ambiguous: {BATCH_1}, {BATCH_2}" and ambiguous.value.hint == "type more of the batch id"
+    assert (
+        ambiguous.value.message == f"batch REF 'b2026110' is ambiguous: {BATCH_1}, {BATCH_2}"
+        and ambiguous.value.hint == "type more of the batch id"
+    )
     with pytest.raises(RefError, match="no batch matches 'b1999'") as unknown:
         resolve_batch(store.index, "b1999")
     assert "xlarun runs" in unknown.value.hint
@@ -215,15 +248,20 @@ def test_show_resolves_what_the_library_resolves(store, cli):
     assert (shown["run_id"], shown["module_id"]) == (MLP_NEW, 7)
     out = cli("show", "jit_", "--store", store.root, "--run", MLP_NEW)
     assert out.exit_code == ExitCode.USAGE
-    assert f"module REF 'jit_' is ambiguous: {MLP_NEW}/module_0007 (jit_train_step)" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        f"module REF 'jit_' is ambiguous: {MLP_NEW}/module_0007 (jit_train_step)" in out.stderr and "Traceback" not in out.stderr
+    )
 
 
-@pytest.mark.parametrize(("ref", "runs"), [
-    ("latest", [LATEST]),
-    (BATCH_1, [SWEEP_1, SWEEP_2]),
-    ("b20261103", [SWEEP_1, SWEEP_2]),  # a unique prefix
-    ("b20261104-07", [LATEST]),
-])
+@pytest.mark.parametrize(
+    ("ref", "runs"),
+    [
+        ("latest", [LATEST]),
+        (BATCH_1, [SWEEP_1, SWEEP_2]),
+        ("b20261103", [SWEEP_1, SWEEP_2]),  # a unique prefix
+        ("b20261104-07", [LATEST]),
+    ],
+)
 def test_runs_of_a_batch_ref(store, cli, ref, runs):
     out = cli("runs", "--batch", ref, "--store", store.root, "--json")
     assert out.exit_code == 0, out.stderr

@@ -38,7 +38,11 @@ def test_train_step_svg_holds_every_dot_and_parameter(jax_run, cli, tmp_path):
     assert dots | params <= set(nodes)
     some_dot = nodes[min(dots)]
     assert some_dot["fill"] == "#9fc5f8"  # compute colour
-    assert "op_name: jit(train_step)" in some_dot["tooltip"] and "source: " in some_dot["tooltip"] and "jax_mlp.py:" in some_dot["tooltip"]
+    assert (
+        "op_name: jit(train_step)" in some_dot["tooltip"]
+        and "source: " in some_dot["tooltip"]
+        and "jax_mlp.py:" in some_dot["tooltip"]
+    )
     assert nodes[min(params)]["fill"] == "#fff2b3"
 
 
@@ -61,7 +65,9 @@ def test_after_optimizations_fusions_are_one_node_unless_expanded(jax_run, cli, 
     assert any("calls of" in label for label in svg_clusters(opened.read_bytes()))
 
     one = tmp_path / "one.svg"
-    assert cli("render", "train_step", "-s", "after", "--expand", fusions[0].name, "--store", store.root, "-o", one).exit_code == 0
+    assert (
+        cli("render", "train_step", "-s", "after", "--expand", fusions[0].name, "--store", store.root, "-o", one).exit_code == 0
+    )
     drawn = set(svg_nodes(one.read_bytes()))
     inside_first = {i.name for c in fusions[0].called_computations for i in module.computations[c].instructions}
     assert inside_first <= drawn and not (fused_names - inside_first) & drawn
@@ -111,11 +117,15 @@ def test_pass_dump_rendered(jax_passes_run, cli, tmp_path):
 def test_tf_graphdef_draws_xla_clusters(tf1_run, cli, tmp_path):
     store, result = tf1_run
     out = tmp_path / "tf.svg"
-    cli_result = cli("render", result.run_id, "--file", "mark_for_compilation_annotated_1.pbtxt", "--store", store.root, "-o", out)
+    cli_result = cli(
+        "render", result.run_id, "--file", "mark_for_compilation_annotated_1.pbtxt", "--store", store.root, "-o", out
+    )
     assert cli_result.exit_code == 0, cli_result.stderr
     assert "TF GraphDef" in cli_result.stdout and "XLA clusters: cluster_0" in cli_result.stdout
     proto = parse_text_proto(store.read_file(result.run_id, "tf_graphs/mark_for_compilation_annotated_1.pbtxt"))
-    clustered = {n.first("name") for n in proto.messages("node") if any(a.first("key") == "_XlaCluster" for a in n.messages("attr"))}
+    clustered = {
+        n.first("name") for n in proto.messages("node") if any(a.first("key") == "_XlaCluster" for a in n.messages("attr"))
+    }
     everything = {n.first("name") for n in proto.messages("node")}
     assert clustered and clustered != everything
     nodes = svg_nodes(out.read_bytes())
@@ -221,7 +231,9 @@ def test_missing_dot_is_an_environment_problem(jax_run, cli, tmp_path):
     assert result.exit_code == 3
     assert "graphviz's `dot` is not installed" in result.stderr and "apt-get install graphviz" in result.stderr
     dot_text = tmp_path / "x.dot"
-    assert cli("render", "train_step", "--store", store.root, "-o", dot_text, env={"PATH": str(tmp_path)}).exit_code == 0  # DOT needs no dot
+    assert (
+        cli("render", "train_step", "--store", store.root, "-o", dot_text, env={"PATH": str(tmp_path)}).exit_code == 0
+    )  # DOT needs no dot
 
 
 def test_layout_time_limit(tmp_path):
@@ -243,7 +255,9 @@ def test_graph_too_big_is_an_input_error():
 def test_a_shape_nested_100000_deep_is_drawn_with_its_label_cut(cli, tmp_path):
     depth = 100_000
     path = tmp_path / "deep.hlo"
-    path.write_text(f"HloModule deep\nENTRY main {{\n  p = f32[] parameter(0)\n  ROOT r = {'(' * depth}f32[]{')' * depth} add(p, p)\n}}\n")
+    path.write_text(
+        f"HloModule deep\nENTRY main {{\n  p = f32[] parameter(0)\n  ROOT r = {'(' * depth}f32[]{')' * depth} add(p, p)\n}}\n"
+    )
     result = cli("render", path, "-o", tmp_path / "deep.svg")
     assert result.exit_code == 0, result.output
     svg = (tmp_path / "deep.svg").read_text()

@@ -97,17 +97,34 @@ def test_tf_module_replays_on_fake_data(tf_run, cli):
 def test_runner_engine_exit_codes(jax_run, cli, tmp_path):
     store, _ = jax_run
     ok = make_runner(tmp_path, "run_hlo_module", exit_code=0)
-    result = cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", ok,
-                 "--reference-platform", "interpreter", "--json")
+    result = cli(
+        "replay",
+        "train_step",
+        "--store",
+        store.root,
+        "--engine",
+        "run_hlo_module",
+        "--runner",
+        ok,
+        "--reference-platform",
+        "interpreter",
+        "--json",
+    )
     data = json.loads(result.stdout)
     assert result.exit_code == 0 and data["verdict"] == "match"
     assert data["command"][1:5] == ["--platform=CPU", "--reference_platform=Interpreter", "--input_format=pb", "--iterations=1"]
     assert data["command"][-2:] == ["--run_test_hlo_passes=false", data["command"][-1]] and ".snapshot." in data["command"][-1]
 
     miscompare = make_runner(tmp_path, "run_hlo_module", exit_code=255)
-    assert cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", miscompare, "-q").exit_code == 1
+    assert (
+        cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", miscompare, "-q").exit_code
+        == 1
+    )
     flag_error = make_runner(tmp_path, "run_hlo_module", exit_code=1)
-    assert cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", flag_error, "-q").exit_code == 3
+    assert (
+        cli("replay", "train_step", "--store", store.root, "--engine", "run_hlo_module", "--runner", flag_error, "-q").exit_code
+        == 3
+    )
 
 
 def test_usage_errors_exit_2(jax_run, cli):
@@ -179,8 +196,16 @@ def test_json_failure_engine_missing(cli, tmp_path):
     from pathlib import Path
 
     text = Path(__file__).parent / FP_TEXT
-    result = cli("replay", text, "--engine", "run_hlo_module", "--store", tmp_path / "no-store", "--json",
-                 env={"PATH": "/usr/bin:/bin", "XLARUN_RUN_HLO_MODULE": ""})
+    result = cli(
+        "replay",
+        text,
+        "--engine",
+        "run_hlo_module",
+        "--store",
+        tmp_path / "no-store",
+        "--json",
+        env={"PATH": "/usr/bin:/bin", "XLARUN_RUN_HLO_MODULE": ""},
+    )
     data = _one_document(result)
     assert result.exit_code == 3 and data["verdict"] == "engine-error"
     assert data["error"] == "run_hlo_module is not on PATH and XLARUN_RUN_HLO_MODULE is not set" and "bazel" in data["hint"]

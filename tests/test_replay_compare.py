@@ -76,7 +76,9 @@ def test_only_the_first_mismatches_are_listed():
 
 def test_a_scalar_output_that_differs_is_reported_not_a_crash():
     # a 0-d array has no np.nonzero positions of its own: the position printed is the empty one
-    result = compare_outputs([np.float32(0.25), np.array(3, np.int32)], [np.float32(0.75), np.array(4, np.int32)], 1e-3, 1e-3, "platform cpu")
+    result = compare_outputs(
+        [np.float32(0.25), np.array(3, np.int32)], [np.float32(0.75), np.array(4, np.int32)], 1e-3, 1e-3, "platform cpu"
+    )
     assert not result.matched and result.mismatched_elements == 2
     assert result.problems == ["output 0 []: expected 0.75, got 0.25", "output 1 []: expected 4, got 3"]
 

@@ -33,7 +33,10 @@ MAX_INSTRUCTIONS = 200
 SAMPLE_TIMEOUT_S, SAMPLE_MAX_DATA = 5.0, 64 << 20
 DOCUMENTED = {0: "match or ran", 1: "mismatch", 2: "refused", 3: "engine error"}
 
-pytestmark = [pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}"), pytest.mark.slow]  # a sweep of XLA's corpus
+pytestmark = [
+    pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}"),
+    pytest.mark.slow,
+]  # a sweep of XLA's corpus
 
 
 def small_modules() -> list[dict]:
@@ -64,8 +67,14 @@ def replay_outcome(worker: ReplayWorker, path: Path, options: ReplayOptions) -> 
         result = worker.replay(path, options)
     except XlarunError as exc:
         return {"exit_code": int(exc.exit_code), "verdict": "refused", "why": exc.message}
-    return {"exit_code": int(result.exit_code), "verdict": result.verdict, "why": result.error, "crash": result.crash,
-            "nonfinite": bool(result.nonfinite_outputs), "rng": bool(result.random_instructions)}
+    return {
+        "exit_code": int(result.exit_code),
+        "verdict": result.verdict,
+        "why": result.error,
+        "crash": result.crash,
+        "nonfinite": bool(result.nonfinite_outputs),
+        "rng": bool(result.random_instructions),
+    }
 
 
 def test_every_small_corpus_module_ends_in_a_documented_exit_code(tmp_path):
@@ -85,10 +94,12 @@ def test_every_small_corpus_module_ends_in_a_documented_exit_code(tmp_path):
         starts = worker.starts
     codes = collections.Counter(o["exit_code"] for o in outcomes)
     crashes = collections.Counter(o.get("crash") for o in outcomes if o.get("crash"))
-    print(f"\n{len(outcomes)} modules in {time.monotonic() - started:.0f} s, {starts} engine start(s): "
-          + ", ".join(f"{DOCUMENTED.get(code, code)} {n}" for code, n in sorted(codes.items()))
-          + f"; engine deaths {dict(crashes)}; NaN/Inf said {sum(o.get('nonfinite', False) for o in outcomes)}"
-          + f"; rng said {sum(o.get('rng', False) for o in outcomes)}")
+    print(
+        f"\n{len(outcomes)} modules in {time.monotonic() - started:.0f} s, {starts} engine start(s): "
+        + ", ".join(f"{DOCUMENTED.get(code, code)} {n}" for code, n in sorted(codes.items()))
+        + f"; engine deaths {dict(crashes)}; NaN/Inf said {sum(o.get('nonfinite', False) for o in outcomes)}"
+        + f"; rng said {sum(o.get('rng', False) for o in outcomes)}"
+    )
     assert set(codes) <= set(DOCUMENTED), [o for o in outcomes if o["exit_code"] not in DOCUMENTED][:5]
     assert codes[0] > len(outcomes) // 2  # most of XLA's own modules run: a broken engine cannot pass as "refused"
 

@@ -27,7 +27,7 @@ ENTRY %e (p: f32[2,3]) -> (f32[6], f32[3,2], f32[3,2], s32[2,3]) {
 
 def test_instruction_lines_split_with_nested_attributes():
     line = (
-        '  ROOT %fusion.1 = (f32[2]{0}, /*index=1*/s32[]) fusion(%a, %b), kind=kLoop, calls=%fused, '
+        "  ROOT %fusion.1 = (f32[2]{0}, /*index=1*/s32[]) fusion(%a, %b), kind=kLoop, calls=%fused, "
         'metadata={op_name="jit(f)/a, b" source_line=3}, backend_config={"x":{"y":[1,2]}}'
     )
     instr = parse_instruction(line)

@@ -186,7 +186,13 @@ def test_missing_runner_says_how_to_get_one(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(
     "exit_code, reference, verdict",
-    [(0, "interpreter", "match"), (0, None, "ran"), (255, "interpreter", "mismatch"), (1, None, "engine-error"), (-6, None, "engine-error")],
+    [
+        (0, "interpreter", "match"),
+        (0, None, "ran"),
+        (255, "interpreter", "mismatch"),
+        (1, None, "engine-error"),
+        (-6, None, "engine-error"),
+    ],
 )
 def test_run_hlo_module_verdict_comes_from_the_exit_code(tmp_path, exit_code, reference, verdict):
     runner = make_runner(tmp_path, "run_hlo_module", exit_code=exit_code)
@@ -255,5 +261,7 @@ def test_result_from_run_is_usable_for_a_container_run():
 
 
 def test_parse_execution_times_orders_by_repeat():
-    text = "## Execution time, file=a b.txt repeat=1 duration=20ns\nnoise\n## Execution time, file=a b.txt repeat=0 duration=10ns\n"
+    text = (
+        "## Execution time, file=a b.txt repeat=1 duration=20ns\nnoise\n## Execution time, file=a b.txt repeat=0 duration=10ns\n"
+    )
     assert parse_execution_times(text) == [1e-08, 2e-08]

@@ -46,10 +46,23 @@ def test_runner_is_found_in_the_image_and_replays_a_dump(cli, jax_run, runner_im
     store, result = jax_run
     assert find_runner_in_image(runner_image, "hlo_runner_main") == "/usr/local/bin/hlo_runner_main"
     assert find_runner_in_image(runner_image, "run_hlo_module") is None
-    out = cli("replay", "jit_accuracy", "--engine", "hlo_runner_main", "--image", runner_image, "--file",
-              next(f.path for f in store.index.module(result.run_id, result.modules[1].module_id).files
-                   if f.stage == "before_optimizations" and f.format == "text"),
-              "--store", store.root, "--json")
+    out = cli(
+        "replay",
+        "jit_accuracy",
+        "--engine",
+        "hlo_runner_main",
+        "--image",
+        runner_image,
+        "--file",
+        next(
+            f.path
+            for f in store.index.module(result.run_id, result.modules[1].module_id).files
+            if f.stage == "before_optimizations" and f.format == "text"
+        ),
+        "--store",
+        store.root,
+        "--json",
+    )
     assert out.exit_code == 0, out.stderr + out.stdout
     data = json.loads(out.stdout)
     assert data["engine"] == "hlo_runner_main" and data["verdict"] == "ran"

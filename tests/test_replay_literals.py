@@ -159,7 +159,9 @@ _DAMAGED = {  # each of these used to escape as IndexError, ValueError, TypeErro
     "a layout naming a dimension twice": _ld(1, _shape(11, (2, 3), (0, 0))) + _ld(8, np.zeros(6, "<f4").tobytes()),
     "packed floats cut inside a value": _ld(1, _shape(11, (2,), (0,))) + _ld(8, np.zeros(2, "<f4").tobytes()[:7]),
     "bytes cut inside a value": _ld(1, _shape(10, (2,), (0,))) + _ld(11, b"\x00\x3c\x00"),  # f16s: 1.5 values
-    "a number where a tuple element belongs": _ld(1, _varint(2 << 3) + _varint(13) + _ld(4, _shape(11, (), ()))) + _varint(10 << 3) + _varint(1),
+    "a number where a tuple element belongs": _ld(1, _varint(2 << 3) + _varint(13) + _ld(4, _shape(11, (), ())))
+    + _varint(10 << 3)
+    + _varint(1),
     "an s32 too large for 32 bits": _ld(1, _shape(4, (1,), (0,))) + _varint(4 << 3) + _varint(1 << 40),
 }
 
@@ -174,8 +176,16 @@ def test_a_damaged_literal_is_an_input_error(damage):
 def test_randomly_damaged_literals_decode_or_are_input_errors():
     """Bytes flipped, dropped and inserted in literals of several types: never any exception but InputError."""
     rng = np.random.default_rng(0)
-    originals = [encode_literal(v) for v in (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1 + 2j, 3j], np.complex64),
-                                             [np.int32(3), np.ones(4, np.float16)], np.arange(5, dtype=np.int8), np.array([True, False]))]
+    originals = [
+        encode_literal(v)
+        for v in (
+            np.arange(6, dtype=np.float32).reshape(2, 3),
+            np.array([1 + 2j, 3j], np.complex64),
+            [np.int32(3), np.ones(4, np.float16)],
+            np.arange(5, dtype=np.int8),
+            np.array([True, False]),
+        )
+    ]
     outcomes = {"decoded": 0, "refused": 0}
     for trial in range(3000):
         data = bytearray(originals[trial % len(originals)])

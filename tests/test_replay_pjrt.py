@@ -27,7 +27,9 @@ def test_installed_jaxlib_is_supported_and_every_name_resolves():
 
 def test_a_missing_private_name_is_an_environment_problem_naming_the_version():
     bare = SimpleNamespace(hlo=SimpleNamespace(), _xla=SimpleNamespace(mlir=SimpleNamespace()))
-    with pytest.raises(EnvironmentProblem, match=r"jaxlib 9\.9\.9 lacks .*hlo_to_stablehlo and xla_computation_to_mlir_module") as info:
+    with pytest.raises(
+        EnvironmentProblem, match=r"jaxlib 9\.9\.9 lacks .*hlo_to_stablehlo and xla_computation_to_mlir_module"
+    ) as info:
         pjrt.resolve_bindings(bare, "9.9.9")
     assert "0.4.30 to 0.12" in info.value.hint
 
@@ -40,11 +42,15 @@ def test_without_hlo_to_stablehlo_the_xla_computation_route_is_taken():
     mlir = SimpleNamespace(xla_computation_to_mlir_module=xla_client._xla.mlir.xla_computation_to_mlir_module)
     old = SimpleNamespace(
         hlo=SimpleNamespace(
-            hlo_module_from_text=real.hlo_module_from_text, HloModule=xla_client.hlo.HloModule,
-            hlo_module_to_dot_graph=real.hlo_module_to_dot_graph, HloPrintOptions=real.print_options,
+            hlo_module_from_text=real.hlo_module_from_text,
+            HloModule=xla_client.hlo.HloModule,
+            hlo_module_to_dot_graph=real.hlo_module_to_dot_graph,
+            HloPrintOptions=real.print_options,
         ),
-        _xla=SimpleNamespace(mlir=mlir), XlaComputation=xla_client.XlaComputation,
-        DeviceList=real.device_list, CompileOptions=real.compile_options,
+        _xla=SimpleNamespace(mlir=mlir),
+        XlaComputation=xla_client.XlaComputation,
+        DeviceList=real.device_list,
+        CompileOptions=real.compile_options,
     )
     names = pjrt.resolve_bindings(old, "0.5.3")
     assert names.hlo_to_stablehlo is None and names.mlir_route == pjrt.ROUTE_COMPUTATION
@@ -106,15 +112,19 @@ def test_debug_info_is_stripped_and_nothing_else():
     assert "FileNames" not in stripped and "StackFrames" not in stripped and "metadata=" not in stripped
     options = {"print_large_constants": True}
     plain = pjrt.module_proto_to_text(pjrt.text_to_module_proto(text), **options)
-    assert _instruction_lines(pjrt.module_proto_to_text(pjrt.text_to_module_proto(stripped), **options)) == _instruction_lines(plain)
+    assert _instruction_lines(pjrt.module_proto_to_text(pjrt.text_to_module_proto(stripped), **options)) == _instruction_lines(
+        plain
+    )
 
 
 def test_xla_errors_keep_their_explanation_line():
     from xlarun.replay.pjrt import _first_line
 
-    status_only = RuntimeError("INVALID_ARGUMENT: Executable expected parameter 0 of size 16:\n  but got a buffer of size 64\n\tat ...")
+    status_only = RuntimeError(
+        "INVALID_ARGUMENT: Executable expected parameter 0 of size 16:\n  but got a buffer of size 64\n\tat ..."
+    )
     assert _first_line(status_only) == "INVALID_ARGUMENT: Executable expected parameter 0 of size 16: but got a buffer of size 64"
-    location = RuntimeError("<unknown>:0: error:\nloc(\"p\"): dynamic dimension 0 of f32[<=4] has no runtime size")
+    location = RuntimeError('<unknown>:0: error:\nloc("p"): dynamic dimension 0 of f32[<=4] has no runtime size')
     assert _first_line(location).endswith("dynamic dimension 0 of f32[<=4] has no runtime size")
     whole = RuntimeError("UNIMPLEMENTED: Custom call target PadToStatic is not implemented.\nStack trace follows")
     assert _first_line(whole) == "UNIMPLEMENTED: Custom call target PadToStatic is not implemented."

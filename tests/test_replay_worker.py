@@ -56,13 +56,16 @@ def test_fake_data_for_nested_tuples_tokens_and_zero_sized_parameters(worker, tm
 
 @pytest.mark.slow
 def test_a_cholesky_of_fake_data_matches_with_nan_and_says_so(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule chol
         ENTRY main {
           a = f32[4,4] parameter(0)
           ROOT c = f32[4,4] cholesky(a), lower=true
         }
-    """)
+    """,
+    )
     result = worker.replay(path, ReplayOptions(reference_platform="cpu"))
     assert result.verdict == "match" and result.nonfinite_outputs
     assert result.nonfinite_outputs[0].startswith("output 0 f32[4,4]: ") and "NaN" in result.nonfinite_outputs[0]
@@ -72,14 +75,17 @@ def test_a_cholesky_of_fake_data_matches_with_nan_and_says_so(worker, tmp_path):
 
 @pytest.mark.slow
 def test_rng_names_itself_and_its_mismatch_is_expected(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule random
         ENTRY main {
           lo = f32[] constant(0)
           hi = f32[] constant(1)
           ROOT r = f32[64] rng(lo, hi), distribution=rng_uniform
         }
-    """)
+    """,
+    )
     result = worker.replay(path, ReplayOptions(reference_platform="cpu"))
     assert result.random_instructions == ["r (rng)"]
     if result.verdict == "mismatch":  # XLA seeds rng per compile
@@ -88,18 +94,25 @@ def test_rng_names_itself_and_its_mismatch_is_expected(worker, tmp_path):
 
 @pytest.mark.slow
 def test_parameters_too_large_are_refused_by_size_before_allocation(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule big
         ENTRY main {
           p = f32[40000,51000] parameter(0)
           ROOT r = f32[] constant(0)
         }
-    """)
-    with pytest.raises(InputError, match=r"need 7\.6 GB \(arguments 7\.6 GB, results 4 B\), more than the limit of 4\.0 GB") as caught:
+    """,
+    )
+    with pytest.raises(
+        InputError, match=r"need 7\.6 GB \(arguments 7\.6 GB, results 4 B\), more than the limit of 4\.0 GB"
+    ) as caught:
         worker.replay(path, ReplayOptions())
     assert "--max-data-size" in caught.value.hint
     with pytest.raises(InputError, match=r"more than the limit of 1\.0 MB"):
-        worker.replay(_module(tmp_path, TUPLES_AND_TOKENS.replace("f32[3]", "f32[300000]")), ReplayOptions(max_data_bytes=1 << 20))
+        worker.replay(
+            _module(tmp_path, TUPLES_AND_TOKENS.replace("f32[3]", "f32[300000]")), ReplayOptions(max_data_bytes=1 << 20)
+        )
 
 
 #: A fusion whose tuple root has no layout: XLA's CPU emitter CHECK-fails on it (jaxlib 0.10), aborting the process.
@@ -134,7 +147,9 @@ def test_an_xla_check_failure_is_an_engine_error_with_the_check(worker, tmp_path
 
 @pytest.mark.slow
 def test_a_loop_that_never_ends_is_stopped_at_the_timeout(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule forever
         cond {
           s = s32[] parameter(0)
@@ -149,7 +164,8 @@ def test_a_loop_that_never_ends_is_stopped_at_the_timeout(worker, tmp_path):
           zero = s32[] constant(0)
           ROOT w = s32[] while(zero), condition=cond, body=body
         }
-    """)
+    """,
+    )
     result = worker.replay(path, ReplayOptions(timeout_s=4))
     assert result.verdict == "engine-error" and result.crash == "timeout" and result.failed_step == "run"
     assert "did not finish within 4 s" in result.error
@@ -157,14 +173,17 @@ def test_a_loop_that_never_ends_is_stopped_at_the_timeout(worker, tmp_path):
 
 @pytest.mark.slow
 def test_host_transfers_that_would_wait_forever_are_refused(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule feed
         ENTRY main {
           t = token[] after-all()
           in = (f32[3], token[]) infeed(t)
           ROOT v = f32[3] get-tuple-element(in), index=0
         }
-    """)
+    """,
+    )
     with pytest.raises(InputError, match=r"reads its input from the host \(infeed\) \(instruction in\)"):
         worker.replay(path, ReplayOptions(timeout_s=30))
 
@@ -173,7 +192,9 @@ def test_host_transfers_that_would_wait_forever_are_refused(worker, tmp_path):
 def test_text_nested_past_the_limit_is_refused_before_xla_parses_it(tmp_path, cli):
     depth = 100_000
     path = tmp_path / "deep.hlo"
-    path.write_text(f"HloModule deep\nENTRY main {{\n  p = f32[] parameter(0)\n  ROOT r = {'(' * depth}f32[]{')' * depth} add(p, p)\n}}\n")
+    path.write_text(
+        f"HloModule deep\nENTRY main {{\n  p = f32[] parameter(0)\n  ROOT r = {'(' * depth}f32[]{')' * depth} add(p, p)\n}}\n"
+    )
     result = cli("replay", path, "--json")
     assert result.exit_code == 2
     data = json.loads(result.stdout)
@@ -197,7 +218,9 @@ def test_in_process_and_isolated_replays_agree(tmp_path):
     path = _module(tmp_path, TUPLES_AND_TOKENS)
     isolated = replay_file(path, ReplayOptions(print_literals=True))
     here = replay_file(path, ReplayOptions(print_literals=True, isolate="never"))
-    assert [o.literal for o in isolated.outputs] == [o.literal for o in here.outputs] and isolated.verdict == here.verdict == "ran"
+    assert [o.literal for o in isolated.outputs] == [
+        o.literal for o in here.outputs
+    ] and isolated.verdict == here.verdict == "ran"
 
 
 @pytest.mark.slow
@@ -217,7 +240,9 @@ def test_sizes_and_nesting():
 
 
 def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule two_replicas, replica_count=2
         add {
           a = f32[] parameter(0)
@@ -228,7 +253,8 @@ def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
           p = f32[4] parameter(0)
           ROOT r = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=add
         }
-    """)
+    """,
+    )
     result = worker.replay(path, ReplayOptions())
     assert any("written for 2 replicas; it is replayed on one device" in w for w in result.warnings)
     assert result.verdict in ("ran", "engine-error")
@@ -237,7 +263,9 @@ def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
 def test_an_optimized_instruction_written_over_several_lines_keeps_its_attributes_in_the_rewrite(worker, tmp_path):
     # from XLA's command_buffer_scheduling_test.cc: the rewrite read line by line lost dimensions= (XLA's parser then
     # refused xlarun's text: 42 of the corpus's modules); now it compiles and fails only where one device must
-    path = _module(tmp_path, """
+    path = _module(
+        tmp_path,
+        """
         HloModule TestModule, is_scheduled=true
         ENTRY %main (a: s32[2]) -> s32[4] {
           %a = s32[2] parameter(0)
@@ -246,7 +274,8 @@ def test_an_optimized_instruction_written_over_several_lines_keeps_its_attribute
             backend_config={"collective_backend_config": {"is_sync":true}}
           ROOT %done = s32[4]{0} all-gather-done(%start)
         }
-    """)
+    """,
+    )
     result = worker.replay(path, ReplayOptions())
     assert result.route and result.route.startswith("deoptimized") and result.compile_s is not None
     assert result.verdict == "engine-error" and result.error.startswith("execution failed") and "replica" in result.error

@@ -18,7 +18,14 @@ from xlarun.store import Store
 from .see_support import add_run
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 XSS = "<script>alert(1)</script>"
 XSS_ATTR = "<img src=x onerror=alert(1)>"
 
@@ -32,7 +39,9 @@ def passes_report(jax_passes_run, tmp_path_factory):
     started = time.monotonic()
     built = build_run_report(store, result.run_id, out, ReportOptions(command=["xlarun", "report"]), progress=lines.append)
     seconds = time.monotonic() - started
-    print(f"\nreport of {result.run_id} ({result.manifest.files} files): {seconds:.1f} s, {built.graphs} graphs, {built.files} files copied")
+    print(
+        f"\nreport of {result.run_id} ({result.manifest.files} files): {seconds:.1f} s, {built.graphs} graphs, {built.files} files copied"
+    )
     return built, json.loads(built.index_json.read_text()), lines, seconds
 
 
@@ -75,7 +84,9 @@ def test_report_of_the_pass_by_pass_capture(passes_report, jax_passes_run):
     built, data, lines, seconds = passes_report
     _store, result = jax_passes_run
     assert seconds < 120
-    assert lines[0].startswith(f"report of run {result.run_id}") and any(line.startswith("module 1/8: module_0012.jit_train_step") for line in lines)
+    assert lines[0].startswith(f"report of run {result.run_id}") and any(
+        line.startswith("module 1/8: module_0012.jit_train_step") for line in lines
+    )
     assert any(line.startswith("  graph ") for line in lines) and lines[-1].startswith("done in")
     assert data["generator"].startswith("xlarun ") and data["command"] == ["xlarun", "report"]
     assert data["run"]["run_id"] == result.run_id and data["manifest"]["xla_flags"]
@@ -102,7 +113,9 @@ def test_report_of_the_pass_by_pass_capture(passes_report, jax_passes_run):
 
 
 def _needs_pass_dumps(data: dict) -> None:
-    assert data["modules"][0]["passes"], "the jax-passes capture has no per-pass dumps (is --xla_dump_hlo_pass_re reaching XLA unquoted?)"
+    assert data["modules"][0]["passes"], (
+        "the jax-passes capture has no per-pass dumps (is --xla_dump_hlo_pass_re reaching XLA unquoted?)"
+    )
 
 
 def test_report_pages_link_only_to_files_inside_it(passes_report):
@@ -130,16 +143,27 @@ def hostile_store(tmp_path_factory):
         '  %p = f32[4]{0} parameter(0), metadata={op_name="<script>alert(2)</script>" source_file="\\"><img src=x onerror=alert(3)>" source_line=1}\n'
         "  ROOT %n = f32[4]{0} negate(%p)\n}\n"
     )
-    changed = module.replace("  ROOT %n = f32[4]{0} negate(%p)", '  %e = f32[4]{0} exponential(%p), metadata={op_name="</pre><script>alert(9)</script>"}\n  ROOT %n = f32[4]{0} negate(%e)')
+    changed = module.replace(
+        "  ROOT %n = f32[4]{0} negate(%p)",
+        '  %e = f32[4]{0} exponential(%p), metadata={op_name="</pre><script>alert(9)</script>"}\n  ROOT %n = f32[4]{0} negate(%e)',
+    )
     graphdef = 'node { name: "<script>alert(4)</script>" op: "Const" attr { key: "_XlaCluster" value { s: "\\"><svg onload=alert(5)>" } } }\n'
-    run_id = add_run(store, {
-        "module_0000.before_optimizations.txt": module,
-        "module_0000.0000.pipe.after_pipeline-start.before_algsimp.txt": module,
-        "module_0000.0001.pipe.after_algsimp.before_dce.txt": changed,
-        f"module_0001.{XSS_ATTR}.before_optimizations.txt": module.replace(XSS, "other"),
-        "tf_graphs/evil_1.pbtxt": graphdef,
-    }, name="<b>hostile</b>", command=["python", "<script>alert(6)</script>"], env_delta={"X": "<script>alert(7)</script>"})
-    store.index.conn.execute("CREATE TABLE IF NOT EXISTS replays (replay_id TEXT, run_id TEXT, module_id INTEGER, engine TEXT, verdict TEXT)")
+    run_id = add_run(
+        store,
+        {
+            "module_0000.before_optimizations.txt": module,
+            "module_0000.0000.pipe.after_pipeline-start.before_algsimp.txt": module,
+            "module_0000.0001.pipe.after_algsimp.before_dce.txt": changed,
+            f"module_0001.{XSS_ATTR}.before_optimizations.txt": module.replace(XSS, "other"),
+            "tf_graphs/evil_1.pbtxt": graphdef,
+        },
+        name="<b>hostile</b>",
+        command=["python", "<script>alert(6)</script>"],
+        env_delta={"X": "<script>alert(7)</script>"},
+    )
+    store.index.conn.execute(
+        "CREATE TABLE IF NOT EXISTS replays (replay_id TEXT, run_id TEXT, module_id INTEGER, engine TEXT, verdict TEXT)"
+    )
     store.index.conn.execute("INSERT INTO replays VALUES (?, ?, 0, ?, 'ok')", ("r1", run_id, "<script>alert(8)</script>"))
     return store, run_id
 
@@ -179,8 +203,16 @@ def test_report_command(jax_run, cli, tmp_path):
 def test_batch_report_lists_its_runs(tmp_path):
     store = Store.open(tmp_path / "store")
     module = "HloModule jit_f\n\nENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %p = f32[4]{0} parameter(0)\n}\n"
-    ids = [add_run(store, {"module_0001.jit_f.before_optimizations.txt": module.replace("f32[4]", f"f32[{n}]")}, name="cell",
-                   batch_id="b-1", matrix={"n": n}) for n in (4, 8)]
+    ids = [
+        add_run(
+            store,
+            {"module_0001.jit_f.before_optimizations.txt": module.replace("f32[4]", f"f32[{n}]")},
+            name="cell",
+            batch_id="b-1",
+            matrix={"n": n},
+        )
+        for n in (4, 8)
+    ]
     add_run(store, {"module_0001.jit_f.before_optimizations.txt": module}, name="outsider")
     built = build_batch_report(store, "b-1", tmp_path / "batch")
     data = json.loads(built.index_json.read_text())
@@ -194,7 +226,9 @@ def test_batch_report_lists_its_runs(tmp_path):
 
 # --- in a real browser ----------------------------------------------------------------------------
 
-browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+browser = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+)
 
 
 @pytest.fixture(scope="module")

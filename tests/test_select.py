@@ -43,9 +43,29 @@ def _module(names: list[str]) -> ModuleInfo:
         if d.kind == "hlo" and d.stage == BEFORE and d.format == "text":
             digest = "start"
         files.append(FileInfo(path, digest, 100, d.kind, d.format, d.stage, d.step, d.pipeline, d.after_pass, d.before_pass))
-    stages = sorted({"before_optimizations" if "before_opt" in n else "cpu_after_optimizations" for n in names if ".pass" not in n})
-    return ModuleInfo("20261123-125145-451a", 12, "jit_train_step", "cpu", stages, 5, len(files), 159, 204, 8, {}, {}, None, None,
-                      0, False, None, files=files)
+    stages = sorted(
+        {"before_optimizations" if "before_opt" in n else "cpu_after_optimizations" for n in names if ".pass" not in n}
+    )
+    return ModuleInfo(
+        "20261123-125145-451a",
+        12,
+        "jit_train_step",
+        "cpu",
+        stages,
+        5,
+        len(files),
+        159,
+        204,
+        8,
+        {},
+        {},
+        None,
+        None,
+        0,
+        False,
+        None,
+        files=files,
+    )
 
 
 @pytest.fixture
@@ -53,25 +73,35 @@ def module() -> ModuleInfo:
     return _module(CPU_NAMES)
 
 
-@pytest.mark.parametrize("spelling", [None, "", "before", "before_optimizations", "BEFORE", "before-optimizations", "unoptimized"])
+@pytest.mark.parametrize(
+    "spelling", [None, "", "before", "before_optimizations", "BEFORE", "before-optimizations", "unoptimized"]
+)
 def test_every_spelling_of_before_picks_the_text_dump_before_optimizations(module, spelling):
     assert select_file(module, spelling).path == "module_0012.jit_train_step.before_optimizations.txt"
 
 
-@pytest.mark.parametrize("spelling", ["after", "after_optimizations", "cpu_after_optimizations", "gpu_after_optimizations", "optimized", "After"])
+@pytest.mark.parametrize(
+    "spelling", ["after", "after_optimizations", "cpu_after_optimizations", "gpu_after_optimizations", "optimized", "After"]
+)
 def test_every_spelling_of_after_including_what_show_prints_picks_the_optimized_text(module, spelling):
     assert select_file(module, spelling).path == "module_0012.jit_train_step.cpu_after_optimizations.txt"
     assert select_file(module, spelling, purpose="graph").path.endswith("cpu_after_optimizations.txt")
 
 
-@pytest.mark.parametrize(("spelling", "path"), [
-    ("buffer-assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
-    ("buffer_assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
-    ("cpu_after_optimizations-buffer-assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
-    ("memory-usage-report", "module_0012.jit_train_step.cpu_after_optimizations-memory-usage-report.txt"),
-    ("debug-options", "module_0012.jit_train_step.debug_options"),
-    ("module_0012.jit_train_step.cpu_after_optimizations.hlo.pb", "module_0012.jit_train_step.cpu_after_optimizations.hlo.pb"),
-])
+@pytest.mark.parametrize(
+    ("spelling", "path"),
+    [
+        ("buffer-assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
+        ("buffer_assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
+        ("cpu_after_optimizations-buffer-assignment", "module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt"),
+        ("memory-usage-report", "module_0012.jit_train_step.cpu_after_optimizations-memory-usage-report.txt"),
+        ("debug-options", "module_0012.jit_train_step.debug_options"),
+        (
+            "module_0012.jit_train_step.cpu_after_optimizations.hlo.pb",
+            "module_0012.jit_train_step.cpu_after_optimizations.hlo.pb",
+        ),
+    ],
+)
 def test_reports_and_file_names_are_read_as_show_lists_them(module, spelling, path):
     assert select_file(module, spelling).path == path
 
@@ -105,7 +135,9 @@ def test_a_pass_means_its_first_run_that_changed_the_module(module):
     assert pass_step(module, "dce") == (3, [1])
     assert select_file(module, pass_name="dce").path.startswith("module_0012.jit_train_step.0003.")
     assert select_file(module, pass_name="dce").format == "text"
-    assert select_file(module, pass_name="dce", fmt="proto").path.endswith("0003.simplification.after_dce.before_gather_expander.hlo.pb")
+    assert select_file(module, pass_name="dce", fmt="proto").path.endswith(
+        "0003.simplification.after_dce.before_gather_expander.hlo.pb"
+    )
     assert select_file(module, pass_name="sharding-removal/dce").step == 1  # PIPELINE/PASS narrows it
     assert select_file(module, step=1).after_pass == "dce"
     assert select_file(module, pass_name="fusion").step == 4

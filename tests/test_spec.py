@@ -166,7 +166,10 @@ def test_matrix_expands_like_github_actions():
         {"backend": "docker-gpu", "t": 5},
     ]
     assert [(s.backend.kind, s.timeout, s.env["WHERE"]) for _, s in cells] == [
-        ("local", 10, "on-local"), ("local", 20, "on-local"), ("docker-cpu", 10, "on-docker-cpu"), ("docker-gpu", 5, "on-docker-gpu")
+        ("local", 10, "on-local"),
+        ("local", 20, "on-local"),
+        ("docker-cpu", 10, "on-docker-cpu"),
+        ("docker-gpu", 5, "on-docker-gpu"),
     ]
 
 
@@ -175,7 +178,10 @@ def test_matrix_cell_errors_name_the_cell():
 
     with pytest.raises(SpecError) as info:
         parse_spec_cells("name: m\nscript: s.py\ntimeout: ${matrix.t}\nmatrix:\n  t: [5, never]\n", "m.yaml", environ={})
-    assert info.value.message == "m.yaml:3:10 timeout (matrix t=never): 'never' is not a duration: use seconds or a number with ms, s, m or h"
+    assert (
+        info.value.message
+        == "m.yaml:3:10 timeout (matrix t=never): 'never' is not a duration: use seconds or a number with ms, s, m or h"
+    )
 
 
 def test_matrix_shape_errors():

@@ -41,13 +41,19 @@ def test_identical_files_are_stored_once_across_runs(tmp_path):
     assert len(store.blobs.pack_names()) == 1  # the second run added nothing
     assert store.read_file(first, "module_0000.a.txt") == same
     assert store.read_file(second, "module_0000.a.txt") == same
-    assert sum(store.blobs.pack_path(n).stat().st_size for n in store.blobs.pack_names()) < len(same) // 10  # zstd on repetitive HLO text
+    assert (
+        sum(store.blobs.pack_path(n).stat().st_size for n in store.blobs.pack_names()) < len(same) // 10
+    )  # zstd on repetitive HLO text
 
 
 def test_logical_paths_keep_output_folders(tmp_path):
     store = Store.open(tmp_path / "s")
     run_id = make_run(store, {"dump/x.txt": b"1", "tf_graphs/mark_for_compilation.pbtxt": b"2", "dump/sub/module.mlir": b"3"})
-    assert sorted(f.path for f in store.stored_files(run_id)) == ["sub/module.mlir", "tf_graphs/mark_for_compilation.pbtxt", "x.txt"]
+    assert sorted(f.path for f in store.stored_files(run_id)) == [
+        "sub/module.mlir",
+        "tf_graphs/mark_for_compilation.pbtxt",
+        "x.txt",
+    ]
 
 
 def test_export_gives_back_exact_bytes_and_names(tmp_path):
@@ -135,7 +141,9 @@ def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n
     import json
 
     run_id, staging = store.begin_run()
-    (staging / "spec.resolved.json").write_text(json.dumps({"spec": {"name": "killed", "args": ["--steps", "3"]}, "script": "/x/job.py", "framework": "jax"}))
+    (staging / "spec.resolved.json").write_text(
+        json.dumps({"spec": {"name": "killed", "args": ["--steps", "3"]}, "script": "/x/job.py", "framework": "jax"})
+    )
     (staging / "stdout.log").write_text(logs)
     for rel, data in files.items():
         (staging / rel).write_bytes(data)
@@ -153,7 +161,9 @@ def test_gc_keeps_what_a_killed_capture_left_and_says_so(tmp_path, cli):
     assert not leftovers[empty.name].recoverable
     out = cli("gc", "--store", store.root)
     assert out.exit_code == 0
-    assert f"{run_id} (1 raw file(s), 7 bytes of logs); kept: `xlarun recover` makes them runs marked incomplete" in " ".join(out.stderr.split())
+    assert f"{run_id} (1 raw file(s), 7 bytes of logs); kept: `xlarun recover` makes them runs marked incomplete" in " ".join(
+        out.stderr.split()
+    )
     assert "removed 1 abandoned staging folder(s)" in out.stdout
     assert staging.exists() and not empty.exists()
     assert cli("gc", "--store", store.root, "--discard-recoverable").exit_code == 0
@@ -193,7 +203,9 @@ def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli
     assert fresh.read_file(run_id, "module_0000.jit_f.before_optimizations.txt") == b"HloModule jit_f\n"
     assert fresh.read_file(run_id, "late.txt") == b"written after"
     manifest = fresh.manifest(run_id)
-    assert manifest["name"] == "killed" and manifest["command"] == ["/x/job.py", "--steps", "3"] and manifest["recovered"]["found"]
+    assert (
+        manifest["name"] == "killed" and manifest["command"] == ["/x/job.py", "--steps", "3"] and manifest["recovered"]["found"]
+    )
     assert [r.status for r in fresh.index.runs()] == ["incomplete"]
     assert not (fresh.runs_dir / run_id / "archived.json").exists() and not (fresh.runs_dir / run_id / "owner.pid").exists()
     assert fresh.leftovers() == [] and cli("recover", "--store", store.root).stdout.strip() == "nothing to recover"
@@ -235,8 +247,19 @@ def test_a_capture_killed_between_its_manifest_and_file_list_keeps_its_manifest(
     files = store.archive_outputs(staging)
     store.wait_for_discards()
     write_archived_list(staging, files, [])
-    (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "mine", "status": "failed", "exit_code": 3,
-                                                      "started": "2026-11-23T10:00:00+00:00", "ended": "2026-11-23T10:00:01+00:00", "duration_s": 1.0}))
+    (staging / "manifest.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "name": "mine",
+                "status": "failed",
+                "exit_code": 3,
+                "started": "2026-11-23T10:00:00+00:00",
+                "ended": "2026-11-23T10:00:01+00:00",
+                "duration_s": 1.0,
+            }
+        )
+    )
     [done] = recover_runs(store)
     manifest = store.manifest(run_id)
     assert done.status == "failed" and manifest["exit_code"] == 3 and manifest["recovered"] and manifest["files"] == 1

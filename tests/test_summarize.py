@@ -37,16 +37,25 @@ def test_the_fast_count_of_xla_printed_text_agrees_with_the_line_pattern(path):
 
 
 def test_hand_written_hlo_is_counted_by_the_line_pattern():
-    text = (b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  // a comment, indented like an instruction\n"
-            b"  %p = f32[8]{0} parameter(0)\n  \n  ROOT %n = f32[8]{0} negate(%p)\n}\n")
+    text = (
+        b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  // a comment, indented like an instruction\n"
+        b"  %p = f32[8]{0} parameter(0)\n  \n  ROOT %n = f32[8]{0} negate(%p)\n}\n"
+    )
     assert text.count(b"\n  ") == 4  # what the fast count would say
     assert count_instructions_in_text(text) == parse_hlo_text(text.decode()).instruction_count() == 2
 
 
-@pytest.mark.parametrize("odd", [b"  %w = f32[8]{0} add(%p,\n      %p)\n", b"  // note\n", b"  \n", b" \n", b"\t%t = f32[8]{0} negate(%p)\n"],
-                         ids=["wrapped line", "indented comment", "blank indented", "blank one space", "tab"])
+@pytest.mark.parametrize(
+    "odd",
+    [b"  %w = f32[8]{0} add(%p,\n      %p)\n", b"  // note\n", b"  \n", b" \n", b"\t%t = f32[8]{0} negate(%p)\n"],
+    ids=["wrapped line", "indented comment", "blank indented", "blank one space", "tab"],
+)
 def test_each_mark_of_hand_written_text_turns_the_fast_count_off(odd):
-    text = b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n" + odd + b"  ROOT %n = f32[8]{0} negate(%p)\n}\n"
+    text = (
+        b"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n"
+        + odd
+        + b"  ROOT %n = f32[8]{0} negate(%p)\n}\n"
+    )
     assert count_instructions_in_text(text) == len(_INSTRUCTION_LINE.findall(b"\n" + text))
     assert count_instructions_in_text(memoryview(text)) == count_instructions_in_text(text)
 
@@ -123,9 +132,14 @@ def test_ingest_with_worker_processes_writes_each_modules_terms_as_ingest_in_one
     """Terms are written as each stage dump's parse comes back, once per module holding that content."""
     before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
     after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
-    files = {"module_0004.jit_f.before_optimizations.txt": before, "module_0004.jit_f.cpu_after_optimizations.txt": after,
-             "module_0008.jit_f.before_optimizations.txt": before,  # the same content in a second module
-             "module_0009.jit_g.before_optimizations.txt": (FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.txt").read_bytes()}
+    files = {
+        "module_0004.jit_f.before_optimizations.txt": before,
+        "module_0004.jit_f.cpu_after_optimizations.txt": after,
+        "module_0008.jit_f.before_optimizations.txt": before,  # the same content in a second module
+        "module_0009.jit_g.before_optimizations.txt": (
+            FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.txt"
+        ).read_bytes(),
+    }
     pooled_store, inline_store = Store.open(tmp_path / "pooled"), Store.open(tmp_path / "inline")
     _run(pooled_store, files), _run(inline_store, files)
     script = tmp_path / "ingest_in_pool.py"
@@ -172,8 +186,11 @@ def test_runs_share_pass_counts_and_search_terms(tmp_path):
 def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_packs(tmp_path, monkeypatch):
     before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
     after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
-    files = {"module_0004.jit_f.before_optimizations.txt": before, "module_0004.jit_f.cpu_after_optimizations.txt": after,
-             "module_0004.jit_f.0001.simplification.after_pipeline-start.before_algsimp.txt": after}
+    files = {
+        "module_0004.jit_f.before_optimizations.txt": before,
+        "module_0004.jit_f.cpu_after_optimizations.txt": after,
+        "module_0004.jit_f.0001.simplification.after_pipeline-start.before_algsimp.txt": after,
+    }
     store = Store.open(tmp_path / "s")  # its own facts cache, empty
     run_id, staging = store.begin_run()
     for name, data in files.items():
@@ -189,7 +206,10 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
     store.ingest(run_id)
     assert not fetched and not store.facts.stage_bytes  # taken from the archiver, then let go
     module = store.index.module(run_id, 4)
-    assert (module.instr_before, module.instr_after) == (parse_hlo_text(before.decode()).instruction_count(), parse_hlo_text(after.decode()).instruction_count())
+    assert (module.instr_before, module.instr_after) == (
+        parse_hlo_text(before.decode()).instruction_count(),
+        parse_hlo_text(after.decode()).instruction_count(),
+    )
     assert [p.instr_count for p in module.passes] == [count_instructions_in_text(after)]
 
 
@@ -198,7 +218,7 @@ def test_after_optimizations_facts_come_from_the_scan_and_equal_the_parsed_ones(
     import xlarun.hlo as hlo
 
     # tests/fixtures/hlo/old/ names its dumps <jax version>.<module>.<stage>.txt: read as the dump name it was
-    dump_name = path.name if path.name.startswith("module_") else "module_0001." + path.name[path.name.index("jit_"):]
+    dump_name = path.name if path.name.startswith("module_") else "module_0001." + path.name[path.name.index("jit_") :]
     name, data = decode_dump_name(dump_name), path.read_bytes()
     assert name.kind == "hlo"
     monkeypatch.setattr(hlo, "scan_hlo_text", lambda data: None)  # as for text not laid out as XLA prints

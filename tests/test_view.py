@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +141,15 @@ def test_view_cli_serves_on_loopback_until_interrupted(train_step, tmp_path):
     pytest.importorskip("model_explorer", reason="needs the view extra (pip install ai-edge-model-explorer)")
     store, _module = train_step
     env = {**os.environ, "XLARUN_STORE": str(store.root)}
-    proc = subprocess.Popen([sys.executable, "-m", "xlarun", "view", "jit_train_step", "--no-browser"], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background suite ignores SIGINT
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "view", "jit_train_step", "--no-browser"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # a background suite ignores SIGINT
     try:
         url = ""
         for line in proc.stdout:

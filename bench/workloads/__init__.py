@@ -34,7 +34,9 @@ class WorkloadSize:
 
 SIZES = {
     # the training step only, the passes of one pipeline: a CI smoke test (seconds)
-    "small": WorkloadSize("small", layers=1, d_model=32, variants=1, eval_step=False, host_init=True, pipeline_re="sharding-removal"),
+    "small": WorkloadSize(
+        "small", layers=1, d_model=32, variants=1, eval_step=False, host_init=True, pipeline_re="sharding-removal"
+    ),
     # jitted init + train + eval steps, every pass: ~1,000 files, ~250 MB
     "medium": WorkloadSize("medium", layers=2, d_model=64, variants=1, eval_step=True),
     # three blocks; jitted init, train + eval steps for three sequence lengths (7 modules): ~2,250 files, ~750 MB

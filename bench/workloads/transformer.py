@@ -50,8 +50,17 @@ def host_params(rng, vocab: int, d_model: int, layers: int, d_ff: int):
         return (rng.standard_normal((fan_in, fan_out)) * (1.0 / fan_in) ** 0.5).astype(np.float32)
 
     ones = lambda n: np.ones(n, np.float32)
-    blocks = [{"norm1": ones(d_model), "qkv": dense(d_model, 3 * d_model), "proj": dense(d_model, d_model), "norm2": ones(d_model),
-               "up": dense(d_model, d_ff), "down": dense(d_ff, d_model)} for _ in range(layers)]
+    blocks = [
+        {
+            "norm1": ones(d_model),
+            "qkv": dense(d_model, 3 * d_model),
+            "proj": dense(d_model, d_model),
+            "norm2": ones(d_model),
+            "up": dense(d_model, d_ff),
+            "down": dense(d_ff, d_model),
+        }
+        for _ in range(layers)
+    ]
     return {"embed": dense(vocab, d_model), "final_norm": ones(d_model), "blocks": blocks}
 
 
@@ -128,7 +137,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--variants", type=int, default=1, help="sequence lengths to compile the step for (distinct modules)")
     parser.add_argument("--eval", action="store_true", help="also jit an evaluation step per variant")
-    parser.add_argument("--host-init", action="store_true", help="make the parameters with numpy instead of a jitted init (one module fewer)")
+    parser.add_argument(
+        "--host-init", action="store_true", help="make the parameters with numpy instead of a jitted init (one module fewer)"
+    )
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)  # tokens from numpy: no extra RNG modules
@@ -137,7 +148,9 @@ def main() -> None:
         m = jax.tree_util.tree_map(np.zeros_like, params)
         v = jax.tree_util.tree_map(np.zeros_like, params)
     else:
-        params, m, v = jax.jit(init_state, static_argnums=(1, 2, 3, 4))(0, args.vocab, args.d_model, args.layers, 4 * args.d_model)
+        params, m, v = jax.jit(init_state, static_argnums=(1, 2, 3, 4))(
+            0, args.vocab, args.d_model, args.layers, 4 * args.d_model
+        )
     train_step = make_train_step(args.heads)
     eval_step = make_eval_step(args.heads)
     for variant in range(args.variants):

@@ -26,7 +26,22 @@ if TYPE_CHECKING:
     from .index import FileInfo, ModuleInfo, PassInfo, RunInfo
     from .store import Store as _LibraryStore
 
-__all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store", "batch", "capture", "open_store"]
+__all__ = [
+    "Batch",
+    "Bisection",
+    "Diff",
+    "Found",
+    "Graph",
+    "Module",
+    "ModuleList",
+    "Replay",
+    "Run",
+    "RunList",
+    "Store",
+    "batch",
+    "capture",
+    "open_store",
+]
 
 
 def open_store(path: str | Path | None = None, create: bool = True) -> Store:
@@ -72,8 +87,17 @@ class Store(display.Shown):
         run_ref = run.id if isinstance(run, Run) else run
         return Module(self, resolve_module(self.store.index, ref, run=run_ref))
 
-    def find(self, text: str, *, opcode: bool = False, name: bool = False, op_name: bool = False, source: bool = False,
-             exact: bool = False, run: str | Run | None = None) -> Found:
+    def find(
+        self,
+        text: str,
+        *,
+        opcode: bool = False,
+        name: bool = False,
+        op_name: bool = False,
+        source: bool = False,
+        exact: bool = False,
+        run: str | Run | None = None,
+    ) -> Found:
         """Modules holding an opcode, instruction name, op_name or source location (``xlarun find``), across runs."""
         from .index import TERM_KINDS
 
@@ -295,8 +319,17 @@ class Module(display.Shown):
 
         return select_file(self.info, stage, pass_name, step, fmt="text")
 
-    def diff(self, other: str | Module | Run | None = None, *, pass_name: str | None = None, from_step: int | None = None,
-             to_step: int | None = None, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> Diff:
+    def diff(
+        self,
+        other: str | Module | Run | None = None,
+        *,
+        pass_name: str | None = None,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        stage: str = "before_optimizations",
+        keep_metadata: bool = False,
+        context: int = 3,
+    ) -> Diff:
         """``xlarun diff``: what a pass did (``pass_name``, or ``from_step``/``to_step``), or this module against
         ``other`` (a Module, a module REF, or a run: the module of the same name there)."""
         from .diff import pass_diff, run_diff
@@ -309,7 +342,10 @@ class Module(display.Shown):
             second = self._other(other)
             return Diff(run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context))
         if not pass_name and to_step is None:
-            raise InputError("say what to compare: pass_name=NAME, from_step/to_step, or another module", "module.passes lists the pass timeline")
+            raise InputError(
+                "say what to compare: pass_name=NAME, from_step/to_step, or another module",
+                "module.passes lists the pass timeline",
+            )
         return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
 
     def _other(self, other: str | Module | Run) -> Module:
@@ -320,43 +356,100 @@ class Module(display.Shown):
 
         return Module(self._store, counterpart_module(self._store.store.index, self.info, ref))
 
-    def render(self, output: str | Path | None = None, *, stage: str | None = None, pass_name: str | None = None, step: int | None = None,
-               format: str = "svg", around: str | None = None, depth: int = 3, expand: Sequence[str] = (), expand_fusions: bool = False,
-               limit: int | None = None) -> Graph:
+    def render(
+        self,
+        output: str | Path | None = None,
+        *,
+        stage: str | None = None,
+        pass_name: str | None = None,
+        step: int | None = None,
+        format: str = "svg",
+        around: str | None = None,
+        depth: int = 3,
+        expand: Sequence[str] = (),
+        expand_fusions: bool = False,
+        limit: int | None = None,
+    ) -> Graph:
         """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given."""
         from .render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
         from .select import select_file
 
-        options = RenderOptions(format=format, around=around, depth=depth, expand=tuple(expand), expand_all=expand_fusions,
-                                limit=limit or DEFAULT_NODE_LIMIT)
-        rendered = render_stored_file(self._store.store, self.run_id, select_file(self.info, stage, pass_name, step, purpose="graph"), options)
+        options = RenderOptions(
+            format=format,
+            around=around,
+            depth=depth,
+            expand=tuple(expand),
+            expand_all=expand_fusions,
+            limit=limit or DEFAULT_NODE_LIMIT,
+        )
+        rendered = render_stored_file(
+            self._store.store, self.run_id, select_file(self.info, stage, pass_name, step, purpose="graph"), options
+        )
         if output is not None:
             Path(output).write_bytes(rendered.data)
         return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes))
 
-    def replay(self, *, engine: str = "auto", platform: str = "cpu", reference_platform: str | None = None, abs_error_bound: float = 1e-3,
-               rel_error_bound: float = 1e-3, iterations: int = 1, seed: int | None = None, inputs: str = "auto", file: str | None = None,
-               print_literals: bool = False) -> Replay:
+    def replay(
+        self,
+        *,
+        engine: str = "auto",
+        platform: str = "cpu",
+        reference_platform: str | None = None,
+        abs_error_bound: float = 1e-3,
+        rel_error_bound: float = 1e-3,
+        iterations: int = 1,
+        seed: int | None = None,
+        inputs: str = "auto",
+        file: str | None = None,
+        print_literals: bool = False,
+    ) -> Replay:
         """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run."""
         from .replay import ReplayOptions
         from .replay.record import replay_stored_module
 
-        options = ReplayOptions(engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
-                                rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, inputs=inputs,
-                                print_literals=print_literals).validate()
+        options = ReplayOptions(
+            engine=engine,
+            platform=platform,
+            reference_platform=reference_platform,
+            abs_error_bound=abs_error_bound,
+            rel_error_bound=rel_error_bound,
+            iterations=iterations,
+            seed=seed,
+            inputs=inputs,
+            print_literals=print_literals,
+        ).validate()
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
         self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
 
-    def bisect(self, *, tolerance: float = 1e-5, reference: str = "before", reference_platform: str | None = None, platform: str = "cpu",
-               linear: bool = False, recompile: str = "timeline", inputs: str = "auto", seed: int = 0) -> Bisection:
+    def bisect(
+        self,
+        *,
+        tolerance: float = 1e-5,
+        reference: str = "before",
+        reference_platform: str | None = None,
+        platform: str = "cpu",
+        linear: bool = False,
+        recompile: str = "timeline",
+        inputs: str = "auto",
+        seed: int = 0,
+    ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
         from .bisect import BisectOptions, bisect_module
         from .bisect.record import now, record_bisection
 
         started = now()
-        options = BisectOptions(reference=reference, reference_platform=reference_platform, platform=platform, abs_tolerance=tolerance,
-                                rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
+        options = BisectOptions(
+            reference=reference,
+            reference_platform=reference_platform,
+            platform=platform,
+            abs_tolerance=tolerance,
+            rel_tolerance=tolerance,
+            linear=linear,
+            recompile=recompile,
+            inputs=inputs,
+            seed=seed,
+        )
         result = bisect_module(self._store.store, self.info, options, None)
         record = record_bisection(self._store.store, result, options.to_dict(), started)
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection
@@ -383,7 +476,9 @@ class Module(display.Shown):
             from .report.graphs import safe_inline_svg
 
             graph = self.render(stage="before_optimizations")
-            return display.graph_html(safe_inline_svg(graph.data.decode("utf-8")), f"{self.label} before optimizations: {graph.nodes} nodes")
+            return display.graph_html(
+                safe_inline_svg(graph.data.decode("utf-8")), f"{self.label} before optimizations: {graph.nodes} nodes"
+            )
         except XlarunError as exc:  # too big, graphviz missing, no HLO text: the tables still show
             return display.note_html(f"graph not drawn: {exc.one_line()}")
 
@@ -407,4 +502,3 @@ def batch(spec: str | Path, store: Store | str | Path | None = None, *, jobs: in
 
     the_store = store if isinstance(store, Store) else open_store(store)
     return Batch(the_store, run_batch(load_batch(spec), the_store.store, jobs=jobs, fail_fast=fail_fast))
-

@@ -113,8 +113,14 @@ class _Series:
 class OutputArchiver:
     """Archives what a job writes under ``staging/<output dir>/`` into ``store``; see the module docstring."""
 
-    def __init__(self, store: RunStore, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
-                 on_archived: Callable[[str, str, memoryview, bool], None] | None = None):
+    def __init__(
+        self,
+        store: RunStore,
+        staging: Path,
+        progress: Callable[[int, int], None] | None = None,
+        workers: int | None = None,
+        on_archived: Callable[[str, str, memoryview, bool], None] | None = None,
+    ):
         self.store = store
         self.staging = staging
         self.progress = progress
@@ -152,8 +158,14 @@ class OutputArchiver:
             while not self._stop.wait(POLL_S):
                 stamps = self._scan()
                 now = time.time_ns()
-                settled = [p for p, s in stamps.items() if p not in self._archived and self._seen.get(p) == s and now - s[1] > SETTLE_S * 1e9
-                           and self._problems.get(p, (None,))[0] != s]
+                settled = [
+                    p
+                    for p, s in stamps.items()
+                    if p not in self._archived
+                    and self._seen.get(p) == s
+                    and now - s[1] > SETTLE_S * 1e9
+                    and self._problems.get(p, (None,))[0] != s
+                ]
                 self._seen = stamps
                 self._archive_paths(settled, parallel=False, running=True)
                 for series in self._series.values():  # a series the scan did not grow has likely ended: write its pack
@@ -182,8 +194,12 @@ class OutputArchiver:
             if self._error is not None:
                 raise self._error
             stamps: dict[str, Stamp] = {}
-            self._problems = {p: (None, why) for p, (_stamp, why) in self._problems.items()}  # the job has ended: try each once more
-            for _round in range(_FINAL_ROUNDS):  # until a scan finds nothing new (a file renamed while it was read shows up again)
+            self._problems = {
+                p: (None, why) for p, (_stamp, why) in self._problems.items()
+            }  # the job has ended: try each once more
+            for _round in range(
+                _FINAL_ROUNDS
+            ):  # until a scan finds nothing new (a file renamed while it was read shows up again)
                 stamps = self._scan()
                 for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
                     del self._archived[path]  # changed (or deleted) after it was read: read it again
@@ -228,7 +244,7 @@ class OutputArchiver:
         notes = [FileNote(self._name(p), False, why) for p, why in self._others.items()]
         notes += [FileNote(self._name(p), False, why) for p, (_stamp, why) in self._problems.items() if p not in self._archived]
         for path, done in self._archived.items():
-            raw = logical_path(path[len(self._prefix):].replace(os.sep, "/"))
+            raw = logical_path(path[len(self._prefix) :].replace(os.sep, "/"))
             if done.name != raw:
                 escaped = archive_name(raw)
                 why = "its name is not UTF-8: archived with the bad bytes written \\xNN"
@@ -237,7 +253,13 @@ class OutputArchiver:
                 notes.append(FileNote(done.name, True, why))
             now = stamps.get(path)
             if now is not None and now != done.stamp:
-                notes.append(FileNote(done.name, True, f"still being written when the job ended: archived as read ({done.size} bytes; {now[0]} now)"))
+                notes.append(
+                    FileNote(
+                        done.name,
+                        True,
+                        f"still being written when the job ended: archived as read ({done.size} bytes; {now[0]} now)",
+                    )
+                )
         return sorted(notes, key=lambda n: n.path)
 
     # --- the work ----------------------------------------------------------------------------
@@ -281,9 +303,13 @@ class OutputArchiver:
                     elif stat.S_ISREG(st.st_mode):
                         stamps[entry.path] = (st.st_size, st.st_mtime_ns)
                     elif stat.S_ISLNK(st.st_mode):
-                        self._others[entry.path] = f"a symbolic link (to {_link_text(entry.path)!r}): skipped, its target is never read"
+                        self._others[entry.path] = (
+                            f"a symbolic link (to {_link_text(entry.path)!r}): skipped, its target is never read"
+                        )
                     else:
-                        self._others[entry.path] = _kind_of(st.st_mode) or f"not a regular file (mode {st.st_mode:o}): not archived"
+                        self._others[entry.path] = (
+                            _kind_of(st.st_mode) or f"not a regular file (mode {st.st_mode:o}): not archived"
+                        )
         return stamps
 
     def _archive_paths(self, paths: list[str], parallel: bool, total: int = 0, running: bool = False) -> None:
@@ -345,7 +371,9 @@ class OutputArchiver:
         if not running:
             state.packer.close()
 
-    def _finished(self, path: str, digest: str, data: memoryview | None, size: int, stamp: Stamp, total: int, running: bool) -> None:
+    def _finished(
+        self, path: str, digest: str, data: memoryview | None, size: int, stamp: Stamp, total: int, running: bool
+    ) -> None:
         name = self._name(path)
         self._archived[path] = _Archived(name, digest, size, stamp)
         if self.on_archived is not None and data is not None:  # None: a large file, streamed

@@ -74,13 +74,17 @@ class CellCapture(Protocol):
     (``xlarun.executors``). May set ``outcome.node`` and call ``notify`` as the cell moves; returns the
     committed run, or raises :class:`XlarunError` with why the cell could not be run."""
 
-    def __call__(self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult: ...
+    def __call__(
+        self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent
+    ) -> CaptureResult: ...
 
 
 def capture_here(store: Store) -> CellCapture:
     """The local executor: each cell is an ordinary capture into ``store`` by this process."""
 
-    def capture_cell(loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult:
+    def capture_cell(
+        loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent
+    ) -> CaptureResult:
         return capture(loaded, store, batch_id=batch_id, matrix=outcome.values or None, stop=stop)
 
     return capture_cell

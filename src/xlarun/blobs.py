@@ -70,7 +70,9 @@ def content_digest(data: bytes | bytearray | memoryview) -> str:
 
 
 def _missing(digest: str) -> StoreError:
-    return StoreError(f"blob {digest[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is damaged")
+    return StoreError(
+        f"blob {digest[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is damaged"
+    )
 
 
 def _damaged(what: str) -> StoreError:
@@ -139,8 +141,11 @@ class BlobStore:
                         return out.write(data)
 
                 params = zstandard.ZstdCompressionParameters(  # a 16 MB window: bounded memory, still long matches
-                    window_log=24, strategy=zstandard.STRATEGY_FAST, write_checksum=1, write_content_size=0)
-                with zstandard.ZstdCompressor(compression_params=params).stream_writer(cast(IO[bytes], _Hashing()), closefd=False) as writer:
+                    window_log=24, strategy=zstandard.STRATEGY_FAST, write_checksum=1, write_content_size=0
+                )
+                with zstandard.ZstdCompressor(compression_params=params).stream_writer(
+                    cast(IO[bytes], _Hashing()), closefd=False
+                ) as writer:
                     while chunk := handle.read(_STREAM_CHUNK):
                         content.update(chunk)
                         writer.write(chunk)
@@ -358,14 +363,18 @@ class PackWriter:
         """Write the pending files as one pack and list them in the table; returns the bytes written."""
         if not self._members:
             return 0
-        stored = self.blobs.stored_of([digest for digest, _offset, _length in self._members])  # one query per pack, not one per file
+        stored = self.blobs.stored_of(
+            [digest for digest, _offset, _length in self._members]
+        )  # one query per pack, not one per file
         if stored:
             self._drop(stored)
         if not self._members:
             self._forget_pending()
             return 0
         assert self._buffer is not None, "a pending file is in the buffer"
-        frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(memoryview(self._buffer)[: self.size])
+        frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(
+            memoryview(self._buffer)[: self.size]
+        )
         name = content_digest(_PACK_NAME_PREFIX + frame)
         table = b"".join(_MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in self._members)
         payload = _PACK_TAG + len(self._members).to_bytes(4, "little") + table
@@ -437,8 +446,14 @@ def _pack_params(size: int) -> zstandard.ZstdCompressionParameters:
     The frame carries a checksum of its content, so a damaged pack fails to decode instead of yielding wrong bytes."""
     table = min(18, max(14, size.bit_length() - 8))
     return zstandard.ZstdCompressionParameters(
-        window_log=min(27, max(20, size.bit_length())), hash_log=table, chain_log=table, search_log=1,
-        min_match=6, target_length=0, strategy=zstandard.STRATEGY_FAST, write_checksum=1,  # damage is an error, never wrong bytes
+        window_log=min(27, max(20, size.bit_length())),
+        hash_log=table,
+        chain_log=table,
+        search_log=1,
+        min_match=6,
+        target_length=0,
+        strategy=zstandard.STRATEGY_FAST,
+        write_checksum=1,  # damage is an error, never wrong bytes
     )
 
 
@@ -472,8 +487,10 @@ def _read_exactly(reader, size: int) -> bytes:
 
 
 def _damaged_table(path: Path, exc: Exception) -> StoreError:
-    return StoreError(f"{path} is damaged: {exc}",
-                      f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command")
+    return StoreError(
+        f"{path} is damaged: {exc}",
+        f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command",
+    )
 
 
 class _CheckedConnection:
@@ -539,7 +556,9 @@ class _PackTable:
                 # switching a new file to WAL takes a lock SQLite does not wait for: another process may hold it
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
+                )
                 conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
                 conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
                 return conn
@@ -561,7 +580,9 @@ class _PackTable:
                         members = _pack_members(pack.read_bytes())
                     except (StoreError, OSError):
                         continue  # a damaged pack: `xlarun check` reports it
-                    conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members])
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members]
+                    )
                 conn.execute("INSERT INTO meta VALUES ('built', '1')")
             conn.execute("COMMIT")
         except BaseException:
@@ -581,7 +602,10 @@ class _PackTable:
             return found
         for start in range(0, len(digests), 500):
             chunk = digests[start : start + 500]
-            found.update(row[0] for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk))
+            found.update(
+                row[0]
+                for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk)
+            )
         return found
 
     def members_of(self, pack: str) -> list[tuple[str, int, int]]:

@@ -101,7 +101,9 @@ def pick_bundle_files(module: ModuleInfo, options: BundleOptions) -> tuple[list[
         if small:
             picked.append(small[0])
         else:
-            notes.append(f"the snapshot ({snapshots[0].size / 1e6:.1f} MB) is over the snapshot limit and was left out: replays run on generated arguments")
+            notes.append(
+                f"the snapshot ({snapshots[0].size / 1e6:.1f} MB) is over the snapshot limit and was left out: replays run on generated arguments"
+            )
     elif snapshots:
         notes.append("the snapshot was left out (--no-snapshot): replays run on generated arguments")
     else:
@@ -109,7 +111,9 @@ def pick_bundle_files(module: ModuleInfo, options: BundleOptions) -> tuple[list[
     return sorted(picked, key=lambda f: f.path), notes
 
 
-def make_bundle(store: Store, module: ModuleInfo, output: str | Path | None = None, options: BundleOptions | None = None) -> BundleResult:
+def make_bundle(
+    store: Store, module: ModuleInfo, output: str | Path | None = None, options: BundleOptions | None = None
+) -> BundleResult:
     """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder)."""
     options = options or BundleOptions()
     t0 = time.monotonic()
@@ -128,9 +132,15 @@ def make_bundle(store: Store, module: ModuleInfo, output: str | Path | None = No
     if options.with_sources:
         sources, source_notes = _module_sources(store, module)
         notes += source_notes
-        contents += [(BundleEntry(f"sources/{name}", "a Python source the module's metadata names", len(data)), redact(data)) for name, data in sources]
+        contents += [
+            (BundleEntry(f"sources/{name}", "a Python source the module's metadata names", len(data)), redact(data))
+            for name, data in sources
+        ]
     meta = {
-        "manifest.json": (json.dumps(redact_manifest(manifest), indent=2).encode(), "the run's manifest (versions, flags, host), secrets redacted"),
+        "manifest.json": (
+            json.dumps(redact_manifest(manifest), indent=2).encode(),
+            "the run's manifest (versions, flags, host), secrets redacted",
+        ),
         "spec.yaml": (_read_spec(run_dir), "the run spec, secrets redacted"),
         "spec.resolved.json": (_read_resolved(run_dir), "the spec as xlarun resolved it, secrets redacted"),
     }
@@ -144,17 +154,33 @@ def make_bundle(store: Store, module: ModuleInfo, output: str | Path | None = No
         for record in bisections_for(store, module.run_id, module.module_id):
             data = redact(json.dumps(record_json(record), indent=1).encode())
             what = f"a bisection of this module ({record.result.mode} mode, {record.result.verdict}" + (
-                f", culprit {record.result.culprit_pass})" if record.result.culprit_pass else ")")
+                f", culprit {record.result.culprit_pass})" if record.result.culprit_pass else ")"
+            )
             contents.append((BundleEntry(f"{META_DIR}/bisections/{record.bisect_id}.json", what, len(data)), data))
     description = {
-        "format": BUNDLE_FORMAT, "xlarun": __version__, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "module": {"run_id": module.run_id, "module_id": module.module_id, "name": module.name, "backend": module.backend,
-                   "entry_signature": module.entry_signature, "fingerprint": module.fingerprint},
-        "options": {"snapshot": options.snapshot, "passes": options.passes, "with_sources": options.with_sources, "redact_paths": options.redact_paths},
+        "format": BUNDLE_FORMAT,
+        "xlarun": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "module": {
+            "run_id": module.run_id,
+            "module_id": module.module_id,
+            "name": module.name,
+            "backend": module.backend,
+            "entry_signature": module.entry_signature,
+            "fingerprint": module.fingerprint,
+        },
+        "options": {
+            "snapshot": options.snapshot,
+            "passes": options.passes,
+            "with_sources": options.with_sources,
+            "redact_paths": options.redact_paths,
+        },
         "files": [{"path": e.path, "what": e.what, "size": e.size} for e, _ in contents],
     }
     marker = json.dumps(description, indent=2).encode()
-    contents.append((BundleEntry(BUNDLE_MARKER, "which module this bundle holds (read by `xlarun import` / `replay`)", len(marker)), marker))
+    contents.append(
+        (BundleEntry(BUNDLE_MARKER, "which module this bundle holds (read by `xlarun import` / `replay`)", len(marker)), marker)
+    )
     readme = redact(render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name).encode())
     contents.insert(0, (BundleEntry("README.md", "this file", len(readme)), readme))
 
@@ -193,10 +219,17 @@ def _describe(f: FileInfo) -> str:
 def _size_advice(size: int, entries: list[BundleEntry], options: BundleOptions) -> str:
     parts: dict[str, int] = {}
     for e in entries:
-        key = ("pass dumps (leave out --passes)" if "after pass" in e.what else
-               "the snapshot (--no-snapshot, or a lower --snapshot-limit-mb)" if e.what.startswith("HloSnapshot") else
-               "Python sources (leave out --with-sources)" if e.path.startswith("sources/") else
-               "protos (the text dumps say the same)" if e.path.endswith(".pb") else None)
+        key = (
+            "pass dumps (leave out --passes)"
+            if "after pass" in e.what
+            else "the snapshot (--no-snapshot, or a lower --snapshot-limit-mb)"
+            if e.what.startswith("HloSnapshot")
+            else "Python sources (leave out --with-sources)"
+            if e.path.startswith("sources/")
+            else "protos (the text dumps say the same)"
+            if e.path.endswith(".pb")
+            else None
+        )
         if key:
             parts[key] = parts.get(key, 0) + e.size
     biggest = sorted(parts.items(), key=lambda kv: -kv[1])
@@ -300,10 +333,14 @@ def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, b
 # --- README ------------------------------------------------------------------------------------------
 
 
-def render_readme(module: ModuleInfo, manifest: dict, entries: list[BundleEntry], notes: list[str], options: BundleOptions, zip_name: str) -> str:
+def render_readme(
+    module: ModuleInfo, manifest: dict, entries: list[BundleEntry], notes: list[str], options: BundleOptions, zip_name: str
+) -> str:
     """The README.md inside a bundle: what each file is, versions and flags, and how to reproduce."""
     versions = manifest.get("versions") or {}
-    shown_versions = ", ".join(f"{k} {v}" for k, v in versions.items() if k not in ("python_executable", "probe_error")) or "not recorded"
+    shown_versions = (
+        ", ".join(f"{k} {v}" for k, v in versions.items() if k not in ("python_executable", "probe_error")) or "not recorded"
+    )
     flags = manifest.get("xla_flags") or []
     replay_flags = [f for f in flags if not f.startswith("--xla_dump")]
     platform, device = _PLATFORMS.get((module.backend or "cpu").lower(), ("Host", "host"))
@@ -361,7 +398,9 @@ def render_readme(module: ModuleInfo, manifest: dict, entries: list[BundleEntry]
         "```",
     ]
     if snapshot:
-        lines.append(f"run_hlo_module --platform={platform} --reference_platform= {snapshot}{extra}   # the snapshot's real arguments")
+        lines.append(
+            f"run_hlo_module --platform={platform} --reference_platform= {snapshot}{extra}   # the snapshot's real arguments"
+        )
     if before_txt:
         lines.append(f"run_hlo_module --platform={platform} --reference_platform=Interpreter {before_txt}{extra}")
     if snapshot:
@@ -369,7 +408,9 @@ def render_readme(module: ModuleInfo, manifest: dict, entries: list[BundleEntry]
     if before_txt:
         lines.append(f"hlo_runner_main --device_type={device} --input_format=text --num_repeats=3 {before_txt}")
     if after_txt:
-        lines.append(f"hlo_runner_main --device_type={device} --input_format=text --run_xla_backend_only {after_txt}   # the optimized module, no HLO passes")
+        lines.append(
+            f"hlo_runner_main --device_type={device} --input_format=text --run_xla_backend_only {after_txt}   # the optimized module, no HLO passes"
+        )
     lines += [
         "```",
         "",
@@ -380,11 +421,16 @@ def render_readme(module: ModuleInfo, manifest: dict, entries: list[BundleEntry]
         *[f"- {n}" for n in notes],
     ]
     if not options.with_sources:
-        lines.append("- the Python sources the module's metadata names (they may be private; `xlarun bundle --with-sources` adds them)")
+        lines.append(
+            "- the Python sources the module's metadata names (they may be private; `xlarun bundle --with-sources` adds them)"
+        )
     if not options.passes:
         lines.append("- the per-pass dumps (`xlarun bundle --passes` adds them when the run captured them)")
-    lines.append("- paths: home and work folders replaced by same-length placeholders" if options.redact_paths
-                 else "- nothing is redacted but secret-looking environment variables: paths in the dumps and manifest are as captured (`--redact-paths`)")
+    lines.append(
+        "- paths: home and work folders replaced by same-length placeholders"
+        if options.redact_paths
+        else "- nothing is redacted but secret-looking environment variables: paths in the dumps and manifest are as captured (`--redact-paths`)"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -183,12 +183,31 @@ def capture(
     """
     stop = stop or StopRequest(cancel)
     with stop_on_signals(stop):
-        return _capture(spec, store, echo=echo, echo_prefix=echo_prefix, on_archive=on_archive, batch_id=batch_id,
-                        matrix=matrix, base_env=base_env, stop=stop)
+        return _capture(
+            spec,
+            store,
+            echo=echo,
+            echo_prefix=echo_prefix,
+            on_archive=on_archive,
+            batch_id=batch_id,
+            matrix=matrix,
+            base_env=base_env,
+            stop=stop,
+        )
 
 
-def _capture(spec: LoadedSpec | str | Path, store: Store | None, *, echo: bool, echo_prefix: str, on_archive: ArchiveProgress | None,
-             batch_id: str | None, matrix: dict[str, Any] | None, base_env: dict[str, str] | None, stop: StopRequest) -> CaptureResult:
+def _capture(
+    spec: LoadedSpec | str | Path,
+    store: Store | None,
+    *,
+    echo: bool,
+    echo_prefix: str,
+    on_archive: ArchiveProgress | None,
+    batch_id: str | None,
+    matrix: dict[str, Any] | None,
+    base_env: dict[str, str] | None,
+    stop: StopRequest,
+) -> CaptureResult:
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or Store.open()
     backend = make_backend(loaded.spec.backend)
@@ -234,7 +253,9 @@ def _capture(spec: LoadedSpec | str | Path, store: Store | None, *, echo: bool, 
     try:
         result: LaunchResult = backend.launch(job, sink)
     except EnvironmentProblem as exc:  # daemon down, image missing...: still a run, recorded as an error
-        result = LaunchResult(RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True})
+        result = LaunchResult(
+            RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True}
+        )
     except BaseException:
         archiver.abandon()
         raise
@@ -263,7 +284,9 @@ def _capture(spec: LoadedSpec | str | Path, store: Store | None, *, echo: bool, 
             warnings.append(str(result.details["stopped_leftovers"]))
         signal_name = stop.signal_name
         if signal_name and result.status == RunStatus.INTERRUPTED:
-            warnings.append(f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived")
+            warnings.append(
+                f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived"
+            )
         warnings += file_note_warnings(archiver.notes, run_id)
         reported = result.details.get("versions")  # the image's framework versions (docker backend)
         backend_versions = reported if isinstance(reported, dict) else {}
@@ -305,11 +328,17 @@ def _capture(spec: LoadedSpec | str | Path, store: Store | None, *, echo: bool, 
         try:
             store.ingest(run_id)
         except sqlite3.Error as exc:  # a full disk: the run is committed; the index catches up when next opened
-            warnings.append(f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room")
-            return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name)
+            warnings.append(
+                f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room"
+            )
+            return CaptureResult(
+                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name
+            )
         kill_point("indexed")
     modules = store.index.modules(run_id)
-    return CaptureResult(run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name)
+    return CaptureResult(
+        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name
+    )
 
 
 def _not_committed(run_id: str, staging: Path, exc: Exception) -> StoreError:
@@ -339,21 +368,32 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
 
     where = f"run {result.run_id} is archived"
     if result.status == RunStatus.TIMED_OUT:
-        return JobFailed(f"the job ran past its timeout and was killed; {where}", "raise `timeout:` in the spec", exit_code=ExitCode.TIMEOUT)
+        return JobFailed(
+            f"the job ran past its timeout and was killed; {where}", "raise `timeout:` in the spec", exit_code=ExitCode.TIMEOUT
+        )
     if result.status == RunStatus.INTERRUPTED:
         how = f"stopped by {result.signal}" if result.signal else "interrupted"
         return JobFailed(f"{how}; {where} with what it wrote so far", None, exit_code=ExitCode(exit_code_for(result.signal)))
     if result.signal:  # the job had ended: the run is whole, but xlarun was asked to stop
-        return JobFailed(f"{result.signal} received while archiving; {where} ({result.status.value})", None,
-                         exit_code=ExitCode(exit_code_for(result.signal)))
+        return JobFailed(
+            f"{result.signal} received while archiving; {where} ({result.status.value})",
+            None,
+            exit_code=ExitCode(exit_code_for(result.signal)),
+        )
     if result.status == RunStatus.ERROR:
         if result.manifest.backend_details.get("environment_problem"):
             return EnvironmentProblem(f"the job could not start: {result.manifest.error}; {where}")
-        return JobFailed(f"the job could not start: {result.manifest.error}; {where}", "check `python:` and `script:` in the spec", exit_code=ExitCode.FAILED)
+        return JobFailed(
+            f"the job could not start: {result.manifest.error}; {where}",
+            "check `python:` and `script:` in the spec",
+            exit_code=ExitCode.FAILED,
+        )
     if result.status == RunStatus.FAILED and result.flag_rejection is not None:
         return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or None)
     if result.status == RunStatus.FAILED:
-        return JobFailed(f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output")
+        return JobFailed(
+            f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output"
+        )
     if result.manifest.files == 0:
         return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
     return None

@@ -20,7 +20,20 @@ import typer.core
 
 from .errors import ExitCode, XlarunError, json_reported
 
-COMMAND_MODULES = ("capture", "batch", "navigate", "replay", "bisect", "housekeeping", "doctor", "see", "images", "share", "view", "worker")
+COMMAND_MODULES = (
+    "capture",
+    "batch",
+    "navigate",
+    "replay",
+    "bisect",
+    "housekeeping",
+    "doctor",
+    "see",
+    "images",
+    "share",
+    "view",
+    "worker",
+)
 
 EXIT_CODES_HELP = """
 Exit codes: 0 ok · 1 the answer is no (the job failed or made no dump, a replay miscompared, bisect found a culprit,
@@ -29,6 +42,7 @@ find matched nothing, check found damage) · 2 bad usage, spec or input ·
 4 a bug in xlarun (a crash log is written) · 124 the job hit its timeout · 129 SIGHUP · 130 interrupted (Ctrl-C) · 143 SIGTERM
 (the run is archived as interrupted).
 """
+
 
 def _coerce_plain_strings_without_pydantic() -> None:
     """typer 0.29 coerces every parameter through a pydantic TypeAdapter, built even for a value that is
@@ -51,7 +65,12 @@ def _coerce_plain_strings_without_pydantic() -> None:
 
         def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
             info = self.descriptor.parameter_info
-            if isinstance(value, str) and self.annotation is str and getattr(info, "parser", None) is None and not self.descriptor.is_choice:
+            if (
+                isinstance(value, str)
+                and self.annotation is str
+                and getattr(info, "parser", None) is None
+                and not self.descriptor.is_choice
+            ):
                 return value
             return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
 
@@ -96,8 +115,13 @@ class _XlarunGroup(typer.core.TyperGroup):
             if wants_json and not json_reported(exc):
                 from .console import print_json
 
-                print_json({"error": f"internal error: {exc!r}", "hint": f"the traceback is in {log}; please report it",
-                            "exit_code": int(ExitCode.INTERNAL)})
+                print_json(
+                    {
+                        "error": f"internal error: {exc!r}",
+                        "hint": f"the traceback is in {log}; please report it",
+                        "exit_code": int(ExitCode.INTERNAL),
+                    }
+                )
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
 
@@ -107,7 +131,8 @@ app = typer.Typer(
     help=(
         "Capture, archive, index, navigate and replay XLA dumps.\n\n"
         "Start with `xlarun capture configs/jax-cpu.yaml`, then `xlarun modules` (the main program is listed first), "
-        "`xlarun show REF` and `xlarun cat REF`. The store is ./.xlarun (override with --store or XLARUN_STORE).\n\n" + EXIT_CODES_HELP
+        "`xlarun show REF` and `xlarun cat REF`. The store is ./.xlarun (override with --store or XLARUN_STORE).\n\n"
+        + EXIT_CODES_HELP
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -127,7 +152,9 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Capture, archive, index, navigate and replay XLA dumps."""
 

@@ -118,7 +118,9 @@ def _print_plain_table(headers: Sequence[str], rows: list[list[str]], title: str
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers, strict=False)).rstrip()
+        return "  ".join(
+            c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers, strict=False)
+        ).rstrip()
 
     out = [title] if title else []
     out.append(line(headers))
@@ -126,7 +128,9 @@ def _print_plain_table(headers: Sequence[str], rows: list[list[str]], title: str
     sys.stdout.write("\n".join(out) + "\n")
 
 
-def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None, right: Sequence[str] = ()) -> None:
+def print_table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None, right: Sequence[str] = ()
+) -> None:
     """A table on stdout; columns named in ``right`` are right-aligned (numbers)."""
     cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
     _record(TableBlock(tuple(headers), cells, title, tuple(right)))
@@ -236,7 +240,14 @@ class ProgressBar:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar = Progress(
+                TextColumn(self.label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=total)
         assert self.task is not None

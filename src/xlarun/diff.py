@@ -62,7 +62,9 @@ class StructuralSummary:
 
     @property
     def unchanged(self) -> bool:
-        return not (self.added or self.removed or self.changed or self.fused or self.computations_added or self.computations_removed)
+        return not (
+            self.added or self.removed or self.changed or self.fused or self.computations_added or self.computations_removed
+        )
 
     def lines(self) -> list[str]:
         """The summary as short lines for a terminal or a report."""
@@ -70,7 +72,12 @@ class StructuralSummary:
         out = [f"instructions: {self.instructions_before} -> {self.instructions_after} ({delta:+d})"]
         if self.unchanged:
             return [*out, "no structural change (names, opcodes, shapes, operands and attributes are the same)"]
-        for label, counts in (("added", self.added), ("removed", self.removed), ("now inside fusions", self.fused), ("changed", self.changed)):
+        for label, counts in (
+            ("added", self.added),
+            ("removed", self.removed),
+            ("now inside fusions", self.fused),
+            ("changed", self.changed),
+        ):
             if counts:
                 out.append(f"{label}: {sum(counts.values())} ({_top(counts)})")
         if self.fusions_formed:
@@ -82,7 +89,12 @@ class StructuralSummary:
         if self.computations_removed:
             out.append(f"computations removed: {len(self.computations_removed)} ({', '.join(self.computations_removed[:6])})")
         if self.opcode_delta:
-            out.append("opcode counts: " + ", ".join(f"{op} {n:+d}" for op, n in sorted(self.opcode_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:12]))
+            out.append(
+                "opcode counts: "
+                + ", ".join(
+                    f"{op} {n:+d}" for op, n in sorted(self.opcode_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:12]
+                )
+            )
         if self.matched_by_position:
             out.append(f"{self.matched_by_position} instructions matched by position (their names differ)")
         return out
@@ -113,7 +125,14 @@ def _top(counts: dict[str, int], n: int = 8) -> str:
 def _signature(instruction: HloInstruction, rename: dict[str, str]) -> tuple:
     attributes = tuple(sorted((k, v) for k, v in instruction.attributes.items() if k not in PROVENANCE_ATTRIBUTES))
     operands = tuple(rename.get(o, o) for o in instruction.operands)
-    return instruction.opcode, re.sub(r"\s+", "", instruction.shape), operands, attributes, instruction.literal, instruction.parameter_number
+    return (
+        instruction.opcode,
+        re.sub(r"\s+", "", instruction.shape),
+        operands,
+        attributes,
+        instruction.literal,
+        instruction.parameter_number,
+    )
 
 
 def match_instructions(before: HloModule, after: HloModule, by_position: bool = True) -> tuple[dict[str, str], int]:
@@ -258,8 +277,16 @@ def _drop_metadata(line: str) -> str:
     return line
 
 
-def diff_hlo_texts(before_text: str, after_text: str, before: str, after: str, by_position: bool = False, context: int = 3,
-                   before_path: str = "", after_path: str = "") -> ModuleDiff:
+def diff_hlo_texts(
+    before_text: str,
+    after_text: str,
+    before: str,
+    after: str,
+    by_position: bool = False,
+    context: int = 3,
+    before_path: str = "",
+    after_path: str = "",
+) -> ModuleDiff:
     """Unified diff and structural summary of two HLO module texts."""
     try:
         left, right = parse_hlo_text(before_text), parse_hlo_text(after_text)
@@ -309,17 +336,33 @@ def pass_steps(module: ModuleInfo) -> list[PassStep]:
         file = by_step[step]
         count = counts.get(step)
         delta = count - previous_count if count is not None and previous_count is not None else None
-        steps.append(PassStep(step, file.pipeline, file.after_pass, file.before_pass, file.path, file.digest,
-                              previous.path if previous else None, previous.digest if previous else None, count, delta))
+        steps.append(
+            PassStep(
+                step,
+                file.pipeline,
+                file.after_pass,
+                file.before_pass,
+                file.path,
+                file.digest,
+                previous.path if previous else None,
+                previous.digest if previous else None,
+                count,
+                delta,
+            )
+        )
         previous, previous_count = file, count if count is not None else previous_count
     return steps
 
 
-def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | None, module: ModuleInfo) -> tuple[PassStep, list[str]]:
+def choose_step(
+    steps: list[PassStep], pass_name: str | None, to_step: int | None, module: ModuleInfo
+) -> tuple[PassStep, list[str]]:
     """The step a ``--pass NAME`` (as :func:`xlarun.select.pass_step` reads it) or ``--to STEP`` names."""
     module_label = module.label
     if not steps:
-        raise InputError(f"{module_label} has no per-pass text dumps", "capture with dump.pass_re (e.g. '.*') and dump.formats including text")
+        raise InputError(
+            f"{module_label} has no per-pass text dumps", "capture with dump.pass_re (e.g. '.*') and dump.formats including text"
+        )
     if to_step is not None:
         hit = [s for s in steps if s.step == to_step]
         if not hit:
@@ -328,7 +371,10 @@ def choose_step(steps: list[PassStep], pass_name: str | None, to_step: int | Non
     number, others = pass_step(module, pass_name or "")
     chosen = next((s for s in steps if s.step == number), None)
     if chosen is None:
-        raise InputError(f"{module_label} has no HLO text dump at step {number} (after {pass_name})", "capture with dump.formats including text")
+        raise InputError(
+            f"{module_label} has no HLO text dump at step {number} (after {pass_name})",
+            "capture with dump.formats including text",
+        )
     notes = [f"{pass_name} also ran at steps {', '.join(map(str, others))} (--to STEP picks one)"] if others else []
     return chosen, notes
 
@@ -337,7 +383,14 @@ def _ranges(steps: list[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if steps else "none"
 
 
-def pass_diff(store: RunStore, module: ModuleInfo, pass_name: str | None = None, from_step: int | None = None, to_step: int | None = None, context: int = 3) -> ModuleDiff:
+def pass_diff(
+    store: RunStore,
+    module: ModuleInfo,
+    pass_name: str | None = None,
+    from_step: int | None = None,
+    to_step: int | None = None,
+    context: int = 3,
+) -> ModuleDiff:
     """What one pass did to ``module``: its dump against the dump before it (or ``from_step`` against ``to_step``)."""
     if pass_name is None and to_step is None:
         raise InputError("say which pass: --pass NAME, or --from STEP --to STEP")
@@ -356,13 +409,27 @@ def pass_diff(store: RunStore, module: ModuleInfo, pass_name: str | None = None,
         left_label = f"step {earlier[0].step} ({earlier[0].label})" if earlier else "before_optimizations"
     before_text = store.blobs.get(left_digest).decode("utf-8", errors="replace")
     after_text = store.blobs.get(chosen.digest).decode("utf-8", errors="replace")
-    diff = diff_hlo_texts(before_text, after_text, f"{module.ref} {left_label}", f"{module.ref} step {chosen.step} ({chosen.label})",
-                          context=context, before_path=left_path, after_path=chosen.path)
+    diff = diff_hlo_texts(
+        before_text,
+        after_text,
+        f"{module.ref} {left_label}",
+        f"{module.ref} step {chosen.step} ({chosen.label})",
+        context=context,
+        before_path=left_path,
+        after_path=chosen.path,
+    )
     diff.notes = notes
     return diff
 
 
-def run_diff(store: RunStore, module_a: ModuleInfo, module_b: ModuleInfo, stage: str = "before_optimizations", keep_metadata: bool = False, context: int = 3) -> ModuleDiff:
+def run_diff(
+    store: RunStore,
+    module_a: ModuleInfo,
+    module_b: ModuleInfo,
+    stage: str = "before_optimizations",
+    keep_metadata: bool = False,
+    context: int = 3,
+) -> ModuleDiff:
     """The same module in two runs, at one stage; instructions matched by name, then by position."""
     files = [select_file(m, stage, purpose="graph") for m in (module_a, module_b)]
     texts = []
@@ -371,8 +438,16 @@ def run_diff(store: RunStore, module_a: ModuleInfo, module_b: ModuleInfo, stage:
             raise InputError(f"{module.label} has no HLO text at {stage}", "capture with dump.formats including text")
         text = store.blobs.get(file.digest).decode("utf-8", errors="replace")
         texts.append(text if keep_metadata else without_provenance(text))
-    diff = diff_hlo_texts(texts[0], texts[1], f"{module_a.ref} {stage}", f"{module_b.ref} {stage}", by_position=True, context=context,
-                          before_path=files[0].path, after_path=files[1].path)
+    diff = diff_hlo_texts(
+        texts[0],
+        texts[1],
+        f"{module_a.ref} {stage}",
+        f"{module_b.ref} {stage}",
+        by_position=True,
+        context=context,
+        before_path=files[0].path,
+        after_path=files[1].path,
+    )
     if module_a.fingerprint and module_a.fingerprint == module_b.fingerprint:
         diff.notes.append("same fingerprint: the two modules compute the same thing (metadata aside)")
     if not keep_metadata:

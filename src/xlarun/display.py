@@ -68,7 +68,9 @@ def table_html(block: TableBlock) -> str:
 
     caption = f"<caption>{_e(block.title)}</caption>" if block.title else ""
     head = "".join(cell("th", h, h) for h in block.headers)
-    body = "".join("<tr>" + "".join(cell("td", h, v) for h, v in zip(block.headers, row, strict=False)) + "</tr>" for row in block.rows)
+    body = "".join(
+        "<tr>" + "".join(cell("td", h, v) for h, v in zip(block.headers, row, strict=False)) + "</tr>" for row in block.rows
+    )
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

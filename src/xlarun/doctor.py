@@ -40,8 +40,16 @@ def check_python_packages() -> list[Check]:
         version = _version(dist) if dist else (_version("tensorflow") or _version("tensorflow-cpu"))
         out.append(Check(name, version is not None, f"{version}" if version else "not installed", None if version else fix))
     frameworks_ok = any(c.ok for c in out if c.name in ("jax", "tensorflow", "torch_xla"))
-    out.insert(0, Check("a framework to capture", frameworks_ok, "jax, tensorflow or torch_xla importable" if frameworks_ok else "none installed",
-                        None if frameworks_ok else "pip install 'xlarun[jax]'", essential=True))
+    out.insert(
+        0,
+        Check(
+            "a framework to capture",
+            frameworks_ok,
+            "jax, tensorflow or torch_xla importable" if frameworks_ok else "none installed",
+            None if frameworks_ok else "pip install 'xlarun[jax]'",
+            essential=True,
+        ),
+    )
     return out
 
 
@@ -68,13 +76,27 @@ def check_docker() -> list[Check]:
     except Exception as exc:  # the SDK raises several kinds; all mean "no daemon here"
         reason = str(exc).splitlines()[0][:160]
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        return [Check("Docker daemon (container backends)", False, f"cannot reach {host}: {reason}",
-                      "start it (`sudo systemctl start docker`, or `sudo dockerd &`), or set DOCKER_HOST")]
-    checks = [Check("Docker daemon (container backends)", True, f"{info.get('ServerVersion', '?')}, {info.get('Driver', '?')} storage")]
+        return [
+            Check(
+                "Docker daemon (container backends)",
+                False,
+                f"cannot reach {host}: {reason}",
+                "start it (`sudo systemctl start docker`, or `sudo dockerd &`), or set DOCKER_HOST",
+            )
+        ]
+    checks = [
+        Check("Docker daemon (container backends)", True, f"{info.get('ServerVersion', '?')}, {info.get('Driver', '?')} storage")
+    ]
     runtimes = info.get("Runtimes") or {}
     nvidia = "nvidia" in runtimes
-    checks.append(Check("NVIDIA container runtime (docker-gpu)", nvidia, "registered" if nvidia else f"runtimes: {', '.join(runtimes) or 'none'}",
-                        None if nvidia else "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`"))
+    checks.append(
+        Check(
+            "NVIDIA container runtime (docker-gpu)",
+            nvidia,
+            "registered" if nvidia else f"runtimes: {', '.join(runtimes) or 'none'}",
+            None if nvidia else "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`",
+        )
+    )
     images = []
     for kind in ("cpu", "gpu", "ipu"):
         try:
@@ -82,8 +104,14 @@ def check_docker() -> list[Check]:
             images.append(kind)
         except Exception:
             pass
-    checks.append(Check("xlarun images", bool(images), ", ".join(f"xlarun-{k}:latest" for k in images) or "none built",
-                        None if images else "xlarun images build cpu"))
+    checks.append(
+        Check(
+            "xlarun images",
+            bool(images),
+            ", ".join(f"xlarun-{k}:latest" for k in images) or "none built",
+            None if images else "xlarun images build cpu",
+        )
+    )
     return checks
 
 
@@ -98,8 +126,18 @@ def check_gpu_and_ipu() -> list[Check]:
             pass
     ipus = sorted(p for p in os.listdir("/dev") if p.startswith("ipu") and p[3:].isdigit()) if os.path.isdir("/dev") else []
     return [
-        Check("NVIDIA GPU", bool(gpus), ", ".join(gpus) or "none found", None if gpus else "only needed for --platform cuda and docker-gpu"),
-        Check("Graphcore IPU", bool(ipus), ", ".join(ipus) or "no /dev/ipu*", None if ipus else "only needed for docker-ipu (or use IPU-over-fabric)"),
+        Check(
+            "NVIDIA GPU",
+            bool(gpus),
+            ", ".join(gpus) or "none found",
+            None if gpus else "only needed for --platform cuda and docker-gpu",
+        ),
+        Check(
+            "Graphcore IPU",
+            bool(ipus),
+            ", ".join(ipus) or "no /dev/ipu*",
+            None if ipus else "only needed for docker-ipu (or use IPU-over-fabric)",
+        ),
     ]
 
 
@@ -112,8 +150,14 @@ def check_runners() -> list[Check]:
             path = find_runner(runner)
             out.append(Check(f"{runner} (replay --engine {runner})", True, path))
         except Exception:
-            out.append(Check(f"{runner} (replay --engine {runner})", False, f"not on PATH, {variable} not set",
-                             f"build it from XLA (bazel build //xla/tools:{runner}), or replay with the built-in engine"))
+            out.append(
+                Check(
+                    f"{runner} (replay --engine {runner})",
+                    False,
+                    f"not on PATH, {variable} not set",
+                    f"build it from XLA (bazel build //xla/tools:{runner}), or replay with the built-in engine",
+                )
+            )
     return out
 
 
@@ -128,8 +172,12 @@ def check_replay_engine() -> Check:
 
         proof = prove_engine("cpu")
         if not proof.ok:
-            return Check(name, False, proof.detail[:300], f"xlarun's engine runs on {SUPPORTED_RANGE} (here {jaxlib_version()}); "
-                         "or use --engine run_hlo_module")
+            return Check(
+                name,
+                False,
+                proof.detail[:300],
+                f"xlarun's engine runs on {SUPPORTED_RANGE} (here {jaxlib_version()}); or use --engine run_hlo_module",
+            )
         return Check(name, True, f"{proof.detail}; platforms: {', '.join(available_platforms())}")
     except Exception as exc:  # jax itself fails to import or initialise
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"

@@ -31,7 +31,13 @@ META_DIR = "_xlarun"
 BUNDLE_MARKER = f"{META_DIR}/bundle.json"
 _INCOMING = "incoming"  # below the staging folder, outside OUTPUT_DIRS: the archiver never sees it
 _KEPT_METADATA = ("spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
-_FRAMEWORK_BY_NAME = (("jit_", "jax"), ("pmap_", "jax"), ("a_inference_", "tensorflow"), ("cluster_", "tensorflow"), ("SyncTensorsGraph", "torch_xla"))
+_FRAMEWORK_BY_NAME = (
+    ("jit_", "jax"),
+    ("pmap_", "jax"),
+    ("a_inference_", "tensorflow"),
+    ("cluster_", "tensorflow"),
+    ("SyncTensorsGraph", "torch_xla"),
+)
 
 
 @dataclass
@@ -49,7 +55,9 @@ class ImportResult:
     timings_s: dict[str, float] = field(default_factory=dict)  # unpack, archive, index
 
 
-def import_dump(source: str | Path, store: Store | None = None, *, name: str | None = None, limits: UnpackLimits | None = None) -> ImportResult:
+def import_dump(
+    source: str | Path, store: Store | None = None, *, name: str | None = None, limits: UnpackLimits | None = None
+) -> ImportResult:
     """Import a dump folder, archive or bundle as a new run (kind ``import``) and index it.
 
     Raises :class:`HostileArchive` (an :class:`InputError`) for a refused source, with nothing kept.
@@ -73,7 +81,9 @@ def import_dump(source: str | Path, store: Store | None = None, *, name: str | N
         raise
     if not files:
         shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(f"{source} holds no files to import", "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it")
+        raise InputError(
+            f"{source} holds no files to import", "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it"
+        )
     kind = "bundle" if is_bundle else report.kind
     metadata = {name_: text for name_, text in origin.get("files", {}).items()}
     manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
@@ -86,8 +96,14 @@ def import_dump(source: str | Path, store: Store | None = None, *, name: str | N
     t3 = time.monotonic()
     bundle = origin.get("bundle") or {}
     return ImportResult(
-        run_id=run_id, source=str(source), source_kind=kind, files=len(files), dump_bytes=manifest.dump_bytes,
-        modules=store.index.modules(run_id), warnings=warnings, bundle_module_id=(bundle.get("module") or {}).get("module_id"),
+        run_id=run_id,
+        source=str(source),
+        source_kind=kind,
+        files=len(files),
+        dump_bytes=manifest.dump_bytes,
+        modules=store.index.modules(run_id),
+        warnings=warnings,
+        bundle_module_id=(bundle.get("module") or {}).get("module_id"),
         timings_s={"unpack": round(t1 - t0, 3), "archive": round(t2 - t1, 3), "index": round(t3 - t2, 3)},
     )
 
@@ -154,7 +170,9 @@ def _read_metadata(meta: Path) -> dict[str, Any]:
     return out
 
 
-def _manifest(store: Store, run_id: str, source: Path, kind: str, name: str | None, origin: dict, files, warnings: list[str], took: float) -> Manifest:
+def _manifest(
+    store: Store, run_id: str, source: Path, kind: str, name: str | None, origin: dict, files, warnings: list[str], took: float
+) -> Manifest:
     theirs = origin.get("manifest") or {}
     now = utc_now()
     xla_flags = [str(f) for f in theirs.get("xla_flags") or []]

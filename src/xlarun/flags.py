@@ -214,18 +214,31 @@ def fit_to_known_flags(flags: list[str], known: KnownXlaFlags, theirs: dict[str,
 #: How to stop xlarun adding a flag, for advice when a job's XLA refuses it.
 _HOW_TO_DROP = {
     **{flag.lstrip("-"): f"take '{fmt}' out of dump.formats" for fmt, flag in _FORMAT_FLAGS.items()},
-    **{name: f"set {option}: false in the spec" for name, option in [
-        ("xla_dump_compress_protos", "dump.compress_protos"), ("xla_dump_hlo_snapshots", "dump.snapshots"),
-        ("xla_embed_ir_in_executable", "dump.snapshots"),
-        ("xla_dump_large_constants", "dump.large_constants"), ("xla_dump_include_timestamp", "dump.timestamps"),
-        ("xla_dump_module_metadata", "dump.module_metadata"), ("xla_dump_disable_metadata", "dump.disable_metadata"),
-        ("tf_xla_cpu_global_jit", "tensorflow.cpu_global_jit"), ("tf_xla_clustering_debug", "tensorflow.clustering_debug"),
-    ]},
-    **{name: f"remove {option} from the spec" for name, option in [
-        ("xla_dump_hlo_pass_re", "dump.pass_re"), ("xla_dump_hlo_module_re", "dump.module_re"),
-        ("xla_dump_hlo_pipeline_re", "dump.pipeline_re"), ("xla_dump_max_hlo_modules", "dump.max_modules"),
-        ("tf_xla_auto_jit", "tensorflow.auto_jit"), ("tf_xla_min_cluster_size", "tensorflow.min_cluster_size"),
-    ]},
+    **{
+        name: f"set {option}: false in the spec"
+        for name, option in [
+            ("xla_dump_compress_protos", "dump.compress_protos"),
+            ("xla_dump_hlo_snapshots", "dump.snapshots"),
+            ("xla_embed_ir_in_executable", "dump.snapshots"),
+            ("xla_dump_large_constants", "dump.large_constants"),
+            ("xla_dump_include_timestamp", "dump.timestamps"),
+            ("xla_dump_module_metadata", "dump.module_metadata"),
+            ("xla_dump_disable_metadata", "dump.disable_metadata"),
+            ("tf_xla_cpu_global_jit", "tensorflow.cpu_global_jit"),
+            ("tf_xla_clustering_debug", "tensorflow.clustering_debug"),
+        ]
+    },
+    **{
+        name: f"remove {option} from the spec"
+        for name, option in [
+            ("xla_dump_hlo_pass_re", "dump.pass_re"),
+            ("xla_dump_hlo_module_re", "dump.module_re"),
+            ("xla_dump_hlo_pipeline_re", "dump.pipeline_re"),
+            ("xla_dump_max_hlo_modules", "dump.max_modules"),
+            ("tf_xla_auto_jit", "tensorflow.auto_jit"),
+            ("tf_xla_min_cluster_size", "tensorflow.min_cluster_size"),
+        ]
+    },
 }
 
 
@@ -277,11 +290,15 @@ def compose_env(
     if any(flag_name(f) == "tf_dump_graph_prefix" for f in tf_flags):
         tf_flags = [f for f in tf_flags if flag_name(f) != "tf_dump_graph_prefix"]
         env["TF_XLA_FLAGS"] = join_flags(tf_flags)
-        warnings.append("removed --tf_dump_graph_prefix from TF_XLA_FLAGS (it aborts TensorFlow 2.21); set dump.tf_graphs instead")
+        warnings.append(
+            "removed --tf_dump_graph_prefix from TF_XLA_FLAGS (it aborts TensorFlow 2.21); set dump.tf_graphs instead"
+        )
 
     env.update(_framework_vars(spec, paths))
     if env.get("JAX_COMPILATION_CACHE_DIR") and spec.jax.disable_compilation_cache:
-        warnings.append("JAX_COMPILATION_CACHE_DIR is set; xlarun turns the cache off for the capture so every module is compiled and dumped")
+        warnings.append(
+            "JAX_COMPILATION_CACHE_DIR is set; xlarun turns the cache off for the capture so every module is compiled and dumped"
+        )
 
     delta: dict[str, str | None] = {k: v for k, v in env.items() if base_env.get(k) != v}
     return ComposedEnv(env=env, delta=delta, xla_flags=xla_flags, tf_xla_flags=tf_flags, warnings=warnings)

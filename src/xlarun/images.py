@@ -126,7 +126,9 @@ class ImageInfo:
 
     def as_details(self) -> dict[str, object]:
         return {
-            "image": self.ref, "image_id": self.id, "image_digest": self.digest,
+            "image": self.ref,
+            "image_id": self.id,
+            "image_digest": self.digest,
             "image_repo_digests": self.repo_digests,
             "image_labels": {k: v for k, v in self.labels.items() if k.startswith("xlarun.")},
         }
@@ -186,8 +188,11 @@ def engine_facts() -> EngineFacts:
 # ------------------------------------------------------------------------------------------- building
 def containers_dir() -> Path:
     """The folder holding ``cpu/``, ``gpu/``, ``ipu/`` Dockerfiles: XLARUN_CONTAINERS_DIR, else the checkout's."""
-    candidates = [os.environ.get("XLARUN_CONTAINERS_DIR"), Path(__file__).resolve().parents[2] / "containers",
-                  Path(__file__).resolve().parent / "_containers"]
+    candidates = [
+        os.environ.get("XLARUN_CONTAINERS_DIR"),
+        Path(__file__).resolve().parents[2] / "containers",
+        Path(__file__).resolve().parent / "_containers",
+    ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "cpu" / "Dockerfile").is_file():
             return Path(candidate)
@@ -200,8 +205,11 @@ def containers_dir() -> Path:
 def host_versions() -> dict[str, str]:
     """Build arguments that pin the image's frameworks to the versions installed here (when installed)."""
     versions = {}
-    for arg, dists in (("JAX_VERSION", ("jax",)), ("JAXLIB_VERSION", ("jaxlib",)),
-                       ("TF_VERSION", ("tensorflow-cpu", "tensorflow", "tensorflow-gpu"))):
+    for arg, dists in (
+        ("JAX_VERSION", ("jax",)),
+        ("JAXLIB_VERSION", ("jaxlib",)),
+        ("TF_VERSION", ("tensorflow-cpu", "tensorflow", "tensorflow-gpu")),
+    ):
         for dist in dists:
             try:
                 versions[arg] = importlib.metadata.version(dist)
@@ -279,8 +287,12 @@ def build_image(
         args["BASE_IMAGE"] = base
     dockerfile = containers_dir() / kind / "Dockerfile"
     ca = _pip_ca_bundle() if pip_ca is True else (Path(pip_ca) if pip_ca else None)
-    labels = {"xlarun.kind": kind, "xlarun.version": __version__, LABEL_BUILD_HASH: build_hash(dockerfile, args),
-              **{f"xlarun.build-arg.{k.lower()}": v for k, v in args.items()}}  # "" too: labels are inherited
+    labels = {
+        "xlarun.kind": kind,
+        "xlarun.version": __version__,
+        LABEL_BUILD_HASH: build_hash(dockerfile, args),
+        **{f"xlarun.build-arg.{k.lower()}": v for k, v in args.items()},
+    }  # "" too: labels are inherited
     if base:
         _require_base(client, base)
     context = _build_context(kind, ca)
@@ -288,8 +300,16 @@ def build_image(
     try:
         image_id = None
         for event in client.api.build(
-            path=str(context), tag=tag, buildargs=args, labels=labels, network_mode=pip_network,
-            rm=True, forcerm=True, decode=True, pull=False, nocache=no_cache,
+            path=str(context),
+            tag=tag,
+            buildargs=args,
+            labels=labels,
+            network_mode=pip_network,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            pull=False,
+            nocache=no_cache,
         ):
             if "stream" in event:
                 for line in event["stream"].splitlines():
@@ -361,8 +381,12 @@ def find_runner_in_image(image: str, name: str, client: docker.DockerClient | No
     )
     try:
         output = client.containers.run(
-            image_id, entrypoint=["/bin/sh", "-c", probe], remove=True, network_mode="none",
-            labels={"xlarun.run": "probe", "xlarun.owner-pid": str(os.getpid()), "xlarun.kind": "probe"}, user="0:0",
+            image_id,
+            entrypoint=["/bin/sh", "-c", probe],
+            remove=True,
+            network_mode="none",
+            labels={"xlarun.run": "probe", "xlarun.owner-pid": str(os.getpid()), "xlarun.kind": "probe"},
+            user="0:0",
         )
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"cannot look for {name} in image {image}: {exc}") from None

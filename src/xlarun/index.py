@@ -37,7 +37,10 @@ _MAX_ID = (1 << 63) - 1
 
 def _storable(name: DumpName) -> DumpName:
     """A name whose module id or step SQLite cannot store is kept as a file of no module (kind unknown)."""
-    if any(v is not None and not -_MAX_ID <= v <= _MAX_ID for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)):
+    if any(
+        v is not None and not -_MAX_ID <= v <= _MAX_ID
+        for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)
+    ):
         return DumpName(name.path)
     return name
 
@@ -58,6 +61,7 @@ def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tup
             name = replace(name, module_id=next(iter(ids)))
         tied.append((stored, name))
     return tied
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -103,12 +107,27 @@ TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 #: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
 #: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.
-COMPUTE_OPCODES = frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot", "all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
+COMPUTE_OPCODES = frozenset(
+    {
+        "dot",
+        "convolution",
+        "custom-call",
+        "fft",
+        "triangular-solve",
+        "cholesky",
+        "ragged-dot",
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+    }
+)
 
 
 def count_compute_ops(histogram: dict[str, int]) -> int:
     """How many of a module's instructions are heavy compute or collectives."""
     return sum(n for op, n in histogram.items() if op in COMPUTE_OPCODES)
+
 
 @dataclass
 class RunInfo:
@@ -225,7 +244,9 @@ class Index:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
-            raise StoreError(f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs") from None
+            raise StoreError(
+                f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
+            ) from None
         conn.row_factory = sqlite3.Row
         return cls(conn, path)
 
@@ -270,19 +291,45 @@ class Index:
         self.conn.execute(
             "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id, manifest.get("name", "?"), manifest.get("kind", "capture"), manifest.get("status", "unknown"),
-                manifest.get("exit_code"), manifest.get("error"), manifest.get("backend", "local"), manifest.get("framework"),
-                manifest.get("started", ""), manifest.get("ended", ""), manifest.get("duration_s", 0.0),
-                len(files), sum(f.size for f in files), n_modules, manifest.get("batch_id"),
+                run_id,
+                manifest.get("name", "?"),
+                manifest.get("kind", "capture"),
+                manifest.get("status", "unknown"),
+                manifest.get("exit_code"),
+                manifest.get("error"),
+                manifest.get("backend", "local"),
+                manifest.get("framework"),
+                manifest.get("started", ""),
+                manifest.get("ended", ""),
+                manifest.get("duration_s", 0.0),
+                len(files),
+                sum(f.size for f in files),
+                n_modules,
+                manifest.get("batch_id"),
                 json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
-                json.dumps(manifest.get("tags") or {}), manifest.get("spec_path"),
+                json.dumps(manifest.get("tags") or {}),
+                manifest.get("spec_path"),
             ),
         )
         self.conn.executemany(
             "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
-                (run_id, f.path, f.digest, f.size, n.kind, n.format, n.module_id, n.module_name, n.stage, n.backend,
-                 n.step, n.pipeline, n.after_pass, n.before_pass)
+                (
+                    run_id,
+                    f.path,
+                    f.digest,
+                    f.size,
+                    n.kind,
+                    n.format,
+                    n.module_id,
+                    n.module_name,
+                    n.stage,
+                    n.backend,
+                    n.step,
+                    n.pipeline,
+                    n.after_pass,
+                    n.before_pass,
+                )
                 for f, n in decoded
             ],
         )
@@ -292,16 +339,31 @@ class Index:
         self.conn.execute(
             "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id, summary.module_id, summary.name, summary.backend, json.dumps(summary.stages), summary.n_pass_dumps,
-                summary.n_files, summary.instr_before, summary.instr_after,
-                count_compute_ops(summary.opcodes_before or summary.opcodes_after), json.dumps(summary.opcodes_before),
-                json.dumps(summary.opcodes_after), summary.entry_signature, summary.fingerprint, summary.hlo_bytes,
-                int(summary.elided_constants), summary.parse_error,
+                run_id,
+                summary.module_id,
+                summary.name,
+                summary.backend,
+                json.dumps(summary.stages),
+                summary.n_pass_dumps,
+                summary.n_files,
+                summary.instr_before,
+                summary.instr_after,
+                count_compute_ops(summary.opcodes_before or summary.opcodes_after),
+                json.dumps(summary.opcodes_before),
+                json.dumps(summary.opcodes_after),
+                summary.entry_signature,
+                summary.fingerprint,
+                summary.hlo_bytes,
+                int(summary.elided_constants),
+                summary.parse_error,
             ),
         )
         self.conn.executemany(
             "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
-            [(run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count) for p in summary.passes],
+            [
+                (run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count)
+                for p in summary.passes
+            ],
         )
 
     def term_writer(self, run_id: str) -> _TermWriter:
@@ -314,7 +376,9 @@ class Index:
         known: dict[str, int] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
-            rows = self.conn.execute(f"SELECT digest, instructions FROM text_counts WHERE digest IN ({','.join('?' * len(chunk))})", chunk)
+            rows = self.conn.execute(
+                f"SELECT digest, instructions FROM text_counts WHERE digest IN ({','.join('?' * len(chunk))})", chunk
+            )
             known.update((digest, n) for digest, n in rows)
         return known
 
@@ -370,22 +434,56 @@ class Index:
         info = _module_from_row(row)
         if with_files:
             info.files = [
-                FileInfo(r["path"], r["digest"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
-                for r in self.conn.execute("SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path", (run_id, module_id))
+                FileInfo(
+                    r["path"],
+                    r["digest"],
+                    r["size"],
+                    r["kind"],
+                    r["format"],
+                    r["stage"],
+                    r["step"],
+                    r["pipeline"],
+                    r["after_pass"],
+                    r["before_pass"],
+                )
+                for r in self.conn.execute(
+                    "SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path",
+                    (run_id, module_id),
+                )
             ]
             info.passes = [
                 PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])
-                for r in self.conn.execute("SELECT * FROM passes WHERE run_id=? AND module_id=? ORDER BY step, pipeline", (run_id, module_id))
+                for r in self.conn.execute(
+                    "SELECT * FROM passes WHERE run_id=? AND module_id=? ORDER BY step, pipeline", (run_id, module_id)
+                )
             ]
         return info
 
     def run_files(self, run_id: str) -> list[FileInfo]:
         return [
-            FileInfo(r["path"], r["digest"], r["size"], r["kind"], r["format"], r["stage"], r["step"], r["pipeline"], r["after_pass"], r["before_pass"])
+            FileInfo(
+                r["path"],
+                r["digest"],
+                r["size"],
+                r["kind"],
+                r["format"],
+                r["stage"],
+                r["step"],
+                r["pipeline"],
+                r["after_pass"],
+                r["before_pass"],
+            )
             for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))
         ]
 
-    def find(self, text: str, kinds: tuple[str, ...] = TERM_KINDS, run_id: str | None = None, exact: bool = False, limit_matches: int = 5) -> list[FindHit]:
+    def find(
+        self,
+        text: str,
+        kinds: tuple[str, ...] = TERM_KINDS,
+        run_id: str | None = None,
+        exact: bool = False,
+        limit_matches: int = 5,
+    ) -> list[FindHit]:
         """Modules containing a term: an opcode, an instruction name, an op_name or a source location.
 
         Opcodes match exactly; the other kinds match as case-sensitive substrings unless ``exact``.
@@ -446,7 +544,9 @@ class _TermWriter:
             return
         self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", self.rows)
         self.rows = []
-        self.conn.execute("INSERT OR IGNORE INTO term_values (kind, value) SELECT kind, value FROM new_terms")  # no DISTINCT: a repeat is ignored, cheaper than sorting
+        self.conn.execute(
+            "INSERT OR IGNORE INTO term_values (kind, value) SELECT kind, value FROM new_terms"
+        )  # no DISTINCT: a repeat is ignored, cheaper than sorting
         self.conn.execute(
             "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
             (self.run_id,),
@@ -469,16 +569,43 @@ class _Transaction:
 
 def _run_from_row(row: sqlite3.Row) -> RunInfo:
     return RunInfo(
-        row["run_id"], row["name"], row["kind"], row["status"], row["exit_code"], row["error"], row["backend"], row["framework"],
-        row["started"], row["ended"], row["duration_s"], row["n_files"], row["dump_bytes"], row["n_modules"], row["batch_id"],
-        _json_or_none(row["matrix"]), _json_or_none(row["tags"]) or {},
+        row["run_id"],
+        row["name"],
+        row["kind"],
+        row["status"],
+        row["exit_code"],
+        row["error"],
+        row["backend"],
+        row["framework"],
+        row["started"],
+        row["ended"],
+        row["duration_s"],
+        row["n_files"],
+        row["dump_bytes"],
+        row["n_modules"],
+        row["batch_id"],
+        _json_or_none(row["matrix"]),
+        _json_or_none(row["tags"]) or {},
     )
 
 
 def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
     return ModuleInfo(
-        row["run_id"], row["module_id"], row["name"], row["backend"], json.loads(row["stages"] or "[]"), row["n_pass_dumps"],
-        row["n_files"], row["instr_before"], row["instr_after"], row["compute_ops"] or 0, json.loads(row["opcodes_before"] or "{}"),
-        json.loads(row["opcodes_after"] or "{}"), row["entry_signature"], row["fingerprint"], row["hlo_bytes"] or 0,
-        bool(row["elided_constants"]), row["parse_error"],
+        row["run_id"],
+        row["module_id"],
+        row["name"],
+        row["backend"],
+        json.loads(row["stages"] or "[]"),
+        row["n_pass_dumps"],
+        row["n_files"],
+        row["instr_before"],
+        row["instr_after"],
+        row["compute_ops"] or 0,
+        json.loads(row["opcodes_before"] or "{}"),
+        json.loads(row["opcodes_after"] or "{}"),
+        row["entry_signature"],
+        row["fingerprint"],
+        row["hlo_bytes"] or 0,
+        bool(row["elided_constants"]),
+        row["parse_error"],
     )

@@ -68,12 +68,16 @@ class StopRequest:
         name = signal.Signals(signum).name
         if not self._held:
             self._held = True
-            _say(f"xlarun: {name} while archiving run {', '.join(left)}: finishing the commit first "
-                 f"(send it again to stop now; what is not committed then stays in staging/ for `xlarun recover`)")
+            _say(
+                f"xlarun: {name} while archiving run {', '.join(left)}: finishing the commit first "
+                f"(send it again to stop now; what is not committed then stays in staging/ for `xlarun recover`)"
+            )
             return
         for run_id, staging in left.items():
-            _say(f"xlarun: {name}: stopped while archiving; run {run_id} is not committed, its files are in {staging}: "
-                 f"`xlarun recover --store {staging.parent.parent}` makes it a run marked incomplete")
+            _say(
+                f"xlarun: {name}: stopped while archiving; run {run_id} is not committed, its files are in {staging}: "
+                f"`xlarun recover --store {staging.parent.parent}` makes it a run marked incomplete"
+            )
         os._exit(128 + signum)  # like kill -9, which the store survives: commits are atomic renames
 
 

@@ -30,8 +30,15 @@ __all__ = ["Session", "capture", "capturing", "compiler_options_for"]
 RUN_KIND = "inline"
 
 
-def compiler_options_for(dump_dir: str | Path, *, pass_re: str | None = None, snapshots: bool = False, formats: tuple[str, ...] = ("text", "proto"),
-                         large_constants: bool = True, extra_xla_flags: tuple[str, ...] = ()) -> dict[str, Any]:
+def compiler_options_for(
+    dump_dir: str | Path,
+    *,
+    pass_re: str | None = None,
+    snapshots: bool = False,
+    formats: tuple[str, ...] = ("text", "proto"),
+    large_constants: bool = True,
+    extra_xla_flags: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The per-compile options of a dump into ``dump_dir``: the flags a spec's ``dump:`` section sets, as
     ``{"xla_dump_to": ..., "xla_dump_hlo_as_text": True, ...}`` for ``Lowered.compile(compiler_options=...)``."""
     from types import SimpleNamespace
@@ -39,8 +46,13 @@ def compiler_options_for(dump_dir: str | Path, *, pass_re: str | None = None, sn
     from .flags import xla_flags_for
     from .spec import DumpSpec
 
-    dump = DumpSpec(formats=list(formats), pass_re=pass_re, snapshots=snapshots, large_constants=large_constants,
-                    extra_xla_flags=list(extra_xla_flags))
+    dump = DumpSpec(
+        formats=list(formats),
+        pass_re=pass_re,
+        snapshots=snapshots,
+        large_constants=large_constants,
+        extra_xla_flags=list(extra_xla_flags),
+    )
     options: dict[str, Any] = {}
     for flag in xla_flags_for(SimpleNamespace(dump=dump, framework="jax"), str(dump_dir)):  # type: ignore[arg-type]
         name, sep, value = flag.lstrip("-").partition("=")
@@ -116,19 +128,33 @@ def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwa
     if hasattr(f, "lower") and not jit_kwargs:
         jitted = f  # already jax.jit(...): lower it as it is (jitting it again would nest a call)
     elif hasattr(f, "lower"):
-        raise InputError("jit options were given for a function that is already jitted", "pass the plain function, or drop the options")
+        raise InputError(
+            "jit options were given for a function that is already jitted", "pass the plain function, or drop the options"
+        )
     else:
         jitted = jax.jit(f, **jit_kwargs)
     if "compiler_options" not in inspect.signature(jax.stages.Lowered.compile).parameters:
-        raise EnvironmentProblem(f"jax {jax.__version__} cannot pass dump options to one compilation (Lowered.compile has no compiler_options)",
-                                 "upgrade jax (0.4.30 and later have it), or capture the script with `xlarun capture SPEC`")
+        raise EnvironmentProblem(
+            f"jax {jax.__version__} cannot pass dump options to one compilation (Lowered.compile has no compiler_options)",
+            "upgrade jax (0.4.30 and later have it), or capture the script with `xlarun capture SPEC`",
+        )
     return jitted.lower(*args, **kwargs)
 
 
-def capture(f: Callable[..., Any], *args: Any, name: str | None = None, pass_re: str | None = None, snapshots: bool = False,
-            store: Store | str | Path | None = None, formats: tuple[str, ...] = ("text", "proto"), large_constants: bool = True,
-            extra_xla_flags: tuple[str, ...] = (), kwargs: dict[str, Any] | None = None, batch_id: str | None = None,
-            **jit_kwargs: Any) -> Run:
+def capture(
+    f: Callable[..., Any],
+    *args: Any,
+    name: str | None = None,
+    pass_re: str | None = None,
+    snapshots: bool = False,
+    store: Store | str | Path | None = None,
+    formats: tuple[str, ...] = ("text", "proto"),
+    large_constants: bool = True,
+    extra_xla_flags: tuple[str, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    batch_id: str | None = None,
+    **jit_kwargs: Any,
+) -> Run:
     """Compile ``f(*args)`` with XLA dumps for that compilation only, and archive it as a run of kind ``inline``.
 
     ``pass_re`` (``".*"``: around every pass), ``snapshots`` (the compiled function is run once on ``args``
@@ -142,8 +168,14 @@ def capture(f: Callable[..., Any], *args: Any, name: str | None = None, pass_re:
     lib = the_store.store
     run_id, staging = _begin_run(lib)
     started, t0 = _utc_now(), time.monotonic()
-    options = compiler_options_for(staging / "dump", pass_re=pass_re, snapshots=snapshots, formats=formats, large_constants=large_constants,
-                                   extra_xla_flags=extra_xla_flags)
+    options = compiler_options_for(
+        staging / "dump",
+        pass_re=pass_re,
+        snapshots=snapshots,
+        formats=formats,
+        large_constants=large_constants,
+        extra_xla_flags=extra_xla_flags,
+    )
     error: str | None = None
     try:
         with _compilation_cache_off():
@@ -158,9 +190,13 @@ def capture(f: Callable[..., Any], *args: Any, name: str | None = None, pass_re:
         if isinstance(exc, (XlarunError, KeyboardInterrupt)) or not any((staging / "dump").iterdir()):
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        error = f"{type(exc).__name__}: {exc}"  # compiled, then failed: what XLA dumped is kept, as a capture keeps a failed job's
+        error = (
+            f"{type(exc).__name__}: {exc}"  # compiled, then failed: what XLA dumped is kept, as a capture keeps a failed job's
+        )
     took = time.monotonic() - t0
-    return _commit(the_store, run_id, staging, name or facts.qualname.rsplit(".", 1)[-1], facts, options, started, took, error, batch_id)
+    return _commit(
+        the_store, run_id, staging, name or facts.qualname.rsplit(".", 1)[-1], facts, options, started, took, error, batch_id
+    )
 
 
 def _begin_run(lib) -> tuple[str, Path]:
@@ -184,8 +220,18 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _commit(the_store: Store, run_id: str, staging: Path, name: str, facts: FunctionFacts, options: dict[str, Any], started: str,
-            took: float, error: str | None, batch_id: str | None) -> Run:
+def _commit(
+    the_store: Store,
+    run_id: str,
+    staging: Path,
+    name: str,
+    facts: FunctionFacts,
+    options: dict[str, Any],
+    started: str,
+    took: float,
+    error: str | None,
+    batch_id: str | None,
+) -> Run:
     from .errors import InputError
     from .manifest import Manifest, host_facts
 
@@ -200,10 +246,25 @@ def _commit(the_store: Store, run_id: str, staging: Path, name: str, facts: Func
         raise InputError(f"compiling {facts.qualname} dumped nothing", "is it a JAX function that XLA compiles?")
     flags = [f"--{k}" if v is True else f"--{k}={v}" for k, v in options.items()]
     manifest = Manifest(
-        run_id=run_id, name=name, status="failed" if error else "succeeded", error=error, started=started, ended=_utc_now(),
-        duration_s=round(took, 3), command=[facts.qualname], xlarun_command=list(sys.argv), cwd=str(Path.cwd()), backend="in-process",
-        framework="jax", xla_flags=flags, versions=_jax_versions(), host=host_facts(), batch_id=batch_id, files=len(files),
-        dump_bytes=sum(f.size for f in files), kind=RUN_KIND,
+        run_id=run_id,
+        name=name,
+        status="failed" if error else "succeeded",
+        error=error,
+        started=started,
+        ended=_utc_now(),
+        duration_s=round(took, 3),
+        command=[facts.qualname],
+        xlarun_command=list(sys.argv),
+        cwd=str(Path.cwd()),
+        backend="in-process",
+        framework="jax",
+        xla_flags=flags,
+        versions=_jax_versions(),
+        host=host_facts(),
+        batch_id=batch_id,
+        files=len(files),
+        dump_bytes=sum(f.size for f in files),
+        kind=RUN_KIND,
         tags={"function": facts.qualname, "source_file": facts.source_file or "", "source_line": str(facts.source_line or "")},
     )
     lib.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
@@ -228,13 +289,22 @@ class Session:
 
 
 @contextlib.contextmanager
-def capturing(store: Store | str | Path | None = None, *, pass_re: str | None = None, snapshots: bool = False,
-              formats: tuple[str, ...] = ("text", "proto"), large_constants: bool = True) -> Iterator[Session]:
+def capturing(
+    store: Store | str | Path | None = None,
+    *,
+    pass_re: str | None = None,
+    snapshots: bool = False,
+    formats: tuple[str, ...] = ("text", "proto"),
+    large_constants: bool = True,
+) -> Iterator[Session]:
     """``with xlarun.jax.capturing() as session: session.capture(f, x); session.capture(g, y)``: one run per
     function, all tagged with the session's batch id (``xlarun runs --batch ID``, ``store.runs(batch=ID)``)."""
     from . import api
     from .batch import new_batch_id
 
     the_store = store if isinstance(store, api.Store) else api.open_store(store)
-    yield Session(the_store, {"pass_re": pass_re, "snapshots": snapshots, "formats": formats, "large_constants": large_constants},
-                  new_batch_id())
+    yield Session(
+        the_store,
+        {"pass_re": pass_re, "snapshots": snapshots, "formats": formats, "large_constants": large_constants},
+        new_batch_id(),
+    )

@@ -185,7 +185,11 @@ def _interpreter_path(python: str, env: Mapping[str, str]) -> list[str]:
     try:
         done = subprocess.run(
             [python, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-            env=dict(env), capture_output=True, text=True, timeout=30, check=True,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
         return [p for p in json.loads(done.stdout.strip().splitlines()[-1]) if p]
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
@@ -227,7 +231,9 @@ def probe_known_xla_flags(
     interpreter = resolve_python(python, env, cwd)
     if layout is None or interpreter is None:
         return None
-    site = next((d for d in job_search_path(interpreter, env, script_dir) if glob.glob(os.path.join(glob.escape(d), layout.anchor))), None)
+    site = next(
+        (d for d in job_search_path(interpreter, env, script_dir) if glob.glob(os.path.join(glob.escape(d), layout.anchor))), None
+    )
     if site is None:
         return None
     cache = cache or FlagNameCache.default()
@@ -281,7 +287,9 @@ class FlagRejection:
         """One line saying which flags were refused, for a warning or an error message."""
         where = f" in {self.variable}" if self.variable else ""
         listed = " ".join(f"--{name}" for name in self.names)
-        return f"the job aborted at start: its XLA does not know {listed} (Unknown flag{'s' if len(self.flags) > 1 else ''}{where})"
+        return (
+            f"the job aborted at start: its XLA does not know {listed} (Unknown flag{'s' if len(self.flags) > 1 else ''}{where})"
+        )
 
 
 _UNKNOWN_IN_VARIABLE = re.compile(r"Unknown flags? in ([A-Z_]+): *([^\r\n]*)")

@@ -15,7 +15,17 @@ from pydantic import BaseModel, Field
 from . import __version__
 
 #: Packages whose versions are recorded (read with importlib.metadata by the job's own interpreter).
-VERSIONED_PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "tensorflow", "tensorflow-cpu", "tf-keras", "torch", "torch_xla", "numpy")
+VERSIONED_PACKAGES = (
+    "jax",
+    "jaxlib",
+    "jax-cuda12-plugin",
+    "tensorflow",
+    "tensorflow-cpu",
+    "tf-keras",
+    "torch",
+    "torch_xla",
+    "numpy",
+)
 
 # Runs in the job's interpreter: package versions without importing the frameworks (fast).
 _PROBE = """
@@ -49,7 +59,9 @@ class Manifest(BaseModel):
     backend: str = "local"
     backend_details: dict[str, Any] = Field(default_factory=dict)
     framework: str | None = None
-    env_delta: dict[str, str | None] = Field(default_factory=dict, description="variables xlarun set or changed, secrets redacted")
+    env_delta: dict[str, str | None] = Field(
+        default_factory=dict, description="variables xlarun set or changed, secrets redacted"
+    )
     xla_flags: list[str] = Field(default_factory=list)
     tf_xla_flags: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
@@ -63,10 +75,17 @@ class Manifest(BaseModel):
     dump_bytes: int = 0
     stored_bytes_new: int = 0
     signal: str | None = Field(None, description="the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did")
-    file_notes: list[dict[str, Any]] = Field(default_factory=list, description="paths of the dump folder not archived, or archived with a caveat: {path, archived, why}")
-    recovered: dict[str, Any] | None = Field(None, description="for a run made by `xlarun recover` from a killed capture's staging folder: when, and what was found")
+    file_notes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="paths of the dump folder not archived, or archived with a caveat: {path, archived, why}",
+    )
+    recovered: dict[str, Any] | None = Field(
+        None, description="for a run made by `xlarun recover` from a killed capture's staging folder: when, and what was found"
+    )
     kind: str = Field("capture", description="capture, replay for runs made by `xlarun replay`, or import for `xlarun import`")
-    imported_from: dict[str, Any] | None = Field(None, description="for kind import: the source's path and kind, and the run it was exported from")
+    imported_from: dict[str, Any] | None = Field(
+        None, description="for kind import: the source's path and kind, and the run it was exported from"
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

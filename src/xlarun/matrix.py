@@ -52,7 +52,9 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
             raise SpecError(f"{at}.{name}: axis names are identifiers (letters, digits, _)", "rename the axis")
     size = math.prod(len(options) for options in axes.values()) if axes else 0
     if size > MAX_CELLS:
-        raise SpecError(f"{at}: {size:,} cells, more than {MAX_CELLS:,}", "split the matrix into several specs, or drop values from its axes")
+        raise SpecError(
+            f"{at}: {size:,} cells, more than {MAX_CELLS:,}", "split the matrix into several specs, or drop values from its axes"
+        )
     cells = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())] if axes else []
     excludes = matrix.get("exclude") or []
     includes = matrix.get("include") or []
@@ -76,7 +78,9 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
 _MATRIX_REF = re.compile(r"\$\{matrix\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def substitute_matrix(value: Any, cell: dict[str, Any], locate: Callable[[tuple], tuple[int, int]], source: str, path: tuple = ()) -> Any:
+def substitute_matrix(
+    value: Any, cell: dict[str, Any], locate: Callable[[tuple], tuple[int, int]], source: str, path: tuple = ()
+) -> Any:
     """``value`` with ``${matrix.AXIS}`` replaced by the cell's values (a whole-scalar reference keeps the value's type)."""
     if isinstance(value, str):
         whole = _MATRIX_REF.fullmatch(value)
@@ -87,12 +91,18 @@ def substitute_matrix(value: Any, cell: dict[str, Any], locate: Callable[[tuple]
             name = match.group(1)
             if name not in cell:
                 line, col = locate(path)
-                raise SpecError(f"{source}:{line}:{col} {dotted_path(path)}: ${{matrix.{name}}} is not an axis of this cell", f"axes: {', '.join(cell)}")
+                raise SpecError(
+                    f"{source}:{line}:{col} {dotted_path(path)}: ${{matrix.{name}}} is not an axis of this cell",
+                    f"axes: {', '.join(cell)}",
+                )
             return _short(cell[name])
 
         return _MATRIX_REF.sub(one, value)
     if isinstance(value, dict):
-        return {k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k))) for k, v in value.items()}
+        return {
+            k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k)))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [substitute_matrix(v, cell, locate, source, (*path, i)) for i, v in enumerate(value)]
     return value

@@ -87,8 +87,7 @@ _STAGE = re.compile(
 )
 # <step>.<pipeline>.after_<pass>.before_<next>.<ext>: between two passes (Graphcore's IPU dumps too)
 _BETWEEN_PASSES = re.compile(
-    r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.after_(?P<after>[^.]+)\.before_(?P<before>[^.]+)\."
-    + _HLO_EXT + "$"
+    r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.after_(?P<after>[^.]+)\.before_(?P<before>[^.]+)\." + _HLO_EXT + "$"
 )
 # <step>.<pass>.<step name>.<ext>: a pass dumping its own intermediate state (copy-insertion does)
 _DURING_PASS = re.compile(r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.(?P<during>[^.]+)\." + _HLO_EXT + "$")
@@ -111,9 +110,7 @@ _EXECUTION = re.compile(
 )
 # module_<name>[.pid_<n>].execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
 # (TensorFlow's); PyTorch/XLA on Neuron puts its process id before the execution
-_NAMED_SNAPSHOT = re.compile(
-    r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$"
-)
+_NAMED_SNAPSHOT = re.compile(r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$")
 # thunk_sequence.txt, autotune_results.pbtxt, gpu_target_config.pbtxt: one per module on GPU
 _GPU_MODULE_KIND = {"thunk_sequence.txt": ("thunk-sequence", "txt"), "autotune_results.pbtxt": ("autotune", "pbtxt"),
                     "gpu_target_config.pbtxt": ("target-config", "pbtxt"),

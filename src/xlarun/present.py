@@ -24,19 +24,37 @@ def print_runs(items) -> None:
         echo("no runs yet: capture one with `xlarun capture SPEC`")
         return
     rows = [
-        (r.run_id, r.name, r.kind, r.backend, r.status, short_time(r.started), f"{r.duration_s:.1f}s", r.n_modules, r.n_files, human_bytes(r.dump_bytes),
-         r.batch_id or "", ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()))
+        (
+            r.run_id,
+            r.name,
+            r.kind,
+            r.backend,
+            r.status,
+            short_time(r.started),
+            f"{r.duration_s:.1f}s",
+            r.n_modules,
+            r.n_files,
+            human_bytes(r.dump_bytes),
+            r.batch_id or "",
+            ",".join(f"{k}={v}" for k, v in (r.matrix or {}).items()),
+        )
         for r in items
     ]
-    print_table(("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "batch", "matrix"), rows,
-                right=("took", "modules", "files", "dump"))
+    print_table(
+        ("run", "name", "kind", "backend", "status", "started", "took", "modules", "files", "dump", "batch", "matrix"),
+        rows,
+        right=("took", "modules", "files", "dump"),
+    )
 
 
 def print_files(items, notes: list[dict]) -> None:
     """``xlarun files``: every file of a run with what its name means, then what was not archived (or was, with a caveat)."""
     from collections import Counter
 
-    rows = [(f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size)) for f in items]
+    rows = [
+        (f.path, f.kind, f.stage or "", f.step if f.step is not None else "", f.after_pass or "", human_bytes(f.size))
+        for f in items
+    ]
     print_table(("file", "kind", "stage", "step", "after pass", "size"), rows, right=("step", "size"))
     counts = Counter(f.kind for f in items)
     echo(f"{len(items)} files: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
@@ -46,8 +64,10 @@ def print_files(items, notes: list[dict]) -> None:
 
 def print_found(hits) -> None:
     """``xlarun find``: the modules holding what was searched for, and what matched."""
-    print_table(("module", "name", "kind", "matches"),
-                [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in hits])
+    print_table(
+        ("module", "name", "kind", "matches"),
+        [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in hits],
+    )
 
 
 def print_run_modules(info, items, others: list[tuple[str, int]]) -> None:
@@ -67,19 +87,32 @@ def print_module(store, module, files: bool = False) -> None:
             ("ref", module.ref),
             ("backend", module.backend),
             ("stages", ", ".join(module.stages)),
-            ("instructions", f"{count_or_blank(module.instr_before)} before optimizations, {count_or_blank(module.instr_after)} after"),
+            (
+                "instructions",
+                f"{count_or_blank(module.instr_before)} before optimizations, {count_or_blank(module.instr_after)} after",
+            ),
             ("signature", module.entry_signature),
             ("fingerprint", (module.fingerprint or "")[:16]),
             ("top opcodes", top_ops),
             ("files", f"{module.n_files} ({human_bytes(sum(f.size for f in module.files))})"),
-            ("warning", "large constants were elided ({...}): dump with dump.large_constants: true to replay faithfully" if module.elided_constants else None),
+            (
+                "warning",
+                "large constants were elided ({...}): dump with dump.large_constants: true to replay faithfully"
+                if module.elided_constants
+                else None,
+            ),
             ("parse error", module.parse_error),
         ]
     )
     bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files
     listed = module.files if files else [f for f in module.files if f.kind not in bulky]
     if listed:
-        print_table(("file", "kind", "stage", "size"), [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in listed], title="files", right=("size",))
+        print_table(
+            ("file", "kind", "stage", "size"),
+            [(f.path, f.kind, f.stage or "", human_bytes(f.size)) for f in listed],
+            title="files",
+            right=("size",),
+        )
     if not files:
         hidden = {kind: sum(1 for f in module.files if f.kind == kind) for kind in bulky}
         hidden = {k: n for k, n in hidden.items() if n}
@@ -92,8 +125,12 @@ def print_module(store, module, files: bool = False) -> None:
             delta = "" if p.instr_count is None or previous is None else f"{p.instr_count - previous:+d}"
             rows.append((p.step, p.pipeline or "", p.after_pass or "", p.before_pass or "", count_or_blank(p.instr_count), delta))
             previous = p.instr_count if p.instr_count is not None else previous
-        print_table(("step", "pipeline", "after pass", "before pass", "instr", "change"), rows, title=f"pass timeline ({len(module.passes)} dumps)",
-                    right=("step", "instr", "change"))
+        print_table(
+            ("step", "pipeline", "after pass", "before pass", "instr", "change"),
+            rows,
+            title=f"pass timeline ({len(module.passes)} dumps)",
+            right=("step", "instr", "change"),
+        )
     _show_extras(store, module)
 
 
@@ -101,11 +138,22 @@ def print_modules(items, more: int = 0) -> None:
     """The module table shared by ``modules`` and ``capture``."""
 
     rows = [
-        (m.module_id, m.name or "(name not in file names)", _short_stages(m.stages), m.n_pass_dumps or "", count_or_blank(m.instr_before), count_or_blank(m.instr_after),
-         _short_signature(m.entry_signature))
+        (
+            m.module_id,
+            m.name or "(name not in file names)",
+            _short_stages(m.stages),
+            m.n_pass_dumps or "",
+            count_or_blank(m.instr_before),
+            count_or_blank(m.instr_after),
+            _short_signature(m.entry_signature),
+        )
         for m in items
     ]
-    print_table(("id", "name", "stages", "passes", "instr before", "instr after", "signature"), rows, right=("id", "passes", "instr before", "instr after"))
+    print_table(
+        ("id", "name", "stages", "passes", "instr before", "instr after", "signature"),
+        rows,
+        right=("id", "passes", "instr before", "instr after"),
+    )
     if more:
         echo(f"... and {more} more (`xlarun modules` lists all)")
 
@@ -139,14 +187,38 @@ def print_replays_for(store, module) -> None:
     rows = []
     for r in records:
         res = r.result
-        rows.append((
-            r.replay_id, short_time(r.started), res.engine, res.platform, res.input_kind, res.arguments,
-            _seconds4(res.compile_s), _seconds4(res.median_s), _num(res.max_abs_error), _num(res.max_rel_error),
-            res.verdict + (" (fell back)" if res.fell_back_to else ""),
-        ))
+        rows.append(
+            (
+                r.replay_id,
+                short_time(r.started),
+                res.engine,
+                res.platform,
+                res.input_kind,
+                res.arguments,
+                _seconds4(res.compile_s),
+                _seconds4(res.median_s),
+                _num(res.max_abs_error),
+                _num(res.max_rel_error),
+                res.verdict + (" (fell back)" if res.fell_back_to else ""),
+            )
+        )
     print_table(
-        ("replay", "when", "engine", "platform", "input", "args", "compile s", "median s", "max abs err", "max rel err", "verdict"),
-        rows, title=f"replays ({len(records)})", right=("compile s", "median s", "max abs err", "max rel err"),
+        (
+            "replay",
+            "when",
+            "engine",
+            "platform",
+            "input",
+            "args",
+            "compile s",
+            "median s",
+            "max abs err",
+            "max rel err",
+            "verdict",
+        ),
+        rows,
+        title=f"replays ({len(records)})",
+        right=("compile s", "median s", "max abs err", "max rel err"),
     )
 
 
@@ -163,10 +235,26 @@ def print_bisections_for(store, module) -> None:
         culprit = res.culprit_pass or (" + ".join(res.culprit_set) if res.culprit_set else "")
         where = f"step {res.culprit_step}" if res.culprit_step is not None else ""
         size = f"{res.replays} replays" if res.mode == "replay" else f"{res.reruns} reruns"
-        rows.append((r.bisect_id, short_time(r.started), res.mode, res.reference if res.mode == "replay" else res.check or "",
-                     res.verdict, culprit, where, _bisection_error(res), size, f"{res.wall_s:.1f}"))
-    print_table(("bisection", "when", "mode", "against", "verdict", "pass", "where", "max abs err", "work", "s"), rows,
-                title=f"bisections ({len(records)})", right=("max abs err", "s"))
+        rows.append(
+            (
+                r.bisect_id,
+                short_time(r.started),
+                res.mode,
+                res.reference if res.mode == "replay" else res.check or "",
+                res.verdict,
+                culprit,
+                where,
+                _bisection_error(res),
+                size,
+                f"{res.wall_s:.1f}",
+            )
+        )
+    print_table(
+        ("bisection", "when", "mode", "against", "verdict", "pass", "where", "max abs err", "work", "s"),
+        rows,
+        title=f"bisections ({len(records)})",
+        right=("max abs err", "s"),
+    )
 
 
 def _bisection_error(result) -> str:
@@ -174,7 +262,11 @@ def _bisection_error(result) -> str:
     if entry is None or entry.max_abs_error is None:
         return ""
     before = result.error_before.max_abs_error if result.error_before and result.error_before.max_abs_error is not None else None
-    return f"{before:.3g} -> {entry.max_abs_error:.3g}" if before is not None and result.error_after else f"{entry.max_abs_error:.3g}"
+    return (
+        f"{before:.3g} -> {entry.max_abs_error:.3g}"
+        if before is not None and result.error_after
+        else f"{entry.max_abs_error:.3g}"
+    )
 
 
 def _seconds4(value: float | None) -> str:
@@ -207,7 +299,10 @@ def print_replay(result, replay_id: str | None, module) -> None:
     for line in result.warnings:
         warn(line)
     what = module.label if module else Path(result.source).name
-    say(f"[bold]replay[/bold] of {what} on {result.engine}/{result.platform}" + (f" (recorded as {replay_id})" if replay_id else ""))
+    say(
+        f"[bold]replay[/bold] of {what} on {result.engine}/{result.platform}"
+        + (f" (recorded as {replay_id})" if replay_id else "")
+    )
     timing = None
     if result.run_times_s:
         timing = f"min {result.min_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms over {len(result.run_times_s)} run(s)"
@@ -221,7 +316,10 @@ def print_replay(result, replay_id: str | None, module) -> None:
             ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
             ("run", timing),
             ("compared with", ", ".join(result.compared_with) or "nothing (no snapshot result, no reference platform)"),
-            ("max error", f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None),
+            (
+                "max error",
+                f"abs {result.max_abs_error:.3g}, rel {result.max_rel_error:.3g}" if result.max_abs_error is not None else None,
+            ),
             ("outputs", ", ".join(o.type for o in result.outputs)),
             ("error", result.error),
             ("crash", f"{result.crash} (step: {result.failed_step})" if result.crash else None),
@@ -234,8 +332,14 @@ def print_replay(result, replay_id: str | None, module) -> None:
             say(f"[bold]output {output.index}[/bold] {output.type}")
             echo(output.literal)
     colour = {"match": "green", "ran": "green", "mismatch": "red", "engine-error": "red"}[result.verdict]
-    caveats = [c for c in ("NaN/Inf in the outputs" if result.nonfinite_outputs else "",
-                           "rng: differs per compile" if result.random_instructions else "") if c]
+    caveats = [
+        c
+        for c in (
+            "NaN/Inf in the outputs" if result.nonfinite_outputs else "",
+            "rng: differs per compile" if result.random_instructions else "",
+        )
+        if c
+    ]
     if caveats and colour == "green":
         colour = "yellow"
     say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
@@ -250,36 +354,79 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
     say(f"[bold]{what}[/bold]")
     before, after = result.error_before, result.error_after
     if result.mode == "replay":
-        print_pairs([
-            ("reference", f"{result.reference}, {result.arguments} arguments"),
-            ("recompiled", (f"with {len(result.disabled_passes)} timeline passes disabled" if result.recompile == "timeline" else result.recompile)
-             + (f"; kept on, as the module does not compile without them: {', '.join(result.kept_passes)}" if result.kept_passes else "")),
-            ("tolerance", f"abs {result.abs_tolerance:g} or rel {result.rel_tolerance:g}"),
-            ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
-            ("culprit", f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}" if result.culprit_pass else None),
-            ("error before", _error(before) if result.culprit_pass and before else None),
-            ("error after", _error(after) if result.culprit_pass and after else None),
-        ])
+        print_pairs(
+            [
+                ("reference", f"{result.reference}, {result.arguments} arguments"),
+                (
+                    "recompiled",
+                    (
+                        f"with {len(result.disabled_passes)} timeline passes disabled"
+                        if result.recompile == "timeline"
+                        else result.recompile
+                    )
+                    + (
+                        f"; kept on, as the module does not compile without them: {', '.join(result.kept_passes)}"
+                        if result.kept_passes
+                        else ""
+                    ),
+                ),
+                ("tolerance", f"abs {result.abs_tolerance:g} or rel {result.rel_tolerance:g}"),
+                ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
+                (
+                    "culprit",
+                    f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}"
+                    if result.culprit_pass
+                    else None,
+                ),
+                ("error before", _error(before) if result.culprit_pass and before else None),
+                ("error after", _error(after) if result.culprit_pass and after else None),
+            ]
+        )
     else:
-        print_pairs([
-            ("check", result.check),
-            ("baseline", f"{result.baseline:g}" if result.baseline is not None else None),
-            ("candidates", f"{len(result.disabled_passes)} passes"),
-            ("search", f"{result.reruns} reruns after {len(result.trials) - result.reruns} baseline runs, {result.wall_s:.1f} s in all"),
-            ("culprit", result.culprit_pass),
-        ])
+        print_pairs(
+            [
+                ("check", result.check),
+                ("baseline", f"{result.baseline:g}" if result.baseline is not None else None),
+                ("candidates", f"{len(result.disabled_passes)} passes"),
+                (
+                    "search",
+                    f"{result.reruns} reruns after {len(result.trials) - result.reruns} baseline runs, {result.wall_s:.1f} s in all",
+                ),
+                ("culprit", result.culprit_pass),
+            ]
+        )
     if result.diff_summary:
         say(f"[bold]what {result.culprit_pass} did[/bold] (xlarun diff {result.subject} --to {result.culprit_step})")
         for line in result.diff_summary:
             say(f"  {_escape(line)}")
     if result.mode == "replay" and result.steps:
-        rows = [(e.step if e.step >= 0 else "", e.label, _num(e.max_abs_error), _num(e.max_rel_error),
-                 e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else "")) for e in result.steps]
-        print_table(("step", "dump", "max abs err", "max rel err", "verdict"), rows, title=f"error at every replayed step ({len(rows)})",
-                    right=("step", "max abs err", "max rel err"))
+        rows = [
+            (
+                e.step if e.step >= 0 else "",
+                e.label,
+                _num(e.max_abs_error),
+                _num(e.max_rel_error),
+                e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else ""),
+            )
+            for e in result.steps
+        ]
+        print_table(
+            ("step", "dump", "max abs err", "max rel err", "verdict"),
+            rows,
+            title=f"error at every replayed step ({len(rows)})",
+            right=("step", "max abs err", "max rel err"),
+        )
     elif result.trials:
-        rows = [(t.run_id or "", t.role, _short(t.disabled), "" if t.value is None else f"{t.value:g}",
-                 {True: "FLIPPED", False: "same", None: ""}[t.flipped] if t.role != "baseline" else "") for t in result.trials]
+        rows = [
+            (
+                t.run_id or "",
+                t.role,
+                _short(t.disabled),
+                "" if t.value is None else f"{t.value:g}",
+                {True: "FLIPPED", False: "same", None: ""}[t.flipped] if t.role != "baseline" else "",
+            )
+            for t in result.trials
+        ]
         print_table(("run", "role", "disabled", "value", "check"), rows, title=f"runs ({len(rows)})")
     colour = "red" if result.verdict == "diverged" else ("yellow" if result.verdict == "inconclusive" else "green")
     say(f"[{colour}]{_escape(result.headline())}[/{colour}]")
@@ -307,15 +454,26 @@ def print_comparison(result) -> None:
         data = cell_summary(cell)
         rows.append(
             (
-                cell.label, data["status"], data["run_id"] or "", f"{data['seconds']:.1f}s" if data["seconds"] is not None else "",
-                data["modules"] if data["modules"] is not None else "", data["main_module"] or "",
-                data["main_instr_before"] or "", data["main_instr_after"] or "", data["files"] if data["files"] is not None else "",
+                cell.label,
+                data["status"],
+                data["run_id"] or "",
+                f"{data['seconds']:.1f}s" if data["seconds"] is not None else "",
+                data["modules"] if data["modules"] is not None else "",
+                data["main_module"] or "",
+                data["main_instr_before"] or "",
+                data["main_instr_after"] or "",
+                data["files"] if data["files"] is not None else "",
                 human_bytes(data["dump_bytes"]) if data["dump_bytes"] is not None else "",
-            ) + ((cell.node or "", human_bytes(cell.shipped_bytes) if cell.shipped_bytes is not None else "") if on_nodes else ())
+            )
+            + ((cell.node or "", human_bytes(cell.shipped_bytes) if cell.shipped_bytes is not None else "") if on_nodes else ())
         )
     columns = ("cell", "status", "run", "time", "modules", "main module", "instr before", "instr after", "files", "dump")
-    print_table(columns + (("node", "shipped") if on_nodes else ()), rows,
-                title=f"batch {result.batch_id}", right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"))
+    print_table(
+        columns + (("node", "shipped") if on_nodes else ()),
+        rows,
+        title=f"batch {result.batch_id}",
+        right=("time", "modules", "instr before", "instr after", "files", "dump", "shipped"),
+    )
     prints = {c.result.modules[0].fingerprint for c in result.cells if c.result and c.result.modules}
     if len(prints) == 1 and len(result.cells) > 1 and all(c.result and c.result.modules for c in result.cells):
         say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")

@@ -104,14 +104,18 @@ def as_bytes(value: int | bytes) -> bytes:
     expected means the bytes are not the message they were taken for."""
     if isinstance(value, bytes):
         return value
-    raise ProtoDecodeError("a protobuf field holds a number where a sub-message belongs", "the file is not the XLA proto it was taken for")
+    raise ProtoDecodeError(
+        "a protobuf field holds a number where a sub-message belongs", "the file is not the XLA proto it was taken for"
+    )
 
 
 def as_int(value: int | bytes) -> int:
     """A varint or fixed-width field's value; bytes where a number is expected mean the wrong message."""
     if isinstance(value, int):
         return value
-    raise ProtoDecodeError("a protobuf field holds bytes where a number belongs", "the file is not the XLA proto it was taken for")
+    raise ProtoDecodeError(
+        "a protobuf field holds bytes where a number belongs", "the file is not the XLA proto it was taken for"
+    )
 
 
 def as_signed64(value: int) -> int:

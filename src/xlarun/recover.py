@@ -87,9 +87,14 @@ def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> Recovere
     files = store_files_of(folder / "files.json")
     lost = _check_blobs(store, files)
     if lost:  # as for an incomplete capture: the run keeps what the store holds, and says what it lost
-        notes = [*(manifest.get("file_notes") or []), *(FileNote(f.path, False, _LOST).to_json() for f in files if f.digest in lost)]
+        notes = [
+            *(manifest.get("file_notes") or []),
+            *(FileNote(f.path, False, _LOST).to_json() for f in files if f.digest in lost),
+        ]
         files = [f for f in files if f.digest not in lost]
-        manifest.update(file_notes=sorted(notes, key=lambda n: n["path"]), files=len(files), dump_bytes=sum(f.size for f in files))
+        manifest.update(
+            file_notes=sorted(notes, key=lambda n: n["path"]), files=len(files), dump_bytes=sum(f.size for f in files)
+        )
     store.commit_run(folder.name, folder, files, {"manifest.json": json.dumps(manifest, indent=2)})
     store.ingest(folder.name)
     return RecoveredRun(folder.name, manifest.get("status"), len(files), leftover.what)
@@ -103,14 +108,15 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     notes = archiver.notes
     lost = _check_blobs(store, files)
     if lost:  # each lost file gets its note before it leaves the list
-        notes = sorted(notes + [FileNote(f.path, False, _LOST) for f in files if f.digest in lost],
-                       key=lambda n: n.path)
+        notes = sorted(notes + [FileNote(f.path, False, _LOST) for f in files if f.digest in lost], key=lambda n: n.path)
         files = [f for f in files if f.digest not in lost]
     resolved = _read_json(folder / "spec.resolved.json")
     spec = resolved.get("spec") or {}
     started = _started(folder)
     ended = _latest_mtime(folder)
-    warnings = [f"xlarun was killed before this run was committed; `xlarun recover` made it from what staging held ({leftover.what})"]
+    warnings = [
+        f"xlarun was killed before this run was committed; `xlarun recover` made it from what staging held ({leftover.what})"
+    ]
     warnings += file_note_warnings(notes, folder.name)
     manifest = Manifest(
         run_id=folder.name,
@@ -121,7 +127,11 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
         ended=ended,
         duration_s=max(0.0, round((datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds(), 3)),
         spec_path=resolved.get("spec_path"),
-        command=[*( [spec["python"]] if spec.get("python") else []), *([resolved["script"]] if resolved.get("script") else []), *(spec.get("args") or [])],
+        command=[
+            *([spec["python"]] if spec.get("python") else []),
+            *([resolved["script"]] if resolved.get("script") else []),
+            *(spec.get("args") or []),
+        ],
         xlarun_command=list(sys.argv),
         cwd=resolved.get("workdir"),
         backend=(spec.get("backend") or {}).get("kind", "local"),
@@ -136,8 +146,15 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     )
     written = _read_json(folder / "manifest.json")  # killed while committing: the capture's own manifest is the better one
     if written.get("run_id") == folder.name:  # commit_run writes it only once every file is archived
-        manifest = Manifest.model_validate({**written, "files": manifest.files, "dump_bytes": manifest.dump_bytes,
-                                            "file_notes": manifest.file_notes, "recovered": manifest.recovered})
+        manifest = Manifest.model_validate(
+            {
+                **written,
+                "files": manifest.files,
+                "dump_bytes": manifest.dump_bytes,
+                "file_notes": manifest.file_notes,
+                "recovered": manifest.recovered,
+            }
+        )
     store.commit_run(folder.name, folder, files, {"manifest.json": manifest.to_json()})
     store.ingest(folder.name)
     return RecoveredRun(folder.name, manifest.status, len(files), leftover.what, notes=notes)

@@ -60,7 +60,9 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
     match = _MODULE_ID.match(ref)
     if match:
         module_id, name = int(match.group(1)), match.group(2)
-        hits = [m for m in modules if m.module_id == module_id and (name is None or m.name == name or (m.name or "").startswith(name))]
+        hits = [
+            m for m in modules if m.module_id == module_id and (name is None or m.name == name or (m.name or "").startswith(name))
+        ]
         if hits:
             return hits
     exact = [m for m in modules if m.name == ref]
@@ -79,7 +81,9 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
     return [m for m in modules if m.name and ref in m.name]  # 'train_step' finds 'jit_train_step'
 
 
-def resolve_module(index: Index, ref: str, run: str | None = None, prefer: Callable[[ModuleInfo], bool] | None = None) -> ModuleInfo:
+def resolve_module(
+    index: Index, ref: str, run: str | None = None, prefer: Callable[[ModuleInfo], bool] | None = None
+) -> ModuleInfo:
     """The one module a REF names; RefError listing candidates when none or several match.
 
     A REF without a run looks in the newest run that has such a module; with ``prefer``, in the newest run whose
@@ -130,7 +134,9 @@ def resolve_batch(index: Index, ref: str) -> str:
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise RefError(f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column; 'latest' names the newest")
+        raise RefError(
+            f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column; 'latest' names the newest"
+        )
     raise RefError(f"batch REF {ref!r} is ambiguous: {_list(hits)}", "type more of the batch id")
 
 
@@ -145,7 +151,9 @@ def counterpart_module(index: Index, module: ModuleInfo, other: str) -> ModuleIn
         run_id = resolve_run(index, other).run_id
         same = [m for m in index.modules(run_id) if m.name == module.name]
         if not same:
-            raise InputError(f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN") from None
+            raise InputError(
+                f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN"
+            ) from None
         second = index.module(run_id, same[0].module_id)
     if (second.run_id, second.module_id) == (module.run_id, module.module_id):
         raise InputError("both REFs name the same module", "name the runs: RUN_A/module_0012 RUN_B/module_0012")

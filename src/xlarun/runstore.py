@@ -132,7 +132,10 @@ class RunStore:
         version_file = root / "VERSION"
         if not version_file.exists():
             if not create:
-                raise StoreError(f"no xlarun store at {root}", "capture a run first (`xlarun capture SPEC`), or point --store / XLARUN_STORE at a store")
+                raise StoreError(
+                    f"no xlarun store at {root}",
+                    "capture a run first (`xlarun capture SPEC`), or point --store / XLARUN_STORE at a store",
+                )
             if root.exists() and any(root.iterdir()):
                 raise StoreError(f"{root} exists and is not an xlarun store", "choose another --store folder")
             try:
@@ -140,7 +143,9 @@ class RunStore:
                     (root / sub).mkdir(parents=True, exist_ok=True)
                 version_file.write_text(f"{STORE_VERSION}\n")
             except OSError as exc:
-                raise StoreError(f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder") from None
+                raise StoreError(
+                    f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder"
+                ) from None
         else:
             _check_format(root, version_file.read_text().strip())
         return cls(root.resolve())
@@ -191,7 +196,9 @@ class RunStore:
                 target.write_bytes(content)
             else:
                 target.write_text(content, encoding="utf-8")
-        (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files], separators=(",", ":")))
+        (staging / "files.json").write_text(
+            json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files], separators=(",", ":"))
+        )
         kill_point("metadata-written")
         (staging / ARCHIVED_LIST).unlink(missing_ok=True)  # files.json says the same from here on
         final = self.runs_dir / run_id
@@ -219,7 +226,10 @@ class RunStore:
         try:
             return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
         except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(f"{listing} is damaged ({type(exc).__name__}: {exc})", "it was changed by hand; `xlarun rm RUN_ID` removes the run") from None
+            raise StoreError(
+                f"{listing} is damaged ({type(exc).__name__}: {exc})",
+                "it was changed by hand; `xlarun rm RUN_ID` removes the run",
+            ) from None
 
     def manifest(self, run_id: str) -> dict:
         path = self.run_path(run_id) / "manifest.json"
@@ -275,8 +285,15 @@ class RunStore:
         if rm is None:
             shutil.rmtree(trash, ignore_errors=True)
             return
-        self._discards.append(subprocess.Popen([rm, "-rf", "--", str(trash)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL, start_new_session=True))
+        self._discards.append(
+            subprocess.Popen(
+                [rm, "-rf", "--", str(trash)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
 
     def wait_for_discards(self) -> None:
         """Wait until the background deletions this store started are done."""
@@ -383,9 +400,14 @@ def _check_format(root: Path, version: str) -> None:
     if version == str(STORE_VERSION):
         return
     if version in ("1", "2", "3"):
-        raise StoreError(f"store {root} has format {version}, which this xlarun no longer reads (it reads format {STORE_VERSION} only)",
-                         "formats 1-3 were written only by development versions; capture the runs again into a new store")
-    raise StoreError(f"store {root} has format {version!r}; this xlarun reads format {STORE_VERSION} only", "use the xlarun version that wrote it")
+        raise StoreError(
+            f"store {root} has format {version}, which this xlarun no longer reads (it reads format {STORE_VERSION} only)",
+            "formats 1-3 were written only by development versions; capture the runs again into a new store",
+        )
+    raise StoreError(
+        f"store {root} has format {version!r}; this xlarun reads format {STORE_VERSION} only",
+        "use the xlarun version that wrote it",
+    )
 
 
 def _read_pid(path: Path) -> int | None:
@@ -452,8 +474,15 @@ def write_archived_list(staging: Path, files: list[StoredFile], notes: list[File
     """Write ``archived.json`` into staging, atomically: every file is in the store, so a capture killed from
     here on is recovered from this list (the raw files are about to go)."""
     tmp = staging / f".{ARCHIVED_LIST}.tmp"
-    tmp.write_text(json.dumps({"files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files],
-                               "notes": [n.to_json() for n in notes]}, separators=(",", ":")))
+    tmp.write_text(
+        json.dumps(
+            {
+                "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files],
+                "notes": [n.to_json() for n in notes],
+            },
+            separators=(",", ":"),
+        )
+    )
     os.replace(tmp, staging / ARCHIVED_LIST)
 
 
@@ -461,7 +490,9 @@ def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]]
     """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
     try:
         data = json.loads((staging / ARCHIVED_LIST).read_text())
-        return ([StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
-                [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]])
+        return (
+            [StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
+            [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]],
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -33,7 +33,14 @@ from .errors import InputError
 from .filetypes import file_type
 
 #: Archive kinds by file-name ending, longest first.
-ARCHIVE_SUFFIXES = ((".tar.zst", "tar.zst"), (".tar.zstd", "tar.zst"), (".tar.gz", "tar.gz"), (".tgz", "tar.gz"), (".tar", "tar"), (".zip", "zip"))
+ARCHIVE_SUFFIXES = (
+    (".tar.zst", "tar.zst"),
+    (".tar.zstd", "tar.zst"),
+    (".tar.gz", "tar.gz"),
+    (".tgz", "tar.gz"),
+    (".tar", "tar"),
+    (".zip", "zip"),
+)
 _CHUNK = 1 << 20
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -113,10 +120,14 @@ class _Writer:
 
     def refuse(self, member: str, reason: str) -> HostileArchive:
         shown = member.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in shown)  # no escapes reach the terminal
+        shown = "".join(
+            ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in shown
+        )  # no escapes reach the terminal
         if len(shown) > 90:  # keep the message one line: both ends of a long name say what it is
             shown = f"{shown[:40]}...{shown[-40:]}"
-        return HostileArchive(f"refused {self.source.name}: '{shown}': {reason}", "nothing was imported; unpack it yourself if you trust it")
+        return HostileArchive(
+            f"refused {self.source.name}: '{shown}': {reason}", "nothing was imported; unpack it yourself if you trust it"
+        )
 
     def admit(self, name: str, kind: str) -> str | None:
         """The cleaned name of a member to write (None for a folder); raises for anything else."""
@@ -156,7 +167,9 @@ class _Writer:
         if parent not in self.made:
             os.makedirs(parent, exist_ok=True)
             real_parent = os.path.realpath(parent)
-            if real_parent != self.root and not real_parent.startswith(self.root + os.sep):  # never, with links refused: but be sure
+            if real_parent != self.root and not real_parent.startswith(
+                self.root + os.sep
+            ):  # never, with links refused: but be sure
                 raise self.refuse(member, "would be written outside the destination")
             self.made.add(parent)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -175,8 +188,14 @@ class _Writer:
         total = self.report.bytes
         if total > self.limits.max_total_bytes:
             raise self.refuse(member, f"unpacks to more than {self.limits.max_total_bytes} bytes (a decompression bomb?)")
-        if self.compressed_size and total > self.limits.ratio_floor_bytes and total > self.limits.max_ratio * self.compressed_size:
-            raise self.refuse(member, f"unpacks to more than {self.limits.max_ratio:g} times the archive's size (a decompression bomb?)")
+        if (
+            self.compressed_size
+            and total > self.limits.ratio_floor_bytes
+            and total > self.limits.max_ratio * self.compressed_size
+        ):
+            raise self.refuse(
+                member, f"unpacks to more than {self.limits.max_ratio:g} times the archive's size (a decompression bomb?)"
+            )
 
 
 def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = None) -> UnpackReport:
@@ -187,10 +206,14 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
         _copy_folder(source, writer)
         return writer.report
     if not source.is_file():
-        raise InputError(f"no such file or folder: {source}", "give a dump folder, a .zip, .tar.gz, .tgz or .tar.zst, or an xlarun bundle")
+        raise InputError(
+            f"no such file or folder: {source}", "give a dump folder, a .zip, .tar.gz, .tgz or .tar.zst, or an xlarun bundle"
+        )
     kind = archive_kind(source)
     if kind is None:
-        raise InputError(f"{source.name} is not a folder or a known archive", "xlarun imports folders, .zip, .tar, .tar.gz, .tgz and .tar.zst")
+        raise InputError(
+            f"{source.name} is not a folder or a known archive", "xlarun imports folders, .zip, .tar, .tar.gz, .tgz and .tar.zst"
+        )
     writer = _Writer(source, dest, limits, kind, source.stat().st_size)
     try:
         if kind == "zip":
@@ -202,7 +225,9 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
     except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError) as exc:
         if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT: not the archive's fault
             raise
-        raise InputError(f"cannot read {source.name} as a {kind} archive: {exc}", "is it complete and really that kind of archive?") from None
+        raise InputError(
+            f"cannot read {source.name} as a {kind} archive: {exc}", "is it complete and really that kind of archive?"
+        ) from None
     return writer.report
 
 
@@ -271,7 +296,9 @@ def _check_zip_layout(infos: list[zipfile.ZipInfo], writer: _Writer) -> None:
     limits = writer.limits
     declared = sum(info.file_size for info in infos)
     if declared > limits.max_total_bytes:
-        raise writer.refuse(infos[-1].filename, f"declares {declared} bytes unpacked, over {limits.max_total_bytes} (a decompression bomb?)")
+        raise writer.refuse(
+            infos[-1].filename, f"declares {declared} bytes unpacked, over {limits.max_total_bytes} (a decompression bomb?)"
+        )
     for info in infos:
         if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
             raise writer.refuse(info.filename, f"compressed more than {limits.max_ratio:g} to 1 (a decompression bomb?)")
@@ -322,7 +349,9 @@ def _unpack_tar(source: Path, kind: str, writer: _Writer) -> None:
             if clean is None:
                 continue
             if member.size > writer.limits.max_total_bytes:
-                raise writer.refuse(member.name, f"declares {member.size} bytes, over {writer.limits.max_total_bytes} (a decompression bomb?)")
+                raise writer.refuse(
+                    member.name, f"declares {member.size} bytes, over {writer.limits.max_total_bytes} (a decompression bomb?)"
+                )
             stream = archive.extractfile(member)
             if stream is None:  # admit lets only regular files through; extractfile gives None for anything else
                 raise writer.refuse(member.name, "is not a regular file")

@@ -132,12 +132,17 @@ def select_file(
         step, _others = pass_step(module, pass_name)
     if step is not None or pass_name:
         pool = [f for f in module.files if f.kind == "pass" and (step is None or f.step == step) and _pass_matches(f, pass_name)]
-        what = " ".join(p for p in (f"after pass {pass_name}" if pass_name else "", f"at step {step}" if step is not None else "") if p)
+        what = " ".join(
+            p for p in (f"after pass {pass_name}" if pass_name else "", f"at step {step}" if step is not None else "") if p
+        )
         if not pool:
             passes = sorted({f.after_pass for f in module.files if f.kind == "pass" and f.after_pass})
             steps = sorted({f.step for f in module.files if f.kind == "pass" and f.step is not None})
-            hint = (f"passes dumped: {', '.join(passes[:20])}{' ...' if len(passes) > 20 else ''}; steps {steps[0]} to {steps[-1]}"
-                    if passes else "this module has no per-pass dumps: capture with dump.pass_re (e.g. '.*')")
+            hint = (
+                f"passes dumped: {', '.join(passes[:20])}{' ...' if len(passes) > 20 else ''}; steps {steps[0]} to {steps[-1]}"
+                if passes
+                else "this module has no per-pass dumps: capture with dump.pass_re (e.g. '.*')"
+            )
             raise InputError(f"{module.label} has no dump {what}", hint)
     else:
         wanted = parse_stage(stage, module)
@@ -150,8 +155,10 @@ def select_file(
             raise InputError(f"{module.label} has no {what} file", f"--stage takes: {stage_choices(module)}")
         if wanted.kind != "hlo":
             if purpose != "read" and pool[0].kind not in ("hlo", "pass"):
-                raise InputError(f"{pool[0].path} is a {pool[0].kind} file, not an HLO module to draw",
-                                 f"print it with: xlarun cat {module.ref} --stage {stage}")
+                raise InputError(
+                    f"{pool[0].path} is a {pool[0].kind} file, not an HLO module to draw",
+                    f"print it with: xlarun cat {module.ref} --stage {stage}",
+                )
             preference = _PREFERENCE["read"] if purpose == "read" else preference
     if wanted_format:
         chosen = [f for f in pool if normalize_format(f.format) == wanted_format]
@@ -159,11 +166,15 @@ def select_file(
         chosen = [f for f in pool if normalize_format(f.format) in preference] if purpose != "read" else list(pool)
     if not chosen:
         have = ", ".join(sorted({f.format or "?" for f in pool}))
-        asked = f"format {wanted_format}" if wanted_format else ("XLA's .dot drawing" if purpose == "dot" else "HLO text or proto")
+        asked = (
+            f"format {wanted_format}" if wanted_format else ("XLA's .dot drawing" if purpose == "dot" else "HLO text or proto")
+        )
         hint = "capture with dump.formats including dot" if purpose == "dot" else f"formats there: {have}"
         raise InputError(f"{module.label} has no {asked} dump {what} (only {have})", hint)
     rank = {f: i for i, f in enumerate(preference)}
-    chosen.sort(key=lambda f: (f.step if f.step is not None else 0, rank.get(normalize_format(f.format) or "", len(rank)), f.path))
+    chosen.sort(
+        key=lambda f: (f.step if f.step is not None else 0, rank.get(normalize_format(f.format) or "", len(rank)), f.path)
+    )
     return chosen[0]
 
 
@@ -176,7 +187,9 @@ def pass_step(module: ModuleInfo, pass_name: str) -> tuple[int, list[int]]:
     for f in timeline:  # one file per step, the text one when there is one (the same content as the rest)
         if f.step not in by_step or normalize_format(f.format) == "text":
             by_step[f.step] = f  # type: ignore[index]
-    start = next((f for f in module.files if f.kind == "hlo" and f.stage == BEFORE and normalize_format(f.format) == "text"), None)
+    start = next(
+        (f for f in module.files if f.kind == "hlo" and f.stage == BEFORE and normalize_format(f.format) == "text"), None
+    )
     previous = start.digest if start else None
     runs, changed = [], []
     for number in sorted(by_step):
@@ -191,8 +204,11 @@ def pass_step(module: ModuleInfo, pass_name: str) -> tuple[int, list[int]]:
 
         names = sorted({f.after_pass for f in timeline if f.after_pass})
         close = difflib.get_close_matches(pass_name, names, n=3)
-        hint = (f"did you mean {', '.join(close)}?" if close else f"passes dumped: {', '.join(names[:30])}") if names else \
-            "this module has no per-pass dumps: capture with dump.pass_re (e.g. '.*')"
+        hint = (
+            (f"did you mean {', '.join(close)}?" if close else f"passes dumped: {', '.join(names[:30])}")
+            if names
+            else "this module has no per-pass dumps: capture with dump.pass_re (e.g. '.*')"
+        )
         raise InputError(f"{module.label} has no dump after a pass named {pass_name!r}", hint)
     chosen = changed[0] if changed else runs[0]
     return chosen, [n for n in runs if n != chosen]
@@ -217,8 +233,14 @@ def select_run_file(files: list[FileInfo], path: str, run_id: str) -> FileInfo:
     if len(hits) == 1:
         return hits[0]
     if hits:
-        raise InputError(f"--file {path} matches {len(hits)} files of run {run_id}: {', '.join(f.path for f in hits[:6])}", "give more of the path")
+        raise InputError(
+            f"--file {path} matches {len(hits)} files of run {run_id}: {', '.join(f.path for f in hits[:6])}",
+            "give more of the path",
+        )
     import difflib
 
     close = difflib.get_close_matches(path, [f.path for f in files], n=5, cutoff=0.4)
-    raise InputError(f"run {run_id} has no file {path}", f"did you mean {', '.join(close)}?" if close else "`xlarun show REF --files` lists a module's files")
+    raise InputError(
+        f"run {run_id} has no file {path}",
+        f"did you mean {', '.join(close)}?" if close else "`xlarun show REF --files` lists a module's files",
+    )

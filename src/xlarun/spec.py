@@ -56,8 +56,12 @@ class DumpSpec(_Strict):
         description="HLO formats: text (.txt), proto (.hlo.pb), dot, html, url (url needs a renderer open-source XLA lacks).",
     )
     compress_protos: bool = Field(False, description="--xla_dump_compress_protos: write .hlo.pb.gz.")
-    snapshots: bool = Field(False, description="--xla_dump_hlo_snapshots: module + arguments + result per execution (best replay input).")
-    pass_re: str | None = Field(None, description="--xla_dump_hlo_pass_re: dump before/after every pass matching this regex ('.*' = all; many files).")
+    snapshots: bool = Field(
+        False, description="--xla_dump_hlo_snapshots: module + arguments + result per execution (best replay input)."
+    )
+    pass_re: str | None = Field(
+        None, description="--xla_dump_hlo_pass_re: dump before/after every pass matching this regex ('.*' = all; many files)."
+    )
     module_re: str | None = Field(None, description="--xla_dump_hlo_module_re: only modules whose name matches.")
     pipeline_re: str | None = Field(None, description="--xla_dump_hlo_pipeline_re: only pipelines whose name matches.")
     large_constants: bool = Field(
@@ -68,10 +72,16 @@ class DumpSpec(_Strict):
     max_modules: int | None = Field(None, ge=1, description="--xla_dump_max_hlo_modules: stop dumping after N modules.")
     module_metadata: bool = Field(False, description="--xla_dump_module_metadata.")
     disable_metadata: bool = Field(False, description="--xla_dump_disable_metadata: drop op_name/source metadata from dumps.")
-    extra_xla_flags: list[str] = Field(default_factory=list, description="Raw XLA flags added as they are, e.g. ['--xla_cpu_use_thunk_runtime=false'].")
+    extra_xla_flags: list[str] = Field(
+        default_factory=list, description="Raw XLA flags added as they are, e.g. ['--xla_cpu_use_thunk_runtime=false']."
+    )
     tf_graphs: bool = Field(False, description="TensorFlow GraphDef dumps (TF_DUMP_GRAPH_PREFIX) into the run folder.")
-    jax_ir: list[Literal["jaxpr", "stablehlo"]] = Field(default_factory=list, description="JAX_DUMP_IR_TO / JAX_DUMP_IR_MODES into the run folder.")
-    torch_xla: Literal["off", "text", "hlo", "dot", "stablehlo"] = Field("off", description="PyTorch/XLA XLA_SAVE_TENSORS_FILE in this format.")
+    jax_ir: list[Literal["jaxpr", "stablehlo"]] = Field(
+        default_factory=list, description="JAX_DUMP_IR_TO / JAX_DUMP_IR_MODES into the run folder."
+    )
+    torch_xla: Literal["off", "text", "hlo", "dot", "stablehlo"] = Field(
+        "off", description="PyTorch/XLA XLA_SAVE_TENSORS_FILE in this format."
+    )
     torch_xla_post_optimizations: bool = Field(False, description="XLA_DUMP_POST_OPTIMIZATIONS=1 for PyTorch/XLA.")
     poplar_reports: bool = Field(False, description="Graphcore POPLAR_ENGINE_OPTIONS autoReport.all into the run folder.")
 
@@ -92,8 +102,15 @@ class LoggingSpec(_Strict):
     """Framework and XLA logging (TF_CPP_* and Poplar variables)."""
 
     min_log_level: int | None = Field(None, ge=0, le=3, description="TF_CPP_MIN_LOG_LEVEL (0 all, 3 errors only).")
-    vlog_level: int | None = Field(None, ge=0, description="Verbose logging: sets both TF_CPP_MIN_VLOG_LEVEL (older TF) and TF_CPP_MAX_VLOG_LEVEL (newer XLA/TSL).")
-    vmodule: dict[str, int] = Field(default_factory=dict, description="Per source file vlog level, e.g. {xla_compiler: 2, poplar_compiler: 1} -> TF_CPP_VMODULE.")
+    vlog_level: int | None = Field(
+        None,
+        ge=0,
+        description="Verbose logging: sets both TF_CPP_MIN_VLOG_LEVEL (older TF) and TF_CPP_MAX_VLOG_LEVEL (newer XLA/TSL).",
+    )
+    vmodule: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per source file vlog level, e.g. {xla_compiler: 2, poplar_compiler: 1} -> TF_CPP_VMODULE.",
+    )
     poplar_vlog_level: int | None = Field(None, ge=0, description="TF_POPLAR_VLOG_LEVEL: Poplar backend logging only.")
 
     @field_validator("vmodule")
@@ -110,9 +127,13 @@ class TensorFlowSpec(_Strict):
 
     auto_jit: Literal[-1, 0, 1, 2] | None = Field(None, description="--tf_xla_auto_jit (2 = cluster everything possible).")
     cpu_global_jit: bool = Field(False, description="--tf_xla_cpu_global_jit: let auto-jit cluster on CPU too.")
-    clustering_debug: bool = Field(False, description="--tf_xla_clustering_debug: dump clustering GraphDefs (needs dump.tf_graphs).")
+    clustering_debug: bool = Field(
+        False, description="--tf_xla_clustering_debug: dump clustering GraphDefs (needs dump.tf_graphs)."
+    )
     min_cluster_size: int | None = Field(None, ge=1, description="--tf_xla_min_cluster_size.")
-    extra_flags: list[str] = Field(default_factory=list, description="Raw TF_XLA_FLAGS entries, e.g. ['--tf_xla_max_cluster_size=50'].")
+    extra_flags: list[str] = Field(
+        default_factory=list, description="Raw TF_XLA_FLAGS entries, e.g. ['--tf_xla_max_cluster_size=50']."
+    )
 
     @field_validator("extra_flags")
     @classmethod
@@ -121,15 +142,21 @@ class TensorFlowSpec(_Strict):
             if flag.startswith("--tf_dump_graph_prefix"):
                 raise ValueError("--tf_dump_graph_prefix in TF_XLA_FLAGS aborts TensorFlow 2.21; use dump.tf_graphs: true")
             if not flag.startswith("--tf_"):
-                raise ValueError(f"{flag!r} is not a TF_XLA_FLAGS flag (they start with '--tf_'); XLA flags go in dump.extra_xla_flags")
+                raise ValueError(
+                    f"{flag!r} is not a TF_XLA_FLAGS flag (they start with '--tf_'); XLA flags go in dump.extra_xla_flags"
+                )
         return flags
 
 
 class JaxSpec(_Strict):
     """JAX settings for the capture."""
 
-    disable_compilation_cache: bool = Field(True, description="Turn JAX's persistent compilation cache off: a cache hit compiles nothing and dumps nothing.")
-    detailed_logging_min_ops: int | None = Field(None, ge=0, description="JAX_COMPILER_DETAILED_LOGGING_MIN_OPS (0 = log every compile).")
+    disable_compilation_cache: bool = Field(
+        True, description="Turn JAX's persistent compilation cache off: a cache hit compiles nothing and dumps nothing."
+    )
+    detailed_logging_min_ops: int | None = Field(
+        None, ge=0, description="JAX_COMPILER_DETAILED_LOGGING_MIN_OPS (0 = log every compile)."
+    )
 
 
 class TorchXlaSpec(_Strict):
@@ -143,8 +170,12 @@ class TorchXlaSpec(_Strict):
 class PoplarSpec(_Strict):
     """Graphcore IPU settings."""
 
-    flags: list[str] = Field(default_factory=list, description="TF_POPLAR_FLAGS entries, e.g. ['--use_ipu_model', '--executable_cache_path=/tmp/c'].")
-    engine_options: dict[str, str] = Field(default_factory=dict, description="Extra POPLAR_ENGINE_OPTIONS entries (autoReport.* is set by dump.poplar_reports).")
+    flags: list[str] = Field(
+        default_factory=list, description="TF_POPLAR_FLAGS entries, e.g. ['--use_ipu_model', '--executable_cache_path=/tmp/c']."
+    )
+    engine_options: dict[str, str] = Field(
+        default_factory=dict, description="Extra POPLAR_ENGINE_OPTIONS entries (autoReport.* is set by dump.poplar_reports)."
+    )
 
 
 class BackendSpec(DockerOptions):
@@ -153,7 +184,9 @@ class BackendSpec(DockerOptions):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
-    kind: BackendKind = Field("local", description="local (a subprocess), docker-cpu, docker-gpu, docker-ipu, or docker (every option explicit).")
+    kind: BackendKind = Field(
+        "local", description="local (a subprocess), docker-cpu, docker-gpu, docker-ipu, or docker (every option explicit)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -165,7 +198,9 @@ class BackendSpec(DockerOptions):
         if self.kind == "local":
             given = sorted(self.model_fields_set - {"kind"})
             if given:
-                raise ValueError(f"{', '.join(given)}: container options need a docker kind (kind: docker-cpu, docker-gpu, docker-ipu or docker)")
+                raise ValueError(
+                    f"{', '.join(given)}: container options need a docker kind (kind: docker-cpu, docker-gpu, docker-ipu or docker)"
+                )
         return self
 
 
@@ -176,8 +211,12 @@ class RunSpec(_Strict):
     description: str | None = None
     script: str = Field(..., description="The Python script to run, relative to the spec file.")
     args: list[str] = Field(default_factory=list, description="Arguments passed to the script.")
-    python: str | None = Field(None, description="Interpreter to run the script with (default: the Python running xlarun; in a container: python3).")
-    workdir: str | None = Field(None, description="Working directory of the job, relative to the spec file (default: the spec file's folder).")
+    python: str | None = Field(
+        None, description="Interpreter to run the script with (default: the Python running xlarun; in a container: python3)."
+    )
+    workdir: str | None = Field(
+        None, description="Working directory of the job, relative to the spec file (default: the spec file's folder)."
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
     framework: Framework = Field("auto", description="jax, tensorflow, torch_xla, or auto (read from the script's imports).")
     backend: BackendSpec = Field(default_factory=BackendSpec)
@@ -194,8 +233,13 @@ class RunSpec(_Strict):
         description="Run the spec once per cell: axes of values (product), plus 'include' and 'exclude' lists as in GitHub Actions. "
         "Write ${matrix.AXIS} anywhere in the spec to use a cell's value, e.g. backend: ${matrix.backend}.",
     )
-    fail_fast: bool = Field(False, description="In a batch, stop starting new cells (and stop running ones) after the first failure.")
-    executor: Literal["local", "ray"] = Field("local", description="Where a batch's cells run: local (threads of this process) or ray (tasks on a Ray cluster; `xlarun batch --address`).")
+    fail_fast: bool = Field(
+        False, description="In a batch, stop starting new cells (and stop running ones) after the first failure."
+    )
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="Where a batch's cells run: local (threads of this process) or ray (tasks on a Ray cluster; `xlarun batch --address`).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -215,10 +259,15 @@ class RunSpec(_Strict):
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
-                    raise ValueError(f"{key!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
+                    raise ValueError(
+                        f"{key!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+                    )
                 if isinstance(item, (dict, list)):
                     raise ValueError(f"{key}: a variable's value is a string, number or boolean, not a {type(item).__name__}")
-            return {k: v if isinstance(v, str) else ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+            return {
+                k: v if isinstance(v, str) else ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in value.items()
+            }
         return value
 
     @field_validator("args", mode="before")
@@ -302,7 +351,12 @@ def _interpolate_tree(value: Any, path: tuple, environ: dict[str, str], problems
         try:
             return interpolate(value, environ)
         except KeyError as missing:
-            problems.append((path, f"environment variable {missing.args[0]} is not set (write ${{{missing.args[0]}:-default}} to give a default)"))
+            problems.append(
+                (
+                    path,
+                    f"environment variable {missing.args[0]} is not set (write ${{{missing.args[0]}:-default}} to give a default)",
+                )
+            )
             return value
     if isinstance(value, dict):
         return {k: _interpolate_tree(v, (*path, k), environ, problems) for k, v in value.items()}
@@ -365,7 +419,10 @@ def _read_yaml(text: str, source: str) -> tuple[dict, dict, dict]:
     if node is None or data is None:
         raise SpecError(f"{source}:1:1 (top level): the spec is empty", "a spec needs at least 'name' and 'script'")
     if not isinstance(data, dict):
-        raise SpecError(f"{source}:1:1 (top level): a spec must be a mapping of keys, found {type(data).__name__}", "start with 'name: ...' and 'script: ...'")
+        raise SpecError(
+            f"{source}:1:1 (top level): a spec must be a mapping of keys, found {type(data).__name__}",
+            "start with 'name: ...' and 'script: ...'",
+        )
     keys: dict = {}
     values: dict = {}
     _positions(node, (), keys, values)
@@ -409,7 +466,9 @@ def parse_spec_text(text: str, source: str = "<spec>", environ: dict[str, str] |
     return parse_spec_cells(text, source, environ)[0][1]
 
 
-def parse_spec_cells(text: str, source: str = "<spec>", environ: dict[str, str] | None = None) -> list[tuple[dict[str, Any] | None, RunSpec]]:
+def parse_spec_cells(
+    text: str, source: str = "<spec>", environ: dict[str, str] | None = None
+) -> list[tuple[dict[str, Any] | None, RunSpec]]:
     """Every cell of a spec: ``[(matrix values, spec)]``; a spec without a matrix is one cell with values None."""
     environ = dict(os.environ) if environ is None else environ
     data, keys, values = _read_yaml(text, source)
@@ -451,7 +510,9 @@ def _read_spec_file(spec_path: Path) -> str:
     except IsADirectoryError:
         raise SpecError(f"{spec_path}: is a folder, not a spec file", "give the path of a .yaml file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{spec_path}: cannot read the spec: {exc}", "check the file's permissions and encoding (UTF-8)") from None
+        raise SpecError(
+            f"{spec_path}: cannot read the spec: {exc}", "check the file's permissions and encoding (UTF-8)"
+        ) from None
 
 
 def load_batch(path: str | Path, environ: dict[str, str] | None = None) -> list[LoadedSpec]:

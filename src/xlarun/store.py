@@ -129,12 +129,16 @@ class Store(RunStore):
 
     # --- archiving -------------------------------------------------------------------------------
 
-    def archiver(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> OutputArchiver:
+    def archiver(
+        self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None
+    ) -> OutputArchiver:
         """An :class:`OutputArchiver` for a run's staging folder (``start()`` before the job, ``finish()`` after).
         It hands each file it archives to :attr:`facts`, so indexing the run afterwards finds the parsing done."""
         return OutputArchiver(self, staging, progress, workers, on_archived=self.facts.prepare)
 
-    def archive_outputs(self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> list[StoredFile]:
+    def archive_outputs(
+        self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None
+    ) -> list[StoredFile]:
         """Move every file the job wrote under ``staging`` into the blob store; return the file list.
 
         Module dumps are stored in packs (see ``archiver.py``). Raw files are deleted from

@@ -186,8 +186,14 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
         if scanned is not None:  # text as XLA prints it: read with whole-text patterns, no per-line parse
             found = {("opcode", op) for op in scanned.opcodes} | {("name", n) for n in scanned.names}
             found |= {("op_name", n) for n in scanned.op_names} | {("source", s) for s in scanned.sources}
-            return _StageFacts(scanned.instructions, dict(sorted(scanned.opcodes.items())), scanned.entry_signature, None,
-                               scanned.elided_constants, frozenset(found))
+            return _StageFacts(
+                scanned.instructions,
+                dict(sorted(scanned.opcodes.items())),
+                scanned.entry_signature,
+                None,
+                scanned.elided_constants,
+                frozenset(found),
+            )
     module = _parse(name, data, summary=not with_fingerprint)  # the fingerprint needs the full parse
     terms: set[tuple[str, str]] = set()
     for instruction in module.instructions():
@@ -199,8 +205,12 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
             where = f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file
             terms.add(("source", where))
     return _StageFacts(
-        module.instruction_count(), dict(sorted(module.opcode_histogram().items())), module.entry_signature,
-        module.fingerprint() if with_fingerprint else None, module.has_elided_constants(), frozenset(terms),
+        module.instruction_count(),
+        dict(sorted(module.opcode_histogram().items())),
+        module.entry_signature,
+        module.fingerprint() if with_fingerprint else None,
+        module.has_elided_constants(),
+        frozenset(terms),
     )
 
 
@@ -337,7 +347,9 @@ class gather_facts:
             self.pool.close()
 
 
-def count_pass_dumps(store: RunStore, facts: FactsCache, files: list[tuple[StoredFile, DumpName]], counts: dict[str, int]) -> None:
+def count_pass_dumps(
+    store: RunStore, facts: FactsCache, files: list[tuple[StoredFile, DumpName]], counts: dict[str, int]
+) -> None:
     """Count the instructions of every text pass dump among ``files`` ((StoredFile, DumpName) pairs) not yet
     in ``counts`` (by digest), for the pass timelines."""
     for stored, name in files:
@@ -370,8 +382,14 @@ def _stage_bytes(store: RunStore, facts: FactsCache, digest: str) -> bytes:
     return data if data is not None else store.blobs.get(digest)
 
 
-def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, members: list[tuple[StoredFile, DumpName]], counts: dict[str, int],
-                     gathered: dict[tuple[str, bool], _StageFacts | str] | None = None) -> ModuleSummary:
+def summarize_module(
+    store: RunStore,
+    facts_cache: FactsCache,
+    module_id: int,
+    members: list[tuple[StoredFile, DumpName]],
+    counts: dict[str, int],
+    gathered: dict[tuple[str, bool], _StageFacts | str] | None = None,
+) -> ModuleSummary:
     """A module's summary from its files (``members``: (StoredFile, DumpName) pairs); ``counts`` memoizes
     pass-dump instruction counts by digest and gains the new ones; ``gathered`` holds facts from
     :func:`gather_facts`."""
@@ -419,7 +437,9 @@ def summarize_module(store: RunStore, facts_cache: FactsCache, module_id: int, m
     return summary
 
 
-def _pass_timeline(store: RunStore, facts: FactsCache, pass_members: list[tuple[StoredFile, DumpName]], counts: dict[str, int]) -> list[PassInfo]:
+def _pass_timeline(
+    store: RunStore, facts: FactsCache, pass_members: list[tuple[StoredFile, DumpName]], counts: dict[str, int]
+) -> list[PassInfo]:
     """One entry per pass dump step; text dumps are counted once per content (``counts`` memoizes by digest)."""
     by_step: dict[tuple, list] = defaultdict(list)
     for stored, name in pass_members:

@@ -51,7 +51,12 @@ def _node(instruction: HloInstruction, ids: dict[str, str], graph_of: dict[str, 
     if instruction.op_name:
         attrs.append(("op_name", instruction.op_name))
     if instruction.source_file:
-        attrs.append(("source", f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file))
+        attrs.append(
+            (
+                "source",
+                f"{instruction.source_file}:{instruction.source_line}" if instruction.source_line else instruction.source_file,
+            )
+        )
     if instruction.computation in fusion_of:
         attrs.append(("fused into", fusion_of[instruction.computation]))
     if instruction.is_root:
@@ -67,7 +72,8 @@ def _node(instruction: HloInstruction, ids: dict[str, str], graph_of: dict[str, 
         "attrs": [{"key": "name", "value": instruction.name}] + [{"key": k, "value": str(v)} for k, v in attrs],
         "incomingEdges": [
             {"sourceNodeId": ids[operand], "sourceNodeOutputId": "0", "targetNodeInputId": str(n)}
-            for n, operand in enumerate(instruction.operands) if operand in ids
+            for n, operand in enumerate(instruction.operands)
+            if operand in ids
         ],
         "outputsMetadata": [{"id": "0", "attrs": [{"key": "shape", "value": instruction.shape}]}],
     }
@@ -141,9 +147,21 @@ class ModelExplorerServer:
         if not model_explorer_installed():
             raise EnvironmentProblem("Model Explorer is not installed", INSTALL_HINT)
         port = port or free_loopback_port()
-        argv = [python or sys.executable, "-m", "model_explorer", str(graph_file), "--host", LOOPBACK, "--port", str(port), "--no_open_in_browser"]
+        argv = [
+            python or sys.executable,
+            "-m",
+            "model_explorer",
+            str(graph_file),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--no_open_in_browser",
+        ]
         # its own session: stop() ends it and the threads it starts, nothing else
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True
+        )
         server = cls(graph_file, port, process, viewer_url(port, graph_file))
         server._wait_until_serving()
         return server

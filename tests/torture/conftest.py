@@ -43,8 +43,11 @@ def real_dump(tmp_path_factory):
 
     pytest.importorskip("jax")
     folder = tmp_path_factory.mktemp("real-dump")
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_dump_to={folder} --xla_dump_hlo_pass_re=.* --xla_dump_hlo_as_text --xla_dump_hlo_as_proto")
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=f"--xla_dump_to={folder} --xla_dump_hlo_pass_re=.* --xla_dump_hlo_as_text --xla_dump_hlo_as_proto",
+    )
     subprocess.run([sys.executable, "-c", REAL_DUMP_JOB], env=env, check=True, capture_output=True, timeout=300)
     assert len(os.listdir(folder)) > 100
     return folder

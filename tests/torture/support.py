@@ -53,8 +53,16 @@ def reset_signals() -> None:
 def xlarun(*args: str, store: Path, env: dict | None = None, **kwargs) -> subprocess.Popen:
     """``python -m xlarun ARGS`` with the store, signals at their defaults, output in pipes."""
     full_env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.Popen([sys.executable, "-m", "xlarun", *args], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, preexec_fn=reset_signals, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "xlarun", *args],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=reset_signals,
+        **kwargs,
+    )
 
 
 def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> list[str]:

@@ -19,7 +19,9 @@ def test_eight_captures_with_gc_and_rm_on_one_store(tmp_path, real_dump, figures
     lost = crashes = hangs = gcs = 0
     made: set[str] = set()
     for _round in range(rounds):
-        spec = write_spec(tmp_path / "spec", f"name: crowd\nscript: job.py\nargs: [{real_dump}, '0.01', /dev/null]\ntimeout: 300s\n", REPLAY_JOB)
+        spec = write_spec(
+            tmp_path / "spec", f"name: crowd\nscript: job.py\nargs: [{real_dump}, '0.01', /dev/null]\ntimeout: 300s\n", REPLAY_JOB
+        )
         doomed = xlarun("capture", str(spec), "-q", store=root)
         assert doomed.wait(timeout=300) == 0
         [to_remove] = [r for r in assert_sound(root).runs if r not in made]
@@ -46,5 +48,13 @@ def test_eight_captures_with_gc_and_rm_on_one_store(tmp_path, real_dump, figures
     final = xlarun("gc", store=root)
     final.communicate(timeout=300)
     state = assert_sound(root)  # after a last gc with nothing running: every run still reads back
-    figures(rounds=rounds, captures=8 * rounds, gc_runs=gcs + 1, runs=len(state.runs), runs_lost=lost, exit4_crashes=crashes, hangs=hangs)
+    figures(
+        rounds=rounds,
+        captures=8 * rounds,
+        gc_runs=gcs + 1,
+        runs=len(state.runs),
+        runs_lost=lost,
+        exit4_crashes=crashes,
+        hangs=hangs,
+    )
     assert (lost, crashes, hangs) == (0, 0, 0) and len(state.runs) == 8 * rounds

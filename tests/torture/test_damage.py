@@ -41,12 +41,16 @@ DAMAGE = {
     "flipped-pack": lambda s: _flip(_biggest_pack(s)),
     "truncated-pack": lambda s: _biggest_pack(s).write_bytes(_biggest_pack(s).read_bytes()[:100]),
     "header-truncated-pack": lambda s: _biggest_pack(s).write_bytes(_biggest_pack(s).read_bytes()[:20]),
-    "half-truncated-pack": lambda s: _biggest_pack(s).write_bytes(_biggest_pack(s).read_bytes()[: _biggest_pack(s).stat().st_size // 2]),
+    "half-truncated-pack": lambda s: _biggest_pack(s).write_bytes(
+        _biggest_pack(s).read_bytes()[: _biggest_pack(s).stat().st_size // 2]
+    ),
     "deleted-pack": lambda s: _biggest_pack(s).unlink(),
     "garbage-index": lambda s: (s / "index.sqlite").write_bytes(b"not a database at all" * 100),
     "truncated-index": lambda s: (s / "index.sqlite").write_bytes((s / "index.sqlite").read_bytes()[:4096]),
     "deleted-index": lambda s: (s / "index.sqlite").unlink(),
-    "truncated-pack-table": lambda s: (s / "blobs" / "packs.sqlite").write_bytes((s / "blobs" / "packs.sqlite").read_bytes()[:1000]),
+    "truncated-pack-table": lambda s: (s / "blobs" / "packs.sqlite").write_bytes(
+        (s / "blobs" / "packs.sqlite").read_bytes()[:1000]
+    ),
     "garbage-pack-table": lambda s: (s / "blobs" / "packs.sqlite").write_bytes(b"\x00" * 8192),
 }
 

@@ -80,6 +80,13 @@ def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real
     made = json.loads(out)["recovered"]
     state = assert_sound(store)
     lost = 1 + len(codes) - len(state.runs)
-    figures(trials=len(codes), exit_codes=codes, recovered=len(made), runs=len(state.runs), runs_lost=lost,
-            exit4_crashes=codes.count(4), hangs=0)
+    figures(
+        trials=len(codes),
+        exit_codes=codes,
+        recovered=len(made),
+        runs=len(state.runs),
+        runs_lost=lost,
+        exit4_crashes=codes.count(4),
+        hangs=0,
+    )
     assert lost == 0 and 3 in codes

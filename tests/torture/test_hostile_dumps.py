@@ -58,13 +58,24 @@ def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cl
         if expect.skipped:  # the user is told, in the capture's warnings and in `xlarun files`
             assert any("not archived" in w for w in result.warnings), result.warnings
             listed = cli("files", result.run_id, "--store", store.root)
-            assert listed.exit_code == 0 and all(f"NOT ARCHIVED  {name}" in listed.stdout for name in expect.skipped), listed.stdout
+            assert listed.exit_code == 0 and all(f"NOT ARCHIVED  {name}" in listed.stdout for name in expect.skipped), (
+                listed.stdout
+            )
             as_json = json.loads(cli("files", result.run_id, "--store", store.root, "--json").stdout)
             assert {n["path"] for n in as_json["not_archived"]} >= set(expect.skipped)
     store.close()
     state = assert_sound(tmp_path / "store")
-    figures(folders=len(MAKERS), runs=len(state.runs), runs_lost=lost, exit4_crashes=crashes, hangs=hangs, paths_checked=checked,
-            slowest_s=slowest[0], slowest=slowest[1], as_root=ROOT)
+    figures(
+        folders=len(MAKERS),
+        runs=len(state.runs),
+        runs_lost=lost,
+        exit4_crashes=crashes,
+        hangs=hangs,
+        paths_checked=checked,
+        slowest_s=slowest[0],
+        slowest=slowest[1],
+        as_root=ROOT,
+    )
     assert len(MAKERS) >= 20
     assert (lost, crashes, hangs) == (0, 0, 0)
     assert len(state.runs) == len(MAKERS)

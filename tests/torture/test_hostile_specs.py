@@ -39,8 +39,15 @@ def test_every_hostile_spec_is_refused_or_run_cleanly(tmp_path, figures, cli):
         if (returncode == 1) != (name in RUNS) or returncode not in (1, 2):
             unexpected.append((name, returncode))
     check = cli("check", "--store", store)
-    figures(trials=len(specs), exit_codes=dict(sorted(codes.items())), exit4_crashes=len(crashes), hangs=len(hangs),
-            leaked_secrets=len(leaks), not_json=len(not_json), store_sound=check.exit_code == 0)
+    figures(
+        trials=len(specs),
+        exit_codes=dict(sorted(codes.items())),
+        exit4_crashes=len(crashes),
+        hangs=len(hangs),
+        leaked_secrets=len(leaks),
+        not_json=len(not_json),
+        store_sound=check.exit_code == 0,
+    )
     assert len(SPECS) >= 30
     assert not crashes and not hangs and not leaks, (crashes, hangs, leaks)
     assert not not_json and not several_lines, (not_json, several_lines)

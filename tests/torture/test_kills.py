@@ -27,8 +27,17 @@ from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
 
 pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
-CAPTURE_POINTS = ("job-ended", "pack-written", "pack-listed", "packs-written", "archived-listed", "raw-discarded",
-                  "metadata-written", "committed", "indexed")
+CAPTURE_POINTS = (
+    "job-ended",
+    "pack-written",
+    "pack-listed",
+    "packs-written",
+    "archived-listed",
+    "raw-discarded",
+    "metadata-written",
+    "committed",
+    "indexed",
+)
 RECOVER_POINTS = ("pack-written", "recover-archived", "archived-listed", "metadata-written", "committed")
 JOB = REPLAY_JOB + "open(sys.argv[3], 'a').write(f'{os.getpid()}\\n')\n"
 
@@ -47,7 +56,9 @@ def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
     trials = 240 if soak else 8
     root = tmp_path / "store"
     pids = tmp_path / "job.pids"
-    spec = write_spec(tmp_path / "spec", f"name: replay\nscript: job.py\nargs: [{real_dump}, '0.01', {pids}]\ntimeout: 120s\n", JOB)
+    spec = write_spec(
+        tmp_path / "spec", f"name: replay\nscript: job.py\nargs: [{real_dump}, '0.01', {pids}]\ntimeout: 120s\n", JOB
+    )
     figures_by = Counter()
     landed = Counter()
     lost = crashes = hangs = 0
@@ -94,9 +105,18 @@ def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
         landed[line] += 1
     state = assert_sound(root)
     statuses = Counter(state.statuses.values())
-    figures(trials=trials, kills_injected=figures_by["kills"], **{k: v for k, v in figures_by.items() if k != "kills"},
-            runs=len(state.runs), runs_lost=lost, exit4_crashes=crashes, hangs=hangs, statuses=dict(statuses),
-            kills_landed_at=dict(landed), seconds=round(time.monotonic() - started, 1))
+    figures(
+        trials=trials,
+        kills_injected=figures_by["kills"],
+        **{k: v for k, v in figures_by.items() if k != "kills"},
+        runs=len(state.runs),
+        runs_lost=lost,
+        exit4_crashes=crashes,
+        hangs=hangs,
+        statuses=dict(statuses),
+        kills_landed_at=dict(landed),
+        seconds=round(time.monotonic() - started, 1),
+    )
     assert (lost, crashes, hangs) == (0, 0, 0)
     assert len(state.runs) == trials and state.leftovers == 0
     assert figures_by["kills"] >= trials // 2

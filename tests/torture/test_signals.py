@@ -82,8 +82,14 @@ def test_sighup_ignored_by_nohup_stays_ignored(tmp_path):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "xlarun", "capture", str(spec)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=like_nohup)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "capture", str(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=like_nohup,
+    )
     wait_for_line(proc, "ready")
     proc.send_signal(signal.SIGHUP)
     _out, err = proc.communicate(timeout=60)

@@ -44,9 +44,26 @@ if TYPE_CHECKING:  # the SDK is imported when a container is launched, not when 
     import docker
 
 __all__ = [
-    "CWD_MOUNT", "DROPPED_NAMES", "IPUOF_DIR_MOUNT", "IPUOF_FILE_MOUNT", "LABEL_OWNER", "LABEL_RUN", "RUN_MOUNT", "SCRIPT_MOUNT",
-    "ContainerSpec", "DockerBackend", "DockerOptions", "GpuRequest", "HostFacts", "Mount", "container_path",
-    "ipu_device_files", "ipus_of_device_id", "run_id_of", "run_in_image", "translate_job",
+    "CWD_MOUNT",
+    "DROPPED_NAMES",
+    "IPUOF_DIR_MOUNT",
+    "IPUOF_FILE_MOUNT",
+    "LABEL_OWNER",
+    "LABEL_RUN",
+    "RUN_MOUNT",
+    "SCRIPT_MOUNT",
+    "ContainerSpec",
+    "DockerBackend",
+    "DockerOptions",
+    "GpuRequest",
+    "HostFacts",
+    "Mount",
+    "container_path",
+    "ipu_device_files",
+    "ipus_of_device_id",
+    "run_id_of",
+    "run_in_image",
+    "translate_job",
 ]
 
 #: Image build arguments (labels ``xlarun.build-arg.*``) that name framework versions, for the manifest.
@@ -106,8 +123,9 @@ class DockerBackend:
         """The backend for a run spec's ``backend`` section: its ``kind`` and ``options``."""
         options = getattr(spec, "options", None)
         if options is None:  # the options may also sit in the section itself
-            options = {name: getattr(spec, name) for name in DockerOptions.model_fields
-                       if getattr(spec, name, None) is not None} or None
+            options = {
+                name: getattr(spec, name) for name in DockerOptions.model_fields if getattr(spec, name, None) is not None
+            } or None
         if isinstance(options, dict):
             try:
                 options = DockerOptions(**options)
@@ -149,8 +167,11 @@ class DockerBackend:
         finally:
             handed_back = _give_run_dir_back(client, image.id, run_dir, host, spec.labels)
         info = images.image_info(image, spec.image)
-        versions = {name: info.labels[f"xlarun.build-arg.{arg}"] for arg, name in _VERSION_LABELS.items()
-                    if info.labels.get(f"xlarun.build-arg.{arg}")}
+        versions = {
+            name: info.labels[f"xlarun.build-arg.{arg}"]
+            for arg, name in _VERSION_LABELS.items()
+            if info.labels.get(f"xlarun.build-arg.{arg}")
+        }
         result.details.update(info.as_details(), engine=_engine_version(client), versions=versions)
         if handed_back:
             result.details["run_dir_chowned"] = handed_back
@@ -250,24 +271,40 @@ class _ContainerRun:
         ended = _utc_now()
         details = self._details(oom_killed=bool(state.get("OOMKilled")), container_exit_code=state.get("ExitCode"))
         if outcome == "timed_out":
-            return LaunchResult(RunStatus.TIMED_OUT, None, started, ended, details=details,
-                                error=f"killed at the {self.job.timeout_s:g} s deadline")
+            return LaunchResult(
+                RunStatus.TIMED_OUT,
+                None,
+                started,
+                ended,
+                details=details,
+                error=f"killed at the {self.job.timeout_s:g} s deadline",
+            )
         code = state.get("ExitCode")
         if state.get("OOMKilled"):
             limit = self.spec.mem_limit
             why = f"the {limit} memory limit (backend.options.mem_limit)" if limit else "the host's memory"
-            return LaunchResult(RunStatus.FAILED, code, started, ended, details=details,
-                                error=f"out of memory: the kernel killed the job when it passed {why}")
+            return LaunchResult(
+                RunStatus.FAILED,
+                code,
+                started,
+                ended,
+                details=details,
+                error=f"out of memory: the kernel killed the job when it passed {why}",
+            )
         status = RunStatus.SUCCEEDED if code == 0 else RunStatus.FAILED
         return LaunchResult(status, code, started, ended, details=details)
 
     def _details(self, **extra) -> dict[str, object]:
         spec = self.spec
         return {
-            "backend": "docker", "container_name": self.name,
+            "backend": "docker",
+            "container_name": self.name,
             "container_id": self.container.id[:12] if self.container else None,
-            "user": spec.user, "mem_limit": spec.mem_limit, "shm_size": spec.shm_size,
-            "devices": list(spec.devices), "gpus": [asdict(r) for r in spec.device_requests] or None,
+            "user": spec.user,
+            "mem_limit": spec.mem_limit,
+            "shm_size": spec.shm_size,
+            "devices": list(spec.devices),
+            "gpus": [asdict(r) for r in spec.device_requests] or None,
             **extra,
         }
 
@@ -316,11 +353,15 @@ def run_in_image(
     host = HostFacts.detect()
     folders = [(str(Path(p).absolute()), True) for p in read_only] + [(str(Path(p).absolute()), False) for p in writable]
     spec = ContainerSpec(
-        image=image, command=list(argv), working_dir=folders[-1][0] if folders else "/",
-        environment={"PYTHONUNBUFFERED": "1"}, user=f"{host.uid}:{host.gid}",
+        image=image,
+        command=list(argv),
+        working_dir=folders[-1][0] if folders else "/",
+        environment={"PYTHONUNBUFFERED": "1"},
+        user=f"{host.uid}:{host.gid}",
         mounts=[Mount(path, path, ro) for path, ro in folders],
         labels={LABEL_RUN: "tool", LABEL_OWNER: str(host.pid), "xlarun.kind": "tool"},
-        device_requests=DockerOptions(gpus=gpus).gpu_requests(), network_mode="none",
+        device_requests=DockerOptions(gpus=gpus).gpu_requests(),
+        network_mode="none",
     )
     client = images.connect_docker()
     images.require_image(client, image, pull=pull)
@@ -333,8 +374,10 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> XlarunError:
     text = getattr(exc, "explanation", None) or str(exc)
     missing = re.search(r"bind source path does not exist: (\S+)", text)
     if missing:
-        return InputError(f"cannot mount {missing.group(1)} into the container: it does not exist",
-                          hint="fix backend.options.volumes or the spec's paths")
+        return InputError(
+            f"cannot mount {missing.group(1)} into the container: it does not exist",
+            hint="fix backend.options.volumes or the spec's paths",
+        )
     if spec.device_requests and ("could not select device driver" in text or "nvidia" in text.lower()):
         return EnvironmentProblem(
             "no NVIDIA container runtime on this Docker host: the job asks for GPUs "
@@ -378,14 +421,19 @@ def _give_run_dir_back(client: docker.DockerClient, image_id: str, run_dir: Path
 
     foreign = any(
         os.lstat(os.path.join(root, name)).st_uid != host.uid
-        for root, dirs, files in os.walk(run_dir) for name in (*dirs, *files)
+        for root, dirs, files in os.walk(run_dir)
+        for name in (*dirs, *files)
     )
     if foreign:
         try:
             client.containers.run(
-                image_id, entrypoint=["chown", "-R", f"{host.uid}:{host.gid}", RUN_MOUNT], user="0:0",
-                mounts=[SdkMount(RUN_MOUNT, str(run_dir.absolute()), type="bind")], network_mode="none",
-                labels={**labels, "xlarun.kind": "chown"}, remove=True,
+                image_id,
+                entrypoint=["chown", "-R", f"{host.uid}:{host.gid}", RUN_MOUNT],
+                user="0:0",
+                mounts=[SdkMount(RUN_MOUNT, str(run_dir.absolute()), type="bind")],
+                network_mode="none",
+                labels={**labels, "xlarun.kind": "chown"},
+                remove=True,
             )
         except docker.errors.DockerException:
             pass  # the files stay readable (the job's umask); only deleting them needs the owner

@@ -125,9 +125,7 @@ class DockerOptions(BaseModel, extra="forbid"):
         default_factory=list,
         description="Extra devices, 'HOST[:CONTAINER[:PERMISSIONS]]', e.g. '/dev/fuse:/dev/fuse:rwm'.",
     )
-    cap_add: list[str] = Field(
-        default_factory=list, description="Extra Linux capabilities, e.g. ['SYS_PTRACE']."
-    )
+    cap_add: list[str] = Field(default_factory=list, description="Extra Linux capabilities, e.g. ['SYS_PTRACE'].")
     volumes: list[str] = Field(
         default_factory=list,
         description="Extra bind mounts, 'HOST:CONTAINER[:ro|rw]' (read-write unless ':ro'). The script's "
@@ -204,9 +202,7 @@ class DockerOptions(BaseModel, extra="forbid"):
     def _volumes(cls, value: list[str]) -> list[str]:
         for volume in value:
             parts = volume.split(":")
-            if len(parts) not in (2, 3) or not parts[1].startswith("/") or (
-                len(parts) == 3 and parts[2] not in ("ro", "rw")
-            ):
+            if len(parts) not in (2, 3) or not parts[1].startswith("/") or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
                 raise ValueError(f"{volume!r} is not 'HOST:CONTAINER[:ro|rw]' with an absolute CONTAINER path")
         return value
 

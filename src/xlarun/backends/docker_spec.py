@@ -33,12 +33,34 @@ LABEL_RUN = "xlarun.run"
 LABEL_OWNER = "xlarun.owner-pid"
 #: Host-specific variables that would break the container when a job's environment was copied from the
 #: host; set them through ``options.env`` when the image needs them.
-DROPPED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "HOSTNAME", "TERM", "TMPDIR",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-    "LD_LIBRARY_PATH", "LD_PRELOAD", "DISPLAY", "SSH_AUTH_SOCK", "DOCKER_HOST", "DOCKER_CONFIG",
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",  # GPUs are renumbered from 0 in the container
-})
+DROPPED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "HOSTNAME",
+        "TERM",
+        "TMPDIR",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "DISPLAY",
+        "SSH_AUTH_SOCK",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",  # GPUs are renumbered from 0 in the container
+    }
+)
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
@@ -118,7 +140,8 @@ class ContainerSpec:
         if self.device_requests:
             kwargs["device_requests"] = [
                 DeviceRequest(
-                    count=r.count, device_ids=list(r.device_ids) or None,
+                    count=r.count,
+                    device_ids=list(r.device_ids) or None,
                     capabilities=[list(c) for c in r.capabilities],
                 )
                 for r in self.device_requests
@@ -126,6 +149,7 @@ class ContainerSpec:
         if self.ulimits:
             kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits]
         return kwargs
+
 
 # ---------------------------------------------------------------------------------------------- paths
 def _mount_table(job: Job, options: DockerOptions, host: HostFacts) -> list[Mount]:
@@ -158,7 +182,7 @@ def container_path(host_path: str | os.PathLike, job: Job, options: DockerOption
         for mount in sorted(table, key=lambda m: len(m.source), reverse=True):
             for source in dict.fromkeys((mount.source, os.path.realpath(mount.source))):
                 if _under(candidate, source):
-                    return mount.target + candidate[len(source.rstrip("/")):]
+                    return mount.target + candidate[len(source.rstrip("/")) :]
     return None
 
 
@@ -229,8 +253,13 @@ def translate_job(job: Job, options: DockerOptions, kind: str = "docker", host: 
     fabric = options.ipu_over_fabric
     wants_ipus = kind == "docker-ipu" or options.ipu_device_id is not None or fabric
     devices, caps, ulimits = options.ipu_settings(host.ipu_count) if wants_ipus else ([], [], [])
-    labels = {**options.labels, LABEL_RUN: run_id_of(job), LABEL_OWNER: str(host.pid), "xlarun.kind": kind,
-              "xlarun.version": __version__}
+    labels = {
+        **options.labels,
+        LABEL_RUN: run_id_of(job),
+        LABEL_OWNER: str(host.pid),
+        "xlarun.kind": kind,
+        "xlarun.version": __version__,
+    }
     return ContainerSpec(
         image=options.image or DEFAULT_IMAGES[kind],
         command=_command(job, mounts),

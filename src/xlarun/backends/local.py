@@ -96,7 +96,9 @@ class LocalBackend:
                 start_new_session=True,  # own process group: a timeout or Ctrl-C kills the job's children too
             )
         except OSError as exc:
-            return LaunchResult(RunStatus.ERROR, None, started, utc_now(), error=f"cannot start {job.argv[0]}: {exc.strerror or exc}")
+            return LaunchResult(
+                RunStatus.ERROR, None, started, utc_now(), error=f"cannot start {job.argv[0]}: {exc.strerror or exc}"
+            )
 
         pumps = [
             threading.Thread(target=_pump, args=(proc.stdout, "stdout", sink), daemon=True),
@@ -125,7 +127,9 @@ class LocalBackend:
             _stop(proc)
         details: dict[str, object] = {"pid": proc.pid}
         if status is None and _stop_leftovers(proc):
-            details["stopped_leftovers"] = f"processes the job left running in its process group were stopped {LEFTOVER_GRACE_S:g} s after it exited"
+            details["stopped_leftovers"] = (
+                f"processes the job left running in its process group were stopped {LEFTOVER_GRACE_S:g} s after it exited"
+            )
         for pump in pumps:
             pump.join(timeout=10)
         exit_code = proc.returncode

@@ -48,7 +48,12 @@ def record_bisection(store: Store, result: BisectResult, options: dict, started:
 
 
 def record_json(record: BisectRecord) -> dict:
-    return {"bisect_id": record.bisect_id, "started": record.started, "options": record.options, "result": record.result.to_dict()}
+    return {
+        "bisect_id": record.bisect_id,
+        "started": record.started,
+        "options": record.options,
+        "result": record.result.to_dict(),
+    }
 
 
 def load_record(path: Path) -> BisectRecord:

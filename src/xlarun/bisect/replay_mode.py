@@ -67,7 +67,11 @@ class BisectOptions:
     extra_disabled: list[str] = field(default_factory=list)
 
     def validate(self) -> BisectOptions:
-        for name, allowed in (("reference", REFERENCES), ("recompile", RECOMPILE_MODES), ("inputs", ("auto", "snapshot", "fake"))):
+        for name, allowed in (
+            ("reference", REFERENCES),
+            ("recompile", RECOMPILE_MODES),
+            ("inputs", ("auto", "snapshot", "fake")),
+        ):
             if getattr(self, name) not in allowed:
                 raise InputError(f"unknown {name} {getattr(self, name)!r}", f"use one of: {', '.join(allowed)}")
         if self.abs_tolerance < 0 or self.rel_tolerance < 0:
@@ -129,8 +133,10 @@ class _Replayer:
     def text(self, path: str) -> str:
         text = self.store.read_file(self.module.run_id, path).decode("utf-8", errors="replace")
         if ELIDED_CONSTANT.search(text):
-            raise InputError(f"{path} holds elided constants ({{...}}), which replay would fill with garbage",
-                             "set dump.large_constants: true in the spec and capture again")
+            raise InputError(
+                f"{path} holds elided constants ({{...}}), which replay would fill with garbage",
+                "set dump.large_constants: true in the spec and capture again",
+            )
         return text
 
     def run(self, digest: str, path: str, platform: pjrt.Platform | None = None) -> tuple[list | None, float | None, str | None]:
@@ -185,8 +191,9 @@ class _Replayer:
             self._arguments_file = handle.name
         module_file = self._module_file(path, proto)
         outputs_file = module_file + ".out.pkl"
-        compile_s, error = self._worker().run(module_file, self.debug_options, self._arguments_file, outputs_file,
-                                              custom_calls=b"custom-call" in proto)
+        compile_s, error = self._worker().run(
+            module_file, self.debug_options, self._arguments_file, outputs_file, custom_calls=b"custom-call" in proto
+        )
         if error is not None:
             return None, None, f"compile or run failed: {error}"
         with open(outputs_file, "rb") as results:
@@ -231,7 +238,9 @@ class _Replayer:
         return found
 
 
-def bisect_module(store: Store, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None) -> BisectResult:
+def bisect_module(
+    store: Store, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None
+) -> BisectResult:
     """Find the first pass step of ``module`` whose outputs differ from the reference past the tolerance."""
     options = (options or BisectOptions()).validate()
     log = sink or (lambda _line: None)
@@ -249,8 +258,18 @@ def bisect_module(store: Store, module: ModuleInfo, options: BisectOptions | Non
         replayer.close()
 
 
-def _bisect(store: Store, module: ModuleInfo, options: BisectOptions, steps: list[PassStep], before: FileInfo, replayer: _Replayer, debug_options: dict,
-            disabled: list[str], log: Log, started: float) -> BisectResult:
+def _bisect(
+    store: Store,
+    module: ModuleInfo,
+    options: BisectOptions,
+    steps: list[PassStep],
+    before: FileInfo,
+    replayer: _Replayer,
+    debug_options: dict,
+    disabled: list[str],
+    log: Log,
+    started: float,
+) -> BisectResult:
     kept: list[str] = []
     error = None
     if disabled:  # the reference's own run (kept for it), which says whether the module compiles this way
@@ -259,23 +278,38 @@ def _bisect(store: Store, module: ModuleInfo, options: BisectOptions, steps: lis
             replayer.outputs.pop(before.digest, None)
             replayer.replays -= 1
     if error is not None:
-        log(f"the before_optimizations module does not compile with {len(disabled)} passes disabled ({error}); finding the passes it needs")
+        log(
+            f"the before_optimizations module does not compile with {len(disabled)} passes disabled ({error}); finding the passes it needs"
+        )
         needed = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, _disable(off)))
         if needed is None:
-            raise EngineError(f"the before_optimizations module does not compile with the timeline's passes disabled: {error}",
-                              "try --recompile full (the pipeline runs again on each step, which can hide the culprit)")
+            raise EngineError(
+                f"the before_optimizations module does not compile with the timeline's passes disabled: {error}",
+                "try --recompile full (the pipeline runs again on each step, which can hide the culprit)",
+            )
         kept = needed
         disabled = [n for n in disabled if n not in kept]
         replayer.debug_options = _disable(disabled)
         log(f"kept enabled, as the module does not compile without them: {', '.join(kept)}")
     result = BisectResult(
-        "replay", module.ref, reference=_reference_name(options), recompile=options.recompile, disabled_passes=disabled,
-        abs_tolerance=options.abs_tolerance, rel_tolerance=options.rel_tolerance, search="linear" if options.linear else "binary",
-        steps_total=len(steps), run_id=module.run_id, module_id=module.module_id, kept_passes=kept,
+        "replay",
+        module.ref,
+        reference=_reference_name(options),
+        recompile=options.recompile,
+        disabled_passes=disabled,
+        abs_tolerance=options.abs_tolerance,
+        rel_tolerance=options.rel_tolerance,
+        search="linear" if options.linear else "binary",
+        steps_total=len(steps),
+        run_id=module.run_id,
+        module_id=module.module_id,
+        kept_passes=kept,
     )
     log(f"{module.label}: {len(steps)} pass steps; recompiling each with {_describe_recompile(options, disabled)}")
     expected, start_diverged = _reference_outputs(replayer, before, options, result, log)
-    result.arguments = "snapshot" if replayer.snapshot() is not None and replayer.arguments is replayer.snapshot().arguments else "fake"
+    result.arguments = (
+        "snapshot" if replayer.snapshot() is not None and replayer.arguments is replayer.snapshot().arguments else "fake"
+    )
     errors: dict[int, StepError] = {}
 
     def measure(index: int) -> StepError:
@@ -284,13 +318,26 @@ def _bisect(store: Store, module: ModuleInfo, options: BisectOptions, steps: lis
         step = steps[index]
         reused = step.digest in replayer.outputs
         outputs, compile_s, error = replayer.run(step.digest, step.path)
-        entry = StepError(step.step, step.label, step.after_pass, step.pipeline, step.path, compile_s=compile_s, error=error, reused=reused)
+        entry = StepError(
+            step.step, step.label, step.after_pass, step.pipeline, step.path, compile_s=compile_s, error=error, reused=reused
+        )
         if outputs is not None:
             comparison = compare_outputs(outputs, expected, options.abs_tolerance, options.rel_tolerance, result.reference)
-            entry.max_abs_error, entry.max_rel_error, entry.diverged = comparison.max_abs_error, comparison.max_rel_error, not comparison.matched
+            entry.max_abs_error, entry.max_rel_error, entry.diverged = (
+                comparison.max_abs_error,
+                comparison.max_rel_error,
+                not comparison.matched,
+            )
             entry.flipped = entry.diverged != start_diverged
-        log(f"step {step.step:>3} {step.label}: " + (f"engine error: {error}" if error else
-            f"max abs error {entry.max_abs_error:.3g}, rel {entry.max_rel_error:.3g}" + (" DIVERGED" if entry.diverged else "")))
+        log(
+            f"step {step.step:>3} {step.label}: "
+            + (
+                f"engine error: {error}"
+                if error
+                else f"max abs error {entry.max_abs_error:.3g}, rel {entry.max_rel_error:.3g}"
+                + (" DIVERGED" if entry.diverged else "")
+            )
+        )
         errors[index] = entry
         return entry
 
@@ -316,6 +363,8 @@ def _disable(passes: list[str]) -> dict:
 
 #: At most this many passes are kept enabled for the module to compile; past it the search gives up.
 _MAX_NEEDED = 12
+
+
 def _passes_needed(disabled: list[str], compile_error: Callable[[list[str]], str | None]) -> list[str] | None:
     """The passes (of ``disabled``) the module cannot compile without: lowering passes such as dot_decomposer or
     gather_simplifier, which rewrite what the backend has no emitter for. Each is found by a binary search for
@@ -357,7 +406,9 @@ def _reference_name(options: BisectOptions) -> str:
     return f"before_optimizations on {options.reference_platform}" if options.reference_platform else "before_optimizations"
 
 
-def _reference_outputs(replayer: _Replayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log) -> tuple[list, bool]:
+def _reference_outputs(
+    replayer: _Replayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log
+) -> tuple[list, bool]:
     """The outputs each step is compared with, and whether the before_optimizations module already differs from them."""
     platform = pjrt.Platform(options.reference_platform) if options.reference_platform else None
     outputs, _, error = replayer.run(before.digest, before.path, platform)
@@ -369,12 +420,17 @@ def _reference_outputs(replayer: _Replayer, before: FileInfo, options: BisectOpt
         return outputs, False
     snapshot = replayer.snapshot()
     if snapshot is None or snapshot.result is None:
-        raise InputError(f"{replayer.module.label} has no snapshot with a recorded result", "capture with dump.snapshots: true, or use --reference before")
+        raise InputError(
+            f"{replayer.module.label} has no snapshot with a recorded result",
+            "capture with dump.snapshots: true, or use --reference before",
+        )
     if replayer.arguments is not snapshot.arguments:
         raise InputError("the snapshot's arguments do not fit the module", "use --reference before")
     expected = flatten(snapshot.result)
     start = compare_outputs(outputs, expected, options.abs_tolerance, options.rel_tolerance, "snapshot result")
-    entry = StepError(-1, "before_optimizations", None, None, before.path, start.max_abs_error, start.max_rel_error, not start.matched)
+    entry = StepError(
+        -1, "before_optimizations", None, None, before.path, start.max_abs_error, start.max_rel_error, not start.matched
+    )
     result.steps.append(entry)
     if not start.matched:
         result.warnings.append(
@@ -410,7 +466,9 @@ def _binary(measure: Callable[[int], StepError], count: int) -> int | None:
     return high
 
 
-def _conclude(store: Store, module: ModuleInfo, steps: list[PassStep], first: int | None, errors: dict[int, StepError], result: BisectResult) -> None:
+def _conclude(
+    store: Store, module: ModuleInfo, steps: list[PassStep], first: int | None, errors: dict[int, StepError], result: BisectResult
+) -> None:
     measured = [e for e in errors.values() if e.max_abs_error is not None]
     if first is None:
         result.verdict = "no-divergence"
@@ -420,7 +478,9 @@ def _conclude(store: Store, module: ModuleInfo, steps: list[PassStep], first: in
     result.verdict = "diverged"
     result.culprit_step, result.culprit_pass, result.culprit_pipeline = culprit.step, culprit.after_pass, culprit.pipeline
     result.error_after = errors[first]
-    start = next((e for e in result.steps if e.step == -1), None) or StepError(-1, "before_optimizations", None, None, "", 0.0, 0.0, False, flipped=False)
+    start = next((e for e in result.steps if e.step == -1), None) or StepError(
+        -1, "before_optimizations", None, None, "", 0.0, 0.0, False, flipped=False
+    )
     result.error_before = errors.get(first - 1) or start
     try:
         diff = pass_diff(store, module, to_step=culprit.step)

@@ -50,7 +50,10 @@ class Check:
         try:
             pattern = re.compile(text, re.MULTILINE)
         except re.error as exc:
-            raise InputError(f"--check {text!r} is not a regular expression: {exc}", "give 'exit' or a regex whose first group is a number, e.g. 'loss (\\S+)'") from None
+            raise InputError(
+                f"--check {text!r} is not a regular expression: {exc}",
+                "give 'exit' or a regex whose first group is a number, e.g. 'loss (\\S+)'",
+            ) from None
         return cls(text, pattern)
 
     def read(self, store: Store, run_id: str, exit_code: int | None) -> float | None:
@@ -102,8 +105,15 @@ def bisect_rerun(
     if repeat < 2:
         raise InputError("--repeat must be at least 2: the baseline is repeated to catch a flaky check")
     bisect_id = new_batch_id()
-    result = BisectResult("rerun", str(loaded.path), check=check, abs_tolerance=abs_tolerance, rel_tolerance=rel_tolerance,
-                          search="ddmin", reference="baseline run")
+    result = BisectResult(
+        "rerun",
+        str(loaded.path),
+        check=check,
+        abs_tolerance=abs_tolerance,
+        rel_tolerance=rel_tolerance,
+        search="ddmin",
+        reference="baseline run",
+    )
     runner = _Reruns(loaded, store, judge, result, bisect_id, jobs, log)
     log(f"bisection {bisect_id}: {repeat} baseline runs (the first with per-pass dumps)")
     baseline = runner.baseline(repeat)
@@ -116,7 +126,9 @@ def bisect_rerun(
         result.verdict = "no-divergence"
     else:
         if everything.flipped is None:  # e.g. XLA aborts without some pass: smaller subsets may still run
-            result.warnings.append(f"the job printed no result with all {len(candidates)} candidate passes disabled (run {everything.run_id}); searching subsets")
+            result.warnings.append(
+                f"the job printed no result with all {len(candidates)} candidate passes disabled (run {everything.run_id}); searching subsets"
+            )
             log(result.warnings[-1])
         _ddmin(candidates, runner, result, jobs)
     result.reruns = sum(1 for t in result.trials if t.role != "baseline")
@@ -128,13 +140,21 @@ class _Reruns:
     """Runs trials of the job through the batch machinery and judges them."""
 
     def __init__(self, loaded: LoadedSpec, store: Store, judge: Check, result: BisectResult, bisect_id: str, jobs: int, log: Log):
-        self.loaded, self.store, self.judge, self.result, self.bisect_id, self.jobs, self.log = loaded, store, judge, result, bisect_id, jobs, log
+        self.loaded, self.store, self.judge, self.result, self.bisect_id, self.jobs, self.log = (
+            loaded,
+            store,
+            judge,
+            result,
+            bisect_id,
+            jobs,
+            log,
+        )
         self.seen: dict[tuple[str, ...], RerunTrial] = {}
 
     def _cell(self, disabled: list[str], role: str, dumps: bool):
         spec = self.loaded.spec
         extra = [f for f in spec.dump.extra_xla_flags if not f.startswith(_DISABLE)]
-        already = [f[len(_DISABLE):] for f in spec.dump.extra_xla_flags if f.startswith(_DISABLE)]
+        already = [f[len(_DISABLE) :] for f in spec.dump.extra_xla_flags if f.startswith(_DISABLE)]
         names = [n for n in ",".join(already).split(",") if n] + disabled
         if names:
             extra.append(_DISABLE + ",".join(dict.fromkeys(names)))
@@ -161,12 +181,18 @@ class _Reruns:
         return trials
 
     def baseline(self, repeat: int):
-        trials = self._run([self._cell([], "baseline", dumps=i == 0) for i in range(repeat)], ["baseline"] * repeat, [[]] * repeat)
+        trials = self._run(
+            [self._cell([], "baseline", dumps=i == 0) for i in range(repeat)], ["baseline"] * repeat, [[]] * repeat
+        )
         self.result.trials.extend(trials)
         first = trials[0]
         if first.value is None:
-            what = "exited without an exit code" if self.judge.pattern is None else f"printed nothing matching {self.judge.text!r}"
-            raise InputError(f"the baseline run {first.run_id} {what}", f"`xlarun logs {first.run_id}` shows its output; fix --check")
+            what = (
+                "exited without an exit code" if self.judge.pattern is None else f"printed nothing matching {self.judge.text!r}"
+            )
+            raise InputError(
+                f"the baseline run {first.run_id} {what}", f"`xlarun logs {first.run_id}` shows its output; fix --check"
+            )
         self.result.baseline = first.value
         for other in trials[1:]:
             if not self.judge.same(first.value, other.value, self.result.abs_tolerance, self.result.rel_tolerance):
@@ -183,10 +209,15 @@ class _Reruns:
         assert baseline is not None, "baseline() ran first"
         if fresh:
             self.log(f"{len(fresh)} rerun(s): " + "; ".join(_short(list(s)) for s in fresh))
-            for trial in self._run([self._cell(list(s), role, dumps=False) for s in fresh], [role] * len(fresh), [list(s) for s in fresh]):
+            for trial in self._run(
+                [self._cell(list(s), role, dumps=False) for s in fresh], [role] * len(fresh), [list(s) for s in fresh]
+            ):
                 same = self.judge.same(baseline, trial.value, self.result.abs_tolerance, self.result.rel_tolerance)
                 trial.flipped = None if same is None else not same
-                self.log(f"  disabled {_short(trial.disabled)}: {trial.value} -> " + {True: "FLIPPED", False: "same", None: "unreadable"}[trial.flipped])
+                self.log(
+                    f"  disabled {_short(trial.disabled)}: {trial.value} -> "
+                    + {True: "FLIPPED", False: "same", None: "unreadable"}[trial.flipped]
+                )
                 self.result.trials.append(trial)
                 self.seen[tuple(trial.disabled)] = trial
         return [self.seen[tuple(s)] for s in subsets]

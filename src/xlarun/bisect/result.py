@@ -114,8 +114,10 @@ class BisectResult:
         """One line: what the bisection found."""
         if self.verdict == "diverged" and self.mode == "replay":
             after = self.error_after
-            return (f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass} ({self.culprit_pipeline}); "
-                    f"max abs error {_num(self.error_before.max_abs_error if self.error_before else 0.0)} -> {_num(after.max_abs_error if after else None)}")
+            return (
+                f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass} ({self.culprit_pipeline}); "
+                f"max abs error {_num(self.error_before.max_abs_error if self.error_before else 0.0)} -> {_num(after.max_abs_error if after else None)}"
+            )
         if self.verdict == "diverged":
             return f"disabling pass {self.culprit_pass} flips the check ({self.check}) in {self.reruns} reruns"
         if self.verdict == "inconclusive":

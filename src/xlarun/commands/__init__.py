@@ -13,20 +13,32 @@ import typer
 # a str, not a Path: typer coerces Path parameters through pydantic, too slow to import for every command
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", envvar="XLARUN_STORE", metavar="PATH", help="Run store folder (default ./.xlarun).", show_default=False),
+    typer.Option(
+        "--store", envvar="XLARUN_STORE", metavar="PATH", help="Run store folder (default ./.xlarun).", show_default=False
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 RunOption = Annotated[str | None, typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
 # --stage/--pass/--step/--format are read by xlarun.select, the same for every command
 StageOption = Annotated[
     str | None,
-    typer.Option("--stage", "-s", help="before (before_optimizations, the default) or after (after_optimizations, cpu_after_optimizations, optimized)."),
+    typer.Option(
+        "--stage",
+        "-s",
+        help="before (before_optimizations, the default) or after (after_optimizations, cpu_after_optimizations, optimized).",
+    ),
 ]
 PassOption = Annotated[
     str | None,
-    typer.Option("--pass", "-p", help="The dump right after this pass (its first run that changed the module, else its first run; PIPELINE/PASS narrows it)."),
+    typer.Option(
+        "--pass",
+        "-p",
+        help="The dump right after this pass (its first run that changed the module, else its first run; PIPELINE/PASS narrows it).",
+    ),
 ]
-StepOption = Annotated[int | None, typer.Option("--step", help="The per-pass dump with this step number (show's pass timeline lists them).")]
+StepOption = Annotated[
+    int | None, typer.Option("--step", help="The per-pass dump with this step number (show's pass timeline lists them).")
+]
 
 
 def open_store(path: str | Path | None, create: bool = False):

@@ -18,11 +18,41 @@ def register(app: typer.Typer) -> None:
 
 def batch(
     spec: Annotated[Path, typer.Argument(help="A run spec, usually with a `matrix:` section.", show_default=False)],
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Cells run at the same time (local: 1; ray: every cell, up to 32).", show_default=False)] = None,
-    fail_fast: Annotated[bool | None, typer.Option("--fail-fast/--no-fail-fast", help="Stop after the first failing cell (default: the spec's fail_fast).", show_default=False)] = None,
-    executor: Annotated[str | None, typer.Option("--executor", "-x", help="local (threads here) or ray (tasks on a Ray cluster); default: the spec's executor, else local.", show_default=False)] = None,
-    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS", help="The Ray cluster (HOST:6379, ray://HOST:10001, auto); without it --executor ray starts one on this machine.", show_default=False)] = None,
-    retries: Annotated[int, typer.Option("--retries", min=0, help="With ray: run a cell whose node was lost again, this many times.")] = 0,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="Cells run at the same time (local: 1; ray: every cell, up to 32).", show_default=False
+        ),
+    ] = None,
+    fail_fast: Annotated[
+        bool | None,
+        typer.Option(
+            "--fail-fast/--no-fail-fast",
+            help="Stop after the first failing cell (default: the spec's fail_fast).",
+            show_default=False,
+        ),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            "-x",
+            help="local (threads here) or ray (tasks on a Ray cluster); default: the spec's executor, else local.",
+            show_default=False,
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="The Ray cluster (HOST:6379, ray://HOST:10001, auto); without it --executor ray starts one on this machine.",
+            show_default=False,
+        ),
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="With ray: run a cell whose node was lost again, this many times.")
+    ] = 0,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -42,11 +72,22 @@ def batch(
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
-    run_and_report(cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor, address=address, retries=retries)
+    run_and_report(
+        cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor, address=address, retries=retries
+    )
 
 
-def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as_json: bool, executor: str | None = None,
-                   address: str | None = None, retries: int = 0) -> None:
+def run_and_report(
+    cells,
+    store,
+    *,
+    jobs: int | None,
+    fail_fast: bool | None,
+    as_json: bool,
+    executor: str | None = None,
+    address: str | None = None,
+    retries: int = 0,
+) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
     ``executor`` None: the spec's (``executor:``), else local."""
     from ..batch import cell_summary
@@ -67,13 +108,28 @@ def run_and_report(cells, store, *, jobs: int | None, fail_fast: bool | None, as
         say(f"[bold]batch[/bold] of {len(cells)} cell(s), {how} -> {store.root}")
         view.start()
     try:
-        result = run_batch_on(executor, cells, store, jobs=jobs, fail_fast=fail_fast, on_event=view.update if view else None,
-                              address=address, retries=retries)
+        result = run_batch_on(
+            executor,
+            cells,
+            store,
+            jobs=jobs,
+            fail_fast=fail_fast,
+            on_event=view.update if view else None,
+            address=address,
+            retries=retries,
+        )
     finally:
         if view:
             view.stop()
     if as_json:
-        print_json({"batch_id": result.batch_id, "ok": result.ok, "interrupted": result.interrupted, "cells": [cell_summary(c) for c in result.cells]})
+        print_json(
+            {
+                "batch_id": result.batch_id,
+                "ok": result.ok,
+                "interrupted": result.interrupted,
+                "cells": [cell_summary(c) for c in result.cells],
+            }
+        )
     else:
         print_comparison(result)
     if result.interrupted:
@@ -103,7 +159,7 @@ class _ProgressView:
         done = sum(1 for c in self.cells.values() if c.state in ("done", "error", "skipped"))
         table.add_row(f"[bold]{done}/{self.total} cells finished[/bold]", "")
         for cell in sorted(self.cells.values(), key=lambda c: c.index):
-            elapsed = (cell.elapsed_s if cell.elapsed_s is not None else (time.monotonic() - cell.started if cell.started else 0.0))
+            elapsed = cell.elapsed_s if cell.elapsed_s is not None else (time.monotonic() - cell.started if cell.started else 0.0)
             where = f" on {cell.node}" if cell.node and cell.state == "running" else ""
             table.add_row(f"  {cell.label}", f"{cell.status}{where} {elapsed:.0f}s")
         return table

@@ -22,18 +22,46 @@ def register(app: typer.Typer) -> None:
 
 
 def bisect(
-    target: Annotated[str, typer.Argument(help="Module REF (replay mode), or a spec file with --check (rerun mode).", show_default=False)],
-    check: Annotated[str | None, typer.Option("--check", help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.")] = None,
-    tolerance: Annotated[float, typer.Option("--tolerance", "-t", help="A value matches when its absolute OR relative error is within this.")] = 1e-5,
+    target: Annotated[
+        str, typer.Argument(help="Module REF (replay mode), or a spec file with --check (rerun mode).", show_default=False)
+    ],
+    check: Annotated[
+        str | None,
+        typer.Option(
+            "--check",
+            help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", "-t", help="A value matches when its absolute OR relative error is within this.")
+    ] = 1e-5,
     linear: Annotated[bool, typer.Option("--linear", help="Replay every step instead of a binary search.")] = False,
-    reference: Annotated[str, typer.Option("--reference", help="before (the before_optimizations module's outputs) or snapshot (the recorded result).")] = "before",
-    reference_platform: Annotated[str | None, typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")] = None,
+    reference: Annotated[
+        str,
+        typer.Option("--reference", help="before (the before_optimizations module's outputs) or snapshot (the recorded result)."),
+    ] = "before",
+    reference_platform: Annotated[
+        str | None, typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")
+    ] = None,
     platform: Annotated[str, typer.Option("--platform", "-p", help="Where the steps run.")] = "cpu",
-    recompile: Annotated[str, typer.Option("--recompile", help="timeline: disable the passes the timeline names when a step is recompiled; all: every HLO pass; full: none (passes apply again and can hide the culprit).")] = "timeline",
-    inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")] = "auto",
+    recompile: Annotated[
+        str,
+        typer.Option(
+            "--recompile",
+            help="timeline: disable the passes the timeline names when a step is recompiled; all: every HLO pass; full: none (passes apply again and can hide the culprit).",
+        ),
+    ] = "timeline",
+    inputs: Annotated[
+        str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")
+    ] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Rerun mode: reruns at a time.")] = 1,
-    module: Annotated[str | None, typer.Option("--module", "-m", help="Rerun mode: take candidate passes from this module's timeline only (default: every module's).")] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "--module", "-m", help="Rerun mode: take candidate passes from this module's timeline only (default: every module's)."
+        ),
+    ] = None,
     repeat: Annotated[int, typer.Option("--repeat", help="Rerun mode: baseline runs (at least 2, to catch a flaky check).")] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream progress.")] = False,
     store: StoreOption = None,
@@ -56,8 +84,25 @@ def bisect(
     xlarun bisect configs/bisect-bf16.yaml --check 'result (\\S+)' -j 2
     """
     try:
-        code = _bisect(target, check, tolerance, linear, reference, reference_platform, platform, recompile, inputs, seed,
-                       jobs, module, repeat, None if (quiet or as_json) else _stream, store, run, as_json)
+        code = _bisect(
+            target,
+            check,
+            tolerance,
+            linear,
+            reference,
+            reference_platform,
+            platform,
+            recompile,
+            inputs,
+            seed,
+            jobs,
+            module,
+            repeat,
+            None if (quiet or as_json) else _stream,
+            store,
+            run,
+            as_json,
+        )
     except BaseException as exc:
         if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
             _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
@@ -66,8 +111,25 @@ def bisect(
     raise typer.Exit(code)
 
 
-def _bisect(target, check, tolerance, linear, reference, reference_platform, platform, recompile, inputs, seed, jobs, module, repeat,
-            sink, store, run, as_json) -> int:
+def _bisect(
+    target,
+    check,
+    tolerance,
+    linear,
+    reference,
+    reference_platform,
+    platform,
+    recompile,
+    inputs,
+    seed,
+    jobs,
+    module,
+    repeat,
+    sink,
+    store,
+    run,
+    as_json,
+) -> int:
     from ..bisect import BisectOptions, bisect_module, bisect_rerun
     from ..bisect.record import now, record_bisection
     from ..errors import InputError
@@ -76,21 +138,45 @@ def _bisect(target, check, tolerance, linear, reference, reference_platform, pla
     spec_given = target.endswith((".yaml", ".yml")) and Path(target).is_file()
     if spec_given:
         if check is None:
-            raise InputError(f"{target} is a spec: rerun mode needs --check", "--check exit, or --check 'result (\\S+)' to compare a printed number")
+            raise InputError(
+                f"{target} is a spec: rerun mode needs --check",
+                "--check exit, or --check 'result (\\S+)' to compare a printed number",
+            )
         the_store = open_store(store, create=True)
-        result = bisect_rerun(target, the_store, check, abs_tolerance=tolerance, rel_tolerance=tolerance, jobs=jobs, module=module,
-                              repeat=repeat, sink=sink)
+        result = bisect_rerun(
+            target,
+            the_store,
+            check,
+            abs_tolerance=tolerance,
+            rel_tolerance=tolerance,
+            jobs=jobs,
+            module=module,
+            repeat=repeat,
+            sink=sink,
+        )
         options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
     else:
         if check is not None:
-            raise InputError("--check goes with a spec file (rerun mode)", f"give the spec's path, or drop --check to bisect {target} by replay")
+            raise InputError(
+                "--check goes with a spec file (rerun mode)",
+                f"give the spec's path, or drop --check to bisect {target} by replay",
+            )
         from ..refs import resolve_module
 
         the_store = open_store(store)
         # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
         target_module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
-        bisect_options = BisectOptions(reference=reference, reference_platform=reference_platform, platform=platform, abs_tolerance=tolerance,
-                                       rel_tolerance=tolerance, linear=linear, recompile=recompile, inputs=inputs, seed=seed)
+        bisect_options = BisectOptions(
+            reference=reference,
+            reference_platform=reference_platform,
+            platform=platform,
+            abs_tolerance=tolerance,
+            rel_tolerance=tolerance,
+            linear=linear,
+            recompile=recompile,
+            inputs=inputs,
+            seed=seed,
+        )
         result = bisect_module(the_store, target_module, bisect_options, sink)
         options = bisect_options.to_dict()
     record = record_bisection(the_store, result, options, started)

@@ -11,7 +11,10 @@ import typer
 from ..errors import mark_json_reported
 from . import JsonOption, StoreOption, open_store
 
-SpecArgument = Annotated[Path, typer.Argument(help="A run spec (YAML). See configs/ for examples and `xlarun schema` for every key.", show_default=False)]
+SpecArgument = Annotated[
+    Path,
+    typer.Argument(help="A run spec (YAML). See configs/ for examples and `xlarun schema` for every key.", show_default=False),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +27,9 @@ def register(app: typer.Typer) -> None:
 def capture(
     spec: SpecArgument,
     store: StoreOption = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't echo the job's output (it is still kept in the run's logs).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Don't echo the job's output (it is still kept in the run's logs).")
+    ] = False,
     as_json: JsonOption = False,
     top: Annotated[int, typer.Option("--top", help="How many modules to list after the capture (0 = none).")] = 10,
 ) -> None:
@@ -59,9 +64,19 @@ def capture(
         progress.close()
     failure = exit_status_error(result)
     if as_json:
-        print_json({"run_id": result.run_id, "status": result.status, "exit_code": result.exit_code, "run_dir": result.run_dir,
-                    "manifest": result.manifest, "modules": result.modules, "warnings": result.warnings,
-                    "error": failure.message if failure else None, "hint": failure.hint if failure else None})
+        print_json(
+            {
+                "run_id": result.run_id,
+                "status": result.status,
+                "exit_code": result.exit_code,
+                "run_dir": result.run_dir,
+                "manifest": result.manifest,
+                "modules": result.modules,
+                "warnings": result.warnings,
+                "error": failure.message if failure else None,
+                "hint": failure.hint if failure else None,
+            }
+        )
         if failure is not None:
             mark_json_reported(failure)  # one document: the CLI's handler adds none
     else:
@@ -102,7 +117,9 @@ def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
         say(f"[green]ok[/green] {spec}: run '{loaded.spec.name}' runs {loaded.script} on {loaded.spec.backend.kind}")
 
 
-def schema(output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
+def schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+) -> None:
     """Print the JSON Schema of run specs, for editor completion.
 
     VS Code with the YAML extension: add `# yaml-language-server: $schema=./xlarun.schema.json` at the top of a spec.
@@ -118,7 +135,13 @@ def schema(output: Annotated[Path | None, typer.Option("--output", "-o", help="W
 
 def flags(
     spec: SpecArgument,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the outputs: XLA's dump goes to OUT/dump, TF graphs to OUT/tf_graphs, JAX IR to OUT/jax_ir (a capture uses the run's own folder).")] = Path("xla_out"),
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Folder for the outputs: XLA's dump goes to OUT/dump, TF graphs to OUT/tf_graphs, JAX IR to OUT/jax_ir (a capture uses the run's own folder).",
+        ),
+    ] = Path("xla_out"),
     as_json: JsonOption = False,
 ) -> None:
     """Print the environment a capture of SPEC would set, as `export` lines, without running anything.
@@ -142,8 +165,15 @@ def flags(
     known = probe_job_xla_flags(loaded, base_env, FlagNameCache.default(writable=False))  # reads the cache, never writes it
     composed = compose_env(loaded.spec, JobPaths.under(str(out_dir.absolute())), base_env, known)
     if as_json:
-        print_json({"env": composed.delta, "xla_flags": composed.xla_flags, "tf_xla_flags": composed.tf_xla_flags,
-                    "xla_flags_checked_against": known.owner if known else None, "warnings": composed.warnings})
+        print_json(
+            {
+                "env": composed.delta,
+                "xla_flags": composed.xla_flags,
+                "tf_xla_flags": composed.tf_xla_flags,
+                "xla_flags_checked_against": known.owner if known else None,
+                "warnings": composed.warnings,
+            }
+        )
         return
     for line in composed.warnings:
         warn(line)

@@ -14,7 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def doctor(
-    no_docker: Annotated[bool, typer.Option("--no-docker", help="Skip the Docker checks (they wait up to 5 s for a daemon).")] = False,
+    no_docker: Annotated[
+        bool, typer.Option("--no-docker", help="Skip the Docker checks (they wait up to 5 s for a daemon).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Check what this machine can do: frameworks, the replay engines, graphviz, Docker, GPUs and IPUs.
@@ -33,7 +35,10 @@ def doctor(
         width = max(len(c.name) for c in checks)
         for check in checks:
             mark = "[green]ok[/green]  " if check.ok else ("[red]MISSING[/red]" if check.essential else "[yellow]no[/yellow]  ")
-            say(f"{mark} {check.name.ljust(width)}  {_escape(check.detail)}" + (f"\n         [dim]fix: {_escape(check.fix)}[/dim]" if check.fix and not check.ok else ""))
+            say(
+                f"{mark} {check.name.ljust(width)}  {_escape(check.detail)}"
+                + (f"\n         [dim]fix: {_escape(check.fix)}[/dim]" if check.fix and not check.ok else "")
+            )
     if any(c.essential and not c.ok for c in checks):
         raise typer.Exit(int(ExitCode.ENVIRONMENT))
 

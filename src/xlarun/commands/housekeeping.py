@@ -37,7 +37,12 @@ def rm(
 
 def gc(
     store: StoreOption = None,
-    discard_recoverable: Annotated[bool, typer.Option("--discard-recoverable", help="Also delete what killed captures left that `xlarun recover` could make runs.")] = False,
+    discard_recoverable: Annotated[
+        bool,
+        typer.Option(
+            "--discard-recoverable", help="Also delete what killed captures left that `xlarun recover` could make runs."
+        ),
+    ] = False,
 ) -> None:
     """Remove leftovers of killed captures that hold nothing, and dump blobs no run refers to.
 
@@ -49,15 +54,19 @@ def gc(
     the_store = open_store(store)
     kept = [lo for lo in the_store.leftovers() if lo.recoverable]
     if kept and not discard_recoverable:
-        warn(f"{len(kept)} killed capture(s) left what their jobs wrote in {the_store.staging_dir}: "
-             f"{', '.join(f'{lo.run_id} ({lo.what})' for lo in kept)}; kept: `xlarun recover` makes them runs marked incomplete, "
-             "`xlarun gc --discard-recoverable` deletes them")
+        warn(
+            f"{len(kept)} killed capture(s) left what their jobs wrote in {the_store.staging_dir}: "
+            f"{', '.join(f'{lo.run_id} ({lo.what})' for lo in kept)}; kept: `xlarun recover` makes them runs marked incomplete, "
+            "`xlarun gc --discard-recoverable` deletes them"
+        )
     folders, blobs, freed = the_store.gc(discard_recoverable=discard_recoverable)
     typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused blob(s), freed {human_bytes(freed)}")
 
 
 def recover(
-    runs: Annotated[list[str] | None, typer.Argument(help="Run ids of staging folders to recover (default: every one).", show_default=False)] = None,
+    runs: Annotated[
+        list[str] | None, typer.Argument(help="Run ids of staging folders to recover (default: every one).", show_default=False)
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -87,7 +96,10 @@ def recover(
         from ..errors import InputError
 
         missing = sorted(set(runs) - {r.run_id for r in done if r.error is None})
-        raise InputError(f"not recovered: {', '.join(missing)}", "`xlarun gc` lists what killed captures left; a folder whose capture still runs is not a leftover")
+        raise InputError(
+            f"not recovered: {', '.join(missing)}",
+            "`xlarun gc` lists what killed captures left; a folder whose capture still runs is not a leftover",
+        )
 
 
 def reindex(store: StoreOption = None) -> None:
@@ -113,12 +125,16 @@ def check(store: StoreOption = None, as_json: JsonOption = False) -> None:
     finally:
         bar.close()
     if as_json:
-        print_json({"runs": report.runs, "files": report.files, "blobs": report.blobs, "packs": report.packs, "damaged": report.damaged})
+        print_json(
+            {"runs": report.runs, "files": report.files, "blobs": report.blobs, "packs": report.packs, "damaged": report.damaged}
+        )
     else:
         for item in report.damaged:
             where = f"{item['run']}/{item['path']}" if item["run"] else item["path"]
             typer.echo(f"DAMAGED {where}: {item['problem']}")
         verdict = f"{len(report.damaged)} damaged" if report.damaged else "all sound"
-        typer.echo(f"checked {report.files} file(s) of {report.runs} run(s): {report.blobs} distinct, {report.packs} pack(s); {verdict}")
+        typer.echo(
+            f"checked {report.files} file(s) of {report.runs} run(s): {report.blobs} distinct, {report.packs} pack(s); {verdict}"
+        )
     if report.damaged:
         raise typer.Exit(int(ExitCode.FAILED))

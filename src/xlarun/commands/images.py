@@ -18,9 +18,19 @@ def register(app: typer.Typer) -> None:
 @images_app.command("build")
 def build(
     kinds: Annotated[list[str] | None, typer.Argument(help="cpu, gpu, ipu (default: cpu).", show_default=False)] = None,
-    base: Annotated[str | None, typer.Option("--base", help="Base image (the Dockerfile's BASE_IMAGE), e.g. a local xlarun-base:bookworm when no registry is reachable.")] = None,
-    tag: Annotated[str | None, typer.Option("--tag", help="Tag to build (default xlarun-<kind>:latest); only with one kind.")] = None,
-    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="NAME=VALUE, e.g. JAX_VERSION=0.10.2 (default: this host's versions).")] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Base image (the Dockerfile's BASE_IMAGE), e.g. a local xlarun-base:bookworm when no registry is reachable.",
+        ),
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Tag to build (default xlarun-<kind>:latest); only with one kind.")
+    ] = None,
+    build_arg: Annotated[
+        list[str] | None, typer.Option("--build-arg", help="NAME=VALUE, e.g. JAX_VERSION=0.10.2 (default: this host's versions).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every layer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the build log.")] = False,
 ) -> None:
@@ -47,7 +57,14 @@ def build(
     for kind in kinds:
         started = time.monotonic()
         say(f"[bold]building[/bold] {tag or f'xlarun-{kind}:latest'}" + (f" on {base}" if base else ""))
-        info = build_image(kind, base=base, tag=tag, build_args=args, no_cache=no_cache, progress=None if quiet else (lambda line: typer.echo(f"  {line}", err=True)))
+        info = build_image(
+            kind,
+            base=base,
+            tag=tag,
+            build_args=args,
+            no_cache=no_cache,
+            progress=None if quiet else (lambda line: typer.echo(f"  {line}", err=True)),
+        )
         say(f"[green]built[/green] {info.ref} ({info.id[:19]}) in {time.monotonic() - started:.1f} s")
 
 
@@ -66,7 +83,21 @@ def list_images(as_json: JsonOption = False) -> None:
     if as_json:
         print_json(infos)
         return
-    print_table(("image", "id", "created", "size", "versions"),
-                [(i.ref, i.id.removeprefix("sha256:")[:12], (i.created or "")[:19], human_bytes(i.size),
-                  ", ".join(f"{k.removeprefix('xlarun.')} {v}" for k, v in i.labels.items() if k.endswith("version") and k != "xlarun.version"))
-                 for i in infos], right=("size",))
+    print_table(
+        ("image", "id", "created", "size", "versions"),
+        [
+            (
+                i.ref,
+                i.id.removeprefix("sha256:")[:12],
+                (i.created or "")[:19],
+                human_bytes(i.size),
+                ", ".join(
+                    f"{k.removeprefix('xlarun.')} {v}"
+                    for k, v in i.labels.items()
+                    if k.endswith("version") and k != "xlarun.version"
+                ),
+            )
+            for i in infos
+        ],
+        right=("size",),
+    )

@@ -13,7 +13,10 @@ from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, open_s
 
 RefArgument = Annotated[
     str,
-    typer.Argument(help="Module REF: module_0006, 6, jit_f (a name or unique prefix), RUN/module_0006, or a dump file name.", show_default=False),
+    typer.Argument(
+        help="Module REF: module_0006, 6, jit_f (a name or unique prefix), RUN/module_0006, or a dump file name.",
+        show_default=False,
+    ),
 ]
 
 
@@ -24,7 +27,10 @@ def register(app: typer.Typer) -> None:
 
 def runs(
     store: StoreOption = None,
-    batch: Annotated[str | None, typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch).")] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch)."),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Only the runs of this spec name.")] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -45,7 +51,10 @@ def runs(
 
 def files(
     run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
-    kind: Annotated[list[str] | None, typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...).")] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...)."),
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -65,14 +74,22 @@ def files(
     items = [f for f in index.run_files(info.run_id) if not kind or f.kind in kind]
     notes = the_store.manifest(info.run_id).get("file_notes") or []
     if as_json:
-        print_json({"run_id": info.run_id, "files": items, "not_archived": [n for n in notes if not n["archived"]],
-                    "caveats": [n for n in notes if n["archived"]]})
+        print_json(
+            {
+                "run_id": info.run_id,
+                "files": items,
+                "not_archived": [n for n in notes if not n["archived"]],
+                "caveats": [n for n in notes if n["archived"]],
+            }
+        )
         return
     print_files(items, notes)
 
 
 def modules(
-    run: Annotated[str | None, typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)] = None,
+    run: Annotated[
+        str | None, typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -93,7 +110,13 @@ def modules(
     print_run_modules(info, items, index.files_outside_modules(info.run_id))
 
 
-def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, files: Annotated[bool, typer.Option("--files", help="List every file.")] = False, as_json: JsonOption = False) -> None:
+def show(
+    ref: RefArgument,
+    store: StoreOption = None,
+    run: RunOption = None,
+    files: Annotated[bool, typer.Option("--files", help="List every file.")] = False,
+    as_json: JsonOption = False,
+) -> None:
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
     from ..console import print_json
     from ..present import print_module
@@ -111,10 +134,19 @@ def show(ref: RefArgument, store: StoreOption = None, run: RunOption = None, fil
 
 def cat(
     ref: RefArgument,
-    stage: Annotated[str | None, typer.Option("--stage", "-s", help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.")] = None,
+    stage: Annotated[
+        str | None,
+        typer.Option(
+            "--stage",
+            "-s",
+            help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.",
+        ),
+    ] = None,
     pass_name: PassOption = None,
     step: StepOption = None,
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="text, proto, dot, html, ... (default: text when there is one).")] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="text, proto, dot, html, ... (default: text when there is one).")
+    ] = None,
     store: StoreOption = None,
     run: RunOption = None,
 ) -> None:
@@ -132,7 +164,12 @@ def cat(
 
 
 def find(
-    text: Annotated[str, typer.Argument(help="What to look for: an opcode (dot), an instruction name (dot.3), an op_name (jit(f)/dot_general) or a source file.")],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="What to look for: an opcode (dot), an instruction name (dot.3), an op_name (jit(f)/dot_general) or a source file."
+        ),
+    ],
     opcode: Annotated[bool, typer.Option("--opcode", help="Only opcodes (exact).")] = False,
     name: Annotated[bool, typer.Option("--name", help="Only instruction names (substring).")] = False,
     op_name: Annotated[bool, typer.Option("--op-name", help="Only metadata op_name (substring).")] = False,
@@ -204,10 +241,23 @@ def logs(
 
 def export(
     run: Annotated[str, typer.Argument(help="Run REF (a module REF with --format model-explorer).", show_default=False)],
-    dest: Annotated[Path, typer.Argument(help="A new or empty folder (a .json file with --format model-explorer).", show_default=False)],
-    no_logs: Annotated[bool, typer.Option("--no-logs", help="Only the dump files, without _xlarun/ (manifest, spec, logs).")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="files (the run's files), or model-explorer (a module's JSON graph for Model Explorer).")] = "files",
-    stage: Annotated[str, typer.Option("--stage", help="With model-explorer: before (before_optimizations) or after (after_optimizations, cpu_after_optimizations).")] = "before_optimizations",
+    dest: Annotated[
+        Path, typer.Argument(help="A new or empty folder (a .json file with --format model-explorer).", show_default=False)
+    ],
+    no_logs: Annotated[
+        bool, typer.Option("--no-logs", help="Only the dump files, without _xlarun/ (manifest, spec, logs).")
+    ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="files (the run's files), or model-explorer (a module's JSON graph for Model Explorer)."),
+    ] = "files",
+    stage: Annotated[
+        str,
+        typer.Option(
+            "--stage",
+            help="With model-explorer: before (before_optimizations) or after (after_optimizations, cpu_after_optimizations).",
+        ),
+    ] = "before_optimizations",
     store: StoreOption = None,
 ) -> None:
     """Write a run's files back with their original names and exact bytes (dump files at the top,

@@ -24,23 +24,57 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
-    ref: Annotated[str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.", show_default=False)],
-    engine: Annotated[str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")] = "auto",
+    ref: Annotated[
+        str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.", show_default=False)
+    ],
+    engine: Annotated[
+        str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")
+    ] = "auto",
     platform: Annotated[str, typer.Option("--platform", "-p", help="cpu, cuda or rocm.")] = "cpu",
-    reference_platform: Annotated[str | None, typer.Option("--reference-platform", help="Run again on this platform and compare.")] = None,
-    abs_error_bound: Annotated[float, typer.Option("--abs-error-bound", help="An element matches if its absolute error is within this...")] = 1e-3,
-    rel_error_bound: Annotated[float, typer.Option("--rel-error-bound", help="...or its relative error within this (XLA's rule).")] = 1e-3,
+    reference_platform: Annotated[
+        str | None, typer.Option("--reference-platform", help="Run again on this platform and compare.")
+    ] = None,
+    abs_error_bound: Annotated[
+        float, typer.Option("--abs-error-bound", help="An element matches if its absolute error is within this...")
+    ] = 1e-3,
+    rel_error_bound: Annotated[
+        float, typer.Option("--rel-error-bound", help="...or its relative error within this (XLA's rule).")
+    ] = 1e-3,
     iterations: Annotated[int, typer.Option("--iterations", "-n", help="Executions after one compile, each timed.")] = 1,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the fake arguments (default 0).")] = None,
-    inputs: Annotated[str, typer.Option("--inputs", help="auto (the snapshot's arguments when there are any), snapshot, or fake.")] = "auto",
-    snapshot: Annotated[Path | None, typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")] = None,
-    file: Annotated[str | None, typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")] = None,
+    inputs: Annotated[
+        str, typer.Option("--inputs", help="auto (the snapshot's arguments when there are any), snapshot, or fake.")
+    ] = "auto",
+    snapshot: Annotated[
+        Path | None, typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")
+    ] = None,
+    file: Annotated[
+        str | None, typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")
+    ] = None,
     print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
     runner: Annotated[Path | None, typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
-    image: Annotated[str | None, typer.Option("--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main).")] = None,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine).")] = None,
-    max_data_size: Annotated[str, typer.Option("--max-data-size", help="Refuse modules whose fake arguments and results need more (4G, 512M; 0: no limit).")] = "4G",
-    in_process: Annotated[bool, typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun.")] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main)."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine)."
+        ),
+    ] = None,
+    max_data_size: Annotated[
+        str,
+        typer.Option(
+            "--max-data-size", help="Refuse modules whose fake arguments and results need more (4G, 512M; 0: no limit)."
+        ),
+    ] = "4G",
+    in_process: Annotated[
+        bool,
+        typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun."),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -66,9 +100,19 @@ def replay(
 
     try:
         options = ReplayOptions(
-            engine=engine, platform=platform, reference_platform=reference_platform, abs_error_bound=abs_error_bound,
-            rel_error_bound=rel_error_bound, iterations=iterations, seed=seed, print_literals=print_literals, inputs=inputs,
-            runner_path=str(runner) if runner else None, timeout_s=timeout, image=image, max_data_bytes=parse_size(max_data_size),
+            engine=engine,
+            platform=platform,
+            reference_platform=reference_platform,
+            abs_error_bound=abs_error_bound,
+            rel_error_bound=rel_error_bound,
+            iterations=iterations,
+            seed=seed,
+            print_literals=print_literals,
+            inputs=inputs,
+            runner_path=str(runner) if runner else None,
+            timeout_s=timeout,
+            image=image,
+            max_data_bytes=parse_size(max_data_size),
             isolate="never" if in_process else "auto",
         ).validate()
         sink = None if (quiet or as_json) else _stream
@@ -133,8 +177,17 @@ def _report_failure(ref: str, exc: BaseException) -> None:
     else:  # a bug: the CLI's handler still prints the traceback and writes the crash log
         message, hint, code = f"internal error: {exc!r}", "please report it", ExitCode.INTERNAL
     verdict = "engine-error" if isinstance(exc, (EngineError, EnvironmentProblem)) else None  # no engine, or it failed
-    print_json({"replay_id": None, "module": None, "ref": ref, "verdict": verdict, "error": message, "hint": hint,
-                "exit_code": int(code)})
+    print_json(
+        {
+            "replay_id": None,
+            "module": None,
+            "ref": ref,
+            "verdict": verdict,
+            "error": message,
+            "hint": hint,
+            "exit_code": int(code),
+        }
+    )
 
 
 def _existing_store(path: Path | None):
@@ -154,7 +207,9 @@ def _stream(line: str) -> None:
 def convert(
     file: Annotated[Path, typer.Argument(help="A dump file: HLO text, .hlo.pb, HloModuleProto or snapshot.", show_default=False)],
     to: Annotated[str, typer.Option("--to", help="text or proto (a serialized HloModuleProto).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here (default: stdout; proto only when piped).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout; proto only when piped).")
+    ] = None,
 ) -> None:
     """Convert an HLO module between text and HloModuleProto (what `hlo-opt --emit-proto` does).
 

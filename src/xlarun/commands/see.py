@@ -12,7 +12,9 @@ from . import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreO
 
 ModuleRefArgument = Annotated[
     str,
-    typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.", show_default=False),
+    typer.Argument(
+        help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.", show_default=False
+    ),
 ]
 
 
@@ -27,11 +29,28 @@ def render(
     stage: StageOption = None,
     pass_name: PassOption = None,
     step: StepOption = None,
-    file: Annotated[str | None, typer.Option("--file", help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).")] = None,
-    xla_dot: Annotated[bool, typer.Option("--xla-dot", help="Lay out XLA's own .dot dump as it is, instead of xlarun's drawing of the HLO.")] = False,
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout.")] = None,
-    around: Annotated[str | None, typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            help="An archived file of the run, e.g. tf_graphs/mark_for_compilation_annotated_1.pbtxt (a unique suffix will do).",
+        ),
+    ] = None,
+    xla_dot: Annotated[
+        bool, typer.Option("--xla-dot", help="Lay out XLA's own .dot dump as it is, instead of xlarun's drawing of the HLO.")
+    ] = False,
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="svg, png, pdf or dot (default: from -o's extension, else svg).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout."
+        ),
+    ] = None,
+    around: Annotated[
+        str | None, typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")
+    ] = None,
     depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
     limit: Annotated[int, typer.Option("--limit", help="Refuse graphs with more nodes than this (0: no limit).")] = 1500,
     expand: Annotated[list[str] | None, typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
@@ -54,7 +73,15 @@ def render(
     from ..render import FORMATS, RenderOptions, render_path, render_stored_file
 
     fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
-    options = RenderOptions(format=fmt, around=around, depth=depth, limit=limit or None, expand=tuple(expand or ()), expand_all=expand_fusions, timeout_s=timeout)
+    options = RenderOptions(
+        format=fmt,
+        around=around,
+        depth=depth,
+        limit=limit or None,
+        expand=tuple(expand or ()),
+        expand_all=expand_fusions,
+        timeout_s=timeout,
+    )
     if Path(ref).is_file() and not file:
         rendered = render_path(ref, options)
         stem = Path(ref).name
@@ -99,7 +126,9 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
         output = Path("".join(c if c.isalnum() or c in "._-" else "_" for c in f"{base}{suffix}.{rendered.format}"))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_bytes(rendered.data)
-    what = {"hlo": "HLO drawn by xlarun", "xla-dot": "XLA's own .dot", "graphdef": "TF GraphDef"}.get(rendered.kind, rendered.kind)
+    what = {"hlo": "HLO drawn by xlarun", "xla-dot": "XLA's own .dot", "graphdef": "TF GraphDef"}.get(
+        rendered.kind, rendered.kind
+    )
     say(f"wrote [bold]{output}[/bold]: {rendered.nodes} nodes, {what} from {rendered.source}")
     for note in rendered.notes:
         typer.echo(f"  {note}")
@@ -109,14 +138,24 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
 
 def diff(
     ref: Annotated[str, typer.Argument(help="Module REF.", show_default=False)],
-    other: Annotated[str | None, typer.Argument(help="A second module REF (or a run REF: the module of the same name there), to compare across runs.", show_default=False)] = None,
+    other: Annotated[
+        str | None,
+        typer.Argument(
+            help="A second module REF (or a run REF: the module of the same name there), to compare across runs.",
+            show_default=False,
+        ),
+    ] = None,
     pass_name: PassOption = None,
-    from_step: Annotated[int | None, typer.Option("--from", help="Compare from this per-pass step (default: the step before --to).")] = None,
+    from_step: Annotated[
+        int | None, typer.Option("--from", help="Compare from this per-pass step (default: the step before --to).")
+    ] = None,
     to_step: Annotated[int | None, typer.Option("--to", help="Compare up to this per-pass step.")] = None,
     stage: StageOption = None,
     summary_only: Annotated[bool, typer.Option("--summary", help="Only the structural summary, not the text diff.")] = False,
     context: Annotated[int, typer.Option("--context", "-U", help="Lines of context in the text diff.")] = 3,
-    keep_metadata: Annotated[bool, typer.Option("--keep-metadata", help="Across runs: keep op_name/source metadata in the text diff.")] = False,
+    keep_metadata: Annotated[
+        bool, typer.Option("--keep-metadata", help="Across runs: keep op_name/source metadata in the text diff.")
+    ] = False,
     store: StoreOption = None,
     run: RunOption = None,
     as_json: JsonOption = False,
@@ -141,10 +180,15 @@ def diff(
         if pass_name or to_step is not None or from_step is not None:
             raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")
         second = counterpart_module(the_store.index, module, other)
-        result = run_diff(the_store, module, second, stage=stage or "before_optimizations", keep_metadata=keep_metadata, context=context)
+        result = run_diff(
+            the_store, module, second, stage=stage or "before_optimizations", keep_metadata=keep_metadata, context=context
+        )
     else:
         if not pass_name and to_step is None:
-            raise InputError("say what to compare: --pass NAME, --from STEP --to STEP, or a second REF", f"`xlarun show {ref}` lists the pass timeline")
+            raise InputError(
+                "say what to compare: --pass NAME, --from STEP --to STEP, or a second REF",
+                f"`xlarun show {ref}` lists the pass timeline",
+            )
         result = pass_diff(the_store, module, pass_name, from_step, to_step, context=context)
     if as_json:
         print_json(result.to_dict() if not summary_only else {**result.to_dict(), "unified": None})
@@ -154,9 +198,15 @@ def diff(
 
 def report(
     run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")] = None,
-    batch: Annotated[str | None, typer.Option("--batch", help="Report a whole batch: its id, a unique prefix, or 'latest'.")] = None,
-    graph_limit: Annotated[int, typer.Option("--graph-limit", help="Graphs with more nodes are shown as the neighbourhood of the root.")] = 500,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")
+    ] = None,
+    batch: Annotated[
+        str | None, typer.Option("--batch", help="Report a whole batch: its id, a unique prefix, or 'latest'.")
+    ] = None,
+    graph_limit: Annotated[
+        int, typer.Option("--graph-limit", help="Graphs with more nodes are shown as the neighbourhood of the root.")
+    ] = 500,
     no_graphs: Annotated[bool, typer.Option("--no-graphs", help="Skip the graphs (faster).")] = False,
     open_it: Annotated[bool, typer.Option("--open", help="Open the report in a browser.")] = False,
     store: StoreOption = None,
@@ -183,6 +233,8 @@ def report(
     else:
         info = resolve_run(the_store.index, run)
         built = build_run_report(the_store, info.run_id, output or Path(f"xlarun-report-{info.run_id}"), options, progress)
-    say(f"wrote [bold]{built.index_html}[/bold] ({built.pages} pages, {built.graphs} graphs, {built.files} files) in {built.seconds:.1f} s")
+    say(
+        f"wrote [bold]{built.index_html}[/bold] ({built.pages} pages, {built.graphs} graphs, {built.files} files) in {built.seconds:.1f} s"
+    )
     if open_it:
         typer.launch(built.index_html.resolve().as_uri())

@@ -22,11 +22,23 @@ def register(app: typer.Typer) -> None:
 
 
 def import_(
-    source: Annotated[Path, typer.Argument(help="A dump folder, a .zip / .tar / .tar.gz / .tgz / .tar.zst of one, an `xlarun export` folder, or a bundle .zip.", show_default=False)],
-    name: Annotated[str | None, typer.Option("--name", help="Name of the new run (default: the original run's name, else the folder or archive name).")] = None,
-    max_bytes: Annotated[int, typer.Option("--max-bytes", help="Refuse a source that unpacks to more bytes than this.")] = 16 << 30,
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help="A dump folder, a .zip / .tar / .tar.gz / .tgz / .tar.zst of one, an `xlarun export` folder, or a bundle .zip.",
+            show_default=False,
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Name of the new run (default: the original run's name, else the folder or archive name)."),
+    ] = None,
+    max_bytes: Annotated[int, typer.Option("--max-bytes", help="Refuse a source that unpacks to more bytes than this.")] = 16
+    << 30,
     max_files: Annotated[int, typer.Option("--max-files", help="Refuse a source with more files than this.")] = 200_000,
-    max_ratio: Annotated[float, typer.Option("--max-ratio", help="Refuse an archive that unpacks to more than this times its size (past 64 MiB).")] = 500.0,
+    max_ratio: Annotated[
+        float, typer.Option("--max-ratio", help="Refuse an archive that unpacks to more than this times its size (past 64 MiB).")
+    ] = 500.0,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -49,18 +61,28 @@ def import_(
     for line in result.warnings:
         warn(line)
     took = sum(result.timings_s.values())
-    say(f"imported {result.source_kind} {source} as run [bold]{result.run_id}[/bold] in {took:.1f} s: {result.files} files, {len(result.modules)} modules")
+    say(
+        f"imported {result.source_kind} {source} as run [bold]{result.run_id}[/bold] in {took:.1f} s: {result.files} files, {len(result.modules)} modules"
+    )
     print_modules(result.modules[:10], more=max(0, len(result.modules) - 10))
 
 
 def bundle(
     ref: Annotated[str, typer.Argument(help="Module REF: jit_train_step, module_0006, RUN/module_0006.", show_default=False)],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")
+    ] = None,
     no_snapshot: Annotated[bool, typer.Option("--no-snapshot", help="Leave the snapshot (the real arguments) out.")] = False,
-    snapshot_limit_mb: Annotated[float, typer.Option("--snapshot-limit-mb", help="Leave out a snapshot bigger than this.")] = 20.0,
+    snapshot_limit_mb: Annotated[
+        float, typer.Option("--snapshot-limit-mb", help="Leave out a snapshot bigger than this.")
+    ] = 20.0,
     passes: Annotated[bool, typer.Option("--passes", help="Add the per-pass dumps (many files).")] = False,
-    with_sources: Annotated[bool, typer.Option("--with-sources", help="Add the Python files the module's metadata names (off: they may be private).")] = False,
-    redact_paths: Annotated[bool, typer.Option("--redact-paths", help="Replace your home and work folders in every file by same-length placeholders.")] = False,
+    with_sources: Annotated[
+        bool, typer.Option("--with-sources", help="Add the Python files the module's metadata names (off: they may be private).")
+    ] = False,
+    redact_paths: Annotated[
+        bool, typer.Option("--redact-paths", help="Replace your home and work folders in every file by same-length placeholders.")
+    ] = False,
     store: StoreOption = None,
     run: RunOption = None,
     as_json: JsonOption = False,
@@ -79,8 +101,11 @@ def bundle(
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
     options = BundleOptions(
-        snapshot=not no_snapshot, snapshot_limit_bytes=int(snapshot_limit_mb * (1 << 20)), passes=passes,
-        with_sources=with_sources, redact_paths=redact_paths,
+        snapshot=not no_snapshot,
+        snapshot_limit_bytes=int(snapshot_limit_mb * (1 << 20)),
+        passes=passes,
+        with_sources=with_sources,
+        redact_paths=redact_paths,
     )
     result = make_bundle(the_store, module, output, options)
     if as_json:
@@ -88,7 +113,9 @@ def bundle(
         return
     for line in result.warnings:
         warn(line)
-    say(f"wrote [bold]{result.path}[/bold]: {len(result.entries)} files, {human_bytes(result.zip_bytes)} ({module.label}, run {module.run_id})")
+    say(
+        f"wrote [bold]{result.path}[/bold]: {len(result.entries)} files, {human_bytes(result.zip_bytes)} ({module.label}, run {module.run_id})"
+    )
     typer.echo(f"replay it anywhere: xlarun replay {result.path}")
 
 

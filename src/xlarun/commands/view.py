@@ -14,8 +14,18 @@ def register(app: typer.Typer) -> None:
 
 
 def view(
-    ref: Annotated[str, typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False)],
-    stage: Annotated[str, typer.Option("--stage", "-s", help="before (before_optimizations: the framework's graph) or after (after_optimizations, cpu_after_optimizations: fusions).")] = "before_optimizations",
+    ref: Annotated[
+        str,
+        typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False),
+    ],
+    stage: Annotated[
+        str,
+        typer.Option(
+            "--stage",
+            "-s",
+            help="before (before_optimizations: the framework's graph) or after (after_optimizations, cpu_after_optimizations: fusions).",
+        ),
+    ] = "before_optimizations",
     port: Annotated[int | None, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,
     no_browser: Annotated[bool, typer.Option("--no-browser", help="Print the URL, don't open a browser.")] = False,
     store: StoreOption = None,
@@ -46,7 +56,9 @@ def view(
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
     with tempfile.TemporaryDirectory(prefix="xlarun-view-") as folder:
-        graph = write_model_explorer_json(the_store, module, Path(folder) / f"{module.name or module.module_id}.{stage}.json", stage)
+        graph = write_model_explorer_json(
+            the_store, module, Path(folder) / f"{module.name or module.module_id}.{stage}.json", stage
+        )
         with ModelExplorerServer.start(graph, port) as server:
             say(f"Model Explorer shows [bold]{module.label}[/bold] ({stage}) at")
             typer.echo(server.url, nl=True)

@@ -14,10 +14,22 @@ def register(app: typer.Typer) -> None:
 
 
 def worker(
-    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS", help="The cluster's head (HOST:6379).", show_default=False)] = None,
+    address: Annotated[
+        str | None, typer.Option("--address", envvar="RAY_ADDRESS", help="The cluster's head (HOST:6379).", show_default=False)
+    ] = None,
     head: Annotated[bool, typer.Option("--head", help="Start the cluster's head here instead of joining one.")] = False,
-    slots: Annotated[int | None, typer.Option("--slots", min=1, help="CPU cells (local, docker-cpu) this node runs at once (default: half its cores).", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what this node would offer and the `ray start` command, start nothing.")] = False,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots",
+            min=1,
+            help="CPU cells (local, docker-cpu) this node runs at once (default: half its cores).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what this node would offer and the `ray start` command, start nothing.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Start Ray on this machine offering what it can run: xlarun_local, xlarun_docker_cpu, xlarun_docker_gpu, xlarun_ipu.
@@ -34,7 +46,10 @@ def worker(
     from ..executors.worker import start_worker
 
     if not head and not address:
-        raise InputError("give the cluster to join with --address HOST:6379, or --head to start one here", "`ray start --head` prints the address")
+        raise InputError(
+            "give the cluster to join with --address HOST:6379, or --head to start one here",
+            "`ray start --head` prints the address",
+        )
     plan = start_worker(address, head=head, slots=slots, dry_run=dry_run)
     if as_json:
         print_json({"offers": plan.offers, "not_offered": plan.not_offered, "command": plan.command, "started": plan.started})

@@ -45,8 +45,12 @@ def where_am_i() -> dict:
     """This node as the driver shows it: Ray node id, IP, host name, and this worker's pid."""
     import ray
 
-    return {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname(), "pid": os.getpid()}
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+    }
 
 
 class NodeLost(RuntimeError):
@@ -68,13 +72,21 @@ def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
     yield here
     raylet = os.getppid()
     with open(scratch / "capture.err", "wb") as errors:
-        subprocess.run([sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True, check=False)  # returns once detached
+        subprocess.run(
+            [sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+            check=False,
+        )  # returns once detached
     try:
         while not (scratch / "report.json").exists():
             if os.getppid() != raylet:  # the raylet died: the node is lost to the cluster
                 stop_capture(scratch)
-                raise NodeLost(f"the raylet of node {here['node_ip']} ({here['node_id'][:8]}) went away while the cell ran; the cell was stopped")
+                raise NodeLost(
+                    f"the raylet of node {here['node_ip']} ({here['node_id'][:8]}) went away while the cell ran; the cell was stopped"
+                )
             if not scratch.exists() or (scratch / STOP_FILE).exists() or not _capture_alive(scratch):
                 break
             time.sleep(_POLL_S)
@@ -135,7 +147,11 @@ def _read_report(scratch: Path) -> dict:
     try:
         return json.loads((scratch / "report.json").read_text())
     except (OSError, ValueError):
-        err = (scratch / "capture.err").read_bytes()[-2000:].decode("utf-8", "replace").strip() if (scratch / "capture.err").exists() else ""
+        err = (
+            (scratch / "capture.err").read_bytes()[-2000:].decode("utf-8", "replace").strip()
+            if (scratch / "capture.err").exists()
+            else ""
+        )
         return {"error": f"the capture on this node ended without a report{': ' + err.splitlines()[-1] if err else ''}"}
 
 
@@ -190,8 +206,13 @@ def _main(scratch: Path, worker_pid: int) -> int:
     try:
         store = Store.open(scratch / "store", create=True)
         result = capture(loaded, store, batch_id=batch_id, matrix=matrix)
-        report = {"run_id": result.run_id, "status": result.status.value, "files": [[f.path, f.digest, f.size] for f in store.stored_files(result.run_id)],
-                  "warnings": result.warnings, "signal": result.signal}
+        report = {
+            "run_id": result.run_id,
+            "status": result.status.value,
+            "files": [[f.path, f.digest, f.size] for f in store.stored_files(result.run_id)],
+            "warnings": result.warnings,
+            "signal": result.signal,
+        }
     except XlarunError as exc:
         report = {"error": exc.one_line()}
     except Exception as exc:  # a bug or an SDK error: the cell says why it failed

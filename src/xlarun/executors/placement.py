@@ -59,13 +59,34 @@ def probe_node_resources(slots: int | None = None) -> list[Capability]:
     gpu, ipu = check_gpu_and_ipu()
     image_detail = images.detail if images and images.ok else ""
     cpu_ok = daemon.ok and "xlarun-cpu:latest" in image_detail
-    found.append(Capability("xlarun_docker_cpu", slots if cpu_ok else 0,
-                            image_detail if cpu_ok else (daemon.detail if not daemon.ok else "no xlarun-cpu:latest image (xlarun images build cpu)")))
+    found.append(
+        Capability(
+            "xlarun_docker_cpu",
+            slots if cpu_ok else 0,
+            image_detail
+            if cpu_ok
+            else (daemon.detail if not daemon.ok else "no xlarun-cpu:latest image (xlarun images build cpu)"),
+        )
+    )
     gpus = len(gpu.detail.split(", ")) if gpu.ok else 0
     gpu_ok = daemon.ok and bool(nvidia and nvidia.ok) and gpus > 0
-    found.append(Capability("xlarun_docker_gpu", gpus if gpu_ok else 0, gpu.detail if gpu_ok else
-                            ("no NVIDIA GPU" if not gpus else "no NVIDIA container runtime" if not (nvidia and nvidia.ok) else daemon.detail)))
+    found.append(
+        Capability(
+            "xlarun_docker_gpu",
+            gpus if gpu_ok else 0,
+            gpu.detail
+            if gpu_ok
+            else (
+                "no NVIDIA GPU" if not gpus else "no NVIDIA container runtime" if not (nvidia and nvidia.ok) else daemon.detail
+            ),
+        )
+    )
     ipus = len(ipu.detail.split(", ")) if ipu.ok else 0
-    found.append(Capability("xlarun_ipu", ipus if ipus and daemon.ok else 0, ipu.detail if ipus and daemon.ok else
-                            ("no /dev/ipu*" if not ipus else daemon.detail)))
+    found.append(
+        Capability(
+            "xlarun_ipu",
+            ipus if ipus and daemon.ok else 0,
+            ipu.detail if ipus and daemon.ok else ("no /dev/ipu*" if not ipus else daemon.detail),
+        )
+    )
     return found

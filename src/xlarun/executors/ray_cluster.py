@@ -66,7 +66,9 @@ def token_auth_env(environ: dict[str, str]) -> dict[str, str]:
     """``environ`` with ``RAY_AUTH_MODE=token`` when a Ray token is at hand and no mode is set: what joining a head
     started by ``ray start --head`` (token authentication, Ray 2.5x and later) needs. Not a default: a client in
     token mode connects to a cluster without tokens, but its task cancellations then go unheard."""
-    has_token = environ.get("RAY_AUTH_TOKEN") or Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").is_file()
+    has_token = (
+        environ.get("RAY_AUTH_TOKEN") or Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").is_file()
+    )
     return {**environ, "RAY_AUTH_MODE": "token"} if has_token and not environ.get("RAY_AUTH_MODE") else dict(environ)
 
 
@@ -82,13 +84,22 @@ def connect(address: str | None) -> tuple[Any, bool]:
             ray.init(address=address, namespace="xlarun", log_to_driver=False, logging_level="ERROR", configure_logging=False)
         else:
             offer = {c.resource: c.units for c in probe_node_resources() if c.units}
-            ray.init(address="local", resources=offer, namespace="xlarun", log_to_driver=False, logging_level="ERROR", include_dashboard=False,
-                     configure_logging=False)
+            ray.init(
+                address="local",
+                resources=offer,
+                namespace="xlarun",
+                log_to_driver=False,
+                logging_level="ERROR",
+                include_dashboard=False,
+                configure_logging=False,
+            )
     except Exception as exc:  # ConnectionError, RuntimeError...: Ray's message says what it tried
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise EnvironmentProblem(f"cannot reach the Ray cluster at {address or 'a new local cluster'}: {first}",
-                                 "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`; a head that "
-                                 "uses token authentication (`ray start --head` does) needs RAY_AUTH_MODE=token and its ~/.ray/auth_token here") from None
+        raise EnvironmentProblem(
+            f"cannot reach the Ray cluster at {address or 'a new local cluster'}: {first}",
+            "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`; a head that "
+            "uses token authentication (`ray start --head` does) needs RAY_AUTH_MODE=token and its ~/.ray/auth_token here",
+        ) from None
     return ray, True
 
 
@@ -129,12 +140,15 @@ class RayCellCapture:
         self.in_flight: set = set()
         self.lock = threading.Lock()
 
-    def __call__(self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent) -> CaptureResult:
+    def __call__(
+        self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent
+    ) -> CaptureResult:
         need = resource_for(loaded.spec.backend)
         if not self.offered.get(need):
             raise EnvironmentProblem(
                 f"no node of the cluster offers {need}, which a {loaded.spec.backend.kind} cell needs; the cluster offers: {describe_offer(self.offered)}",
-                "start `xlarun worker --address ADDR` on a machine that serves it; `xlarun doctor` there says what it lacks")
+                "start `xlarun worker --address ADDR` on a machine that serves it; `xlarun doctor` there says what it lacks",
+            )
         request = pickle.dumps((loaded, batch_id, outcome.values or None, list(sys.argv)))
         for attempt in range(1, self.retries + 2):
             try:
@@ -143,14 +157,18 @@ class RayCellCapture:
                 outcome.attempts.append(f"attempt {attempt} on {outcome.node or 'a node'}: {lost}")
                 if attempt > self.retries or stop.cancel.is_set():
                     tried = f" ({attempt} attempts)" if attempt > 1 else ""
-                    raise JobFailed(f"{lost}{tried}", None if self.retries else "--retries 1 runs a cell whose node was lost again elsewhere") from None
+                    raise JobFailed(
+                        f"{lost}{tried}", None if self.retries else "--retries 1 runs a cell whose node was lost again elsewhere"
+                    ) from None
                 outcome.node = None
                 notify(outcome)
             except CellStopped as stopped:
                 raise JobFailed(f"stopped: {stopped}") from None
         raise AssertionError("unreachable")
 
-    def _attempt(self, request: bytes, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int) -> CaptureResult:
+    def _attempt(
+        self, request: bytes, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int
+    ) -> CaptureResult:
         scratch_name = new_scratch_name()
         gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request, scratch_name)
         with self._tracked(gen):
@@ -167,8 +185,10 @@ class RayCellCapture:
                 confirmed = self._await_stopped(node, scratch_name)
                 self._cancel(gen)
                 if not confirmed:
-                    raise CellStopped(f"{stopped}, but {_on(node, 'node')} did not confirm within {STOP_GRACE_S + 15:.0f}s that its job "
-                                      f"stopped: look there for a leftover job") from None
+                    raise CellStopped(
+                        f"{stopped}, but {_on(node, 'node')} did not confirm within {STOP_GRACE_S + 15:.0f}s that its job "
+                        f"stopped: look there for a leftover job"
+                    ) from None
                 raise
         if report.get("error"):
             raise XlarunError(report["error"])
@@ -184,14 +204,32 @@ class RayCellCapture:
             except CellStopped:
                 self.discard_task.options(scheduling_strategy=pinned).remote(report["scratch"])
                 raise
-        where = {"ray": {"node_id": node["node_id"], "node_ip": node["node_ip"], "hostname": node["hostname"], "attempt": attempt,
-                         "shipped_bytes": shipment.wire_bytes, "files_shipped": len(shipment.sent), "files": len(shipment.files)}}
+        where = {
+            "ray": {
+                "node_id": node["node_id"],
+                "node_ip": node["node_ip"],
+                "hostname": node["hostname"],
+                "attempt": attempt,
+                "shipped_bytes": shipment.wire_bytes,
+                "files_shipped": len(shipment.sent),
+                "files": len(shipment.files),
+            }
+        }
         received = receive_run(self.store, shipment, where)
         outcome.shipped_bytes = shipment.wire_bytes
         manifest = Manifest.model_validate(self.store.manifest(received.run_id))
         modules = self.store.index.modules(received.run_id)
-        return CaptureResult(received.run_id, RunStatus(manifest.status), manifest.exit_code, received.run_dir, manifest, modules,
-                             list(report.get("warnings") or manifest.warnings), None, manifest.signal)
+        return CaptureResult(
+            received.run_id,
+            RunStatus(manifest.status),
+            manifest.exit_code,
+            received.run_dir,
+            manifest,
+            modules,
+            list(report.get("warnings") or manifest.warnings),
+            None,
+            manifest.signal,
+        )
 
     # --- waiting on the cluster ----------------------------------------------------------------
 
@@ -231,9 +269,19 @@ class RayCellCapture:
         cause = getattr(exc, "cause", None)
         if isinstance(exc, rx.RayTaskError) and type(cause).__name__ == "NodeLost":
             return CellLost(str(cause))
-        lost_kinds = tuple(getattr(rx, name) for name in ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
-                                                          "RaySystemError", "ObjectFetchTimedOutError", "TaskUnschedulableError")
-                           if hasattr(rx, name))
+        lost_kinds = tuple(
+            getattr(rx, name)
+            for name in (
+                "WorkerCrashedError",
+                "NodeDiedError",
+                "ObjectLostError",
+                "OwnerDiedError",
+                "RaySystemError",
+                "ObjectFetchTimedOutError",
+                "TaskUnschedulableError",
+            )
+            if hasattr(rx, name)
+        )
         if isinstance(exc, lost_kinds) or (node is not None and not self.nodes.alive(node["node_id"])):
             return CellLost(f"node{_on(node, '')} was lost: {first}")
         return XlarunError(f"the cell's Ray task failed{_on(node)}: {first}")
@@ -306,8 +354,15 @@ def run_batch_on_ray(
     ray, connected_here = connect(address)
     capture_cell = RayCellCapture(ray, store, retries)
     try:
-        return run_batch(cells, store, jobs=jobs or min(len(cells), DEFAULT_IN_FLIGHT), fail_fast=fail_fast, on_event=on_event,
-                         batch_id=batch_id, capture_cell=capture_cell)
+        return run_batch(
+            cells,
+            store,
+            jobs=jobs or min(len(cells), DEFAULT_IN_FLIGHT),
+            fail_fast=fail_fast,
+            on_event=on_event,
+            batch_id=batch_id,
+            capture_cell=capture_cell,
+        )
     finally:
         capture_cell.cancel_in_flight()
         if connected_here:

@@ -80,7 +80,9 @@ def unpack_payload(shipment: Shipment) -> list[tuple[str, memoryview]]:
     """The shipped files as (digest, bytes), each checked against its digest; StoreError on any damage."""
     where = f"run {shipment.run_id} arrived damaged"
     if content_digest(shipment.payload) != shipment.payload_digest:
-        raise StoreError(f"{where}: its payload does not match its digest", "the batch retries nothing by itself: run the cell again")
+        raise StoreError(
+            f"{where}: its payload does not match its digest", "the batch retries nothing by itself: run the cell again"
+        )
     try:
         raw = memoryview(zstandard.ZstdDecompressor().decompress(shipment.payload, max_output_size=max(1, shipment.raw_bytes)))
     except zstandard.ZstdError as exc:
@@ -116,8 +118,10 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
     with store.lock():  # shared, as for a capture: gc cannot take the run's blobs before its commit
         still_missing = lacking(store, [f.digest for f in shipment.files]) - {digest for digest, _data in blobs}
         if still_missing:
-            raise StoreError(f"run {shipment.run_id} arrived without {len(still_missing)} file(s) this store lacks",
-                             "a gc ran while it was shipped: run the cell again")
+            raise StoreError(
+                f"run {shipment.run_id} arrived without {len(still_missing)} file(s) this store lacks",
+                "a gc ran while it was shipped: run the cell again",
+            )
         try:
             run_id, staging = store.begin_run(shipment.run_id)
         except FileExistsError:  # the same run being received by another thread: it commits it

@@ -43,8 +43,10 @@ def start_worker(address: str | None, *, head: bool = False, slots: int | None =
     if dry_run:
         return plan
     if not offers:
-        raise EnvironmentProblem("this machine can run no xlarun cell: " + "; ".join(f"{k}: {v}" for k, v in plan.not_offered.items()),
-                                 f"`xlarun doctor` says how to fix each; Ray itself comes with {RAY_EXTRA_HINT}")
+        raise EnvironmentProblem(
+            "this machine can run no xlarun cell: " + "; ".join(f"{k}: {v}" for k, v in plan.not_offered.items()),
+            f"`xlarun doctor` says how to fix each; Ray itself comes with {RAY_EXTRA_HINT}",
+        )
     done = subprocess.run(plan.command, capture_output=True, text=True)
     if done.returncode != 0 and "InvalidAuthToken" in done.stdout + done.stderr and not os.environ.get("RAY_AUTH_MODE"):
         # the head uses token authentication (`ray start --head` does): join with the token this machine holds
@@ -52,6 +54,8 @@ def start_worker(address: str | None, *, head: bool = False, slots: int | None =
     plan.output = (done.stdout + done.stderr).strip()
     if done.returncode != 0:
         last = plan.output.splitlines()[-1] if plan.output else f"exit {done.returncode}"
-        raise EnvironmentProblem(f"`ray start` failed: {last}", "check the address, and that this machine's Ray version is the cluster's")
+        raise EnvironmentProblem(
+            f"`ray start` failed: {last}", "check the address, and that this machine's Ray version is the cluster's"
+        )
     plan.started = True
     return plan

@@ -38,7 +38,9 @@ _HLO_TEXT_START = re.compile(
 )
 _GZIP_MAGIC = b"\x1f\x8b"
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-_FORMATS_HINT = "xlarun reads HLO text (.txt, .hlo), HLO protos (.pb, .hlo.pb: HloProto, HloModuleProto, HloSnapshot), gzipped or not"
+_FORMATS_HINT = (
+    "xlarun reads HLO text (.txt, .hlo), HLO protos (.pb, .hlo.pb: HloProto, HloModuleProto, HloSnapshot), gzipped or not"
+)
 
 
 def looks_like_hlo_text(data: bytes) -> bool:

@@ -25,7 +25,8 @@ _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OPEN, _CLOSE = "([{", ")]}"
 STRING, SYMBOL, WORD, CHAR, EOF = "string", "symbol", "word", "char", "eof"
 # Opcodes XLA's parser accepts without a shape (xla/hlo/parser/hlo_parser.cc, CanInferShape).
-SHAPE_MAY_BE_LEFT_OUT = frozenset("""
+SHAPE_MAY_BE_LEFT_OUT = frozenset(
+    """
 abs acos acosh asin asinh add add-dependency after-all atan2 atanh batch-norm-grad batch-norm-inference
 batch-norm-training broadcast call ceil cholesky clamp count-leading-zeros compare complex concatenate conditional
 convolution copy cosine cosh opt-barrier divide domain dot erf exponential exponential-minus-one fft floor gather
@@ -34,9 +35,12 @@ maximum minimum multiply negate pad partition-id popcnt power ragged-dot real re
 round-nearest-afz round-nearest-even rsqrt scan scaled-dot scatter select shift-left shift-right-arithmetic
 shift-right-logical sign sine sinh sqrt cbrt reduce-window select-and-scatter sort subtract tan tanh transpose
 triangular-solve tuple while topk
-""".split())  # noqa: SIM905 (a word list reads better than a hundred quoted names)
+""".split()
+)
 # Attributes that name one computation, which XLA's parser also accepts written out in place.
-INLINE_COMPUTATION_KEYS = frozenset({"calls", "to_apply", "condition", "body", "select", "scatter", "true_computation", "false_computation"})
+INLINE_COMPUTATION_KEYS = frozenset(
+    {"calls", "to_apply", "condition", "body", "select", "scatter", "true_computation", "false_computation"}
+)
 
 
 class HloSyntaxError(LineError):
@@ -231,7 +235,9 @@ class GrammarParser:
             if opcode.kind != WORD or not self.peek().is_("("):
                 raise self.error(f"expected an opcode and '(' but found {self._show(opcode)}", opcode.start, after=True)
             if not shape and opcode.text not in SHAPE_MAY_BE_LEFT_OUT:
-                raise self.error(f"expected a shape like f32[8,128]{{1,0}} before {opcode.text}: XLA infers no shape for it", opcode.start)
+                raise self.error(
+                    f"expected a shape like f32[8,128]{{1,0}} before {opcode.text}: XLA infers no shape for it", opcode.start
+                )
             instruction = HloInstruction(name=name, opcode=opcode.text, shape=shape, computation=computation.name)
             if opcode.text == "constant":
                 literal = self.skip_balanced()[1:-1]

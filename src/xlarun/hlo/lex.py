@@ -11,9 +11,9 @@ import re
 _SPECIAL = re.compile(r'[(){}\[\]",]|/\*')
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _COMMENT_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|/\*.*?\*/')
-_LAYOUT = re.compile(r'\]\{[^{}]*\}')
-_TOP_LEVEL_COMMA = re.compile(r'\s*,\s*(?![^\[]*\])')  # not between [ and ]
-_ESCAPE = re.compile(r'\\([0-7]{1,3}|x[0-9a-fA-F]{2}|.)')
+_LAYOUT = re.compile(r"\]\{[^{}]*\}")
+_TOP_LEVEL_COMMA = re.compile(r"\s*,\s*(?![^\[]*\])")  # not between [ and ]
+_ESCAPE = re.compile(r"\\([0-7]{1,3}|x[0-9a-fA-F]{2}|.)")
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
 
 

@@ -19,8 +19,18 @@ from .lex import split_top_level, strip_comments, strip_layouts, unquote
 
 #: Attributes whose value names computations the instruction calls (``calls=%fused``, ``branch_computations={...}``).
 CALLED_COMPUTATION_KEYS = frozenset(
-    {"calls", "to_apply", "condition", "body", "branch_computations", "true_computation",
-     "false_computation", "called_computations", "select", "scatter"}
+    {
+        "calls",
+        "to_apply",
+        "condition",
+        "body",
+        "branch_computations",
+        "true_computation",
+        "false_computation",
+        "called_computations",
+        "select",
+        "scatter",
+    }
 )
 #: Attributes whose value names other instructions of the same computation.
 INSTRUCTION_REF_KEYS = frozenset({"control-predecessors"})
@@ -28,12 +38,13 @@ INSTRUCTION_REF_KEYS = frozenset({"control-predecessors"})
 PER_RUN_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
 # GPU scheduling bookkeeping inside backend_config that changes between otherwise equal compiles.
 _PER_RUN_BACKEND_KEYS = re.compile(r'"(?:operation_queue_id|wait_on_operation_queues)":(?:"[^"]*"|\[[^\]]*\]),?')
-_NAME_REF = re.compile(r'%?([^\s,{}%]+)')
+_NAME_REF = re.compile(r"%?([^\s,{}%]+)")
 _FIELD = re.compile(r'([\w.]+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
 
 #: XLA's opcodes (xla/hlo/ir/hlo_opcode.h). ``<opcode>-start`` of any other is an async pair, for which XLA's
 #: parser builds a computation wrapping the one instruction (see :func:`wrap_async_operations`).
-OPCODES = frozenset("""
+OPCODES = frozenset(
+    """
 abs acos acosh add add-dependency after-all all-gather all-gather-done all-gather-start all-reduce all-reduce-done
 all-reduce-start all-to-all and asin asinh async-done async-start async-update atan atan2 atanh batch-norm-grad
 batch-norm-inference batch-norm-training bitcast bitcast-convert broadcast call cbrt ceil cholesky clamp
@@ -47,7 +58,8 @@ remainder replica-id reshape reverse rng rng-bit-generator rng-get-and-update-st
 round-nearest-even rsqrt scaled-dot scan scatter select select-and-scatter send send-done set-dimension-size
 shift-left shift-right-arithmetic shift-right-logical shuffle sign sine sinh slice sort sqrt stochastic-convert
 subtract tan tanh topk transpose triangular-solve tuple while xor
-""".split())  # noqa: SIM905 (a word list reads better than a hundred quoted names)
+""".split()
+)
 
 
 @dataclass
@@ -172,7 +184,6 @@ def _signature_from_layout(layout: str) -> str | None:
     return format_signature([p for p in split_top_level(params) if p.strip()], result)
 
 
-
 def called_computations(attributes: dict[str, str]) -> list[str]:
     """The computations an instruction's attributes name (``calls=%f``, ``branch_computations={%a, %b}``)."""
     return [name for key, value in attributes.items() if key in CALLED_COMPUTATION_KEYS for name in _NAME_REF.findall(value)]
@@ -206,8 +217,14 @@ def _root_of(computation: HloComputation) -> HloInstruction:
     return next(i for i in reversed(computation.instructions) if i.name == computation.root)
 
 
-def assemble_module(name: str | None, computations: dict[str, HloComputation], entry: str | None, header: dict[str, str],
-                    tables: dict[str, dict[int, str]], complete: bool = True) -> HloModule:
+def assemble_module(
+    name: str | None,
+    computations: dict[str, HloComputation],
+    entry: str | None,
+    header: dict[str, str],
+    tables: dict[str, dict[int, str]],
+    complete: bool = True,
+) -> HloModule:
     """The module from parsed computations: the async computations XLA builds added, roots, parameters,
     the entry (the last computation when none is marked ENTRY, as XLA takes it), sources and signature."""
     computations = wrap_async_operations(computations)
@@ -222,8 +239,13 @@ def assemble_module(name: str | None, computations: dict[str, HloComputation], e
         infer_missing_shapes(computations)
     _resolve_stack_frames(computations.values(), tables)
     module = HloModule(
-        name=name if name is not None else f"module_{entry}", entry_computation=entry, computations=computations,
-        entry_signature="", header_attributes=header, parsed_from="text", complete=complete,
+        name=name if name is not None else f"module_{entry}",
+        entry_computation=entry,
+        computations=computations,
+        entry_signature="",
+        header_attributes=header,
+        parsed_from="text",
+        complete=complete,
     )
     mark_fusion_computations(module)
     layout = header.get("entry_computation_layout")
@@ -255,8 +277,12 @@ def expand_tuple_references(computation: HloComputation) -> None:
                 source = by_name.get(base)
                 elements = _tuple_shapes(source.shape) if source is not None else []
                 made[operand] = gte = HloInstruction(
-                    name=name, opcode="get-tuple-element", shape=elements[index] if index < len(elements) else "",
-                    computation=computation.name, operands=[base], attributes={"index": str(index)},
+                    name=name,
+                    opcode="get-tuple-element",
+                    shape=elements[index] if index < len(elements) else "",
+                    computation=computation.name,
+                    operands=[base],
+                    attributes={"index": str(index)},
                 )
                 by_name[name] = gte
             instruction.operands[position] = made[operand].name
@@ -303,19 +329,34 @@ def wrap_async_operations(computations: dict[str, HloComputation]) -> dict[str, 
 def _async_wrapped(name: str, opcode: str, start: HloInstruction) -> HloComputation:
     # the start's shape is ((operand shapes), result shape, state...)
     parts = [strip_comments(p).strip() for p in split_top_level(start.shape[1:-1])] if start.shape.startswith("(") else []
-    operand_shapes = [p.strip() for p in split_top_level(parts[0][1:-1]) if p.strip()] if parts and parts[0].startswith("(") else []
+    operand_shapes = (
+        [p.strip() for p in split_top_level(parts[0][1:-1]) if p.strip()] if parts and parts[0].startswith("(") else []
+    )
     computation = HloComputation(name=name)
     for number in range(len(start.operands)):
         shape = operand_shapes[number] if number < len(operand_shapes) else ""
         parameter_name = "async_param" if number == 0 else f"async_param.{number}"
-        computation.instructions.append(HloInstruction(
-            name=parameter_name, opcode="parameter", shape=shape, computation=name, parameter_number=number,
-        ))
-    computation.instructions.append(HloInstruction(
-        name="async_op", opcode=opcode, shape=parts[1] if len(parts) > 1 else "", computation=name, is_root=True,
-        operands=[p.name for p in computation.instructions], attributes=dict(start.attributes),
-        called_computations=list(start.called_computations),
-    ))
+        computation.instructions.append(
+            HloInstruction(
+                name=parameter_name,
+                opcode="parameter",
+                shape=shape,
+                computation=name,
+                parameter_number=number,
+            )
+        )
+    computation.instructions.append(
+        HloInstruction(
+            name="async_op",
+            opcode=opcode,
+            shape=parts[1] if len(parts) > 1 else "",
+            computation=name,
+            is_root=True,
+            operands=[p.name for p in computation.instructions],
+            attributes=dict(start.attributes),
+            called_computations=list(start.called_computations),
+        )
+    )
     return computation
 
 
@@ -404,5 +445,3 @@ def _canonical_lines(module: HloModule) -> Iterator[str]:
             shape = re.sub(r"\s+", "", instruction.shape)
             yield f"  {root}{local[instruction.name]} = {shape} {instruction.opcode}({arguments}){''.join(attributes)}"
         yield "}"
-
-

@@ -58,11 +58,40 @@ FRAME_FILE_LOCATION_ID = 1
 
 #: xla.PrimitiveType numbers -> the names HLO text uses.
 PRIMITIVE_TYPES = {
-    1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
-    10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque", 15: "c64", 16: "bf16", 17: "token",
-    18: "c128", 19: "f8e5m2", 20: "f8e4m3fn", 21: "s4", 22: "u4", 23: "f8e4m3b11fnuz",
-    24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2", 28: "f8e4m3", 29: "f8e3m4", 30: "s1",
-    31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu", 34: "buffer",
+    1: "pred",
+    2: "s8",
+    3: "s16",
+    4: "s32",
+    5: "s64",
+    6: "u8",
+    7: "u16",
+    8: "u32",
+    9: "u64",
+    10: "f16",
+    11: "f32",
+    12: "f64",
+    13: "tuple",
+    14: "opaque",
+    15: "c64",
+    16: "bf16",
+    17: "token",
+    18: "c128",
+    19: "f8e5m2",
+    20: "f8e4m3fn",
+    21: "s4",
+    22: "u4",
+    23: "f8e4m3b11fnuz",
+    24: "f8e5m2fnuz",
+    25: "f8e4m3fnuz",
+    26: "s2",
+    27: "u2",
+    28: "f8e4m3",
+    29: "f8e3m4",
+    30: "s1",
+    31: "u1",
+    32: "f4e2m1fn",
+    33: "f8e8m0fnu",
+    34: "buffer",
 }
 TUPLE_TYPE = 13
 UNBOUNDED_SIZE = -(1 << 63)  # Shape::kUnboundedSize
@@ -199,8 +228,10 @@ def _call_attributes(opcode: str, callees: list[str]) -> tuple[dict[str, str], l
 def _instruction(fields: dict, computation: str, names_by_id, computation_names, table) -> HloInstruction:
     opcode = as_str(first(fields, INSTRUCTION_OPCODE)) or ""
     instruction = HloInstruction(
-        name=as_str(first(fields, INSTRUCTION_NAME)) or "", opcode=opcode,
-        shape=shape_text(first(fields, INSTRUCTION_SHAPE)), computation=computation,
+        name=as_str(first(fields, INSTRUCTION_NAME)) or "",
+        opcode=opcode,
+        shape=shape_text(first(fields, INSTRUCTION_SHAPE)),
+        computation=computation,
         operands=[names_by_id(i) for i in repeated_varints(fields.get(INSTRUCTION_OPERAND_IDS, []))],
     )
     attributes: dict[str, str] = {}
@@ -243,14 +274,15 @@ def summarize_hlo_proto(data: bytes) -> HloModule:
     module = find_module_proto(data)
     table = _source_table(module)
     raw_computations = [_message(c) or {} for c in module.get(MODULE_COMPUTATIONS, [])]
-    computation_names = {first(c, COMPUTATION_ID, n): as_str(first(c, COMPUTATION_NAME)) or f"computation_{n}"
-                         for n, c in enumerate(raw_computations)}
+    computation_names = {
+        first(c, COMPUTATION_ID, n): as_str(first(c, COMPUTATION_NAME)) or f"computation_{n}"
+        for n, c in enumerate(raw_computations)
+    }
     module_ids: dict[int, str] = {}  # ids are module-wide in current XLA; older protos number per computation
     parsed = []
     for raw in raw_computations:
         instructions = [_message(i) or {} for i in raw.get(COMPUTATION_INSTRUCTIONS, [])]
-        local = {first(i, INSTRUCTION_ID, n): as_str(first(i, INSTRUCTION_NAME)) or ""
-                 for n, i in enumerate(instructions)}
+        local = {first(i, INSTRUCTION_ID, n): as_str(first(i, INSTRUCTION_NAME)) or "" for n, i in enumerate(instructions)}
         module_ids.update(local)
         parsed.append((raw, instructions, local))
 
@@ -278,8 +310,11 @@ def summarize_hlo_proto(data: bytes) -> HloModule:
         entry = next(reversed(computations))
     computations[entry].is_entry = True
     summary = HloModule(
-        name=as_str(first(module, MODULE_NAME)) or "", entry_computation=entry, computations=computations,
-        entry_signature="", parsed_from="proto",
+        name=as_str(first(module, MODULE_NAME)) or "",
+        entry_computation=entry,
+        computations=computations,
+        entry_signature="",
+        parsed_from="proto",
     )
     mark_fusion_computations(summary)
     host_signature = _program_signature(first(module, MODULE_HOST_PROGRAM_SHAPE))

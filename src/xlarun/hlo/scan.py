@@ -32,16 +32,18 @@ class TextFacts:
 # array shape or a tuple, nested at most twice; the operands hold no parenthesis: else the line is left
 # unmatched, an operand written as an instruction among others, and the scan declines).
 _SCAN_INSTRUCTION = re.compile(
-    r'\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)) ([A-Za-z][\w\-]*)\(([^()\n]*)\)'
+    r"\n  (?:ROOT )?%?([^\s=%(]+) = (?:[^\s(]+|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)) ([A-Za-z][\w\-]*)\(([^()\n]*)\)"
 )
 # An operand written %x#1: element 1 of tuple-shaped %x, a get-tuple-element XLA's parser builds (named x_1).
-_SCAN_TUPLE_REFERENCE = re.compile(r'%?([^\s,%#]+)#(\d+)')
+_SCAN_TUPLE_REFERENCE = re.compile(r"%?([^\s,%#]+)#(\d+)")
 # A line that is none of: an instruction (two-space indent), a computation's header or end, a table's name or
 # entry, or blank. Where there is one, the text is not as XLA prints it.
-_SCAN_STRANGE_LINE = re.compile(r'\n(?!  \S|\}(?: // [^\n]*)?(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)')
-_SCAN_TABLE = re.compile(r'\n(FileNames|FunctionNames|FileLocations|StackFrames)\n((?:\d+ [^\n]*\n)*)')
+_SCAN_STRANGE_LINE = re.compile(
+    r"\n(?!  \S|\}(?: // [^\n]*)?(?:\n|$)|\n|$|\d+ |(?:FileNames|FunctionNames|FileLocations|StackFrames)\n|(?:ENTRY )?%?[^\s({]+ [^\n]*\{\n)"
+)
+_SCAN_TABLE = re.compile(r"\n(FileNames|FunctionNames|FileLocations|StackFrames)\n((?:\d+ [^\n]*\n)*)")
 _SCAN_METADATA = re.compile(_METADATA.pattern.replace(r",\s*", ", "))  # a literal start: the search leaps to each one (2x faster)
-_SCAN_CONSTANT_LINE = re.compile(r'\n(  [^\n]* constant\([^\n]*)')
+_SCAN_CONSTANT_LINE = re.compile(r"\n(  [^\n]* constant\([^\n]*)")
 
 
 _SCAN_LINE_WITH_TWO_EQUALS = re.compile(r"\n[^\n]* = [^\n]* = [^\n]*")
@@ -115,8 +117,11 @@ def scan_hlo_text(data: bytes) -> TextFacts | None:
         if facts.source_file:
             sources.add(f"{facts.source_file}:{facts.source_line}" if facts.source_line else facts.source_file)
     return TextFacts(
-        instructions=len(heads) + len(references), opcodes=opcodes, names=names,
-        op_names=op_names, sources=sources, elided_constants=elided, entry_signature=signature,
+        instructions=len(heads) + len(references),
+        opcodes=opcodes,
+        names=names,
+        op_names=op_names,
+        sources=sources,
+        elided_constants=elided,
+        entry_signature=signature,
     )
-
-

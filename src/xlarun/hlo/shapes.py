@@ -8,13 +8,15 @@ import re
 
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _INTS = re.compile(r"-?\d+")
-_SAME_AS_FIRST_OPERAND = frozenset("""
+_SAME_AS_FIRST_OPERAND = frozenset(
+    """
 abs acos acosh asin asinh atanh cbrt ceil cholesky copy cosine cosh count-leading-zeros erf exponential
 exponential-minus-one floor log log-plus-one logistic negate not opt-barrier popcnt round-nearest-afz
 round-nearest-even rsqrt sign sine sinh sqrt tan tanh add subtract multiply divide maximum minimum power remainder
 and or xor atan2 shift-left shift-right-arithmetic shift-right-logical while add-dependency domain reverse
 triangular-solve sort
-""".split())  # noqa: SIM905 (a word list reads better than a hundred quoted names)
+""".split()
+)
 _COMPLEX_PART = {"c64": "f32", "c128": "f64"}
 
 
@@ -27,7 +29,9 @@ def infer_missing_shapes(computations: dict) -> None:
         for instruction in computation.instructions:
             if instruction.opcode in _SHAPES_XLA_SETS:
                 try:
-                    instruction.shape = _SHAPES_XLA_SETS[instruction.opcode](instruction, [shapes.get(o, "") for o in instruction.operands])
+                    instruction.shape = _SHAPES_XLA_SETS[instruction.opcode](
+                        instruction, [shapes.get(o, "") for o in instruction.operands]
+                    )
                 except (ValueError, IndexError):
                     pass  # left as written
             elif not instruction.shape:
@@ -114,7 +118,10 @@ def _inferred(instruction, operands: list[str], roots: dict[str, str]) -> str:
     if opcode == "pad":
         element_type, dims = _dimensions(operands[0])
         edges = [[int(v) for v in part.split("_")] for part in attributes["padding"].split("x")] if dims else []
-        return _array(element_type, [d + e[0] + e[1] + (e[2] if len(e) > 2 else 0) * max(d - 1, 0) for d, e in zip(dims, edges, strict=False)])
+        return _array(
+            element_type,
+            [d + e[0] + e[1] + (e[2] if len(e) > 2 else 0) * max(d - 1, 0) for d, e in zip(dims, edges, strict=False)],
+        )
     if opcode == "dot":
         return _dot_shape(operands, attributes)
     if opcode == "reduce":

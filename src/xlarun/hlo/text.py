@@ -22,19 +22,17 @@ from .model import (
 
 _HINT = "is this an HLO text dump (module_*.txt)? a truncated file or a hand edit can cause this"
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
-_INSTR_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*')
+_INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*")
 # an instruction starts "name = " and then a shape; a wrapped attribute line ("calls=%f") does not
-_NEW_INSTRUCTION = re.compile(r'\s*(ROOT\s+)?%?[^\s=%(]+\s*=\s*(?:\(|[A-Za-z][A-Za-z0-9]*\[)')
-_COMP_HEAD = re.compile(r'\s*(ENTRY\s+)?%?([^\s({]+)')
-_ARRAY_SHAPE = re.compile(r'[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?')
-_OPCODE = re.compile(r'\s*([A-Za-z][\w\-]*)\(')
-_SECTION_ENTRY = re.compile(r'\s*(\d+)\s+(.*?)\s*$')
-_SPACES = re.compile(r'[ \t]*')
+_NEW_INSTRUCTION = re.compile(r"\s*(ROOT\s+)?%?[^\s=%(]+\s*=\s*(?:\(|[A-Za-z][A-Za-z0-9]*\[)")
+_COMP_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([^\s({]+)")
+_ARRAY_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
+_OPCODE = re.compile(r"\s*([A-Za-z][\w\-]*)\(")
+_SECTION_ENTRY = re.compile(r"\s*(\d+)\s+(.*?)\s*$")
+_SPACES = re.compile(r"[ \t]*")
 _MODULE_LINE = re.compile(r"HloModule\s+([^\s,]+)")
 # How a computation ends: "}", "} // name" (XLA printed the name until 2025), "}, execution_thread=\"...\"".
 _COMPUTATION_END = re.compile(r'\}\s*(?://.*|,\s*execution_thread\s*=\s*"[^"]*"\s*(?://.*)?)?')
-
-
 
 
 # The common shapes of ", key=value" (a token, a string, or braces holding no braces), matched in one step;
@@ -46,7 +44,9 @@ _SIMPLE_ATTRIBUTE = re.compile(
 _SIMPLE_OPERANDS = re.compile(r'\(([^()\[\]{}"/]*)\)')
 # _INSTR_HEAD, an array shape (_ARRAY_SHAPE) and _OPCODE up to the operands' "(", in one match: all a
 # summary parse needs of an instruction line (root, name, shape, opcode).
-_SUMMARY_HEAD = re.compile(r'\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\(')
+_SUMMARY_HEAD = re.compile(
+    r"\s*(ROOT\s+)?%?([^\s=%(]+)\s*=\s*([A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s*([A-Za-z][\w\-]*)\("
+)
 # The same, then simple operands.
 _SIMPLE_INSTRUCTION = re.compile(_SUMMARY_HEAD.pattern + r'([^()\[\]{}"/]*)\)')
 
@@ -88,7 +88,7 @@ def _parse_attributes(line: str, pos: int) -> dict[str, str]:
         if pos >= len(line):
             return attributes
         if line[pos] != ",":
-            raise LineError(f"expected ', key=value' but found {line[pos:pos + 30]!r}")
+            raise LineError(f"expected ', key=value' but found {line[pos : pos + 30]!r}")
         end = walk(line, pos + 1, True)
         key, _eq, value = strip_comments(line[pos + 1 : end]).partition("=")
         value = value.strip()
@@ -104,7 +104,7 @@ def _read_shape(line: str, pos: int) -> tuple[str, int]:
         return strip_comments(line[pos:end]), end
     m = _ARRAY_SHAPE.match(line, pos)
     if m is None:
-        raise LineError(f"expected a shape like f32[8,128]{{1,0}} but found {line[pos:pos + 30]!r}")
+        raise LineError(f"expected a shape like f32[8,128]{{1,0}} but found {line[pos : pos + 30]!r}")
     return m.group(), m.end()
 
 
@@ -118,7 +118,6 @@ def _operand_names(inner: str) -> list[str]:
     if any("(" in n or ")" in n for n in names):
         raise LineError("an instruction written inside another's operands")  # the grammar reader builds it
     return names
-
 
 
 def _parse_instruction(line: str, computation: str) -> HloInstruction:
@@ -138,8 +137,12 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
         close = simple.end() if simple is not None else walk(line, op.end() - 1, False)
         is_root, name, opcode, inner = head.group(1), head.group(2), op.group(1), line[op.end() : close - 1]
     instruction = HloInstruction(
-        name=name, opcode=opcode, shape=shape, computation=computation,
-        is_root=is_root is not None, attributes=_parse_attributes(line, close),
+        name=name,
+        opcode=opcode,
+        shape=shape,
+        computation=computation,
+        is_root=is_root is not None,
+        attributes=_parse_attributes(line, close),
     )
     if instruction.opcode == "constant":
         instruction.literal = inner.strip()
@@ -156,7 +159,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
     return instruction
 
 
-_PARAMETER_NUMBER = re.compile(r'\s*(\d+)\s*\)')
+_PARAMETER_NUMBER = re.compile(r"\s*(\d+)\s*\)")
 _METADATA = re.compile(r',\s*metadata=(\{[^{}"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^{}"]*)*\})')  # unrolled: linear however it fails
 
 
@@ -211,7 +214,9 @@ class _TextParser:
                 section = section if stripped else None  # a blank line ends a FileNames/... table
                 continue
             if current is not None:
-                if stripped[0] == "}" and _COMPUTATION_END.fullmatch(stripped):  # "} // name" (XLA until 2025), "}, execution_thread=..."
+                if stripped[0] == "}" and _COMPUTATION_END.fullmatch(
+                    stripped
+                ):  # "} // name" (XLA until 2025), "}, execution_thread=..."
                     current = None
                     continue
                 index = self._instruction(line, lineno, index, current)
@@ -240,7 +245,8 @@ class _TextParser:
         m = _MODULE_LINE.match(line)
         if m is None:
             raise self.fail(
-                lineno, f"expected 'HloModule <name>' but found {line[:60]!r}",
+                lineno,
+                f"expected 'HloModule <name>' but found {line[:60]!r}",
                 "this is not an HLO module; buffer-assignment, live-range and memory reports are .txt files too",
             )
         self.name = m.group(1)
@@ -281,7 +287,6 @@ class _TextParser:
                 line, index = f"{line} {nxt}", index + 1
 
 
-
 def parse_hlo_text(text: str, summary: bool = False) -> HloModule:
     """Parse one HLO module printed as text (XLA dump, ``as_hlo_text()``, or hand-written).
 
@@ -317,4 +322,3 @@ def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
         raise line_error from None
     infer_missing_shapes(parsed.computations)
     return assemble_module(parsed.module_name, parsed.computations, parsed.entry, parsed.header, parsed.tables)
-

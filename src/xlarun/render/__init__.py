@@ -81,8 +81,12 @@ def content_kind(name: str, data: bytes) -> str:
     if head.startswith(b"node {") or b"\nnode {" in head:
         return "graphdef"
     if base.endswith((".txt", ".hlo")):
-        raise InputError(f"{name} is not an HLO module", "render draws HLO modules, XLA's .dot files and TF GraphDef .pbtxt files")
-    raise InputError(f"cannot tell what {name} holds", "render draws HLO text (.txt), HLO protos (.pb), .dot files and GraphDef .pbtxt files")
+        raise InputError(
+            f"{name} is not an HLO module", "render draws HLO modules, XLA's .dot files and TF GraphDef .pbtxt files"
+        )
+    raise InputError(
+        f"cannot tell what {name} holds", "render draws HLO text (.txt), HLO protos (.pb), .dot files and GraphDef .pbtxt files"
+    )
 
 
 def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None = None) -> Graph:
@@ -110,7 +114,10 @@ def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, t
     options = options or RenderOptions()
     if content_kind(name, data) == "dot":
         if options.around or options.expand or options.expand_all:
-            raise InputError("--around and --expand work on HLO modules, not on XLA's .dot files", "drop --xla-dot to draw the module with xlarun's renderer")
+            raise InputError(
+                "--around and --expand work on HLO modules, not on XLA's .dot files",
+                "drop --xla-dot to draw the module with xlarun's renderer",
+            )
         source = gunzip(data, name).decode("utf-8", errors="replace")
         nodes = count_dot_nodes(source)
         if options.limit and nodes > options.limit:
@@ -123,7 +130,9 @@ def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, t
     what = f"the neighbourhood of {options.around} (depth {options.depth})" if options.around else name
     check_node_limit(graph, options.limit, what, neighbourhood_of=options.around)
     kind = "graphdef" if content_kind(name, data) == "graphdef" else "hlo"
-    return RenderedGraph(layout(to_dot(graph), options.format, options.timeout_s), options.format, name, kind, len(graph.nodes), graph.notes)
+    return RenderedGraph(
+        layout(to_dot(graph), options.format, options.timeout_s), options.format, name, kind, len(graph.nodes), graph.notes
+    )
 
 
 def render_path(path: str | Path, options: RenderOptions | None = None) -> RenderedGraph:

@@ -93,7 +93,9 @@ def check_node_limit(graph: Graph, limit: int | None, what: str, neighbourhood_o
         hint = "draw fewer edges around it with a smaller --depth, or raise --limit"
     else:
         hint = f"draw a neighbourhood with --around {graph.suggested_center or next(iter(graph.nodes), 'NAME')} --depth 3, or raise --limit"
-    raise GraphTooBig(f"{what} has {len(graph.nodes)} nodes, more than the limit of {limit}: graphviz would take minutes or hang", hint)
+    raise GraphTooBig(
+        f"{what} has {len(graph.nodes)} nodes, more than the limit of {limit}: graphviz would take minutes or hang", hint
+    )
 
 
 def neighbourhood(graph: Graph, center: str, depth: int) -> Graph:
@@ -119,8 +121,14 @@ def neighbourhood(graph: Graph, center: str, depth: int) -> Graph:
             hidden = len(adjacent[node_id] - distance.keys())
             part.add_node(
                 Node(
-                    node.id, node.label, _with_hidden(node.tooltip, hidden), node.fill, node.shape, node.cluster,
-                    bold=node.id == center, dashed=hidden > 0,
+                    node.id,
+                    node.label,
+                    _with_hidden(node.tooltip, hidden),
+                    node.fill,
+                    node.shape,
+                    node.cluster,
+                    bold=node.id == center,
+                    dashed=hidden > 0,
                 )
             )
     part.edges = [e for e in graph.edges if e.src in distance and e.dst in distance]
@@ -135,7 +143,9 @@ def neighbourhood(graph: Graph, center: str, depth: int) -> Graph:
         if edge.lhead and edge.lhead not in part.clusters:
             edge.lhead = None
     left_out = len(graph.nodes) - len(part.nodes)
-    part.notes.append(f"{len(part.nodes)} of {len(graph.nodes)} nodes: those within {depth} edges of {center}; dashed ones have more neighbours")
+    part.notes.append(
+        f"{len(part.nodes)} of {len(graph.nodes)} nodes: those within {depth} edges of {center}; dashed ones have more neighbours"
+    )
     if left_out == 0:
         part.notes[-1] = f"all {len(graph.nodes)} nodes are within {depth} edges of {center}"
     return part
@@ -167,7 +177,9 @@ def to_dot(graph: Graph) -> str:
     dot = graphviz.Digraph(name="G")
     title = "\n".join([graph.title, *graph.notes])
     dot.attr(rankdir="TB", compound="true", labelloc="t", fontsize="16", fontname="Helvetica", label=_label(title), tooltip=" ")
-    dot.attr("node", shape="box", style="filled,rounded", fontname="Helvetica", fontsize="11", color="#555555", margin="0.08,0.04")
+    dot.attr(
+        "node", shape="box", style="filled,rounded", fontname="Helvetica", fontsize="11", color="#555555", margin="0.08,0.04"
+    )
     dot.attr("edge", fontname="Helvetica", fontsize="9", color="#444444", arrowsize="0.7")
     children: dict[str | None, list[Cluster]] = {}
     for cluster in graph.clusters.values():
@@ -180,13 +192,25 @@ def to_dot(graph: Graph) -> str:
         for node in members.get(cluster_id, []):
             style = "filled,rounded" + (",dashed" if node.dashed else "") + (",bold" if node.bold else "")
             container.node(
-                _text(node.id), label=_label(node.label), tooltip=_label(node.tooltip or node.label), fillcolor=node.fill,
-                shape=node.shape, style=style, penwidth="2.5" if node.bold else "1",
+                _text(node.id),
+                label=_label(node.label),
+                tooltip=_label(node.tooltip or node.label),
+                fillcolor=node.fill,
+                shape=node.shape,
+                style=style,
+                penwidth="2.5" if node.bold else "1",
             )
         for cluster in children.get(cluster_id, []):
             with container.subgraph(name=f"cluster_{_dot_id(cluster.id)}") as sub:
-                sub.attr(label=_label(cluster.label), style="filled,rounded", fillcolor=cluster.fill, color="#999999",
-                         tooltip=_label(cluster.tooltip or cluster.label), fontname="Helvetica", fontsize="12")
+                sub.attr(
+                    label=_label(cluster.label),
+                    style="filled,rounded",
+                    fillcolor=cluster.fill,
+                    color="#999999",
+                    tooltip=_label(cluster.tooltip or cluster.label),
+                    fontname="Helvetica",
+                    fontsize="12",
+                )
                 fill(sub, cluster.id)
 
     fill(dot, None)

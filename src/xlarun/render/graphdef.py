@@ -61,7 +61,9 @@ def graphdef_graph(data: str | bytes, title: str = "GraphDef") -> Graph:
     fills = {name: CLUSTER_FILLS[i % len(CLUSTER_FILLS)] for i, name in enumerate(order)}
     sizes = Counter(c for c in clusters if c)
     for name in order:
-        graph.clusters[name] = Cluster(name, f"XLA {name} ({sizes[name]} nodes)", fill="#fbfbfb", tooltip=f"nodes XLA compiles together as {name}")
+        graph.clusters[name] = Cluster(
+            name, f"XLA {name} ({sizes[name]} nodes)", fill="#fbfbfb", tooltip=f"nodes XLA compiles together as {name}"
+        )
     for node, cluster in zip(nodes, clusters, strict=True):
         name, op = str(node.first("name", "?")), str(node.first("op", "?"))
         details = [f"{name} = {op}"]
@@ -71,7 +73,15 @@ def graphdef_graph(data: str | bytes, title: str = "GraphDef") -> Graph:
             details.append(f"dtype: {dtype}")
         if cluster:
             details.append(f"XLA cluster: {cluster}")
-        graph.add_node(Node(name, f"{op}\n{name}", tooltip="\n".join(details), fill=fills[cluster] if cluster else UNCLUSTERED_FILL, cluster=cluster))
+        graph.add_node(
+            Node(
+                name,
+                f"{op}\n{name}",
+                tooltip="\n".join(details),
+                fill=fills[cluster] if cluster else UNCLUSTERED_FILL,
+                cluster=cluster,
+            )
+        )
     for node in nodes:
         name = str(node.first("name", "?"))
         for raw in node.all("input"):

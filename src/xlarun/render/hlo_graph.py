@@ -22,17 +22,62 @@ from .graph import Cluster, Edge, Graph, Node, neighbourhood
 CATEGORIES: dict[str, tuple[str, frozenset[str]]] = {
     "parameter": ("#fff2b3", frozenset({"parameter"})),
     "constant": ("#eeeeee", frozenset({"constant", "iota", "rng", "rng-bit-generator", "rng-get-and-update-state"})),
-    "compute": ("#9fc5f8", frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot", "scaled-dot"})),
-    "reduction": ("#b6e3a8", frozenset({"reduce", "reduce-window", "select-and-scatter", "sort", "scatter", "map", "reduce-precision"})),
-    "collective": ("#f4b6b6", frozenset({
-        "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
-        "reduce-scatter", "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
-        "collective-broadcast", "send", "send-done", "recv", "recv-done", "partition-id", "replica-id",
-    })),
-    "data movement": ("#dfe7f2", frozenset({
-        "broadcast", "reshape", "transpose", "bitcast", "bitcast-convert", "copy", "copy-start", "copy-done", "slice",
-        "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather", "reverse", "dynamic-reshape",
-    })),
+    "compute": (
+        "#9fc5f8",
+        frozenset({"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "ragged-dot", "scaled-dot"}),
+    ),
+    "reduction": (
+        "#b6e3a8",
+        frozenset({"reduce", "reduce-window", "select-and-scatter", "sort", "scatter", "map", "reduce-precision"}),
+    ),
+    "collective": (
+        "#f4b6b6",
+        frozenset(
+            {
+                "all-reduce",
+                "all-reduce-start",
+                "all-reduce-done",
+                "all-gather",
+                "all-gather-start",
+                "all-gather-done",
+                "reduce-scatter",
+                "all-to-all",
+                "collective-permute",
+                "collective-permute-start",
+                "collective-permute-done",
+                "collective-broadcast",
+                "send",
+                "send-done",
+                "recv",
+                "recv-done",
+                "partition-id",
+                "replica-id",
+            }
+        ),
+    ),
+    "data movement": (
+        "#dfe7f2",
+        frozenset(
+            {
+                "broadcast",
+                "reshape",
+                "transpose",
+                "bitcast",
+                "bitcast-convert",
+                "copy",
+                "copy-start",
+                "copy-done",
+                "slice",
+                "dynamic-slice",
+                "dynamic-update-slice",
+                "concatenate",
+                "pad",
+                "gather",
+                "reverse",
+                "dynamic-reshape",
+            }
+        ),
+    ),
     "tuple": ("#f5f5f5", frozenset({"tuple", "get-tuple-element", "opt-barrier", "add-dependency", "after-all"})),
     "control flow": ("#dccff0", frozenset({"while", "conditional", "call", "async-start", "async-update", "async-done"})),
     "fusion": ("#fbd5a6", frozenset({"fusion"})),
@@ -40,7 +85,15 @@ CATEGORIES: dict[str, tuple[str, frozenset[str]]] = {
 _CATEGORY_OF = {op: name for name, (_fill, ops) in CATEGORIES.items() for op in ops}
 ELEMENTWISE_FILL = "#ffffff"
 #: Attributes whose computations are drawn as clusters (control flow); other called computations are named in labels.
-DRAWN_CALL_KEYS = ("body", "condition", "branch_computations", "true_computation", "false_computation", "calls", "called_computations")
+DRAWN_CALL_KEYS = (
+    "body",
+    "condition",
+    "branch_computations",
+    "true_computation",
+    "false_computation",
+    "calls",
+    "called_computations",
+)
 _EDGE_LABEL_MAX = 48
 
 
@@ -110,12 +163,16 @@ class _Builder:
         duplicates = {n for n, c in Counter(i.name for i in self.module.instructions()).items() if c > 1}
         for instruction in self.module.instructions():
             key = (instruction.computation, instruction.name)
-            self.ids[key] = f"{instruction.computation}/{instruction.name}" if instruction.name in duplicates else instruction.name
+            self.ids[key] = (
+                f"{instruction.computation}/{instruction.name}" if instruction.name in duplicates else instruction.name
+            )
         entry = self.module.entry
         self._draw_computation(entry, parent=None, label=f"ENTRY %{entry.name}")
         self.graph.suggested_center = self.ids.get((entry.name, entry.root))
         if self.collapsed:
-            self.graph.notes.append(f"{self.collapsed} fusions drawn as one node each (--expand NAME or --expand-fusions opens them)")
+            self.graph.notes.append(
+                f"{self.collapsed} fusions drawn as one node each (--expand NAME or --expand-fusions opens them)"
+            )
         return self.graph
 
     def _draw_computation(self, computation: HloComputation, parent: str | None, label: str) -> None:
@@ -142,7 +199,14 @@ class _Builder:
         opened = instruction.opcode == "fusion" and (self.expand_all or instruction.name in self.expand)
         label = self._label(instruction, opened)
         self.graph.add_node(
-            Node(node_id, label, tooltip=_tooltip(instruction), fill=opcode_fill(instruction.opcode), cluster=cluster_id, bold=instruction.is_root)
+            Node(
+                node_id,
+                label,
+                tooltip=_tooltip(instruction),
+                fill=opcode_fill(instruction.opcode),
+                cluster=cluster_id,
+                bold=instruction.is_root,
+            )
         )
         if instruction.opcode == "fusion" and not opened:
             self.collapsed += 1

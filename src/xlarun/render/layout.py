@@ -29,7 +29,9 @@ def find_dot() -> str:
     """The path of graphviz's ``dot``; EnvironmentProblem (exit 3) when it is not installed."""
     path = shutil.which("dot")
     if path is None:
-        raise EnvironmentProblem("graphviz's `dot` is not installed", "apt-get install graphviz, brew install graphviz, or conda install graphviz")
+        raise EnvironmentProblem(
+            "graphviz's `dot` is not installed", "apt-get install graphviz, brew install graphviz, or conda install graphviz"
+        )
     return path
 
 
@@ -67,7 +69,10 @@ def layout(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) 
         )
     if proc.returncode != 0:
         message = stderr.decode("utf-8", errors="replace").strip().splitlines()
-        raise EnvironmentProblem(f"dot failed (exit {proc.returncode}): {message[0] if message else 'no message'}", "render with --format dot to see the DOT text")
+        raise EnvironmentProblem(
+            f"dot failed (exit {proc.returncode}): {message[0] if message else 'no message'}",
+            "render with --format dot to see the DOT text",
+        )
     return stdout
 
 

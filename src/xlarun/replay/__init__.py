@@ -89,11 +89,27 @@ def replay_file(
         from .worker import ReplayWorker
 
         with ReplayWorker() as worker:
-            return worker.replay(path, options, sink, data=data, unoptimized=unoptimized, unoptimized_data=unoptimized_data,
-                                 snapshot=snapshot, snapshot_data=snapshot_data)
+            return worker.replay(
+                path,
+                options,
+                sink,
+                data=data,
+                unoptimized=unoptimized,
+                unoptimized_data=unoptimized_data,
+                snapshot=snapshot,
+                snapshot_data=snapshot_data,
+            )
     if engine == "pjrt":
-        return replay_here(Path(path), options, sink, data=data, unoptimized=unoptimized, unoptimized_data=unoptimized_data,
-                           snapshot=snapshot, snapshot_data=snapshot_data)
+        return replay_here(
+            Path(path),
+            options,
+            sink,
+            data=data,
+            unoptimized=unoptimized,
+            unoptimized_data=unoptimized_data,
+            snapshot=snapshot,
+            snapshot_data=snapshot_data,
+        )
     from .drivers import run_runner
 
     if snapshot is not None:
@@ -133,7 +149,9 @@ def replay_here(
             sink(line)
 
     snapshot_source = _load_snapshot(snapshot, snapshot_data) if snapshot is not None else None
-    result = _replay_pjrt(Path(path), options, log, data, unoptimized, unoptimized_data, snapshot_source, stage, optimized_failure)
+    result = _replay_pjrt(
+        Path(path), options, log, data, unoptimized, unoptimized_data, snapshot_source, stage, optimized_failure
+    )
     result.log = "\n".join(lines)
     return result
 
@@ -143,11 +161,15 @@ def _load_snapshot(path: str | Path, data: bytes | None):
 
     snapshot = load_source(Path(path), data)
     if snapshot.file_format != SNAPSHOT:
-        raise InputError(f"{Path(path).name} is not an HloSnapshot", "snapshots are dumped as *.snapshot.*.pb with --xla_dump_hlo_snapshots")
+        raise InputError(
+            f"{Path(path).name} is not an HloSnapshot", "snapshots are dumped as *.snapshot.*.pb with --xla_dump_hlo_snapshots"
+        )
     return snapshot
 
 
-def _replay_pjrt(path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure) -> ReplayResult:
+def _replay_pjrt(
+    path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure
+) -> ReplayResult:
     from .engine import replay_with_pjrt
     from .sources import load_source, unoptimized_sibling
 

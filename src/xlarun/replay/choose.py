@@ -62,9 +62,7 @@ def _candidate(path: str, dump_name: Any, read: Callable[[str], bytes]) -> tuple
     return 2 + offset, "text-large-constants"
 
 
-def choose_replay_input(
-    files: Iterable[tuple[str | Path, Any]], read: Callable[[str], bytes] | None = None
-) -> ReplayChoice:
+def choose_replay_input(files: Iterable[tuple[str | Path, Any]], read: Callable[[str], bytes] | None = None) -> ReplayChoice:
     """Choose among ``(path, DumpName-like)`` pairs of one module; ``read`` gets a file's bytes.
 
     The second item may carry ``kind`` (``"snapshot"``...) and is otherwise ignored: file names

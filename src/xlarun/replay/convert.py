@@ -30,8 +30,9 @@ class Converted:
     warnings: list[str] = field(default_factory=list)
 
 
-def convert_hlo(path: str | Path, to: str, data: bytes | None = None, *, in_process: bool = False,
-                timeout_s: float | None = None) -> Converted:
+def convert_hlo(
+    path: str | Path, to: str, data: bytes | None = None, *, in_process: bool = False, timeout_s: float | None = None
+) -> Converted:
     """Convert one dump file to HLO text (``to="text"``) or a serialized HloModuleProto (``"proto"``)."""
     if to not in FORMATS:
         raise InputError(f"cannot convert to {to!r}", f"use one of: {', '.join(FORMATS)}")

@@ -208,9 +208,7 @@ def _check_custom_call(instr: Instruction) -> None:
     for shape_text in split_top_level(constraints.strip()[1:-1]):
         shape = ArrayShape.parse(shape_text)
         if shape and (shape.tiled or list(shape.minor_to_major) != sorted(shape.minor_to_major, reverse=True)):
-            raise CannotDeoptimize(
-                f"custom-call {instr.name} needs operand layout {shape_text}, which StableHLO cannot carry"
-            )
+            raise CannotDeoptimize(f"custom-call {instr.name} needs operand layout {shape_text}, which StableHLO cannot carry")
 
 
 _QUOTED_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -178,9 +178,7 @@ def _failure(runner: str, returncode: int, output: str) -> str:
     return f"{runner} {what}" + (f": {last}" if last else "")
 
 
-def run_runner(
-    runner: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None = None
-) -> ReplayResult:
+def run_runner(runner: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None = None) -> ReplayResult:
     """Run a runner binary on ``path``, streaming its output lines to ``sink``, and judge it."""
     if options.image:
         return _run_runner_in_image(runner, options.image, path, options, sink)
@@ -203,7 +201,9 @@ def run_runner(
     return result
 
 
-def _run_runner_in_image(runner: str, image: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None) -> ReplayResult:
+def _run_runner_in_image(
+    runner: str, image: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None
+) -> ReplayResult:
     """The same command line, run inside ``image`` (``options.image``) with the dump file's folder mounted read-only."""
     from ..backends.docker import run_in_image
     from ..images import find_runner_in_image
@@ -229,7 +229,10 @@ def _run_runner_in_image(runner: str, image: str, path: str | Path, options: Rep
     output = "".join(lines)
     if launched.exit_code is None:
         result = result_from_run(runner, argv, -9, output, options, path)
-        result.verdict, result.error = "engine-error", launched.error or f"{runner} in {options.image} did not finish ({launched.status.value})"
+        result.verdict, result.error = (
+            "engine-error",
+            launched.error or f"{runner} in {options.image} did not finish ({launched.status.value})",
+        )
         return result
     return result_from_run(runner, argv, launched.exit_code, output, options, path)
 

@@ -35,8 +35,10 @@ from .sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes, entry
 Log = Callable[[str], None]
 #: Opcodes that wait for the host to send data a replay never sends: the run would hang.
 WAITS_FOR_HOST = {
-    "infeed": "reads its input from the host (infeed)", "host-recv": "receives from the host (recv)",
-    "outfeed": "writes to the host (outfeed), which nobody reads", "host-send": "sends to the host (send), which nobody receives",
+    "infeed": "reads its input from the host (infeed)",
+    "host-recv": "receives from the host (recv)",
+    "outfeed": "writes to the host (outfeed), which nobody reads",
+    "host-send": "sends to the host (send), which nobody receives",
 }
 #: Opcodes whose numbers differ from compile to compile (XLA seeds ``rng`` per executable).
 RANDOM_OPCODES = ("rng", "rng-get-and-update-state")
@@ -123,8 +125,16 @@ def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> 
             log(message)
 
 
-def _build(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions, log: Log, result: ReplayResult,
-           unoptimized: Callable[[], ReplaySource | None], stage: Log, optimized_failure: str | None) -> _Compiled:
+def _build(
+    source: ReplaySource,
+    platform: pjrt.Platform,
+    options: ReplayOptions,
+    log: Log,
+    result: ReplayResult,
+    unoptimized: Callable[[], ReplaySource | None],
+    stage: Log,
+    optimized_failure: str | None,
+) -> _Compiled:
     """Compile the source, or its unoptimized dump when the optimized module cannot be."""
     if not source.optimized:
         stage("compile")

@@ -68,4 +68,3 @@ def _fake(shape: Shape, rng: np.random.Generator):
         return values.astype(dtype)
     span = (0.5, 2.0) if name == "f8e8m0fnu" else (-1.0, 1.0)
     return rng.uniform(*span, size=dims).astype(np.float32).astype(dtype)
-

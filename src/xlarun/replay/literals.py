@@ -222,8 +222,10 @@ def _to_logical_order(flat: np.ndarray, shape: Shape) -> np.ndarray:
         raise InputError(f"literal of shape {shape.hlo_text()} has a tiled layout", "tiled literals are not supported")
     major_to_minor = list(reversed(shape.minor_to_major)) if shape.minor_to_major else list(range(len(shape.dimensions)))
     if sorted(major_to_minor) != list(range(len(shape.dimensions))):
-        raise InputError(f"literal of shape {shape.hlo_text()} has a layout that is not an order of its dimensions ({shape.minor_to_major})",
-                         "the snapshot is damaged")
+        raise InputError(
+            f"literal of shape {shape.hlo_text()} has a layout that is not an order of its dimensions ({shape.minor_to_major})",
+            "the snapshot is damaged",
+        )
     physical = flat.reshape([shape.dimensions[d] for d in major_to_minor])
     logical = np.transpose(physical, np.argsort(major_to_minor)) if major_to_minor != sorted(major_to_minor) else physical
     return logical.copy(order="C")
@@ -326,7 +328,9 @@ def encode_shape(array_or_list) -> bytes:
     body = _field(_SHAPE_ELEMENT_TYPE, 0, ptype.code)
     if dims:
         body += _field(_SHAPE_DIMS, LENGTH_DELIMITED, dims)
-    return body + _field(_SHAPE_LAYOUT, LENGTH_DELIMITED, _field(_LAYOUT_MINOR_TO_MAJOR, LENGTH_DELIMITED, layout) if layout else b"")
+    return body + _field(
+        _SHAPE_LAYOUT, LENGTH_DELIMITED, _field(_LAYOUT_MINOR_TO_MAJOR, LENGTH_DELIMITED, layout) if layout else b""
+    )
 
 
 def encode_literal(value) -> bytes:
@@ -340,7 +344,9 @@ def encode_literal(value) -> bytes:
     ptype = primitive_type_of(array.dtype)
     flat = array.reshape(-1)
     if ptype.wire == "bool" or ptype.wire == "varint":
-        payload = b"".join(_varint(int(v)) for v in flat.astype(np.int64 if ptype.name[0] == "s" or ptype.wire == "bool" else np.uint64))
+        payload = b"".join(
+            _varint(int(v)) for v in flat.astype(np.int64 if ptype.name[0] == "s" or ptype.wire == "bool" else np.uint64)
+        )
     elif ptype.name in ("c64", "c128"):
         component = "<f4" if ptype.name == "c64" else "<f8"
         payload = np.stack([flat.real, flat.imag], axis=1).astype(component).tobytes()

@@ -21,14 +21,23 @@ from typing import IO, Any
 _PROBE_TIMEOUT_S = 600
 
 
-def probe_compile(stablehlo: bytes, platform: str, timeout_s: float | None = None, debug_options: dict | None = None) -> str | None:
+def probe_compile(
+    stablehlo: bytes, platform: str, timeout_s: float | None = None, debug_options: dict | None = None
+) -> str | None:
     """``None`` when the module compiles in a child process, else why it did not (one line)."""
     with tempfile.NamedTemporaryFile(prefix="xlarun-probe-", suffix=".mlirbc", delete=False) as handle:
         handle.write(stablehlo)
         path = handle.name
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "xlarun.replay.probe", platform, path, *([json.dumps(debug_options)] if debug_options else [])],
+            [
+                sys.executable,
+                "-m",
+                "xlarun.replay.probe",
+                platform,
+                path,
+                *([json.dumps(debug_options)] if debug_options else []),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout_s or _PROBE_TIMEOUT_S,
@@ -67,8 +76,12 @@ class ProbeWorker:
         self.stderr = stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")  # noqa: SIM115 (lives as long as the child)
         self.starts += 1
         self.proc = proc = subprocess.Popen(
-            [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1,
+            [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            bufsize=1,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")},
         )
         return proc, stderr
@@ -90,12 +103,20 @@ class ProbeWorker:
         answer, reason = self._ask({"path": path, "debug_options": debug_options or {}})
         return reason if answer is None else answer.get("error")
 
-    def run(self, path: str, debug_options: dict | None, arguments: str, outputs: str,
-            custom_calls: bool = False) -> tuple[float | None, str | None]:
+    def run(
+        self, path: str, debug_options: dict | None, arguments: str, outputs: str, custom_calls: bool = False
+    ) -> tuple[float | None, str | None]:
         """Compile the module file and run it on the pickled ``arguments`` in the child; the outputs are pickled
         to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child."""
-        answer, reason = self._ask({"path": path, "debug_options": debug_options or {}, "arguments": arguments, "outputs": outputs,
-                                    "custom_calls": custom_calls})
+        answer, reason = self._ask(
+            {
+                "path": path,
+                "debug_options": debug_options or {},
+                "arguments": arguments,
+                "outputs": outputs,
+                "custom_calls": custom_calls,
+            }
+        )
         if answer is None:
             return None, reason
         return answer.get("compile_s"), answer.get("error")

@@ -36,9 +36,29 @@ CREATE TABLE IF NOT EXISTS replays (
 CREATE INDEX IF NOT EXISTS replays_module ON replays(run_id, module_id);
 """
 _COLUMNS = (
-    "replay_id", "run_id", "module_id", "module_name", "source", "engine", "platform", "reference_platform",
-    "input_kind", "arguments", "fell_back_to", "route", "compile_s", "min_s", "median_s", "iterations",
-    "max_abs_error", "max_rel_error", "verdict", "exit_code", "started", "duration_s", "record_path",
+    "replay_id",
+    "run_id",
+    "module_id",
+    "module_name",
+    "source",
+    "engine",
+    "platform",
+    "reference_platform",
+    "input_kind",
+    "arguments",
+    "fell_back_to",
+    "route",
+    "compile_s",
+    "min_s",
+    "median_s",
+    "iterations",
+    "max_abs_error",
+    "max_rel_error",
+    "verdict",
+    "exit_code",
+    "started",
+    "duration_s",
+    "record_path",
 )
 
 
@@ -124,17 +144,24 @@ def record_replay(
 
 def replays_for(store: Store, run_id: str, module_id: int) -> list[ReplayRecord]:
     """The recorded replays of one module, oldest first."""
-    rows = _index(store).conn.execute(
-        "SELECT record_path FROM replays WHERE run_id=? AND module_id=? ORDER BY replay_id", (run_id, module_id)
-    ).fetchall()
+    rows = (
+        _index(store)
+        .conn.execute("SELECT record_path FROM replays WHERE run_id=? AND module_id=? ORDER BY replay_id", (run_id, module_id))
+        .fetchall()
+    )
     return [load_record(store.root / row[0]) for row in rows]
 
 
 def load_record(path: Path) -> ReplayRecord:
     data = json.loads(Path(path).read_text())
     return ReplayRecord(
-        data["replay_id"], data.get("run_id"), data.get("module_id"), data["started"], data["duration_s"],
-        data.get("options", {}), ReplayResult.from_dict(data["result"]),
+        data["replay_id"],
+        data.get("run_id"),
+        data.get("module_id"),
+        data["started"],
+        data["duration_s"],
+        data.get("options", {}),
+        ReplayResult.from_dict(data["result"]),
     )
 
 
@@ -163,18 +190,41 @@ def _index(store: Store):
 def _insert(conn, record: ReplayRecord, record_path: str) -> None:
     r = record.result
     values = (
-        record.replay_id, record.run_id, record.module_id, r.module_name, r.source, r.engine, r.platform,
-        record.options.get("reference_platform"), r.input_kind, r.arguments, r.fell_back_to, r.route, r.compile_s,
-        r.min_s, r.median_s, len(r.run_times_s), r.max_abs_error, r.max_rel_error, r.verdict, int(r.exit_code),
-        record.started, record.duration_s, record_path,
+        record.replay_id,
+        record.run_id,
+        record.module_id,
+        r.module_name,
+        r.source,
+        r.engine,
+        r.platform,
+        record.options.get("reference_platform"),
+        r.input_kind,
+        r.arguments,
+        r.fell_back_to,
+        r.route,
+        r.compile_s,
+        r.min_s,
+        r.median_s,
+        len(r.run_times_s),
+        r.max_abs_error,
+        r.max_rel_error,
+        r.verdict,
+        int(r.exit_code),
+        record.started,
+        record.duration_s,
+        record_path,
     )
     conn.execute(f"INSERT OR REPLACE INTO replays ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
 
 
 def _record_json(record: ReplayRecord) -> dict:
     return {
-        "replay_id": record.replay_id, "run_id": record.run_id, "module_id": record.module_id,
-        "started": record.started, "duration_s": record.duration_s, "options": record.options,
+        "replay_id": record.replay_id,
+        "run_id": record.run_id,
+        "module_id": record.module_id,
+        "started": record.started,
+        "duration_s": record.duration_s,
+        "options": record.options,
         "result": record.result.to_dict(),
     }
 

@@ -113,7 +113,9 @@ def _load_binary(path: Path, raw: bytes) -> ReplaySource:
             return _snapshot_source(path, top)
         if _is_hlo_proto(top):
             module = first(top, 1)
-            return ReplaySource(path, HLO_PROTO, module_proto=module, module_name=_module_name(module), scheduled=_is_scheduled(module))
+            return ReplaySource(
+                path, HLO_PROTO, module_proto=module, module_name=_module_name(module), scheduled=_is_scheduled(module)
+            )
         if _is_module_proto(top):
             return ReplaySource(path, MODULE_PROTO, module_proto=raw, module_name=_module_name(raw), scheduled=_is_scheduled(raw))
     except ProtoDecodeError as exc:

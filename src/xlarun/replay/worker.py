@@ -35,8 +35,12 @@ from .result import ReplayResult
 
 Sink = Callable[[str], None]
 _STEPS = {
-    "start": "starting the engine", "compile": "compiling", "compile-optimized": "compiling the rewritten optimized module",
-    "run": "running", "reference": "running on the reference platform", "convert": "converting",
+    "start": "starting the engine",
+    "compile": "compiling",
+    "compile-optimized": "compiling the rewritten optimized module",
+    "run": "running",
+    "reference": "running on the reference platform",
+    "convert": "converting",
 }
 
 
@@ -62,11 +66,23 @@ class ReplayWorker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def replay(self, path: str | Path, options: ReplayOptions, sink: Sink | None = None, *, data: bytes | None = None,
-               unoptimized: str | Path | None = None, unoptimized_data: bytes | None = None,
-               snapshot: str | Path | None = None, snapshot_data: bytes | None = None) -> ReplayResult:
+    def replay(
+        self,
+        path: str | Path,
+        options: ReplayOptions,
+        sink: Sink | None = None,
+        *,
+        data: bytes | None = None,
+        unoptimized: str | Path | None = None,
+        unoptimized_data: bytes | None = None,
+        snapshot: str | Path | None = None,
+        snapshot_data: bytes | None = None,
+    ) -> ReplayResult:
         request = {
-            "kind": "replay", "path": str(path), "options": options.to_dict(), "optimized_failure": None,
+            "kind": "replay",
+            "path": str(path),
+            "options": options.to_dict(),
+            "optimized_failure": None,
             "data_file": self._spill("data", data),
             "unoptimized": str(unoptimized) if unoptimized is not None else None,
             "unoptimized_data_file": self._spill("unoptimized", unoptimized_data),
@@ -131,7 +147,10 @@ class ReplayWorker:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0), str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
         )
         self._buffer = b""
         return self.proc
@@ -226,12 +245,18 @@ class _Crash:
     def of(cls, returncode: int, stderr: str, timed_out: bool, timeout_s: float, limit: int | None) -> _Crash:
         lines = [line.strip() for line in stderr.splitlines() if line.strip()]
         if timed_out:
-            return cls("timeout", f"did not finish within {timeout_s:g} s and was stopped",
-                       "allow more time with --timeout, or look for a loop that never ends")
+            return cls(
+                "timeout",
+                f"did not finish within {timeout_s:g} s and was stopped",
+                "allow more time with --timeout, or look for a loop that never ends",
+            )
         check = next((line for line in lines if "Check failed" in line or "CHECK failed" in line), None)
         if check:
-            return cls("XLA CHECK failure", f"aborted on a CHECK failure ({check.split('] ', 1)[-1][:300]})",
-                       "XLA refuses this module with an assertion; a newer jaxlib may report it as an error")
+            return cls(
+                "XLA CHECK failure",
+                f"aborted on a CHECK failure ({check.split('] ', 1)[-1][:300]})",
+                "XLA refuses this module with an assertion; a newer jaxlib may report it as an error",
+            )
         fatal = next((line for line in lines if line.startswith("F") and "] " in line[:60]), None)
         memory = any("MemoryError" in line or "bad_alloc" in line or "Out of memory" in line for line in lines)
         if memory or (returncode == -signal.SIGKILL and limit):
@@ -274,8 +299,14 @@ def _crashed_result(path: Path, options: ReplayOptions, step: str, crash: _Crash
     error = f"the engine's process {crash.message} while {doing}"
     lines.append(f"engine error: {error}")
     return ReplayResult(
-        engine="pjrt", platform={"host": "cpu", "gpu": "cuda"}.get(options.platform.lower(), options.platform.lower()), source=str(path), input_kind=_guess_input_kind(path),
-        verdict="engine-error", error=error + (f" ({crash.hint})" if crash.hint else ""), failed_step=step, crash=crash.kind,
+        engine="pjrt",
+        platform={"host": "cpu", "gpu": "cuda"}.get(options.platform.lower(), options.platform.lower()),
+        source=str(path),
+        input_kind=_guess_input_kind(path),
+        verdict="engine-error",
+        error=error + (f" ({crash.hint})" if crash.hint else ""),
+        failed_step=step,
+        crash=crash.kind,
         log="\n".join(lines),
     )
 
@@ -293,7 +324,16 @@ def _serve(channel) -> int:
         try:
             send(_handle(request, send))
         except XlarunError as exc:
-            send({"error": {"class": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}})
+            send(
+                {
+                    "error": {
+                        "class": type(exc).__name__,
+                        "message": exc.message,
+                        "hint": exc.hint,
+                        "exit_code": int(exc.exit_code),
+                    }
+                }
+            )
         except MemoryError:
             sys.stderr.write("MemoryError\n")
             sys.stderr.flush()
@@ -320,10 +360,16 @@ def _handle(request: dict, send: Callable[[dict], None]) -> dict:
 
     options = ReplayOptions(**{**request["options"], "isolate": "never"})
     result = replay_here(
-        Path(request["path"]), options, lambda line: send({"log": line}), data=read("data_file"),
-        unoptimized=request["unoptimized"], unoptimized_data=read("unoptimized_data_file"),
-        snapshot=request["snapshot"], snapshot_data=read("snapshot_data_file"),
-        stage=lambda name: send({"stage": name}), optimized_failure=request["optimized_failure"],
+        Path(request["path"]),
+        options,
+        lambda line: send({"log": line}),
+        data=read("data_file"),
+        unoptimized=request["unoptimized"],
+        unoptimized_data=read("unoptimized_data_file"),
+        snapshot=request["snapshot"],
+        snapshot_data=read("snapshot_data_file"),
+        stage=lambda name: send({"stage": name}),
+        optimized_failure=request["optimized_failure"],
     )
     return {"result": result.to_dict()}
 

@@ -68,8 +68,13 @@ class BuiltReport:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("xlarun.report", "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.ChainableUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("xlarun.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.ChainableUndefined,
+    )
     env.filters["bytes"] = human_bytes
     env.filters["signed"] = lambda n: "" if n is None else f"{n:+d}"
     env.filters["blank"] = lambda v: "" if v is None else v
@@ -92,7 +97,9 @@ def _prepare(out: Path) -> None:
 
 def _common(options: ReportOptions, root: str) -> dict:
     return {
-        "root": root, "version": __version__, "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "root": root,
+        "version": __version__,
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "command": shlex.join(options.command) if options.command else "",
     }
 
@@ -126,20 +133,39 @@ class _RunReport:
             self.say(f"laying out {sum(1 for j in self.jobs if j.graph)} graphs")
             lay_out_all(self.jobs, self.options.timeout_s, self.say)
             self._write_svgs()
-        logs = {name: self.copier.text(f"{name}.log", self.store.read_log(self.run_id, name), "run") for name in ("stdout", "stderr")}
+        logs = {
+            name: self.copier.text(f"{name}.log", self.store.read_log(self.run_id, name), "run") for name in ("stdout", "stderr")
+        }
         replay_columns, replays = replay_rows(index, self.run_id)
         context = {
-            **_common(self.options, ""), "info": info, "manifest": manifest, "pages": pages, "run_files": run_level, "tf_graphs": tf_jobs,
-            "logs": logs, "replay_columns": replay_columns, "replays": replays, "svg": _inline,
+            **_common(self.options, ""),
+            "info": info,
+            "manifest": manifest,
+            "pages": pages,
+            "run_files": run_level,
+            "tf_graphs": tf_jobs,
+            "logs": logs,
+            "replay_columns": replay_columns,
+            "replays": replays,
+            "svg": _inline,
         }
         for page in pages:
             page_context = {**_common(self.options, "../"), "info": info, **page, "svg": _inline}
             (self.out / page["href"]).write_text(self.env.get_template("module.html").render(page_context), encoding="utf-8")
         (self.out / "index.html").write_text(self.env.get_template("run.html").render(context), encoding="utf-8")
-        (self.out / "index.json").write_text(json.dumps(self._index_json(info, manifest, pages, run_level, tf_jobs), indent=1), encoding="utf-8")
+        (self.out / "index.json").write_text(
+            json.dumps(self._index_json(info, manifest, pages, run_level, tf_jobs), indent=1), encoding="utf-8"
+        )
         seconds = time.monotonic() - started
         self.say(f"done in {seconds:.1f} s")
-        return BuiltReport(self.out / "index.html", self.out / "index.json", len(pages) + 1, sum(1 for j in self.jobs if j.svg), self.copier.copied, seconds)
+        return BuiltReport(
+            self.out / "index.html",
+            self.out / "index.json",
+            len(pages) + 1,
+            sum(1 for j in self.jobs if j.svg),
+            self.copier.copied,
+            seconds,
+        )
 
     def _module_page(self, number: int, total: int, module: ModuleInfo) -> dict:
         folder = f"module_{module.module_id:04d}"
@@ -153,9 +179,16 @@ class _RunReport:
         biggest = max(changed, key=lambda s: abs(s.step.delta or 0), default=None)
         replay_columns, replays = replay_rows(self.store.index, self.run_id, module.module_id)
         return {
-            "module": module, "display_name": module.name or hlo_name(self.store, module) or "(unnamed)", "href": f"modules/{folder}.html",
-            "files": files, "steps": steps, "changed_steps": len(changed), "open_step": biggest.anchor if biggest else None, "graphs": jobs,
-            "replay_columns": replay_columns, "replays": replays,
+            "module": module,
+            "display_name": module.name or hlo_name(self.store, module) or "(unnamed)",
+            "href": f"modules/{folder}.html",
+            "files": files,
+            "steps": steps,
+            "changed_steps": len(changed),
+            "open_step": biggest.anchor if biggest else None,
+            "graphs": jobs,
+            "replay_columns": replay_columns,
+            "replays": replays,
             "bisections": bisection_blocks(self.store, self.run_id, module.module_id),
             "opcodes": _opcode_rows(module.opcodes_before, module.opcodes_after),
         }
@@ -167,27 +200,61 @@ class _RunReport:
             if job.svg:
                 (folder / f"{job.key}.svg").write_text(job.svg, encoding="utf-8")
 
-    def _index_json(self, info: RunInfo, manifest: dict, pages: list[dict], run_files: list[FileEntry], tf_jobs: list[GraphJob]) -> dict:
+    def _index_json(
+        self, info: RunInfo, manifest: dict, pages: list[dict], run_files: list[FileEntry], tf_jobs: list[GraphJob]
+    ) -> dict:
         def graph(job: GraphJob) -> dict:
-            return {"title": job.title, "source": job.source_path, "svg": f"graphs/{job.key}.svg" if job.svg else None, "nodes": job.nodes,
-                    "view": job.view, "center": job.center, "problem": job.problem}
+            return {
+                "title": job.title,
+                "source": job.source_path,
+                "svg": f"graphs/{job.key}.svg" if job.svg else None,
+                "nodes": job.nodes,
+                "view": job.view,
+                "center": job.center,
+                "problem": job.problem,
+            }
 
         modules = []
         for page in pages:
             module = page["module"]
-            modules.append({
-                "module_id": module.module_id, "name": page["display_name"], "label": module.label, "ref": module.ref, "page": page["href"],
-                "stages": module.stages, "instr_before": module.instr_before, "instr_after": module.instr_after,
-                "compute_ops": module.compute_ops, "entry_signature": module.entry_signature, "fingerprint": module.fingerprint,
-                "passes": [{"step": s.step.step, "pipeline": s.step.pipeline, "after_pass": s.step.after_pass, "before_pass": s.step.before_pass,
-                            "instr_count": s.step.instr_count, "delta": s.step.delta, "changed": s.step.changed,
-                            "diff": f"{page['href']}#{s.anchor}" if s.lines else None} for s in page["steps"]],
-                "graphs": [graph(j) for j in page["graphs"]],
-                "files": [to_jsonable(f) for f in page["files"]],
-            })
+            modules.append(
+                {
+                    "module_id": module.module_id,
+                    "name": page["display_name"],
+                    "label": module.label,
+                    "ref": module.ref,
+                    "page": page["href"],
+                    "stages": module.stages,
+                    "instr_before": module.instr_before,
+                    "instr_after": module.instr_after,
+                    "compute_ops": module.compute_ops,
+                    "entry_signature": module.entry_signature,
+                    "fingerprint": module.fingerprint,
+                    "passes": [
+                        {
+                            "step": s.step.step,
+                            "pipeline": s.step.pipeline,
+                            "after_pass": s.step.after_pass,
+                            "before_pass": s.step.before_pass,
+                            "instr_count": s.step.instr_count,
+                            "delta": s.step.delta,
+                            "changed": s.step.changed,
+                            "diff": f"{page['href']}#{s.anchor}" if s.lines else None,
+                        }
+                        for s in page["steps"]
+                    ],
+                    "graphs": [graph(j) for j in page["graphs"]],
+                    "files": [to_jsonable(f) for f in page["files"]],
+                }
+            )
         return {
-            "generator": f"xlarun {__version__}", "generated": _common(self.options, "")["generated"], "command": self.options.command,
-            "run": to_jsonable(info), "manifest": manifest, "modules": modules, "run_files": [to_jsonable(f) for f in run_files],
+            "generator": f"xlarun {__version__}",
+            "generated": _common(self.options, "")["generated"],
+            "command": self.options.command,
+            "run": to_jsonable(info),
+            "manifest": manifest,
+            "modules": modules,
+            "run_files": [to_jsonable(f) for f in run_files],
             "tf_graphs": [graph(j) for j in tf_jobs],
         }
 
@@ -202,21 +269,33 @@ def _opcode_rows(before: dict[str, int], after: dict[str, int]) -> list[tuple[st
     return [(op, before.get(op, 0), after.get(op, 0), after.get(op, 0) - before.get(op, 0)) for op in ops]
 
 
-def build_run_report(store: Store, run_id: str, out: str | Path, options: ReportOptions | None = None,
-                     progress: Callable[[str], None] | None = None) -> BuiltReport:
+def build_run_report(
+    store: Store,
+    run_id: str,
+    out: str | Path,
+    options: ReportOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuiltReport:
     """Write the report of one run into folder ``out`` (replaced if it holds an earlier report)."""
     out = Path(out)
     _prepare(out)
     return _RunReport(store, run_id, out, options or ReportOptions(), progress).build()
 
 
-def build_batch_report(store: Store, batch_id: str, out: str | Path, options: ReportOptions | None = None,
-                       progress: Callable[[str], None] | None = None) -> BuiltReport:
+def build_batch_report(
+    store: Store,
+    batch_id: str,
+    out: str | Path,
+    options: ReportOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuiltReport:
     """Write a report listing a batch's runs, each run's own report below ``runs/<run id>/``."""
     options = options or ReportOptions()
     runs = store.index.runs(batch_id=batch_id)
     if not runs:
-        raise InputError(f"no run belongs to batch {batch_id!r}", "`xlarun runs` shows batch ids; capture a spec with a matrix to make one")
+        raise InputError(
+            f"no run belongs to batch {batch_id!r}", "`xlarun runs` shows batch ids; capture a spec with a matrix to make one"
+        )
     out = Path(out)
     started = time.monotonic()
     _prepare(out)
@@ -232,7 +311,13 @@ def build_batch_report(store: Store, batch_id: str, out: str | Path, options: Re
     env = _environment()
     context = {**_common(options, ""), "batch_id": batch_id, "rows": rows}
     (out / "index.html").write_text(env.get_template("batch.html").render(context), encoding="utf-8")
-    summary = {"generator": f"xlarun {__version__}", "command": options.command, "batch_id": batch_id,
-               "runs": [{**to_jsonable(r["run"]), "report": r["href"], "main_module": r["main"].label if r["main"] else None} for r in rows]}
+    summary = {
+        "generator": f"xlarun {__version__}",
+        "command": options.command,
+        "batch_id": batch_id,
+        "runs": [
+            {**to_jsonable(r["run"]), "report": r["href"], "main_module": r["main"].label if r["main"] else None} for r in rows
+        ],
+    }
     (out / "index.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return BuiltReport(out / "index.html", out / "index.json", pages, graphs, files, time.monotonic() - started)

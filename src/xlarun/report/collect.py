@@ -156,7 +156,17 @@ def _fill_diff(entry: StepEntry, cache: ParsedCache, max_lines: int) -> None:
         if count >= max_lines:
             entry.hidden_lines += 1
             continue
-        css = "head" if line.startswith(("+++", "---")) else "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else ""
+        css = (
+            "head"
+            if line.startswith(("+++", "---"))
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
         entry.lines.append(DiffLine(css, line))
 
 
@@ -168,7 +178,18 @@ def replay_rows(index: Index, run_id: str, module_id: int | None = None) -> tupl
     columns = [c[1] for c in conn.execute("PRAGMA table_info(replays)")]
     if "run_id" not in columns:
         return [], []
-    preferred = ["replay_id", "module_id", "module_name", "engine", "platform", "verdict", "median_s", "max_abs_error", "max_rel_error", "started"]
+    preferred = [
+        "replay_id",
+        "module_id",
+        "module_name",
+        "engine",
+        "platform",
+        "verdict",
+        "median_s",
+        "max_abs_error",
+        "max_rel_error",
+        "started",
+    ]
     shown = [c for c in preferred if c in columns] or columns
     sql = f"SELECT {', '.join(shown)} FROM replays WHERE run_id=?"
     params: list = [run_id]

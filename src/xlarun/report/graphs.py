@@ -84,8 +84,10 @@ def _plan(job: GraphJob, build: Callable[[], Graph], limit: int) -> None:
         job.view, job.center = "neighbourhood", graph.suggested_center
         whole = len(graph.nodes)
         graph = neighbourhood(graph, graph.suggested_center, NEIGHBOURHOOD_DEPTH)
-        job.notes.append(f"the whole graph has {whole} nodes (over the report's limit of {limit}): this is the neighbourhood of the root "
-                         f"{job.center}; `xlarun render --around NAME` draws any other part")
+        job.notes.append(
+            f"the whole graph has {whole} nodes (over the report's limit of {limit}): this is the neighbourhood of the root "
+            f"{job.center}; `xlarun render --around NAME` draws any other part"
+        )
         if len(graph.nodes) > limit:
             job.problem = f"not drawn: even the root's neighbourhood has {len(graph.nodes)} nodes"
             return

@@ -1,0 +1,37 @@
+"""The tools that keep the code as ARCHITECTURE.md says it is: ruff (lint and format) and mypy over src/, run as a
+developer runs them. (import-linter: tests/test_architecture.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
+    path = BIN / tool
+    if not path.exists():
+        pytest.fail(f"{tool} is not installed: `bash scripts/setup.sh --dev` installs it")
+    return subprocess.run([str(path), *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_finds_nothing_to_fix():
+    proc = _run("ruff", "check", "--no-cache", "src", "tests", "bench", "scripts")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-1000:]
+
+
+def test_the_code_is_formatted_as_ruff_formats_it():
+    proc = _run("ruff", "format", "--check", "--no-cache", "src", "tests", "bench", "scripts")
+    assert proc.returncode == 0, "run `.venv/bin/ruff format src tests bench scripts`:\n" + proc.stdout[-4000:]
+
+
+@pytest.mark.slow
+def test_mypy_finds_no_type_errors_in_src():
+    proc = _run("mypy", "--no-incremental")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-1000:]
+    assert "Success: no issues found" in proc.stdout
