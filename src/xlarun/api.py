@@ -108,8 +108,17 @@ class Store(display.Shown):
     def capture(self, spec: str | Path, *, echo: bool = False) -> Run:
         return capture(spec, store=self, echo=echo)
 
-    def batch(self, spec: str | Path, *, jobs: int = 1, fail_fast: bool | None = None) -> Batch:
-        return batch(spec, store=self, jobs=jobs, fail_fast=fail_fast)
+    def batch(
+        self,
+        spec: str | Path,
+        *,
+        jobs: int | None = None,
+        fail_fast: bool | None = None,
+        executor: str | None = None,
+        address: str | None = None,
+        retries: int = 0,
+    ) -> Batch:
+        return batch(spec, store=self, jobs=jobs, fail_fast=fail_fast, executor=executor, address=address, retries=retries)
 
     def import_dump(self, source: str | Path, *, name: str | None = None) -> Run:
         """``xlarun import``: a dump folder, archive or bundle made elsewhere becomes a run of kind ``import``."""
@@ -185,6 +194,10 @@ class Run(display.Shown):
             raise InputError(f"run {self.id} has no modules", "`xlarun files RUN` lists what it wrote")
         return modules[0]
 
+    def files_outside_modules(self) -> list[tuple[str, int]]:
+        """(kind, count) of the run's files that belong to no module (logs, TF graphs, reports...)."""
+        return self._store.store.index.files_outside_modules(self.id)
+
     def files(self, kind: str | None = None) -> list[FileInfo]:
         """Every file the run wrote with what its name means (``xlarun files``); ``kind``: hlo, pass, snapshot..."""
         return [f for f in self._store.store.index.run_files(self.id) if kind is None or f.kind == kind]
@@ -211,8 +224,9 @@ class Run(display.Shown):
     def _printed(self) -> display.Printed:
         from .present import print_run_modules
 
-        index = self._store.store.index
-        return display.capture_printed(print_run_modules, self.info, index.modules(self.id), index.files_outside_modules(self.id))
+        return display.capture_printed(
+            print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
+        )
 
 
 class RunList(display.Shown, Sequence[Run]):
@@ -304,20 +318,33 @@ class Module(display.Shown):
     def run(self) -> Run:
         return self._store.run(self.run_id)
 
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def summary(self) -> ModuleInfo:
+        """The index's row of the module as a run's module list holds it (no files: :attr:`info` has them)."""
+        return self._summary
+
+    def file(
+        self, stage: str | None = None, *, pass_name: str | None = None, step: int | None = None, format: str | None = None
+    ) -> FileInfo:
+        """The file ``xlarun cat --stage/--pass/--step/--format`` picks: every stage spelling the tool prints
+        (``before``, ``after``, ``cpu_after_optimizations``, ``buffer-assignment``, a file name)."""
+        from .select import select_file
+
+        return select_file(self.info, stage, pass_name, step, format)
+
     def text(self, stage: str = "before_optimizations", *, pass_name: str | None = None, step: int | None = None) -> str:
         """The module's HLO text at a stage (``before_optimizations``, ``after_optimizations``, or ``before``/``after``)
         or after a pass (``pass_name``, ``step``), as ``xlarun cat`` prints it."""
-        return self.read(self._text_file(stage, pass_name, step)).decode("utf-8", errors="replace")
+        return self.read(self.file(stage, pass_name=pass_name, step=step, format="text")).decode("utf-8", errors="replace")
 
     def read(self, file: FileInfo | str) -> bytes:
         """The exact archived bytes of one of the module's files (a FileInfo or its path)."""
         path = file if isinstance(file, str) else file.path
         return self._store.store.read_file(self.run_id, path)
-
-    def _text_file(self, stage: str | None, pass_name: str | None, step: int | None) -> FileInfo:
-        from .select import select_file
-
-        return select_file(self.info, stage, pass_name, step, fmt="text")
 
     def diff(
         self,
@@ -495,10 +522,26 @@ def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: 
     return the_store.run(result.run_id)
 
 
-def batch(spec: str | Path, store: Store | str | Path | None = None, *, jobs: int = 1, fail_fast: bool | None = None) -> Batch:
-    """``xlarun batch SPEC``: capture every cell of the spec's matrix, ``jobs`` at a time; each cell is a run."""
-    from .batch import run_batch
+def batch(
+    spec: str | Path,
+    store: Store | str | Path | None = None,
+    *,
+    jobs: int | None = None,
+    fail_fast: bool | None = None,
+    executor: str | None = None,
+    address: str | None = None,
+    retries: int = 0,
+) -> Batch:
+    """``xlarun batch SPEC``: capture every cell of the spec's matrix, ``jobs`` at a time (local: 1 by default; ray:
+    every cell at once by default); each cell is a run.
+    ``executor``: ``local`` (here), ``ray`` (the cluster at ``address``, else a new one on this machine;
+    ``retries`` a cell whose node was lost); default: the spec's ``executor:``, else local."""
+    from .executors import executor_of, run_batch_on
     from .spec import load_batch
 
     the_store = store if isinstance(store, Store) else open_store(store)
-    return Batch(the_store, run_batch(load_batch(spec), the_store.store, jobs=jobs, fail_fast=fail_fast))
+    cells = load_batch(spec)
+    result = run_batch_on(
+        executor_of(cells, executor), cells, the_store.store, jobs=jobs, fail_fast=fail_fast, address=address, retries=retries
+    )
+    return Batch(the_store, result)

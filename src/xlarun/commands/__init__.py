@@ -41,6 +41,14 @@ StepOption = Annotated[
 ]
 
 
+def front_door(path: str | Path | None, create: bool = False):
+    """The Python front door's Store (``xlarun.open_store``) over the store a command works on: a command is a call
+    into it, then a printer of :mod:`xlarun.present`."""
+    from ..api import Store
+
+    return Store(open_store(path, create=create))
+
+
 def open_store(path: str | Path | None, create: bool = False):
     """The store a command works on (created only by commands that write)."""
     from ..store import Store

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, open_store
+from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, front_door, open_store
 
 RefArgument = Annotated[
     str,
@@ -37,12 +37,8 @@ def runs(
     """List the runs in the store, oldest first."""
     from ..console import print_json
     from ..present import print_runs
-    from ..refs import resolve_batch
 
-    index = open_store(store).index
-    if batch:
-        batch = resolve_batch(index, batch)
-    items = index.runs(batch_id=batch, name=name)
+    items = [run.info for run in front_door(store).runs(batch=batch, name=name)]
     if as_json:
         print_json(items)
         return
@@ -99,15 +95,13 @@ def modules(
     """
     from ..console import print_json
     from ..present import print_run_modules
-    from ..refs import resolve_run
 
-    index = open_store(store).index
-    info = resolve_run(index, run)
-    items = index.modules(info.run_id)
+    the_run = front_door(store).run(run)
+    items = [module.summary for module in the_run.modules()]
     if as_json:
-        print_json({"run_id": info.run_id, "modules": items})
+        print_json({"run_id": the_run.id, "modules": items})
         return
-    print_run_modules(info, items, index.files_outside_modules(info.run_id))
+    print_run_modules(the_run.info, items, the_run.files_outside_modules())
 
 
 def show(
@@ -120,16 +114,14 @@ def show(
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
     from ..console import print_json
     from ..present import print_module
-    from ..refs import resolve_module
     from .share import bundle_or_ref
 
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
-    the_store = open_store(store)
-    module = resolve_module(the_store.index, ref, run=run)
+    module = front_door(store).module(ref, run=run)
     if as_json:
-        print_json(module)
+        print_json(module.info)
         return
-    print_module(the_store, module, files)
+    print_module(module.store.store, module.info, files)
 
 
 def cat(
@@ -151,14 +143,10 @@ def cat(
     run: RunOption = None,
 ) -> None:
     """Print a module's dump at a stage or after a pass (the exact archived bytes)."""
-    from ..refs import resolve_module
-    from ..select import select_file
-
-    the_store = open_store(store)
-    module = resolve_module(the_store.index, ref, run=run)
-    chosen = select_file(module, stage, pass_name, step, fmt)
+    module = front_door(store).module(ref, run=run)
+    chosen = module.file(stage, pass_name=pass_name, step=step, format=fmt)
     typer.echo(f"# {module.run_id}/{chosen.path}", err=True)
-    data = the_store.blobs.get(chosen.digest)
+    data = module.read(chosen)
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
 
@@ -185,14 +173,9 @@ def find(
     modules holding it across every run in the store. Exit code 1 when no module matches.
     """
     from ..console import print_json
-    from ..index import TERM_KINDS
     from ..present import print_found
-    from ..refs import resolve_run
 
-    the_store = open_store(store)
-    kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source), strict=True) if on) or TERM_KINDS
-    run_id = resolve_run(the_store.index, run).run_id if run else None
-    hits = the_store.index.find(text, kinds=kinds, run_id=run_id, exact=exact)
+    hits = front_door(store).find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run).hits
     if as_json:
         print_json(hits)
         return

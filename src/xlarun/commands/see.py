@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, open_store
+from . import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, front_door, open_store
 
 ModuleRefArgument = Annotated[
     str,
@@ -169,27 +169,26 @@ def diff(
     xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step
     """
     from ..console import print_json
-    from ..diff import pass_diff, run_diff
     from ..errors import InputError
     from ..present import print_module_diff
-    from ..refs import counterpart_module, resolve_module
 
-    the_store = open_store(store)
-    module = resolve_module(the_store.index, ref, run=run)
-    if other is not None:
-        if pass_name or to_step is not None or from_step is not None:
-            raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")
-        second = counterpart_module(the_store.index, module, other)
-        result = run_diff(
-            the_store, module, second, stage=stage or "before_optimizations", keep_metadata=keep_metadata, context=context
+    module = front_door(store).module(ref, run=run)
+    if other is not None and (pass_name or to_step is not None or from_step is not None):
+        raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")
+    if other is None and not pass_name and to_step is None:
+        raise InputError(
+            "say what to compare: --pass NAME, --from STEP --to STEP, or a second REF",
+            f"`xlarun show {ref}` lists the pass timeline",
         )
-    else:
-        if not pass_name and to_step is None:
-            raise InputError(
-                "say what to compare: --pass NAME, --from STEP --to STEP, or a second REF",
-                f"`xlarun show {ref}` lists the pass timeline",
-            )
-        result = pass_diff(the_store, module, pass_name, from_step, to_step, context=context)
+    result = module.diff(
+        other,
+        pass_name=pass_name,
+        from_step=from_step,
+        to_step=to_step,
+        stage=stage or "before_optimizations",
+        keep_metadata=keep_metadata,
+        context=context,
+    ).diff
     if as_json:
         print_json(result.to_dict() if not summary_only else {**result.to_dict(), "unified": None})
         return
