@@ -125,20 +125,29 @@ def _is_module(fields: dict | None) -> TypeGuard[dict]:
     return instruction is not None and isinstance(first(instruction, INSTRUCTION_OPCODE), bytes)
 
 
-def find_module_proto(data: bytes) -> dict:
-    """The HloModuleProto fields inside an HloProto, an HloSnapshot, or the bare module itself."""
+def classify_proto(data: bytes) -> tuple[str, bytes, dict]:
+    """What a binary XLA dump holds, by the one rule every reader shares (the index, render, replay):
+    ``("hlo_proto" | "snapshot" | "module", the HloModuleProto's bytes, its decoded fields)`` for an HloProto
+    (XLA's ``*.hlo.pb``), an HloSnapshot (field 1 an HloProto) or a bare HloModuleProto. InputError otherwise."""
     top = _message(data)
     if top is None:
         raise InputError("the file is not a protobuf message", _HINT)
-    hlo_module = _message(first(top, HLO_PROTO_MODULE))
-    if _is_module(hlo_module):
-        return hlo_module  # HloProto
-    snapshot_module = _message(first(hlo_module, HLO_PROTO_MODULE)) if hlo_module else None
-    if _is_module(snapshot_module):
-        return snapshot_module  # HloSnapshot: its field 1 is an HloProto
+    inner = first(top, HLO_PROTO_MODULE)
+    inner_fields = _message(inner)
+    if _is_module(inner_fields) and isinstance(inner, bytes):
+        return "hlo_proto", inner, inner_fields
+    nested = first(inner_fields, HLO_PROTO_MODULE) if inner_fields else None
+    nested_fields = _message(nested)
+    if _is_module(nested_fields) and isinstance(nested, bytes):
+        return "snapshot", nested, nested_fields
     if _is_module(top):
-        return top  # bare HloModuleProto
+        return "module", data, top
     raise InputError("the protobuf is not an HloProto, HloModuleProto or HloSnapshot", _HINT)
+
+
+def find_module_proto(data: bytes) -> dict:
+    """The HloModuleProto fields inside an HloProto, an HloSnapshot, or the bare module itself."""
+    return classify_proto(data)[2]
 
 
 def shape_text(data: bytes | None, with_layout: bool = True) -> str:

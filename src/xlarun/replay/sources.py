@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..hlo import gunzip, looks_like_hlo_text, looks_like_text
-from ..protowire import ProtoDecodeError, as_bytes, as_str, fields_by_number, first
+from ..hlo.proto import classify_proto
+from ..protowire import as_bytes, as_str, fields_by_number, first
 from . import literals
 
 #: ``{...}``: a constant printed without its values (dumped without --xla_dump_large_constants).
@@ -108,53 +109,21 @@ _MODULE_NAME_LINE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.MULTILINE)
 
 def _load_binary(path: Path, raw: bytes) -> ReplaySource:
     try:
-        top = fields_by_number(raw)
-        if _is_snapshot(top):
-            return _snapshot_source(path, top)
-        if _is_hlo_proto(top):
-            module = first(top, 1)
-            return ReplaySource(
-                path, HLO_PROTO, module_proto=module, module_name=_module_name(module), scheduled=_is_scheduled(module)
-            )
-        if _is_module_proto(top):
-            return ReplaySource(path, MODULE_PROTO, module_proto=raw, module_name=_module_name(raw), scheduled=_is_scheduled(raw))
-    except ProtoDecodeError as exc:
-        raise InputError(f"{path.name} is not a readable XLA proto: {exc.message}") from exc
-    raise InputError(
-        f"{path.name} is neither HLO text nor an HloSnapshot, HloProto or HloModuleProto",
-        "replay takes .txt, .hlo.pb or .snapshot.*.pb dumps",
+        kind, module, _fields = classify_proto(raw)  # the rule the index and render read protos by
+    except InputError as exc:
+        raise InputError(
+            f"{path.name} is neither HLO text nor an HloSnapshot, HloProto or HloModuleProto ({exc.message})",
+            "replay takes .txt, .hlo.pb or .snapshot.*.pb dumps",
+        ) from None
+    if kind == "snapshot":
+        return _snapshot_source(path, fields_by_number(raw), module)
+    return ReplaySource(
+        path,
+        HLO_PROTO if kind == "hlo_proto" else MODULE_PROTO,
+        module_proto=module,
+        module_name=_module_name(module),
+        scheduled=_is_scheduled(module),
     )
-
-
-def _submessage(fields: dict, number: int) -> dict | None:
-    value = first(fields, number)
-    if not isinstance(value, bytes):
-        return None
-    try:
-        return fields_by_number(value)
-    except ProtoDecodeError:
-        return None
-
-
-def _is_module_proto(fields: dict) -> bool:
-    name = first(fields, 1)
-    if not isinstance(name, bytes) or 3 not in fields:  # a module has a name and computations
-        return False
-    try:
-        name.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _is_hlo_proto(fields: dict) -> bool:
-    module = _submessage(fields, 1)
-    return module is not None and _is_module_proto(module)
-
-
-def _is_snapshot(fields: dict) -> bool:
-    hlo = _submessage(fields, 1)
-    return hlo is not None and _is_hlo_proto(hlo) and not _is_module_proto(fields)
 
 
 def _module_name(module_proto: bytes) -> str | None:
@@ -215,8 +184,7 @@ def unoptimized_sibling(path: Path) -> Path | None:
     return None
 
 
-def _snapshot_source(path: Path, top: dict) -> ReplaySource:
-    module = first(fields_by_number(first(top, 1)), 1)
+def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
     arguments = [literals.decode_literal(raw) for raw in top.get(2, [])]
     result_raw = first(top, 3)
     result = literals.decode_literal(result_raw) if isinstance(result_raw, bytes) else None
