@@ -221,14 +221,18 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
-def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_running(cluster, tmp_path, sig):
+def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_running(cli, cluster, tmp_path, sig):
+    """Ctrl-C: the running cells come back as interrupted runs with what their jobs wrote, the queued one is
+    skipped. kill -9: nothing is kept, nothing is left running."""
     cluster_, _nodes, staging = cluster
     markers = tmp_path / "markers"
     markers.mkdir()
+    scales = ["1.0", "2.0", "3.0", "4.0"] if sig == signal.SIGINT else ["1.0", "2.0"]  # 3 local slots: one cell waits
+    running = min(len(scales), 3)
     spec = write_spec(
         tmp_path / "p",
         f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
-        "matrix:\n  scale: ['1.0', '2.0']\n",
+        f"matrix:\n  scale: [{', '.join(scales)}]\n",
         WAITING,
     )
     env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
@@ -242,24 +246,48 @@ def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_runn
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        _wait_until(lambda: len(_ready_logs(staging)) == 2, 90, "both cells running on their nodes")
+        _wait_until(lambda: len(_ready_logs(staging)) == running, 90, "the cells running on their nodes")
         jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
-        assert len(jobs) == 2 and all(_alive(pid) for pid in jobs)
+        assert len(jobs) == running and all(_alive(pid) for pid in jobs)
+        # what each job had written when it was stopped, by run id (the run's staging folder on its node)
+        dumped = {
+            log.parent.name: {str(p.relative_to(log.parent / "dump")) for p in (log.parent / "dump").rglob("*") if p.is_file()}
+            for log in _ready_logs(staging)
+        }
+        assert all(dumped.values())
+        stopped_at = time.monotonic()
         driver.send_signal(sig)
         out, err = driver.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
     finally:
         if driver.poll() is None:
             driver.kill()
     if sig == signal.SIGINT:
         assert driver.returncode == 130, err[-2000:]
+        print(f"SIGINT to the driver's exit, {running} interrupted runs shipped and committed: {took:.1f} s")
         data = json.loads(out)
-        assert data["interrupted"] and [c["status"] for c in data["cells"]] == ["error", "error"]
-        assert all("stopped" in c["error"] for c in data["cells"])
+        assert data["interrupted"]
+        assert sorted(c["status"] for c in data["cells"]) == ["interrupted"] * running + ["skipped"], data["cells"]
+        [skipped] = [c for c in data["cells"] if c["status"] == "skipped"]
+        assert skipped["run_id"] is None and skipped["node"] is None and skipped["error"] is None
+        store = Store.open(tmp_path / "s")
+        runs = sorted(c["run_id"] for c in data["cells"] if c["run_id"])
+        assert store.run_ids() == runs == sorted(dumped)
+        for run in runs:
+            manifest = store.manifest(run)
+            assert manifest["status"] == "interrupted" and manifest["signal"] == "SIGINT"
+            assert any("stopped by SIGINT" in w for w in manifest["warnings"])
+            assert manifest["backend_details"]["ray"]["files_shipped"] > 0
+            assert dumped[run] <= {f.path for f in store.stored_files(run)}  # what the job wrote before the stop
+            assert _modules(store, run)
+        checked = cli("check", "--store", tmp_path / "s")
+        assert checked.exit_code == 0, checked.stdout + checked.stderr
         assert not any(_alive(pid) for pid in jobs)  # the driver waited for the nodes to stop them: none is orphaned
+        assert not any(staging.iterdir())  # and for them to drop what it shipped
     else:  # nobody waits: Ray ends the driver's workers, and each capture stops its job when its worker is gone
         _wait_until(lambda: not any(_alive(pid) for pid in jobs), 20, "the jobs stopped after the driver was killed")
+        assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
     _wait_until(lambda: not any(staging.iterdir()), 20, "the nodes' staging stores removed")
-    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
 
 
 def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):

@@ -65,6 +65,11 @@ class BatchResult:
         return not self.interrupted and all(c.ok for c in self.cells)
 
 
+class CellSkipped(Exception):
+    """Raised by a :class:`CellCapture` for a cell the batch's stop caught before it started anywhere (still
+    queued on a cluster): it is ``skipped``, as a cell not yet started here is, and nothing of it is kept."""
+
+
 #: Called whenever a cell changes state (for a progress view).
 BatchEvent = Callable[[CellOutcome], None]
 
@@ -127,6 +132,10 @@ def run_batch(
         try:
             outcome.result = capture_cell(loaded, outcome, batch.batch_id, stop, notify)
             outcome.state = "done"
+        except CellSkipped:
+            outcome.state, outcome.started = "skipped", None
+            notify(outcome)
+            return
         except XlarunError as exc:
             outcome.error = exc.one_line()
             outcome.state = "error"

@@ -3,13 +3,19 @@
 :func:`capture_cell_on_node` (a Ray task, a generator) first says where it runs, then starts the capture as a
 process of its own (``python -m xlarun.executors.node_side``, detached: Ray kills a worker's children when the
 worker goes, and the capture must outlive it long enough to stop its job) and reports the run it committed into a
-fresh store under the node's staging folder. The capture is an ordinary one with its own signal handling: it
-stops itself (SIGTERM: the job's process group or container is stopped and what it wrote is archived) when a
-``stop`` file appears in its staging folder (the driver's Ctrl-C, through :func:`stop_cell`; or the task, when
-Ray cancels it or the node's raylet goes away) or when the Ray worker that started it is gone, and then removes
-its staging folder itself. :func:`fetch_run` packs a finished run, with only the files the driver lacks, and
-removes the staging folder.
+fresh store under the node's staging folder. The capture is an ordinary one with its own signal handling, told
+what to do by a file in its staging folder:
 
+- ``interrupt`` (the driver was stopped: Ctrl-C, SIGTERM, SIGHUP, or ``fail_fast``; written by
+  :func:`interrupt_cell`, holding the signal's name): the capture gets that signal, stops its job (process group
+  or container), archives what the job wrote as an ``interrupted`` run naming the signal, as a local capture does,
+  and reports it; the run stays in the staging folder until the driver fetches it, even if the driver is gone.
+- ``stop`` (the cell is given up: Ray cancelled its task, or the node's raylet went away), or the Ray worker that
+  started it is gone with no ``interrupt`` (the driver was killed): the capture stops its job and removes its
+  staging folder, since nobody will fetch it.
+
+:func:`fetch_run` packs a finished run, with only the files the driver lacks; the staging folder is removed
+(:func:`discard_scratch`) once the driver has committed the run, so a driver stopped meanwhile loses nothing.
 The node's staging folder is ``$XLARUN_NODE_STAGING`` or ``<tmp>/xlarun-node-<uid>``.
 """
 
@@ -30,10 +36,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..interrupts import STOP_SIGNALS, StopRequest, stop_on_signals
+
 #: How long a stopped capture may take to archive what its job wrote before the wait for it gives up.
 STOP_GRACE_S = 30.0
 _POLL_S = 0.2
 STOP_FILE = "stop"
+INTERRUPT_FILE = "interrupt"
 
 
 def node_staging_root() -> Path:
@@ -63,24 +72,27 @@ def new_scratch_name() -> str:
 
 
 def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
-    """Ray task: yields where it runs, then the captured run ({run_id, status, files, scratch, ...}) or {error}.
-    ``request`` is the pickled (LoadedSpec, batch id, matrix values, the driver's argv)."""
+    """Ray task: yields where it runs (with its staging folder), then the captured run ({run_id, status, files,
+    scratch, ...}) or {error}. ``request`` is the pickled (LoadedSpec, batch id, matrix values, the driver's argv)."""
     scratch = node_staging_root() / scratch_name
     scratch.mkdir(parents=True)  # before saying where: from then on the driver can stop the cell through it
-    (scratch / "request.pickle").write_bytes(request)
-    here = where_am_i()
-    yield here
-    raylet = os.getppid()
-    with open(scratch / "capture.err", "wb") as errors:
-        subprocess.run(
-            [sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-            start_new_session=True,
-            check=False,
-        )  # returns once detached
+    launched = False
     try:
+        (scratch / "request.pickle").write_bytes(request)
+        here = where_am_i()
+        yield {**here, "scratch": str(scratch)}
+        raylet = os.getppid()
+        with open(scratch / "capture.err", "wb") as errors:
+            subprocess.run(
+                [sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                start_new_session=True,
+                check=False,
+            )  # returns once detached
+        launched = True
+        # an interrupted capture stops its job and archives it by itself: wait for its report as for any other
         while not (scratch / "report.json").exists():
             if os.getppid() != raylet:  # the raylet died: the node is lost to the cluster
                 stop_capture(scratch)
@@ -90,8 +102,11 @@ def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
             if not scratch.exists() or (scratch / STOP_FILE).exists() or not _capture_alive(scratch):
                 break
             time.sleep(_POLL_S)
-    except KeyboardInterrupt:  # ray.cancel: the driver gave the cell up
-        stop_capture(scratch)
+    except KeyboardInterrupt:  # ray.cancel: the driver gave the cell up (an interrupted one keeps its run here)
+        if not launched:
+            shutil.rmtree(scratch, ignore_errors=True)
+        elif not (scratch / INTERRUPT_FILE).exists():
+            stop_capture(scratch)
         raise
     if not scratch.exists() or (scratch / STOP_FILE).exists():
         stop_capture(scratch)
@@ -121,7 +136,7 @@ def stop_capture(scratch: Path, timeout_s: float = STOP_GRACE_S) -> bool:
 
 def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
     """Ray task, on the node that ran the cell: the run as a Shipment carrying the files in ``missing`` (every
-    file when None); the node's staging store is removed once it is packed."""
+    file when None). The staging store stays until the driver has committed the run (:func:`discard_scratch`)."""
     from ..store import Store
     from .shipping import pack_run
 
@@ -130,17 +145,25 @@ def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
         return pack_run(store, run_id, None if missing is None else set(missing))
     finally:
         store.close()
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def discard_scratch(scratch: str) -> None:
-    """Ray task: remove a cell's staging store the driver does not want (the batch was stopped)."""
+    """Ray task: remove a cell's staging store once the driver holds its run."""
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def stop_cell(scratch_name: str, timeout_s: float) -> bool:
-    """Ray task, on the node of a cell the driver stops: :func:`stop_capture` of the cell's capture."""
-    return stop_capture(node_staging_root() / scratch_name, timeout_s)
+def interrupt_cell(scratch_name: str, signal_name: str | None) -> bool:
+    """Ray task, on the node of a cell the driver was stopped while it ran: the cell's capture stops its job as
+    ``signal_name`` would (None: as a ``fail_fast`` cancel does), archives it as ``interrupted`` and reports it.
+    False when the cell's staging folder is not there (it has ended, or never started)."""
+    scratch = node_staging_root() / scratch_name
+    tmp = scratch / f"{INTERRUPT_FILE}.tmp"
+    try:
+        tmp.write_text(signal_name or "")
+        os.replace(tmp, scratch / INTERRUPT_FILE)  # whole: the capture reads the signal's name from it
+    except OSError:  # the folder is gone
+        return False
+    return True
 
 
 def _read_report(scratch: Path) -> dict:
@@ -178,9 +201,17 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event) -> None:
-    """In the capture: SIGTERM itself (capture stops its job and archives) once asked to stop or orphaned."""
+def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event, stop: StopRequest) -> None:
+    """In the capture: on ``interrupt``, stop as the driver was stopped (its signal, else a cancel); on ``stop``
+    or once orphaned, SIGTERM itself (capture stops its job and archives; ``_main`` then removes the run)."""
     while not stopped.is_set():
+        if (scratch / INTERRUPT_FILE).exists():
+            name = (scratch / INTERRUPT_FILE).read_text().strip()
+            if name in signal.Signals.__members__:
+                os.kill(os.getpid(), signal.Signals[name])  # recorded by the capture as a local one records it
+            else:
+                stop.cancel.set()
+            return
         if (scratch / STOP_FILE).exists() or not _pid_alive(worker_pid):
             os.kill(os.getpid(), signal.SIGTERM)
             return
@@ -189,11 +220,12 @@ def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event) ->
 
 def _main(scratch: Path, worker_pid: int) -> int:
     """The capture: detaches from the Ray worker, then one ordinary capture into ``scratch/store``; writes
-    ``scratch/report.json``, or removes ``scratch`` when it was stopped (nobody will fetch it)."""
+    ``scratch/report.json``, or removes ``scratch`` when nobody will fetch it (see the module docstring)."""
     if os.fork() > 0:  # the worker waits for this parent only; the capture goes on as an orphan Ray does not kill
         os._exit(0)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a Ray worker's thread blocks SIGINT, and we inherit that
     (scratch / "capture.pid").write_text(str(os.getpid()))
     from ..capture import capture
     from ..errors import XlarunError
@@ -202,10 +234,14 @@ def _main(scratch: Path, worker_pid: int) -> int:
     loaded, batch_id, matrix, argv = pickle.loads((scratch / "request.pickle").read_bytes())
     sys.argv = list(argv)  # the manifest records the command the user ran, on the driver
     stopped = threading.Event()
-    threading.Thread(target=_watch_for_stop, args=(scratch, worker_pid, stopped), name="xlarun-stop-watch", daemon=True).start()
+    stop = StopRequest()
+    threading.Thread(
+        target=_watch_for_stop, args=(scratch, worker_pid, stopped, stop), name="xlarun-stop-watch", daemon=True
+    ).start()
     try:
-        store = Store.open(scratch / "store", create=True)
-        result = capture(loaded, store, batch_id=batch_id, matrix=matrix)
+        with stop_on_signals(stop):  # a signal before the capture's own handlers are in stops it all the same
+            store = Store.open(scratch / "store", create=True)
+            result = capture(loaded, store, batch_id=batch_id, matrix=matrix, stop=stop)
         report = {
             "run_id": result.run_id,
             "status": result.status.value,
@@ -218,7 +254,8 @@ def _main(scratch: Path, worker_pid: int) -> int:
     except Exception as exc:  # a bug or an SDK error: the cell says why it failed
         report = {"error": f"{type(exc).__name__}: {exc}"}
     stopped.set()
-    if (scratch / STOP_FILE).exists() or not _pid_alive(worker_pid):
+    given_up = (scratch / STOP_FILE).exists()
+    if given_up or not ((scratch / INTERRUPT_FILE).exists() or _pid_alive(worker_pid)):
         shutil.rmtree(scratch, ignore_errors=True)
         return 0
     tmp = scratch / "report.json.tmp"

@@ -13,14 +13,20 @@ per cell in flight, each thread driving one cell through the cluster:
 A cell whose backend no node offers fails at once, naming what the cluster offers. A node that dies mid-cell
 (Ray marks it dead, or its raylet goes away under the task) fails the cell with that reason, or runs it again
 elsewhere with ``retries``; Ray's own retries are off, so every attempt is one the driver knows of, and a run
-is committed once per cell. Ctrl-C (or ``fail_fast``) cancels the tasks: each stops its capture (the job's
-process group or container) and removes its staging store before the driver exits.
+is committed once per cell.
+
+A stop (Ctrl-C, SIGTERM, SIGHUP, or ``fail_fast``) does what it does to a local batch: cells still queued are
+``skipped`` and nothing of them runs; each running cell's node stops its job (process group or container) as the
+driver was stopped, archives what it wrote as an ``interrupted`` run naming the signal, and the driver ships that
+run back as any other before it exits. A node that does not confirm within the grace is named in one line, its
+run left there; one more signal meanwhile stops the driver at once, saying what is left on which node.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -28,14 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import RunStatus
-from ..batch import BatchEvent, BatchResult, CellOutcome, run_batch
+from ..batch import BatchEvent, BatchResult, CellOutcome, CellSkipped, run_batch
 from ..capture import CaptureResult
 from ..errors import EnvironmentProblem, JobFailed, XlarunError
 from ..interrupts import StopRequest
 from ..manifest import Manifest
 from ..spec import LoadedSpec
 from ..store import Store
-from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run, new_scratch_name, stop_cell
+from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run, interrupt_cell, new_scratch_name
 from .placement import describe_offer, probe_node_resources, resource_for
 from .shipping import lacking, receive_run
 
@@ -134,15 +140,19 @@ class RayCellCapture:
         # max_retries=0: a lost attempt comes back to the driver, which alone decides to run it again
         self.capture_task = ray.remote(num_cpus=0, max_retries=0)(capture_cell_on_node)
         self.fetch_task = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
+        self.interrupt_task = ray.remote(num_cpus=0, max_retries=0)(interrupt_cell)
         self.discard_task = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
-        self.stop_task = ray.remote(num_cpus=0, max_retries=0)(stop_cell)
         self.nodes = _NodeWatch(ray)
         self.in_flight: set = set()
         self.lock = threading.Lock()
+        self.left: dict[int, str] = {}  # cell index -> what of it is on a node, not yet in this store
+        self.closed = threading.Event()
+        self.watching = False
 
     def __call__(
         self, loaded: LoadedSpec, outcome: CellOutcome, batch_id: str, stop: StopRequest, notify: BatchEvent
     ) -> CaptureResult:
+        self._watch_for_another_signal(stop)
         need = resource_for(loaded.spec.backend)
         if not self.offered.get(need):
             raise EnvironmentProblem(
@@ -164,6 +174,9 @@ class RayCellCapture:
                 notify(outcome)
             except CellStopped as stopped:
                 raise JobFailed(f"stopped: {stopped}") from None
+            finally:
+                with self.lock:
+                    self.left.pop(outcome.index, None)
         raise AssertionError("unreachable")
 
     def _attempt(
@@ -174,48 +187,42 @@ class RayCellCapture:
         with self._tracked(gen):
             try:
                 node = self._next(gen, stop, None)
-            except CellStopped:  # still queued (or only just started): nothing ran yet
+            except CellStopped:  # still queued (or only just started): nothing ran yet, nothing is kept
                 self._cancel(gen)
-                raise
+                raise CellSkipped() from None
             outcome.node = f"{node['node_ip']}/{node['node_id'][:8]}"
             notify(outcome)
             try:
                 report = self._next(gen, stop, node)
-            except CellStopped as stopped:
-                confirmed = self._await_stopped(node, scratch_name)
-                self._cancel(gen)
-                if not confirmed:
-                    raise CellStopped(
-                        f"{stopped}, but {_on(node, 'node')} did not confirm within {STOP_GRACE_S + 15:.0f}s that its job "
-                        f"stopped: look there for a leftover job"
-                    ) from None
-                raise
+            except CellStopped:
+                report = self._interrupt(gen, node, scratch_name, stop, outcome)
         if report.get("error"):
             raise XlarunError(report["error"])
+        # from here the run exists on the node: it is shipped whatever happens to the batch (a second signal aside)
+        self._leave(outcome, f"run {report['run_id']} ({report.get('status')}) is in {report['scratch']}/store{_on(node)}")
         digests = [digest for _path, digest, _size in report["files"]]
         missing = sorted(lacking(self.store, digests))
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
-        ref = self.fetch_task.options(scheduling_strategy=pinned).remote(report["scratch"], report["run_id"], missing)
-        with self._tracked(ref):
-            try:
-                shipment = self._get(ref, stop, node)
-            except CellStopped:
-                self.discard_task.options(scheduling_strategy=pinned).remote(report["scratch"])
-                raise
-        where = {
-            "ray": {
-                "node_id": node["node_id"],
-                "node_ip": node["node_ip"],
-                "hostname": node["hostname"],
-                "attempt": attempt,
-                "shipped_bytes": shipment.wire_bytes,
-                "files_shipped": len(shipment.sent),
-                "files": len(shipment.files),
+        try:
+            ref = self.fetch_task.options(scheduling_strategy=pinned).remote(report["scratch"], report["run_id"], missing)
+            with self._tracked(ref):
+                shipment = self._get(ref, None, node)
+            where = {
+                "ray": {
+                    "node_id": node["node_id"],
+                    "node_ip": node["node_ip"],
+                    "hostname": node["hostname"],
+                    "attempt": attempt,
+                    "shipped_bytes": shipment.wire_bytes,
+                    "files_shipped": len(shipment.sent),
+                    "files": len(shipment.files),
+                }
             }
-        }
-        received = receive_run(self.store, shipment, where)
+            received = receive_run(self.store, shipment, where)
+        finally:  # committed here, or it could not be (as before): the node drops its copy
+            self._discard(pinned, node, report["scratch"])
         outcome.shipped_bytes = shipment.wire_bytes
         manifest = Manifest.model_validate(self.store.manifest(received.run_id))
         modules = self.store.index.modules(received.run_id)
@@ -231,11 +238,81 @@ class RayCellCapture:
             manifest.signal,
         )
 
+    def _interrupt(self, gen, node: dict, scratch_name: str, stop: StopRequest, outcome: CellOutcome) -> dict:
+        """The batch was stopped while the cell ran: have its node stop the job as the driver was stopped (its
+        signal) and archive what it wrote as an ``interrupted`` run; the report of that run, to be shipped as any.
+        Waits up to the grace; past it, JobFailed saying which node did not confirm (its run stays there)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self._leave(outcome, f"its job is being stopped and archived in {node['scratch']}/store{_on(node)}")
+        pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+        grace = STOP_GRACE_S + 15
+        until = time.monotonic() + grace
+        try:
+            self.ray.get(
+                self.interrupt_task.options(scheduling_strategy=pinned).remote(scratch_name, stop.signal_name), timeout=grace
+            )
+        except Exception:  # the node is gone or slow: the wait below tells which
+            pass
+        if not self._wait(gen, None, node, until=until):
+            self._cancel(gen)  # the capture goes on archiving: an interrupted run stays on its node
+            line = (
+                f"{_on(node, 'node')} did not confirm within {grace:.0f}s that cell {outcome.label} stopped and was "
+                f"archived; what it archives stays in {node['scratch']}/store there"
+            )
+            _say(f"xlarun: {line}")
+            raise JobFailed(line)
+        return self._read(gen, node)
+
+    def _discard(self, pinned, node: dict, scratch: str) -> None:
+        """Have the node remove a cell's staging store, and wait for it (so that nothing is left when the driver exits)."""
+        if not self.nodes.alive(node["node_id"]):
+            return
+        try:
+            self.ray.get(self.discard_task.options(scheduling_strategy=pinned).remote(scratch), timeout=15)
+        except Exception:  # the node went away, or is slow: its staging folder stays there
+            pass
+
+    def _leave(self, outcome: CellOutcome, what: str) -> None:
+        """Note what of a cell is on a node and not yet here: what a second signal says is left."""
+        with self.lock:
+            self.left[outcome.index] = f"cell {outcome.label}: {what}"
+
+    def _watch_for_another_signal(self, stop: StopRequest) -> None:
+        """Once per batch: a thread that, after the batch was stopped, stops this process at once on one more
+        signal (while nodes stop, archive and ship the runs of the running cells), saying what is left where."""
+        with self.lock:
+            if self.watching:
+                return
+            self.watching = True
+
+        def watch() -> None:
+            while not stop.cancel.wait(_POLL_S):
+                if self.closed.is_set():
+                    return
+            seen = min(1, len(stop.received))  # the signal that stopped the batch, if one did
+            while not self.closed.wait(_POLL_S / 2):
+                if len(stop.received) > seen:
+                    signum = stop.received[-1]
+                    with self.lock:
+                        left = sorted(self.left.items())
+                    name = signal.Signals(signum).name
+                    for _index, what in left:
+                        _say(f"xlarun: {name}: stopped at once; {what}, and stays there, not shipped")
+                    if not left:
+                        _say(f"xlarun: {name}: stopped at once; nothing of the batch was left on the nodes")
+                    os._exit(128 + signum)  # like kill -9 of the driver, which the store survives
+
+        threading.Thread(target=watch, name="xlarun-second-signal", daemon=True).start()
+
     # --- waiting on the cluster ----------------------------------------------------------------
 
     def _next(self, gen, stop: StopRequest, node: dict | None) -> dict:
         """The generator task's next item, watching for a stop and for the loss of its node meanwhile."""
         self._wait(gen, stop, node)
+        return self._read(gen, node)
+
+    def _read(self, gen, node: dict | None) -> dict:
         try:
             return self.ray.get(next(gen))
         except StopIteration:
@@ -243,21 +320,28 @@ class RayCellCapture:
         except Exception as exc:
             raise self._explain(exc, node) from None
 
-    def _get(self, ref, stop: StopRequest, node: dict):
+    def _get(self, ref, stop: StopRequest | None, node: dict):
         self._wait(ref, stop, node)
         try:
             return self.ray.get(ref)
         except Exception as exc:
             raise self._explain(exc, node) from None
 
-    def _wait(self, ref, stop: StopRequest, node: dict | None) -> None:
+    def _wait(self, ref, stop: StopRequest | None, node: dict | None, until: float | None = None) -> bool:
+        """Wait until ``ref`` is ready (True) or ``until`` passes (False); CellStopped once ``stop`` is (None: not
+        watched), CellLost when the node dies meanwhile."""
         ray = self.ray
         while not ray.wait([ref], timeout=_POLL_S)[0]:
-            if stop.cancel.is_set():  # the caller has the cell's node stop its capture (see _await_stopped)
-                raise CellStopped(f"the batch was stopped; the cell's task{_on(node)} was cancelled and nothing of it is kept")
+            if stop is not None and stop.cancel.is_set():
+                if ray.wait([ref], timeout=0)[0]:  # it came as the batch stopped: take it
+                    return True
+                raise CellStopped(f"the batch was stopped{_on(node, ' while the cell ran on')}")
             if node is not None and not self.nodes.alive(node["node_id"]):
                 self._force_cancel(ref)
                 raise CellLost(f"node {node['node_ip']}/{node['node_id'][:8]} died while running the cell")
+            if until is not None and time.monotonic() > until:
+                return False
+        return True
 
     def _explain(self, exc: Exception, node: dict | None) -> Exception:
         """A Ray error as CellLost (the node or worker went away: retryable), CellStopped, or a cell error."""
@@ -287,23 +371,11 @@ class RayCellCapture:
         return XlarunError(f"the cell's Ray task failed{_on(node)}: {first}")
 
     def _cancel(self, ref) -> None:
-        """Cancel a task: a running one gets KeyboardInterrupt and stops its capture (see :meth:`_await_stopped`)."""
+        """Cancel a task: a queued one never runs; a running one gets KeyboardInterrupt (see node_side)."""
         try:
             self.ray.cancel(ref, force=False)
         except Exception:  # it had finished, or its node is gone
             pass
-
-    def _await_stopped(self, node: dict, scratch_name: str) -> bool:
-        """After a stop: have the cell's node stop its capture (the job, its container) and wait until it has (True),
-        up to the grace, so that nothing of it is left running when the driver exits."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        pinned = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
-        try:
-            ref = self.stop_task.options(scheduling_strategy=pinned).remote(scratch_name, STOP_GRACE_S)
-            return bool(self.ray.get(ref, timeout=STOP_GRACE_S + 15))
-        except Exception:  # the node is gone, or the wait ran out: there is nothing more the driver can do
-            return False
 
     def _force_cancel(self, ref) -> None:
         try:
@@ -333,9 +405,20 @@ class RayCellCapture:
         for ref in left:
             self._force_cancel(ref)
 
+    def close(self) -> None:
+        """The batch is over: a signal from now on is no longer this executor's to handle."""
+        self.closed.set()
+
 
 def _on(node: dict | None, prefix: str = " on") -> str:
     return f"{prefix} {node['node_ip']}/{node['node_id'][:8]}" if node else ""
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (SIGHUP)
+        pass
 
 
 def run_batch_on_ray(
@@ -364,6 +447,7 @@ def run_batch_on_ray(
             capture_cell=capture_cell,
         )
     finally:
+        capture_cell.close()
         capture_cell.cancel_in_flight()
         if connected_here:
             ray.shutdown()
