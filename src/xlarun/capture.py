@@ -321,6 +321,7 @@ def _capture(
             signal=signal_name,
             file_notes=[note.to_json() for note in archiver.notes],
         )
+        store.open_index()  # before the commit: this run is ingested once, below
         try:
             run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
         except OSError as exc:

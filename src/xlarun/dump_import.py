@@ -90,6 +90,7 @@ def import_dump(
     metadata["manifest.json"] = manifest.to_json()
     if origin.get("manifest_text"):
         metadata["origin-manifest.json"] = origin["manifest_text"]
+    store.open_index()  # before the commit: this run is ingested once, below
     shutil.rmtree(incoming, ignore_errors=True)
     store.commit_run(run_id, staging, files, metadata)
     store.ingest(run_id)

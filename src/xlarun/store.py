@@ -113,15 +113,11 @@ class Store(RunStore):
             ingest_run(index, self, run_id, self.facts)
         return moved
 
-    def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
-        """Make a run visible (see :meth:`RunStore.commit_run`), the index opened and reconciled first: the new run is
-        then indexed once, by :meth:`ingest`, not a second time by this process's first reconcile (as before the
-        store was split in layers: 8 concurrent captures each re-indexing the others' runs ran past the torture
-        test's 5 minutes on 2 CPUs)."""
-        self._open_index()
-        return super().commit_run(run_id, staging, files, metadata)
-
-    def _open_index(self) -> Index:
+    def open_index(self) -> Index:
+        """Open (and reconcile) the index now. A writer calls it before :meth:`commit_run` and calls :meth:`ingest`
+        after: its new run is then indexed once, not a second time by its own first reconcile, and its reconcile
+        does not re-index runs other processes are committing meanwhile (8 concurrent captures each re-indexing
+        the others' runs ran past the torture test's 5 minutes on 2 CPUs)."""
         return self.index
 
     def _forget(self, run_id: str) -> None:

@@ -137,6 +137,7 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
                     (staging / name).write_bytes(content)
             for sub in OUTPUT_DIRS:  # begin_run made them for a job's outputs; a received run has none
                 (staging / sub).rmdir()
+            store.open_index()  # before the commit: this run is ingested once, below
             run_dir = store.commit_run(run_id, staging, shipment.files, {"manifest.json": json.dumps(manifest, indent=2)})
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
