@@ -8,6 +8,17 @@ from pathlib import Path
 from xlarun.manifest import Manifest
 from xlarun.store import Store
 
+#: Headless Chromium as the browser tests drive it (report, view, the API's HTML).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
 
 def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade", **manifest_fields) -> str:
     """Archive ``files`` (dump-relative path -> content) as a committed, indexed run; returns its id."""

@@ -13,17 +13,9 @@ import xlarun
 from xlarun import console, display
 
 from .conftest import write_spec
+from .see_support import CHROMIUM, CHROMIUM_ARGS
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 
 PUBLIC = ["Batch", "Bisection", "Diff", "ExitCode", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store",
           "XlarunError", "batch", "capture", "jax", "open_store"]  # fmt: skip

@@ -15,17 +15,8 @@ import pytest
 from xlarun.report import ReportOptions, build_batch_report, build_run_report
 from xlarun.store import Store
 
-from .see_support import add_run
+from .see_support import CHROMIUM, CHROMIUM_ARGS, add_run
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 XSS = "<script>alert(1)</script>"
 XSS_ATTR = "<img src=x onerror=alert(1)>"
 

@@ -9,19 +9,10 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
+from .see_support import CHROMIUM, CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from . import display
 from .api_results import Batch, Bisection, Diff, Found, Graph, Replay
@@ -229,48 +229,30 @@ class Run(display.Shown):
         )
 
 
-class RunList(display.Shown, Sequence[Run]):
+class RunList(display.ShownList[Run]):
     """Runs, oldest first; prints as ``xlarun runs``."""
 
     def __init__(self, store: Store, runs: list[Run], batch: str | None = None, name: str | None = None):
-        self._store, self._runs, self._batch, self._name = store, runs, batch, name
-
-    @overload
-    def __getitem__(self, i: int) -> Run: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Run]: ...
-    def __getitem__(self, i):
-        return self._runs[i]
-
-    def __len__(self) -> int:
-        return len(self._runs)
+        super().__init__(runs)
+        self._store, self._batch, self._name = store, batch, name
 
     def _printed(self) -> display.Printed:
         from .present import print_runs
 
-        return display.capture_printed(print_runs, [run.info for run in self._runs])
+        return display.capture_printed(print_runs, [run.info for run in self])
 
 
-class ModuleList(display.Shown, Sequence["Module"]):
+class ModuleList(display.ShownList["Module"]):
     """A run's modules, the main program first; prints as ``xlarun modules``' table."""
 
     def __init__(self, store: Store, modules: list[Module], run: Run | None = None):
-        self._store, self._modules, self.run = store, modules, run
-
-    @overload
-    def __getitem__(self, i: int) -> Module: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Module]: ...
-    def __getitem__(self, i):
-        return self._modules[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
+        super().__init__(modules)
+        self._store, self.run = store, run
 
     def _printed(self) -> display.Printed:
         from .present import print_modules
 
-        return display.capture_printed(print_modules, [m._summary for m in self._modules])
+        return display.capture_printed(print_modules, [m.summary for m in self])
 
 
 class Module(display.Shown):
@@ -462,10 +444,9 @@ class Module(display.Shown):
         seed: int = 0,
     ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
-        from .bisect import BisectOptions, bisect_module
-        from .bisect.record import now, record_bisection
+        from .bisect import BisectOptions
+        from .bisect.record import bisect_and_record
 
-        started = now()
         options = BisectOptions(
             reference=reference,
             reference_platform=reference_platform,
@@ -477,8 +458,7 @@ class Module(display.Shown):
             inputs=inputs,
             seed=seed,
         )
-        result = bisect_module(self._store.store, self.info, options, None)
-        record = record_bisection(self._store.store, result, options.to_dict(), started)
+        result, record = bisect_and_record(self._store.store, self.info, options)
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection
         return Bisection(result, record.bisect_id)
 

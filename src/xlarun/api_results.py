@@ -40,12 +40,11 @@ class Found(display.Shown, Sequence["FindHit"]):
         return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
 
     def _printed(self) -> display.Printed:
-        from .console import print_table
+        from .present import print_found
 
         if not self.hits:
             return display.Printed(f"no module contains {self.text!r}", [LineBlock(f"no module contains {self.text!r}")])
-        rows = [(f"{h.run_id}/module_{h.module_id:04d}", h.module_name or "", h.kind, ", ".join(h.matches)) for h in self.hits]
-        return display.capture_printed(print_table, ("module", "name", "kind", "matches"), rows)
+        return display.capture_printed(print_found, self.hits)
 
 
 class Diff(display.Shown):

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from .console import Block, PairsBlock, TableBlock
 
@@ -129,3 +129,23 @@ class Shown:
 
     def _repr_html_(self) -> str:
         return printed_html(self._shown)
+
+
+T = TypeVar("T")
+
+
+class ShownList(Shown, Sequence[T], Generic[T]):
+    """A list of the front door's objects that prints (and displays) as the CLI's table of them."""
+
+    def __init__(self, items: list[T]):
+        self._items = items
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -434,18 +434,7 @@ class Index:
         info = _module_from_row(row)
         if with_files:
             info.files = [
-                FileInfo(
-                    r["path"],
-                    r["digest"],
-                    r["size"],
-                    r["kind"],
-                    r["format"],
-                    r["stage"],
-                    r["step"],
-                    r["pipeline"],
-                    r["after_pass"],
-                    r["before_pass"],
-                )
+                _file_from_row(r)
                 for r in self.conn.execute(
                     "SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path",
                     (run_id, module_id),
@@ -460,21 +449,7 @@ class Index:
         return info
 
     def run_files(self, run_id: str) -> list[FileInfo]:
-        return [
-            FileInfo(
-                r["path"],
-                r["digest"],
-                r["size"],
-                r["kind"],
-                r["format"],
-                r["stage"],
-                r["step"],
-                r["pipeline"],
-                r["after_pass"],
-                r["before_pass"],
-            )
-            for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))
-        ]
+        return [_file_from_row(r) for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))]
 
     def find(
         self,
@@ -608,4 +583,19 @@ def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
         row["hlo_bytes"] or 0,
         bool(row["elided_constants"]),
         row["parse_error"],
+    )
+
+
+def _file_from_row(r: sqlite3.Row) -> FileInfo:
+    return FileInfo(
+        r["path"],
+        r["digest"],
+        r["size"],
+        r["kind"],
+        r["format"],
+        r["stage"],
+        r["step"],
+        r["pipeline"],
+        r["after_pass"],
+        r["before_pass"],
     )

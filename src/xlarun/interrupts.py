@@ -106,3 +106,20 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` still runs; a zombie (exited, not yet reaped) counts as gone."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as another user
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return not Path("/proc").is_dir()  # no /proc here: trust kill(); else it ended between the two looks
+    return state not in ("Z", "X")

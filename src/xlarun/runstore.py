@@ -38,6 +38,7 @@ from pathlib import Path
 from .backends.base import OUTPUT_DIRS
 from .blobs import BlobStore
 from .errors import InputError, RefError, StoreError
+from .interrupts import process_alive
 from .killpoints import kill_point
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
@@ -310,10 +311,10 @@ class RunStore:
             if folder.name.startswith(_TRASH_PREFIX):
                 continue  # raw files being deleted (gc removes what a killed deletion left)
             if folder.name.startswith(_NEW_PREFIX):
-                if not _owner_alive(int(folder.name.rsplit("-", 1)[1]) if folder.name.rsplit("-", 1)[1].isdigit() else None):
+                if not process_alive(int(folder.name.rsplit("-", 1)[1]) if folder.name.rsplit("-", 1)[1].isdigit() else None):
                     out.append(folder)
                 continue
-            if not _owner_alive(_read_pid(folder / "owner.pid")):
+            if not process_alive(_read_pid(folder / "owner.pid")):
                 out.append(folder)
         return out
 
@@ -415,23 +416,6 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _owner_alive(pid: int | None) -> bool:
-    """Whether the process that owns a staging folder still runs (a zombie counts as gone)."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
 
 
 def describe_leftover(folder: Path) -> Leftover:

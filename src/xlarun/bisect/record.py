@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 from .result import BisectResult
 
 if TYPE_CHECKING:
+    from ..index import ModuleInfo
     from ..store import Store
+    from .replay_mode import BisectOptions, Log
 
 FOLDER = "bisections"
 
@@ -31,6 +33,17 @@ class BisectRecord:
     started: str
     options: dict
     result: BisectResult
+
+
+def bisect_and_record(
+    store: Store, module: ModuleInfo, options: BisectOptions, sink: Log | None = None
+) -> tuple[BisectResult, BisectRecord]:
+    """``xlarun bisect REF`` and ``Module.bisect()``: bisect ``module`` by replay and record the result with its run."""
+    from .replay_mode import bisect_module
+
+    started = now()
+    result = bisect_module(store, module, options, sink)
+    return result, record_bisection(store, result, options.to_dict(), started)
 
 
 def record_bisection(store: Store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:

@@ -130,8 +130,8 @@ def _bisect(
     run,
     as_json,
 ) -> int:
-    from ..bisect import BisectOptions, bisect_module, bisect_rerun
-    from ..bisect.record import now, record_bisection
+    from ..bisect import BisectOptions, bisect_rerun
+    from ..bisect.record import bisect_and_record, now, record_bisection
     from ..errors import InputError
 
     started = now()
@@ -155,6 +155,7 @@ def _bisect(
             sink=sink,
         )
         options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
+        record = record_bisection(the_store, result, options, started)
     else:
         if check is not None:
             raise InputError(
@@ -177,9 +178,7 @@ def _bisect(
             inputs=inputs,
             seed=seed,
         )
-        result = bisect_module(the_store, target_module, bisect_options, sink)
-        options = bisect_options.to_dict()
-    record = record_bisection(the_store, result, options, started)
+        result, record = bisect_and_record(the_store, target_module, bisect_options, sink)
     if as_json:
         from ..console import print_json
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..interrupts import STOP_SIGNALS, StopRequest, stop_on_signals
+from ..interrupts import STOP_SIGNALS, StopRequest, process_alive, stop_on_signals
 
 #: How long a stopped capture may take to archive what its job wrote before the wait for it gives up.
 STOP_GRACE_S = 30.0
@@ -184,21 +184,7 @@ def _capture_alive(scratch: Path) -> bool:
         pid = int((scratch / "capture.pid").read_text())
     except (OSError, ValueError):
         return scratch.exists() and time.time() - scratch.stat().st_mtime < 60  # still starting
-    return _pid_alive(pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return not Path("/proc").is_dir()
-    return state not in ("Z", "X")
+    return process_alive(pid)
 
 
 def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event, stop: StopRequest) -> None:
@@ -212,7 +198,7 @@ def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event, st
             else:
                 stop.cancel.set()
             return
-        if (scratch / STOP_FILE).exists() or not _pid_alive(worker_pid):
+        if (scratch / STOP_FILE).exists() or not process_alive(worker_pid):
             os.kill(os.getpid(), signal.SIGTERM)
             return
         stopped.wait(_POLL_S)
@@ -255,7 +241,7 @@ def _main(scratch: Path, worker_pid: int) -> int:
         report = {"error": f"{type(exc).__name__}: {exc}"}
     stopped.set()
     given_up = (scratch / STOP_FILE).exists()
-    if given_up or not ((scratch / INTERRUPT_FILE).exists() or _pid_alive(worker_pid)):
+    if given_up or not ((scratch / INTERRUPT_FILE).exists() or process_alive(worker_pid)):
         shutil.rmtree(scratch, ignore_errors=True)
         return 0
     tmp = scratch / "report.json.tmp"
