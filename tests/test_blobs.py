@@ -65,6 +65,41 @@ def test_the_pack_table_is_rebuilt_from_the_pack_headers(tmp_path):
     assert [fresh.get(_digest(d)) for d in dumps] == dumps
 
 
+def test_two_writers_packing_the_same_file_at_once_leave_a_store_that_checks_clean(tmp_path):
+    """Two captures committing at once (a Ray batch's interrupted cells, concurrent captures) each look the
+    file up before the other lists it, so both packs hold it and the table lists one: a duplicate, not
+    damage (a CI run once reported it as damage)."""
+    shared, own_a, own_b = _pass_dumps(3, seed=5)
+    a, b = BlobStore(tmp_path / "blobs"), BlobStore(tmp_path / "blobs")  # two processes on one store
+    packer_a, packer_b = a.packer(), b.packer()
+    for packer, own in ((packer_a, own_a), (packer_b, own_b)):
+        packer.add(shared)
+        packer.add(own)
+    write = b._write
+
+    def other_writer_lists_first(target, payload):  # B has checked the table; A writes and lists its pack now
+        packer_a.flush()
+        return write(target, payload)
+
+    b._write = other_writer_lists_first
+    packer_b.flush()
+    assert len(a.pack_names()) == 2
+    fresh = BlobStore(tmp_path / "blobs")
+    assert [fresh.get(_digest(d)) for d in (shared, own_a, own_b)] == [shared, own_a, own_b]
+    assert [fresh.verify_pack(name) for name in fresh.pack_names()] == [None, None]
+    assert fresh.collect({_digest(d) for d in (shared, own_a, own_b)}) == (0, 0)  # both packs hold a live file
+
+
+def test_a_table_row_pointing_where_the_pack_header_does_not_is_damage(tmp_path):
+    blobs = BlobStore(tmp_path / "blobs")
+    dumps = _pass_dumps(3, seed=6)
+    _pack(blobs, dumps)
+    (pack,) = blobs.pack_names()
+    conn = blobs._table._conn()
+    conn.execute("UPDATE members SET offset = offset + 7 WHERE sha256 = ?", (_digest(dumps[1]),))
+    assert blobs.verify_pack(pack) == f"packs.sqlite places 1 file(s) in pack {pack[:12]} where its header does not"
+
+
 @pytest.mark.parametrize("keep", [0, 10, 20, 60])
 def test_a_pack_cut_short_is_skipped_when_the_table_is_rebuilt(tmp_path, keep):
     """The pack table is rebuilt from headers after packs.sqlite is lost; a pack cut inside its header is damage

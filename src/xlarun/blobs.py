@@ -236,9 +236,14 @@ class BlobStore:
             return exc.message
         except FileNotFoundError:
             return f"pack {name[:12]} is missing"
-        listed = self._table.members_of(name)
-        if {m[0] for m in members} - {m[0] for m in listed} and listed:
-            return f"pack {name[:12]} holds files packs.sqlite does not list"
+        # The table may list fewer members than the header holds: two writers that packed the same file at
+        # once (each checked the table before the other listed it) keep one copy listed, and a file a pack
+        # still holds after gc may be listed nowhere. Neither loses a byte. What the table does list must
+        # be where the header says: a row pointing elsewhere would read the wrong bytes.
+        held = {digest: (offset, length) for digest, offset, length in members}
+        wrong = [digest for digest, offset, length in self._table.members_of(name) if held.get(digest) != (offset, length)]
+        if wrong:
+            return f"packs.sqlite places {len(wrong)} file(s) in pack {name[:12]} where its header does not"
         return None
 
     def pack_names(self) -> list[str]:
