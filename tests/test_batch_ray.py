@@ -213,11 +213,74 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
         assert manifest["batch_id"] == spread.batch_id and manifest["matrix"] == mine.values
         assert manifest["backend"] == mine.values["backend"]
         assert manifest["backend_details"]["ray"]["node_id"].startswith(mine.node.split("/")[1])
+        assert manifest["backend_details"]["ray"]["project"] == {
+            "ran_from": "in place",
+            "why": f"this node has the same 2 file(s) at {tmp_path / 'p'}",
+        }
         assert mine.shipped_bytes > 0
     assert store.check().damaged == []
     # the second cell's identical files were not sent again
     sent = sorted(store.manifest(c.result.run_id)["backend_details"]["ray"]["files_shipped"] for c in spread.cells)
     assert sent[0] < len(store.stored_files(spread.cells[0].result.run_id))
+
+
+PROJECT_JOB = """
+import os, pathlib, helpers
+import jax, jax.numpy as jnp
+table = pathlib.Path("data/table.csv").read_text().strip().replace(chr(10), "|")
+print("ran", __file__, "in", os.getcwd(), "helper", helpers.VALUE, "table", table, flush=True)
+print("value", float(jax.jit(lambda x: (x * helpers.VALUE).sum())(jnp.ones(4))), flush=True)
+"""
+
+
+@pytest.mark.docker
+def test_with_ship_always_every_node_runs_the_project_as_it_was_when_the_batch_started(cli, cluster, tmp_path, cpu_image):
+    """The script, the module it imports and the data it reads come from the driver's snapshot, unpacked in the
+    cell's staging folder on the node, for a local cell and a container cell alike."""
+    _cluster, _nodes, staging = cluster
+    spec = write_spec(
+        tmp_path / "p",
+        "name: proj\nscript: job.py\nframework: jax\nbackend:\n  kind: ${matrix.backend}\ndump:\n  formats: [text]\n"
+        "matrix:\n  backend: [local, docker-cpu]\n",
+        PROJECT_JOB,
+    )
+    (tmp_path / "p" / "helpers.py").write_text("VALUE = 3\n")
+    (tmp_path / "p" / "data").mkdir()
+    (tmp_path / "p" / "data" / "table.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "p" / ".git").mkdir()  # not sent
+    (tmp_path / "p" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    out = cli("batch", spec, "--executor", "ray", "--ship", "always", "--store", tmp_path / "s", "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    cells = json.loads(out.stdout)["cells"]
+    store = Store.open(tmp_path / "s")
+    for cell in cells:
+        run = cell["run_id"]
+        project = store.manifest(run)["backend_details"]["ray"]["project"]
+        assert project == {
+            "ran_from": "snapshot",
+            "why": "--ship always",
+            "files": 4,
+            "bytes": project["bytes"],
+            "root": str(tmp_path / "p"),
+        }
+        assert project["bytes"] == sum(
+            len((tmp_path / "p" / rel).read_bytes()) for rel in ("job.py", "helpers.py", "spec.yaml", "data/table.csv")
+        )
+        log = store.read_log(run, "stdout")
+        resolved = json.loads((store.run_path(run) / "spec.resolved.json").read_text())
+        assert resolved["spec_path"] == str(spec)  # the file the user knows; what ran is the copy:
+        assert resolved["script"].startswith(str(staging)) and resolved["script"].endswith("/project/job.py")
+        assert resolved["workdir"] == resolved["script"].rsplit("/", 1)[0]
+        ran = log.split("ran ", 1)[1].split()
+        if cell["values"]["backend"] == "local":
+            assert ran[0] == resolved["script"] and ran[2] == resolved["workdir"], log
+        else:  # the container sees the copy where it mounts a script's folder
+            assert ran[0] == "/xlarun/script/job.py", log
+        assert "helper 3 table a,b|1,2" in log and "value 12.0" in log
+        assert _modules(store, run)
+    _wait_until(lambda: not any(staging.iterdir()), 20, "the nodes' staging stores (and the copies) removed")
+    bad = cli("batch", spec, "--executor", "ray", "--ship", "sometimes", "--store", tmp_path / "s")
+    assert bad.exit_code == 2 and "unknown --ship setting 'sometimes'" in bad.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])

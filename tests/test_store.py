@@ -263,3 +263,39 @@ def test_a_capture_killed_between_its_manifest_and_file_list_keeps_its_manifest(
     [done] = recover_runs(store)
     manifest = store.manifest(run_id)
     assert done.status == "failed" and manifest["exit_code"] == 3 and manifest["recovered"] and manifest["files"] == 1
+
+
+def test_captures_that_draw_the_same_run_id_at_once_each_get_their_own_folder(tmp_path, monkeypatch):
+    """Threads of one process (a bisect's reruns, a batch's cells) drawing the same id in the same 4 ms: the
+    name is claimed by one atomic rename, the others draw again (a CI run once failed on FileExistsError)."""
+    import threading
+
+    import xlarun.runstore as runstore
+
+    store = Store.open(tmp_path / "s")
+    draws = iter(["20261123-000000-0000"] * 8 + [f"20261123-000001-{i:04x}" for i in range(100)])
+    lock = threading.Lock()
+
+    def drawn(now=None):
+        with lock:
+            return next(draws)
+
+    monkeypatch.setattr(runstore, "new_run_id", drawn)
+    start = threading.Barrier(8)
+    got: list[tuple[str, object]] = []
+
+    def begin():
+        start.wait()
+        got.append(store.begin_run())
+
+    threads = [threading.Thread(target=begin) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [run_id for run_id, _staging in got]
+    assert len(ids) == 8 and len(set(ids)) == 8 and "20261123-000000-0000" in ids
+    assert sorted(p.name for p in store.staging_dir.iterdir()) == sorted(ids)  # no draft left behind
+    assert all((staging / "owner.pid").read_text() == str(os.getpid()) for _run_id, staging in got)
+    with pytest.raises(FileExistsError):
+        store.begin_run("20261123-000000-0000")  # a given id (a shipped run) that is taken is not redrawn

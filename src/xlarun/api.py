@@ -117,8 +117,11 @@ class Store(display.Shown):
         executor: str | None = None,
         address: str | None = None,
         retries: int = 0,
+        ship: str = "auto",
     ) -> Batch:
-        return batch(spec, store=self, jobs=jobs, fail_fast=fail_fast, executor=executor, address=address, retries=retries)
+        return batch(
+            spec, store=self, jobs=jobs, fail_fast=fail_fast, executor=executor, address=address, retries=retries, ship=ship
+        )
 
     def import_dump(self, source: str | Path, *, name: str | None = None) -> Run:
         """``xlarun import``: a dump folder, archive or bundle made elsewhere becomes a run of kind ``import``."""
@@ -511,17 +514,26 @@ def batch(
     executor: str | None = None,
     address: str | None = None,
     retries: int = 0,
+    ship: str = "auto",
 ) -> Batch:
     """``xlarun batch SPEC``: capture every cell of the spec's matrix, ``jobs`` at a time (local: 1 by default; ray:
     every cell at once by default); each cell is a run.
     ``executor``: ``local`` (here), ``ray`` (the cluster at ``address``, else a new one on this machine;
-    ``retries`` a cell whose node was lost); default: the spec's ``executor:``, else local."""
+    ``retries`` a cell whose node was lost; ``ship``: auto, always or never, whether the spec's folder is sent to
+    the nodes); default: the spec's ``executor:``, else local."""
     from .executors import executor_of, run_batch_on
     from .spec import load_batch
 
     the_store = store if isinstance(store, Store) else open_store(store)
     cells = load_batch(spec)
     result = run_batch_on(
-        executor_of(cells, executor), cells, the_store.store, jobs=jobs, fail_fast=fail_fast, address=address, retries=retries
+        executor_of(cells, executor),
+        cells,
+        the_store.store,
+        jobs=jobs,
+        fail_fast=fail_fast,
+        address=address,
+        retries=retries,
+        ship=ship,
     )
     return Batch(the_store, result)

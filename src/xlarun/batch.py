@@ -189,4 +189,6 @@ def cell_summary(cell: CellOutcome) -> dict:
         "node": cell.node,
         "attempts": cell.attempts,
         "shipped_bytes": cell.shipped_bytes,
+        # ray: whether the node ran the spec's folder in place or the copy sent with the cell (executors/project.py)
+        "project": ((result.manifest.backend_details or {}).get("ray") or {}).get("project") if result else None,
     }

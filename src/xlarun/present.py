@@ -478,6 +478,12 @@ def print_comparison(result) -> None:
     if len(prints) == 1 and len(result.cells) > 1 and all(c.result and c.result.modules for c in result.cells):
         say("[green]the main module's unoptimized HLO is identical in every cell[/green] (same fingerprint)")
     for cell in result.cells:
+        project = cell_summary(cell)["project"]
+        if project and project.get("ran_from") == "snapshot":
+            say(
+                f"{cell.label}: ran the copy of {project['root']} sent from here ({project['files']} file(s), "
+                f"{human_bytes(project['bytes'])}): {project['why']}"
+            )
         for note in cell.attempts if cell.ok else ():
             say(f"[yellow]{cell.label}[/yellow]: retried after {note}")
         if cell.error:

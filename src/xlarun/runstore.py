@@ -23,6 +23,7 @@ makes it a run marked ``incomplete``; ``gc`` keeps it (and the blobs it names) u
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -170,24 +171,38 @@ class RunStore:
     # --- writing a run -----------------------------------------------------------------------
 
     def begin_run(self, run_id: str | None = None) -> tuple[str, Path]:
-        """Create a staging folder for a new run; the job writes its outputs there."""
+        """Create a staging folder for a new run; the job writes its outputs there. A run id drawn here is
+        claimed atomically: two captures that draw the same id at once (same 4 ms, same random byte, even in
+        one process) never share a folder; the second draws again. A ``run_id`` given (a shipped run) that
+        is taken raises FileExistsError."""
         given = run_id is not None
         run_id = run_id or new_run_id()
-        for _attempt in range(8):  # two captures in the same 4 ms drew the same id: draw again
-            if given or not ((self.staging_dir / run_id).exists() or (self.runs_dir / run_id).exists()):
-                break
-            run_id = new_run_id()
-        staging = self.staging_dir / run_id
-        if staging.exists():
-            raise FileExistsError(17, "a staging folder of that name exists", str(staging))
-        # made under a temporary name and renamed: gc never sees a staging folder without its owner
-        draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{os.getpid()}"
-        draft.mkdir(parents=True)
-        for sub in OUTPUT_DIRS:
-            (draft / sub).mkdir()
-        (draft / "owner.pid").write_text(str(os.getpid()))
-        os.rename(draft, staging)
-        return run_id, staging
+        for _attempt in range(16):
+            if not given and ((self.staging_dir / run_id).exists() or (self.runs_dir / run_id).exists()):
+                run_id = new_run_id()
+                continue
+            staging = self.staging_dir / run_id
+            if given and staging.exists():
+                raise FileExistsError(17, "a staging folder of that name exists", str(staging))
+            # made under a temporary name and renamed: gc never sees a staging folder without its owner (the
+            # draft's name ends with the pid, which gc reads; the token keeps two threads' drafts apart)
+            draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{secrets.token_hex(3)}-{os.getpid()}"
+            draft.mkdir(parents=True)
+            for sub in OUTPUT_DIRS:
+                (draft / sub).mkdir()
+            (draft / "owner.pid").write_text(str(os.getpid()))
+            try:
+                os.rename(draft, staging)  # fails when another capture has just claimed the name (never empty)
+            except OSError as exc:
+                shutil.rmtree(draft, ignore_errors=True)
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                if given:
+                    raise FileExistsError(17, "a staging folder of that name exists", str(staging)) from None
+                run_id = new_run_id()
+                continue
+            return run_id, staging
+        raise StoreError(f"could not claim a new run id in {self.staging_dir}", "too many captures start at once: try again")
 
     def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
         """Write the run's metadata files and make the run visible with one atomic rename."""

@@ -53,6 +53,15 @@ def batch(
     retries: Annotated[
         int, typer.Option("--retries", min=0, help="With ray: run a cell whose node was lost again, this many times.")
     ] = 0,
+    ship: Annotated[
+        str,
+        typer.Option(
+            "--ship",
+            help="With ray: send the spec's folder to the nodes. auto: a node that has the same files at the same path "
+            "runs them, others a copy; always: every node runs the copy (the folder as it was when the batch started); "
+            "never: each node must have the files.",
+        ),
+    ] = "auto",
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -73,7 +82,15 @@ def batch(
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
     run_and_report(
-        cells, the_store, jobs=jobs, fail_fast=fail_fast, as_json=as_json, executor=executor, address=address, retries=retries
+        cells,
+        the_store,
+        jobs=jobs,
+        fail_fast=fail_fast,
+        as_json=as_json,
+        executor=executor,
+        address=address,
+        retries=retries,
+        ship=ship,
     )
 
 
@@ -87,6 +104,7 @@ def run_and_report(
     executor: str | None = None,
     address: str | None = None,
     retries: int = 0,
+    ship: str = "auto",
 ) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
     ``executor`` None: the spec's (``executor:``), else local."""
@@ -117,6 +135,7 @@ def run_and_report(
             on_event=view.update if view else None,
             address=address,
             retries=retries,
+            ship=ship,
         )
     finally:
         if view:

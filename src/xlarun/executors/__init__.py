@@ -34,12 +34,19 @@ def run_batch_on(
     on_event: BatchEvent | None = None,
     address: str | None = None,
     retries: int = 0,
+    ship: str = "auto",
 ) -> BatchResult:
     """Run a batch on ``executor``: ``local`` runs ``jobs`` cells at a time here (default 1); ``ray`` submits every
     cell at once (at most ``jobs`` when given) to the cluster at ``address`` and retries a cell whose node was
-    lost up to ``retries`` times."""
+    lost up to ``retries`` times, sending the spec's folder to the nodes as ``ship`` says (auto, always, never)."""
+    from .project import SHIP_MODES
+
+    if ship not in SHIP_MODES:
+        raise InputError(f"unknown --ship setting {ship!r}", f"use one of: {', '.join(SHIP_MODES)}")
     if executor == "ray":
         from .ray_cluster import run_batch_on_ray
 
-        return run_batch_on_ray(cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries)
+        return run_batch_on_ray(
+            cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries, ship=ship
+        )
     return run_batch(cells, store, jobs=jobs or 1, fail_fast=fail_fast, on_event=on_event)

@@ -21,6 +21,7 @@ The node's staging folder is ``$XLARUN_NODE_STAGING`` or ``<tmp>/xlarun-node-<ui
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -37,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..interrupts import STOP_SIGNALS, StopRequest, process_alive, stop_on_signals
+from .project import Project, place
 
 #: How long a stopped capture may take to archive what its job wrote before the wait for it gives up.
 STOP_GRACE_S = 30.0
@@ -71,16 +73,29 @@ def new_scratch_name() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
+def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | None = None, ship: str = "auto") -> Iterator[dict]:
     """Ray task: yields where it runs (with its staging folder), then the captured run ({run_id, status, files,
-    scratch, ...}) or {error}. ``request`` is the pickled (LoadedSpec, batch id, matrix values, the driver's argv)."""
+    scratch, project, ...}) or {error}. ``request`` is the pickled (LoadedSpec, batch id, matrix values, the
+    driver's argv); ``project`` the snapshot of the project folder (None when not sent), placed as ``ship`` says
+    (see :mod:`xlarun.executors.project`)."""
+    from ..errors import XlarunError
+
     scratch = node_staging_root() / scratch_name
     scratch.mkdir(parents=True)  # before saying where: from then on the driver can stop the cell through it
     launched = False
     try:
-        (scratch / "request.pickle").write_bytes(request)
         here = where_am_i()
         yield {**here, "scratch": str(scratch)}
+        loaded, batch_id, matrix, argv = pickle.loads(request)
+        try:
+            loaded, placed = place(project, ship, loaded, scratch)
+        except XlarunError as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            yield {"error": f"{exc.one_line()} (on {here['node_ip']}/{here['node_id'][:8]})"}
+            return
+        if loaded.spec.python is None:  # the driver's interpreter is a path on the driver: run this node's
+            loaded = dataclasses.replace(loaded, python=sys.executable)
+        (scratch / "request.pickle").write_bytes(pickle.dumps((loaded, batch_id, matrix, argv)))
         raylet = os.getppid()
         with open(scratch / "capture.err", "wb") as errors:
             subprocess.run(
@@ -115,7 +130,7 @@ def capture_cell_on_node(request: bytes, scratch_name: str) -> Iterator[dict]:
     report = _read_report(scratch)
     if report.get("error"):
         shutil.rmtree(scratch, ignore_errors=True)
-    yield {**report, "scratch": str(scratch)}
+    yield {**report, "scratch": str(scratch), "project": placed}
 
 
 def stop_capture(scratch: Path, timeout_s: float = STOP_GRACE_S) -> bool:

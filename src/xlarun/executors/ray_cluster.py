@@ -43,6 +43,7 @@ from ..spec import LoadedSpec
 from ..store import Store
 from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run, interrupt_cell, new_scratch_name
 from .placement import describe_offer, probe_node_resources, resource_for
+from .project import Project, ProjectTooBig, project_root, snapshot
 from .shipping import lacking, receive_run
 
 _POLL_S = 0.2
@@ -132,10 +133,12 @@ class _NodeWatch:
 class RayCellCapture:
     """Captures one cell on the cluster (an :class:`xlarun.batch.CellCapture`); see the module docstring."""
 
-    def __init__(self, ray, store: Store, retries: int = 0):
+    def __init__(self, ray, store: Store, retries: int = 0, ship: str = "auto", projects: dict[str, Any] | None = None):
         self.ray = ray
         self.store = store
         self.retries = max(0, retries)
+        self.ship = ship
+        self.projects = projects or {}  # project folder -> its snapshot in Ray's object store (see project.py)
         self.offered: dict[str, float] = ray.cluster_resources()
         # max_retries=0: a lost attempt comes back to the driver, which alone decides to run it again
         self.capture_task = ray.remote(num_cpus=0, max_retries=0)(capture_cell_on_node)
@@ -160,9 +163,10 @@ class RayCellCapture:
                 "start `xlarun worker --address ADDR` on a machine that serves it; `xlarun doctor` there says what it lacks",
             )
         request = pickle.dumps((loaded, batch_id, outcome.values or None, list(sys.argv)))
+        project = self.projects.get(str(project_root(loaded)))
         for attempt in range(1, self.retries + 2):
             try:
-                return self._attempt(request, need, outcome, stop, notify, attempt)
+                return self._attempt(request, project, need, outcome, stop, notify, attempt)
             except CellLost as lost:
                 outcome.attempts.append(f"attempt {attempt} on {outcome.node or 'a node'}: {lost}")
                 if attempt > self.retries or stop.cancel.is_set():
@@ -180,10 +184,12 @@ class RayCellCapture:
         raise AssertionError("unreachable")
 
     def _attempt(
-        self, request: bytes, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int
+        self, request: bytes, project, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int
     ) -> CaptureResult:
         scratch_name = new_scratch_name()
-        gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(request, scratch_name)
+        gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(
+            request, scratch_name, project, self.ship
+        )
         with self._tracked(gen):
             try:
                 node = self._next(gen, stop, None)
@@ -218,6 +224,7 @@ class RayCellCapture:
                     "shipped_bytes": shipment.wire_bytes,
                     "files_shipped": len(shipment.sent),
                     "files": len(shipment.files),
+                    "project": report.get("project"),
                 }
             }
             received = receive_run(self.store, shipment, where)
@@ -410,6 +417,26 @@ class RayCellCapture:
         self.closed.set()
 
 
+def _snapshots(cells: list[LoadedSpec], ship: str) -> dict[str, Project]:
+    """The snapshot of each project folder the cells run from (none with ``never``); a folder too big to send
+    stops the batch with ``always`` and is run in place with ``auto`` (saying so once)."""
+    found: dict[str, Project] = {}
+    if ship == "never":
+        return found
+    for loaded in cells:
+        root = str(project_root(loaded))
+        if root in found:
+            continue
+        try:
+            found[root] = snapshot(loaded)
+        except ProjectTooBig as exc:
+            if ship == "always":
+                raise
+            _say(f"xlarun: {exc.message}; the cells run the files at the same path on each node")
+            found[root] = None  # type: ignore[assignment]  # tried once
+    return {root: project for root, project in found.items() if project is not None}
+
+
 def _on(node: dict | None, prefix: str = " on") -> str:
     return f"{prefix} {node['node_ip']}/{node['node_id'][:8]}" if node else ""
 
@@ -431,11 +458,15 @@ def run_batch_on_ray(
     on_event: BatchEvent | None = None,
     retries: int = 0,
     batch_id: str | None = None,
+    ship: str = "auto",
 ) -> BatchResult:
     """:func:`xlarun.batch.run_batch` with every cell captured on the Ray cluster at ``address`` (see the module
-    docstring); the runs land in ``store`` as a local batch's do, each cell saying which node it ran on."""
+    docstring); the runs land in ``store`` as a local batch's do, each cell saying which node it ran on. ``ship``
+    says whether the spec's project folder is sent to the nodes (:mod:`xlarun.executors.project`)."""
+    snapshots = _snapshots(cells, ship)  # before connecting: a project too big for --ship always stops the batch here
     ray, connected_here = connect(address)
-    capture_cell = RayCellCapture(ray, store, retries)
+    projects = {root: ray.put(snapshot_) for root, snapshot_ in snapshots.items()}  # sent to each node once
+    capture_cell = RayCellCapture(ray, store, retries, ship, projects)
     try:
         return run_batch(
             cells,
@@ -449,5 +480,9 @@ def run_batch_on_ray(
     finally:
         capture_cell.close()
         capture_cell.cancel_in_flight()
+        # drop the snapshots' object refs now: one collected after the caller's ray.shutdown() (a notebook, a
+        # test) makes Ray end the whole process ("the core worker has already been shutdown")
+        capture_cell.projects.clear()
+        projects.clear()
         if connected_here:
             ray.shutdown()
