@@ -147,6 +147,17 @@ def test_without_ray_the_ray_executor_exits_3_naming_the_extra(cli, tmp_path, mo
     assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
 
 
+def test_collect_needs_a_cluster_to_look_at(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, "-m", "xlarun", "collect", "--store", str(tmp_path / "s"), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and json.loads(out.stdout)["error"].startswith("give the cluster with --address"), out.stderr
+
+
 def test_a_cell_no_node_can_serve_fails_at_once_naming_what_the_cluster_offers(cluster, tmp_path):
     spec = write_spec(tmp_path / "p", "name: gpu\nscript: job.py\nbackend: docker-gpu\nmatrix:\n  n: [1]\n", TINY)
     store = Store.open(tmp_path / "s")
@@ -351,6 +362,58 @@ def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_runn
         _wait_until(lambda: not any(_alive(pid) for pid in jobs), 20, "the jobs stopped after the driver was killed")
         assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
     _wait_until(lambda: not any(staging.iterdir()), 20, "the nodes' staging stores removed")
+
+
+def test_collect_brings_in_the_run_a_driver_stopped_at_once_left_on_its_node(cli, cluster, tmp_path):
+    """Ctrl-C twice: the driver exits at once while the node archives the interrupted cell; `xlarun collect`
+    ships that run in later. A cell a batch still runs is left alone."""
+    cluster_, _nodes, staging = cluster
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    spec = write_spec(
+        tmp_path / "p",
+        f"name: left\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
+        "matrix:\n  scale: [5.0]\n",
+        WAITING,
+    )
+    env = dict(os.environ, XLARUN_STORE=str(tmp_path / "driver"), PYTHONUNBUFFERED="1")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        _wait_until(lambda: len(_ready_logs(staging)) == 1, 90, "the cell running on its node")
+        [log] = _ready_logs(staging)
+        scratch = log.parents[3]
+        busy = json.loads(cli("collect", "--store", tmp_path / "mine", "--json").stdout)["found"]
+        assert [(r["scratch"], r["state"], r["action"]) for r in busy] == [(str(scratch), "in use", "left")]
+        driver.send_signal(signal.SIGINT)
+        _wait_until(lambda: (scratch / "interrupt").exists(), 30, "the node told to stop the cell")
+        driver.send_signal(signal.SIGINT)  # the second: the driver exits at once
+        _out, err = driver.communicate(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130 and "stays there (`xlarun collect` fetches it)" in err, err[-2000:]
+    _wait_until(lambda: (scratch / "report.json").exists(), 60, "the node archived the interrupted run")
+    _wait_until(lambda: not _alive(int((scratch / "worker.pid").read_text())), 30, "Ray ended the driver's worker")
+    out = cli("collect", "--store", tmp_path / "mine", "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    [row] = json.loads(out.stdout)["found"]
+    assert (row["state"], row["action"], row["status"]) == ("collect", "collected", "interrupted")
+    store = Store.open(tmp_path / "mine")
+    assert store.run_ids() == [row["run_id"]]
+    manifest = store.manifest(row["run_id"])
+    assert manifest["signal"] == "SIGINT" and manifest["matrix"] == {"scale": 5.0}
+    assert manifest["backend_details"]["ray"]["collected"] is True and _modules(store, row["run_id"])
+    assert cli("check", "--store", tmp_path / "mine").exit_code == 0
+    assert not scratch.exists()
+    again = cli("collect", "--store", tmp_path / "mine")
+    assert again.exit_code == 0 and "no Ray batch left anything on the nodes" in again.stdout + again.stderr
 
 
 def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):

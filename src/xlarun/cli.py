@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "share",
     "view",
     "worker",
+    "collect",
 )
 
 EXIT_CODES_HELP = """

@@ -45,6 +45,10 @@ STOP_GRACE_S = 30.0
 _POLL_S = 0.2
 STOP_FILE = "stop"
 INTERRUPT_FILE = "interrupt"
+#: Written when the driver gave up an interrupted cell whose run its node still archives: `xlarun collect` takes it.
+ABANDONED_FILE = "abandoned"
+#: The pid of the Ray worker that ran the cell's task.
+WORKER_PID_FILE = "worker.pid"
 
 
 def node_staging_root() -> Path:
@@ -85,6 +89,7 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
     launched = False
     try:
         here = where_am_i()
+        (scratch / "node.json").write_text(json.dumps(here))  # which node ran it (nodes of one machine share the folder)
         yield {**here, "scratch": str(scratch)}
         loaded, batch_id, matrix, argv = pickle.loads(request)
         try:
@@ -96,7 +101,9 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
         if loaded.spec.python is None:  # the driver's interpreter is a path on the driver: run this node's
             loaded = dataclasses.replace(loaded, python=sys.executable)
         (scratch / "request.pickle").write_bytes(pickle.dumps((loaded, batch_id, matrix, argv)))
+        (scratch / "placed.json").write_text(json.dumps(placed))  # for `xlarun collect`, should the driver give up
         raylet = os.getppid()
+        (scratch / WORKER_PID_FILE).write_text(str(os.getpid()))
         with open(scratch / "capture.err", "wb") as errors:
             subprocess.run(
                 [sys.executable, "-m", "xlarun.executors.node_side", str(scratch), str(os.getpid())],
@@ -122,6 +129,8 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
             shutil.rmtree(scratch, ignore_errors=True)
         elif not (scratch / INTERRUPT_FILE).exists():
             stop_capture(scratch)
+        else:  # nobody will fetch the run this capture still archives: `xlarun collect` may
+            _touch(scratch / ABANDONED_FILE)
         raise
     if not scratch.exists() or (scratch / STOP_FILE).exists():
         stop_capture(scratch)
@@ -179,6 +188,55 @@ def interrupt_cell(scratch_name: str, signal_name: str | None) -> bool:
     except OSError:  # the folder is gone
         return False
     return True
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.touch()
+    except OSError:  # the folder is gone
+        pass
+
+
+def left_on_node() -> list[dict]:
+    """Ray task: the cells' staging folders on this node, each with its state and, for a finished run, its report.
+
+    ``collect``: a run the driver gave up (it was stopped while its node archived the run, and did not wait for
+    it, or a second signal stopped it at once) and no task of a batch still holds; ``archiving``: such a run
+    whose capture still runs; ``in use``: a cell a batch may still be running or fetching; ``dead``: a capture
+    that ended without a report (nothing to fetch)."""
+    root = node_staging_root()
+    here = where_am_i()
+    found = []
+    for scratch in sorted(root.iterdir()) if root.is_dir() else []:
+        if not scratch.is_dir():
+            continue
+        entry = {**here, "scratch": str(scratch), "ran_on": None}
+        try:
+            entry["ran_on"] = json.loads((scratch / "node.json").read_text())["node_id"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        has_report = (scratch / "report.json").exists()
+        try:
+            worker_pid: int | None = int((scratch / WORKER_PID_FILE).read_text())
+        except (OSError, ValueError):
+            worker_pid = None
+        given_up = (scratch / ABANDONED_FILE).exists() or (
+            (scratch / INTERRUPT_FILE).exists() and worker_pid is not None and not process_alive(worker_pid)
+        )
+        if has_report:
+            report = _read_report(scratch)
+            entry.update(report)
+            try:
+                entry["project"] = json.loads((scratch / "placed.json").read_text())
+            except (OSError, ValueError):
+                pass
+            entry["state"] = "dead" if report.get("error") else "collect" if given_up else "in use"
+        elif _capture_alive(scratch):
+            entry["state"] = "archiving" if given_up else "in use"
+        else:
+            entry["state"] = "dead"
+        found.append(entry)
+    return found
 
 
 def _read_report(scratch: Path) -> dict:

@@ -41,7 +41,15 @@ from ..interrupts import StopRequest
 from ..manifest import Manifest
 from ..spec import LoadedSpec
 from ..store import Store
-from .node_side import STOP_GRACE_S, capture_cell_on_node, discard_scratch, fetch_run, interrupt_cell, new_scratch_name
+from .node_side import (
+    STOP_GRACE_S,
+    capture_cell_on_node,
+    discard_scratch,
+    fetch_run,
+    interrupt_cell,
+    left_on_node,
+    new_scratch_name,
+)
 from .placement import describe_offer, probe_node_resources, resource_for
 from .project import Project, ProjectTooBig, project_root, snapshot
 from .shipping import lacking, receive_run
@@ -265,7 +273,7 @@ class RayCellCapture:
             self._cancel(gen)  # the capture goes on archiving: an interrupted run stays on its node
             line = (
                 f"{_on(node, 'node')} did not confirm within {grace:.0f}s that cell {outcome.label} stopped and was "
-                f"archived; what it archives stays in {node['scratch']}/store there"
+                f"archived; what it archives stays in {node['scratch']}/store there (`xlarun collect` fetches it)"
             )
             _say(f"xlarun: {line}")
             raise JobFailed(line)
@@ -305,7 +313,7 @@ class RayCellCapture:
                         left = sorted(self.left.items())
                     name = signal.Signals(signum).name
                     for _index, what in left:
-                        _say(f"xlarun: {name}: stopped at once; {what}, and stays there, not shipped")
+                        _say(f"xlarun: {name}: stopped at once; {what}, and stays there (`xlarun collect` fetches it)")
                     if not left:
                         _say(f"xlarun: {name}: stopped at once; nothing of the batch was left on the nodes")
                     os._exit(128 + signum)  # like kill -9 of the driver, which the store survives
@@ -484,5 +492,69 @@ def run_batch_on_ray(
         # test) makes Ray end the whole process ("the core worker has already been shutdown")
         capture_cell.projects.clear()
         projects.clear()
+        if connected_here:
+            ray.shutdown()
+
+
+def collect_left_runs(store: Store, address: str | None = None, *, prune: bool = False) -> list[dict]:
+    """``xlarun collect``: ship into ``store`` the runs that Ray batches left on the nodes of the cluster at
+    ``address`` (a driver stopped while a node still archived an interrupted cell; see
+    :func:`~xlarun.executors.node_side.left_on_node`), verified and committed as a batch's runs are, then removed
+    from the nodes. One entry per staging folder found: node, scratch, state, run_id, and ``action`` (collected,
+    already here, left, pruned). ``prune`` also removes the folders of captures that ended without a run."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray, connected_here = connect(address)
+    try:
+        listing = ray.remote(num_cpus=0, max_retries=0)(left_on_node)
+        fetch = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
+        discard = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        pins = {node: NodeAffinitySchedulingStrategy(node_id=node, soft=False) for node in nodes}
+        found: dict[tuple[str, str], tuple[str, dict]] = {}
+        listed = ray.get([listing.options(scheduling_strategy=pins[n]).remote() for n in nodes])
+        for node, entries in zip(nodes, listed, strict=True):
+            for entry in entries:
+                # nodes of one machine share its staging folder: each folder once, by the node that ran it when alive
+                key = (entry["hostname"], entry["scratch"])
+                if key not in found or entry.get("ran_on") == node:
+                    found[key] = (node, entry)
+        out = []
+        for node, entry in found.values():
+            row = {
+                "node": f"{entry['node_ip']}/{node[:8]}",
+                "scratch": entry["scratch"],
+                "state": entry["state"],
+                "run_id": entry.get("run_id"),
+                "status": entry.get("status"),
+                "action": "left",
+                "error": entry.get("error"),
+            }
+            out.append(row)
+            if entry["state"] == "dead" and prune:
+                ray.get(discard.options(scheduling_strategy=pins[node]).remote(entry["scratch"]), timeout=60)
+                row["action"] = "pruned"
+            if entry["state"] != "collect":
+                continue
+            missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
+            shipment = ray.get(fetch.options(scheduling_strategy=pins[node]).remote(entry["scratch"], entry["run_id"], missing))
+            where = {
+                "ray": {
+                    "node_id": node,
+                    "node_ip": entry["node_ip"],
+                    "hostname": entry["hostname"],
+                    "collected": True,
+                    "shipped_bytes": shipment.wire_bytes,
+                    "files_shipped": len(shipment.sent),
+                    "files": len(shipment.files),
+                    "project": entry.get("project"),
+                }
+            }
+            received = receive_run(store, shipment, where)
+            ray.get(discard.options(scheduling_strategy=pins[node]).remote(entry["scratch"]), timeout=60)
+            row["action"] = "collected" if received.new else "already here"
+            row["shipped_bytes"] = shipment.wire_bytes
+        return out
+    finally:
         if connected_here:
             ray.shutdown()
