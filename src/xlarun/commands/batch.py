@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from . import JsonOption, StoreOption, open_store
+
+if TYPE_CHECKING:
+    from ..batch import CellOutcome
 
 
 def register(app: typer.Typer) -> None:
@@ -166,7 +169,7 @@ class _ProgressView:
         from rich.console import Console
         from rich.live import Live
 
-        self.cells: dict[int, object] = {}
+        self.cells: dict[int, CellOutcome] = {}
         self.total = total
         self.lock = threading.Lock()
         self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=4, transient=True)
@@ -186,7 +189,7 @@ class _ProgressView:
     def start(self) -> None:
         self.live.start()
 
-    def update(self, cell) -> None:
+    def update(self, cell: CellOutcome) -> None:
         with self.lock:
             self.cells[cell.index] = cell
             self.live.update(self._render())

@@ -135,5 +135,7 @@ def _command_context():
     try:  # typer >= 0.29 vendors click
         from typer._click.globals import get_current_context
     except ImportError:
-        from click import get_current_context
+        from click import get_current_context as click_context
+
+        return click_context()
     return get_current_context()
