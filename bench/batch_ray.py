@@ -10,6 +10,10 @@
 - **bytes shipped**: for every run the Ray batch shipped, the bytes sent back (only the files the driver's store
   lacked), the bytes had every file been sent (the "packed run" alternative, ``pack_run`` with no filter), the
   run's dump as written, and what the run added to the driver's store on disk.
+- **project snapshots** (``--ship``): taking the snapshot of the spec's project folder that a batch sends to
+  its nodes, and of a synthetic project half the size limit (2,000 source-like files, 32 MiB); for each, the
+  compressed size, a node's check that it holds the same files (``auto``: hash every file) and unpacking the
+  copy. ``--snapshots-only`` measures this part alone (no cluster).
 
 Everything runs on this machine: a cluster here measures the executor's own cost (task placement, the capture
 child, shipping, verifying, committing), not a network.
@@ -138,6 +142,64 @@ def measure(spec: Path, repeats: int, workdir: Path) -> dict:
     }
 
 
+def measure_snapshots(spec: Path, workdir: Path) -> list[dict]:
+    """Snapshot, in-place check and unpack times for the spec's project and a synthetic one (see the docstring)."""
+    import random
+
+    from xlarun.executors.project import differences, place, snapshot
+    from xlarun.spec import load_batch
+
+    synthetic = workdir / "synthetic-project"
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 12))) for _ in range(5000)]
+    per_file = (32 << 20) // 2000
+    for i in range(2000):
+        folder = synthetic / f"pkg{i // 100}"
+        folder.mkdir(parents=True, exist_ok=True)
+        text, size = [], 0
+        while size < per_file:
+            line = f"{rng.choice(words)} = {rng.choice(words)}({rng.choice(words)}, {rng.randint(0, 1 << 30)})\n"
+            text.append(line)
+            size += len(line)
+        (folder / f"mod{i}.py").write_text("".join(text))
+    (synthetic / "job.py").write_text("print(1)\n")
+    (synthetic / "spec.yaml").write_text("name: synthetic\nscript: job.py\n")
+    out = []
+    for name, spec_path in (("spec's project", spec), ("synthetic, 2,000 files", synthetic / "spec.yaml")):
+        loaded = load_batch(spec_path)[0]
+        t0 = time.perf_counter()
+        project = snapshot(loaded)
+        taken = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        assert differences(project) == []
+        checked = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        place(project, "always", loaded, workdir / f"copy-{len(out)}")
+        unpacked = time.perf_counter() - t0
+        out.append(
+            {
+                "project": name,
+                "files": len(project.files),
+                "bytes": project.size,
+                "archive_bytes": len(project.archive),
+                "snapshot_s": round(taken, 3),
+                "in_place_check_s": round(checked, 3),
+                "unpack_s": round(unpacked, 3),
+            }
+        )
+    return out
+
+
+def format_snapshots(rows: list[dict]) -> str:
+    lines = [f"  {'project snapshot':24} {'files':>6} {'size':>9} {'sent':>9} {'snapshot':>9} {'check':>7} {'unpack':>7}"]
+    for r in rows:
+        lines.append(
+            f"  {r['project']:24} {r['files']:>6} {r['bytes'] / 2**20:7.1f}M {r['archive_bytes'] / 2**20:7.2f}M "
+            f"{r['snapshot_s']:8.2f}s {r['in_place_check_s']:6.2f}s {r['unpack_s']:6.2f}s"
+        )
+    return "\n".join(lines)
+
+
 def format_report(r: dict) -> str:
     lines = [
         f"{r['cells']} cells of {Path(r['spec']).name} on {r['nodes']} loopback nodes, {r['repeats']} repeats (medians)",
@@ -164,15 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, default=REPO / "configs" / "matrix-flags.yaml")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "batch_ray.json")
+    parser.add_argument("--snapshots-only", action="store_true", help="measure the project snapshots alone (no cluster)")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="xlarun-bench-ray-"))
     try:
-        report = measure(args.spec.resolve(), args.repeats, workdir)
+        report = {} if args.snapshots_only else measure(args.spec.resolve(), args.repeats, workdir)
+        report["project_snapshots"] = measure_snapshots(args.spec.resolve(), workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(format_report(report))
+    if not args.snapshots_only:
+        print(format_report(report))
+    print(format_snapshots(report["project_snapshots"]))
     print(f"written to {args.out}")
     return 0
 
