@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -414,6 +415,58 @@ def test_collect_brings_in_the_run_a_driver_stopped_at_once_left_on_its_node(cli
     assert not scratch.exists()
     again = cli("collect", "--store", tmp_path / "mine")
     assert again.exit_code == 0 and "no Ray batch left anything on the nodes" in again.stdout + again.stderr
+
+
+def test_collect_takes_only_runs_no_driver_will_fetch(cluster, tmp_path):
+    """How a node classifies its staging folders, each laid out as the case leaves it (the listing runs as a Ray
+    task on a node, as `xlarun collect` runs it)."""
+    import ray
+
+    from xlarun.executors.node_side import left_on_node
+
+    _cluster, _nodes, staging = cluster
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has: a worker Ray ended with its driver
+    long_ago = time.time() - 3600
+    cases = {
+        "stopped-then-given-up": ({"report.json": '{"run_id": "r1", "files": []}', "interrupt": "SIGINT", "abandoned": ""}, None),
+        "stopped-driver-gone": (
+            {"report.json": '{"run_id": "r2", "files": []}', "interrupt": "SIGINT", "worker.pid": str(gone.pid)},
+            None,
+        ),
+        "being-fetched": ({"report.json": '{"run_id": "r3", "files": []}', "worker.pid": str(os.getpid())}, None),
+        "reported-driver-gone-just-now": ({"report.json": '{"run_id": "r4", "files": []}', "worker.pid": str(gone.pid)}, None),
+        "reported-driver-gone-long-ago": (
+            {"report.json": '{"run_id": "r5", "files": []}', "worker.pid": str(gone.pid)},
+            long_ago,
+        ),
+        "still-archiving": ({"interrupt": "SIGINT", "abandoned": "", "capture.pid": str(os.getpid())}, None),
+        "failed": ({"report.json": '{"error": "the job could not start"}'}, None),
+        "crashed-long-ago": ({"capture.pid": str(gone.pid)}, long_ago),
+    }
+    for name, (files, mtime) in cases.items():
+        folder = staging / name
+        folder.mkdir()
+        for file, text in files.items():
+            (folder / file).write_text(text)
+            if mtime:
+                os.utime(folder / file, (mtime, mtime))
+    try:
+        listing = ray.remote(num_cpus=0, max_retries=0)(left_on_node)
+        states = {Path(e["scratch"]).name: e["state"] for e in ray.get(listing.remote(), timeout=60)}
+    finally:
+        for name in cases:
+            shutil.rmtree(staging / name, ignore_errors=True)
+    assert states == {
+        "stopped-then-given-up": "collect",
+        "stopped-driver-gone": "collect",
+        "being-fetched": "in use",
+        "reported-driver-gone-just-now": "in use",
+        "reported-driver-gone-long-ago": "collect",
+        "still-archiving": "archiving",
+        "failed": "dead",
+        "crashed-long-ago": "dead",
+    }
 
 
 def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):

@@ -49,6 +49,9 @@ INTERRUPT_FILE = "interrupt"
 ABANDONED_FILE = "abandoned"
 #: The pid of the Ray worker that ran the cell's task.
 WORKER_PID_FILE = "worker.pid"
+#: A finished run whose task's worker is gone and that nobody fetched for this long was left by a driver that
+#: died after its node reported the run (kill -9): `xlarun collect` takes it. A live driver fetches in seconds.
+UNFETCHED_AFTER_S = 600.0
 
 
 def node_staging_root() -> Path:
@@ -201,7 +204,8 @@ def left_on_node() -> list[dict]:
     """Ray task: the cells' staging folders on this node, each with its state and, for a finished run, its report.
 
     ``collect``: a run the driver gave up (it was stopped while its node archived the run, and did not wait for
-    it, or a second signal stopped it at once) and no task of a batch still holds; ``archiving``: such a run
+    it, or a second signal stopped it at once), or one nobody fetched for :data:`UNFETCHED_AFTER_S` after the
+    worker of its task was gone (its driver died after the node reported it); ``archiving``: a run given up
     whose capture still runs; ``in use``: a cell a batch may still be running or fetching; ``dead``: a capture
     that ended without a report (nothing to fetch)."""
     root = node_staging_root()
@@ -220,9 +224,13 @@ def left_on_node() -> list[dict]:
             worker_pid: int | None = int((scratch / WORKER_PID_FILE).read_text())
         except (OSError, ValueError):
             worker_pid = None
-        given_up = (scratch / ABANDONED_FILE).exists() or (
-            (scratch / INTERRUPT_FILE).exists() and worker_pid is not None and not process_alive(worker_pid)
-        )
+        worker_gone = worker_pid is not None and not process_alive(worker_pid)
+        given_up = (scratch / ABANDONED_FILE).exists() or (worker_gone and (scratch / INTERRUPT_FILE).exists())
+        if has_report and worker_gone and not given_up:
+            try:
+                given_up = time.time() - (scratch / "report.json").stat().st_mtime > UNFETCHED_AFTER_S
+            except OSError:  # removed meanwhile
+                continue
         if has_report:
             report = _read_report(scratch)
             entry.update(report)
