@@ -417,7 +417,7 @@ def test_collect_brings_in_the_run_a_driver_stopped_at_once_left_on_its_node(cli
     assert again.exit_code == 0 and "no Ray batch left anything on the nodes" in again.stdout + again.stderr
 
 
-def test_collect_takes_only_runs_no_driver_will_fetch(cluster, tmp_path):
+def test_collect_takes_only_runs_no_driver_will_fetch(cli, cluster, tmp_path):
     """How a node classifies its staging folders, each laid out as the case leaves it (the listing runs as a Ray
     task on a node, as `xlarun collect` runs it)."""
     import ray
@@ -454,6 +454,10 @@ def test_collect_takes_only_runs_no_driver_will_fetch(cluster, tmp_path):
     try:
         listing = ray.remote(num_cpus=0, max_retries=0)(left_on_node)
         states = {Path(e["scratch"]).name: e["state"] for e in ray.get(listing.remote(), timeout=60)}
+        # these folders hold no staging store: what collect takes cannot be shipped, and stays where it is
+        out = cli("collect", "--prune", "--store", tmp_path / "s", "--json")
+        actions = {Path(r["scratch"]).name: (r["action"], r["error"] is not None) for r in json.loads(out.stdout)["found"]}
+        left = sorted(p.name for p in staging.iterdir())
     finally:
         for name in cases:
             shutil.rmtree(staging / name, ignore_errors=True)
@@ -467,6 +471,17 @@ def test_collect_takes_only_runs_no_driver_will_fetch(cluster, tmp_path):
         "failed": "dead",
         "crashed-long-ago": "dead",
     }
+    assert out.exit_code == 3
+    taken = ("stopped-then-given-up", "stopped-driver-gone", "reported-driver-gone-long-ago")
+    assert actions == {
+        **{name: ("failed", True) for name in taken},
+        "being-fetched": ("left", False),
+        "reported-driver-gone-just-now": ("left", False),
+        "still-archiving": ("left", False),
+        "failed": ("pruned", True),  # its report's error
+        "crashed-long-ago": ("pruned", False),
+    }
+    assert left == sorted(set(cases) - {"failed", "crashed-long-ago"})
 
 
 def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cluster, tmp_path):

@@ -36,8 +36,8 @@ def collect(
 
     Example: xlarun collect --address 10.0.0.1:6379
     """
-    from ..console import print_json, print_table, say
-    from ..errors import InputError
+    from ..console import print_json, say
+    from ..errors import ExitCode, InputError
     from ..executors.ray_cluster import collect_left_runs, import_ray
 
     ray = import_ray()  # without Ray, one line naming the extra (exit 3)
@@ -45,15 +45,28 @@ def collect(
         raise InputError("give the cluster with --address HOST:6379 (or RAY_ADDRESS)", "the address `ray start --head` printed")
     the_store = open_store(store, create=True)
     rows = collect_left_runs(the_store, address, prune=prune)
+    failed = [r for r in rows if r["action"] == "failed"]
     if as_json:
         print_json({"store": str(the_store.root), "found": rows})
-        return
-    if not rows:
+    elif not rows:
         say("no Ray batch left anything on the nodes")
-        return
+    else:
+        _print_rows(rows, the_store.root)
+    if failed:  # each stays on its node: running collect again retries it
+        raise typer.Exit(int(ExitCode.ENVIRONMENT))
+
+
+def _print_rows(rows: list[dict], root) -> None:
+    from ..console import print_table, say
+
     print_table(
         ("node", "state", "run", "status", "action", "staging folder"),
         [(r["node"], r["state"], r["run_id"] or "", r["status"] or "", r["action"], r["scratch"]) for r in rows],
     )
+    for row in rows:
+        if row["action"] == "failed":
+            say(
+                f"[red]{row['scratch']}[/red] on {row['node']}: not collected: {row['error']} (it stays there; run collect again)"
+            )
     collected = sum(r["action"] == "collected" for r in rows)
-    say(f"{collected} run(s) collected into {the_store.root}")
+    say(f"{collected} run(s) collected into {root}")

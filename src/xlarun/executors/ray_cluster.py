@@ -445,6 +445,27 @@ def _snapshots(cells: list[LoadedSpec], ship: str) -> dict[str, Project]:
     return {root: project for root, project in found.items() if project is not None}
 
 
+def _collect_one(ray, store: Store, fetch, discard, pinned, node: str, entry: dict) -> dict:
+    """Ship one left run from its node into ``store``, then remove it there; the row's new fields."""
+    missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
+    shipment = ray.get(fetch.options(scheduling_strategy=pinned).remote(entry["scratch"], entry["run_id"], missing), timeout=600)
+    where = {
+        "ray": {
+            "node_id": node,
+            "node_ip": entry["node_ip"],
+            "hostname": entry["hostname"],
+            "collected": True,
+            "shipped_bytes": shipment.wire_bytes,
+            "files_shipped": len(shipment.sent),
+            "files": len(shipment.files),
+            "project": entry.get("project"),
+        }
+    }
+    received = receive_run(store, shipment, where)
+    ray.get(discard.options(scheduling_strategy=pinned).remote(entry["scratch"]), timeout=60)
+    return {"action": "collected" if received.new else "already here", "shipped_bytes": shipment.wire_bytes}
+
+
 def _on(node: dict | None, prefix: str = " on") -> str:
     return f"{prefix} {node['node_ip']}/{node['node_id'][:8]}" if node else ""
 
@@ -536,24 +557,11 @@ def collect_left_runs(store: Store, address: str | None = None, *, prune: bool =
                 row["action"] = "pruned"
             if entry["state"] != "collect":
                 continue
-            missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
-            shipment = ray.get(fetch.options(scheduling_strategy=pins[node]).remote(entry["scratch"], entry["run_id"], missing))
-            where = {
-                "ray": {
-                    "node_id": node,
-                    "node_ip": entry["node_ip"],
-                    "hostname": entry["hostname"],
-                    "collected": True,
-                    "shipped_bytes": shipment.wire_bytes,
-                    "files_shipped": len(shipment.sent),
-                    "files": len(shipment.files),
-                    "project": entry.get("project"),
-                }
-            }
-            received = receive_run(store, shipment, where)
-            ray.get(discard.options(scheduling_strategy=pins[node]).remote(entry["scratch"]), timeout=60)
-            row["action"] = "collected" if received.new else "already here"
-            row["shipped_bytes"] = shipment.wire_bytes
+            try:
+                row.update(_collect_one(ray, store, fetch, discard, pins[node], node, entry))
+            except Exception as exc:  # the node went away, or the run arrived damaged: it stays on its node
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+                row.update(action="failed", error=first)
         return out
     finally:
         if connected_here:
