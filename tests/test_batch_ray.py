@@ -138,6 +138,30 @@ def _ready_logs(staging: Path) -> list[Path]:
     return [p for p in staging.glob("*/store/staging/*/stdout.log") if "ready" in p.read_text()]
 
 
+def _start_waiting_batch(tmp_path: Path, address: str, scales: list[str], store: Path) -> tuple[subprocess.Popen, Path]:
+    """`xlarun batch --executor ray --json` in a process of its own, over cells whose jobs say "ready" and wait;
+    returns the driver and the folder where each job leaves its pid."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    spec = write_spec(
+        tmp_path / "p",
+        f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
+        f"matrix:\n  scale: [{', '.join(scales)}]\n",
+        WAITING,
+    )
+    env = dict(os.environ, XLARUN_STORE=str(store), PYTHONUNBUFFERED="1")
+    # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", address, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    return driver, markers
+
+
 def test_without_ray_the_ray_executor_exits_3_naming_the_extra(cli, tmp_path, monkeypatch):
     spec = write_spec(tmp_path / "p", "name: r\nscript: job.py\nexecutor: ray\nmatrix:\n  n: [1]\n", TINY)
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is not installed
@@ -300,26 +324,9 @@ def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_runn
     """Ctrl-C: the running cells come back as interrupted runs with what their jobs wrote, the queued one is
     skipped. kill -9: nothing is kept, nothing is left running."""
     cluster_, _nodes, staging = cluster
-    markers = tmp_path / "markers"
-    markers.mkdir()
     scales = ["1.0", "2.0", "3.0", "4.0"] if sig == signal.SIGINT else ["1.0", "2.0"]  # 3 local slots: one cell waits
     running = min(len(scales), 3)
-    spec = write_spec(
-        tmp_path / "p",
-        f"name: wait\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
-        f"matrix:\n  scale: [{', '.join(scales)}]\n",
-        WAITING,
-    )
-    env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
-    # SIGINT at its default in the child, as in a terminal: the suite may run under nohup, where it is ignored
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    driver, markers = _start_waiting_batch(tmp_path, cluster_.address, scales, tmp_path / "s")
     try:
         _wait_until(lambda: len(_ready_logs(staging)) == running, 90, "the cells running on their nodes")
         jobs = [int(p.name.split("-")[1]) for p in markers.glob("pid-*")]
@@ -369,23 +376,7 @@ def test_collect_brings_in_the_run_a_driver_stopped_at_once_left_on_its_node(cli
     """Ctrl-C twice: the driver exits at once while the node archives the interrupted cell; `xlarun collect`
     ships that run in later. A cell a batch still runs is left alone."""
     cluster_, _nodes, staging = cluster
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    spec = write_spec(
-        tmp_path / "p",
-        f"name: left\nscript: job.py\nargs: ['${{matrix.scale}}']\nenv:\n  MARKER_DIR: {markers}\n  ALWAYS_WAIT: '1'\n"
-        "matrix:\n  scale: [5.0]\n",
-        WAITING,
-    )
-    env = dict(os.environ, XLARUN_STORE=str(tmp_path / "driver"), PYTHONUNBUFFERED="1")
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "xlarun", "batch", str(spec), "--executor", "ray", "--address", cluster_.address, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    driver, _markers = _start_waiting_batch(tmp_path, cluster_.address, ["5.0"], tmp_path / "driver")
     try:
         _wait_until(lambda: len(_ready_logs(staging)) == 1, 90, "the cell running on its node")
         [log] = _ready_logs(staging)

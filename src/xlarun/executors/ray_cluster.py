@@ -223,18 +223,7 @@ class RayCellCapture:
             ref = self.fetch_task.options(scheduling_strategy=pinned).remote(report["scratch"], report["run_id"], missing)
             with self._tracked(ref):
                 shipment = self._get(ref, None, node)
-            where = {
-                "ray": {
-                    "node_id": node["node_id"],
-                    "node_ip": node["node_ip"],
-                    "hostname": node["hostname"],
-                    "attempt": attempt,
-                    "shipped_bytes": shipment.wire_bytes,
-                    "files_shipped": len(shipment.sent),
-                    "files": len(shipment.files),
-                    "project": report.get("project"),
-                }
-            }
+            where = _ray_details(node["node_id"], node, shipment, report.get("project"), attempt=attempt)
             received = receive_run(self.store, shipment, where)
         finally:  # committed here, or it could not be (as before): the node drops its copy
             self._discard(pinned, node, report["scratch"])
@@ -429,39 +418,38 @@ def _snapshots(cells: list[LoadedSpec], ship: str) -> dict[str, Project]:
     """The snapshot of each project folder the cells run from (none with ``never``); a folder too big to send
     stops the batch with ``always`` and is run in place with ``auto`` (saying so once)."""
     found: dict[str, Project] = {}
-    if ship == "never":
-        return found
-    for loaded in cells:
-        root = str(project_root(loaded))
-        if root in found:
-            continue
+    roots = {} if ship == "never" else {str(project_root(loaded)): loaded for loaded in cells}
+    for root, loaded in roots.items():
         try:
             found[root] = snapshot(loaded)
         except ProjectTooBig as exc:
             if ship == "always":
                 raise
             _say(f"xlarun: {exc.message}; the cells run the files at the same path on each node")
-            found[root] = None  # type: ignore[assignment]  # tried once
-    return {root: project for root, project in found.items() if project is not None}
+    return found
+
+
+def _ray_details(node_id: str, where: dict, shipment, project: dict | None, **extra) -> dict:
+    """What a run's manifest says of where it was made and how it came back (``backend_details.ray``)."""
+    return {
+        "ray": {
+            "node_id": node_id,
+            "node_ip": where["node_ip"],
+            "hostname": where["hostname"],
+            **extra,
+            "shipped_bytes": shipment.wire_bytes,
+            "files_shipped": len(shipment.sent),
+            "files": len(shipment.files),
+            "project": project,
+        }
+    }
 
 
 def _collect_one(ray, store: Store, fetch, discard, pinned, node: str, entry: dict) -> dict:
     """Ship one left run from its node into ``store``, then remove it there; the row's new fields."""
     missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
     shipment = ray.get(fetch.options(scheduling_strategy=pinned).remote(entry["scratch"], entry["run_id"], missing), timeout=600)
-    where = {
-        "ray": {
-            "node_id": node,
-            "node_ip": entry["node_ip"],
-            "hostname": entry["hostname"],
-            "collected": True,
-            "shipped_bytes": shipment.wire_bytes,
-            "files_shipped": len(shipment.sent),
-            "files": len(shipment.files),
-            "project": entry.get("project"),
-        }
-    }
-    received = receive_run(store, shipment, where)
+    received = receive_run(store, shipment, _ray_details(node, entry, shipment, entry.get("project"), collected=True))
     ray.get(discard.options(scheduling_strategy=pinned).remote(entry["scratch"]), timeout=60)
     return {"action": "collected" if received.new else "already here", "shipped_bytes": shipment.wire_bytes}
 
