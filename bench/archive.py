@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from .timing import Timing, ratio, time_call, time_command, tool, tree_bytes
 

@@ -88,9 +88,9 @@ def shipped_sizes(store, cells) -> list[dict]:
 
 def measure(spec: Path, repeats: int, workdir: Path) -> dict:
     from xlarun.batch import run_batch
+    from xlarun.capture.spec import load_batch
     from xlarun.executors import run_batch_on
-    from xlarun.spec import load_batch
-    from xlarun.store import Store
+    from xlarun.store.facade import Store
 
     cells = load_batch(spec)
     nodes = len(cells)
@@ -146,8 +146,8 @@ def measure_snapshots(spec: Path, workdir: Path) -> list[dict]:
     """Snapshot, in-place check and unpack times for the spec's project and a synthetic one (see the docstring)."""
     import random
 
+    from xlarun.capture.spec import load_batch
     from xlarun.executors.project import differences, place, snapshot
-    from xlarun.spec import load_batch
 
     synthetic = workdir / "synthetic-project"
     rng = random.Random(0)

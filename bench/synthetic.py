@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from xlarun.names import decode_dump_name
-from xlarun.store import Store
+from xlarun.hlo.names import decode_dump_name
+from xlarun.store.facade import Store
 
 from .archive import bench_manifest, link_tree
 from .timing import Timing

@@ -37,8 +37,8 @@ def cli():
 
 
 def _capture(spec: Path, store_root: Path):
-    from xlarun.capture import capture
-    from xlarun.store import Store
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
 
     store = Store.open(store_root)
     result = capture(spec, store)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from xlarun import images
-from xlarun.backends.docker import LABEL_OWNER
+from xlarun.capture import images
+from xlarun.capture.backends.docker import LABEL_OWNER
 from xlarun.errors import EnvironmentProblem
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from xlarun.manifest import Manifest
-from xlarun.store import Store
+from xlarun.store.facade import Store
+from xlarun.store.manifest import Manifest
 
 #: Headless Chromium as the browser tests drive it (report, view, the API's HTML).
 CHROMIUM = Path("/usr/bin/chromium")

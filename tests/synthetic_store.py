@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 SOURCE = "/home/user/project/model.py"
 

@@ -34,7 +34,7 @@ def test_the_public_names_are_pinned():
 
 def test_importing_the_submodules_of_the_same_name_keeps_the_functions():
     from xlarun.batch import run_batch  # noqa: F401
-    from xlarun.capture import capture as capture_spec
+    from xlarun.capture.launch import capture as capture_spec
 
     assert xlarun.capture is not capture_spec and xlarun.capture.__module__ == "xlarun.api"
     assert xlarun.batch.__module__ == "xlarun.api"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import xlarun.archiver as archiver
-from xlarun.blobs import content_digest
-from xlarun.store import Store
+import xlarun.store.archive as archiver
+from xlarun.store.facade import Store
+from xlarun.store.packs import content_digest
 
 
 @pytest.fixture(autouse=True)
@@ -165,8 +165,8 @@ def test_a_name_that_is_not_utf8_is_archived_escaped_and_noted(tmp_path):
 
 UNREADABLE_AS_NOBODY = r"""
 import json, os, sys
-from xlarun.store import Store
-import xlarun.names, xlarun.summarize, concurrent.futures  # imported while the interpreter's files are readable
+from xlarun.store.facade import Store
+import xlarun.hlo.names, xlarun.store.summaries, concurrent.futures  # imported while the interpreter's files are readable
 if os.geteuid() == 0:  # chmod 000 stops anyone but root
     os.setgroups([])
     os.setgid(65534)
@@ -215,7 +215,7 @@ def test_an_unreadable_file_is_listed_with_why(tmp_path):
 BIG_SPARSE = r"""
 import json, os, resource, sys
 from blake3 import blake3
-from xlarun.store import Store
+from xlarun.store.facade import Store
 size = int(sys.argv[2]) << 20
 store = Store.open(sys.argv[1])
 run_id, staging = store.begin_run()

@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from tests.docker_support import base_image, cpu_image, docker_client, docker_engine, xlarun_containers  # noqa: F401
-from xlarun.backends.base import Job, JobPaths, RunStatus
-from xlarun.backends.docker import (
+from xlarun.capture.backends.base import Job, JobPaths
+from xlarun.capture.backends.docker import (
     CWD_MOUNT,
     IPUOF_DIR_MOUNT,
     IPUOF_FILE_MOUNT,
@@ -35,8 +35,9 @@ from xlarun.backends.docker import (
     run_in_image,
     translate_job,
 )
-from xlarun.backends.docker_options import DockerOptions
+from xlarun.capture.backends.docker_options import DockerOptions
 from xlarun.errors import EnvironmentProblem, InputError, SpecError
+from xlarun.store.manifest import RunStatus
 
 pytestmark = pytest.mark.slow  # real Docker: builds and runs containers
 

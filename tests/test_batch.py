@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from xlarun.batch import run_batch
-from xlarun.spec import load_batch
-from xlarun.store import Store
+from xlarun.capture.spec import load_batch
+from xlarun.store.facade import Store
 
 from .conftest import CONFIGS, write_spec
 from .test_capture import TINY_JAX

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from xlarun.batch import run_batch
+from xlarun.capture.spec import load_batch
 from xlarun.errors import StoreError
 from xlarun.executors import run_batch_on
 from xlarun.executors.shipping import lacking, pack_run, receive_run
-from xlarun.spec import load_batch
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from .conftest import write_spec
 

@@ -19,8 +19,8 @@ from tests.conftest import CONFIGS
 @pytest.fixture(scope="session")
 def bisect_store(tmp_path_factory):
     """One store holding pass-by-pass captures of the three bisect examples."""
-    from xlarun.capture import capture
-    from xlarun.store import Store
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
 
     path = tmp_path_factory.mktemp("bisect") / "store"
     store = Store.open(path, create=True)
@@ -108,8 +108,8 @@ def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_stor
     from xlarun.bisect.replay_mode import refuse_unbisectable
     from xlarun.diff import pass_steps
     from xlarun.errors import InputError
-    from xlarun.refs import resolve_module
-    from xlarun.store import Store
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
 
     module = resolve_module(Store.open(bisect_store).index, "bf16_sum")
     with pytest.raises(InputError, match="without per-pass dumps") as raised:
@@ -169,8 +169,8 @@ def test_check_reads_exit_codes_and_numbers():
 
 
 def test_ddmin_narrows_to_one_pass_with_few_trials():
+    from xlarun.bisect.bisect_result import BisectResult, RerunTrial
     from xlarun.bisect.rerun import _ddmin
-    from xlarun.bisect.result import BisectResult, RerunTrial
 
     class FakeReruns:  # judges subsets by rule instead of running a job: only the search is under test here
         def __init__(self):
@@ -194,8 +194,8 @@ def test_ddmin_narrows_to_one_pass_with_few_trials():
 @pytest.mark.slow
 def test_bisect_result_round_trips_through_json(bisect_store):
     from xlarun.bisect import BisectOptions, BisectResult, bisect_module
-    from xlarun.refs import resolve_module
-    from xlarun.store import Store
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
 
     store = Store.open(bisect_store)
     result = bisect_module(store, resolve_module(store.index, "residual"), BisectOptions())
@@ -213,8 +213,8 @@ def test_help_teaches_both_modes(cli):
 
 @pytest.mark.slow
 def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp_path):
-    from xlarun.refs import resolve_module
-    from xlarun.store import Store
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
 
     cli("bisect", "bf16_sum", "--linear", "--store", bisect_store, "-q")
     module = resolve_module(Store.open(bisect_store).index, "bf16_sum")

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-import xlarun.blobs as blobs_module
-from xlarun.archiver import series_of
-from xlarun.blobs import BlobStore, _DecodedCache, content_digest
+import xlarun.store.packs as blobs_module
 from xlarun.errors import ExitCode, StoreError
-from xlarun.store import STORE_VERSION, Store
+from xlarun.store.archive import series_of
+from xlarun.store.facade import STORE_VERSION, Store
+from xlarun.store.packs import BlobStore, _DecodedCache, content_digest
 
 
 def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.backends.base import RunStatus
-from xlarun.capture import NO_DUMP_WARNING, capture, exit_status_error
+from xlarun.capture.launch import NO_DUMP_WARNING, capture, exit_status_error
 from xlarun.errors import ExitCode
-from xlarun.store import Store
+from xlarun.store.facade import Store
+from xlarun.store.manifest import RunStatus
 
 from .conftest import write_spec
 
@@ -233,7 +233,7 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
     assert leftover.recoverable  # the victim's spec, logs and dump files: gc keeps them for recover
     folders, _blobs, _freed = after.gc()
     assert folders == 0 and after.run_ids() == [kept]
-    from xlarun.recover import recover_runs
+    from xlarun.capture.recover import recover_runs
 
     [recovered] = recover_runs(after)
     assert recovered.status == "incomplete" and recovered.files >= 1
@@ -243,8 +243,8 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
 
 @pytest.mark.slow
 def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_path, monkeypatch):
-    from xlarun.blobs import BlobStore
     from xlarun.errors import StoreError
+    from xlarun.store.packs import BlobStore
 
     store = Store.open(tmp_path / "s")
     good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xlarun.capture import capture
-from xlarun.store import Store
+from xlarun.capture.launch import capture
+from xlarun.store.facade import Store
 
 from .compat_support import REPO, require_compat
 

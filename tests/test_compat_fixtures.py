@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.names import decode_dump_name
-from xlarun.store import Store
+from xlarun.hlo.names import decode_dump_name
+from xlarun.store.facade import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file()) if FIXTURES.is_dir() else []

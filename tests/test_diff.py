@@ -8,7 +8,7 @@ import pytest
 
 from xlarun.diff import pass_diff, pass_steps, structural_summary, without_provenance
 from xlarun.hlo import parse_hlo_text
-from xlarun.refs import resolve_module
+from xlarun.navigate.refs import resolve_module
 
 from .conftest import CONFIGS, write_spec
 from .see_support import copy_store
@@ -149,7 +149,7 @@ def two_runs(jax_run, tmp_path_factory):
             "dump:\n  formats: [text]\n"
         ),
     )
-    from xlarun.capture import capture
+    from xlarun.capture.launch import capture
 
     second = capture(spec, both)
     return both, first.run_id, second.run_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xlarun.errors import ExitCode
-from xlarun.protowire import LENGTH_DELIMITED, VARINT, ProtoDecodeError, fields_by_number, packed_varints
+from xlarun.hlo.protowire import LENGTH_DELIMITED, VARINT, ProtoDecodeError, fields_by_number, packed_varints
 from xlarun.replay.downgrade import has_wide_instruction_ids, renumber_instructions
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from xlarun import __version__
 from xlarun.errors import ExitCode
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from .conftest import write_spec
 from .synthetic_store import archive_run, hlo_module, module_dumps

@@ -6,11 +6,11 @@ import shlex
 
 import pytest
 
-from xlarun.backends.base import JobPaths
-from xlarun.flags import compose_env, merge_flags, redact_env, split_flags
-from xlarun.known_flags import KnownXlaFlags
-from xlarun.names import decode_dump_name
-from xlarun.spec import parse_spec_text
+from xlarun.capture.backends.base import JobPaths
+from xlarun.capture.flags import compose_env, merge_flags, redact_env, split_flags
+from xlarun.capture.known_flags import KnownXlaFlags
+from xlarun.capture.spec import parse_spec_text
+from xlarun.hlo.names import decode_dump_name
 
 PATHS = JobPaths.under("/runs/r1")
 
@@ -120,7 +120,7 @@ def test_split_and_merge_helpers():
 
 
 def test_flags_are_joined_the_way_xla_parses_them():
-    from xlarun.flags import join_flags
+    from xlarun.capture.flags import join_flags
 
     # XLA ignores a flag quoted as a whole ('--x=.*'); it reads quotes around the value only
     composed = compose_env(spec_of("dump:\n  pass_re: '.*'\n  extra_xla_flags: ['--xla_cpu_foo=a b']\n"), PATHS, {})
@@ -193,7 +193,7 @@ def test_without_known_flags_or_when_all_are_known_nothing_changes():
 
 
 def test_advice_names_where_a_refused_flag_came_from():
-    from xlarun.flags import where_flag_comes_from
+    from xlarun.capture.flags import where_flag_comes_from
 
     spec = spec_of("dump:\n  extra_xla_flags: ['--xla_foo']\n  formats: [proto]\nenv:\n  TF_XLA_FLAGS: --tf_xla_bar\n")
     base = {"XLA_FLAGS": "--xla_mine"}

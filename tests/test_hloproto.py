@@ -10,7 +10,7 @@ import pytest
 from xlarun.errors import InputError
 from xlarun.hlo import read_hlo_file
 from xlarun.hlo.proto import find_module_proto, shape_text, summarize_hlo_proto
-from xlarun.protowire import fields_by_number
+from xlarun.hlo.protowire import fields_by_number
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 PAIRS = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("*/*.hlo.pb"))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 
 @pytest.fixture

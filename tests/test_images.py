@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.docker_support import BUILD_SECONDS, REPO, base_image, cpu_image, docker_client, docker_engine  # noqa: F401
-from xlarun import images
+from xlarun.capture import images
 from xlarun.errors import EnvironmentProblem, InputError
 
 pytestmark = pytest.mark.slow  # real Docker: builds images

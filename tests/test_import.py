@@ -154,7 +154,7 @@ def hostile(tmp_path_factory, raw_dump):
     cases = make_hostile_corpus(root / "corpus", outside / "pwned.txt")
     store = root / "store"
     from xlarun.dump_import import import_dump
-    from xlarun.store import Store
+    from xlarun.store.facade import Store
 
     import_dump(raw_dump, Store.open(store))
     return cases, outside, store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.errors import XlarunError
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from .synthetic_store import SOURCE, archive_run, hlo_module, module_dumps
 

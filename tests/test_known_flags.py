@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xlarun import known_flags
-from xlarun.known_flags import (
+from xlarun.capture import known_flags
+from xlarun.capture.known_flags import (
     FlagNameCache,
     KnownXlaFlags,
     find_flag_rejection,

@@ -1,4 +1,4 @@
-"""Tests for xlarun.names: every real file name in the fixtures, every documented example, and garbage."""
+"""Tests for xlarun.hlo.names: every real file name in the fixtures, every documented example, and garbage."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xlarun.names import KINDS, DumpName, decode_dump_name
+from xlarun.hlo.names import KINDS, DumpName, decode_dump_name
 
 FIXTURES = Path(__file__).parent / "fixtures" / "names"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))

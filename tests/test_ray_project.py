@@ -11,9 +11,9 @@ import tarfile
 import pytest
 import zstandard
 
+from xlarun.capture.spec import load_batch
 from xlarun.errors import ExitCode, InputError
 from xlarun.executors.project import Project, ProjectTooBig, differences, place, project_root, snapshot, unpack
-from xlarun.spec import load_batch
 
 from .conftest import write_spec
 

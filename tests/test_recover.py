@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from xlarun.archiver import write_archived_list
-from xlarun.blobs import content_digest
-from xlarun.recover import recover_runs
-from xlarun.store import Store, StoredFile
+from xlarun.capture.recover import recover_runs
+from xlarun.store.archive import write_archived_list
+from xlarun.store.facade import Store, StoredFile
+from xlarun.store.packs import content_digest
 
 
 def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):

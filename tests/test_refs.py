@@ -9,8 +9,8 @@ import json
 import pytest
 
 from xlarun.errors import ExitCode, InputError, RefError
-from xlarun.refs import MAX_CANDIDATES, counterpart_module, resolve_batch, resolve_module, resolve_run
-from xlarun.store import Store
+from xlarun.navigate.refs import MAX_CANDIDATES, counterpart_module, resolve_batch, resolve_module, resolve_run
+from xlarun.store.facade import Store
 
 from .synthetic_store import archive_run, module_dumps
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from xlarun.hlo import parse_hlo_text
-from xlarun.refs import resolve_module
+from xlarun.navigate.refs import resolve_module
+from xlarun.navigate.select import select_file
 from xlarun.render import RenderOptions, graph_of, layout, render_bytes
 from xlarun.render.graph import GraphTooBig
 from xlarun.render.layout import LayoutTimeout
 from xlarun.render.textproto import parse_text_proto
-from xlarun.select import select_file
 
 from .see_support import ladder_hlo, svg_clusters, svg_nodes
 

@@ -19,7 +19,7 @@ def _file(store, module, pattern):
 
 
 def _module(store, name):
-    from xlarun.refs import resolve_module
+    from xlarun.navigate.refs import resolve_module
 
     return resolve_module(store.index, name)
 
@@ -178,7 +178,7 @@ def _one_document(result) -> dict:
 
 
 def test_json_failure_unknown_ref(cli, tmp_path):
-    from xlarun.store import Store
+    from xlarun.store.facade import Store
 
     Store.open(tmp_path / "store", create=True).close()
     result = cli("replay", "no_such_module_xyz", "--store", tmp_path / "store", "--json")

@@ -41,7 +41,7 @@ def runner_image(docker_engine, base_image, tmp_path_factory):
 
 
 def test_runner_is_found_in_the_image_and_replays_a_dump(cli, jax_run, runner_image, docker_client):
-    from xlarun.images import find_runner_in_image
+    from xlarun.capture.images import find_runner_in_image
 
     store, result = jax_run
     assert find_runner_in_image(runner_image, "hlo_runner_main") == "/usr/local/bin/hlo_runner_main"

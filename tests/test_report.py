@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from xlarun.report import ReportOptions, build_batch_report, build_run_report
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from .see_support import CHROMIUM, CHROMIUM_ARGS, add_run
 

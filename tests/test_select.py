@@ -1,4 +1,4 @@
-"""xlarun.select: which file of a module a --stage / --pass / --step / --format means, one rule for every command.
+"""xlarun.navigate.select: which file of a module a --stage / --pass / --step / --format means, one rule for every command.
 
 Synthetic modules built from real XLA dump names (as a JAX 0.10 CPU capture with dump.pass_re and dot wrote
 them, and a GPU run's names from a public XLA issue), so no framework is needed.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from xlarun.errors import InputError
-from xlarun.index import FileInfo, ModuleInfo
-from xlarun.names import decode_dump_name
-from xlarun.select import AFTER, BEFORE, parse_stage, pass_step, select_file, stage_of
+from xlarun.hlo.names import decode_dump_name
+from xlarun.navigate.select import AFTER, BEFORE, parse_stage, pass_step, select_file, stage_of
+from xlarun.store.index import FileInfo, ModuleInfo
 
 CPU_NAMES = [
     "module_0012.jit_train_step.before_optimizations.txt",

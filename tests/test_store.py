@@ -9,7 +9,7 @@ import re
 import pytest
 
 from xlarun.errors import InputError, StoreError
-from xlarun.store import Store, new_run_id
+from xlarun.store.facade import Store, new_run_id
 
 
 def make_run(store: Store, files: dict[str, bytes], manifest: str = '{"name": "t", "status": "succeeded"}') -> str:
@@ -171,7 +171,7 @@ def test_gc_keeps_what_a_killed_capture_left_and_says_so(tmp_path, cli):
 
 
 def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
-    from xlarun.archiver import write_archived_list
+    from xlarun.store.archive import write_archived_list
 
     store = Store.open(tmp_path / "s")
     _run_id, staging = _killed_capture(store, {"dump/a.txt": b"archived before the kill"})
@@ -186,7 +186,7 @@ def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
 def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli):
     import json
 
-    from xlarun.archiver import write_archived_list
+    from xlarun.store.archive import write_archived_list
 
     store = Store.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/module_0000.jit_f.before_optimizations.txt": b"HloModule jit_f\n"})
@@ -224,7 +224,7 @@ def test_recover_leaves_a_running_capture_alone(tmp_path, cli):
 def test_a_capture_killed_after_its_metadata_is_committed_whole(tmp_path):
     import json
 
-    from xlarun.recover import recover_runs
+    from xlarun.capture.recover import recover_runs
 
     store = Store.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
@@ -239,8 +239,8 @@ def test_a_capture_killed_after_its_metadata_is_committed_whole(tmp_path):
 def test_a_capture_killed_between_its_manifest_and_file_list_keeps_its_manifest(tmp_path):
     import json
 
-    from xlarun.archiver import write_archived_list
-    from xlarun.recover import recover_runs
+    from xlarun.capture.recover import recover_runs
+    from xlarun.store.archive import write_archived_list
 
     store = Store.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
@@ -270,7 +270,7 @@ def test_captures_that_draw_the_same_run_id_at_once_each_get_their_own_folder(tm
     name is claimed by one atomic rename, the others draw again (a CI run once failed on FileExistsError)."""
     import threading
 
-    import xlarun.runstore as runstore
+    import xlarun.store.runs as runstore
 
     store = Store.open(tmp_path / "s")
     draws = iter(["20261123-000000-0000"] * 8 + [f"20261123-000001-{i:04x}" for i in range(100)])

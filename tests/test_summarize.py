@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import xlarun.summarize as summarize
-from xlarun.blobs import content_digest
+import xlarun.store.summaries as summarize
 from xlarun.hlo import parse_hlo_text
-from xlarun.names import decode_dump_name
-from xlarun.store import Store
-from xlarun.summarize import _INSTRUCTION_LINE, count_instructions_in_text
+from xlarun.hlo.names import decode_dump_name
+from xlarun.store.facade import Store
+from xlarun.store.packs import content_digest
+from xlarun.store.summaries import _INSTRUCTION_LINE, count_instructions_in_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 TEXTS = sorted(FIXTURES.glob("*/*.txt"))
@@ -62,9 +62,9 @@ def test_each_mark_of_hand_written_text_turns_the_fast_count_off(odd):
 
 _POOL_CHECK = """
 import json, sys
-import xlarun.summarize as summarize
-from xlarun.names import decode_dump_name
-from xlarun.store import Store
+import xlarun.store.summaries as summarize
+from xlarun.hlo.names import decode_dump_name
+from xlarun.store.facade import Store
 
 summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
 store = Store.open(sys.argv[1])
@@ -116,8 +116,8 @@ def _run(store: Store, files: dict[str, bytes]) -> str:
 
 _INGEST_IN_POOL = """
 import json, sys
-import xlarun.summarize as summarize
-from xlarun.store import Store
+import xlarun.store.summaries as summarize
+from xlarun.store.facade import Store
 
 summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
 pools = []

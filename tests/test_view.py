@@ -17,7 +17,7 @@ from .see_support import CHROMIUM, CHROMIUM_ARGS
 
 @pytest.fixture(scope="module")
 def train_step(jax_run):
-    from xlarun.refs import resolve_module
+    from xlarun.navigate.refs import resolve_module
 
     store, _result = jax_run
     return store, resolve_module(store.index, "jit_train_step")
@@ -25,7 +25,7 @@ def train_step(jax_run):
 
 def _hlo(store, module, stage):
     from xlarun.hlo import load_hlo
-    from xlarun.select import select_file
+    from xlarun.navigate.select import select_file
 
     chosen = select_file(module, stage, purpose="graph")
     return load_hlo(store.blobs.get(chosen.digest), chosen.path)

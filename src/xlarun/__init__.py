@@ -37,8 +37,8 @@ __all__ = sorted([*_API, "jax"])
 if TYPE_CHECKING:
     from typing import Any
 
-    from . import jax
-    from .api import (
+    from xlarun import jax
+    from xlarun.api import (
         Batch,
         Bisection,
         Diff,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         capture,
         open_store,
     )
-    from .errors import ExitCode, XlarunError
+    from xlarun.errors import ExitCode, XlarunError
 
 
 def __getattr__(name: str) -> Any:
@@ -72,8 +72,8 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps ``xlarun.capture`` and ``xlarun.batch`` the API's functions: importing the submodules of the
-    same names (``from xlarun.capture import ...``) would otherwise replace them with those modules."""
+    """Keeps ``xlarun.capture`` and ``xlarun.batch`` the API's functions: importing the package and module of the
+    same names (``from xlarun.capture.launch import ...``) would otherwise replace them with those modules."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("capture", "batch") and isinstance(value, types.ModuleType):

@@ -1,3 +1,3 @@
-from .cli import main
+from xlarun.cli import main
 
 main()

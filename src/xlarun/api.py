@@ -19,12 +19,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import display
-from .api_results import Batch, Bisection, Diff, Found, Graph, Replay
+from xlarun import display
+from xlarun.api_results import Batch, Bisection, Diff, Found, Graph, Replay
 
 if TYPE_CHECKING:
-    from .index import FileInfo, ModuleInfo, PassInfo, RunInfo
-    from .store import Store as _LibraryStore
+    from xlarun.store.facade import Store as _LibraryStore
+    from xlarun.store.index import FileInfo, ModuleInfo, PassInfo, RunInfo
 
 __all__ = [
     "Batch",
@@ -46,7 +46,7 @@ __all__ = [
 
 def open_store(path: str | Path | None = None, create: bool = True) -> Store:
     """The store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), created if missing unless ``create=False``."""
-    from .store import Store as LibraryStore
+    from xlarun.store.facade import Store as LibraryStore
 
     return Store(LibraryStore.open(path, create=create))
 
@@ -65,14 +65,14 @@ class Store(display.Shown):
     def runs(self, batch: str | None = None, name: str | None = None) -> RunList:
         """The runs, oldest first (``xlarun runs``); ``batch`` an id or prefix or 'latest', ``name`` a spec name."""
         if batch:
-            from .refs import resolve_batch
+            from xlarun.navigate.refs import resolve_batch
 
             batch = resolve_batch(self.store.index, batch)
         return RunList(self, [Run(self, info) for info in self.store.index.runs(batch_id=batch, name=name)], batch, name)
 
     def run(self, ref: str | None = None) -> Run:
         """The run a run REF names: an id, a unique prefix, a spec name (its latest run); None: the latest."""
-        from .refs import resolve_run
+        from xlarun.navigate.refs import resolve_run
 
         return Run(self, resolve_run(self.store.index, ref))
 
@@ -82,7 +82,7 @@ class Store(display.Shown):
 
     def module(self, ref: str, run: str | Run | None = None) -> Module:
         """The module a REF names (``module_0006``, ``6``, ``jit_f``, ``train_step``, ``RUN/module_0006``), as ``xlarun show`` finds it."""
-        from .refs import resolve_module
+        from xlarun.navigate.refs import resolve_module
 
         run_ref = run.id if isinstance(run, Run) else run
         return Module(self, resolve_module(self.store.index, ref, run=run_ref))
@@ -99,7 +99,7 @@ class Store(display.Shown):
         run: str | Run | None = None,
     ) -> Found:
         """Modules holding an opcode, instruction name, op_name or source location (``xlarun find``), across runs."""
-        from .index import TERM_KINDS
+        from xlarun.store.index import TERM_KINDS
 
         kinds = tuple(k for k, on in zip(TERM_KINDS, (opcode, name, op_name, source), strict=True) if on) or TERM_KINDS
         run_id = (run if isinstance(run, Run) else self.run(run)).id if run is not None else None
@@ -125,7 +125,7 @@ class Store(display.Shown):
 
     def import_dump(self, source: str | Path, *, name: str | None = None) -> Run:
         """``xlarun import``: a dump folder, archive or bundle made elsewhere becomes a run of kind ``import``."""
-        from .dump_import import import_dump
+        from xlarun.dump_import import import_dump
 
         result = import_dump(source, self.store, name=name)
         return self.run(result.run_id)
@@ -192,7 +192,7 @@ class Run(display.Shown):
         """The main program: the first module ``xlarun modules`` lists."""
         modules = self.modules()
         if not modules:
-            from .errors import InputError
+            from xlarun.errors import InputError
 
             raise InputError(f"run {self.id} has no modules", "`xlarun files RUN` lists what it wrote")
         return modules[0]
@@ -216,7 +216,7 @@ class Run(display.Shown):
 
     def report(self, out: str | Path = "report") -> Path:
         """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""
-        from .report import build_run_report
+        from xlarun.report import build_run_report
 
         return build_run_report(self._store.store, self.id, out).index_html
 
@@ -225,7 +225,7 @@ class Run(display.Shown):
         return self._store.store.export(self.id, dest, with_logs=with_logs)
 
     def _printed(self) -> display.Printed:
-        from .present import print_run_modules
+        from xlarun.present import print_run_modules
 
         return display.capture_printed(
             print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
@@ -240,7 +240,7 @@ class RunList(display.ShownList[Run]):
         self._store, self._batch, self._name = store, batch, name
 
     def _printed(self) -> display.Printed:
-        from .present import print_runs
+        from xlarun.present import print_runs
 
         return display.capture_printed(print_runs, [run.info for run in self])
 
@@ -253,7 +253,7 @@ class ModuleList(display.ShownList["Module"]):
         self._store, self.run = store, run
 
     def _printed(self) -> display.Printed:
-        from .present import print_modules
+        from xlarun.present import print_modules
 
         return display.capture_printed(print_modules, [m.summary for m in self])
 
@@ -317,7 +317,7 @@ class Module(display.Shown):
     ) -> FileInfo:
         """The file ``xlarun cat --stage/--pass/--step/--format`` picks: every stage spelling the tool prints
         (``before``, ``after``, ``cpu_after_optimizations``, ``buffer-assignment``, a file name)."""
-        from .select import select_file
+        from xlarun.navigate.select import select_file
 
         return select_file(self.info, stage, pass_name, step, format)
 
@@ -344,8 +344,8 @@ class Module(display.Shown):
     ) -> Diff:
         """``xlarun diff``: what a pass did (``pass_name``, or ``from_step``/``to_step``), or this module against
         ``other`` (a Module, a module REF, or a run: the module of the same name there)."""
-        from .diff import pass_diff, run_diff
-        from .errors import InputError
+        from xlarun.diff import pass_diff, run_diff
+        from xlarun.errors import InputError
 
         store = self._store.store
         if other is not None:
@@ -364,7 +364,7 @@ class Module(display.Shown):
         if isinstance(other, Module):
             return other
         ref = other.id if isinstance(other, Run) else other
-        from .refs import counterpart_module
+        from xlarun.navigate.refs import counterpart_module
 
         return Module(self._store, counterpart_module(self._store.store.index, self.info, ref))
 
@@ -383,8 +383,8 @@ class Module(display.Shown):
         limit: int | None = None,
     ) -> Graph:
         """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given."""
-        from .render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
-        from .select import select_file
+        from xlarun.navigate.select import select_file
+        from xlarun.render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
 
         options = RenderOptions(
             format=format,
@@ -416,8 +416,8 @@ class Module(display.Shown):
         print_literals: bool = False,
     ) -> Replay:
         """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run."""
-        from .replay import ReplayOptions
-        from .replay.record import replay_stored_module
+        from xlarun.replay import ReplayOptions
+        from xlarun.replay.record import replay_stored_module
 
         options = ReplayOptions(
             engine=engine,
@@ -447,8 +447,8 @@ class Module(display.Shown):
         seed: int = 0,
     ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
-        from .bisect import BisectOptions
-        from .bisect.record import bisect_and_record
+        from xlarun.bisect import BisectOptions
+        from xlarun.bisect.recorded import bisect_and_record
 
         options = BisectOptions(
             reference=reference,
@@ -467,12 +467,12 @@ class Module(display.Shown):
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""
-        from .bundle import BundleOptions, make_bundle
+        from xlarun.bundle import BundleOptions, make_bundle
 
         return make_bundle(self._store.store, self.info, Path(output), BundleOptions(snapshot=snapshot, passes=passes)).path
 
     def _printed(self) -> display.Printed:
-        from .present import print_module
+        from xlarun.present import print_module
 
         return display.capture_printed(print_module, self._store.store, self.info)
 
@@ -480,10 +480,10 @@ class Module(display.Shown):
         return display.printed_html(self._shown, self._graph_html())
 
     def _graph_html(self) -> str:
-        from .errors import XlarunError
+        from xlarun.errors import XlarunError
 
         try:
-            from .report.graphs import safe_inline_svg
+            from xlarun.report.graphs import safe_inline_svg
 
             graph = self.render(stage="before_optimizations")
             return display.graph_html(
@@ -498,7 +498,7 @@ def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: 
 
     A job that fails is archived all the same: look at ``run.ok`` / ``run.status``. ``echo`` streams the
     job's output here as it runs."""
-    from .capture import capture as capture_spec
+    from xlarun.capture.launch import capture as capture_spec
 
     the_store = store if isinstance(store, Store) else open_store(store)
     result = capture_spec(spec, the_store.store, echo=echo)
@@ -521,8 +521,8 @@ def batch(
     ``executor``: ``local`` (here), ``ray`` (the cluster at ``address``, else a new one on this machine;
     ``retries`` a cell whose node was lost; ``ship``: auto, always or never, whether the spec's folder is sent to
     the nodes); default: the spec's ``executor:``, else local."""
-    from .executors import executor_of, run_batch_on
-    from .spec import load_batch
+    from xlarun.capture.spec import load_batch
+    from xlarun.executors import executor_of, run_batch_on
 
     the_store = store if isinstance(store, Store) else open_store(store)
     cells = load_batch(spec)

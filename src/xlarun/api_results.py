@@ -7,15 +7,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import display
-from .console import LineBlock
+from xlarun import display
+from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
-    from .api import Module, Run, Store
-    from .bisect import BisectResult
-    from .diff import ModuleDiff
-    from .index import FindHit
-    from .replay.result import ReplayResult
+    from xlarun.api import Module, Run, Store
+    from xlarun.bisect import BisectResult
+    from xlarun.diff import ModuleDiff
+    from xlarun.replay.result import ReplayResult
+    from xlarun.store.index import FindHit
 
 __all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Replay"]
 
@@ -34,13 +34,13 @@ class Found(display.Shown, Sequence["FindHit"]):
 
     def modules(self) -> list[Module]:
         """The modules hit, each once."""
-        from .api import Module
+        from xlarun.api import Module
 
         seen = dict.fromkeys((h.run_id, h.module_id) for h in self.hits)
         return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
 
     def _printed(self) -> display.Printed:
-        from .present import print_found
+        from xlarun.present import print_found
 
         if not self.hits:
             return display.Printed(f"no module contains {self.text!r}", [LineBlock(f"no module contains {self.text!r}")])
@@ -63,7 +63,7 @@ class Diff(display.Shown):
         return self.diff.to_dict()
 
     def _printed(self) -> display.Printed:
-        from .present import print_module_diff
+        from xlarun.present import print_module_diff
 
         return display.capture_printed(print_module_diff, self.diff)
 
@@ -81,7 +81,7 @@ class Graph:
     def _repr_svg_(self) -> str | None:
         if self.format != "svg":
             return None
-        from .report.graphs import safe_inline_svg
+        from xlarun.report.graphs import safe_inline_svg
 
         return safe_inline_svg(self.data.decode("utf-8"))
 
@@ -104,7 +104,7 @@ class Replay(display.Shown):
         return self.result.verdict in ("match", "ran")
 
     def _printed(self) -> display.Printed:
-        from .present import print_replay
+        from xlarun.present import print_replay
 
         return display.capture_printed(print_replay, self.result, self.replay_id, self.module.info if self.module else None)
 
@@ -119,7 +119,7 @@ class Bisection(display.Shown):
     culprit_pass = property(lambda self: self.result.culprit_pass)
 
     def _printed(self) -> display.Printed:
-        from .present import print_bisection
+        from xlarun.present import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
 
@@ -138,6 +138,6 @@ class Batch(display.Shown):
         return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
 
     def _printed(self) -> display.Printed:
-        from .present import print_comparison
+        from xlarun.present import print_comparison
 
         return display.capture_printed(print_comparison, self.result)

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from .backends.base import RunStatus
-from .capture import CaptureResult, capture
-from .errors import XlarunError
-from .interrupts import StopRequest, stop_on_signals
-from .spec import LoadedSpec
-from .store import Store
+from xlarun.capture.launch import CaptureResult, capture
+from xlarun.capture.spec import LoadedSpec
+from xlarun.errors import XlarunError
+from xlarun.interrupts import StopRequest, stop_on_signals
+from xlarun.store.facade import Store
+from xlarun.store.manifest import RunStatus
 
 
 def new_batch_id() -> str:

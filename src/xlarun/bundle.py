@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
-from .dump_import import BUNDLE_MARKER, META_DIR, import_dump
-from .errors import InputError
-from .flags import redact_env
-from .index import FileInfo, ModuleInfo
-from .store import Store
+from xlarun import __version__
+from xlarun.capture.flags import redact_env
+from xlarun.dump_import import BUNDLE_MARKER, META_DIR, import_dump
+from xlarun.errors import InputError
+from xlarun.store.facade import Store
+from xlarun.store.index import FileInfo, ModuleInfo
 
 #: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
 WARN_BYTES = 25 * 1000 * 1000
@@ -149,7 +149,7 @@ def make_bundle(
             data = redact(data)
             contents.append((BundleEntry(f"{META_DIR}/{name}", what, len(data)), data))
     if options.passes:  # the pass dumps' reading: what xlarun bisect found in them
-        from .bisect.record import bisections_for, record_json
+        from xlarun.bisect.recorded import bisections_for, record_json
 
         for record in bisections_for(store, module.run_id, module.module_id):
             data = redact(json.dumps(record_json(record), indent=1).encode())
@@ -307,7 +307,7 @@ def _path_redactor(manifest: dict, run_dir: Path):
 
 def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, bytes]], list[str]]:
     """The Python files named by the metadata of the module's unoptimized text, read from this machine."""
-    from .hlo import scan_hlo_text
+    from xlarun.hlo import scan_hlo_text
 
     texts = [f for f in module.files if f.kind == "hlo" and f.format == "text"]
     names: set[str] = set()

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from .errors import ExitCode, XlarunError, json_reported
+from xlarun.errors import ExitCode, XlarunError, json_reported
 
 COMMAND_MODULES = (
     "capture",
@@ -32,8 +32,7 @@ COMMAND_MODULES = (
     "images",
     "share",
     "view",
-    "worker",
-    "collect",
+    "ray",
 )
 
 EXIT_CODES_HELP = """
@@ -90,7 +89,7 @@ class _XlarunGroup(typer.core.TyperGroup):
     """Maps the library's errors to one red line and a documented exit code, for every command."""
 
     def invoke(self, ctx):
-        from .console import error_line
+        from xlarun.console import error_line
 
         wants_json = "--json" in (list(getattr(ctx, "_protected_args", None) or []) + list(ctx.args))
         try:
@@ -98,7 +97,7 @@ class _XlarunGroup(typer.core.TyperGroup):
         except XlarunError as exc:
             error_line(exc.one_line())
             if wants_json and not json_reported(exc):  # scripts get one JSON document, also on failure
-                from .console import print_json
+                from xlarun.console import print_json
 
                 print_json({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
             raise typer.Exit(int(exc.exit_code)) from None
@@ -114,7 +113,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             log = _crash_log(exc)
             error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
             if wants_json and not json_reported(exc):
-                from .console import print_json
+                from xlarun.console import print_json
 
                 print_json(
                     {
@@ -145,7 +144,7 @@ app = typer.Typer(
 
 def _version_callback(value: bool) -> None:
     if value:
-        from . import __version__
+        from xlarun import __version__
 
         typer.echo(f"xlarun {__version__}")
         raise typer.Exit(0)
@@ -165,7 +164,7 @@ for _name in COMMAND_MODULES:
 
 
 def _crash_log(exc: BaseException) -> Path:
-    from . import __version__
+    from xlarun import __version__
 
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun"
     folder.mkdir(parents=True, exist_ok=True)

@@ -19,13 +19,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import InputError
-from .hlo import HloInstruction, HloModule, parse_hlo_text
-from .select import pass_step, select_file
+from xlarun.errors import InputError
+from xlarun.hlo import HloInstruction, HloModule, parse_hlo_text
+from xlarun.navigate.select import pass_step, select_file
 
 if TYPE_CHECKING:
-    from .index import ModuleInfo
-    from .runstore import RunStore
+    from xlarun.store.index import ModuleInfo
+    from xlarun.store.runs import RunStore
 
 #: Attributes that say where an instruction came from, not what it computes.
 PROVENANCE_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
@@ -357,7 +357,7 @@ def pass_steps(module: ModuleInfo) -> list[PassStep]:
 def choose_step(
     steps: list[PassStep], pass_name: str | None, to_step: int | None, module: ModuleInfo
 ) -> tuple[PassStep, list[str]]:
-    """The step a ``--pass NAME`` (as :func:`xlarun.select.pass_step` reads it) or ``--to STEP`` names."""
+    """The step a ``--pass NAME`` (as :func:`xlarun.navigate.select.pass_step` reads it) or ``--to STEP`` names."""
     module_label = module.label
     if not steps:
         raise InputError(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar, overload
 
-from .console import Block, PairsBlock, TableBlock
+from xlarun.console import Block, PairsBlock, TableBlock
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -33,7 +33,7 @@ class Printed:
 
 def capture_printed(printer: Callable[..., Any], *args: Any, **kwargs: Any) -> Printed:
     """Run a printer of :mod:`xlarun.present` with stdout captured: its text, and the blocks it printed."""
-    from . import console
+    from xlarun import console
 
     buffer = io.StringIO()
     with console.recording() as blocks, contextlib.redirect_stdout(buffer):

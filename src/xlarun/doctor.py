@@ -142,7 +142,7 @@ def check_gpu_and_ipu() -> list[Check]:
 
 
 def check_runners() -> list[Check]:
-    from .replay.drivers import RUNNERS, find_runner
+    from xlarun.replay.drivers import RUNNERS, find_runner
 
     out = []
     for runner, variable in RUNNERS.items():
@@ -167,8 +167,8 @@ def check_replay_engine() -> Check:
     if importlib.util.find_spec("jaxlib") is None:
         return Check(name, False, "jaxlib missing", "pip install jaxlib")
     try:
-        from .replay.engine import prove_engine
-        from .replay.pjrt import SUPPORTED_RANGE, available_platforms, jaxlib_version
+        from xlarun.replay.engine import prove_engine
+        from xlarun.replay.pjrt import SUPPORTED_RANGE, available_platforms, jaxlib_version
 
         proof = prove_engine("cpu")
         if not proof.ok:

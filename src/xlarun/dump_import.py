@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends.base import OUTPUT_DIRS
-from .backends.local import utc_now
-from .errors import InputError
-from .index import ModuleInfo
-from .manifest import Manifest, host_facts
-from .safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
-from .store import Store
+from xlarun.errors import InputError
+from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
+from xlarun.store.facade import Store
+from xlarun.store.index import ModuleInfo
+from xlarun.store.manifest import OUTPUT_DIRS, Manifest, host_facts, utc_now
 
 #: The folder of xlarun's own files in an export or a bundle (manifest, spec, logs, bundle.json).
 META_DIR = "_xlarun"
@@ -234,7 +232,7 @@ def _size_of(source: Path) -> int:
 
 
 def _guess_framework(files) -> str | None:
-    from .names import decode_dump_name
+    from xlarun.hlo.names import decode_dump_name
 
     for stored in files:
         module = decode_dump_name(stored.path).module_name or ""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import Run, Store
+    from xlarun.api import Run, Store
 
 __all__ = ["Session", "capture", "capturing", "compiler_options_for"]
 
@@ -43,8 +43,8 @@ def compiler_options_for(
     ``{"xla_dump_to": ..., "xla_dump_hlo_as_text": True, ...}`` for ``Lowered.compile(compiler_options=...)``."""
     from types import SimpleNamespace
 
-    from .flags import xla_flags_for
-    from .spec import DumpSpec
+    from xlarun.capture.flags import xla_flags_for
+    from xlarun.capture.spec import DumpSpec
 
     dump = DumpSpec(
         formats=list(formats),
@@ -123,7 +123,7 @@ def _compilation_cache_off() -> Iterator[None]:
 def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwargs: dict[str, Any]):
     import jax
 
-    from .errors import EnvironmentProblem, InputError
+    from xlarun.errors import EnvironmentProblem, InputError
 
     if hasattr(f, "lower") and not jit_kwargs:
         jitted = f  # already jax.jit(...): lower it as it is (jitting it again would nest a call)
@@ -161,7 +161,7 @@ def capture(
     to record its real arguments and result: do not give donated buffers), ``formats`` and ``large_constants``
     mean what they mean in a spec's ``dump:``. ``jit_kwargs`` go to ``jax.jit`` (``static_argnums``...);
     ``kwargs`` are keyword arguments of ``f``. Returns the run; ``run.main`` is the function's module."""
-    from . import api
+    from xlarun import api
 
     the_store = store if isinstance(store, api.Store) else api.open_store(store)
     facts = describe_function(f)
@@ -185,7 +185,7 @@ def capture(
 
                 jax.block_until_ready(compiled(*args, **(kwargs or {})))
     except BaseException as exc:
-        from .errors import XlarunError
+        from xlarun.errors import XlarunError
 
         if isinstance(exc, (XlarunError, KeyboardInterrupt)) or not any((staging / "dump").iterdir()):
             shutil.rmtree(staging, ignore_errors=True)
@@ -232,8 +232,8 @@ def _commit(
     error: str | None,
     batch_id: str | None,
 ) -> Run:
-    from .errors import InputError
-    from .manifest import Manifest, host_facts
+    from xlarun.errors import InputError
+    from xlarun.store.manifest import Manifest, host_facts
 
     lib = the_store.store
     try:
@@ -300,8 +300,8 @@ def capturing(
 ) -> Iterator[Session]:
     """``with xlarun.jax.capturing() as session: session.capture(f, x); session.capture(g, y)``: one run per
     function, all tagged with the session's batch id (``xlarun runs --batch ID``, ``store.runs(batch=ID)``)."""
-    from . import api
-    from .batch import new_batch_id
+    from xlarun import api
+    from xlarun.batch import new_batch_id
 
     the_store = store if isinstance(store, api.Store) else api.open_store(store)
     yield Session(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .console import count_or_blank, diff_line, echo, human_bytes, print_pairs, print_table, say, short_time, warn
+from xlarun.console import count_or_blank, diff_line, echo, human_bytes, print_pairs, print_table, say, short_time, warn
 
 
 def _escape(text: str) -> str:
@@ -179,7 +179,7 @@ def _show_extras(store, module) -> None:
 
 def print_replays_for(store, module) -> None:
     """The ``replays`` section of ``xlarun show`` (nothing when the module was never replayed)."""
-    from .replay.record import replays_for
+    from xlarun.replay.record import replays_for
 
     records = replays_for(store, module.run_id, module.module_id)
     if not records:
@@ -224,7 +224,7 @@ def print_replays_for(store, module) -> None:
 
 def print_bisections_for(store, module) -> None:
     """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
-    from .bisect.record import bisections_for
+    from xlarun.bisect.recorded import bisections_for
 
     records = bisections_for(store, module.run_id, module.module_id)
     if not records:
@@ -446,7 +446,7 @@ def _short(names: list[str]) -> str:
 
 def print_comparison(result) -> None:
     """The side-by-side table of a batch's cells."""
-    from .batch import cell_summary
+    from xlarun.batch import cell_summary
 
     rows = []
     on_nodes = any(cell.node for cell in result.cells)  # a batch spread over a cluster says where each cell ran

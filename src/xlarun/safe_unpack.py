@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from .errors import InputError
-from .filetypes import file_type
+from xlarun.errors import InputError
+from xlarun.filetypes import file_type
 
 #: Archive kinds by file-name ending, longest first.
 ARCHIVE_SUFFIXES = (

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .errors import EnvironmentProblem, InputError
-from .hlo import HloComputation, HloInstruction, HloModule, load_hlo
-from .index import ModuleInfo
-from .store import Store
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.hlo import HloComputation, HloInstruction, HloModule, load_hlo
+from xlarun.store.facade import Store
+from xlarun.store.index import ModuleInfo
 
 #: Model Explorer serves here only: a dump's names and shapes are nobody else's business.
 LOOPBACK = "127.0.0.1"
@@ -99,7 +99,7 @@ def model_explorer_graphs(module: HloModule, label: str) -> dict:
 
 def write_model_explorer_json(store: Store, module: ModuleInfo, dest: str | Path, stage: str = "before_optimizations") -> Path:
     """Write ``module``'s graph at ``stage`` as a Model Explorer JSON graph file; returns its path."""
-    from .select import select_file, stage_of
+    from xlarun.navigate.select import select_file, stage_of
 
     stage = stage_of(stage)
     chosen = select_file(module, stage, purpose="graph")

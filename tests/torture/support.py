@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile_dumps.py"
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from xlarun.backends.base import RunStatus
-from xlarun.capture import capture
-from xlarun.store import Store
+from xlarun.capture.launch import capture
+from xlarun.store.facade import Store
+from xlarun.store.manifest import RunStatus
 
 from ..conftest import write_spec
 from ..hostile_dumps import MAKERS, ROOT, expectation

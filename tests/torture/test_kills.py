@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.recover import recover_runs
-from xlarun.store import Store
+from xlarun.capture.recover import recover_runs
+from xlarun.store.facade import Store
 
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.errors import ExitCode
-from xlarun.store import Store
+from xlarun.store.facade import Store
 
 from ..conftest import write_spec
 from .support import assert_sound, wait_for_line, wait_gone, xlarun

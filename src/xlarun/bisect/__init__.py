@@ -12,14 +12,14 @@ Results are :class:`BisectResult` objects, recorded with the run (:mod:`.record`
 
 from __future__ import annotations
 
-from .replay_mode import BisectOptions, bisect_module, timeline_pass_names
-from .result import BisectResult, RerunTrial, StepError
+from xlarun.bisect.bisect_result import BisectResult, RerunTrial, StepError
+from xlarun.bisect.replay_mode import BisectOptions, bisect_module, timeline_pass_names
 
 __all__ = ["BisectOptions", "BisectResult", "RerunTrial", "StepError", "bisect_module", "bisect_rerun", "timeline_pass_names"]
 
 
 def bisect_rerun(*args, **kwargs) -> BisectResult:
     """Rerun mode; see :func:`xlarun.bisect.rerun.bisect_rerun`."""
-    from .rerun import bisect_rerun as run
+    from xlarun.bisect.rerun import bisect_rerun as run
 
     return run(*args, **kwargs)

@@ -18,20 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..diff import PassStep, pass_diff, pass_steps
-from ..errors import EngineError, InputError
-from ..replay import pjrt
-from ..replay.compare import compare_outputs
-from ..replay.deoptimize import deoptimize_hlo_text
-from ..replay.fakedata import fake_arguments
-from ..replay.literals import describe, flatten
-from ..replay.probe import ProbeWorker
-from ..replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
-from .result import BisectResult, StepError
+from xlarun.bisect.bisect_result import BisectResult, StepError
+from xlarun.diff import PassStep, pass_diff, pass_steps
+from xlarun.errors import EngineError, InputError
+from xlarun.replay import pjrt
+from xlarun.replay.compare import compare_outputs
+from xlarun.replay.deoptimize import deoptimize_hlo_text
+from xlarun.replay.fakedata import fake_arguments
+from xlarun.replay.literals import describe, flatten
+from xlarun.replay.probe import ProbeWorker
+from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 
 if TYPE_CHECKING:
-    from ..index import FileInfo, ModuleInfo
-    from ..store import Store
+    from xlarun.store.facade import Store
+    from xlarun.store.index import FileInfo, ModuleInfo
 
 Log = Callable[[str], None]
 #: How each step is recompiled: ``timeline`` disables every pass the timeline names, ``all`` every

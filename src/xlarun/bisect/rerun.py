@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputError, XlarunError
-from .replay_mode import NEVER_DISABLED, changing_pass_names
-from .result import BisectResult, RerunTrial
+from xlarun.bisect.bisect_result import BisectResult, RerunTrial
+from xlarun.bisect.replay_mode import NEVER_DISABLED, changing_pass_names
+from xlarun.errors import InputError, XlarunError
 
 if TYPE_CHECKING:
-    from ..spec import LoadedSpec
-    from ..store import Store
+    from xlarun.capture.spec import LoadedSpec
+    from xlarun.store.facade import Store
 
 Log = Callable[[str], None]
 _DISABLE = "--xla_disable_hlo_passes="
@@ -95,8 +95,8 @@ def bisect_rerun(
     sink: Log | None = None,
 ) -> BisectResult:
     """Find the one pass whose disabling flips ``check`` ('exit' or a regex capturing a number) on the spec's job."""
-    from ..batch import new_batch_id
-    from ..spec import LoadedSpec, load_spec
+    from xlarun.batch import new_batch_id
+    from xlarun.capture.spec import LoadedSpec, load_spec
 
     log = sink or (lambda _line: None)
     started = time.perf_counter()
@@ -166,7 +166,7 @@ class _Reruns:
         return dataclasses.replace(self.loaded, spec=spec.model_copy(update={"dump": dump, "tags": tags}), matrix_values=label)
 
     def _run(self, cells: list, roles: list[str], disabled: list[list[str]]) -> list[RerunTrial]:
-        from ..batch import run_batch
+        from xlarun.batch import run_batch
 
         batch = run_batch(cells, self.store, jobs=self.jobs, batch_id=self.bisect_id, fail_fast=False)
         if batch.interrupted:
@@ -263,8 +263,8 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
 
 def _candidate_passes(store: Store, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
     """The passes that changed a module in its timeline: of one module (``module_ref``), else of every module of the run."""
-    from ..diff import pass_steps
-    from ..refs import resolve_module
+    from xlarun.diff import pass_steps
+    from xlarun.navigate.refs import resolve_module
 
     index = store.index
     if module_ref:

@@ -19,7 +19,7 @@ StoreOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 RunOption = Annotated[str | None, typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
-# --stage/--pass/--step/--format are read by xlarun.select, the same for every command
+# --stage/--pass/--step/--format are read by xlarun.navigate.select, the same for every command
 StageOption = Annotated[
     str | None,
     typer.Option(
@@ -44,13 +44,13 @@ StepOption = Annotated[
 def front_door(path: str | Path | None, create: bool = False):
     """The Python front door's Store (``xlarun.open_store``) over the store a command works on: a command is a call
     into it, then a printer of :mod:`xlarun.present`."""
-    from ..api import Store
+    from xlarun.api import Store
 
     return Store(open_store(path, create=create))
 
 
 def open_store(path: str | Path | None, create: bool = False):
     """The store a command works on (created only by commands that write)."""
-    from ..store import Store
+    from xlarun.store.facade import Store
 
     return Store.open(path, create=create)

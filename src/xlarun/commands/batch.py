@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import JsonOption, StoreOption, open_store
+from xlarun.commands import JsonOption, StoreOption, open_store
 
 if TYPE_CHECKING:
-    from ..batch import CellOutcome
+    from xlarun.batch import CellOutcome
 
 
 def register(app: typer.Typer) -> None:
@@ -80,7 +80,7 @@ def batch(
 
     Example: xlarun batch configs/matrix-local-docker.yaml -j 2
     """
-    from ..spec import load_batch
+    from xlarun.capture.spec import load_batch
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
@@ -111,16 +111,16 @@ def run_and_report(
 ) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
     ``executor`` None: the spec's (``executor:``), else local."""
-    from ..batch import cell_summary
-    from ..console import print_json, say
-    from ..errors import ExitCode
-    from ..executors import executor_of, run_batch_on
-    from ..present import print_comparison
+    from xlarun.batch import cell_summary
+    from xlarun.console import print_json, say
+    from xlarun.errors import ExitCode
+    from xlarun.executors import executor_of, run_batch_on
+    from xlarun.present import print_comparison
 
     executor = executor_of(cells, executor)
 
     if executor == "ray":
-        from ..executors.ray_cluster import import_ray
+        from xlarun.executors.ray_cluster import import_ray
 
         import_ray()  # before the progress view: without Ray, one line naming the extra (exit 3)
     view = None if as_json else _ProgressView(len(cells))
@@ -155,7 +155,7 @@ def run_and_report(
     else:
         print_comparison(result)
     if result.interrupted:
-        from ..interrupts import exit_code_for
+        from xlarun.interrupts import exit_code_for
 
         raise typer.Exit(exit_code_for(result.signal))  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     if not result.ok:

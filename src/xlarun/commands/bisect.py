@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import mark_json_reported
-from . import JsonOption, RunOption, StoreOption, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
+from xlarun.errors import mark_json_reported
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -130,9 +130,9 @@ def _bisect(
     run,
     as_json,
 ) -> int:
-    from ..bisect import BisectOptions, bisect_rerun
-    from ..bisect.record import bisect_and_record, now, record_bisection
-    from ..errors import InputError
+    from xlarun.bisect import BisectOptions, bisect_rerun
+    from xlarun.bisect.recorded import bisect_and_record, now, record_bisection
+    from xlarun.errors import InputError
 
     started = now()
     spec_given = target.endswith((".yaml", ".yml")) and Path(target).is_file()
@@ -162,7 +162,7 @@ def _bisect(
                 "--check goes with a spec file (rerun mode)",
                 f"give the spec's path, or drop --check to bisect {target} by replay",
             )
-        from ..refs import resolve_module
+        from xlarun.navigate.refs import resolve_module
 
         the_store = open_store(store)
         # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
@@ -180,11 +180,11 @@ def _bisect(
         )
         result, record = bisect_and_record(the_store, target_module, bisect_options, sink)
     if as_json:
-        from ..console import print_json
+        from xlarun.console import print_json
 
         print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
     else:
-        from ..present import print_bisection
+        from xlarun.present import print_bisection
 
         print_bisection(result, record.bisect_id)
     return int(result.exit_code)
@@ -196,8 +196,8 @@ def _stream(line: str) -> None:
 
 
 def _report_failure(target: str, exc: BaseException) -> None:
-    from ..console import print_json
-    from ..errors import ExitCode, XlarunError
+    from xlarun.console import print_json
+    from xlarun.errors import ExitCode, XlarunError
 
     if isinstance(exc, XlarunError):
         message, hint, code = exc.message, exc.hint, exc.exit_code

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import mark_json_reported
-from . import JsonOption, StoreOption, open_store
+from xlarun.commands import JsonOption, StoreOption, open_store
+from xlarun.errors import mark_json_reported
 
 SpecArgument = Annotated[
     Path,
@@ -42,15 +42,15 @@ def capture(
 
     Example: xlarun capture configs/jax-cpu.yaml
     """
-    from ..capture import capture as run_capture
-    from ..capture import exit_status_error
-    from ..console import ProgressBar, human_bytes, print_json, say, warn
-    from ..spec import load_batch
+    from xlarun.capture.launch import capture as run_capture
+    from xlarun.capture.launch import exit_status_error
+    from xlarun.capture.spec import load_batch
+    from xlarun.console import ProgressBar, human_bytes, print_json, say, warn
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
     if cells[0].matrix_values is not None:  # a matrix spec: capture every cell, one at a time
-        from .batch import run_and_report
+        from xlarun.commands.batch import run_and_report
 
         run_and_report(cells, the_store, jobs=1, fail_fast=None, as_json=as_json)
         return
@@ -89,7 +89,7 @@ def capture(
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
         if result.modules and top:
-            from ..present import print_modules
+            from xlarun.present import print_modules
 
             print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
     if failure is not None:
@@ -98,9 +98,9 @@ def capture(
 
 def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
     """Check SPEC without running anything: every problem is listed as file:line:col key.path: message."""
-    from ..console import error_line, print_json, say
-    from ..errors import ExitCode, SpecError
-    from ..spec import load_spec
+    from xlarun.capture.spec import load_spec
+    from xlarun.console import error_line, print_json, say
+    from xlarun.errors import ExitCode, SpecError
 
     try:
         loaded = load_spec(spec)
@@ -124,7 +124,7 @@ def schema(
 
     VS Code with the YAML extension: add `# yaml-language-server: $schema=./xlarun.schema.json` at the top of a spec.
     """
-    from ..spec import spec_json_schema
+    from xlarun.capture.spec import spec_json_schema
 
     text = json.dumps(spec_json_schema(), indent=2) + "\n"
     if output:
@@ -153,12 +153,12 @@ def flags(
     """
     import os
 
-    from ..backends.base import JobPaths
-    from ..capture import probe_job_xla_flags
-    from ..console import print_json, warn
-    from ..flags import compose_env
-    from ..known_flags import FlagNameCache
-    from ..spec import load_spec
+    from xlarun.capture.backends.base import JobPaths
+    from xlarun.capture.flags import compose_env
+    from xlarun.capture.known_flags import FlagNameCache
+    from xlarun.capture.launch import probe_job_xla_flags
+    from xlarun.capture.spec import load_spec
+    from xlarun.console import print_json, warn
 
     loaded = load_spec(spec)
     base_env = dict(os.environ) if loaded.spec.backend.kind == "local" else {}

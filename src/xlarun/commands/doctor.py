@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOption
+from xlarun.commands import JsonOption
 
 
 def register(app: typer.Typer) -> None:
@@ -24,9 +24,9 @@ def doctor(
     Exits 0 when local captures work, 3 when something essential is missing. Optional parts
     (Docker, a GPU, XLA's own runners) are reported with how to get them.
     """
-    from ..console import print_json, say
-    from ..doctor import run_checks
-    from ..errors import ExitCode
+    from xlarun.console import print_json, say
+    from xlarun.doctor import run_checks
+    from xlarun.errors import ExitCode
 
     checks = run_checks(docker=not no_docker)
     if as_json:

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExitCode
-from . import JsonOption, StoreOption, open_store
+from xlarun.commands import JsonOption, StoreOption, open_store
+from xlarun.errors import ExitCode
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,7 @@ def rm(
     store: StoreOption = None,
 ) -> None:
     """Delete runs from the store (their dump blobs are freed by the next `xlarun gc`). Exit code 1 when you decline."""
-    from ..refs import resolve_run
+    from xlarun.navigate.refs import resolve_run
 
     the_store = open_store(store)
     ids = [resolve_run(the_store.index, ref).run_id for ref in runs]
@@ -49,7 +49,7 @@ def gc(
     A killed capture's staging folder that holds what its job wrote is kept (and the blobs it lists):
     `xlarun recover` makes it a run marked incomplete; `--discard-recoverable` deletes it instead.
     """
-    from ..console import human_bytes, warn
+    from xlarun.console import human_bytes, warn
 
     the_store = open_store(store)
     kept = [lo for lo in the_store.leftovers() if lo.recoverable]
@@ -77,8 +77,8 @@ def recover(
     something of the job's becomes a visible run with status `incomplete`; files that cannot be archived
     are listed with why (`xlarun files RUN`). Folders holding nothing are left to `xlarun gc`.
     """
-    from ..console import print_json, say, warn
-    from ..recover import recover_runs
+    from xlarun.capture.recover import recover_runs
+    from xlarun.console import print_json, say, warn
 
     the_store = open_store(store)
     done = recover_runs(the_store, runs or None)
@@ -93,7 +93,7 @@ def recover(
         if not done:
             say("nothing to recover")
     if runs and {r.run_id for r in done if r.error is None} != set(runs):
-        from ..errors import InputError
+        from xlarun.errors import InputError
 
         missing = sorted(set(runs) - {r.run_id for r in done if r.error is None})
         raise InputError(
@@ -116,7 +116,7 @@ def check(store: StoreOption = None, as_json: JsonOption = False) -> None:
 
     Exit code 1 when something is damaged (re-capture the runs it names, or `xlarun rm` them).
     """
-    from ..console import ProgressBar, print_json
+    from xlarun.console import ProgressBar, print_json
 
     the_store = open_store(store)
     bar = ProgressBar("checking", enabled=not as_json)

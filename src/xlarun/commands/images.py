@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOption
+from xlarun.commands import JsonOption
 
 images_app = typer.Typer(help="Build and list the xlarun container images (containers/<kind>/Dockerfile).", no_args_is_help=True)
 
@@ -41,9 +41,9 @@ def build(
     """
     import time
 
-    from ..console import say
-    from ..errors import InputError
-    from ..images import build_image
+    from xlarun.capture.images import build_image
+    from xlarun.console import say
+    from xlarun.errors import InputError
 
     kinds = kinds or ["cpu"]
     if tag and len(kinds) > 1:
@@ -71,8 +71,8 @@ def build(
 @images_app.command("list")
 def list_images(as_json: JsonOption = False) -> None:
     """The xlarun images present on the Docker host, with their framework versions."""
-    from ..console import human_bytes, print_json, print_table
-    from ..images import connect_docker, image_info
+    from xlarun.capture.images import connect_docker, image_info
+    from xlarun.console import human_bytes, print_json, print_table
 
     client = connect_docker(timeout=10)
     infos = []

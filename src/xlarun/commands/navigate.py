@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExitCode
-from . import JsonOption, PassOption, RunOption, StepOption, StoreOption, front_door, open_store
+from xlarun.commands import JsonOption, PassOption, RunOption, StepOption, StoreOption, front_door, open_store
+from xlarun.errors import ExitCode
 
 RefArgument = Annotated[
     str,
@@ -35,8 +35,8 @@ def runs(
     as_json: JsonOption = False,
 ) -> None:
     """List the runs in the store, oldest first."""
-    from ..console import print_json
-    from ..present import print_runs
+    from xlarun.console import print_json
+    from xlarun.present import print_runs
 
     items = [run.info for run in front_door(store).runs(batch=batch, name=name)]
     if as_json:
@@ -60,9 +60,9 @@ def files(
     folder that were not archived (symbolic links, FIFOs, sockets, unreadable files) are listed after
     them with why, as are files archived with a caveat (a name that is not UTF-8, still being written).
     """
-    from ..console import print_json
-    from ..present import print_files
-    from ..refs import resolve_run
+    from xlarun.console import print_json
+    from xlarun.navigate.refs import resolve_run
+    from xlarun.present import print_files
 
     the_store = open_store(store)
     index = the_store.index
@@ -93,8 +93,8 @@ def modules(
 
     Ranking by size is the best heuristic there is (a tiny cast or init module is never your model).
     """
-    from ..console import print_json
-    from ..present import print_run_modules
+    from xlarun.console import print_json
+    from xlarun.present import print_run_modules
 
     the_run = front_door(store).run(run)
     items = [module.summary for module in the_run.modules()]
@@ -112,9 +112,9 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
-    from ..console import print_json
-    from ..present import print_module
-    from .share import bundle_or_ref
+    from xlarun.commands.share import bundle_or_ref
+    from xlarun.console import print_json
+    from xlarun.present import print_module
 
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
     module = front_door(store).module(ref, run=run)
@@ -172,8 +172,8 @@ def find(
     The seeds' trick, indexed: put a distinctive op in your model (or name a scope) and find the
     modules holding it across every run in the store. Exit code 1 when no module matches.
     """
-    from ..console import print_json
-    from ..present import print_found
+    from xlarun.console import print_json
+    from xlarun.present import print_found
 
     hits = front_door(store).find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run).hits
     if as_json:
@@ -193,8 +193,8 @@ def explain(
 
     Example: xlarun explain module_0001.0001.IPU.after_forward-allocation.before_hlo-memory-scheduler.dot
     """
-    from ..console import print_json, print_pairs
-    from ..names import decode_dump_name
+    from xlarun.console import print_json, print_pairs
+    from xlarun.hlo.names import decode_dump_name
 
     decoded = [decode_dump_name(Path(n).name if "/dump/" in n else n) for n in names]
     if as_json:
@@ -210,7 +210,7 @@ def logs(
     store: StoreOption = None,
 ) -> None:
     """Print a run's captured stdout and stderr."""
-    from ..refs import resolve_run
+    from xlarun.navigate.refs import resolve_run
 
     the_store = open_store(store)
     info = resolve_run(the_store.index, run)
@@ -248,15 +248,15 @@ def export(
 
     With --format model-explorer: `xlarun export jit_f f.json --format model-explorer` writes the module's
     graph as a Model Explorer JSON graph (what `xlarun view` serves); open it with `model-explorer f.json`."""
-    from ..refs import resolve_run
+    from xlarun.navigate.refs import resolve_run
 
     if fmt == "model-explorer":
-        from .view import export_model_explorer
+        from xlarun.commands.view import export_model_explorer
 
         export_model_explorer(run, dest, stage, store)
         return
     if fmt != "files":
-        from ..errors import InputError
+        from xlarun.errors import InputError
 
         raise InputError(f"unknown --format {fmt!r}", "use files or model-explorer")
     the_store = open_store(store)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import mark_json_reported
-from . import JsonOption, RunOption, StoreOption, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
+from xlarun.errors import mark_json_reported
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
@@ -95,8 +95,8 @@ def replay(
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
-    from ..replay import ReplayOptions
-    from ..replay.limits import parse_size
+    from xlarun.replay import ReplayOptions
+    from xlarun.replay.limits import parse_size
 
     try:
         options = ReplayOptions(
@@ -126,9 +126,9 @@ def replay(
 
 
 def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
-    from ..replay import replay_file
-    from ..replay.record import replay_and_record_file, replay_stored_module
-    from .share import bundle_or_ref
+    from xlarun.commands.share import bundle_or_ref
+    from xlarun.replay import replay_file
+    from xlarun.replay.record import replay_and_record_file, replay_stored_module
 
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: replayed from a temporary store
     path = Path(ref)
@@ -142,10 +142,10 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
         _report(result, replay_id, None, as_json)
     else:
         if snapshot is not None:
-            from ..errors import InputError
+            from xlarun.errors import InputError
 
             raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
-        from ..refs import resolve_module
+        from xlarun.navigate.refs import resolve_module
 
         the_store = open_store(store)
         module = resolve_module(the_store.index, ref, run=run)
@@ -156,8 +156,8 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
 
 
 def _report(result, replay_id: str | None, module, as_json: bool) -> None:
-    from ..console import print_json
-    from ..present import print_replay
+    from xlarun.console import print_json
+    from xlarun.present import print_replay
 
     if as_json:
         print_json({"replay_id": replay_id, "module": module.ref if module else None, "hint": None, **result.to_dict()})
@@ -167,8 +167,8 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
 
 def _report_failure(ref: str, exc: BaseException) -> None:
     """The one JSON document of a replay that failed before it had a result (exit code beside the error)."""
-    from ..console import print_json
-    from ..errors import EngineError, EnvironmentProblem, ExitCode, XlarunError
+    from xlarun.console import print_json
+    from xlarun.errors import EngineError, EnvironmentProblem, ExitCode, XlarunError
 
     if isinstance(exc, XlarunError):
         message, hint, code = exc.message, exc.hint, exc.exit_code
@@ -191,7 +191,7 @@ def _report_failure(ref: str, exc: BaseException) -> None:
 
 
 def _existing_store(path: Path | None):
-    from ..errors import StoreError
+    from xlarun.errors import StoreError
 
     try:
         return open_store(path)
@@ -215,9 +215,9 @@ def convert(
 
     Text is printed with large constants in full. Exit codes: 0 ok, 2 bad input, 3 jaxlib missing.
     """
-    from ..console import warn
-    from ..errors import InputError
-    from ..replay.convert import convert_hlo
+    from xlarun.console import warn
+    from xlarun.errors import InputError
+    from xlarun.replay.convert import convert_hlo
 
     if not file.is_file():
         raise InputError(f"no such file: {file}")

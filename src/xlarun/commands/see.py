@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, front_door, open_store
+from xlarun.commands import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, front_door, open_store
 
 ModuleRefArgument = Annotated[
     str,
@@ -70,7 +70,7 @@ def render(
     xlarun render init_params --around add.577 --depth 2;
     xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png
     """
-    from ..render import FORMATS, RenderOptions, render_path, render_stored_file
+    from xlarun.render import FORMATS, RenderOptions, render_path, render_stored_file
 
     fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
     options = RenderOptions(
@@ -90,8 +90,8 @@ def render(
         if file:
             run_id, chosen = _stored_file(the_store, ref, run, file)
         else:
-            from ..refs import resolve_module
-            from ..select import select_file
+            from xlarun.navigate.refs import resolve_module
+            from xlarun.navigate.select import select_file
 
             module = resolve_module(the_store.index, ref, run=run)
             run_id, chosen = module.run_id, select_file(module, stage, pass_name, step, purpose="dot" if xla_dot else "graph")
@@ -102,9 +102,9 @@ def render(
 
 def _stored_file(store, ref: str, run: str | None, path: str):
     """(run id, FileInfo) of ``--file PATH`` in the run REF names (a module REF names its run)."""
-    from ..errors import RefError
-    from ..refs import resolve_module, resolve_run
-    from ..select import select_run_file
+    from xlarun.errors import RefError
+    from xlarun.navigate.refs import resolve_module, resolve_run
+    from xlarun.navigate.select import select_run_file
 
     try:
         run_id = resolve_module(store.index, ref, run=run).run_id
@@ -114,7 +114,7 @@ def _stored_file(store, ref: str, run: str | None, path: str):
 
 
 def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
-    from ..console import say
+    from xlarun.console import say
 
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(rendered.data)
@@ -168,9 +168,9 @@ def diff(
     Examples: xlarun diff train_step --pass fusion; xlarun diff train_step --from 7 --to 9;
     xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step
     """
-    from ..console import print_json
-    from ..errors import InputError
-    from ..present import print_module_diff
+    from xlarun.console import print_json
+    from xlarun.errors import InputError
+    from xlarun.present import print_module_diff
 
     module = front_door(store).module(ref, run=run)
     if other is not None and (pass_name or to_step is not None or from_step is not None):
@@ -219,9 +219,9 @@ def report(
 
     Example: xlarun report --open
     """
-    from ..console import say
-    from ..refs import resolve_batch, resolve_run
-    from ..report import ReportOptions, build_batch_report, build_run_report
+    from xlarun.console import say
+    from xlarun.navigate.refs import resolve_batch, resolve_run
+    from xlarun.report import ReportOptions, build_batch_report, build_run_report
 
     the_store = open_store(store)
     options = ReportOptions(graph_limit=graph_limit, graphs=not no_graphs, command=["xlarun", *sys.argv[1:]])

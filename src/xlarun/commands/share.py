@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOption, RunOption, StoreOption, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
 
 IMPORT_EPILOG = (
     "Refused (exit 2, nothing imported): names with '..' or absolute paths, symbolic and hard links, devices, FIFOs, "
@@ -48,10 +48,10 @@ def import_(
     Examples: xlarun import /tmp/dump (what XLA_FLAGS=--xla_dump_to=/tmp/dump wrote) ·
     xlarun import ci-artifact.tar.zst · xlarun import bug-bundle.zip
     """
-    from ..console import print_json, say, warn
-    from ..dump_import import import_dump
-    from ..present import print_modules
-    from ..safe_unpack import UnpackLimits
+    from xlarun.console import print_json, say, warn
+    from xlarun.dump_import import import_dump
+    from xlarun.present import print_modules
+    from xlarun.safe_unpack import UnpackLimits
 
     limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
     result = import_dump(source, open_store(store, create=True), name=name, limits=limits)
@@ -94,9 +94,9 @@ def bundle(
     The receiver runs `xlarun replay BUNDLE.zip` or `xlarun show BUNDLE.zip` (no import needed), or
     `xlarun import BUNDLE.zip`. A warning says what to drop when the zip passes 25 MB.
     """
-    from ..bundle import BundleOptions, make_bundle
-    from ..console import human_bytes, print_json, say, warn
-    from ..refs import resolve_module
+    from xlarun.bundle import BundleOptions, make_bundle
+    from xlarun.console import human_bytes, print_json, say, warn
+    from xlarun.navigate.refs import resolve_module
 
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
@@ -122,7 +122,7 @@ def bundle(
 def bundle_or_ref(ref: str, store: str | None, run: str | None) -> tuple[str | None, str, str | None]:
     """(store, REF, run) for a command given a REF: a bundle .zip becomes its module in a temporary store,
     imported for this command only and deleted when it ends; any other REF is returned unchanged."""
-    from ..bundle import is_bundle_path, opened_bundle
+    from xlarun.bundle import is_bundle_path, opened_bundle
 
     if not is_bundle_path(ref):
         return store, ref, run

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from . import RunOption, StoreOption, open_store
+from xlarun.commands import RunOption, StoreOption, open_store
 
 
 def register(app: typer.Typer) -> None:
@@ -42,12 +42,12 @@ def view(
     import webbrowser
     from pathlib import Path
 
-    from ..console import say
-    from ..errors import EnvironmentProblem
-    from ..refs import resolve_module
-    from ..select import stage_of
-    from ..view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
-    from .share import bundle_or_ref
+    from xlarun.commands.share import bundle_or_ref
+    from xlarun.console import say
+    from xlarun.errors import EnvironmentProblem
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.navigate.select import stage_of
+    from xlarun.view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
 
     stage = stage_of(stage)
     if not model_explorer_installed():
@@ -73,9 +73,9 @@ def view(
 
 def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None:
     """`xlarun export REF FILE.json --format model-explorer`."""
-    from ..refs import resolve_module
-    from ..select import stage_of
-    from ..view import write_model_explorer_json
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.navigate.select import stage_of
+    from xlarun.view import write_model_explorer_json
 
     stage = stage_of(stage)
     the_store = open_store(store)

@@ -7,10 +7,10 @@ into this store (:mod:`xlarun.executors.ray_cluster`; needs ``pip install 'xlaru
 
 from __future__ import annotations
 
-from ..batch import BatchEvent, BatchResult, run_batch
-from ..errors import InputError
-from ..spec import LoadedSpec
-from ..store import Store
+from xlarun.batch import BatchEvent, BatchResult, run_batch
+from xlarun.capture.spec import LoadedSpec
+from xlarun.errors import InputError
+from xlarun.store.facade import Store
 
 #: The executors a batch can run on (``--executor``, ``executor:`` in a spec).
 EXECUTORS = ("local", "ray")
@@ -39,12 +39,12 @@ def run_batch_on(
     """Run a batch on ``executor``: ``local`` runs ``jobs`` cells at a time here (default 1); ``ray`` submits every
     cell at once (at most ``jobs`` when given) to the cluster at ``address`` and retries a cell whose node was
     lost up to ``retries`` times, sending the spec's folder to the nodes as ``ship`` says (auto, always, never)."""
-    from .project import SHIP_MODES
+    from xlarun.executors.project import SHIP_MODES
 
     if ship not in SHIP_MODES:
         raise InputError(f"unknown --ship setting {ship!r}", f"use one of: {', '.join(SHIP_MODES)}")
     if executor == "ray":
-        from .ray_cluster import run_batch_on_ray
+        from xlarun.executors.ray_cluster import run_batch_on_ray
 
         return run_batch_on_ray(
             cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries, ship=ship

@@ -37,8 +37,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..interrupts import STOP_SIGNALS, StopRequest, process_alive, stop_on_signals
-from .project import Project, place
+from xlarun.executors.project import Project, place
+from xlarun.interrupts import STOP_SIGNALS, StopRequest, process_alive, stop_on_signals
 
 #: How long a stopped capture may take to archive what its job wrote before the wait for it gives up.
 STOP_GRACE_S = 30.0
@@ -85,7 +85,7 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
     scratch, project, ...}) or {error}. ``request`` is the pickled (LoadedSpec, batch id, matrix values, the
     driver's argv); ``project`` the snapshot of the project folder (None when not sent), placed as ``ship`` says
     (see :mod:`xlarun.executors.project`)."""
-    from ..errors import XlarunError
+    from xlarun.errors import XlarunError
 
     scratch = node_staging_root() / scratch_name
     scratch.mkdir(parents=True)  # before saying where: from then on the driver can stop the cell through it
@@ -164,8 +164,8 @@ def stop_capture(scratch: Path, timeout_s: float = STOP_GRACE_S) -> bool:
 def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
     """Ray task, on the node that ran the cell: the run as a Shipment carrying the files in ``missing`` (every
     file when None). The staging store stays until the driver has committed the run (:func:`discard_scratch`)."""
-    from ..store import Store
-    from .shipping import pack_run
+    from xlarun.executors.shipping import pack_run
+    from xlarun.store.facade import Store
 
     store = Store.open(Path(scratch) / "store", create=False)
     try:
@@ -294,9 +294,9 @@ def _main(scratch: Path, worker_pid: int) -> int:
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a Ray worker's thread blocks SIGINT, and we inherit that
     (scratch / "capture.pid").write_text(str(os.getpid()))
-    from ..capture import capture
-    from ..errors import XlarunError
-    from ..store import Store
+    from xlarun.capture.launch import capture
+    from xlarun.errors import XlarunError
+    from xlarun.store.facade import Store
 
     loaded, batch_id, matrix, argv = pickle.loads((scratch / "request.pickle").read_bytes())
     sys.argv = list(argv)  # the manifest records the command the user ran, on the driver

@@ -46,7 +46,7 @@ def probe_node_resources(slots: int | None = None) -> list[Capability]:
     """What this machine proves it can serve, from ``xlarun doctor``'s checks: a framework for ``local``, the Docker
     daemon and the xlarun-cpu image for ``docker-cpu``, the NVIDIA runtime and a GPU for ``docker-gpu``, an IPU device
     and Docker for ``docker-ipu``. ``slots`` is how many CPU cells may run at once (default: half the cores)."""
-    from ..doctor import check_docker, check_gpu_and_ipu, check_python_packages
+    from xlarun.doctor import check_docker, check_gpu_and_ipu, check_python_packages
 
     slots = slots or max(1, (os.cpu_count() or 2) // 2)
     found: list[Capability] = []

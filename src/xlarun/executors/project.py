@@ -31,9 +31,9 @@ from pathlib import Path
 
 import zstandard
 
-from ..blobs import content_digest
-from ..errors import InputError
-from ..spec import LoadedSpec
+from xlarun.capture.spec import LoadedSpec
+from xlarun.errors import InputError
+from xlarun.store.packs import content_digest
 
 #: What a snapshot may hold at most: more is not sent (see the module docstring).
 SHIP_LIMIT_BYTES = 64 << 20

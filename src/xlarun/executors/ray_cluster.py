@@ -33,15 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..backends.base import RunStatus
-from ..batch import BatchEvent, BatchResult, CellOutcome, CellSkipped, run_batch
-from ..capture import CaptureResult
-from ..errors import EnvironmentProblem, JobFailed, XlarunError
-from ..interrupts import StopRequest
-from ..manifest import Manifest
-from ..spec import LoadedSpec
-from ..store import Store
-from .node_side import (
+from xlarun.batch import BatchEvent, BatchResult, CellOutcome, CellSkipped, run_batch
+from xlarun.capture.launch import CaptureResult
+from xlarun.capture.spec import LoadedSpec
+from xlarun.errors import EnvironmentProblem, JobFailed, XlarunError
+from xlarun.executors.node_side import (
     STOP_GRACE_S,
     capture_cell_on_node,
     discard_scratch,
@@ -50,9 +46,12 @@ from .node_side import (
     left_on_node,
     new_scratch_name,
 )
-from .placement import describe_offer, probe_node_resources, resource_for
-from .project import Project, ProjectTooBig, project_root, snapshot
-from .shipping import lacking, receive_run
+from xlarun.executors.placement import describe_offer, probe_node_resources, resource_for
+from xlarun.executors.project import Project, ProjectTooBig, project_root, snapshot
+from xlarun.executors.shipping import lacking, receive_run
+from xlarun.interrupts import StopRequest
+from xlarun.store.facade import Store
+from xlarun.store.manifest import Manifest, RunStatus
 
 _POLL_S = 0.2
 #: Cells in flight at once when ``jobs`` is not given (Ray queues the rest by resources anyway).

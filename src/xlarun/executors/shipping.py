@@ -17,10 +17,10 @@ from pathlib import Path
 
 import zstandard
 
-from ..backends.base import OUTPUT_DIRS
-from ..blobs import content_digest
-from ..errors import StoreError
-from ..store import Store, StoredFile
+from xlarun.errors import StoreError
+from xlarun.store.facade import Store, StoredFile
+from xlarun.store.manifest import OUTPUT_DIRS
+from xlarun.store.packs import content_digest
 
 #: The run folder's files that travel with a run (files.json is rebuilt from the file list).
 METADATA_FILES = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")

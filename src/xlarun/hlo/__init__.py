@@ -12,9 +12,9 @@ import gzip
 import re
 from pathlib import Path
 
-from ..errors import InputError
-from .lex import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
-from .model import (  # noqa: F401 (the model's public names, importable from xlarun.hlo)
+from xlarun.errors import InputError
+from xlarun.hlo.lex import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
+from xlarun.hlo.model import (  # noqa: F401 (the model's public names, importable from xlarun.hlo)
     CALLED_COMPUTATION_KEYS,
     INSTRUCTION_REF_KEYS,
     OPCODES,
@@ -26,8 +26,8 @@ from .model import (  # noqa: F401 (the model's public names, importable from xl
     format_signature,
     signature_of,
 )
-from .scan import TextFacts, scan_hlo_text  # noqa: F401
-from .text import parse_hlo_text
+from xlarun.hlo.scan import TextFacts, scan_hlo_text  # noqa: F401
+from xlarun.hlo.text import parse_hlo_text
 
 # What HLO text starts with, after comments: the HloModule line, or a computation (name, maybe its
 # parameters and result, '{', then an instruction), as XLA's parser reads a file without an HloModule line.
@@ -86,7 +86,7 @@ def load_hlo(data: bytes, name: str = "", kind: str | None = None, summary: bool
             kind = "proto"
     if kind == "text":
         return parse_hlo_text(data.decode("utf-8", errors="replace"), summary=summary)
-    from .proto import summarize_hlo_proto  # loaded when a proto is read
+    from xlarun.hlo.proto import summarize_hlo_proto  # loaded when a proto is read
 
     return summarize_hlo_proto(data)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .lex import LineError
+from xlarun.hlo.lex import LineError
 
 # Nested instructions and tuple shapes deeper than this are refused (XLA has a recursion limit too).
 MAX_DEPTH = 200
@@ -196,7 +196,7 @@ class GrammarParser:
 
     def instruction_list(self, name: str, at: int):
         """``{ instructions }`` as a computation called ``name``, added (as XLA adds it) once it is read."""
-        from .model import HloComputation
+        from xlarun.hlo.model import HloComputation
 
         self.expect("{", "'{' opening the computation's instructions")
         if name in self.computations:
@@ -224,7 +224,7 @@ class GrammarParser:
         instruction.is_root = is_root
 
     def right_hand_side(self, computation, name: str, with_attributes: bool):
-        from .model import HloInstruction, apply_metadata, called_computations
+        from xlarun.hlo.model import HloInstruction, apply_metadata, called_computations
 
         self.depth += 1
         if self.depth > MAX_DEPTH:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .lex import split_top_level, strip_comments, strip_layouts, unquote
+from xlarun.hlo.lex import split_top_level, strip_comments, strip_layouts, unquote
 
 #: Attributes whose value names computations the instruction calls (``calls=%fused``, ``branch_computations={...}``).
 CALLED_COMPUTATION_KEYS = frozenset(
@@ -234,7 +234,7 @@ def assemble_module(
     entry = entry or next(reversed(computations))
     computations[entry].is_entry = True
     if computations[entry].root and _root_of(computations[entry]).opcode in SHAPE_SET_BY_XLA:
-        from .shapes import infer_missing_shapes  # the signature shows the shape XLA gives it
+        from xlarun.hlo.shapes import infer_missing_shapes  # the signature shows the shape XLA gives it
 
         infer_missing_shapes(computations)
     _resolve_stack_frames(computations.values(), tables)

@@ -2,7 +2,7 @@
 
 Accepts what XLA writes as ``.pb``: an HloProto (``*.hlo.pb`` dumps; field 1 is the module),
 a bare HloModuleProto, or an HloSnapshot (field 1 is an HloProto). Decoded with
-:mod:`xlarun.protowire`; the field numbers below come from XLA's ``xla/service/hlo.proto`` and
+:mod:`xlarun.hlo.protowire`; the field numbers below come from XLA's ``xla/service/hlo.proto`` and
 ``xla/xla_data.proto``, and only those needed are named.
 
 What differs from the text summary of the same module:
@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 from typing import TypeGuard
 
-from ..errors import InputError
-from ..protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
-from .model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
+from xlarun.errors import InputError
+from xlarun.hlo.model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
+from xlarun.hlo.protowire import as_signed64, as_str, fields_by_number, first, repeated_varints
 
 # HloProto.hlo_module, and HloSnapshot.hlo (an HloProto)
 HLO_PROTO_MODULE = 1

@@ -9,9 +9,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .lex import LineError, as_xla_prints
-from .model import OPCODES, HloInstruction, _frame_locator, _signature_from_layout, apply_metadata
-from .text import _METADATA, _MODULE_LINE, _SECTION_ENTRY, _SECTIONS, _parse_attributes, _parse_instruction
+from xlarun.hlo.lex import LineError, as_xla_prints
+from xlarun.hlo.model import OPCODES, HloInstruction, _frame_locator, _signature_from_layout, apply_metadata
+from xlarun.hlo.text import _METADATA, _MODULE_LINE, _SECTION_ENTRY, _SECTIONS, _parse_attributes, _parse_instruction
 
 
 @dataclass

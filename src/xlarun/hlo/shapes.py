@@ -75,7 +75,7 @@ def _ints(attributes: dict[str, str], key: str) -> list[int]:
 
 
 def _tuple_elements(shape: str) -> list[str]:
-    from .lex import split_top_level
+    from xlarun.hlo.lex import split_top_level
 
     if not shape.startswith("("):
         raise ValueError(shape)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InputError
-from .lex import LineError, split_top_level, strip_comments, walk
-from .model import (
+from xlarun.errors import InputError
+from xlarun.hlo.lex import LineError, split_top_level, strip_comments, walk
+from xlarun.hlo.model import (
     HloComputation,
     HloInstruction,
     HloModule,
@@ -310,8 +310,8 @@ _ERROR_LINE = re.compile(r"HLO text line (\d+)")
 
 def _parse_any_layout(text: str, line_error: InputError) -> HloModule:
     """The module read by XLA's grammar; when that fails too, the error of the reader that got further."""
-    from .grammar import GrammarParser, HloSyntaxError
-    from .shapes import infer_missing_shapes
+    from xlarun.hlo.grammar import GrammarParser, HloSyntaxError
+    from xlarun.hlo.shapes import infer_missing_shapes
 
     try:
         parsed = GrammarParser(text).parse()

@@ -4,7 +4,7 @@ and TensorFlow GraphDefs with their XLA clusters coloured.
 From Python::
 
     from xlarun.render import RenderOptions, render_stored_file
-    from xlarun.select import select_file
+    from xlarun.navigate.select import select_file
     module = resolve_module(store.index, "train_step")
     graph = render_stored_file(store, module.run_id, select_file(module, purpose="graph"), RenderOptions(format="svg"))
     Path("g.svg").write_bytes(graph.data)
@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from ..hlo import gunzip, load_hlo, looks_like_hlo_text
-from .graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
-from .graphdef import graphdef_graph
-from .hlo_graph import hlo_graph, hlo_neighbourhood
-from .layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
+from xlarun.errors import InputError
+from xlarun.hlo import gunzip, load_hlo, looks_like_hlo_text
+from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
+from xlarun.render.graphdef import graphdef_graph
+from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
+from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
 
 if TYPE_CHECKING:
-    from ..index import FileInfo
-    from ..runstore import RunStore
+    from xlarun.store.index import FileInfo
+    from xlarun.store.runs import RunStore
 
 __all__ = [
     "DEFAULT_NODE_LIMIT", "DEFAULT_TIMEOUT_S", "FORMATS", "Graph", "GraphTooBig", "LayoutTimeout", "RenderOptions",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import graphviz
 
-from ..errors import InputError
+from xlarun.errors import InputError
 
 #: Above this many nodes a whole graph is not laid out (dot takes minutes or hangs); --around draws a part.
 DEFAULT_NODE_LIMIT = 1500

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .graph import Cluster, Edge, Graph, Node
-from .textproto import TextProto, parse_text_proto
+from xlarun.render.graph import Cluster, Edge, Graph, Node
+from xlarun.render.textproto import TextProto, parse_text_proto
 
 #: Node attributes that name the XLA cluster a node belongs to.
 CLUSTER_ATTRIBUTES = ("_XlaCluster", "_xla_compile_id")

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from ..errors import InputError
-from ..hlo import HloComputation, HloInstruction, HloModule, strip_layouts
-from .graph import Cluster, Edge, Graph, Node, neighbourhood
+from xlarun.errors import InputError
+from xlarun.hlo import HloComputation, HloInstruction, HloModule, strip_layouts
+from xlarun.render.graph import Cluster, Edge, Graph, Node, neighbourhood
 
 #: Opcode category -> (fill colour, opcodes). The rest are elementwise (white).
 CATEGORIES: dict[str, tuple[str, frozenset[str]]] = {

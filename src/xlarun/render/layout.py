@@ -10,7 +10,7 @@ import shutil
 import signal
 import subprocess
 
-from ..errors import EnvironmentProblem, InputError
+from xlarun.errors import EnvironmentProblem, InputError
 
 #: Output formats ``render`` writes; ``dot`` is the DOT text itself (no layout).
 FORMATS = ("svg", "png", "pdf", "dot")

@@ -20,10 +20,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import EnvironmentProblem, InputError
-from .choose import ReplayChoice, choose_replay_input
-from .options import ReplayOptions
-from .result import INPUT_KINDS, VERDICTS, OutputSummary, ReplayResult
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.replay.choose import ReplayChoice, choose_replay_input
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.result import INPUT_KINDS, VERDICTS, OutputSummary, ReplayResult
 
 __all__ = [
     "INPUT_KINDS",
@@ -45,7 +45,7 @@ def resolve_engine(options: ReplayOptions) -> str:
     """The engine ``options.engine`` means here: ``auto`` becomes pjrt when jaxlib imports, else a runner."""
     if options.engine != "auto":
         return options.engine
-    from . import drivers, pjrt
+    from xlarun.replay import drivers, pjrt
 
     if pjrt.jaxlib_version() is not None:
         return "pjrt"
@@ -86,7 +86,7 @@ def replay_file(
     options = (options or ReplayOptions()).validate()
     engine = resolve_engine(options)
     if engine == "pjrt" and options.isolate != "never":
-        from .worker import ReplayWorker
+        from xlarun.replay.worker import ReplayWorker
 
         with ReplayWorker() as worker:
             return worker.replay(
@@ -110,7 +110,7 @@ def replay_file(
             snapshot=snapshot,
             snapshot_data=snapshot_data,
         )
-    from .drivers import run_runner
+    from xlarun.replay.drivers import run_runner
 
     if snapshot is not None:
         raise InputError(f"--snapshot works with the pjrt engine only, not {engine}", "give the runner the snapshot file itself")
@@ -157,7 +157,7 @@ def replay_here(
 
 
 def _load_snapshot(path: str | Path, data: bytes | None):
-    from .sources import SNAPSHOT, load_source
+    from xlarun.replay.sources import SNAPSHOT, load_source
 
     snapshot = load_source(Path(path), data)
     if snapshot.file_format != SNAPSHOT:
@@ -170,8 +170,8 @@ def _load_snapshot(path: str | Path, data: bytes | None):
 def _replay_pjrt(
     path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure
 ) -> ReplayResult:
-    from .engine import replay_with_pjrt
-    from .sources import load_source, unoptimized_sibling
+    from xlarun.replay.engine import replay_with_pjrt
+    from xlarun.replay.sources import load_source, unoptimized_sibling
 
     source = load_source(path, data)
     if snapshot is not None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
+from xlarun.errors import InputError
+from xlarun.replay.sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
 
 # HloSnapshots: PJRT's '.snapshot.<n>.pb', and '.execution_<n>.hlo_snapshot.pb' with or without a module id (TF's)
 _SNAPSHOT = re.compile(r"(\.snapshot\.-?\d+\.pb|\.execution_\d+\.hlo_snapshot\.pb|\.hlo_snapshot\.pb)(\.gz)?$")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .literals import describe
+from xlarun.replay.literals import describe
 
 
 @dataclass

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from . import pjrt
-from .limits import check_text_nesting
-from .sources import ELIDED_WARNING, load_source
+from xlarun.errors import InputError
+from xlarun.replay import pjrt
+from xlarun.replay.limits import check_text_nesting
+from xlarun.replay.sources import ELIDED_WARNING, load_source
 
 FORMATS = ("text", "proto")
 
@@ -37,7 +37,7 @@ def convert_hlo(
     if to not in FORMATS:
         raise InputError(f"cannot convert to {to!r}", f"use one of: {', '.join(FORMATS)}")
     if not in_process:
-        from .worker import ReplayWorker
+        from xlarun.replay.worker import ReplayWorker
 
         with ReplayWorker() as worker:
             return worker.convert(path, to, data, timeout_s)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..errors import EngineError, InputError
-from ..hlo.lex import LineError, walk
-from ..hlo.lex import split_top_level as _split_raw
-from .literals import primitive_type
+from xlarun.errors import EngineError, InputError
+from xlarun.hlo.lex import LineError, walk
+from xlarun.hlo.lex import split_top_level as _split_raw
+from xlarun.replay.literals import primitive_type
 
 
 class CannotDeoptimize(EngineError):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from ..hlo.lex import LineError, walk
-from ..protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, iter_fields, packed_varints
+from xlarun.hlo.lex import LineError, walk
+from xlarun.hlo.protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, iter_fields, packed_varints
 
 # HloModuleProto, HloComputationProto, HloInstructionProto field numbers (xla/service/hlo.proto)
 _MODULE_COMPUTATIONS, _MODULE_SCHEDULE = 3, 7

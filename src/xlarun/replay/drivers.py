@@ -26,9 +26,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import EnvironmentProblem, InputError
-from .options import ReplayOptions
-from .result import ReplayResult
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.result import ReplayResult
 
 RUNNERS = {"run_hlo_module": "XLARUN_RUN_HLO_MODULE", "hlo_runner_main": "XLARUN_HLO_RUNNER_MAIN"}
 #: xlarun platform -> the name XLA's PlatformUtil takes.
@@ -205,8 +205,8 @@ def _run_runner_in_image(
     runner: str, image: str, path: str | Path, options: ReplayOptions, sink: Callable[[str], None] | None
 ) -> ReplayResult:
     """The same command line, run inside ``image`` (``options.image``) with the dump file's folder mounted read-only."""
-    from ..backends.docker import run_in_image
-    from ..images import find_runner_in_image
+    from xlarun.capture.backends.docker import run_in_image
+    from xlarun.capture.images import find_runner_in_image
 
     binary = options.runner_path or find_runner_in_image(image, runner)
     if not binary:

@@ -21,16 +21,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import EngineError, InputError, XlarunError
-from . import pjrt
-from .compare import Comparison, compare_outputs
-from .deoptimize import CannotDeoptimize, deoptimize_hlo_text
-from .fakedata import fake_arguments
-from .limits import check_data_size, check_text_nesting
-from .literals import describe, flatten
-from .options import ReplayOptions
-from .result import OutputSummary, ReplayResult
-from .sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes, entry_result_shape, module_opcodes
+from xlarun.errors import EngineError, InputError, XlarunError
+from xlarun.replay import pjrt
+from xlarun.replay.compare import Comparison, compare_outputs
+from xlarun.replay.deoptimize import CannotDeoptimize, deoptimize_hlo_text
+from xlarun.replay.fakedata import fake_arguments
+from xlarun.replay.limits import check_data_size, check_text_nesting
+from xlarun.replay.literals import describe, flatten
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.result import OutputSummary, ReplayResult
+from xlarun.replay.sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes, entry_result_shape, module_opcodes
 
 Log = Callable[[str], None]
 #: Opcodes that wait for the host to send data a replay never sends: the run would hang.

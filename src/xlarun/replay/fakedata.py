@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from .literals import Shape, numpy_dtype, primitive_type
+from xlarun.errors import InputError
+from xlarun.replay.literals import Shape, numpy_dtype, primitive_type
 
 
 def fake_argument(shape: Shape, seed: int = 0, parameter_number: int = 0):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InputError
+from xlarun.errors import InputError
 
 #: Arguments + results a replay may make by default (``--max-data-size``).
 DEFAULT_MAX_DATA_BYTES = 4 << 30

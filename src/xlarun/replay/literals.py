@@ -1,7 +1,7 @@
 """XLA literals <-> numpy arrays, without XLA's .proto files.
 
 Decodes ``ShapeProto`` and ``LiteralProto`` (field numbers from ``xla/xla_data.proto``) with
-:mod:`xlarun.protowire`, for every ``PrimitiveType``. 8/16-bit, sub-byte and fp8 types arrive
+:mod:`xlarun.hlo.protowire`, for every ``PrimitiveType``. 8/16-bit, sub-byte and fp8 types arrive
 as little-endian bytes and become ``ml_dtypes`` arrays (jax depends on ``ml_dtypes``); without
 it they stay raw unsigned storage of the same width. Array data in a literal is stored in the
 physical order of its layout (``minor_to_major``); the decoded array is always in logical order.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..protowire import (
+from xlarun.errors import InputError
+from xlarun.hlo.protowire import (
     LENGTH_DELIMITED,
     as_bytes,
     as_signed64,

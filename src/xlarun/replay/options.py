@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..errors import InputError
-from .limits import DEFAULT_MAX_DATA_BYTES
+from xlarun.errors import InputError
+from xlarun.replay.limits import DEFAULT_MAX_DATA_BYTES
 
 #: Seconds the built-in engine's child may run when no --timeout is given.
 DEFAULT_ENGINE_TIMEOUT_S = 900.0

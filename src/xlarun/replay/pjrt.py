@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineError, EnvironmentProblem, InputError
+from xlarun.errors import EngineError, EnvironmentProblem, InputError
 
 #: The jaxlib versions the engine is proven on (the compat tests replay on both ends and one between).
 SUPPORTED_JAXLIB = ("0.4.30", "0.12")
@@ -146,7 +146,7 @@ def text_to_module_proto(text: str) -> bytes:
 
 
 def _parse_without_debug_info(parse, text: str):
-    from .downgrade import strip_debug_info
+    from xlarun.replay.downgrade import strip_debug_info
 
     stripped = strip_debug_info(text)
     if stripped == text:
@@ -162,7 +162,7 @@ def _with_narrow_ids(convert, module_proto: bytes):
     try:
         return convert(module_proto)
     except Exception:
-        from .downgrade import has_wide_instruction_ids, renumber_instructions
+        from xlarun.replay.downgrade import has_wide_instruction_ids, renumber_instructions
 
         if not has_wide_instruction_ids(module_proto):
             raise

@@ -152,8 +152,8 @@ def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
 def _serve(platform_name: str) -> int:
     import pickle
 
-    from ..errors import XlarunError
-    from .pjrt import Platform, _register_jax_custom_calls
+    from xlarun.errors import XlarunError
+    from xlarun.replay.pjrt import Platform, _register_jax_custom_calls
 
     platform = Platform(platform_name)
     arguments: dict[str, list] = {}
@@ -190,8 +190,8 @@ def _reason(returncode: int, stderr: str) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    from ..errors import XlarunError
-    from .pjrt import Platform
+    from xlarun.errors import XlarunError
+    from xlarun.replay.pjrt import Platform
 
     if argv[:1] == ["--serve"]:
         return _serve(argv[1])

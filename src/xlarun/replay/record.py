@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .choose import choose_replay_input
-from .options import ReplayOptions
-from .result import ReplayResult
+from xlarun.replay.choose import choose_replay_input
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.result import ReplayResult
 
 if TYPE_CHECKING:
-    from ..index import ModuleInfo
-    from ..store import Store
+    from xlarun.store.facade import Store
+    from xlarun.store.index import ModuleInfo
 
 REPLAYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS replays (
@@ -79,7 +79,7 @@ def replay_stored_module(
     store: Store, module: ModuleInfo, options: ReplayOptions, sink=None, file: str | None = None
 ) -> ReplayRecord:
     """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
-    from . import replay_file
+    from xlarun.replay import replay_file
 
     def read(path: str) -> bytes:
         return store.read_file(module.run_id, path)
@@ -87,7 +87,7 @@ def replay_stored_module(
     choice = choose_replay_input([(f.path, f) for f in module.files], read=read)
     path = file or choice.path
     if file is not None and file not in {f.path for f in module.files}:
-        from ..errors import InputError
+        from xlarun.errors import InputError
 
         raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
     unoptimized = choice.unoptimized if choice.unoptimized != path else None
@@ -110,7 +110,7 @@ def replay_and_record_file(
     store: Store, path: str | Path, options: ReplayOptions, sink=None, snapshot: str | Path | None = None
 ) -> ReplayRecord:
     """Replay a dump file that is not in the store, and record the replay in the store."""
-    from . import replay_file
+    from xlarun.replay import replay_file
 
     started, clock = _now(), time.perf_counter()
     result = replay_file(path, options, sink, snapshot=snapshot)
@@ -127,7 +127,7 @@ def record_replay(
     module_id: int | None = None,
 ) -> ReplayRecord:
     """Write the replay's JSON record into the store and its row into the index."""
-    from ..store import new_run_id
+    from xlarun.store.facade import new_run_id
 
     record = ReplayRecord(new_run_id(), run_id, module_id, started, duration_s, options.to_dict(), result)
     folder = (store.runs_dir / run_id / "replays") if run_id else (store.root / "replays")

@@ -6,7 +6,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from ..errors import EngineError, ExitCode, ReplayMismatch
+from xlarun.errors import EngineError, ExitCode, ReplayMismatch
 
 #: ``match``: every comparison passed; ``mismatch``: one failed; ``ran``: nothing to compare
 #: against; ``engine-error``: the module could not be compiled or run.

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..hlo import gunzip, looks_like_hlo_text, looks_like_text
-from ..hlo.proto import classify_proto
-from ..protowire import as_bytes, as_str, fields_by_number, first
-from . import literals
+from xlarun.errors import InputError
+from xlarun.hlo import gunzip, looks_like_hlo_text, looks_like_text
+from xlarun.hlo.proto import classify_proto
+from xlarun.hlo.protowire import as_bytes, as_str, fields_by_number, first
+from xlarun.replay import literals
 
 #: ``{...}``: a constant printed without its values (dumped without --xla_dump_large_constants).
 ELIDED_CONSTANT = re.compile(r"constant\(\{\.\.\.\}\)")

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from .. import errors
-from ..errors import EngineError, XlarunError
-from .limits import address_space_limit
-from .options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
-from .result import ReplayResult
+from xlarun import errors
+from xlarun.errors import EngineError, XlarunError
+from xlarun.replay.limits import address_space_limit
+from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
+from xlarun.replay.result import ReplayResult
 
 Sink = Callable[[str], None]
 _STEPS = {
@@ -114,7 +114,7 @@ class ReplayWorker:
 
     def convert(self, path: str | Path, to: str, data: bytes | None = None, timeout_s: float | None = None):
         """:func:`xlarun.replay.convert.convert_hlo` in the child; EngineError when XLA dies doing it."""
-        from .convert import Converted
+        from xlarun.replay.convert import Converted
 
         output = os.path.join(self._tmp.name, "converted")
         request = {"kind": "convert", "path": str(path), "to": to, "data_file": self._spill("data", data), "output": output}
@@ -260,7 +260,7 @@ class _Crash:
         fatal = next((line for line in lines if line.startswith("F") and "] " in line[:60]), None)
         memory = any("MemoryError" in line or "bad_alloc" in line or "Out of memory" in line for line in lines)
         if memory or (returncode == -signal.SIGKILL and limit):
-            from .limits import format_size
+            from xlarun.replay.limits import format_size
 
             space = address_space_limit(limit)
             where = f" (its address space is limited to {format_size(space)})" if space else ""
@@ -350,13 +350,13 @@ def _handle(request: dict, send: Callable[[dict], None]) -> dict:
         return Path(request[key]).read_bytes() if request.get(key) else None
 
     if request["kind"] == "convert":
-        from .convert import convert_hlo
+        from xlarun.replay.convert import convert_hlo
 
         send({"stage": "convert"})
         converted = convert_hlo(request["path"], request["to"], read("data_file"), in_process=True)
         Path(request["output"]).write_bytes(converted.data)
         return {"converted": {"module_name": converted.module_name, "warnings": converted.warnings}}
-    from . import replay_here
+    from xlarun.replay import replay_here
 
     options = ReplayOptions(**{**request["options"], "isolate": "never"})
     result = replay_here(

@@ -8,6 +8,6 @@ The site works from ``file://`` with no server and no network; ``index.json`` be
 ``index.html`` holds the same facts for scripts.
 """
 
-from .build import BuiltReport, ReportOptions, build_batch_report, build_run_report
+from xlarun.report.build import BuiltReport, ReportOptions, build_batch_report, build_run_report
 
 __all__ = ["BuiltReport", "ReportOptions", "build_batch_report", "build_run_report"]

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from markupsafe import Markup, escape
 
 if TYPE_CHECKING:
-    from ..bisect.result import BisectResult
-    from ..store import Store
+    from xlarun.bisect.bisect_result import BisectResult
+    from xlarun.store.facade import Store
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
 
@@ -33,7 +33,7 @@ def bisection_blocks(store: Store, run_id: str, module_id: int) -> list[Bisectio
     """One block per recorded bisection of the module, newest first (none when the bisect stage is absent)."""
     if not any((store.runs_dir / run_id / "bisections").glob("*.json")):
         return []
-    from ..bisect.record import bisections_for
+    from xlarun.bisect.recorded import bisections_for
 
     blocks = []
     for record in reversed(bisections_for(store, run_id, module_id)):

@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from markupsafe import Markup
 
-from .. import __version__
-from ..console import human_bytes, to_jsonable
-from ..errors import InputError
-from .bisections import bisection_blocks
-from .collect import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
-from .graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
+from xlarun import __version__
+from xlarun.console import human_bytes, to_jsonable
+from xlarun.errors import InputError
+from xlarun.report.bisections import bisection_blocks
+from xlarun.report.gather import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
+from xlarun.report.graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
 
 if TYPE_CHECKING:
-    from ..index import ModuleInfo, RunInfo
-    from ..store import Store
+    from xlarun.store.facade import Store
+    from xlarun.store.index import ModuleInfo, RunInfo
 
 MARKER = ".xlarun-report"
 STATIC_FILES = ("report.css", "report.js")

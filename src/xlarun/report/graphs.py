@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..errors import XlarunError
-from ..render import RenderOptions, graph_of, layout, to_dot
-from ..render.graph import Graph, neighbourhood
-from ..select import select_file
+from xlarun.errors import XlarunError
+from xlarun.navigate.select import select_file
+from xlarun.render import RenderOptions, graph_of, layout, to_dot
+from xlarun.render.graph import Graph, neighbourhood
 
 if TYPE_CHECKING:
-    from ..index import FileInfo, ModuleInfo
-    from ..runstore import RunStore
+    from xlarun.store.index import FileInfo, ModuleInfo
+    from xlarun.store.runs import RunStore
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"

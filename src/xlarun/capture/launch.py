@@ -1,0 +1,399 @@
+"""``capture``: spec -> launch -> archive -> index, the pipeline behind ``xlarun capture``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from xlarun.capture.backends import make_backend
+from xlarun.capture.backends.base import Job, LaunchResult
+from xlarun.capture.flags import compose_env, redact_env, where_flag_comes_from
+from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
+from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
+from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
+from xlarun.killpoints import kill_point
+from xlarun.store.facade import FileNote, Store, StoredFile
+from xlarun.store.index import ModuleInfo
+from xlarun.store.manifest import Manifest, RunStatus, git_facts, host_facts, probe_versions, utc_now
+
+#: Called while archiving: (files done, files total).
+ArchiveProgress = Callable[[int, int], None]
+
+NO_DUMP_WARNING = (
+    "the run produced no XLA dump: nothing was compiled with XLA, or every compile hit a cache "
+    "(JAX: jit something; TF: use jit_compile=True or tensorflow.auto_jit)"
+)
+
+
+@dataclass
+class CaptureResult:
+    """What a capture produced. ``modules`` lists the main program first."""
+
+    run_id: str
+    status: RunStatus
+    exit_code: int | None
+    run_dir: Path
+    manifest: Manifest
+    modules: list[ModuleInfo] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
+    signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RunStatus.SUCCEEDED and self.manifest.files > 0
+
+
+class _LogSink:
+    """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
+
+    def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
+        # open for the job's whole life: close() ends them
+        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}  # noqa: SIM115
+        self.echo = echo
+        self.prefix = prefix
+        self.lock = threading.Lock()
+        self.error: str | None = None
+
+    def __call__(self, stream: str, text: str) -> None:
+        with self.lock:
+            if self.files[stream] is not None:
+                try:
+                    self.files[stream].write(text)
+                    self.files[stream].flush()
+                except OSError as exc:  # a full disk: keep reading the job's output (else it blocks), say so
+                    self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
+                    self._close(stream)
+            if self.echo:
+                target = sys.stdout if stream == "stdout" else sys.stderr
+                if self.prefix:
+                    text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
+                try:
+                    target.write(text)
+                    target.flush()
+                except (OSError, ValueError):  # the terminal went away (SIGHUP): the logs still get everything
+                    self.echo = False
+
+    def close(self) -> None:
+        for stream in self.files:
+            self._close(stream)
+
+    def _close(self, stream: str) -> None:
+        handle, self.files[stream] = self.files[stream], None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError as exc:
+                self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
+
+
+def _in_background(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """Start ``fn(*args)`` in a thread; the returned function waits for its result (None if it raised)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        box["value"] = fn(*args)
+
+    thread = threading.Thread(target=run, name=f"xlarun-{fn.__name__}", daemon=True)
+    thread.start()
+
+    def result() -> Any:
+        thread.join()
+        return box.get("value")
+
+    return result
+
+
+def job_argv(loaded: LoadedSpec, backend_kind: str) -> list[str]:
+    """The command line of the job: interpreter, script, arguments."""
+    python = loaded.spec.python or (loaded.python if backend_kind == "local" else "python3")
+    return [python, str(loaded.script), *loaded.spec.args]
+
+
+def job_framework(loaded: LoadedSpec) -> str:
+    """The spec's framework, or the one its script imports for ``auto`` ("unknown" when none)."""
+    if loaded.spec.framework != "auto":
+        return loaded.spec.framework
+    return detect_framework(loaded.script) or "unknown"
+
+
+def probe_job_xla_flags(loaded: LoadedSpec, base_env: dict[str, str], cache: FlagNameCache | None = None) -> KnownXlaFlags | None:
+    """The XLA flags the job's framework knows, read from its library as the job's interpreter finds it;
+    None when that cannot be told, and then every flag is kept."""
+    if loaded.spec.backend.kind != "local":
+        # the framework lives in the image: reading its library would start a container (seconds) on
+        # every capture, so container jobs keep every flag and an abort is explained afterwards instead
+        return None
+    env = {**base_env, **loaded.spec.env}
+    python = job_argv(loaded, "local")[0]
+    return probe_known_xla_flags(
+        job_framework(loaded), python, env, script_dir=str(loaded.script.parent), cwd=str(loaded.workdir), cache=cache
+    )
+
+
+def _flag_rejection(staging: Path, loaded: LoadedSpec, base_env: dict[str, str]) -> FlagRejection | None:
+    """The flags the job's log says its XLA refused, each with where it came from."""
+    for name in ("stderr.log", "stdout.log"):
+        rejection = find_flag_rejection(_log_tail(staging / name))
+        if rejection is not None:
+            advice = "; ".join(f"--{flag}: {where_flag_comes_from(loaded.spec, base_env, flag)}" for flag in rejection.names)
+            return replace(rejection, advice=advice)
+    return None
+
+
+def _log_tail(path: Path, limit: int = 256 * 1024) -> str:
+    """The end of a log: XLA's fatal flag error is the last thing a job aborting on it writes."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def capture(
+    spec: LoadedSpec | str | Path,
+    store: Store | None = None,
+    *,
+    echo: bool = False,
+    echo_prefix: str = "",
+    on_archive: ArchiveProgress | None = None,
+    batch_id: str | None = None,
+    matrix: dict[str, Any] | None = None,
+    base_env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
+    stop: StopRequest | None = None,
+) -> CaptureResult:
+    """Run a spec's job with its dump environment, archive everything it wrote, and index it.
+
+    A job that fails, times out or is interrupted is archived all the same; look at
+    ``result.status``. Called from the main thread, SIGINT, SIGTERM and SIGHUP stop the job's process
+    group and the run is archived as ``interrupted`` (``result.signal`` names the signal); ``stop`` is
+    shared by the captures of one batch. Raises :class:`XlarunError` only when nothing could be run or kept.
+    """
+    stop = stop or StopRequest(cancel)
+    with stop_on_signals(stop):
+        return _capture(
+            spec,
+            store,
+            echo=echo,
+            echo_prefix=echo_prefix,
+            on_archive=on_archive,
+            batch_id=batch_id,
+            matrix=matrix,
+            base_env=base_env,
+            stop=stop,
+        )
+
+
+def _capture(
+    spec: LoadedSpec | str | Path,
+    store: Store | None,
+    *,
+    echo: bool,
+    echo_prefix: str,
+    on_archive: ArchiveProgress | None,
+    batch_id: str | None,
+    matrix: dict[str, Any] | None,
+    base_env: dict[str, str] | None,
+    stop: StopRequest,
+) -> CaptureResult:
+    loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
+    store = store or Store.open()
+    backend = make_backend(loaded.spec.backend)
+    framework = job_framework(loaded)
+
+    if base_env is None:
+        base_env = dict(os.environ) if backend.kind == "local" else {}
+    known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
+
+    run_id, staging = store.begin_run()
+    paths = backend.job_paths(staging)
+    composed = compose_env(loaded.spec, paths, base_env, known_xla_flags)
+    job = Job(
+        argv=job_argv(loaded, backend.kind),
+        env=composed.env,
+        cwd=loaded.workdir,
+        run_dir=staging,
+        timeout_s=loaded.spec.timeout,
+        script_dir=loaded.script.parent,
+    )
+    job.cancel = stop.cancel
+    (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
+    resolved = {
+        "spec": loaded.spec.model_dump(mode="json"),
+        "spec_path": str(loaded.path),
+        "script": str(loaded.script),
+        "workdir": str(loaded.workdir),
+        "framework": framework,
+    }
+    (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
+
+    # package versions and git facts take a few subprocesses: gather them while the job runs
+    versions_later = _in_background(probe_versions, job.argv[0]) if backend.kind == "local" else lambda: {}
+    git_later = _in_background(git_facts, loaded.script.parent)
+    job.env.setdefault("XLARUN_RUN_ID", run_id)
+    sink = _LogSink(staging, echo, echo_prefix)
+    # dump files are archived as they settle, on a core the job leaves free, and the module texts the
+    # index needs are parsed then too
+    archiver = store.archiver(staging, progress=on_archive)
+    archiver.start()
+    t0 = time.monotonic()
+    started = utc_now()
+    try:
+        result: LaunchResult = backend.launch(job, sink)
+    except EnvironmentProblem as exc:  # daemon down, image missing...: still a run, recorded as an error
+        result = LaunchResult(
+            RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True}
+        )
+    except BaseException:
+        archiver.abandon()
+        raise
+    finally:
+        sink.close()
+    duration = time.monotonic() - t0
+
+    kill_point("job-ended")
+    warnings = list(composed.warnings)
+    # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
+    with stop.archiving(run_id, staging), store.lock():
+        try:
+            files: list[StoredFile] = archiver.finish()
+        except (OSError, sqlite3.Error, StoreError) as exc:  # a full disk, most likely
+            raise _not_committed(run_id, staging, exc) from None
+        rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
+        if rejection is not None:
+            warnings.append(rejection.explain())
+        elif not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+            warnings.append(NO_DUMP_WARNING)
+        if result.error:
+            warnings.append(result.error)
+        if sink.error:
+            warnings.append(sink.error)
+        if result.details.get("stopped_leftovers"):
+            warnings.append(str(result.details["stopped_leftovers"]))
+        signal_name = stop.signal_name
+        if signal_name and result.status == RunStatus.INTERRUPTED:
+            warnings.append(
+                f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived"
+            )
+        warnings += file_note_warnings(archiver.notes, run_id)
+        reported = result.details.get("versions")  # the image's framework versions (docker backend)
+        backend_versions = reported if isinstance(reported, dict) else {}
+        manifest = Manifest(
+            run_id=run_id,
+            name=loaded.spec.name,
+            status=result.status.value,
+            exit_code=result.exit_code,
+            error=result.error,
+            started=result.started,
+            ended=result.ended,
+            duration_s=round(duration, 3),
+            spec_path=str(loaded.path),
+            command=job.argv,
+            xlarun_command=list(sys.argv),
+            cwd=str(job.cwd),
+            backend=backend.kind,
+            backend_details=result.details,
+            framework=framework,
+            env_delta=redact_env(composed.delta),
+            xla_flags=composed.xla_flags,
+            tf_xla_flags=composed.tf_xla_flags,
+            versions={**(versions_later() or {}), **{k: str(v) for k, v in backend_versions.items()}},
+            host=host_facts(),
+            git=git_later(),
+            warnings=warnings,
+            batch_id=batch_id,
+            matrix=matrix,
+            tags=loaded.spec.tags,
+            files=len(files),
+            dump_bytes=sum(f.size for f in files),
+            signal=signal_name,
+            file_notes=[note.to_json() for note in archiver.notes],
+        )
+        store.open_index()  # before the commit: this run is ingested once, below
+        try:
+            run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
+        except OSError as exc:
+            raise _not_committed(run_id, staging, exc) from None
+        try:
+            store.ingest(run_id)
+        except sqlite3.Error as exc:  # a full disk: the run is committed; the index catches up when next opened
+            warnings.append(
+                f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room"
+            )
+            return CaptureResult(
+                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name
+            )
+        kill_point("indexed")
+    modules = store.index.modules(run_id)
+    return CaptureResult(
+        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name
+    )
+
+
+def _not_committed(run_id: str, staging: Path, exc: Exception) -> StoreError:
+    why = exc.message if isinstance(exc, StoreError) else (getattr(exc, "strerror", None) or str(exc))
+    return StoreError(
+        f"archiving run {run_id} failed: {why}; the job's output is kept in {staging}",
+        "free disk space, then `xlarun recover` makes it a run marked incomplete (`xlarun gc --discard-recoverable` deletes it)",
+    )
+
+
+def file_note_warnings(notes: list[FileNote], run_id: str) -> list[str]:
+    """One warning for the dump folder's paths that were not archived, one for those archived with a caveat."""
+    out = []
+    skipped = [n for n in notes if not n.archived]
+    caveats = [n for n in notes if n.archived]
+    for group, what in ((skipped, "not archived"), (caveats, "archived with a caveat")):
+        if group:
+            shown = "; ".join(f"{n.path}: {n.why}" for n in group[:3])
+            more = f"; and {len(group) - 3} more" if len(group) > 3 else ""
+            out.append(f"{len(group)} file(s) of the dump folder {what}: {shown}{more} (`xlarun files {run_id}` lists them)")
+    return out
+
+
+def exit_status_error(result: CaptureResult) -> XlarunError | None:
+    """The error a CLI should exit with for this capture, or None when it succeeded with a dump."""
+    from xlarun.errors import ExitCode, JobFailed
+
+    where = f"run {result.run_id} is archived"
+    if result.status == RunStatus.TIMED_OUT:
+        return JobFailed(
+            f"the job ran past its timeout and was killed; {where}", "raise `timeout:` in the spec", exit_code=ExitCode.TIMEOUT
+        )
+    if result.status == RunStatus.INTERRUPTED:
+        how = f"stopped by {result.signal}" if result.signal else "interrupted"
+        return JobFailed(f"{how}; {where} with what it wrote so far", None, exit_code=ExitCode(exit_code_for(result.signal)))
+    if result.signal:  # the job had ended: the run is whole, but xlarun was asked to stop
+        return JobFailed(
+            f"{result.signal} received while archiving; {where} ({result.status.value})",
+            None,
+            exit_code=ExitCode(exit_code_for(result.signal)),
+        )
+    if result.status == RunStatus.ERROR:
+        if result.manifest.backend_details.get("environment_problem"):
+            return EnvironmentProblem(f"the job could not start: {result.manifest.error}; {where}")
+        return JobFailed(
+            f"the job could not start: {result.manifest.error}; {where}",
+            "check `python:` and `script:` in the spec",
+            exit_code=ExitCode.FAILED,
+        )
+    if result.status == RunStatus.FAILED and result.flag_rejection is not None:
+        return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or None)
+    if result.status == RunStatus.FAILED:
+        return JobFailed(
+            f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output"
+        )
+    if result.manifest.files == 0:
+        return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
+    return None

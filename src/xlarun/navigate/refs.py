@@ -1,0 +1,160 @@
+"""Resolve what users type (REFs) to runs and modules.
+
+The one home for that decision: every command and the Python API resolve through these functions.
+
+A run REF is a run id, a unique prefix of one, a spec name (its latest run), or ``latest``.
+A batch REF is a batch id (``b20261122-103015-a1b2``), a unique prefix of one, or ``latest``.
+A module REF is ``module_0006``, ``6``, ``module_0006.jit_f``, a module name (``jit_f``) or a unique
+prefix or substring of one, or a dump file name; ``RUN/MODULE`` picks the run. Without a run, the latest run
+is searched first, then older runs, newest first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from xlarun.errors import RefError
+from xlarun.hlo.names import decode_dump_name
+from xlarun.store.index import Index, ModuleInfo, RunInfo
+
+_MODULE_ID = re.compile(r"^(?:module_)?(\d+)(?:\.(.+))?$")
+MAX_CANDIDATES = 10
+
+
+def resolve_run(index: Index, ref: str | None) -> RunInfo:
+    """The run a run REF names (None or 'latest' = the newest run)."""
+    runs = index.runs()
+    if not runs:
+        raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+    if ref in (None, "", "latest", "last", "@"):
+        return runs[-1]
+    exact = [r for r in runs if r.run_id == ref]
+    if exact:
+        return exact[0]
+    by_prefix = [r for r in runs if r.run_id.startswith(ref)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    by_name = [r for r in runs if r.name == ref]
+    if by_name:
+        return by_name[-1]  # the latest run of that spec
+    if len(by_prefix) > 1:
+        raise RefError(f"run REF {ref!r} is ambiguous: {_list(r.run_id for r in by_prefix)}", "type more of the run id")
+    raise RefError(f"no run matches {ref!r}", "`xlarun runs` lists run ids and names")
+
+
+def _list(items) -> str:
+    items = list(items)
+    shown = ", ".join(items[:MAX_CANDIDATES])
+    return shown + (f" (and {len(items) - MAX_CANDIDATES} more)" if len(items) > MAX_CANDIDATES else "")
+
+
+def _same_name(indexed: str | None, named: str | None) -> bool:
+    """A file name's module name against the index's (XLA shortens long names in some file names only)."""
+    if not named or not indexed:
+        return True
+    return indexed == named or indexed.startswith(named) or named.startswith(indexed)
+
+
+def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
+    match = _MODULE_ID.match(ref)
+    if match:
+        module_id, name = int(match.group(1)), match.group(2)
+        hits = [
+            m for m in modules if m.module_id == module_id and (name is None or m.name == name or (m.name or "").startswith(name))
+        ]
+        if hits:
+            return hits
+    exact = [m for m in modules if m.name == ref]
+    if exact:
+        return exact
+    decoded = decode_dump_name(ref)
+    if decoded.module_id is not None:
+        # the id and the name the file name carries: ids differ between runs, so a name copied from another run
+        # whose id is another module's here names no module of this run
+        hits = [m for m in modules if m.module_id == decoded.module_id and _same_name(m.name, decoded.module_name)]
+        if hits:
+            return hits
+    prefixed = [m for m in modules if m.name and m.name.startswith(ref)]
+    if prefixed:
+        return prefixed
+    return [m for m in modules if m.name and ref in m.name]  # 'train_step' finds 'jit_train_step'
+
+
+def resolve_module(
+    index: Index, ref: str, run: str | None = None, prefer: Callable[[ModuleInfo], bool] | None = None
+) -> ModuleInfo:
+    """The one module a REF names; RefError listing candidates when none or several match.
+
+    A REF without a run looks in the newest run that has such a module; with ``prefer``, in the newest run whose
+    match passes it (``bisect`` wants one captured pass by pass), else as without."""
+    ref = ref.strip()
+    if not ref:
+        raise RefError("empty module REF", "give a module id (6, module_0006), a name (jit_f) or RUN/module_0006")
+    if "/" in ref and run is None:
+        run, ref = ref.split("/", 1)
+    if run is not None:
+        scopes = [resolve_run(index, run)]
+    else:
+        runs = index.runs()
+        if not runs:
+            raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+        scopes = [runs[-1]]
+    hits = _match_in_run(index.modules(scopes[0].run_id), ref)
+    if prefer is not None and run is None and not (len(hits) == 1 and prefer(hits[0])):
+        for candidate in reversed(index.runs()):
+            preferred = _match_in_run(index.modules(candidate.run_id), ref)
+            if len(preferred) == 1 and prefer(preferred[0]):
+                hits = preferred
+                break
+    if not hits and run is None:
+        for older in reversed(index.runs()[:-1]):  # the newest run that has such a module
+            hits = _match_in_run(index.modules(older.run_id), ref)
+            if hits:
+                break
+    if len(hits) == 1:
+        return index.module(hits[0].run_id, hits[0].module_id)
+    if not hits:
+        where = f"run {scopes[0].run_id}" if run is not None else "any run"
+        raise RefError(f"no module matches {ref!r} in {where}", "`xlarun modules [RUN]` lists modules")
+    candidates = _list(f"{m.ref} ({m.name or 'unnamed'})" for m in hits)
+    raise RefError(f"module REF {ref!r} is ambiguous: {candidates}", "use one of those RUN/module_NNNN forms")
+
+
+def resolve_batch(index: Index, ref: str) -> str:
+    """The batch id a batch REF names: an id, a unique prefix of one, or ``latest`` (the newest batch)."""
+    ids = index.batch_ids()
+    if ref == "latest":
+        if not ids:
+            raise RefError("the store has no batch yet", "capture a spec with a matrix (`xlarun batch SPEC`) to make one")
+        return ids[-1]
+    if ref in ids:
+        return ref
+    hits = [b for b in ids if b.startswith(ref)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise RefError(
+            f"no batch matches {ref!r}", "`xlarun runs` shows batch ids in the batch column; 'latest' names the newest"
+        )
+    raise RefError(f"batch REF {ref!r} is ambiguous: {_list(hits)}", "type more of the batch id")
+
+
+def counterpart_module(index: Index, module: ModuleInfo, other: str) -> ModuleInfo:
+    """The module ``other`` names to compare ``module`` with: a module REF, or a run REF (that run's module of
+    the same name). Refuses ``module`` itself."""
+    from xlarun.errors import InputError
+
+    try:
+        second = resolve_module(index, other)
+    except RefError:
+        run_id = resolve_run(index, other).run_id
+        same = [m for m in index.modules(run_id) if m.name == module.name]
+        if not same:
+            raise InputError(
+                f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN"
+            ) from None
+        second = index.module(run_id, same[0].module_id)
+    if (second.run_id, second.module_id) == (module.run_id, module.module_id):
+        raise InputError("both REFs name the same module", "name the runs: RUN_A/module_0012 RUN_B/module_0012")
+    return second

@@ -1,0 +1,601 @@
+"""The SQLite index of a store: runs, files, modules, passes, and the terms ``find`` searches.
+
+Terms are kept as distinct values (``term_values``, each once across all runs) and the modules that hold
+them (``module_terms``); the ``terms`` view joins the two. Values no module holds any more (after ``rm``)
+stay in ``term_values``: they cost a little space and are never reported.
+
+Schema and queries only: the rows are written by :mod:`xlarun.store.ingest`, which reads the runs from the store.
+The index is derived data: ``runs/`` in the store is the truth, and :func:`xlarun.store.ingest.reconcile` adds any
+committed run the index lacks (after a crash between commit and indexing) and drops rows of runs that are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xlarun.errors import StoreError, XlarunError
+from xlarun.hlo.names import DumpName
+
+if TYPE_CHECKING:
+    from xlarun.store.runs import StoredFile
+    from xlarun.store.summaries import ModuleSummary
+
+SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
+
+# kinds that name a module but are kept apart from its files: the frameworks' own IR and reports, PJRT inputs
+_NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
+
+
+#: Numbers a file name carries beyond what SQLite stores (module_99999999999999999999...): not a module's.
+_MAX_ID = (1 << 63) - 1
+
+
+def _storable(name: DumpName) -> DumpName:
+    """A name whose module id or step SQLite cannot store is kept as a file of no module (kind unknown)."""
+    if any(
+        v is not None and not -_MAX_ID <= v <= _MAX_ID
+        for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)
+    ):
+        return DumpName(name.path)
+    return name
+
+
+def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName]]:
+    """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
+    ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
+    ids_by_name: dict[str, set[int]] = defaultdict(set)
+    for _stored, name in decoded:
+        if name.module_id is not None and name.module_name and name.kind not in _NOT_MODULE_FILES:
+            ids_by_name[name.module_name].add(name.module_id)
+    tied = []
+    for stored, name in decoded:
+        ids = ids_by_name.get(name.module_name or "", set()) if name.module_id is None else set()
+        # Two modules of one name (a function compiled twice, or one jit over two ids as in xla#7193): the file
+        # name cannot say which one ran, so the file stays with no module rather than with a guessed one.
+        if len(ids) == 1 and name.kind not in _NOT_MODULE_FILES:
+            name = replace(name, module_id=next(iter(ids)))
+        tied.append((stored, name))
+    return tied
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT, kind TEXT, status TEXT, exit_code INTEGER, error TEXT,
+    backend TEXT, framework TEXT, started TEXT, ended TEXT, duration_s REAL,
+    n_files INTEGER, dump_bytes INTEGER, n_modules INTEGER, batch_id TEXT, matrix TEXT, tags TEXT, spec_path TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
+CREATE INDEX IF NOT EXISTS runs_batch ON runs(batch_id);
+CREATE TABLE IF NOT EXISTS files (
+    run_id TEXT, path TEXT, digest TEXT, size INTEGER, kind TEXT, format TEXT,
+    module_id INTEGER, module_name TEXT, stage TEXT, backend TEXT, step INTEGER, pipeline TEXT,
+    after_pass TEXT, before_pass TEXT,
+    PRIMARY KEY (run_id, path)
+);
+CREATE INDEX IF NOT EXISTS files_module ON files(run_id, module_id);
+CREATE TABLE IF NOT EXISTS modules (
+    run_id TEXT, module_id INTEGER, name TEXT, backend TEXT, stages TEXT, n_pass_dumps INTEGER, n_files INTEGER,
+    instr_before INTEGER, instr_after INTEGER, compute_ops INTEGER, opcodes_before TEXT, opcodes_after TEXT,
+    entry_signature TEXT, fingerprint TEXT, hlo_bytes INTEGER, elided_constants INTEGER, parse_error TEXT,
+    PRIMARY KEY (run_id, module_id)
+);
+CREATE INDEX IF NOT EXISTS modules_name ON modules(name);
+CREATE INDEX IF NOT EXISTS modules_fingerprint ON modules(fingerprint);
+CREATE TABLE IF NOT EXISTS passes (
+    run_id TEXT, module_id INTEGER, step INTEGER, pipeline TEXT, after_pass TEXT, before_pass TEXT,
+    path TEXT, instr_count INTEGER,
+    PRIMARY KEY (run_id, module_id, step, pipeline)
+);
+CREATE TABLE IF NOT EXISTS text_counts (digest TEXT PRIMARY KEY, instructions INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS term_values (term_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (kind, value));
+CREATE TABLE IF NOT EXISTS module_terms (
+    term_id INTEGER, run_id TEXT, module_id INTEGER,
+    PRIMARY KEY (term_id, run_id, module_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS module_terms_module ON module_terms(run_id, module_id);
+CREATE VIEW IF NOT EXISTS terms AS
+    SELECT mt.run_id, mt.module_id, tv.kind, tv.value FROM module_terms mt JOIN term_values tv USING (term_id);
+"""
+
+TERM_KINDS = ("opcode", "name", "op_name", "source")
+
+#: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
+#: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.
+COMPUTE_OPCODES = frozenset(
+    {
+        "dot",
+        "convolution",
+        "custom-call",
+        "fft",
+        "triangular-solve",
+        "cholesky",
+        "ragged-dot",
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+    }
+)
+
+
+def count_compute_ops(histogram: dict[str, int]) -> int:
+    """How many of a module's instructions are heavy compute or collectives."""
+    return sum(n for op, n in histogram.items() if op in COMPUTE_OPCODES)
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    exit_code: int | None
+    error: str | None
+    backend: str
+    framework: str | None
+    started: str
+    ended: str
+    duration_s: float
+    n_files: int
+    dump_bytes: int
+    n_modules: int
+    batch_id: str | None
+    matrix: dict | None
+    tags: dict
+
+
+@dataclass
+class FileInfo:
+    path: str
+    digest: str
+    size: int
+    kind: str
+    format: str | None
+    stage: str | None
+    step: int | None
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+
+
+@dataclass
+class PassInfo:
+    step: int
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+    path: str
+    instr_count: int | None
+
+
+@dataclass
+class ModuleInfo:
+    run_id: str
+    module_id: int
+    name: str | None
+    backend: str | None
+    stages: list[str]
+    n_pass_dumps: int
+    n_files: int
+    instr_before: int | None
+    instr_after: int | None
+    compute_ops: int  # dot, convolution, custom-call, collectives... (the ranking key)
+    opcodes_before: dict[str, int]
+    opcodes_after: dict[str, int]
+    entry_signature: str | None
+    fingerprint: str | None
+    hlo_bytes: int
+    elided_constants: bool
+    parse_error: str | None
+    files: list[FileInfo] = field(default_factory=list)
+    passes: list[PassInfo] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``module_0006.jit_f``: how XLA names it in files."""
+        return f"module_{self.module_id:04d}" + (f".{self.name}" if self.name else "")
+
+    @property
+    def ref(self) -> str:
+        """A REF that always names exactly this module: ``RUN/module_0006``."""
+        return f"{self.run_id}/module_{self.module_id:04d}"
+
+
+@dataclass
+class FindHit:
+    run_id: str
+    module_id: int
+    module_name: str | None
+    kind: str
+    matches: list[str]
+
+
+def _json_or_none(text: str | None):
+    return json.loads(text) if text else None
+
+
+class Index:
+    """The index database of one store."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> Index:
+        try:
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(SCHEMA)
+            row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                conn.close()
+                path.unlink()  # derived data: rebuild from runs/
+                return cls.open(path)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
+            raise StoreError(
+                f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
+            ) from None
+        conn.row_factory = sqlite3.Row
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def run_ids(self) -> set[str]:
+        """The ids of the runs the index holds."""
+        return {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
+
+    def forget_run(self, run_id: str) -> None:
+        with self.transaction():
+            for table in ("runs", "files", "modules", "passes", "module_terms"):
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            for extra in self._extra_run_tables():
+                self.conn.execute(f"DELETE FROM {extra} WHERE run_id=?", (run_id,))
+
+    def _extra_run_tables(self) -> list[str]:
+        # tables other stages add (replays...) that carry a run_id column
+        names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        core = {"meta", "runs", "files", "modules", "passes", "text_counts", "term_values", "module_terms"}
+        out = []
+        for name in names:
+            if name in core:
+                continue
+            cols = {c[1] for c in self.conn.execute(f"PRAGMA table_info({name})")}
+            if "run_id" in cols:
+                out.append(name)
+        return out
+
+    def transaction(self):
+        return _Transaction(self.conn)
+
+    def write_run(self, run_id: str, manifest: dict, decoded: list, n_modules: int) -> None:
+        """(In a transaction.) The run's row and its files' rows, replacing any the run had."""
+        self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+        for table in ("files", "modules", "passes", "module_terms"):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+        files = [f for f, _n in decoded]
+        self.conn.execute(
+            "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id,
+                manifest.get("name", "?"),
+                manifest.get("kind", "capture"),
+                manifest.get("status", "unknown"),
+                manifest.get("exit_code"),
+                manifest.get("error"),
+                manifest.get("backend", "local"),
+                manifest.get("framework"),
+                manifest.get("started", ""),
+                manifest.get("ended", ""),
+                manifest.get("duration_s", 0.0),
+                len(files),
+                sum(f.size for f in files),
+                n_modules,
+                manifest.get("batch_id"),
+                json.dumps(manifest.get("matrix")) if manifest.get("matrix") else None,
+                json.dumps(manifest.get("tags") or {}),
+                manifest.get("spec_path"),
+            ),
+        )
+        self.conn.executemany(
+            "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    run_id,
+                    f.path,
+                    f.digest,
+                    f.size,
+                    n.kind,
+                    n.format,
+                    n.module_id,
+                    n.module_name,
+                    n.stage,
+                    n.backend,
+                    n.step,
+                    n.pipeline,
+                    n.after_pass,
+                    n.before_pass,
+                )
+                for f, n in decoded
+            ],
+        )
+
+    def write_module(self, run_id: str, summary: ModuleSummary) -> None:
+        """(In a transaction.) One module's row and its pass timeline (a :class:`ModuleSummary`)."""
+        self.conn.execute(
+            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id,
+                summary.module_id,
+                summary.name,
+                summary.backend,
+                json.dumps(summary.stages),
+                summary.n_pass_dumps,
+                summary.n_files,
+                summary.instr_before,
+                summary.instr_after,
+                count_compute_ops(summary.opcodes_before or summary.opcodes_after),
+                json.dumps(summary.opcodes_before),
+                json.dumps(summary.opcodes_after),
+                summary.entry_signature,
+                summary.fingerprint,
+                summary.hlo_bytes,
+                int(summary.elided_constants),
+                summary.parse_error,
+            ),
+        )
+        self.conn.executemany(
+            "INSERT INTO passes VALUES (?,?,?,?,?,?,?,?)",
+            [
+                (run_id, summary.module_id, p.step, p.pipeline, p.after_pass, p.before_pass, p.path, p.instr_count)
+                for p in summary.passes
+            ],
+        )
+
+    def term_writer(self, run_id: str) -> _TermWriter:
+        """Writes modules' search terms in batches (``add(module_id, terms)``, then ``flush()``)."""
+        return _TermWriter(self.conn, run_id)
+
+    def known_text_counts(self, digests: set[str]) -> dict[str, int]:
+        """Instruction counts of pass dumps already counted (by content: re-runs repeat most passes)."""
+        wanted = sorted(digests)
+        known: dict[str, int] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self.conn.execute(
+                f"SELECT digest, instructions FROM text_counts WHERE digest IN ({','.join('?' * len(chunk))})", chunk
+            )
+            known.update((digest, n) for digest, n in rows)
+        return known
+
+    def remember_text_counts(self, counts: dict[str, int]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO text_counts VALUES (?,?)", list(counts.items()))
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def runs(self, batch_id: str | None = None, name: str | None = None, kind: str | None = None) -> list[RunInfo]:
+        """Runs, oldest first."""
+        sql = "SELECT * FROM runs WHERE 1=1"
+        params: list = []
+        if batch_id:
+            sql += " AND batch_id=?"
+            params.append(batch_id)
+        if name:
+            sql += " AND name=?"
+            params.append(name)
+        if kind:
+            sql += " AND kind=?"
+            params.append(kind)
+        sql += " ORDER BY run_id"
+        return [_run_from_row(row) for row in self.conn.execute(sql, params)]
+
+    def batch_ids(self) -> list[str]:
+        """Every batch id, oldest batch (by its first run) first."""
+        sql = "SELECT batch_id FROM runs WHERE batch_id IS NOT NULL AND batch_id != '' GROUP BY batch_id ORDER BY MIN(run_id), batch_id"
+        return [row[0] for row in self.conn.execute(sql)]
+
+    def files_outside_modules(self, run_id: str) -> list[tuple[str, int]]:
+        """(kind, count) of a run's files that belong to no module (logs, TF graphs, reports...), by kind."""
+        sql = "SELECT kind, COUNT(*) FROM files WHERE run_id=? AND module_id IS NULL GROUP BY kind ORDER BY kind"
+        return [(kind, count) for kind, count in self.conn.execute(sql, (run_id,))]
+
+    def run(self, run_id: str) -> RunInfo:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise XlarunError(f"run {run_id} is not indexed", "run `xlarun reindex`")
+        return _run_from_row(row)
+
+    def modules(self, run_id: str) -> list[ModuleInfo]:
+        """A run's modules, the main program first: most compute ops (dot, convolution...), then most instructions."""
+        rows = self.conn.execute(
+            "SELECT * FROM modules WHERE run_id=? ORDER BY compute_ops DESC, COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
+            (run_id,),
+        )
+        return [_module_from_row(row) for row in rows]
+
+    def module(self, run_id: str, module_id: int, with_files: bool = True) -> ModuleInfo:
+        row = self.conn.execute("SELECT * FROM modules WHERE run_id=? AND module_id=?", (run_id, module_id)).fetchone()
+        if row is None:
+            raise XlarunError(f"run {run_id} has no module {module_id}", "`xlarun modules` lists them")
+        info = _module_from_row(row)
+        if with_files:
+            info.files = [
+                _file_from_row(r)
+                for r in self.conn.execute(
+                    "SELECT * FROM files WHERE run_id=? AND module_id=? ORDER BY step IS NOT NULL, step, path",
+                    (run_id, module_id),
+                )
+            ]
+            info.passes = [
+                PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])
+                for r in self.conn.execute(
+                    "SELECT * FROM passes WHERE run_id=? AND module_id=? ORDER BY step, pipeline", (run_id, module_id)
+                )
+            ]
+        return info
+
+    def run_files(self, run_id: str) -> list[FileInfo]:
+        return [_file_from_row(r) for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))]
+
+    def find(
+        self,
+        text: str,
+        kinds: tuple[str, ...] = TERM_KINDS,
+        run_id: str | None = None,
+        exact: bool = False,
+        limit_matches: int = 5,
+    ) -> list[FindHit]:
+        """Modules containing a term: an opcode, an instruction name, an op_name or a source location.
+
+        Opcodes match exactly; the other kinds match as case-sensitive substrings unless ``exact``.
+        """
+        clauses = []
+        params: list = []
+        for kind in kinds:
+            if kind == "opcode" or exact:
+                clauses.append("(tv.kind=? AND tv.value=?)")
+                params += [kind, text]
+            else:
+                clauses.append("(tv.kind=? AND instr(tv.value, ?) > 0)")
+                params += [kind, text]
+        # each distinct value is stored once across runs: a substring search scans those, then jumps to their modules
+        sql = (
+            "SELECT mt.run_id, mt.module_id, tv.kind, tv.value, m.name FROM term_values tv CROSS JOIN module_terms mt ON mt.term_id = tv.term_id "
+            f"JOIN modules m ON m.run_id = mt.run_id AND m.module_id = mt.module_id WHERE ({' OR '.join(clauses)})"
+        )
+        if run_id:
+            sql += " AND mt.run_id=?"
+            params.append(run_id)
+        sql += " ORDER BY mt.run_id, mt.module_id, tv.kind, tv.value"
+        hits: dict[tuple, FindHit] = {}
+        for row in self.conn.execute(sql, params):
+            key = (row[0], row[1], row[2])
+            hit = hits.get(key)
+            if hit is None:
+                hit = hits[key] = FindHit(row[0], row[1], row[4], row[2], [])
+            if len(hit.matches) < limit_matches:
+                hit.matches.append(row[3])
+        return list(hits.values())
+
+
+class _TermWriter:
+    """Writes a run's search terms in batches: each batch goes into a temporary table, then two set
+    statements add the new values and the module links (not two statements per term). A module's terms
+    are written once however many batches hold them."""
+
+    BATCH = 2000
+
+    def __init__(self, conn: sqlite3.Connection, run_id: str):
+        self.conn, self.run_id = conn, run_id
+        self.written: dict[int, set[tuple[str, str]]] = defaultdict(set)
+        self.rows: list[tuple[int, str, str]] = []
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_terms (module_id INTEGER, kind TEXT, value TEXT)")
+        conn.execute("DELETE FROM new_terms")
+
+    def add(self, module_id: int, terms: set[tuple[str, str]] | frozenset[tuple[str, str]]) -> None:
+        written = self.written[module_id]
+        new = terms - written
+        written |= new
+        self.rows.extend((module_id, kind, value) for kind, value in new)
+        if len(self.rows) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        self.conn.executemany("INSERT INTO new_terms VALUES (?,?,?)", self.rows)
+        self.rows = []
+        self.conn.execute(
+            "INSERT OR IGNORE INTO term_values (kind, value) SELECT kind, value FROM new_terms"
+        )  # no DISTINCT: a repeat is ignored, cheaper than sorting
+        self.conn.execute(
+            "INSERT OR IGNORE INTO module_terms SELECT t.term_id, ?, n.module_id FROM new_terms n JOIN term_values t ON t.kind = n.kind AND t.value = n.value",
+            (self.run_id,),
+        )
+        self.conn.execute("DELETE FROM new_terms")
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _run_from_row(row: sqlite3.Row) -> RunInfo:
+    return RunInfo(
+        row["run_id"],
+        row["name"],
+        row["kind"],
+        row["status"],
+        row["exit_code"],
+        row["error"],
+        row["backend"],
+        row["framework"],
+        row["started"],
+        row["ended"],
+        row["duration_s"],
+        row["n_files"],
+        row["dump_bytes"],
+        row["n_modules"],
+        row["batch_id"],
+        _json_or_none(row["matrix"]),
+        _json_or_none(row["tags"]) or {},
+    )
+
+
+def _module_from_row(row: sqlite3.Row) -> ModuleInfo:
+    return ModuleInfo(
+        row["run_id"],
+        row["module_id"],
+        row["name"],
+        row["backend"],
+        json.loads(row["stages"] or "[]"),
+        row["n_pass_dumps"],
+        row["n_files"],
+        row["instr_before"],
+        row["instr_after"],
+        row["compute_ops"] or 0,
+        json.loads(row["opcodes_before"] or "{}"),
+        json.loads(row["opcodes_after"] or "{}"),
+        row["entry_signature"],
+        row["fingerprint"],
+        row["hlo_bytes"] or 0,
+        bool(row["elided_constants"]),
+        row["parse_error"],
+    )
+
+
+def _file_from_row(r: sqlite3.Row) -> FileInfo:
+    return FileInfo(
+        r["path"],
+        r["digest"],
+        r["size"],
+        r["kind"],
+        r["format"],
+        r["stage"],
+        r["step"],
+        r["pipeline"],
+        r["after_pass"],
+        r["before_pass"],
+    )

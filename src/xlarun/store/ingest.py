@@ -1,0 +1,68 @@
+"""Ingest: a committed run's files become index rows (runs, files, modules, passes, search terms).
+
+The layer above the store and the index: it reads a run from the store (:class:`~xlarun.store.runs.RunStore`),
+parses its stage dumps (:mod:`xlarun.store.summaries`, using the store's :class:`~xlarun.store.summaries.FactsCache`), and
+writes the rows through :class:`~xlarun.store.index.Index`. :func:`reconcile` brings an index up to date with
+``runs/``: the index is derived data, and a run committed by a process killed before it indexed is indexed
+by the next command that opens the store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from xlarun.hlo.names import DumpName, decode_dump_name
+from xlarun.store.index import _NOT_MODULE_FILES, Index, _storable, tie_to_named_modules
+from xlarun.store.runs import RunStore, StoredFile
+from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
+
+
+def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:
+    """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
+    on_disk = set(store.run_ids())
+    indexed = index.run_ids()
+    for gone in indexed - on_disk:
+        index.forget_run(gone)
+    added = sorted(on_disk - indexed)
+    for run_id in added:
+        ingest_run(index, store, run_id, facts)
+    return added
+
+
+def decode_run_files(files: list[StoredFile]) -> list[tuple[StoredFile, DumpName]]:
+    """Each file with what its name says, files named by module name tied to their module's id."""
+    return tie_to_named_modules([(f, _storable(decode_dump_name(f.path))) for f in files])
+
+
+def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) -> None:
+    """Index one committed run: its manifest, files, modules, passes and search terms, in one transaction."""
+    manifest = store.manifest(run_id)
+    decoded = decode_run_files(store.stored_files(run_id))
+    by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
+    for stored, name in decoded:
+        if name.module_id is not None and name.kind not in _NOT_MODULE_FILES:
+            by_module[name.module_id].append((stored, name))
+    counts = index.known_text_counts({f.digest for f, n in decoded if n.kind == "pass" and n.format == "text"})
+    known = set(counts)
+    wanted = {module_id: stage_files(members) for module_id, members in by_module.items()}
+    holders: dict[tuple[str, bool], list[int]] = defaultdict(list)  # a stage dump's content may be in several modules
+    for module_id, stages in wanted.items():
+        for stored, _name, with_fingerprint in stages:
+            holders[(stored.digest, with_fingerprint)].append(module_id)
+    # one transaction, begun while the stage dumps are parsed: the rows that need no parse, and the
+    # search terms of each dump as it is parsed, are written meanwhile
+    with gather_facts(store, facts, [w for stages in wanted.values() for w in stages]) as gathering, index.transaction():
+        count_pass_dumps(store, facts, [m for members in by_module.values() for m in members], counts)
+        index.write_run(run_id, manifest, decoded, len(by_module))
+        terms = index.term_writer(run_id)
+        for key, found in gathering.as_completed():
+            if not isinstance(found, str):
+                for module_id in holders[key]:
+                    terms.add(module_id, found.terms)
+        gathered = gathering.result()
+        for module_id, members in sorted(by_module.items()):
+            summary = summarize_module(store, facts, module_id, members, counts, gathered)
+            index.write_module(run_id, summary)
+            terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
+        terms.flush()
+        index.remember_text_counts({digest: n for digest, n in counts.items() if digest not in known})

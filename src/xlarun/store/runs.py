@@ -1,0 +1,497 @@
+"""The run store: every captured run, its logs and manifest, and its dump files, kept safely.
+
+This is the storage layer: folders, manifests, files.json, blobs. It knows nothing of the index or of
+parsing; :class:`xlarun.store.facade.Store` builds on it with the index (kept up to date by :mod:`xlarun.store.ingest`)
+and the archiver.
+
+Layout of a store folder (default ``./.xlarun``)::
+
+    VERSION                  store format version: 4, the only one (docs/store-format.md)
+    index.sqlite             the index (derived: rebuilt from runs/ when missing or behind)
+    blobs/                   dump files, content-addressed (BLAKE3) and zstd-compressed, kept once across
+                             runs: most in packs (blobs/packs/, with blobs/packs.sqlite saying where each
+                             file is), where a module's successive dumps are compressed together (blobs.py)
+    runs/<run id>/           committed runs: manifest.json, spec.yaml, spec.resolved.json,
+                             stdout.log, stderr.log, files.json
+    staging/<run id>/        runs being captured; never listed
+
+A run becomes visible only by an atomic ``rename`` of its finished staging folder into ``runs/``,
+so a crash or kill while archiving never leaves half a run and never touches earlier runs. The staging
+folder of a killed capture is a :class:`Leftover`: ``xlarun recover`` (:func:`xlarun.capture.recover.recover_runs`)
+makes it a run marked ``incomplete``; ``gc`` keeps it (and the blobs it names) unless told to discard it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from xlarun.errors import InputError, RefError, StoreError
+from xlarun.interrupts import process_alive
+from xlarun.killpoints import kill_point
+from xlarun.store.manifest import OUTPUT_DIRS
+from xlarun.store.packs import BlobStore
+
+#: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
+#: written only by development versions of xlarun and are refused.
+STORE_VERSION = 4
+DEFAULT_STORE = ".xlarun"
+_TRASH_PREFIX = ".trash-"
+_NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its owner.pid before its name
+
+
+#: Written into staging once every file is archived, before the raw files are deleted.
+ARCHIVED_LIST = "archived.json"
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
+    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
+
+    path: str
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class FileNote:
+    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
+    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
+
+    path: str
+    archived: bool
+    why: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "archived": self.archived, "why": self.why}
+
+
+@dataclass
+class CheckReport:
+    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
+
+    runs: int
+    files: int
+    blobs: int
+    packs: int
+    damaged: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
+    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
+
+    path: Path
+    recoverable: bool
+    what: str
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A time-sortable run id: ``20261122-103015-a1b2`` (UTC; then the 256th of the second, so that runs started in
+    the same second sort in order and ``latest`` is the latest, and 2 random hex digits)."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond * 256 // 1_000_000:02x}{secrets.token_hex(1)}"
+
+
+def default_store_path() -> Path:
+    """``$XLARUN_STORE`` if set, else ``./.xlarun`` in the working directory."""
+    return Path(os.environ.get("XLARUN_STORE") or DEFAULT_STORE)
+
+
+class RunStore:
+    """A run store folder: runs, their files and blobs (no index: see :class:`xlarun.store.facade.Store`)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.blobs = BlobStore(root / "blobs")
+        self.runs_dir = root / "runs"
+        self.staging_dir = root / "staging"
+        self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: digest}, for read_file
+        self._discards: list[subprocess.Popen] = []  # background deletions of raw files
+
+    # --- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, create: bool = True):
+        """Open the store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), creating it if asked."""
+        root = Path(path).expanduser() if path else default_store_path()
+        version_file = root / "VERSION"
+        if not version_file.exists():
+            if not create:
+                raise StoreError(
+                    f"no xlarun store at {root}",
+                    "capture a run first (`xlarun capture SPEC`), or point --store / XLARUN_STORE at a store",
+                )
+            if root.exists() and any(root.iterdir()):
+                raise StoreError(f"{root} exists and is not an xlarun store", "choose another --store folder")
+            try:
+                for sub in ("blobs", "runs", "staging"):
+                    (root / sub).mkdir(parents=True, exist_ok=True)
+                version_file.write_text(f"{STORE_VERSION}\n")
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder"
+                ) from None
+        else:
+            _check_format(root, version_file.read_text().strip())
+        return cls(root.resolve())
+
+    def close(self) -> None:
+        """Close the pack-table connections this store opened."""
+        self.blobs.close()
+
+    # --- locking -----------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, exclusive: bool = False) -> Iterator[None]:
+        """Shared while writing a run, exclusive while deleting (gc, rm): blobs in use are never removed."""
+        with open(self.root / "lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # --- writing a run -----------------------------------------------------------------------
+
+    def begin_run(self, run_id: str | None = None) -> tuple[str, Path]:
+        """Create a staging folder for a new run; the job writes its outputs there. A run id drawn here is
+        claimed atomically: two captures that draw the same id at once (same 4 ms, same random byte, even in
+        one process) never share a folder; the second draws again. A ``run_id`` given (a shipped run) that
+        is taken raises FileExistsError."""
+        given = run_id is not None
+        run_id = run_id or new_run_id()
+        for _attempt in range(16):
+            if not given and ((self.staging_dir / run_id).exists() or (self.runs_dir / run_id).exists()):
+                run_id = new_run_id()
+                continue
+            staging = self.staging_dir / run_id
+            if given and staging.exists():
+                raise FileExistsError(17, "a staging folder of that name exists", str(staging))
+            # made under a temporary name and renamed: gc never sees a staging folder without its owner (the
+            # draft's name ends with the pid, which gc reads; the token keeps two threads' drafts apart)
+            draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{secrets.token_hex(3)}-{os.getpid()}"
+            draft.mkdir(parents=True)
+            for sub in OUTPUT_DIRS:
+                (draft / sub).mkdir()
+            (draft / "owner.pid").write_text(str(os.getpid()))
+            try:
+                os.rename(draft, staging)  # fails when another capture has just claimed the name (never empty)
+            except OSError as exc:
+                shutil.rmtree(draft, ignore_errors=True)
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                if given:
+                    raise FileExistsError(17, "a staging folder of that name exists", str(staging)) from None
+                run_id = new_run_id()
+                continue
+            return run_id, staging
+        raise StoreError(f"could not claim a new run id in {self.staging_dir}", "too many captures start at once: try again")
+
+    def commit_run(self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]) -> Path:
+        """Write the run's metadata files and make the run visible with one atomic rename."""
+        for name, content in metadata.items():
+            target = staging / name
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
+        (staging / "files.json").write_text(
+            json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in files], separators=(",", ":"))
+        )
+        kill_point("metadata-written")
+        (staging / ARCHIVED_LIST).unlink(missing_ok=True)  # files.json says the same from here on
+        final = self.runs_dir / run_id
+        os.rename(staging, final)
+        kill_point("committed")
+        (final / "owner.pid").unlink(missing_ok=True)  # after the rename: until then it tells gc the folder is in use
+        return final
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def run_ids(self) -> list[str]:
+        """Ids of committed runs, oldest first."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and (p / "files.json").exists())
+
+    def run_path(self, run_id: str) -> Path:
+        path = self.runs_dir / run_id
+        if not (path / "files.json").exists():
+            raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
+        return path
+
+    def stored_files(self, run_id: str) -> list[StoredFile]:
+        listing = self.run_path(run_id) / "files.json"
+        try:
+            return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"{listing} is damaged ({type(exc).__name__}: {exc})",
+                "it was changed by hand; `xlarun rm RUN_ID` removes the run",
+            ) from None
+
+    def manifest(self, run_id: str) -> dict:
+        path = self.run_path(run_id) / "manifest.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def read_file(self, run_id: str, path: str) -> bytes:
+        """The exact bytes of one archived file of a run."""
+        files = self._file_digests.get(run_id)
+        if files is None:  # a committed run's file list never changes: read files.json once
+            files = self._file_digests[run_id] = {entry.path: entry.digest for entry in self.stored_files(run_id)}
+        if path not in files:
+            raise InputError(f"run {run_id} has no file {path}", "`xlarun show` lists a module's files")
+        return self.blobs.get(files[path])
+
+    def read_log(self, run_id: str, stream: str) -> str:
+        path = self.run_path(run_id) / f"{stream}.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def export(self, run_id: str, dest: str | Path, with_logs: bool = True) -> int:
+        """Write the run's files back with their original names below ``dest``; returns the file count."""
+        dest = Path(dest)
+        entries = self.stored_files(run_id)
+        if dest.exists() and any(dest.iterdir()):
+            raise InputError(f"{dest} is not empty", "export into a new or empty folder")
+        for entry in entries:
+            target = dest / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self.blobs.get(entry.digest))
+        if with_logs:
+            meta = dest / "_xlarun"
+            meta.mkdir(parents=True, exist_ok=True)
+            for name in ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log"):
+                source = self.run_path(run_id) / name
+                if source.exists():
+                    shutil.copy2(source, meta / name)
+        return len(entries)
+
+    # --- housekeeping ------------------------------------------------------------------------
+
+    def discard_later(self, paths: list[Path]) -> None:
+        """Move folders into the staging area's trash and delete them in the background (an ``rm -rf``
+        process: thousands of raw dump files take a while to unlink, and nobody needs to wait for it).
+        :meth:`wait_for_discards` waits; a trash left by a killed ``rm`` goes at the next ``gc``."""
+        self._discards = [proc for proc in self._discards if proc.poll() is None]  # reap the finished ones
+        trash = self.staging_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        trash.mkdir(parents=True)
+        for n, path in enumerate(paths):
+            try:
+                os.rename(path, trash / f"{n}-{path.name}")
+            except FileNotFoundError:
+                pass
+        rm = shutil.which("rm")
+        if rm is None:
+            shutil.rmtree(trash, ignore_errors=True)
+            return
+        self._discards.append(
+            subprocess.Popen(
+                [rm, "-rf", "--", str(trash)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+
+    def wait_for_discards(self) -> None:
+        """Wait until the background deletions this store started are done."""
+        for proc in self._discards:
+            proc.wait()
+        self._discards.clear()
+
+    def stale_staging(self) -> list[Path]:
+        """Staging folders whose capturing process is gone (a killed xlarun), recoverable or not."""
+        out: list[Path] = []
+        if not self.staging_dir.is_dir():
+            return out
+        for folder in self.staging_dir.iterdir():
+            if folder.name.startswith(_TRASH_PREFIX):
+                continue  # raw files being deleted (gc removes what a killed deletion left)
+            if folder.name.startswith(_NEW_PREFIX):
+                if not process_alive(int(folder.name.rsplit("-", 1)[1]) if folder.name.rsplit("-", 1)[1].isdigit() else None):
+                    out.append(folder)
+                continue
+            if not process_alive(_read_pid(folder / "owner.pid")):
+                out.append(folder)
+        return out
+
+    def leftovers(self) -> list[Leftover]:
+        """What killed captures left in staging, oldest first, each saying whether it can be recovered."""
+        return [describe_leftover(folder) for folder in sorted(self.stale_staging(), key=lambda p: p.name)]
+
+    def live_in_staging(self) -> set[str]:
+        """Digests that recoverable staging folders list as archived: gc keeps them for ``xlarun recover``."""
+        live: set[str] = set()
+        for leftover in self.leftovers():
+            listed = read_archived_list(leftover.path) if leftover.recoverable else None
+            if listed is not None:
+                live.update(f.digest for f in listed[0])
+            if leftover.recoverable and (leftover.path / "files.json").exists():
+                try:
+                    live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass
+        return live
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run (its blobs go at the next gc, if no other run uses them)."""
+        path = self.run_path(run_id)
+        with self.lock(exclusive=True):
+            trash = self.staging_dir / f".deleting-{run_id}"
+            os.rename(path, trash)
+            self._forget(run_id)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def _forget(self, run_id: str) -> None:
+        """Called while a deleted run is being removed (the index layer forgets it there)."""
+
+    def gc(self, discard_recoverable: bool = False) -> tuple[int, int, int]:
+        """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
+        what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
+        Blobs a recoverable staging folder lists are kept while it is."""
+        with self.lock(exclusive=True):
+            doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
+            for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
+                shutil.rmtree(folder, ignore_errors=True)
+            for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
+                tmp.unlink(missing_ok=True)
+            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            live |= self.live_in_staging()
+            removed, freed = self.blobs.collect(live)
+            return len(doomed), removed, freed
+
+    def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
+        """Read back every file of every run and every pack, and say what is missing or damaged."""
+        by_digest: dict[str, list[tuple[str, str]]] = {}
+        runs = self.run_ids()
+        for run_id in runs:
+            for entry in self.stored_files(run_id):
+                by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
+        report = CheckReport(runs=len(runs), files=sum(map(len, by_digest.values())), blobs=len(by_digest), packs=0)
+        packs = self.blobs.pack_names()
+        report.packs = len(packs)
+        total, done = len(by_digest) + len(packs), 0
+        for name in packs:
+            problem = self.blobs.verify_pack(name)
+            if problem:
+                report.damaged.append({"run": None, "path": f"blobs/packs/{name}.zst", "problem": problem})
+            done += 1
+            if progress:
+                progress(done, total)
+        self.blobs.forget_decoded()  # read from the disk, each pack once (not once per file it holds)
+        for digest, uses in sorted(by_digest.items(), key=lambda kv: kv[1]):
+            problem = self.blobs.verify(digest, use_cache=True)
+            if problem:
+                report.damaged += [{"run": run_id, "path": path, "problem": problem} for run_id, path in uses]
+            done += 1
+            if progress:
+                progress(done, total)
+        return report
+
+    def disk_usage(self) -> int:
+        """Bytes the store's blobs and packs take on disk."""
+        return self.blobs.disk_usage()
+
+
+def _check_format(root: Path, version: str) -> None:
+    """Refuse a store of another format than :data:`STORE_VERSION` with a message saying which."""
+    if version == str(STORE_VERSION):
+        return
+    if version in ("1", "2", "3"):
+        raise StoreError(
+            f"store {root} has format {version}, which this xlarun no longer reads (it reads format {STORE_VERSION} only)",
+            "formats 1-3 were written only by development versions; capture the runs again into a new store",
+        )
+    raise StoreError(
+        f"store {root} has format {version!r}; this xlarun reads format {STORE_VERSION} only",
+        "use the xlarun version that wrote it",
+    )
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def describe_leftover(folder: Path) -> Leftover:
+    """Whether a killed capture's staging folder holds anything of the job's, and what."""
+    if folder.name.startswith("."):
+        return Leftover(folder, False, "a folder being made or deleted")
+    if (folder / "files.json").exists() and (folder / "manifest.json").exists():
+        return Leftover(folder, True, "a finished capture killed just before its commit")
+    listed = read_archived_list(folder)
+    raw = 0
+    for sub in OUTPUT_DIRS:
+        for _root, _dirs, names in os.walk(folder / sub):
+            raw += len(names)
+    logs = sum(_size(folder / f"{name}.log") for name in ("stdout", "stderr"))
+    parts = []
+    if listed is not None:
+        parts.append(f"{len(listed[0])} archived file(s)")
+    if raw:
+        parts.append(f"{raw} raw file(s)")
+    if logs:
+        parts.append(f"{logs} bytes of logs")
+    if not parts:
+        return Leftover(folder, False, "nothing the job wrote")
+    return Leftover(folder, True, ", ".join(parts))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def logical_path(rel: str) -> str:
+    """Map a path below a run folder to its archive name: ``dump/x`` -> ``x``; ``tf_graphs/x`` stays."""
+    return rel[len("dump/") :] if rel.startswith("dump/") else rel
+
+
+def write_archived_list(staging: Path, files: list[StoredFile], notes: list[FileNote]) -> None:
+    """Write ``archived.json`` into staging, atomically: every file is in the store, so a capture killed from
+    here on is recovered from this list (the raw files are about to go)."""
+    tmp = staging / f".{ARCHIVED_LIST}.tmp"
+    tmp.write_text(
+        json.dumps(
+            {
+                "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files],
+                "notes": [n.to_json() for n in notes],
+            },
+            separators=(",", ":"),
+        )
+    )
+    os.replace(tmp, staging / ARCHIVED_LIST)
+
+
+def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]] | None:
+    """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
+    try:
+        data = json.loads((staging / ARCHIVED_LIST).read_text())
+        return (
+            [StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
+            [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
