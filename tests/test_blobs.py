@@ -9,8 +9,10 @@ import pytest
 import xlarun.store.packs as blobs_module
 from xlarun.errors import ExitCode, StoreError
 from xlarun.store.archive import series_of
+from xlarun.store.buffers import DecodedCache
 from xlarun.store.facade import STORE_VERSION, Store
-from xlarun.store.packs import BlobStore, _DecodedCache, content_digest
+from xlarun.store.pack_format import pack_members
+from xlarun.store.packs import BlobStore, content_digest
 
 
 def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:
@@ -135,7 +137,7 @@ def test_unchanged_and_already_stored_members_are_not_stored_again(tmp_path):
     packer.flush()
     pack = blobs.pack_of(_digest(second))
     assert pack == blobs.pack_of(_digest(first)) != blobs.pack_of(_digest(third))
-    assert [digest for digest, _offset, _length in blobs_module._pack_members(blobs.pack_path(pack).read_bytes())] == [
+    assert [digest for digest, _offset, _length in pack_members(blobs.pack_path(pack).read_bytes())] == [
         _digest(first),
         _digest(second),
     ]
@@ -172,7 +174,7 @@ def test_a_pack_too_big_to_cache_is_decoded_only_up_to_the_member(tmp_path):
     dumps = _pass_dumps(6)
     _pack(blobs, dumps)
     small = BlobStore(tmp_path / "blobs")
-    small._cache = _DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
+    small._cache = DecodedCache(4 * len(dumps[0]))  # holds one member, not the pack
     assert [small.get(_digest(d)) for d in dumps] == dumps
     assert blobs.pack_of(_digest(dumps[0])) not in small._cache.items
 

@@ -151,7 +151,7 @@ def test_bundle_of_a_path_not_zip_is_a_usage_error(jax_run, cli, tmp_path):
 
 def test_pick_bundle_files_takes_passes_only_when_asked():
     from xlarun.bundle import BundleOptions, pick_bundle_files
-    from xlarun.store.index import FileInfo, ModuleInfo
+    from xlarun.store.records import FileInfo, ModuleInfo
 
     def file(path, kind, fmt=None, stage=None, size=10, step=None):
         return FileInfo(path, "d" + path, size, kind, fmt, stage, step, None, "pass" if kind == "pass" else None, None)

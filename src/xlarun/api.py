@@ -24,7 +24,7 @@ from xlarun.api_results import Batch, Bisection, Diff, Found, Graph, Replay
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store as _LibraryStore
-    from xlarun.store.index import FileInfo, ModuleInfo, PassInfo, RunInfo
+    from xlarun.store.records import FileInfo, ModuleInfo, PassInfo, RunInfo
 
 __all__ = [
     "Batch",

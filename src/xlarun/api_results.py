@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
     from xlarun.replay.result import ReplayResult
-    from xlarun.store.index import FindHit
+    from xlarun.store.records import FindHit
 
 __all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Replay"]
 

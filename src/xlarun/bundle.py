@@ -31,7 +31,7 @@ from xlarun.capture.flags import redact_env
 from xlarun.dump_import import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.errors import InputError
 from xlarun.store.facade import Store
-from xlarun.store.index import FileInfo, ModuleInfo
+from xlarun.store.records import FileInfo, ModuleInfo
 
 #: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
 WARN_BYTES = 25 * 1000 * 1000

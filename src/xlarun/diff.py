@@ -24,7 +24,7 @@ from xlarun.hlo import HloInstruction, HloModule, parse_hlo_text
 from xlarun.navigate.select import pass_step, select_file
 
 if TYPE_CHECKING:
-    from xlarun.store.index import ModuleInfo
+    from xlarun.store.records import ModuleInfo
     from xlarun.store.runs import RunStore
 
 #: Attributes that say where an instruction came from, not what it computes.

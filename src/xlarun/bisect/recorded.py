@@ -20,7 +20,7 @@ from xlarun.bisect.bisect_result import BisectResult
 if TYPE_CHECKING:
     from xlarun.bisect.replay_mode import BisectOptions, Log
     from xlarun.store.facade import Store
-    from xlarun.store.index import ModuleInfo
+    from xlarun.store.records import ModuleInfo
 
 FOLDER = "bisections"
 

@@ -31,7 +31,7 @@ from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_sha
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.index import FileInfo, ModuleInfo
+    from xlarun.store.records import FileInfo, ModuleInfo
 
 Log = Callable[[str], None]
 #: How each step is recompiled: ``timeline`` disables every pass the timeline names, ``all`` every

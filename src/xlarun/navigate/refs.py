@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from xlarun.errors import RefError
 from xlarun.hlo.names import decode_dump_name
-from xlarun.store.index import Index, ModuleInfo, RunInfo
+from xlarun.store.index import Index
+from xlarun.store.records import ModuleInfo, RunInfo
 
 _MODULE_ID = re.compile(r"^(?:module_)?(\d+)(?:\.(.+))?$")
 MAX_CANDIDATES = 10

@@ -27,7 +27,7 @@ from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
 from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
 
 if TYPE_CHECKING:
-    from xlarun.store.index import FileInfo
+    from xlarun.store.records import FileInfo
     from xlarun.store.runs import RunStore
 
 __all__ = [

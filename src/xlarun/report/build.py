@@ -37,7 +37,7 @@ from xlarun.report.graphs import GraphJob, lay_out_all, plan_graphdef, plan_modu
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.index import ModuleInfo, RunInfo
+    from xlarun.store.records import ModuleInfo, RunInfo
 
 MARKER = ".xlarun-report"
 STATIC_FILES = ("report.css", "report.js")

@@ -14,7 +14,8 @@ from xlarun.errors import InputError
 from xlarun.hlo import HloModule, parse_hlo_text
 
 if TYPE_CHECKING:
-    from xlarun.store.index import FileInfo, Index, ModuleInfo
+    from xlarun.store.index import Index
+    from xlarun.store.records import FileInfo, ModuleInfo
     from xlarun.store.runs import RunStore
 
 #: Formats never copied into a report (binary, or redundant with the text of the same dump).

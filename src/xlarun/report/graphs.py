@@ -17,7 +17,7 @@ from xlarun.render import RenderOptions, graph_of, layout, to_dot
 from xlarun.render.graph import Graph, neighbourhood
 
 if TYPE_CHECKING:
-    from xlarun.store.index import FileInfo, ModuleInfo
+    from xlarun.store.records import FileInfo, ModuleInfo
     from xlarun.store.runs import RunStore
 
 SVG_NS = "http://www.w3.org/2000/svg"

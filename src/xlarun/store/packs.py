@@ -25,13 +25,8 @@ file is in it.
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
-import struct
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, cast
 
@@ -40,9 +35,19 @@ from blake3 import blake3
 
 from xlarun.errors import StoreError
 from xlarun.killpoints import kill_point
+from xlarun.store.buffers import DecodedCache, give_buffer, take_buffer
+from xlarun.store.pack_format import (
+    PACK_BYTES,
+    PACK_NAME_PREFIX,
+    content_digest,
+    damaged,
+    pack_header,
+    pack_header_size,
+    pack_members,
+    pack_params,
+)
+from xlarun.store.pack_table import PackTable
 
-#: A pack is written once its members add up to this many bytes (and it has two members at least).
-PACK_BYTES = 16 << 20
 #: A file larger than this is streamed into a pack of its own, through a bounded buffer, never held whole.
 STREAM_BYTES = 4 * PACK_BYTES
 #: Chunk size when streaming a large file (read, hash and compress a chunk at a time).
@@ -50,11 +55,6 @@ _STREAM_CHUNK = 4 << 20
 #: Decoded files and packs kept in memory: reading a module's dumps in order decodes each pack once.
 CACHE_BYTES = 128 << 20
 _thread_local = threading.local()
-
-_SKIPPABLE_MAGIC = (0x184D2A5E).to_bytes(4, "little")
-_PACK_TAG = b"XLRK"
-_MEMBER = struct.Struct("<32sQQ")  # digest, offset, length
-_PACK_NAME_PREFIX = b"xlarun-pack\0"
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
@@ -64,19 +64,10 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return dec
 
 
-def content_digest(data: bytes | bytearray | memoryview) -> str:
-    """The name of a file's bytes in the store: their BLAKE3 hash, 64 hex digits."""
-    return blake3(data).hexdigest()
-
-
 def _missing(digest: str) -> StoreError:
     return StoreError(
         f"blob {digest[:12]} is missing from the store", "the store was damaged by hand; `xlarun check` lists what is damaged"
     )
-
-
-def _damaged(what: str) -> StoreError:
-    return StoreError(f"{what} is damaged", "`xlarun check` lists what is damaged; re-capture the runs it names")
 
 
 class BlobStore:
@@ -86,8 +77,8 @@ class BlobStore:
         self.root = root
         self.packs_dir = root / "packs"
         self._folders: set[str] = set()  # folders known to exist
-        self._cache = _DecodedCache(CACHE_BYTES)
-        self._table = _PackTable(root / "packs.sqlite", self.packs_dir)
+        self._cache = DecodedCache(CACHE_BYTES)
+        self._table = PackTable(root / "packs.sqlite", self.packs_dir)
 
     def pack_path(self, name: str) -> Path:
         return self.packs_dir / f"{name}.zst"
@@ -129,8 +120,8 @@ class BlobStore:
         stays bounded by the chunk and zstd's window, whatever the file's size. Returns (digest, bytes read)."""
         self.packs_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.packs_dir / f".tmp-stream-{os.getpid()}-{threading.get_ident()}"
-        header_size = 8 + 4 + 4 + _MEMBER.size
-        content, frame_hash, size = blake3(), blake3(_PACK_NAME_PREFIX), 0
+        header_size = len(pack_header([("0" * 64, 0, 0)]))
+        content, frame_hash, size = blake3(), blake3(PACK_NAME_PREFIX), 0
         try:
             with open(tmp, "wb") as out:
                 out.write(bytes(header_size))  # the header names the digest, known only at the end
@@ -151,9 +142,8 @@ class BlobStore:
                         writer.write(chunk)
                         size += len(chunk)
                 digest = content.hexdigest()
-                payload = _PACK_TAG + (1).to_bytes(4, "little") + _MEMBER.pack(bytes.fromhex(digest), 0, size)
                 out.seek(0)
-                out.write(_SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload)
+                out.write(pack_header([(digest, 0, size)]))
             if self.stored_of([digest]):
                 tmp.unlink()
                 return digest, size
@@ -193,18 +183,18 @@ class BlobStore:
                 raw = self.pack_path(pack).read_bytes()
             except FileNotFoundError:
                 raise _missing(pack) from None
-            frame = memoryview(raw)[_pack_header_size(raw) :]
+            frame = memoryview(raw)[pack_header_size(raw) :]
             try:
                 if offset + length > self._cache.max_item:  # too big to keep: decode only up to the file
                     with _decompressor().stream_reader(frame) as reader:
                         return _read_exactly(reader, offset + length)[offset:]
                 decoded = _decompressor().decompressobj().decompress(frame)
             except zstandard.ZstdError:
-                raise _damaged(f"pack {pack[:12]}") from None
+                raise damaged(f"pack {pack[:12]}") from None
             if use_cache:
                 self._cache.put(pack, decoded)
         if offset + length > len(decoded):
-            raise _damaged(f"pack {pack[:12]}")
+            raise damaged(f"pack {pack[:12]}")
         return decoded[offset : offset + length]
 
     # --- checking and collecting -------------------------------------------------------------
@@ -222,16 +212,16 @@ class BlobStore:
 
     def forget_decoded(self) -> None:
         """Drop every decoded blob and pack kept in memory: what is read next comes from the disk."""
-        self._cache = _DecodedCache(CACHE_BYTES)
+        self._cache = DecodedCache(CACHE_BYTES)
 
     def verify_pack(self, name: str) -> str | None:
         """None when a pack's bytes match its name and its header agrees with ``packs.sqlite``."""
         try:
             raw = self.pack_path(name).read_bytes()
-            frame = raw[_pack_header_size(raw) :]
-            if content_digest(_PACK_NAME_PREFIX + frame) != name:
+            frame = raw[pack_header_size(raw) :]
+            if content_digest(PACK_NAME_PREFIX + frame) != name:
                 return f"pack {name[:12]} does not hash to its name"
-            members = _pack_members(raw)
+            members = pack_members(raw)
         except StoreError as exc:
             return exc.message
         except FileNotFoundError:
@@ -342,7 +332,7 @@ class PackWriter:
             self.flush()
         if self._buffer is None or size > capacity - self.size:  # no buffer yet (even for an empty file), or too small
             self._release_buffer()
-            self._buffer = _take_buffer(max(2 * PACK_BYTES, size))
+            self._buffer = take_buffer(max(2 * PACK_BYTES, size))
         return memoryview(self._buffer)[self.size : self.size + size]
 
     def _commit(self, size: int) -> tuple[str, memoryview]:
@@ -377,13 +367,11 @@ class PackWriter:
             self._forget_pending()
             return 0
         assert self._buffer is not None, "a pending file is in the buffer"
-        frame = zstandard.ZstdCompressor(compression_params=_pack_params(self.size)).compress(
+        frame = zstandard.ZstdCompressor(compression_params=pack_params(self.size)).compress(
             memoryview(self._buffer)[: self.size]
         )
-        name = content_digest(_PACK_NAME_PREFIX + frame)
-        table = b"".join(_MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in self._members)
-        payload = _PACK_TAG + len(self._members).to_bytes(4, "little") + table
-        header = _SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
+        name = content_digest(PACK_NAME_PREFIX + frame)
+        header = pack_header(self._members)
         written = self.blobs._write(self.blobs.pack_path(name), header + frame)
         kill_point("pack-written")
         self.blobs._table.add(name, self._members)  # after the pack is safely on disk
@@ -419,65 +407,8 @@ class PackWriter:
 
     def _release_buffer(self) -> None:
         if self._buffer is not None:
-            _give_buffer(self._buffer)
+            give_buffer(self._buffer)
             self._buffer = None
-
-
-# Pack buffers are reused: a fresh 32 MB buffer costs thousands of page faults to touch.
-_FREE_BUFFERS: list[bytearray] = []
-_FREE_LOCK = threading.Lock()
-_MAX_FREE_BUFFERS = 4
-
-
-def _take_buffer(size: int) -> bytearray:
-    with _FREE_LOCK:
-        for i, buffer in enumerate(_FREE_BUFFERS):
-            if len(buffer) >= size:
-                return _FREE_BUFFERS.pop(i)
-    return bytearray(size)
-
-
-def _give_buffer(buffer: bytearray) -> None:
-    if len(buffer) > 4 * PACK_BYTES:
-        return  # an outsized one (a huge file): let it go
-    with _FREE_LOCK:
-        if len(_FREE_BUFFERS) < _MAX_FREE_BUFFERS:
-            _FREE_BUFFERS.append(buffer)
-
-
-def _pack_params(size: int) -> zstandard.ZstdCompressionParameters:
-    """Fast matching over a window holding the whole pack: a dump's long runs unchanged from the one before
-    are found at once. Measured on pass dumps: about 1.3 GB/s, 40x smaller than the files compressed alone.
-    The frame carries a checksum of its content, so a damaged pack fails to decode instead of yielding wrong bytes."""
-    table = min(18, max(14, size.bit_length() - 8))
-    return zstandard.ZstdCompressionParameters(
-        window_log=min(27, max(20, size.bit_length())),
-        hash_log=table,
-        chain_log=table,
-        search_log=1,
-        min_match=6,
-        target_length=0,
-        strategy=zstandard.STRATEGY_FAST,
-        write_checksum=1,  # damage is an error, never wrong bytes
-    )
-
-
-def _pack_header_size(raw: bytes) -> int:
-    if len(raw) < 16 or raw[:4] != _SKIPPABLE_MAGIC or raw[8:12] != _PACK_TAG:
-        raise _damaged("a pack's header")
-    end = 8 + int.from_bytes(raw[4:8], "little")
-    if end > len(raw):
-        raise _damaged("a pack's header (the pack is cut short)")
-    return end
-
-
-def _pack_members(raw: bytes) -> list[tuple[str, int, int]]:
-    """(digest, offset, length) of each file in a pack, from its header."""
-    end = _pack_header_size(raw)
-    count = int.from_bytes(raw[12:16], "little")
-    if 16 + count * _MEMBER.size != end:
-        raise _damaged("a pack's header")
-    return [(digest.hex(), offset, length) for digest, offset, length in _MEMBER.iter_unpack(raw[16:end])]
 
 
 def _read_exactly(reader, size: int) -> bytes:
@@ -485,204 +416,7 @@ def _read_exactly(reader, size: int) -> bytes:
     while got < size:
         chunk = reader.read(min(size - got, 16 << 20))
         if not chunk:
-            raise _damaged("a pack")
+            raise damaged("a pack")
         parts.append(chunk)
         got += len(chunk)
     return b"".join(parts)
-
-
-def _damaged_table(path: Path, exc: Exception) -> StoreError:
-    return StoreError(
-        f"{path} is damaged: {exc}",
-        f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command",
-    )
-
-
-class _CheckedConnection:
-    """A pack-table connection whose damage ('database disk image is malformed') is a StoreError saying how to
-    rebuild the table, not a crash; a lock (OperationalError) passes through as it is."""
-
-    def __init__(self, conn: sqlite3.Connection, path: Path):
-        self.conn, self.path = conn, path
-
-    def execute(self, *args):
-        try:
-            return self.conn.execute(*args)
-        except sqlite3.OperationalError:
-            raise
-        except sqlite3.DatabaseError as exc:
-            raise _damaged_table(self.path, exc) from None
-
-    def executemany(self, *args):
-        try:
-            return self.conn.executemany(*args)
-        except sqlite3.OperationalError:
-            raise
-        except sqlite3.DatabaseError as exc:
-            raise _damaged_table(self.path, exc) from None
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _PackTable:
-    """``packs.sqlite``: digest -> (pack, offset, length), one connection per thread, WAL. Derived from the
-    pack headers, and rebuilt from them when the file is missing. Its digest column is named ``sha256`` for
-    historical reasons (format 3 named files by SHA-256); it holds BLAKE3 digests, and the schema stays as
-    it is so that every format 4 store keeps its table."""
-
-    def __init__(self, path: Path, packs_dir: Path):
-        self.path = path
-        self.packs_dir = packs_dir
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[_CheckedConnection] = []
-
-    def _conn(self) -> _CheckedConnection | None:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            existed = self.path.exists()
-            if not existed and not self.packs_dir.is_dir():
-                return None  # nothing packed yet: nothing to look up
-            with self._lock:  # threads of one process create the file one at a time
-                try:
-                    conn = _CheckedConnection(self._connect(), self.path)
-                except sqlite3.DatabaseError as exc:  # not a database at all (OperationalError, locked, is handled within)
-                    raise _damaged_table(self.path, exc) from None
-                self._connections.append(conn)
-            self._local.conn = conn
-            self._rebuild_if_new(conn)
-        return conn
-
-    def _connect(self) -> sqlite3.Connection:
-        for attempt in range(50):
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            try:
-                # switching a new file to WAL takes a lock SQLite does not wait for: another process may hold it
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
-                )
-                conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                return conn
-            except sqlite3.OperationalError as exc:
-                conn.close()
-                if "locked" not in str(exc) or attempt == 49:
-                    raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
-                time.sleep(0.1)
-        raise AssertionError("unreachable")
-
-    def _rebuild_if_new(self, conn: _CheckedConnection) -> None:
-        if conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
-                for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
-                    try:
-                        members = _pack_members(pack.read_bytes())
-                    except (StoreError, OSError):
-                        continue  # a damaged pack: `xlarun check` reports it
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members]
-                    )
-                conn.execute("INSERT INTO meta VALUES ('built', '1')")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def lookup(self, digest: str) -> tuple[str, int, int] | None:
-        conn = self._conn()
-        if conn is None:
-            return None
-        return conn.execute("SELECT pack, offset, length FROM members WHERE sha256=?", (digest,)).fetchone()
-
-    def existing(self, digests: list[str]) -> set[str]:
-        conn = self._conn()
-        found: set[str] = set()
-        if conn is None:
-            return found
-        for start in range(0, len(digests), 500):
-            chunk = digests[start : start + 500]
-            found.update(
-                row[0]
-                for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk)
-            )
-        return found
-
-    def members_of(self, pack: str) -> list[tuple[str, int, int]]:
-        conn = self._conn()
-        return conn.execute("SELECT sha256, offset, length FROM members WHERE pack=?", (pack,)).fetchall() if conn else []
-
-    def add(self, pack: str, members: Iterable[tuple[str, int, int]]) -> None:
-        self.packs_dir.mkdir(parents=True, exist_ok=True)
-        conn = self._conn()
-        assert conn is not None, "the packs folder exists: the table is made"
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def packs_holding(self, digests: set[str]) -> set[str]:
-        conn = self._conn()
-        if conn is None:
-            return set()
-        return {pack for digest, pack in conn.execute("SELECT sha256, pack FROM members") if digest in digests}
-
-    def forget_packs(self, packs: list[str]) -> None:
-        conn = self._conn()
-        if conn is None or not packs:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._connections:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-            self._connections.clear()
-        self._local = threading.local()
-
-
-class _DecodedCache:
-    """The most recently decoded packs, up to a byte budget."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.max_item = max_bytes // 4
-        self.bytes = 0
-        self.items: OrderedDict[str, bytes] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: str) -> bytes | None:
-        with self.lock:
-            data = self.items.get(key)
-            if data is not None:
-                self.items.move_to_end(key)
-            return data
-
-    def put(self, key: str, data: bytes) -> None:
-        if len(data) > self.max_item:
-            return
-        with self.lock:
-            if key in self.items:
-                return
-            self.items[key] = data
-            self.bytes += len(data)
-            while self.bytes > self.max_bytes:
-                _old, evicted = self.items.popitem(last=False)
-                self.bytes -= len(evicted)

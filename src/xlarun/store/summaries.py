@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from xlarun.errors import XlarunError
 from xlarun.hlo.lex import as_xla_prints
 from xlarun.hlo.names import DumpName
-from xlarun.store.index import PassInfo
+from xlarun.store.records import PassInfo
 
 if TYPE_CHECKING:
     from xlarun.store.runs import RunStore, StoredFile

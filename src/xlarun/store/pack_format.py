@@ -1,0 +1,70 @@
+"""The pack format: how a file is named (its digest) and what a pack's header says (the whole format:
+docs/store-format.md). A pack begins with a zstd skippable frame tagged ``b"XLRK"`` listing its members' digest,
+offset and length, then one zstd frame of the members' bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import zstandard
+from blake3 import blake3
+
+from xlarun.errors import StoreError
+
+#: A pack is written once its members add up to this many bytes (and it has two members at least).
+PACK_BYTES = 16 << 20
+SKIPPABLE_MAGIC = (0x184D2A5E).to_bytes(4, "little")
+PACK_TAG = b"XLRK"
+MEMBER = struct.Struct("<32sQQ")  # digest, offset, length
+PACK_NAME_PREFIX = b"xlarun-pack\0"
+
+
+def content_digest(data: bytes | bytearray | memoryview) -> str:
+    """The name of a file's bytes in the store: their BLAKE3 hash, 64 hex digits."""
+    return blake3(data).hexdigest()
+
+
+def damaged(what: str) -> StoreError:
+    return StoreError(f"{what} is damaged", "`xlarun check` lists what is damaged; re-capture the runs it names")
+
+
+def pack_params(size: int) -> zstandard.ZstdCompressionParameters:
+    """Fast matching over a window holding the whole pack: a dump's long runs unchanged from the one before
+    are found at once. Measured on pass dumps: about 1.3 GB/s, 40x smaller than the files compressed alone.
+    The frame carries a checksum of its content, so a damaged pack fails to decode instead of yielding wrong bytes."""
+    table = min(18, max(14, size.bit_length() - 8))
+    return zstandard.ZstdCompressionParameters(
+        window_log=min(27, max(20, size.bit_length())),
+        hash_log=table,
+        chain_log=table,
+        search_log=1,
+        min_match=6,
+        target_length=0,
+        strategy=zstandard.STRATEGY_FAST,
+        write_checksum=1,  # damage is an error, never wrong bytes
+    )
+
+
+def pack_header_size(raw: bytes) -> int:
+    if len(raw) < 16 or raw[:4] != SKIPPABLE_MAGIC or raw[8:12] != PACK_TAG:
+        raise damaged("a pack's header")
+    end = 8 + int.from_bytes(raw[4:8], "little")
+    if end > len(raw):
+        raise damaged("a pack's header (the pack is cut short)")
+    return end
+
+
+def pack_members(raw: bytes) -> list[tuple[str, int, int]]:
+    """(digest, offset, length) of each file in a pack, from its header."""
+    end = pack_header_size(raw)
+    count = int.from_bytes(raw[12:16], "little")
+    if 16 + count * MEMBER.size != end:
+        raise damaged("a pack's header")
+    return [(digest.hex(), offset, length) for digest, offset, length in MEMBER.iter_unpack(raw[16:end])]
+
+
+def pack_header(members: list[tuple[str, int, int]]) -> bytes:
+    """The skippable frame that begins a pack: its members' (digest, offset, length)."""
+    table = b"".join(MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in members)
+    payload = PACK_TAG + len(members).to_bytes(4, "little") + table
+    return SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload

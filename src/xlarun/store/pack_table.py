@@ -1,0 +1,180 @@
+"""``packs.sqlite``: where each packed file is (digest -> pack, offset, length), derived from the pack headers
+and rebuilt from them when it is missing."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from xlarun.errors import StoreError
+from xlarun.store.pack_format import pack_members
+
+
+def _damaged_table(path: Path, exc: Exception) -> StoreError:
+    return StoreError(
+        f"{path} is damaged: {exc}",
+        f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command",
+    )
+
+
+class _CheckedConnection:
+    """A pack-table connection whose damage ('database disk image is malformed') is a StoreError saying how to
+    rebuild the table, not a crash; a lock (OperationalError) passes through as it is."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self.conn, self.path = conn, path
+
+    def execute(self, *args):
+        try:
+            return self.conn.execute(*args)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise _damaged_table(self.path, exc) from None
+
+    def executemany(self, *args):
+        try:
+            return self.conn.executemany(*args)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise _damaged_table(self.path, exc) from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PackTable:
+    """``packs.sqlite``: digest -> (pack, offset, length), one connection per thread, WAL. Derived from the
+    pack headers, and rebuilt from them when the file is missing. Its digest column is named ``sha256`` for
+    historical reasons (format 3 named files by SHA-256); it holds BLAKE3 digests, and the schema stays as
+    it is so that every format 4 store keeps its table."""
+
+    def __init__(self, path: Path, packs_dir: Path):
+        self.path = path
+        self.packs_dir = packs_dir
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[_CheckedConnection] = []
+
+    def _conn(self) -> _CheckedConnection | None:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            existed = self.path.exists()
+            if not existed and not self.packs_dir.is_dir():
+                return None  # nothing packed yet: nothing to look up
+            with self._lock:  # threads of one process create the file one at a time
+                try:
+                    conn = _CheckedConnection(self._connect(), self.path)
+                except sqlite3.DatabaseError as exc:  # not a database at all (OperationalError, locked, is handled within)
+                    raise _damaged_table(self.path, exc) from None
+                self._connections.append(conn)
+            self._local.conn = conn
+            self._rebuild_if_new(conn)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        for attempt in range(50):
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            try:
+                # switching a new file to WAL takes a lock SQLite does not wait for: another process may hold it
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
+                )
+                conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if "locked" not in str(exc) or attempt == 49:
+                    raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
+                time.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    def _rebuild_if_new(self, conn: _CheckedConnection) -> None:
+        if conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
+                for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
+                    try:
+                        members = pack_members(pack.read_bytes())
+                    except (StoreError, OSError):
+                        continue  # a damaged pack: `xlarun check` reports it
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members]
+                    )
+                conn.execute("INSERT INTO meta VALUES ('built', '1')")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def lookup(self, digest: str) -> tuple[str, int, int] | None:
+        conn = self._conn()
+        if conn is None:
+            return None
+        return conn.execute("SELECT pack, offset, length FROM members WHERE sha256=?", (digest,)).fetchone()
+
+    def existing(self, digests: list[str]) -> set[str]:
+        conn = self._conn()
+        found: set[str] = set()
+        if conn is None:
+            return found
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            found.update(
+                row[0]
+                for row in conn.execute(f"SELECT sha256 FROM members WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk)
+            )
+        return found
+
+    def members_of(self, pack: str) -> list[tuple[str, int, int]]:
+        conn = self._conn()
+        return conn.execute("SELECT sha256, offset, length FROM members WHERE pack=?", (pack,)).fetchall() if conn else []
+
+    def add(self, pack: str, members: Iterable[tuple[str, int, int]]) -> None:
+        self.packs_dir.mkdir(parents=True, exist_ok=True)
+        conn = self._conn()
+        assert conn is not None, "the packs folder exists: the table is made"
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def packs_holding(self, digests: set[str]) -> set[str]:
+        conn = self._conn()
+        if conn is None:
+            return set()
+        return {pack for digest, pack in conn.execute("SELECT sha256, pack FROM members") if digest in digests}
+
+    def forget_packs(self, packs: list[str]) -> None:
+        conn = self._conn()
+        if conn is None or not packs:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()

@@ -1,0 +1,181 @@
+"""The store's records: what the index says of a run, a module, a file and a pass, read from its rows, and the
+opcodes that rank a run's modules."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+
+#: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
+#: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.
+COMPUTE_OPCODES = frozenset(
+    {
+        "dot",
+        "convolution",
+        "custom-call",
+        "fft",
+        "triangular-solve",
+        "cholesky",
+        "ragged-dot",
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+    }
+)
+
+
+def count_compute_ops(histogram: dict[str, int]) -> int:
+    """How many of a module's instructions are heavy compute or collectives."""
+    return sum(n for op, n in histogram.items() if op in COMPUTE_OPCODES)
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    exit_code: int | None
+    error: str | None
+    backend: str
+    framework: str | None
+    started: str
+    ended: str
+    duration_s: float
+    n_files: int
+    dump_bytes: int
+    n_modules: int
+    batch_id: str | None
+    matrix: dict | None
+    tags: dict
+
+
+@dataclass
+class FileInfo:
+    path: str
+    digest: str
+    size: int
+    kind: str
+    format: str | None
+    stage: str | None
+    step: int | None
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+
+
+@dataclass
+class PassInfo:
+    step: int
+    pipeline: str | None
+    after_pass: str | None
+    before_pass: str | None
+    path: str
+    instr_count: int | None
+
+
+@dataclass
+class ModuleInfo:
+    run_id: str
+    module_id: int
+    name: str | None
+    backend: str | None
+    stages: list[str]
+    n_pass_dumps: int
+    n_files: int
+    instr_before: int | None
+    instr_after: int | None
+    compute_ops: int  # dot, convolution, custom-call, collectives... (the ranking key)
+    opcodes_before: dict[str, int]
+    opcodes_after: dict[str, int]
+    entry_signature: str | None
+    fingerprint: str | None
+    hlo_bytes: int
+    elided_constants: bool
+    parse_error: str | None
+    files: list[FileInfo] = field(default_factory=list)
+    passes: list[PassInfo] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``module_0006.jit_f``: how XLA names it in files."""
+        return f"module_{self.module_id:04d}" + (f".{self.name}" if self.name else "")
+
+    @property
+    def ref(self) -> str:
+        """A REF that always names exactly this module: ``RUN/module_0006``."""
+        return f"{self.run_id}/module_{self.module_id:04d}"
+
+
+@dataclass
+class FindHit:
+    run_id: str
+    module_id: int
+    module_name: str | None
+    kind: str
+    matches: list[str]
+
+
+def json_or_none(text: str | None):
+    return json.loads(text) if text else None
+
+
+def run_from_row(row: sqlite3.Row) -> RunInfo:
+    return RunInfo(
+        row["run_id"],
+        row["name"],
+        row["kind"],
+        row["status"],
+        row["exit_code"],
+        row["error"],
+        row["backend"],
+        row["framework"],
+        row["started"],
+        row["ended"],
+        row["duration_s"],
+        row["n_files"],
+        row["dump_bytes"],
+        row["n_modules"],
+        row["batch_id"],
+        json_or_none(row["matrix"]),
+        json_or_none(row["tags"]) or {},
+    )
+
+
+def module_from_row(row: sqlite3.Row) -> ModuleInfo:
+    return ModuleInfo(
+        row["run_id"],
+        row["module_id"],
+        row["name"],
+        row["backend"],
+        json.loads(row["stages"] or "[]"),
+        row["n_pass_dumps"],
+        row["n_files"],
+        row["instr_before"],
+        row["instr_after"],
+        row["compute_ops"] or 0,
+        json.loads(row["opcodes_before"] or "{}"),
+        json.loads(row["opcodes_after"] or "{}"),
+        row["entry_signature"],
+        row["fingerprint"],
+        row["hlo_bytes"] or 0,
+        bool(row["elided_constants"]),
+        row["parse_error"],
+    )
+
+
+def file_from_row(r: sqlite3.Row) -> FileInfo:
+    return FileInfo(
+        r["path"],
+        r["digest"],
+        r["size"],
+        r["kind"],
+        r["format"],
+        r["stage"],
+        r["step"],
+        r["pipeline"],
+        r["after_pass"],
+        r["before_pass"],
+    )
