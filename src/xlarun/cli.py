@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "share",
     "view",
     "ray",
+    "completion",
 )
 
 EXIT_CODES_HELP = """
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
     With ``argv`` given (from Python), returns the exit code instead of exiting.
     """
+    from xlarun.commands.completion import prepare_completion_request
+
+    prepare_completion_request(os.environ)  # type: ignore[arg-type]
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="xlarun")

@@ -131,11 +131,8 @@ def bundle_or_ref(ref: str, store: str | None, run: str | None) -> tuple[str | N
 
 
 def _command_context():
-    """The running command's click context (its resources are closed when the command ends)."""
-    try:  # typer >= 0.29 vendors click
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import get_current_context as click_context
+    """The running command's click context (its resources are closed when the command ends): typer's own click,
+    which typer 0.29 (the version pyproject.toml pins) vendors."""
+    from typer._click.globals import get_current_context
 
-        return click_context()
     return get_current_context()
