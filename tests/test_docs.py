@@ -63,3 +63,12 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+
+
+@pytest.mark.slow
+def test_the_tutorial_output_is_what_the_commands_print():
+    """Every `<!-- tutorial -->` block of the README and the docs, run for real against a fresh capture."""
+    proc = subprocess.run([sys.executable, "scripts/tutorial.py", "check"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    if proc.returncode == 2:
+        pytest.skip(proc.stderr.strip())  # made with another jax: regenerate with `scripts/tutorial.py write`
+    assert proc.returncode == 0, proc.stderr
