@@ -31,7 +31,8 @@ VOLATILE = [
 
 
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """README.md, then the docs pages (docs/index.md is made from the README by scripts/docs.py)."""
+    return [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "index.md")]
 
 
 def blocks(text: str) -> list[tuple[int, int]]:
