@@ -280,3 +280,14 @@ def format_table(rows: list[Row]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_markdown(rows: list[Row]) -> str:
+    """The same table as :func:`format_table`, as Markdown for the documentation."""
+    lines = ["| section | comparison | xlarun | alternative | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = "" if r.ratio is None else f"{r.ratio:.3g}x"
+        met = {True: "yes", False: "**no**", None: ""}[r.met]
+        cells = [r.section, r.what, r.ours, r.theirs, ratio, r.target, met]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

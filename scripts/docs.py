@@ -53,8 +53,99 @@ def front_page() -> str:
     return readme
 
 
+BENCHMARKS_INTRO = """# Benchmarks
+
+Every figure on this page is read from a results file a benchmark wrote (`bench/results/*.json`, committed with
+`--record`); `python scripts/docs.py write` makes this page from them. Each benchmark measures xlarun against what a
+user would do instead, side by side in one run, on workloads it generates (nothing is downloaded); targets are
+reported, never asserted. How each is measured: `bench/README.md`.
+"""
+
+
+def _measured_on(results: dict) -> str:
+    where = results.get("measured_on") or {}
+    meta = results.get("meta") or {}
+    date = where.get("date") or (meta.get("started") or "")[:10]
+    parts = [f"measured {date}" if date else "measured"]
+    if where.get("commit"):
+        parts.append(f"at commit {where['commit']}")
+    cpus = where.get("cpus") or meta.get("cpus")
+    if cpus:
+        parts.append(f"on {cpus} CPUs")
+    if where.get("load_1m") is not None:
+        parts.append(f"(load {where['load_1m']} at the start)")
+    return " ".join(parts)
+
+
+def benchmarks_page() -> str:
+    sys.path.insert(0, str(ROOT))
+    from bench.report import build_rows, format_markdown
+    from bench.results_files import load_recorded
+
+    parts = [BENCHMARKS_INTRO]
+    main = load_recorded("main")
+    parts.append("\n## Capture, archive, navigation, search, replay: `python -m bench --record`\n\n")
+    if main:
+        meta, work = main["meta"], main["workload"]
+        parts.append(
+            f"{_measured_on(main).capitalize()}: {meta['mode']} mode, {meta['size']} workload ({work.get('files')} files, "
+            f"{work.get('bytes', 0) / 1e6:.0f} MB, a transformer-like training step captured pass by pass), medians over "
+            f"repeats, {meta.get('total_s', 0):.0f} s in all.\n\n{format_markdown(build_rows(main))}\n"
+        )
+    else:
+        parts.append("Not recorded yet: `python -m bench --record`.\n")
+    bisect = load_recorded("bisect")
+    parts.append("\n## bisect: `python -m bench.bisect --record`\n\n")
+    if bisect:
+        rerun = bisect.get("rerun_bf16") or {}
+        lines = [
+            f"{_measured_on(bisect).capitalize()}, {bisect.get('size', '')} workload, module {bisect.get('module')} "
+            f"with {bisect.get('pass_dumps')} pass dumps (captured in {bisect.get('capture_s')} s).",
+            "",
+            "| mode | seconds | replays | culprit | exit |",
+            "|---|---|---|---|---|",
+        ]
+        for mode in ("binary", "linear"):
+            r = bisect.get(mode) or {}
+            lines.append(
+                f"| replay, {mode} | {r.get('seconds')} | {r.get('replays')} | {r.get('culprit') or 'none'} | {r.get('exit')} |"
+            )
+        lines.append(
+            f"| rerun, bf16 case | {rerun.get('seconds')} | {rerun.get('reruns')} reruns | {rerun.get('culprit') or 'none'} | {rerun.get('exit')} |"
+        )
+        parts.append("\n".join(lines) + "\n")
+    else:
+        parts.append("Not recorded yet: `python -m bench.bisect --record`.\n")
+    inline = load_recorded("inline_capture")
+    parts.append("\n## In-process capture: `python -m bench.inline_capture --record`\n\n")
+    if inline:
+        ip, cli, module = inline["in_process_capture_s"], inline["cli_capture_s"], inline["module"]
+        parts.append(
+            f"{_measured_on(inline).capitalize()}, {inline['repeats']} repeats. `xlarun.jax.capture` of the example's "
+            f"train step: median {ip['median']} s (min {ip['min']}; the same compile without dumps {inline['plain_compile_s']} s; "
+            f"{module['modules']} module, {module['files']} files, {module['instr_before']} instructions). "
+            f"`xlarun capture configs/jax-cpu.yaml` (the whole script, 8 modules): median {cli['median']} s (min {cli['min']}).\n"
+        )
+    else:
+        parts.append("Not recorded yet: `python -m bench.inline_capture --record`.\n")
+    ray = load_recorded("batch_ray")
+    parts.append("\n## Ray batches: `python -m bench.batch_ray --record`\n\n")
+    if ray:
+        from bench.batch_ray import format_report, format_snapshots
+
+        body = (format_report(ray) + "\n" if "runs" in ray else "") + format_snapshots(ray["project_snapshots"])
+        parts.append(f"{_measured_on(ray).capitalize()}.\n\n```text\n{body}\n```\n")
+    else:
+        parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
+    return "".join(parts)
+
+
 def generated() -> dict[Path, str]:
-    return {ROOT / "docs" / "reference" / "cli.md": cli_reference(), ROOT / "docs" / "index.md": front_page()}
+    return {
+        ROOT / "docs" / "reference" / "cli.md": cli_reference(),
+        ROOT / "docs" / "index.md": front_page(),
+        ROOT / "docs" / "benchmarks.md": benchmarks_page(),
+    }
 
 
 def main(argv: list[str]) -> int:
