@@ -221,6 +221,18 @@ def build_rows(results: dict) -> list[Row]:
                     _check(value, lambda v: v < 0.5) if target else None,
                 )
             )
+        unpatched = _get(nav, "show_without_typer_patch", "median_s")
+        patched = _get(nav, "show", "median_s")
+        if unpatched and patched:
+            rows.append(
+                Row(
+                    "navigate",
+                    "  show with / without cli.py's typer patch",
+                    _secs(patched),
+                    _secs(unpatched),
+                    round(patched / unpatched, 3),
+                )
+            )
     replay = results.get("replay", {})
     if not replay.get("ok"):
         rows.append(Row("replay", "replay vs jax.jit", "-", "-", None))
