@@ -48,8 +48,8 @@ find matched nothing, check found damage) · 2 bad usage, spec or input ·
 def _coerce_plain_strings_without_pydantic() -> None:
     """typer 0.29 coerces every parameter through a pydantic TypeAdapter, built even for a value that is
     missing, and importing pydantic costs more than the rest of ``xlarun modules`` (~0.2 s). Here the
-    adapter is built only when a value needs it: a missing value or a ``str`` parameter given a string
-    needs none. Paths, numbers and choices still go through typer. Leaves another typer alone."""
+    adapter is built only when a value needs it: a missing value, or a ``str`` / ``list[str]`` parameter
+    given strings, needs none. Paths, numbers and choices still go through typer. Leaves another typer alone."""
     from dataclasses import dataclass
     from typing import Any
 
@@ -68,13 +68,12 @@ def _coerce_plain_strings_without_pydantic() -> None:
 
         def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
             info = self.descriptor.parameter_info
-            if (
-                isinstance(value, str)
-                and self.annotation is str
-                and getattr(info, "parser", None) is None
-                and not self.descriptor.is_choice
-            ):
+            plain = getattr(info, "parser", None) is None and not self.descriptor.is_choice
+            if plain and isinstance(value, str) and self.annotation is str:
                 return value
+            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+            if plain and self.annotation == list[str] and strings:
+                return list(value)
             return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
 
     def build(descriptor):

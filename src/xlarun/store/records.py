@@ -1,11 +1,32 @@
-"""The store's records: what the index says of a run, a module, a file and a pass, read from its rows, and the
-opcodes that rank a run's modules."""
+"""The store's records: how a run ended and where its output lives, what the index says of a run, a module, a file
+and a pass (read from its rows), and the opcodes that rank a run's modules. No pydantic: every command reads these."""
 
 from __future__ import annotations
 
+import enum
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+#: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
+OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
+
+
+class RunStatus(str, enum.Enum):
+    """How a job ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # exited non-zero
+    TIMED_OUT = "timed_out"  # killed at the spec's deadline
+    INTERRUPTED = "interrupted"  # SIGINT (Ctrl-C), SIGTERM or SIGHUP to xlarun (the manifest names it)
+    INCOMPLETE = "incomplete"  # xlarun was killed before the commit; recovered from staging by `xlarun recover`
+    ERROR = "error"  # could not be started at all (missing interpreter, dead Docker daemon...)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
 
 #: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
 #: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.

@@ -39,8 +39,8 @@ from pathlib import Path
 from xlarun.errors import InputError, RefError, StoreError
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
-from xlarun.store.manifest import OUTPUT_DIRS
 from xlarun.store.packs import BlobStore
+from xlarun.store.records import OUTPUT_DIRS
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
