@@ -133,6 +133,8 @@ class Module(display.Shown):
         return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
 
     def _other(self, other: str | Module | Run) -> Module:
+        from xlarun.api import Run
+
         if isinstance(other, Module):
             return other
         ref = other.id if isinstance(other, Run) else other
