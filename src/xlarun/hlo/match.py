@@ -121,8 +121,8 @@ def match_by_structure(left: StructureHashes, right: StructureHashes) -> dict[st
     for instruction in after.instructions():
         if instruction.name in taken:
             continue
-        candidates = free.get(right.label[instruction.name])
-        if not candidates:
+        rivals = free.get(right.label[instruction.name])
+        if not rivals:
             continue
         mine = [inverse.get(o) for o in instruction.operands]
 
@@ -130,10 +130,10 @@ def match_by_structure(left: StructureHashes, right: StructureHashes) -> dict[st
             operands = left.by_name[name].operands
             return sum(1 for a, b in zip(operands, mine, strict=False) if b is not None and a == b), name == target
 
-        best = max(candidates, key=score)
-        if score(best)[0] == 0 and len(candidates) > 1 and best != instruction.name:
+        best = max(rivals, key=score)
+        if score(best)[0] == 0 and len(rivals) > 1 and best != instruction.name:
             continue  # nothing tells these apart: names and positions decide later
-        candidates.remove(best)
+        rivals.remove(best)
         mapping[best] = instruction.name
         inverse[instruction.name] = best
         taken.add(instruction.name)
