@@ -21,9 +21,9 @@ from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
-from xlarun.store.facade import FileNote, Store, StoredFile
+from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
-from xlarun.store.records import ModuleInfo, RunStatus, utc_now
+from xlarun.store.records import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]

@@ -33,7 +33,7 @@ from xlarun.store.records import (
 )
 
 if TYPE_CHECKING:
-    from xlarun.store.runs import StoredFile
+    from xlarun.store.records import StoredFile
     from xlarun.store.summaries import ModuleSummary
 
 SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")

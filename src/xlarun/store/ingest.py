@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from xlarun.errors import StoreError
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.index import _NOT_MODULE_FILES, Index, _storable, tie_to_named_modules
-from xlarun.store.runs import RunStore, StoredFile
+from xlarun.store.records import StoredFile
+from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
 
 
@@ -23,9 +25,13 @@ def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:
     indexed = index.run_ids()
     for gone in indexed - on_disk:
         index.forget_run(gone)
-    added = sorted(on_disk - indexed)
-    for run_id in added:
-        ingest_run(index, store, run_id, facts)
+    added = []
+    for run_id in sorted(on_disk - indexed):
+        try:
+            ingest_run(index, store, run_id, facts)
+        except StoreError:  # its file list is damaged: left unindexed, and `xlarun check` names it
+            continue
+        added.append(run_id)
     return added
 
 

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
@@ -26,6 +27,54 @@ class RunStatus(str, enum.Enum):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
+    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
+
+    path: str
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class FileNote:
+    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
+    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
+
+    path: str
+    archived: bool
+    why: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "archived": self.archived, "why": self.why}
+
+
+@dataclass
+class CheckReport:
+    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
+
+    runs: int
+    files: int
+    blobs: int
+    packs: int
+    damaged: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
+    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
+
+    path: Path
+    recoverable: bool
+    what: str
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
 
 
 #: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:

@@ -32,7 +32,6 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from xlarun.errors import InputError, RefError, StoreError
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -52,54 +51,6 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 
 #: Written into staging once every file is archived, before the raw files are deleted.
 ARCHIVED_LIST = "archived.json"
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
-    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
-
-    path: str
-    digest: str
-    size: int
-
-
-@dataclass(frozen=True)
-class FileNote:
-    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
-    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
-
-    path: str
-    archived: bool
-    why: str
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "archived": self.archived, "why": self.why}
-
-
-@dataclass
-class CheckReport:
-    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
-
-    runs: int
-    files: int
-    blobs: int
-    packs: int
-    damaged: list[dict] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Leftover:
-    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
-    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
-
-    path: Path
-    recoverable: bool
-    what: str
-
-    @property
-    def run_id(self) -> str:
-        return self.path.name
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -229,11 +180,15 @@ class RunStore:
         """Ids of committed runs, oldest first."""
         if not self.runs_dir.is_dir():
             return []
-        return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and (p / "files.json").exists())
+        # every folder is a run, its file list readable or not (a damaged one is check's to report, never "gone")
+        with os.scandir(self.runs_dir) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
     def run_path(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
+            if path.is_dir():
+                raise StoreError(f"run {run_id} is damaged: its files.json is missing", "`xlarun check` lists what is damaged")
             raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         return path
 
@@ -352,8 +307,10 @@ class RunStore:
         return live
 
     def delete_run(self, run_id: str) -> None:
-        """Remove a run (its blobs go at the next gc, if no other run uses them)."""
-        path = self.run_path(run_id)
+        """Remove a run, a damaged one too (its blobs go at the next gc, if no other run uses them)."""
+        path = self.runs_dir / run_id
+        if not path.is_dir():
+            path = self.run_path(run_id)  # says there is no such run
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
             os.rename(path, trash)
@@ -363,10 +320,10 @@ class RunStore:
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
 
-    def gc(self, discard_recoverable: bool = False) -> tuple[int, int, int]:
+    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
         """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
         what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
-        Blobs a recoverable staging folder lists are kept while it is."""
+        Blobs a recoverable staging folder lists, and those in ``keep``, are kept."""
         with self.lock(exclusive=True):
             doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
             for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
@@ -374,7 +331,7 @@ class RunStore:
             for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
                 tmp.unlink(missing_ok=True)
             live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
-            live |= self.live_in_staging()
+            live |= self.live_in_staging() | keep
             removed, freed = self.blobs.collect(live)
             return len(doomed), removed, freed
 
@@ -383,7 +340,11 @@ class RunStore:
         by_digest: dict[str, list[tuple[str, str]]] = {}
         runs = self.run_ids()
         for run_id in runs:
-            for entry in self.stored_files(run_id):
+            try:
+                listed = self.stored_files(run_id)
+            except StoreError:  # a damaged list: Store.check names it with what it disagrees with
+                continue
+            for entry in listed:
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
         report = CheckReport(runs=len(runs), files=sum(map(len, by_digest.values())), blobs=len(by_digest), packs=0)
         packs = self.blobs.pack_names()

@@ -20,7 +20,8 @@ from xlarun.hlo.names import DumpName
 from xlarun.store.records import PassInfo
 
 if TYPE_CHECKING:
-    from xlarun.store.runs import RunStore, StoredFile
+    from xlarun.store.records import StoredFile
+    from xlarun.store.runs import RunStore
 
 # One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
 # Anchored on the newline itself, not ^ with re.M: the scanner then jumps from line to line (3x faster).
