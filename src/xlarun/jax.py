@@ -120,6 +120,13 @@ def _compilation_cache_off() -> Iterator[None]:
         jax.config.update("jax_enable_compilation_cache", before)
 
 
+def _copies(jax: Any, tree: Any) -> Any:
+    """``tree`` with each jax.Array copied on its own devices (other leaves as they are)."""
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(lambda leaf: jnp.copy(leaf) if isinstance(leaf, jax.Array) else leaf, tree)
+
+
 def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwargs: dict[str, Any]):
     import jax
 
@@ -158,7 +165,7 @@ def capture(
     """Compile ``f(*args)`` with XLA dumps for that compilation only, and archive it as a run of kind ``inline``.
 
     ``pass_re`` (``".*"``: around every pass), ``snapshots`` (the compiled function is run once on ``args``
-    to record its real arguments and result: do not give donated buffers), ``formats`` and ``large_constants``
+    to record its real arguments and result, on copies of ``args``: a donating step leaves the caller's arrays alone), ``formats`` and ``large_constants``
     mean what they mean in a spec's ``dump:``. ``jit_kwargs`` go to ``jax.jit`` (``static_argnums``...);
     ``kwargs`` are keyword arguments of ``f``. Returns the run; ``run.main`` is the function's module."""
     from xlarun import api
@@ -183,7 +190,10 @@ def capture(
             if snapshots:  # XLA writes a snapshot when the executable runs
                 import jax
 
-                jax.block_until_ready(compiled(*args, **(kwargs or {})))
+                # on copies: a step that donates its arguments (donate_argnums, as Flax/optax loops do) would delete
+                # the caller's arrays; the compiled module keeps its input-output aliasing all the same
+                own_args, own_kwargs = _copies(jax, (args, kwargs or {}))
+                jax.block_until_ready(compiled(*own_args, **own_kwargs))
     except BaseException as exc:
         from xlarun.errors import XlarunError
 

@@ -16,8 +16,16 @@ from typing import Any
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
 from xlarun.capture.flags import compose_env, redact_env, where_flag_comes_from
-from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.known_flags import (
+    FlagNameCache,
+    FlagRejection,
+    KnownXlaFlags,
+    find_flag_rejection,
+    probe_known_xla_flags,
+    snapshot_donation_warning,
+)
 from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
+from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
@@ -47,6 +55,7 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
     signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
+    stderr_tail: str = ""  # the end of the job's stderr, when it failed: what the post-mortem quotes
 
     @property
     def ok(self) -> bool:
@@ -215,6 +224,9 @@ def _capture(
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
     known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
+    early_warnings = [w for w in [snapshot_donation_warning(known_xla_flags) if loaded.spec.dump.snapshots else None] if w]
+    for line in early_warnings if echo else []:
+        warn(line)
 
     run_id, staging = store.begin_run()
     paths = backend.job_paths(staging)
@@ -263,7 +275,7 @@ def _capture(
     duration = time.monotonic() - t0
 
     kill_point("job-ended")
-    warnings = list(composed.warnings)
+    warnings = early_warnings + list(composed.warnings)
     # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
     with stop.archiving(run_id, staging), store.lock():
         try:
@@ -271,9 +283,10 @@ def _capture(
         except (OSError, sqlite3.Error, StoreError) as exc:  # a full disk, most likely
             raise _not_committed(run_id, staging, exc) from None
         rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
+        tail = _log_tail(staging / "stderr.log", 16 * 1024) if result.status == RunStatus.FAILED else ""
         if rejection is not None:
             warnings.append(rejection.explain())
-        elif not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        elif not files and result.status == RunStatus.SUCCEEDED:  # a failed job: its post-mortem says why
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
@@ -332,12 +345,12 @@ def _capture(
                 f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room"
             )
             return CaptureResult(
-                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name
+                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name, tail
             )
         kill_point("indexed")
     modules = store.index.modules(run_id)
     return CaptureResult(
-        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name
+        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name, tail
     )
 
 
@@ -392,8 +405,40 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
         return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or None)
     if result.status == RunStatus.FAILED:
         return JobFailed(
-            f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output"
+            f"{_how_the_job_ended(result)}; {where}",
+            _cause_of(result.stderr_tail) or f"`xlarun logs {result.run_id}` shows its output",
         )
     if result.manifest.files == 0:
         return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
     return None
+
+
+#: What a failed job's stderr says, and what it means for the capture.
+_CAUSES = (
+    (
+        "called on deleted or donated buffer",
+        "XLA could not write a snapshot of a step that donates its buffers (jax.jit(..., donate_argnums)): set "
+        "dump.snapshots: false, or drop the donation for the capture (jaxlib 0.10 and later snapshot such steps)",
+    ),
+)
+
+
+def _how_the_job_ended(result: CaptureResult) -> str:
+    """'the job was killed by SIGABRT (signal 6)' rather than 'exited with code -6', with the last line it wrote."""
+    import signal as signals
+
+    code = result.exit_code
+    number = -code if code is not None and code < 0 else None
+    if number is None and code is not None and code > 128 and result.manifest.backend.startswith("docker"):
+        number = code - 128  # a container's main process killed by a signal: 128 + N
+    try:
+        how = f"the job was killed by {signals.Signals(number).name} (signal {number})" if number else None
+    except ValueError:
+        how = None
+    how = how or f"the job exited with code {code}"
+    last = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
+    return f"{how}: {last[-1][:300]}" if last else how
+
+
+def _cause_of(stderr_tail: str) -> str | None:
+    return next((cause for needle, cause in _CAUSES if needle in stderr_tail), None)

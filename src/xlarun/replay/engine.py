@@ -98,6 +98,8 @@ def replay_with_pjrt(
         outputs = _execute(built.compiled, arguments, options.iterations, result, log)
         stage("reference")
         comparisons = _compare(source, built, outputs, arguments, reference, options, result)
+        if not comparisons and result.arguments == "snapshot" and source.optimized and built.source is source:
+            comparisons = _compare_with_unoptimized(unoptimized, platform, options, outputs, arguments, log)
     except EngineError as exc:
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
@@ -243,6 +245,26 @@ def _compare(source, built, outputs, arguments, reference, options, result) -> l
         expected, _ = compiled.run(compiled.upload(arguments))
         comparisons.append(compare_outputs(outputs, compiled.download(expected), *bounds, f"platform {reference.name}"))
     return comparisons
+
+
+def _compare_with_unoptimized(
+    unoptimized: Callable[[], ReplaySource | None],
+    platform: pjrt.Platform,
+    options: ReplayOptions,
+    outputs: list,
+    arguments: list,
+    log: Log,
+) -> list[Comparison]:
+    """A snapshot that recorded no result (a donating step): the same module's before_optimizations dump compiled
+    afresh and run on the snapshot's arguments is the reference; nothing to compare when there is none."""
+    sibling = unoptimized()
+    if sibling is None:
+        return []
+    compiled = _compile_plain(sibling, platform, options).compiled
+    expected, _ = compiled.run(compiled.upload(arguments))
+    log(f"no recorded result: compared with {sibling.path.name} compiled afresh on the snapshot's arguments")
+    bounds = (options.abs_error_bound, options.rel_error_bound)
+    return [compare_outputs(outputs, compiled.download(expected), *bounds, f"before_optimizations module {sibling.path.name}")]
 
 
 def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> None:

@@ -188,6 +188,14 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
     arguments = [literals.decode_literal(raw) for raw in top.get(2, [])]
     result_raw = first(top, 3)
     result = literals.decode_literal(result_raw) if isinstance(result_raw, bytes) else None
+    shape = entry_result_shape(module) if isinstance(result, (list, tuple)) and not result else None
+    if shape is not None and not (shape.is_tuple and not shape.tuple_shapes):
+        # XLA writes an empty result when the step donated its buffers (jax.jit(..., donate_argnums)): no outputs
+        # were recorded, which is not "the step returned nothing"
+        result = None
+        donated = True
+    else:
+        donated = False
     source = ReplaySource(
         path,
         SNAPSHOT,
@@ -198,6 +206,11 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
         execution_platform=as_str(first(top, 4)),
         module_name=_module_name(module),
     )
-    if result is None:
+    if donated:
+        source.warnings.append(
+            f"{path.name}: the snapshot recorded an empty result, as XLA does for a step that donates its buffers "
+            "(donate_argnums): the outputs are compared with the module's before_optimizations dump instead"
+        )
+    elif result is None:
         source.warnings.append(f"{path.name}: the snapshot recorded no result; nothing to compare against")
     return source
