@@ -74,3 +74,16 @@ def test_a_corpus_module_of_4000_instructions_renders_as_an_overview_in_seconds(
     rendered = render_bytes(text.encode(), "module_0000.big.before_optimizations.txt", RenderOptions(format="svg", timeout_s=120))
     assert rendered.data.startswith(b"<?xml") and rendered.nodes < 1000
     assert "4052 instructions in 342 computations" in rendered.notes[0]
+
+
+@pytest.mark.slow
+def test_a_png_is_capped_and_says_it_was_scaled():
+    from xlarun.render.layout import PNG_MAX_PIXELS
+
+    chain = "\n".join(f"  n.{i} = f32[4]{{0}} negate(n.{i - 1})" for i in range(1, 400))
+    text = (
+        f"HloModule chain\n\nENTRY main {{\n  n.0 = f32[4]{{0}} parameter(0)\n{chain}\n  ROOT r = f32[4]{{0}} negate(n.399)\n}}\n"
+    )
+    rendered = render_bytes(text.encode(), "module_0000.chain.before_optimizations.txt", RenderOptions(format="png"))
+    height = int.from_bytes(rendered.data[20:24], "big")
+    assert height <= PNG_MAX_PIXELS and any("the PNG was scaled down" in note for note in rendered.notes)

@@ -24,7 +24,7 @@ from xlarun.hlo import gunzip, load_hlo, looks_like_hlo_text
 from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
-from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
+from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
 from xlarun.render.overview import hlo_overview
 
 if TYPE_CHECKING:
@@ -136,9 +136,8 @@ def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, t
     what = f"the neighbourhood of {options.around} (depth {options.depth})" if options.around else name
     check_node_limit(graph, options.limit, what, neighbourhood_of=options.around)
     kind = "graphdef" if content_kind(name, data) == "graphdef" else "hlo"
-    return RenderedGraph(
-        layout(to_dot(graph), options.format, options.timeout_s), options.format, name, kind, len(graph.nodes), graph.notes
-    )
+    drawn, layout_notes = layout_with_notes(to_dot(graph), options.format, options.timeout_s)
+    return RenderedGraph(drawn, options.format, name, kind, len(graph.nodes), graph.notes + layout_notes)
 
 
 def render_path(path: str | Path, options: RenderOptions | None = None) -> RenderedGraph:
