@@ -15,9 +15,16 @@ from typing import Any
 
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
-from xlarun.capture.flags import compose_env, redact_env, where_flag_comes_from
+from xlarun.capture.flags import (
+    compose_env,
+    donation_abort_cause,
+    redact_env,
+    snapshot_donation_warning,
+    where_flag_comes_from,
+)
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
+from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
@@ -215,6 +222,9 @@ def _capture(
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
     known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
+    donation = snapshot_donation_warning(loaded.spec, known_xla_flags)
+    if donation and echo:
+        warn(donation)  # before the job: an abort would end it before any line of ours
 
     run_id, staging = store.begin_run()
     paths = backend.job_paths(staging)
@@ -271,6 +281,13 @@ def _capture(
         except (OSError, sqlite3.Error, StoreError) as exc:  # a full disk, most likely
             raise _not_committed(run_id, staging, exc) from None
         rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
+        aborted = (
+            donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log"))
+            if result.status == RunStatus.FAILED
+            else None
+        )
+        if aborted or (donation and not echo):
+            warnings.append(aborted or donation or "")
         if rejection is not None:
             warnings.append(rejection.explain())
         elif not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
