@@ -167,6 +167,23 @@ def classify_proto(data: bytes) -> tuple[str, bytes, dict]:
     raise InputError("the protobuf is not an HloProto, HloModuleProto or HloSnapshot", _HINT)
 
 
+#: What each kind :func:`classify_proto` tells is, in the words ``explain`` uses.
+PROTO_KINDS = {
+    "snapshot": "an HloSnapshot (the module, with the arguments and result of one execution)",
+    "hlo_proto": "an HloProto (the module, and its buffer assignment when dumped after optimizations)",
+    "module": "a bare HloModuleProto",
+}
+
+
+def proto_holds(data: bytes) -> str | None:
+    """The kind of binary dump ``data`` is, by :func:`classify_proto` (the rule replay reads it by), or None for bytes
+    that are no XLA proto."""
+    try:
+        return classify_proto(data)[0]
+    except InputError:
+        return None
+
+
 def find_module_proto(data: bytes) -> dict:
     """The HloModuleProto fields inside an HloProto, an HloSnapshot, or the bare module itself."""
     return classify_proto(data)[2]
