@@ -80,9 +80,9 @@ def test_the_newest_jax_runs_and_replays_without_a_false_mismatch(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["jax-0.4.30", "jax-0.7.2", "jax-0.12.0.1"])
+@pytest.mark.parametrize("key", ["jax-0.4.30", "jax-0.7.2", "jax-0.8.3", "jax-0.12.0.1"])
 def test_other_jax_versions_replay_their_donated_snapshot_to_a_match(key, tmp_path):
-    """jaxlib < 0.10 aborts the job (SIGABRT) on the donated call, after writing its snapshot; 0.12 runs on."""
+    """jaxlib 0.4.30 to 0.8.3 abort the job (SIGABRT) on the donated call, after writing its snapshot; 0.12 runs on."""
     python = require_compat(key)
     code, stderr, snapshot = _dump(python, tmp_path / "dump")
     if key == "jax-0.12.0.1":

@@ -319,8 +319,8 @@ def redact_env(env: dict[str, str | None]) -> dict[str, str | None]:
 
 #: jaxlib releases whose XLA aborts the job (SIGABRT, "CopyToHostAsync() called on deleted or donated buffer") when it
 #: writes the snapshot of a call whose arguments are donated (``jax.jit(step, donate_argnums=0)``, as Flax/optax loops
-#: write it): seen on 0.4.30 and 0.7.2, reported up to 0.8.0; 0.10.2 writes the snapshot without its result instead
-#: (replay then compares with the unoptimized module). 0.8.1 to 0.9.x were not tried, so they count as affected.
+#: write it): seen on 0.4.30, 0.7.2 and 0.8.3; 0.10.2 and 0.12 write the snapshot without its result instead
+#: (replay then compares with the unoptimized module). 0.9.x was not tried, so it counts as affected.
 SNAPSHOT_DONATION_FIXED = (0, 10)
 _DONATED_BUFFER = re.compile(r"called on deleted or donated buffer|Buffer has been deleted or donated")
 _SIGABRT_EXITS = (-6, 134)  # killed by SIGABRT, as a process and as a shell reports it

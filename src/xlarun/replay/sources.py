@@ -206,7 +206,7 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
 
 
 #: Why a snapshot can hold arguments but no result: XLA reads the result back after the run, and a donated
-#: argument's buffer is by then the output's (jaxlib 0.9+ writes an empty tuple; older XLA aborts the job instead).
+#: argument's buffer is by then the output's (jaxlib 0.10+ writes an empty tuple; older XLA aborts the job just after writing the snapshot).
 NO_RESULT = (
     "the snapshot recorded no result (XLA could not read the outputs back, as when arguments are donated: "
     "jax.jit(..., donate_argnums=...))"
