@@ -307,17 +307,3 @@ def find_flag_rejection(log: str) -> FlagRejection | None:
             return FlagRejection(match.group(1), flags)
     names = dict.fromkeys(f"--{m.group(1)}" for m in _UNKNOWN_COMMAND_LINE.finditer(log))
     return FlagRejection("", tuple(names)) if names else None
-
-
-def snapshot_donation_warning(known: KnownXlaFlags | None) -> str | None:
-    """The warning a capture with ``dump.snapshots`` gives before the job starts when the job's jaxlib aborts on a
-    step that donates its buffers (``CopyToHostAsync() called on deleted or donated buffer``, SIGABRT): seen with
-    jaxlib 0.4.30 to 0.8.0; 0.10 and later write the snapshot (with an empty result)."""
-    found = re.match(r"jaxlib (\d+)\.(\d+)", known.owner) if known else None
-    if not found or (int(found.group(1)), int(found.group(2))) >= (0, 10):
-        return None
-    return (
-        f"dump.snapshots with {known.owner if known else 'this jaxlib'}: XLA aborts the job (SIGABRT) when a step donates its "
-        "buffers (jax.jit(..., donate_argnums), as Flax/optax loops do); if yours does, set dump.snapshots: false or "
-        "drop the donation for the capture (jaxlib 0.10 and later snapshot such steps)"
-    )

@@ -15,15 +15,14 @@ from typing import Any
 
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
-from xlarun.capture.flags import compose_env, redact_env, where_flag_comes_from
-from xlarun.capture.known_flags import (
-    FlagNameCache,
-    FlagRejection,
-    KnownXlaFlags,
-    find_flag_rejection,
-    probe_known_xla_flags,
+from xlarun.capture.flags import (
+    compose_env,
+    donation_abort_cause,
+    redact_env,
     snapshot_donation_warning,
+    where_flag_comes_from,
 )
+from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
@@ -224,9 +223,9 @@ def _capture(
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
     known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
-    early_warnings = [w for w in [snapshot_donation_warning(known_xla_flags) if loaded.spec.dump.snapshots else None] if w]
-    for line in early_warnings if echo else []:
-        warn(line)
+    donation = snapshot_donation_warning(loaded.spec, known_xla_flags)
+    if donation and echo:
+        warn(donation)  # before the job: an abort would end it before any line of ours
 
     run_id, staging = store.begin_run()
     paths = backend.job_paths(staging)
@@ -275,7 +274,7 @@ def _capture(
     duration = time.monotonic() - t0
 
     kill_point("job-ended")
-    warnings = early_warnings + list(composed.warnings)
+    warnings = list(composed.warnings)
     # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
     with stop.archiving(run_id, staging), store.lock():
         try:
@@ -284,6 +283,13 @@ def _capture(
             raise _not_committed(run_id, staging, exc) from None
         rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
         tail = _log_tail(staging / "stderr.log", 16 * 1024) if result.status == RunStatus.FAILED else ""
+        aborted = (
+            donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log"))
+            if result.status == RunStatus.FAILED
+            else None
+        )
+        if aborted or (donation and not echo):
+            warnings.append(aborted or donation or "")
         if rejection is not None:
             warnings.append(rejection.explain())
         elif not files and result.status == RunStatus.SUCCEEDED:  # a failed job: its post-mortem says why
@@ -406,21 +412,11 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
     if result.status == RunStatus.FAILED:
         return JobFailed(
             f"{_how_the_job_ended(result)}; {where}",
-            _cause_of(result.stderr_tail) or f"`xlarun logs {result.run_id}` shows its output",
+            f"`xlarun logs {result.run_id}` shows its output",
         )
     if result.manifest.files == 0:
         return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
     return None
-
-
-#: What a failed job's stderr says, and what it means for the capture.
-_CAUSES = (
-    (
-        "called on deleted or donated buffer",
-        "XLA could not write a snapshot of a step that donates its buffers (jax.jit(..., donate_argnums)): set "
-        "dump.snapshots: false, or drop the donation for the capture (jaxlib 0.10 and later snapshot such steps)",
-    ),
-)
 
 
 def _how_the_job_ended(result: CaptureResult) -> str:
@@ -438,7 +434,3 @@ def _how_the_job_ended(result: CaptureResult) -> str:
     how = how or f"the job exited with code {code}"
     last = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
     return f"{how}: {last[-1][:300]}" if last else how
-
-
-def _cause_of(stderr_tail: str) -> str | None:
-    return next((cause for needle, cause in _CAUSES if needle in stderr_tail), None)

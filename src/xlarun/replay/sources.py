@@ -188,14 +188,6 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
     arguments = [literals.decode_literal(raw) for raw in top.get(2, [])]
     result_raw = first(top, 3)
     result = literals.decode_literal(result_raw) if isinstance(result_raw, bytes) else None
-    shape = entry_result_shape(module) if isinstance(result, (list, tuple)) and not result else None
-    if shape is not None and not (shape.is_tuple and not shape.tuple_shapes):
-        # XLA writes an empty result when the step donated its buffers (jax.jit(..., donate_argnums)): no outputs
-        # were recorded, which is not "the step returned nothing"
-        result = None
-        donated = True
-    else:
-        donated = False
     source = ReplaySource(
         path,
         SNAPSHOT,
@@ -206,11 +198,27 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
         execution_platform=as_str(first(top, 4)),
         module_name=_module_name(module),
     )
-    if donated:
-        source.warnings.append(
-            f"{path.name}: the snapshot recorded an empty result, as XLA does for a step that donates its buffers "
-            "(donate_argnums): the outputs are compared with the module's before_optimizations dump instead"
-        )
-    elif result is None:
-        source.warnings.append(f"{path.name}: the snapshot recorded no result; nothing to compare against")
+    if result is not None and _result_missing(result, module):
+        result = source.result = None
+    if result is None:
+        source.warnings.append(f"{path.name}: {NO_RESULT}")
     return source
+
+
+#: Why a snapshot can hold arguments but no result: XLA reads the result back after the run, and a donated
+#: argument's buffer is by then the output's (jaxlib 0.10+ writes an empty tuple; older XLA aborts the job just after writing the snapshot).
+NO_RESULT = (
+    "the snapshot recorded no result (XLA could not read the outputs back, as when arguments are donated: "
+    "jax.jit(..., donate_argnums=...))"
+)
+
+
+def _result_missing(result, module: bytes) -> bool:
+    """An empty tuple where the module returns something: XLA wrote a placeholder, not the result."""
+    if not isinstance(result, list) or result:  # a tuple literal decodes to a list
+        return False
+    try:
+        expected = entry_result_shape(module)
+    except InputError:
+        return False
+    return expected is not None and not (expected.is_tuple and not expected.tuple_shapes)
