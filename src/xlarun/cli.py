@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from xlarun.errors import ExitCode, XlarunError, json_reported
+from xlarun.errors import ExitCode, XlarunError, error_document, json_reported
 
 COMMAND_MODULES = (
     "capture",
@@ -101,7 +101,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             if wants_json and not json_reported(exc):  # scripts get one JSON document, also on failure
                 from xlarun.console import print_json
 
-                print_json({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
+                print_json(error_document(exc))
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             error_line("interrupted")
@@ -117,13 +117,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             if wants_json and not json_reported(exc):
                 from xlarun.console import print_json
 
-                print_json(
-                    {
-                        "error": f"internal error: {exc!r}",
-                        "hint": f"the traceback is in {log}; please report it",
-                        "exit_code": int(ExitCode.INTERNAL),
-                    }
-                )
+                print_json(error_document(exc, crash_log=str(log)))
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
 
