@@ -311,6 +311,67 @@ def test_a_job_refusing_a_flag_is_told_which(tmp_path):
     assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"
 
 
+def test_a_refusal_blames_only_flags_the_jobs_xla_lacks(tmp_path):
+    """TF 2.16 names flags it does know among the unknown ones: the pre-run probe of the job's own
+    jaxlib (this venv's) clears --xla_dump_hlo_snapshots, so only --xla_foo is blamed."""
+    job = REFUSING_JOB.replace("--xla_foo  ", "--xla_foo --xla_dump_hlo_snapshots ")
+    spec = write_spec(
+        tmp_path, "name: refused\nscript: job.py\nframework: jax\ndump:\n  extra_xla_flags: ['--xla_foo']\n", job
+    )
+    result = capture(spec, Store.open(tmp_path / "s"))
+    rejection = result.flag_rejection
+    assert (rejection.flags, rejection.registered) == (("--xla_foo",), ("--xla_dump_hlo_snapshots",))
+    error = exit_status_error(result)
+    assert error.message.startswith(
+        "the job aborted at start: its XLA does not know --xla_foo (Unknown flag in XLA_FLAGS); "
+        "the log also names --xla_dump_hlo_snapshots, which jaxlib "
+    )
+    assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"  # no advice to turn snapshots off
+
+
+def test_a_refusal_naming_only_registered_flags_blames_none(tmp_path):
+    job = REFUSING_JOB.replace("--xla_foo  ", "--xla_dump_hlo_snapshots --xla_embed_ir_in_executable")
+    spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\n", job)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.flag_rejection.flags == ()
+    error = exit_status_error(result)
+    assert "registers every flag the log names (--xla_dump_hlo_snapshots --xla_embed_ir_in_executable)" in error.message
+    assert "does not know" not in error.message and error.hint == f"`xlarun logs {result.run_id}` shows its output"
+
+
+@pytest.mark.slow
+def test_a_job_killed_by_a_signal_is_named_by_it(tmp_path):
+    spec = write_spec(tmp_path, "name: abort\nscript: job.py\n", TINY_JAX + "import os\nos.abort()\n")
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.exit_code == -signal.SIGABRT
+    error = exit_status_error(result)
+    assert error.message.startswith(f"the job was killed by SIGABRT (signal 6); run {result.run_id} is archived")
+
+
+def test_a_docker_exit_code_above_128_is_named_as_a_signal():
+    from xlarun.capture.launch import job_ending
+
+    assert job_ending(137, "docker-cpu") == "the job was killed by SIGKILL (signal 9)"
+    assert job_ending(137, "local") == "the job exited with code 137"  # a local job's own exit code
+    assert job_ending(-11, "local") == "the job was killed by SIGSEGV (signal 11)"
+    assert job_ending(3, "docker-gpu") == "the job exited with code 3"
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_import_its_framework_shows_why(tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import jax"], capture_output=True).returncode == 0:
+        pytest.skip("the system python has jax")
+    spec = write_spec(tmp_path, "name: nojax\nscript: job.py\npython: /usr/bin/python3\n", TINY_JAX)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.manifest.files == 0
+    assert NO_DUMP_WARNING not in result.warnings
+    error = exit_status_error(result)
+    assert error.message.startswith("the job exited with code 1 before XLA compiled anything; its stderr ends: ")
+    assert error.message.split("; its stderr ends: ")[1].split("; run ")[0].endswith(
+        "ModuleNotFoundError: No module named 'jax'"
+    )
+
+
 def test_a_refusal_in_the_logs_of_a_succeeding_job_is_not_blamed(tmp_path):
     spec = write_spec(tmp_path, "name: fine\nscript: job.py\n", REFUSING_JOB.replace("raise SystemExit(1)\n", ""))
     result = capture(spec, Store.open(tmp_path / "s"))
