@@ -315,9 +315,7 @@ def test_a_refusal_blames_only_flags_the_jobs_xla_lacks(tmp_path):
     """TF 2.16 names flags it does know among the unknown ones: the pre-run probe of the job's own
     jaxlib (this venv's) clears --xla_dump_hlo_snapshots, so only --xla_foo is blamed."""
     job = REFUSING_JOB.replace("--xla_foo  ", "--xla_foo --xla_dump_hlo_snapshots ")
-    spec = write_spec(
-        tmp_path, "name: refused\nscript: job.py\nframework: jax\ndump:\n  extra_xla_flags: ['--xla_foo']\n", job
-    )
+    spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\ndump:\n  extra_xla_flags: ['--xla_foo']\n", job)
     result = capture(spec, Store.open(tmp_path / "s"))
     rejection = result.flag_rejection
     assert (rejection.flags, rejection.registered) == (("--xla_foo",), ("--xla_dump_hlo_snapshots",))
@@ -367,9 +365,7 @@ def test_a_job_that_cannot_import_its_framework_shows_why(tmp_path):
     assert NO_DUMP_WARNING not in result.warnings
     error = exit_status_error(result)
     assert error.message.startswith("the job exited with code 1 before XLA compiled anything; its stderr ends: ")
-    assert error.message.split("; its stderr ends: ")[1].split("; run ")[0].endswith(
-        "ModuleNotFoundError: No module named 'jax'"
-    )
+    assert error.message.split("; its stderr ends: ")[1].split("; run ")[0].endswith("ModuleNotFoundError: No module named 'jax'")
 
 
 def test_a_refusal_in_the_logs_of_a_succeeding_job_is_not_blamed(tmp_path):
@@ -416,6 +412,28 @@ def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
     modules = store.index.modules(run.run_id)
     assert [m.name for m in modules if m.name.startswith("a_inference_step")], [m.name for m in modules]
     assert manifest["files"] >= 3
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_tensorflow_2_16_blames_only_the_flag_it_lacks(tmp_path, cli):
+    """TF 2.16 aborts with "Unknown flags in XLA_FLAGS: --xla_foo_bar --xla_foo_bar --xla_embed_ir_in_executable
+    --xla_dump_hlo_snapshots", naming flags its own registry holds: only --xla_foo_bar is blamed."""
+    from .compat_support import require_compat
+
+    python = require_compat("tf-2.16.2")
+    flags = "['--xla_foo_bar', '--xla_embed_ir_in_executable', '--xla_dump_hlo_snapshots']"
+    spec = write_spec(tmp_path, f"name: tf216\nscript: job.py\npython: {python}\ndump:\n  extra_xla_flags: {flags}\n", TF2_JIT)
+    out = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
+    assert out.exit_code == ExitCode.FAILED
+    run_id = Store.open(tmp_path / "s").index.runs()[0].run_id
+    assert "--xla_embed_ir_in_executable" in Store.open(tmp_path / "s").read_log(run_id, "stderr")  # the log names it
+    error = " ".join(out.stderr.split()).split("error: ", 1)[1]
+    assert error == (
+        "the job aborted at start: its XLA does not know --xla_foo_bar (Unknown flag in XLA_FLAGS); the log also names "
+        "--xla_embed_ir_in_executable --xla_dump_hlo_snapshots, which tensorflow 2.16.2 registers; "
+        f"run {run_id} is archived (--xla_foo_bar: remove it from dump.extra_xla_flags)"
+    )
 
 
 LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK = (
