@@ -36,6 +36,8 @@ def test_bundled_example_lists_the_training_step_first(jax_run):
     # ranked by compute ops: the RNG init module has more instructions but no matmul
     assert main.compute_ops > max(m.compute_ops for m in result.modules[1:])
     assert [m.name for m in result.modules[:2]] == ["jit_train_step", "jit_accuracy"]
+    own = {m.name: m.own_code for m in result.modules}
+    assert own["jit_train_step"] and own["jit_init_params"] and own["jit__normal"] is False
     assert "before_optimizations" in main.stages and "cpu_after_optimizations" in main.stages
     assert {m.name for m in result.modules} >= {"jit_train_step", "jit_accuracy", "jit_init_params"}
     assert main.fingerprint and len(main.fingerprint) == 64
@@ -106,6 +108,37 @@ def test_same_computation_has_the_same_fingerprint_across_runs(jax_run, tmp_path
     fp1 = {m.name: m.fingerprint for m in first.modules}
     fp2 = {m.name: m.fingerprint for m in second.modules}
     assert fp1["jit_train_step"] == fp2["jit_train_step"]
+
+
+LINSPACE_THEN_LOGEXP = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def logexp(x):
+    return jnp.log(jnp.exp(x))
+
+
+x = jnp.linspace(0.0, 1.0, 1000)
+print(float(logexp(x).sum()))
+"""
+
+
+@pytest.mark.slow
+def test_a_program_without_a_matmul_lists_its_own_module_first(tmp_path, cli):
+    """No module holds a dot: where the code lives ranks jit_logexp above jax's own jit__linspace."""
+    spec = write_spec(tmp_path, "name: logexp\nscript: job.py\n", LINSPACE_THEN_LOGEXP)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert [(m.name, m.own_code) for m in result.modules] == [
+        ("jit_logexp", True),
+        ("jit__linspace", False),
+        ("jit__reduce_sum", False),
+    ]
+    listed = cli("modules", "--store", tmp_path / "s")
+    assert listed.exit_code == 0
+    rows = [line.split()[1:3] for line in listed.stdout.splitlines() if line.split()[:1] in (["0"], ["2"], ["4"])]
+    assert rows == [["jit_logexp", "yours"], ["jit__linspace", "framework"], ["jit__reduce_sum", "framework"]]
 
 
 @pytest.mark.slow
