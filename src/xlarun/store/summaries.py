@@ -131,8 +131,8 @@ def own_code(data: bytes) -> bool | None:
             break
     for file_id, function_id in _LOCATION.findall(tables[b"FileLocations"]):
         path, function = files.get(file_id, ""), functions.get(function_id, "")
-        simple = function.rsplit(".", 1)[-1].replace("<", "_").replace(">", "_")  # <lambda> -> jit__lambda_
-        if path and not is_framework_file(path) and simple == target:
+        simple = re.sub(r"\W", "_", function.rsplit(".", 1)[-1]).strip("_")  # "<lambda>": jit__lambda
+        if path and not is_framework_file(path) and simple == target.strip("_"):
             return True
     return False
 
