@@ -89,9 +89,13 @@ def modules(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List a run's modules, the main program first (most instructions, then largest HLO).
+    """List a run's modules, the main program first.
 
-    Ranking by size is the best heuristic there is (a tiny cast or init module is never your model).
+    Modules whose code lives in your files come first ("yours" in the code column), then those xlarun
+    cannot place, then those of only the framework's own code ("framework": jax.random, jnp.linspace...
+    called from your code); within each, most compute ops (dot, convolution, collectives...), then most
+    instructions. Where its code lives is read from the stack-frame tables JAX 0.8 and later print in
+    the dumps; older JAX and TF runs leave the code column blank.
     """
     from xlarun.console import print_json
     from xlarun.present import print_run_modules

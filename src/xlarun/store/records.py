@@ -165,6 +165,7 @@ class ModuleInfo:
     hlo_bytes: int
     elided_constants: bool
     parse_error: str | None
+    own_code: bool | None = None  # the user's code (True), only the framework's (False), untold (None)
     files: list[FileInfo] = field(default_factory=list)
     passes: list[PassInfo] = field(default_factory=list)
 
@@ -233,6 +234,7 @@ def module_from_row(row: sqlite3.Row) -> ModuleInfo:
         row["hlo_bytes"] or 0,
         bool(row["elided_constants"]),
         row["parse_error"],
+        None if row["own_code"] is None else bool(row["own_code"]),
     )
 
 
