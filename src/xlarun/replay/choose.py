@@ -33,7 +33,8 @@ class ReplayChoice:
 
     path: str
     input_kind: str  # snapshot | proto | text-large-constants | text-elided-constants
-    #: The module's before_optimizations dump, used if the chosen (optimized) module cannot be recompiled.
+    #: The module's best before_optimizations dump (also when it is ``path``: a replay of another file the user
+    #: names, such as the optimized module, falls back on it); ``None`` when the module has none.
     unoptimized: str | None = None
     warnings: list[str] = field(default_factory=list)
     #: Every replayable candidate, best first, as (path, input_kind).
@@ -84,7 +85,7 @@ def choose_replay_input(files: Iterable[tuple[str | Path, Any]], read: Callable[
     ranked.sort()
     _, path, kind = ranked[0]
     unoptimized = next((p for rank, p, _ in ranked if 1 <= rank <= 3), None)
-    choice = ReplayChoice(path, kind, unoptimized if unoptimized != path else None, candidates=[(p, k) for _, p, k in ranked])
+    choice = ReplayChoice(path, kind, unoptimized, candidates=[(p, k) for _, p, k in ranked])
     snapshots = [p for rank, p, _ in ranked if rank == 0]
     if len(snapshots) > 1:
         choice.warnings.append(f"{len(snapshots)} snapshots (one per execution); replaying {Path(path).name}")

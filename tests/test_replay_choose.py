@@ -1,0 +1,22 @@
+"""Which file of a module replay reads (replay/choose.py)."""
+
+from __future__ import annotations
+
+from xlarun.replay.choose import choose_replay_input
+
+
+def test_the_before_optimizations_dump_is_offered_even_when_it_is_the_choice():
+    """A replay of the optimized module the user names (--file) falls back on it: a partitioned module that cannot be
+    recompiled said 'no before_optimizations dump of it was found' when that dump was the default choice."""
+    files = [
+        ("module_0010.jit_step.before_optimizations.hlo.pb", None),
+        ("module_0010.jit_step.cpu_after_optimizations.hlo.pb", None),
+    ]
+    choice = choose_replay_input(files, read=lambda path: b"")
+    assert choice.path == "module_0010.jit_step.before_optimizations.hlo.pb" and choice.input_kind == "proto"
+    assert choice.unoptimized == "module_0010.jit_step.before_optimizations.hlo.pb"
+
+
+def test_a_module_without_a_before_optimizations_dump_has_none_to_offer():
+    choice = choose_replay_input([("module_0001.jit_f.cpu_after_optimizations.hlo.pb", None)], read=lambda path: b"")
+    assert choice.unoptimized is None
