@@ -89,7 +89,7 @@ def shipped_sizes(store, cells) -> list[dict]:
 
 def measure(spec: Path, repeats: int, workdir: Path) -> dict:
     from xlarun.batch import run_batch
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
     from xlarun.executors import run_batch_on
     from xlarun.store.facade import Store
 
@@ -147,7 +147,7 @@ def measure_snapshots(spec: Path, workdir: Path) -> list[dict]:
     """Snapshot, in-place check and unpack times for the spec's project and a synthetic one (see the docstring)."""
     import random
 
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
     from xlarun.executors.project import differences, place, snapshot
 
     synthetic = workdir / "synthetic-project"

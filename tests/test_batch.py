@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from xlarun.batch import run_batch
-from xlarun.capture.spec import load_batch
+from xlarun.capture.spec_yaml import load_batch
 from xlarun.store.facade import Store
 
 from .conftest import CONFIGS, write_spec

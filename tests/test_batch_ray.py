@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.batch import run_batch
-from xlarun.capture.spec import load_batch
+from xlarun.capture.spec_yaml import load_batch
 from xlarun.errors import StoreError
 from xlarun.executors import run_batch_on
 from xlarun.executors.shipping import lacking, pack_run, receive_run

@@ -9,7 +9,7 @@ import pytest
 from xlarun.capture.backends.base import JobPaths
 from xlarun.capture.flags import compose_env, merge_flags, redact_env, split_flags
 from xlarun.capture.known_flags import KnownXlaFlags
-from xlarun.capture.spec import parse_spec_text
+from xlarun.capture.spec_yaml import parse_spec_text
 from xlarun.hlo.names import decode_dump_name
 
 PATHS = JobPaths.under("/runs/r1")

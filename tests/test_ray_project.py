@@ -11,7 +11,7 @@ import tarfile
 import pytest
 import zstandard
 
-from xlarun.capture.spec import load_batch
+from xlarun.capture.spec_yaml import load_batch
 from xlarun.errors import ExitCode, InputError
 from xlarun.executors.project import Project, ProjectTooBig, differences, place, project_root, snapshot, unpack
 

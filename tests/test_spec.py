@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xlarun.capture.spec import detect_framework, interpolate, load_spec, parse_duration, parse_spec_text, spec_json_schema
+from xlarun.capture.spec import parse_duration
+from xlarun.capture.spec_yaml import detect_framework, interpolate, load_spec, parse_spec_text, spec_json_schema
 from xlarun.errors import SpecError
 
 from .conftest import CONFIGS, write_spec
@@ -119,7 +120,7 @@ def test_missing_spec_file_is_a_clear_error(tmp_path):
 
 
 def test_bundled_configs_are_valid():
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
 
     for path in sorted(CONFIGS.glob("*.yaml")):
         for loaded in load_batch(path):
@@ -156,7 +157,7 @@ matrix:
 
 
 def test_matrix_expands_like_github_actions():
-    from xlarun.capture.spec import parse_spec_cells
+    from xlarun.capture.spec_yaml import parse_spec_cells
 
     cells = parse_spec_cells(MATRIX, "m.yaml", environ={})
     assert [values for values, _ in cells] == [
@@ -174,7 +175,7 @@ def test_matrix_expands_like_github_actions():
 
 
 def test_matrix_cell_errors_name_the_cell():
-    from xlarun.capture.spec import parse_spec_cells
+    from xlarun.capture.spec_yaml import parse_spec_cells
 
     with pytest.raises(SpecError) as info:
         parse_spec_cells("name: m\nscript: s.py\ntimeout: ${matrix.t}\nmatrix:\n  t: [5, never]\n", "m.yaml", environ={})
@@ -185,7 +186,7 @@ def test_matrix_cell_errors_name_the_cell():
 
 
 def test_matrix_shape_errors():
-    from xlarun.capture.spec import parse_spec_cells
+    from xlarun.capture.spec_yaml import parse_spec_cells
 
     with pytest.raises(SpecError, match=r"matrix\.t: must be a non-empty list"):
         parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: 5\n", "m.yaml", environ={})

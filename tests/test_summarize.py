@@ -265,13 +265,13 @@ def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
     ],
 )
 def test_where_a_modules_code_lives_is_read_from_its_frame_tables(module, frames, own):
-    from xlarun.store.summaries import own_code
+    from xlarun.store.code_origin import own_code
 
     assert own_code(_framed(module, frames)) is own
 
 
 def test_a_module_without_frame_tables_is_untold():
-    from xlarun.store.summaries import own_code
+    from xlarun.store.code_origin import own_code
 
     old = b'HloModule jit_f\n\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1), metadata={source_file="/u/job.py" source_line=3}\n}\n'
     assert own_code(old) is None

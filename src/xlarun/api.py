@@ -272,7 +272,7 @@ def batch(
     ``executor``: ``local`` (here), ``ray`` (the cluster at ``address``, else a new one on this machine;
     ``retries`` a cell whose node was lost; ``ship``: auto, always or never, whether the spec's folder is sent to
     the nodes); default: the spec's ``executor:``, else local."""
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
     from xlarun.executors import executor_of, run_batch_on
 
     the_store = store if isinstance(store, Store) else open_store(store)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from xlarun.capture.launch import CaptureResult, capture
-from xlarun.capture.spec import LoadedSpec
+from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
 from xlarun.store.facade import Store

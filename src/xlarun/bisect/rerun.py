@@ -25,7 +25,7 @@ from xlarun.bisect.replay_mode import NEVER_DISABLED, changing_pass_names
 from xlarun.errors import InputError, XlarunError
 
 if TYPE_CHECKING:
-    from xlarun.capture.spec import LoadedSpec
+    from xlarun.capture.spec_yaml import LoadedSpec
     from xlarun.store.facade import Store
 
 Log = Callable[[str], None]
@@ -96,7 +96,7 @@ def bisect_rerun(
 ) -> BisectResult:
     """Find the one pass whose disabling flips ``check`` ('exit' or a regex capturing a number) on the spec's job."""
     from xlarun.batch import new_batch_id
-    from xlarun.capture.spec import LoadedSpec, load_spec
+    from xlarun.capture.spec_yaml import LoadedSpec, load_spec
 
     log = sink or (lambda _line: None)
     started = time.perf_counter()

@@ -24,7 +24,7 @@ from xlarun.capture.flags import (
     where_flag_comes_from,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
-from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
+from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals

@@ -80,7 +80,7 @@ def batch(
 
     Example: xlarun batch configs/matrix-local-docker.yaml -j 2
     """
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)

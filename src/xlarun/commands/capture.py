@@ -45,7 +45,7 @@ def capture(
     """
     from xlarun.capture.launch import capture as run_capture
     from xlarun.capture.launch import exit_status_error
-    from xlarun.capture.spec import load_batch
+    from xlarun.capture.spec_yaml import load_batch
     from xlarun.console import ProgressBar, human_bytes, print_json, say, warn
 
     cells = load_batch(spec)
@@ -99,7 +99,7 @@ def capture(
 
 def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
     """Check SPEC without running anything: every problem is listed as file:line:col key.path: message."""
-    from xlarun.capture.spec import load_spec
+    from xlarun.capture.spec_yaml import load_spec
     from xlarun.console import error_line, print_json, say
     from xlarun.errors import ExitCode, SpecError
 
@@ -125,7 +125,7 @@ def schema(
 
     VS Code with the YAML extension: add `# yaml-language-server: $schema=./xlarun.schema.json` at the top of a spec.
     """
-    from xlarun.capture.spec import spec_json_schema
+    from xlarun.capture.spec_yaml import spec_json_schema
 
     text = json.dumps(spec_json_schema(), indent=2) + "\n"
     if output:
@@ -158,7 +158,7 @@ def flags(
     from xlarun.capture.flags import compose_env
     from xlarun.capture.known_flags import FlagNameCache
     from xlarun.capture.launch import probe_job_xla_flags
-    from xlarun.capture.spec import load_spec
+    from xlarun.capture.spec_yaml import load_spec
     from xlarun.console import print_json, warn
 
     loaded = load_spec(spec)

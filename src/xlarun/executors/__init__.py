@@ -8,7 +8,7 @@ into this store (:mod:`xlarun.executors.ray_cluster`; needs ``pip install 'xlaru
 from __future__ import annotations
 
 from xlarun.batch import BatchEvent, BatchResult, run_batch
-from xlarun.capture.spec import LoadedSpec
+from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import InputError
 from xlarun.store.facade import Store
 

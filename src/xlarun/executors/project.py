@@ -31,7 +31,7 @@ from pathlib import Path
 
 import zstandard
 
-from xlarun.capture.spec import LoadedSpec
+from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import InputError
 from xlarun.store.packs import content_digest
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from xlarun.batch import BatchEvent, BatchResult, CellOutcome, CellSkipped, run_batch
 from xlarun.capture.launch import CaptureResult
-from xlarun.capture.spec import LoadedSpec
+from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import EnvironmentProblem, JobFailed, XlarunError
 from xlarun.executors.node_side import (
     STOP_GRACE_S,
