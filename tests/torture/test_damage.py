@@ -4,6 +4,7 @@ derived databases are rebuilt by the commands the error names."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -84,3 +85,55 @@ def test_a_damaged_store_never_crashes_and_says_what_to_do(damage, sound_store, 
         repaired = cli("check", "--store", store)
         assert repaired.exit_code == 0 and "all sound" in repaired.stdout, repaired.output
         assert cli("cat", "train_step", "--store", store).exit_code == 0
+
+
+LISTING_DAMAGE = {
+    "emptied": lambda p: p.write_bytes(b""),
+    "empty-list": lambda p: p.write_text("[]"),
+    "deleted": lambda p: p.unlink(),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "one-entry-dropped": lambda p: p.write_text(json.dumps(json.loads(p.read_text())[1:])),
+}
+
+
+def test_a_damaged_file_list_is_named_by_check_and_gc_deletes_none_of_its_blobs(sound_store, tmp_path, cli, figures):
+    """Issue 24.1: a committed run whose files.json was emptied or deleted is damage `check` names with the run,
+    and `gc` refuses (saying why) rather than delete the blobs only that run used; restoring the file list, or
+    `rm` of the run, ends it, and every file of the run reads back again."""
+    tried = clean = lost = crashes = 0
+    for damage, do in sorted(LISTING_DAMAGE.items()):
+        tried += 1
+        store = tmp_path / damage
+        shutil.copytree(sound_store, store)
+        (run_id,) = [p.name for p in (store / "runs").iterdir()]
+        listing = store / "runs" / run_id / "files.json"
+        saved = listing.read_bytes()
+        do(listing)
+        check = cli("check", "--store", store)
+        gc = cli("gc", "--store", store)
+        runs = cli("runs", "--store", store)
+        results = (check, gc, runs)
+        crashes += sum(r.exit_code not in (0, 1, 2, 3) or "Traceback" in r.stderr for r in results)
+        assert check.exit_code == 1 and f"DAMAGED {run_id}/files.json" in check.stdout, (damage, check.output)
+        assert gc.exit_code == 3 and f"gc refused: run {run_id}'s file list is damaged" in gc.stderr, (damage, gc.output)
+        assert run_id in runs.stdout, (damage, runs.output)  # still listed: the run is damaged, not gone
+        listing.write_bytes(saved)  # what the error line says: restore it from a backup
+        sound = cli("check", "--store", store)
+        catted = cli("cat", "train_step", "--store", store)
+        if sound.exit_code == 0 and "all sound" in sound.stdout and catted.exit_code == 0:
+            clean += 1
+        else:
+            lost += 1
+    figures(tried=tried, clean=clean, lost=lost, crashes=crashes)
+    assert (clean, lost, crashes) == (tried, 0, 0)
+
+
+def test_rm_gives_up_a_run_whose_file_list_is_gone_and_gc_then_frees_its_blobs(sound_store, tmp_path, cli):
+    store = tmp_path / "store"
+    shutil.copytree(sound_store, store)
+    (run_id,) = [p.name for p in (store / "runs").iterdir()]
+    (store / "runs" / run_id / "files.json").unlink()
+    assert cli("rm", run_id, "--yes", "--store", store).exit_code == 0
+    gc = cli("gc", "--store", store)
+    assert gc.exit_code == 0 and "removed 0 abandoned staging folder(s) and 0 unused blob(s)" not in gc.stdout, gc.output
+    assert not list((store / "runs").iterdir())

@@ -120,6 +120,11 @@ class Store(RunStore):
         the others' runs ran past the torture test's 5 minutes on 2 CPUs)."""
         return self.index
 
+    def live_in_runs(self) -> set[str]:
+        """Digests the runs' file lists use, and those the index's file rows name: a blob either names is kept."""
+        live = super().live_in_runs()
+        return live | {row[0] for row in self.index.conn.execute("SELECT DISTINCT digest FROM files")}
+
     def _forget(self, run_id: str) -> None:
         self.index.forget_run(run_id)
 

@@ -19,11 +19,11 @@ from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, s
 
 def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:
     """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
-    on_disk = set(store.run_ids())
+    on_disk = set(store.committed_ids())  # a run whose file list is damaged is kept: its rows still name its blobs
     indexed = index.run_ids()
     for gone in indexed - on_disk:
         index.forget_run(gone)
-    added = sorted(on_disk - indexed)
+    added = sorted(run_id for run_id in on_disk - indexed if store.listing_problem(run_id) is None)
     for run_id in added:
         ingest_run(index, store, run_id, facts)
     return added

@@ -231,6 +231,31 @@ class RunStore:
             return []
         return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and (p / "files.json").exists())
 
+    def committed_ids(self) -> list[str]:
+        """Ids of every folder under ``runs/``, oldest first: a commit renames a finished staging folder there, so
+        each is a committed run, also one whose files.json was lost or emptied (see :meth:`listing_problem`)."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.runs_dir.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+    def listing_problem(self, run_id: str) -> str | None:
+        """What is wrong with a committed run's file list (files.json missing, unreadable, or listing fewer or
+        more files than its manifest counted), or None when it is sound."""
+        listing = self.runs_dir / run_id / "files.json"
+        if not listing.is_file():
+            return "files.json is missing"
+        try:
+            entries = [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"files.json is unreadable ({type(exc).__name__})"
+        try:
+            counted = json.loads((self.runs_dir / run_id / "manifest.json").read_text()).get("files")
+        except (OSError, ValueError, AttributeError):
+            return "manifest.json is missing or unreadable"
+        if isinstance(counted, int) and counted != len(entries):
+            return f"files.json lists {len(entries)} files, the manifest counted {counted}"
+        return None
+
     def run_path(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
@@ -353,7 +378,9 @@ class RunStore:
 
     def delete_run(self, run_id: str) -> None:
         """Remove a run (its blobs go at the next gc, if no other run uses them)."""
-        path = self.run_path(run_id)
+        path = self.runs_dir / run_id  # also a run whose files.json is damaged: rm is how a user gives it up
+        if run_id not in self.committed_ids():
+            raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
             os.rename(path, trash)
@@ -363,29 +390,48 @@ class RunStore:
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
 
+    def live_in_runs(self) -> set[str]:
+        """Digests committed runs use. Refuses (StoreError) while any committed run's file list is damaged: its
+        blobs cannot be told from garbage, and deleting them would lose the run for good."""
+        damaged = [(run_id, problem) for run_id in self.committed_ids() if (problem := self.listing_problem(run_id))]
+        if damaged:
+            run_id, problem = damaged[0]
+            more = f" (and {len(damaged) - 1} more runs)" if len(damaged) > 1 else ""
+            raise StoreError(
+                f"gc refused: run {run_id}'s file list is damaged: {problem}{more}; its blobs cannot be told from garbage",
+                f"restore runs/{run_id}/files.json from a backup, or `xlarun rm {run_id}` to give the run up; `xlarun check` names every damaged run",
+            )
+        return {entry.digest for run_id in self.committed_ids() for entry in self.stored_files(run_id)}
+
     def gc(self, discard_recoverable: bool = False) -> tuple[int, int, int]:
         """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
         what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
         Blobs a recoverable staging folder lists are kept while it is."""
         with self.lock(exclusive=True):
+            live_runs = self.live_in_runs()  # first: a damaged file list stops gc before it deletes anything
             doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
             for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
             for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
                 tmp.unlink(missing_ok=True)
-            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
-            live |= self.live_in_staging()
+            live = live_runs | self.live_in_staging()
             removed, freed = self.blobs.collect(live)
             return len(doomed), removed, freed
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
         by_digest: dict[str, list[tuple[str, str]]] = {}
-        runs = self.run_ids()
+        runs = self.committed_ids()
+        listing_damage = []
         for run_id in runs:
+            problem = self.listing_problem(run_id)
+            if problem:
+                listing_damage.append({"run": run_id, "path": "files.json", "problem": problem})
+                continue
             for entry in self.stored_files(run_id):
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
         report = CheckReport(runs=len(runs), files=sum(map(len, by_digest.values())), blobs=len(by_digest), packs=0)
+        report.damaged += listing_damage
         packs = self.blobs.pack_names()
         report.packs = len(packs)
         total, done = len(by_digest) + len(packs), 0
