@@ -5,6 +5,7 @@ derived databases are rebuilt by the commands the error names."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,11 @@ def _biggest_pack(store: Path) -> Path:
     return max((store / "blobs" / "packs").glob("*.zst"), key=lambda p: p.stat().st_size)
 
 
+def _replace(path: Path, make) -> None:
+    path.unlink()
+    make(path)
+
+
 DAMAGE = {
     "flipped-pack": lambda s: _flip(_biggest_pack(s)),
     "truncated-pack": lambda s: _biggest_pack(s).write_bytes(_biggest_pack(s).read_bytes()[:100]),
@@ -46,6 +52,10 @@ DAMAGE = {
         _biggest_pack(s).read_bytes()[: _biggest_pack(s).stat().st_size // 2]
     ),
     "deleted-pack": lambda s: _biggest_pack(s).unlink(),
+    "dev-zero-symlink-pack": lambda s: _replace(_biggest_pack(s), lambda p: p.symlink_to("/dev/zero")),
+    "fifo-pack": lambda s: _replace(_biggest_pack(s), os.mkfifo),
+    "folder-pack": lambda s: _replace(_biggest_pack(s), Path.mkdir),
+    "sparse-100g-pack": lambda s: os.truncate(_biggest_pack(s), 100 << 30),  # its bytes, then 100 GB of holes
     "garbage-index": lambda s: (s / "index.sqlite").write_bytes(b"not a database at all" * 100),
     "truncated-index": lambda s: (s / "index.sqlite").write_bytes((s / "index.sqlite").read_bytes()[:4096]),
     "deleted-index": lambda s: (s / "index.sqlite").unlink(),

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from xlarun.errors import StoreError
-from xlarun.store.pack_format import pack_members
+from xlarun.store.pack_format import open_pack, read_pack_members
 
 
 def _damaged_table(path: Path, exc: Exception) -> StoreError:
@@ -104,7 +104,8 @@ class PackTable:
             if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
                 for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
                     try:
-                        members = pack_members(pack.read_bytes())
+                        with open_pack(pack) as handle:  # its header only: a pack may be large, or not a pack
+                            members = read_pack_members(handle)
                     except (StoreError, OSError):
                         continue  # a damaged pack: `xlarun check` reports it
                     conn.executemany(
