@@ -147,3 +147,49 @@ def test_rm_gives_up_a_run_whose_file_list_is_gone_and_gc_then_frees_its_blobs(s
     gc = cli("gc", "--store", store)
     assert gc.exit_code == 0 and "removed 0 abandoned staging folder(s) and 0 unused blob(s)" not in gc.stdout, gc.output
     assert not list((store / "runs").iterdir())
+
+
+def _make_fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _make_folder(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.mkdir()
+
+
+STORE_FILE_DAMAGE = {
+    "garbage-version": lambda s: (s / "VERSION").write_bytes(b"\xff\xfe\x00garbage" * 3),
+    "empty-version": lambda s: (s / "VERSION").write_bytes(b""),
+    "folder-version": lambda s: _make_folder(s / "VERSION"),
+    "fifo-version": lambda s: _make_fifo(s / "VERSION"),
+    "folder-lock": lambda s: _make_folder(s / "lock"),
+    "fifo-lock": lambda s: _make_fifo(s / "lock"),
+    "dev-zero-symlink-lock": lambda s: ((s / "lock").unlink(missing_ok=True), (s / "lock").symlink_to("/dev/zero")),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(STORE_FILE_DAMAGE))
+def test_a_damaged_version_or_lock_file_is_a_one_line_error_not_a_crash_or_a_hang(damage, sound_store, tmp_path, cli, figures):
+    """Issue 24.6: garbage in VERSION, and `lock` replaced by a folder, a FIFO or a link, end every command
+    that needs them with exit 2 or 3 and one line naming the file and what to do; none waits on a FIFO."""
+    store = tmp_path / "store"
+    shutil.copytree(sound_store, store)
+    STORE_FILE_DAMAGE[damage](store)
+    codes, crashes = {}, []
+    for command in (("runs",), ("cat", "train_step"), ("check",), ("gc",), ("rm", "--yes", "dumps")):
+        result = cli(*command, "--store", store)
+        codes[command[0]] = result.exit_code
+        if result.exit_code not in (0, 1, 2, 3) or "Traceback" in result.stderr:
+            crashes.append((command, result.exit_code, result.stderr[-400:]))
+        elif result.exit_code in (2, 3):
+            errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and "(" in result.stderr, result.stderr
+    figures(damage=damage, exit_codes=codes, exit4_crashes=len(crashes))
+    assert not crashes, crashes
+    if damage.endswith("version"):
+        assert set(codes.values()) == {3}, codes  # no command reads a store it cannot tell the format of
+    else:
+        assert codes["runs"] == 0 and codes["cat"] == 0  # reading takes no lock
+        assert codes["gc"] == 3 and codes["rm"] == 3, codes

@@ -29,6 +29,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -149,7 +150,7 @@ class RunStore:
                     f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder"
                 ) from None
         else:
-            _check_format(root, version_file.read_text().strip())
+            _check_format(root, _read_version(version_file))
         return cls(root.resolve())
 
     def close(self) -> None:
@@ -161,12 +162,15 @@ class RunStore:
     @contextmanager
     def lock(self, exclusive: bool = False) -> Iterator[None]:
         """Shared while writing a run, exclusive while deleting (gc, rm): blobs in use are never removed."""
-        with open(self.root / "lock", "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fd = _open_lock(self.root / "lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     # --- writing a run -----------------------------------------------------------------------
 
@@ -455,6 +459,45 @@ class RunStore:
     def disk_usage(self) -> int:
         """Bytes the store's blobs and packs take on disk."""
         return self.blobs.disk_usage()
+
+
+def _read_version(path: Path) -> str:
+    """What a store's VERSION file says (its first 64 bytes, undecodable bytes shown escaped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreError(f"{path} is not a regular file", "the store was changed by hand; restore its VERSION file")
+            raw = os.read(fd, 64)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}", "check the store folder's permissions") from None
+    return raw.decode("latin-1").strip()  # every byte decodes; the message shows odd ones escaped
+
+
+def _open_lock(path: Path) -> int:
+    """The store's lock file, opened (created if missing; read-only on a read-only store); a folder, FIFO or
+    link put in its place is refused with what to do, never waited on."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            fd = os.open(path, os.O_RDONLY | flags)  # flock works on a file opened for reading
+    except OSError as exc:
+        if exc.errno in (errno.EISDIR, errno.ELOOP):
+            raise StoreError(
+                f"{path} is not a regular file ({'a folder' if exc.errno == errno.EISDIR else 'a link'})",
+                f"remove it (`rm -r {path}`): xlarun makes it again",
+            ) from None
+        raise StoreError(f"cannot open {path}: {exc.strerror or exc}", "check the store folder's permissions") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreError(f"{path} is not a regular file", f"remove it (`rm {path}`): xlarun makes it again")
+    return fd
 
 
 def _check_format(root: Path, version: str) -> None:
