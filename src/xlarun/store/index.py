@@ -12,6 +12,7 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections import defaultdict
 from dataclasses import replace
@@ -117,12 +118,22 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
+def _disk_full(path: Path) -> bool:
+    """Whether the disk holding ``path`` has (nearly) no room left: under 1 MiB free."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
 class Index:
     """The index database of one store."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path):
         self.conn = conn
         self.path = path
+        self.read_only = False  # opened read-only (the disk is full): reading works, writing says why not
 
     @classmethod
     def open(cls, path: Path) -> Index:
@@ -141,6 +152,18 @@ class Index:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
+            if _disk_full(path):  # not damage: SQLite cannot make its side files; reading needs none
+                try:
+                    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+                    conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                except sqlite3.DatabaseError:
+                    raise StoreError(
+                        f"cannot open the index {path}: the disk is full", "free space on that disk, then try again"
+                    ) from None
+                conn.row_factory = sqlite3.Row
+                index = cls(conn, path)
+                index.read_only = True
+                return index
             raise StoreError(
                 f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
             ) from None
@@ -435,5 +458,20 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            self.conn.execute("COMMIT")
+            return False
+        if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
+            self.conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and any(
+            words in str(exc) for words in ("readonly", "disk is full", "disk I/O error")
+        ):
+            where = self.conn.execute("PRAGMA database_list").fetchone()[2]
+            full = _disk_full(Path(where)) if where else False
+            raise StoreError(
+                f"cannot write the index {where}: {'the disk is full' if full else exc}",
+                "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)"
+                if full
+                else "check the store folder's permissions",
+            ) from None
         return False

@@ -3,6 +3,7 @@ and rebuilt from them when it is missing."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -18,6 +19,15 @@ def _damaged_table(path: Path, exc: Exception) -> StoreError:
         f"{path} is damaged: {exc}",
         f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command",
     )
+
+
+def _disk_full(path: Path) -> bool:
+    """Whether the disk holding ``path`` has (nearly) no room left: under 1 MiB free."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
 
 
 class _CheckedConnection:
@@ -91,6 +101,17 @@ class PackTable:
                 return conn
             except sqlite3.OperationalError as exc:
                 conn.close()
+                if "locked" not in str(exc) and _disk_full(self.path):  # reading needs no side files: read-only
+                    try:
+                        conn = sqlite3.connect(
+                            f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+                        )
+                        conn.execute("SELECT 1 FROM members LIMIT 1").fetchone()
+                        return conn
+                    except sqlite3.DatabaseError:
+                        raise StoreError(
+                            f"cannot open {self.path}: the disk is full", "free space on that disk, then try again"
+                        ) from None
                 if "locked" not in str(exc) or attempt == 49:
                     raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
                 time.sleep(0.1)

@@ -388,8 +388,10 @@ class RunStore:
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
             os.rename(path, trash)
-            self._forget(run_id)
-            shutil.rmtree(trash, ignore_errors=True)
+            try:
+                self._forget(run_id)  # if this fails (a full disk), the index forgets it at its next reconcile
+            finally:
+                shutil.rmtree(trash, ignore_errors=True)
 
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
