@@ -118,13 +118,16 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
-def _disk_full(path: Path) -> bool:
-    """Whether the disk holding ``path`` has (nearly) no room left: under 1 MiB free."""
+def _cannot_write(path: Path) -> str | None:
+    """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
+    or None."""
     try:
         st = os.statvfs(path.parent)
     except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < (1 << 20)
+        return None
+    if st.f_bavail * st.f_frsize < (1 << 20):
+        return "the disk is full"
+    return None if os.access(path.parent, os.W_OK) else "the store is read-only"
 
 
 class Index:
@@ -152,13 +155,13 @@ class Index:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
-            if _disk_full(path):  # not damage: SQLite cannot make its side files; reading needs none
+            if why := _cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
                 try:
                     conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
                     conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 except sqlite3.DatabaseError:
                     raise StoreError(
-                        f"cannot open the index {path}: the disk is full", "free space on that disk, then try again"
+                        f"cannot open the index {path}: {why}", "free space on that disk, or copy the store somewhere writable"
                     ) from None
                 conn.row_factory = sqlite3.Row
                 index = cls(conn, path)
@@ -467,11 +470,11 @@ class _Transaction:
             words in str(exc) for words in ("readonly", "disk is full", "disk I/O error")
         ):
             where = self.conn.execute("PRAGMA database_list").fetchone()[2]
-            full = _disk_full(Path(where)) if where else False
+            why = _cannot_write(Path(where)) if where else None
             raise StoreError(
-                f"cannot write the index {where}: {'the disk is full' if full else exc}",
+                f"cannot write the index {where}: {why or exc}",
                 "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)"
-                if full
-                else "check the store folder's permissions",
+                if why == "the disk is full"
+                else "writing needs a writable store: copy it somewhere writable",
             ) from None
         return False

@@ -21,13 +21,16 @@ def _damaged_table(path: Path, exc: Exception) -> StoreError:
     )
 
 
-def _disk_full(path: Path) -> bool:
-    """Whether the disk holding ``path`` has (nearly) no room left: under 1 MiB free."""
+def _cannot_write(path: Path) -> str | None:
+    """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
+    or None."""
     try:
         st = os.statvfs(path.parent)
     except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < (1 << 20)
+        return None
+    if st.f_bavail * st.f_frsize < (1 << 20):
+        return "the disk is full"
+    return None if os.access(path.parent, os.W_OK) else "the store is read-only"
 
 
 class _CheckedConnection:
@@ -101,7 +104,7 @@ class PackTable:
                 return conn
             except sqlite3.OperationalError as exc:
                 conn.close()
-                if "locked" not in str(exc) and _disk_full(self.path):  # reading needs no side files: read-only
+                if "locked" not in str(exc) and (why := _cannot_write(self.path)):  # reading needs no side files: read-only
                     try:
                         conn = sqlite3.connect(
                             f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
@@ -109,9 +112,7 @@ class PackTable:
                         conn.execute("SELECT 1 FROM members LIMIT 1").fetchone()
                         return conn
                     except sqlite3.DatabaseError:
-                        raise StoreError(
-                            f"cannot open {self.path}: the disk is full", "free space on that disk, then try again"
-                        ) from None
+                        raise StoreError(f"cannot open {self.path}: {why}", "free space on that disk, then try again") from None
                 if "locked" not in str(exc) or attempt == 49:
                     raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
                 time.sleep(0.1)

@@ -387,7 +387,12 @@ class RunStore:
             raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
-            os.rename(path, trash)
+            try:
+                os.rename(path, trash)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot remove run {run_id}: {exc.strerror or exc}", "removing needs a writable store"
+                ) from None
             try:
                 self._forget(run_id)  # if this fails (a full disk), the index forgets it at its next reconcile
             finally:
