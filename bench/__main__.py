@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shutil
 import sys
@@ -17,6 +16,7 @@ from .capture_overhead import measure_capture_overhead
 from .navigation import measure_navigation
 from .replay import finish_replay, start_replay
 from .report import build_rows, format_table, targets
+from .results_files import add_output_options, output_path, write_results
 from .search import measure_search
 from .synthetic import build_synthetic_store
 from .workloads import PASS_RE, SIZES, write_spec
@@ -42,9 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="smoke mode for the test suite: small workload, one repeat, 12 runs")
     parser.add_argument("--size", choices=sorted(SIZES), help="workload size (default: small with --quick, else large)")
-    parser.add_argument(
-        "--out", type=Path, default=Path("bench/results.json"), help="where to write the JSON (default bench/results.json)"
-    )
+    add_output_options(parser, "main")
     parser.add_argument("--runs", type=int, help="runs in the synthetic store (default 12 quick, 120 full)")
     parser.add_argument("--workdir", type=Path, help="keep the workloads and stores here (default: a temporary folder, removed)")
     return parser.parse_args(argv)
@@ -120,14 +118,14 @@ def _cpus() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    written = write_results(output_path(args, "main"), results)
     meta = results["meta"]
     print(
         f"xlarun benchmarks: {meta['mode']} mode, {meta['size']} workload ({results['workload']['files']} files, "
         f"{results['workload']['bytes'] / 1e6:.0f} MB), {meta['cpus']} CPUs, {meta['total_s']:.0f} s; medians over repeats"
     )
     print(format_table(build_rows(results)))
+    print(f"written to {written}")
     if not results["replay"].get("ok"):
         print(f"replay: {results['replay']['note']}")
     elif results["replay"].get("overlapped_other_work"):

@@ -22,13 +22,14 @@ child, shipping, verifying, committing), not a network.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from bench.results_files import add_output_options, output_path, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batch_ray", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=REPO / "configs" / "matrix-flags.yaml")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "batch_ray.json")
+    add_output_options(parser, "batch_ray")
     parser.add_argument("--snapshots-only", action="store_true", help="measure the project snapshots alone (no cluster)")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="xlarun-bench-ray-"))
@@ -234,12 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         report["project_snapshots"] = measure_snapshots(args.spec.resolve(), workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_results(output_path(args, "batch_ray"), report)
     if not args.snapshots_only:
         print(format_report(report))
     print(format_snapshots(report["project_snapshots"]))
-    print(f"written to {args.out}")
+    print(f"written to {out}")
     return 0
 
 

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .results_files import add_output_options, output_path, write_results
 from .workloads import SIZES, write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,14 +89,12 @@ def measure(size: str, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bisect", description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
-    parser.add_argument("--out", type=Path)
+    add_output_options(parser, "bisect")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="xlarun-bench-bisect-") as tmp:
         results = measure(args.size, Path(tmp))
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    print(json.dumps(results, indent=2))
+    print(f"written to {write_results(output_path(args, 'bisect'), results | {'size': args.size})}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.results_files import add_output_options, output_path, write_results
+
 REPO = Path(__file__).resolve().parent.parent
 
 IN_PROCESS = """
@@ -41,8 +43,9 @@ print(json.dumps({"capture_s": took, "plain_compile_s": time.perf_counter() - t1
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m bench.inline_capture", description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    add_output_options(parser, "inline_capture")
     args = parser.parse_args()
     inline, cli = [], []
     for _ in range(args.repeat):
@@ -76,6 +79,17 @@ def main() -> None:
         f"{inline[0]['modules']} module, {inline[0]['files']} files, {inline[0]['instr_before']} instructions)"
     )
     print(f"xlarun capture configs/jax-cpu.yaml: median {med(cli):.2f} s (min {min(cli):.2f}; whole script, 8 modules)")
+    results = {
+        "repeats": args.repeat,
+        "in_process_capture_s": {
+            "median": round(med(r["capture_s"] for r in inline), 3),
+            "min": round(min(r["capture_s"] for r in inline), 3),
+        },
+        "plain_compile_s": round(med(r["plain_compile_s"] for r in inline), 3),
+        "module": {k: inline[0][k] for k in ("modules", "files", "instr_before")},
+        "cli_capture_s": {"median": round(med(cli), 3), "min": round(min(cli), 3)},
+    }
+    print(f"written to {write_results(output_path(args, 'inline_capture'), results)}")
 
 
 if __name__ == "__main__":

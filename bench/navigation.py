@@ -32,5 +32,8 @@ def measure_navigation(synthetic: SyntheticStore, repeats: int, workdir: Path, e
     for label, argv in commands.items():
         results[label] = time_command(argv, repeats, env=env, warmup=1).to_dict()
     results["help_without_bytecode_cache"] = time_command(commands["help"], repeats).to_dict()
+    # what cli.py's typer patch (plain strings coerced without pydantic) saves, against its cost: a typer pin
+    unpatched = {**env, "XLARUN_TYPER_PATCH": "0"}
+    results["show_without_typer_patch"] = time_command(commands["show"], repeats, env=unpatched, warmup=1).to_dict()
     results["help_minus_python_s"] = round(results["help"]["median_s"] - results["python_c_pass"]["median_s"], 4)
     return results

@@ -221,6 +221,18 @@ def build_rows(results: dict) -> list[Row]:
                     _check(value, lambda v: v < 0.5) if target else None,
                 )
             )
+        unpatched = _get(nav, "show_without_typer_patch", "median_s")
+        patched = _get(nav, "show", "median_s")
+        if unpatched and patched:
+            rows.append(
+                Row(
+                    "navigate",
+                    "  show with / without cli.py's typer patch",
+                    _secs(patched),
+                    _secs(unpatched),
+                    round(patched / unpatched, 3),
+                )
+            )
     replay = results.get("replay", {})
     if not replay.get("ok"):
         rows.append(Row("replay", "replay vs jax.jit", "-", "-", None))
@@ -279,4 +291,15 @@ def format_table(rows: list[Row]) -> str:
         "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip() for line in [header, *body]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_markdown(rows: list[Row]) -> str:
+    """The same table as :func:`format_table`, as Markdown for the documentation."""
+    lines = ["| section | comparison | xlarun | alternative | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = "" if r.ratio is None else f"{r.ratio:.3g}x"
+        met = {True: "yes", False: "**no**", None: ""}[r.met]
+        cells = [r.section, r.what, r.ours, r.theirs, ratio, r.target, met]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

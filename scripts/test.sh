@@ -10,4 +10,9 @@ fi
 # The framework versions CI tests for real (oldest, middle and newest jaxlib, TF 2.16, PyTorch/XLA), one venv each,
 # cached outside the clone: a warm run only checks their markers. A failed build fails those tests, not the whole suite.
 .venv/bin/python scripts/compat.py venvs --ends || echo "test: building the compat venvs failed (see above); their tests will fail" >&2
-exec .venv/bin/python -m pytest -p no:cacheprovider -q --durations=15 "$@"
+# Coverage of the library, measured in the suite's process; the whole suite must not fall below the floor in
+# .ci/coverage-floor, which only rises (tests/test_tooling.py checks its history). Each run's figures land in
+# .cache/coverage/coverage.json.
+coverage=(--cov --cov-report=term:skip-covered --cov-report=json:.cache/coverage/coverage.json)
+[ "$#" = 0 ] && coverage+=(--cov-fail-under="$(cat .ci/coverage-floor)")
+exec .venv/bin/python -m pytest -p no:cacheprovider -q --durations=15 "${coverage[@]}" "$@"

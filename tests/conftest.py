@@ -118,6 +118,7 @@ _SLOW_FIXTURES = frozenset(
         "docker_client",
         "base_image",
         "cpu_image",
+        "cluster",  # a real Ray cluster (tests/test_batch_ray.py)
     }
 )
 

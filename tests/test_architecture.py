@@ -42,3 +42,34 @@ def test_every_module_is_in_a_layer():
     modules |= {f"xlarun.{p.name}" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert modules - layered == set(), "add these to a layer in pyproject.toml and ARCHITECTURE.md"
     assert layered - modules == set(), "these layers name modules that no longer exist"
+
+
+@pytest.mark.parametrize("package", ["store", "capture", "hlo"])
+def test_every_module_of_a_layered_package_is_in_its_layers(package):
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in config if c.get("containers") == [f"xlarun.{package}"]]
+    layered = {name.strip() for layer in contract["layers"] for name in layer.replace(":", "|").split("|")}
+    folder = REPO / "src" / "xlarun" / package
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    modules |= {p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert modules == layered, f"pyproject.toml's contract for {package}/ and its modules differ"
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in (REPO / "src").rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}, "split these along a seam a reader would name"
+
+
+def test_no_two_modules_share_a_name_except_a_command_and_its_library_module():
+    """`commands/batch.py` drives `batch.py`; any other repeated name has two meanings (three worker.py were)."""
+    from collections import defaultdict
+
+    where = defaultdict(list)
+    for path in (REPO / "src" / "xlarun").rglob("*.py"):
+        if path.stem not in ("__init__", "__main__"):
+            where[path.stem].append(path.relative_to(REPO / "src" / "xlarun").as_posix())
+    shared = {name: sorted(paths) for name, paths in where.items() if len(paths) > 1}
+    mirrored = {name for name, paths in shared.items() if len(paths) == 2 and f"commands/{name}.py" in paths}
+    assert {name: paths for name, paths in shared.items() if name not in mirrored} == {}

@@ -27,8 +27,6 @@ from xlarun.store.facade import Store
 
 from .conftest import write_spec
 
-pytestmark = pytest.mark.slow  # a real Ray cluster and real captures
-
 NODE_RESOURCES = {
     "local-a": {"xlarun_local": 1},
     "local-docker": {"xlarun_local": 1, "xlarun_docker_cpu": 1},
@@ -172,6 +170,7 @@ def test_without_ray_the_ray_executor_exits_3_naming_the_extra(cli, tmp_path, mo
     assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_collect_needs_a_cluster_to_look_at(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = subprocess.run(

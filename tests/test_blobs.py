@@ -10,9 +10,10 @@ import xlarun.store.packs as blobs_module
 from xlarun.errors import ExitCode, StoreError
 from xlarun.store.archive import series_of
 from xlarun.store.buffers import DecodedCache
-from xlarun.store.facade import STORE_VERSION, Store
+from xlarun.store.facade import Store
 from xlarun.store.pack_format import pack_members
 from xlarun.store.packs import BlobStore, content_digest
+from xlarun.store.runs import STORE_VERSION
 
 
 def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:

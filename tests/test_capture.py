@@ -17,7 +17,7 @@ import pytest
 from xlarun.capture.launch import NO_DUMP_WARNING, capture, exit_status_error
 from xlarun.errors import ExitCode
 from xlarun.store.facade import Store
-from xlarun.store.manifest import RunStatus
+from xlarun.store.records import RunStatus
 
 from .conftest import write_spec
 
@@ -36,6 +36,8 @@ def test_bundled_example_lists_the_training_step_first(jax_run):
     # ranked by compute ops: the RNG init module has more instructions but no matmul
     assert main.compute_ops > max(m.compute_ops for m in result.modules[1:])
     assert [m.name for m in result.modules[:2]] == ["jit_train_step", "jit_accuracy"]
+    own = {m.name: m.own_code for m in result.modules}
+    assert own["jit_train_step"] and own["jit_init_params"] and own["jit__normal"] is False
     assert "before_optimizations" in main.stages and "cpu_after_optimizations" in main.stages
     assert {m.name for m in result.modules} >= {"jit_train_step", "jit_accuracy", "jit_init_params"}
     assert main.fingerprint and len(main.fingerprint) == 64
@@ -106,6 +108,37 @@ def test_same_computation_has_the_same_fingerprint_across_runs(jax_run, tmp_path
     fp1 = {m.name: m.fingerprint for m in first.modules}
     fp2 = {m.name: m.fingerprint for m in second.modules}
     assert fp1["jit_train_step"] == fp2["jit_train_step"]
+
+
+LINSPACE_THEN_LOGEXP = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def logexp(x):
+    return jnp.log(jnp.exp(x))
+
+
+x = jnp.linspace(0.0, 1.0, 1000)
+print(float(logexp(x).sum()))
+"""
+
+
+@pytest.mark.slow
+def test_a_program_without_a_matmul_lists_its_own_module_first(tmp_path, cli):
+    """No module holds a dot: where the code lives ranks jit_logexp above jax's own jit__linspace."""
+    spec = write_spec(tmp_path, "name: logexp\nscript: job.py\n", LINSPACE_THEN_LOGEXP)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert [(m.name, m.own_code) for m in result.modules] == [
+        ("jit_logexp", True),
+        ("jit__linspace", False),
+        ("jit__reduce_sum", False),
+    ]
+    listed = cli("modules", "--store", tmp_path / "s")
+    assert listed.exit_code == 0
+    rows = [line.split()[1:3] for line in listed.stdout.splitlines() if line.split()[:1] in (["0"], ["2"], ["4"])]
+    assert rows == [["jit_logexp", "yours"], ["jit__linspace", "framework"], ["jit__reduce_sum", "framework"]]
 
 
 @pytest.mark.slow
@@ -311,6 +344,63 @@ def test_a_job_refusing_a_flag_is_told_which(tmp_path):
     assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"
 
 
+def test_a_refusal_blames_only_flags_the_jobs_xla_lacks(tmp_path):
+    """TF 2.16 names flags it does know among the unknown ones: the pre-run probe of the job's own
+    jaxlib (this venv's) clears --xla_dump_hlo_snapshots, so only --xla_foo is blamed."""
+    job = REFUSING_JOB.replace("--xla_foo  ", "--xla_foo --xla_dump_hlo_snapshots ")
+    spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\ndump:\n  extra_xla_flags: ['--xla_foo']\n", job)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    rejection = result.flag_rejection
+    assert (rejection.flags, rejection.registered) == (("--xla_foo",), ("--xla_dump_hlo_snapshots",))
+    error = exit_status_error(result)
+    assert error.message.startswith(
+        "the job aborted at start: its XLA does not know --xla_foo (Unknown flag in XLA_FLAGS); "
+        "the log also names --xla_dump_hlo_snapshots, which jaxlib "
+    )
+    assert error.hint == "--xla_foo: remove it from dump.extra_xla_flags"  # no advice to turn snapshots off
+
+
+def test_a_refusal_naming_only_registered_flags_blames_none(tmp_path):
+    job = REFUSING_JOB.replace("--xla_foo  ", "--xla_dump_hlo_snapshots --xla_embed_ir_in_executable")
+    spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\n", job)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.flag_rejection.flags == ()
+    error = exit_status_error(result)
+    assert "registers every flag the log names (--xla_dump_hlo_snapshots --xla_embed_ir_in_executable)" in error.message
+    assert "does not know" not in error.message and error.hint == f"`xlarun logs {result.run_id}` shows its output"
+
+
+@pytest.mark.slow
+def test_a_job_killed_by_a_signal_is_named_by_it(tmp_path):
+    spec = write_spec(tmp_path, "name: abort\nscript: job.py\n", TINY_JAX + "import os\nos.abort()\n")
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.exit_code == -signal.SIGABRT
+    error = exit_status_error(result)
+    assert error.message.startswith(f"the job was killed by SIGABRT (signal 6); run {result.run_id} is archived")
+
+
+def test_a_docker_exit_code_above_128_is_named_as_a_signal():
+    from xlarun.capture.launch import job_ending
+
+    assert job_ending(137, "docker-cpu") == "the job was killed by SIGKILL (signal 9)"
+    assert job_ending(137, "local") == "the job exited with code 137"  # a local job's own exit code
+    assert job_ending(-11, "local") == "the job was killed by SIGSEGV (signal 11)"
+    assert job_ending(3, "docker-gpu") == "the job exited with code 3"
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_import_its_framework_shows_why(tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import jax"], capture_output=True).returncode == 0:
+        pytest.skip("the system python has jax")
+    spec = write_spec(tmp_path, "name: nojax\nscript: job.py\npython: /usr/bin/python3\n", TINY_JAX)
+    result = capture(spec, Store.open(tmp_path / "s"))
+    assert result.status == RunStatus.FAILED and result.manifest.files == 0
+    assert NO_DUMP_WARNING not in result.warnings
+    error = exit_status_error(result)
+    assert error.message.startswith("the job exited with code 1 before XLA compiled anything; its stderr ends: ")
+    assert error.message.split("; its stderr ends: ")[1].split("; run ")[0].endswith("ModuleNotFoundError: No module named 'jax'")
+
+
 def test_a_refusal_in_the_logs_of_a_succeeding_job_is_not_blamed(tmp_path):
     spec = write_spec(tmp_path, "name: fine\nscript: job.py\n", REFUSING_JOB.replace("raise SystemExit(1)\n", ""))
     result = capture(spec, Store.open(tmp_path / "s"))
@@ -355,6 +445,28 @@ def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
     modules = store.index.modules(run.run_id)
     assert [m.name for m in modules if m.name.startswith("a_inference_step")], [m.name for m in modules]
     assert manifest["files"] >= 3
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_tensorflow_2_16_blames_only_the_flag_it_lacks(tmp_path, cli):
+    """TF 2.16 aborts with "Unknown flags in XLA_FLAGS: --xla_foo_bar --xla_foo_bar --xla_embed_ir_in_executable
+    --xla_dump_hlo_snapshots", naming flags its own registry holds: only --xla_foo_bar is blamed."""
+    from .compat_support import require_compat
+
+    python = require_compat("tf-2.16.2")
+    flags = "['--xla_foo_bar', '--xla_embed_ir_in_executable', '--xla_dump_hlo_snapshots']"
+    spec = write_spec(tmp_path, f"name: tf216\nscript: job.py\npython: {python}\ndump:\n  extra_xla_flags: {flags}\n", TF2_JIT)
+    out = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
+    assert out.exit_code == ExitCode.FAILED
+    run_id = Store.open(tmp_path / "s").index.runs()[0].run_id
+    assert "--xla_embed_ir_in_executable" in Store.open(tmp_path / "s").read_log(run_id, "stderr")  # the log names it
+    error = " ".join(out.stderr.split()).split("error: ", 1)[1]
+    assert error == (
+        "the job aborted at start: its XLA does not know --xla_foo_bar (Unknown flag in XLA_FLAGS); the log also names "
+        "--xla_embed_ir_in_executable --xla_dump_hlo_snapshots, which tensorflow 2.16.2 registers; "
+        f"run {run_id} is archived (--xla_foo_bar: remove it from dump.extra_xla_flags)"
+    )
 
 
 LEAVES_A_ZERO_BYTE_FILE_AND_A_SYMLINK = (

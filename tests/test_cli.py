@@ -19,10 +19,13 @@ def command_names() -> list[str]:
     return sorted(c.name for c in typer.main.get_command(app).commands.values())
 
 
-def test_every_command_is_documented_in_the_readme():
-    readme = (REPO / "README.md").read_text()
-    missing = [name for name in command_names() if f"xlarun {name}" not in readme]
-    assert not missing, f"commands missing from README.md: {missing}"
+def test_every_command_is_documented_in_the_tour_pages():
+    """The generated reference lists every command by construction; a person also needs it in a page of the tour."""
+    pages = (
+        "".join(p.read_text() for p in (REPO / "docs").glob("*.md") if p.name != "index.md") + (REPO / "README.md").read_text()
+    )
+    missing = [name for name in command_names() if f"xlarun {name}" not in pages]
+    assert not missing, f"commands missing from the docs pages: {missing}"
 
 
 @pytest.mark.slow

@@ -70,6 +70,24 @@ def test_the_main_module_is_ranked_first(key, indexed):
     )
 
 
+#: The versions whose text dumps carry JAX's stack-frame tables (FileNames, FunctionNames...): where a module's code
+#: lives is told there; earlier JAX, TF and PyTorch/XLA print only the innermost user line, a call site included.
+FRAME_TABLES = ("jax-0.8.3", "jax-0.9.2", "jax-0.10.2", "jax-0.11.2", "jax-0.12.0.1")
+
+
+@pytest.mark.parametrize("key", VERSIONS)
+def test_the_users_modules_are_told_from_the_frameworks(key, indexed):
+    """jax_mlp.py's jitted functions are the user's; jax.random's modules, called from its main(), are not."""
+    told = {m.name: m.own_code for m in indexed(key) if m.own_code is not None}
+    if key not in FRAME_TABLES:
+        assert told == {}
+        return
+    assert {name for name, own in told.items() if own} == {"jit_init_params", "jit_train_step", "jit_accuracy"}
+    assert {"jit__threefry_seed", "jit__randint", "jit__one_hot"} <= {name for name, own in told.items() if not own}
+    ranks = [m.own_code for m in indexed(key)]
+    assert ranks == sorted(ranks, key=lambda own: {True: 0, None: 1, False: 2}[own])  # yours, untold, framework
+
+
 @pytest.mark.parametrize("key", VERSIONS)
 def test_instruction_counts_are_xlas(key, indexed):
     got = {m.module_id: (m.name, m.instr_before, m.instr_after) for m in indexed(key)}

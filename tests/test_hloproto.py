@@ -9,7 +9,7 @@ import pytest
 
 from xlarun.errors import InputError
 from xlarun.hlo import read_hlo_file
-from xlarun.hlo.proto import find_module_proto, shape_text, summarize_hlo_proto
+from xlarun.hlo.proto import classify_proto, find_module_proto, proto_holds, shape_text, summarize_hlo_proto
 from xlarun.hlo.protowire import fields_by_number
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
@@ -200,3 +200,61 @@ def test_unbounded_and_dynamic_dimensions_read_from_a_proto_xla_wrote():
     module = summarize_hlo_proto(hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto())
     assert module.entry_signature == "(f32[?,<=4]) -> f32[?,<=4]"
     assert module.find_instruction("n").shape.startswith("f32[?,<=4]")
+
+
+SNAPSHOTS = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("snapshots/*/*snapshot*.pb"))
+BUFFER_ASSIGNMENT, BUFFER_ALIASES = 3, 2  # HloProto.buffer_assignment, BufferAssignmentProto.buffer_aliases
+
+
+def _aliases(hlo_proto: bytes) -> int:
+    fields = fields_by_number(hlo_proto)
+    if BUFFER_ASSIGNMENT not in fields:
+        return 0
+    return len(fields_by_number(fields[BUFFER_ASSIGNMENT][0]).get(BUFFER_ALIASES, []))
+
+
+def test_snapshot_fixtures_cover_both_frameworks_with_and_without_aliasing():
+    versions = {path.split("/")[1] for path in SNAPSHOTS}
+    assert versions == {"tf-2.16.2", "tf-2.21.0", "jax-0.4.30", "jax-0.10.2"}
+    aliased = {path.split("/")[1] for path in SNAPSHOTS if _aliases(fields_by_number((FIXTURES / path).read_bytes())[1][0])}
+    assert aliased == {"tf-2.16.2", "tf-2.21.0"}  # TF's snapshots carry the buffer assignment; jax's do not
+
+
+@pytest.mark.parametrize("path", SNAPSHOTS)
+def test_every_snapshot_is_read_as_a_snapshot_by_explain_index_and_replay(path):
+    """One rule: the file's name (explain, the index), its content (classify_proto) and replay's loader agree."""
+    from xlarun.hlo.names import decode_dump_name
+    from xlarun.replay.sources import SNAPSHOT, load_source
+
+    data = (FIXTURES / path).read_bytes()
+    kind, module, fields = classify_proto(data)
+    assert kind == proto_holds(data) == decode_dump_name(Path(path).name).kind == "snapshot"
+    source = load_source(FIXTURES / path)
+    assert source.file_format == SNAPSHOT and source.module_proto == module
+    name = source.module_name or ""
+    assert name.startswith("a_inference_step_25__" if path.startswith("snapshots/tf") else "jit_step")
+    assert name.isprintable() and fields[1][0] == name.encode()
+    assert [str(a.dtype) for a in source.arguments or []] == (
+        ["float32", "float32", "float32"] if "jax" in path else ["float32", "float32"]  # jax: w, b, x; TF: x, the variable
+    )
+
+
+def test_an_hlo_proto_with_buffer_aliases_is_not_taken_for_a_module():
+    """XLA's after-optimizations HloProto: its buffer assignment's aliases (field 3, then 2) once passed for a
+    module's computations and instructions, so a snapshot holding it was read as an HloProto."""
+    hlo_proto = fixture("misc/*.cpu_after_optimizations.hlo.pb").read_bytes()
+    assert _aliases(hlo_proto) == 74
+    assert classify_proto(hlo_proto)[0] == "hlo_proto"
+    snapshot = field(1, hlo_proto) + field(2, field(1, field(2, 11)) + field(8, b"\x00\x00\x80\x3f"))
+    kind, module, _ = classify_proto(snapshot)
+    assert (kind, module) == ("snapshot", fields_by_number(hlo_proto)[1][0])
+    assert summarize_hlo_proto(snapshot).name == "jit_misc"
+
+
+@pytest.mark.parametrize(("name", "opcode"), [(b"\x0a\x03abc", b"add"), (b"m", b"\x0a\x02ab"), (b"m", b"Add"), (b"m", b"add-")])
+def test_a_module_needs_text_names_and_a_word_for_an_opcode(name, opcode):
+    instruction = field(1, b"x") + field(2, opcode)
+    module = field(1, name) + field(3, field(1, b"c") + field(2, instruction))
+    assert proto_holds(module) is None
+    good = field(1, b"m") + field(3, field(1, b"c") + field(2, field(1, b"x") + field(2, b"get-tuple-element")))
+    assert classify_proto(good)[0] == "module"

@@ -16,8 +16,6 @@ from tests.docker_support import BUILD_SECONDS, REPO, base_image, cpu_image, doc
 from xlarun.capture import images
 from xlarun.errors import EnvironmentProblem, InputError
 
-pytestmark = pytest.mark.slow  # real Docker: builds images
-
 DOCKERFILES = {kind: REPO / "containers" / kind / "Dockerfile" for kind in images.IMAGE_KINDS}
 
 

@@ -205,3 +205,65 @@ def test_oldest_jax_of_the_matrix_captures_in_process(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"jax": "0.4.30", "module": "jit__lambda_", "instr": 4, "snapshots": 1}
+
+
+def _donated_step():
+    import jax
+    import jax.numpy as jnp
+
+    def step(params, x):
+        w, b = params
+        loss = lambda p: jnp.mean((jnp.tanh(x @ p[0]) + p[1]) ** 2)
+        g = jax.grad(loss)(params)
+        return (w - 0.1 * g[0], b - 0.1 * g[1]), loss(params)
+
+    return step
+
+
+def test_donated_arguments_survive_a_capture_with_snapshots(tmp_path):
+    """Flax/optax write jax.jit(step, donate_argnums=0): the snapshot run uses copies, so the caller's arrays are
+    neither deleted nor changed, and the dumped module still aliases the donated inputs to its outputs."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    w = jnp.asarray(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))
+    params, x = (w, jnp.zeros(4, jnp.float32)), jnp.ones((3, 8), jnp.float32)
+    run = xlarun.jax.capture(_donated_step(), params, x, snapshots=True, donate_argnums=0, store=tmp_path / "store")
+    assert not params[0].is_deleted() and not params[1].is_deleted()
+    np.testing.assert_array_equal(np.asarray(params[0]), np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))
+    step = run.main
+    text = step.text("before_optimizations")
+    assert "input_output_alias={ {0}: (0, {}, may-alias), {1}: (1, {}, may-alias) }" in text
+    assert len(run.files("snapshot")) == 1
+    replayed = step.replay()
+    assert replayed.verdict == "match" and replayed.result.compared_with[0].startswith("before_optimizations ")
+
+
+@pytest.mark.skipif(not COMPAT_JAX.exists(), reason="needs the jax 0.4.30 compat venv (scripts/compat.py venvs jax-0.4.30)")
+def test_an_aborting_jaxlib_refuses_snapshots_of_donated_arguments(tmp_path):
+    """jaxlib 0.4.30's XLA would abort the caller's process (SIGABRT): refused with a one-line InputError instead."""
+    source = textwrap.dedent("""
+        import json, sys
+        import jax, jax.numpy as jnp
+        import xlarun.jax
+        from xlarun.errors import InputError
+        params = jnp.ones((4, 4))
+        try:
+            xlarun.jax.capture(lambda p: p * 2, params, snapshots=True, donate_argnums=0, store=sys.argv[1])
+        except InputError as exc:
+            print(json.dumps({"error": exc.message, "hint": exc.hint, "deleted": params.is_deleted()}))
+    """)
+    script = tmp_path / "job.py"
+    script.write_text(source)
+    done = subprocess.run(
+        [str(COMPAT_JAX), str(script), str(tmp_path / "store")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["error"] == "jaxlib 0.4.30 aborts the process writing a snapshot of a call with donated arguments"
+    assert "snapshots=False" in seen["hint"] and seen["deleted"] is False

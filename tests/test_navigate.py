@@ -31,8 +31,11 @@ def test_modules_main_program_first(cli, store_arg):
     first_row = next(line for line in table if "jit_" in line)
     assert "jit_train_step" in first_row
     data = json.loads(cli("modules", *args, "--json").stdout)
-    keys = [(m["compute_ops"], m["instr_before"] or 0) for m in data["modules"]]
+    # the user's code first, then the untold, then the framework's; within each, most compute ops, most instructions
+    keys = [({True: 2, None: 1, False: 0}[m["own_code"]], m["compute_ops"], m["instr_before"] or 0) for m in data["modules"]]
     assert keys == sorted(keys, reverse=True)
+    assert [m["own_code"] for m in data["modules"]][:3] == [True, True, True]  # train_step, accuracy, init_params
+    assert "framework" in next(line for line in table if "jit__normal" in line).split()
 
 
 @pytest.mark.parametrize("ref_form", ["id", "module_id", "name", "run_slash", "prefix"])

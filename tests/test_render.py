@@ -199,7 +199,12 @@ def test_around_inside_a_fusion_opens_it(jax_passes_run, tmp_path):
 
 def test_node_limit_on_a_real_module(jax_passes_run, cli, tmp_path):
     store, _ = jax_passes_run
-    result = cli("render", "init_params", "-s", "after", "--limit", "50", "--store", store.root, "-o", tmp_path / "x.svg")
+    # over the limit: the overview (the entry, plumbing folded), or, with --full, a refusal naming --around
+    result = cli("render", "init_params", "-s", "after", "--limit", "200", "--store", store.root, "-o", tmp_path / "x.svg")
+    assert result.exit_code == 0 and "overview:" in result.stdout + result.stderr
+    result = cli(
+        "render", "init_params", "-s", "after", "--limit", "50", "--full", "--store", store.root, "-o", tmp_path / "x.svg"
+    )
     assert result.exit_code == 2
     assert "more than the limit of 50" in result.stderr and "--around" in result.stderr
     result = cli("render", "init_params", "--around", "no.such", "--store", store.root, "-o", tmp_path / "x.svg")

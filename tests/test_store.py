@@ -9,7 +9,8 @@ import re
 import pytest
 
 from xlarun.errors import InputError, StoreError
-from xlarun.store.facade import Store, new_run_id
+from xlarun.store.facade import Store
+from xlarun.store.runs import new_run_id
 
 
 def make_run(store: Store, files: dict[str, bytes], manifest: str = '{"name": "t", "status": "succeeded"}') -> str:

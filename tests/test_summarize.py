@@ -233,3 +233,45 @@ def test_after_optimizations_facts_come_from_the_scan_and_equal_the_parsed_ones(
     assert scanned == parsed and scanned.instructions > 0 and scanned.terms
     with pytest.raises(AssertionError, match="parsed"):
         summarize._facts_from(name, data, True)  # the fingerprint needs the parse
+
+
+def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
+    """Module text headed by JAX's stack-frame tables: one location per (file, function)."""
+    files = dict.fromkeys(f for f, _ in frames)
+    functions = dict.fromkeys(fn for _, fn in frames)
+    file_ids = {f: i for i, f in enumerate(files, 1)}
+    function_ids = {fn: i for i, fn in enumerate(functions, 1)}
+    lines = [f"HloModule {module}, entry_computation_layout={{()->f32[]}}", "", "FileNames"]
+    lines += [f'{i} "{f}"' for f, i in file_ids.items()] + ["", "FunctionNames"]
+    lines += [f'{i} "{fn}"' for fn, i in function_ids.items()] + ["", "FileLocations"]
+    lines += [
+        f"{i} {{file_name_id={file_ids[f]} function_name_id={function_ids[fn]} line=3 end_line=3 column=1 end_column=9}}"
+        for i, (f, fn) in enumerate(frames, 1)
+    ]
+    lines += ["", "ENTRY %main () -> f32[] {", "  ROOT %c = f32[] constant(1)", "}", ""]
+    return "\n".join(lines).encode()
+
+
+@pytest.mark.parametrize(
+    ("module", "frames", "own"),
+    [
+        ("jit_logexp", [("/home/u/job.py", "logexp"), ("/home/u/job.py", "<module>")], True),
+        ("jit__lambda", [("/home/u/job.py", "<lambda>")], True),
+        ("jit_step", [("/home/u/lib.py", "Trainer.step")], True),
+        # jnp.linspace called from the user's main: the user's file, but only as a call site
+        ("jit__linspace", [("/home/u/job.py", "main"), ("/home/u/job.py", "<module>")], False),
+        # a function of the same name in an installed package is not the user's
+        ("jit_apply", [("/venv/lib/python3.12/site-packages/flax/linen/module.py", "apply")], False),
+    ],
+)
+def test_where_a_modules_code_lives_is_read_from_its_frame_tables(module, frames, own):
+    from xlarun.store.summaries import own_code
+
+    assert own_code(_framed(module, frames)) is own
+
+
+def test_a_module_without_frame_tables_is_untold():
+    from xlarun.store.summaries import own_code
+
+    old = b'HloModule jit_f\n\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1), metadata={source_file="/u/job.py" source_line=3}\n}\n'
+    assert own_code(old) is None

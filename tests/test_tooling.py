@@ -35,3 +35,18 @@ def test_mypy_finds_no_type_errors_in_src():
     proc = _run("mypy", "--no-incremental")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-1000:]
     assert "Success: no issues found" in proc.stdout
+
+
+def test_the_coverage_floor_only_rises():
+    """.ci/coverage-floor is what scripts/test.sh holds the whole suite to; no commit may lower it."""
+    floor = REPO / ".ci" / "coverage-floor"
+    history = subprocess.run(
+        ["git", "log", "--format=%H", "--follow", "--", ".ci/coverage-floor"], cwd=REPO, capture_output=True, text=True
+    )
+    values = [int(floor.read_text())]
+    for commit in history.stdout.split():  # newest first
+        shown = subprocess.run(["git", "show", f"{commit}:.ci/coverage-floor"], cwd=REPO, capture_output=True, text=True)
+        if shown.returncode == 0:
+            values.append(int(shown.stdout))
+    assert values == sorted(values, reverse=True), f"the floor was lowered: {values} (newest first)"
+    assert 0 < values[0] <= 100

@@ -15,7 +15,7 @@ from xlarun.capture.spec import LoadedSpec
 from xlarun.errors import XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
 from xlarun.store.facade import Store
-from xlarun.store.manifest import RunStatus
+from xlarun.store.records import RunStatus
 
 
 def new_batch_id() -> str:

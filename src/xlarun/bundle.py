@@ -437,12 +437,6 @@ def render_readme(
 # --- reading a bundle without importing it ---------------------------------------------------------
 
 
-def is_bundle_path(ref: str) -> bool:
-    """Whether a command argument names a bundle zip on disk (rather than a module REF)."""
-    path = Path(ref)
-    return ref.lower().endswith(".zip") and path.is_file()
-
-
 @contextmanager
 def opened_bundle(path: str | Path) -> Iterator[tuple[Store, ModuleInfo]]:
     """The bundle's module, imported into a temporary store that is deleted afterwards."""

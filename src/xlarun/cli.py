@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from xlarun.errors import ExitCode, XlarunError, json_reported
+from xlarun.errors import ExitCode, XlarunError, error_document, json_reported
 
 COMMAND_MODULES = (
     "capture",
@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "share",
     "view",
     "ray",
+    "completion",
 )
 
 EXIT_CODES_HELP = """
@@ -47,11 +48,13 @@ find matched nothing, check found damage) · 2 bad usage, spec or input ·
 def _coerce_plain_strings_without_pydantic() -> None:
     """typer 0.29 coerces every parameter through a pydantic TypeAdapter, built even for a value that is
     missing, and importing pydantic costs more than the rest of ``xlarun modules`` (~0.2 s). Here the
-    adapter is built only when a value needs it: a missing value or a ``str`` parameter given a string
-    needs none. Paths, numbers and choices still go through typer. Leaves another typer alone."""
+    adapter is built only when a value needs it: a missing value, or a ``str`` / ``list[str]`` parameter
+    given strings, needs none. Paths, numbers and choices still go through typer. Leaves another typer alone."""
     from dataclasses import dataclass
     from typing import Any
 
+    if os.environ.get("XLARUN_TYPER_PATCH") == "0":  # the benchmark's comparison (bench/navigation.py)
+        return
     try:
         from typer._coercion import RuntimeParam
 
@@ -65,13 +68,12 @@ def _coerce_plain_strings_without_pydantic() -> None:
 
         def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
             info = self.descriptor.parameter_info
-            if (
-                isinstance(value, str)
-                and self.annotation is str
-                and getattr(info, "parser", None) is None
-                and not self.descriptor.is_choice
-            ):
+            plain = getattr(info, "parser", None) is None and not self.descriptor.is_choice
+            if plain and isinstance(value, str) and self.annotation is str:
                 return value
+            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+            if plain and self.annotation == list[str] and strings:
+                return list(value)
             return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
 
     def build(descriptor):
@@ -99,7 +101,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             if wants_json and not json_reported(exc):  # scripts get one JSON document, also on failure
                 from xlarun.console import print_json
 
-                print_json({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
+                print_json(error_document(exc))
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             error_line("interrupted")
@@ -115,13 +117,7 @@ class _XlarunGroup(typer.core.TyperGroup):
             if wants_json and not json_reported(exc):
                 from xlarun.console import print_json
 
-                print_json(
-                    {
-                        "error": f"internal error: {exc!r}",
-                        "hint": f"the traceback is in {log}; please report it",
-                        "exit_code": int(ExitCode.INTERNAL),
-                    }
-                )
+                print_json(error_document(exc, crash_log=str(log)))
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
 
@@ -180,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
 
     With ``argv`` given (from Python), returns the exit code instead of exiting.
     """
+    from xlarun.commands.completion import prepare_completion_request
+
+    prepare_completion_request(os.environ)  # type: ignore[arg-type]
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="xlarun")

@@ -6,9 +6,11 @@ dump of the same module (XLA dumps a module after each matching pass that change
 two runs (two backends, two framework versions).
 
 Both give a unified text diff and a :class:`StructuralSummary`: instructions added, removed,
-changed and fused by opcode, the fusions formed, and the opcode histogram delta. Instructions are
-matched by name first, then, for what is left, by position among the instructions of the same
-opcode in the same computation (names are renumbered between framework versions).
+changed, rewired and fused by opcode, the fusions formed, and the opcode histogram delta. Instructions are
+matched by structure first (:mod:`xlarun.hlo.match`: names are renumbered between captures and versions),
+then by name, then, for what is left, by position among the instructions of the same opcode in the same
+computation. A matched instruction is *changed* when its operation differs (opcode, shape, attributes,
+literal), *rewired* when only its operands do.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from typing import TYPE_CHECKING
 
 from xlarun.errors import InputError
 from xlarun.hlo import HloInstruction, HloModule, parse_hlo_text
+from xlarun.hlo.match import PROVENANCE_ATTRIBUTES, StructureHashes, match_by_structure
 from xlarun.navigate.select import pass_step, select_file
 
 if TYPE_CHECKING:
     from xlarun.store.records import ModuleInfo
     from xlarun.store.runs import RunStore
 
-#: Attributes that say where an instruction came from, not what it computes.
-PROVENANCE_ATTRIBUTES = frozenset({"metadata", "origin", "statistics"})
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _EXAMPLES = 8
 
@@ -50,6 +51,8 @@ class StructuralSummary:
     added: dict[str, int] = field(default_factory=dict)  # opcode -> count
     removed: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    #: Matched instructions whose operation is the same but whose operands are not (an op inserted before them).
+    rewired: dict[str, int] = field(default_factory=dict)
     #: Instructions now inside fused computations (moved there, or cloned there by a fusion pass; parameters not counted).
     fused: dict[str, int] = field(default_factory=dict)
     fusions_formed: list[FusionFormed] = field(default_factory=list)
@@ -57,13 +60,19 @@ class StructuralSummary:
     computations_removed: list[str] = field(default_factory=list)
     opcode_delta: dict[str, int] = field(default_factory=dict)
     matched_by_position: int = 0
-    #: A few instruction names per category ('added', 'removed', 'changed'), for the reader to look up.
+    #: A few instruction names per category ('added', 'removed', 'changed', 'rewired'), for the reader to look up.
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def unchanged(self) -> bool:
         return not (
-            self.added or self.removed or self.changed or self.fused or self.computations_added or self.computations_removed
+            self.added
+            or self.removed
+            or self.changed
+            or self.rewired
+            or self.fused
+            or self.computations_added
+            or self.computations_removed
         )
 
     def lines(self) -> list[str]:
@@ -77,6 +86,7 @@ class StructuralSummary:
             ("removed", self.removed),
             ("now inside fusions", self.fused),
             ("changed", self.changed),
+            ("rewired (same operation, other operands)", self.rewired),
         ):
             if counts:
                 out.append(f"{label}: {sum(counts.values())} ({_top(counts)})")
@@ -136,26 +146,43 @@ def _signature(instruction: HloInstruction, rename: dict[str, str]) -> tuple:
 
 
 def match_instructions(before: HloModule, after: HloModule, by_position: bool = True) -> tuple[dict[str, str], int]:
-    """Map instruction names of ``before`` to those of ``after``: same name, then same position.
+    """Map instruction names of ``before`` to those of ``after``: by structure, then same name, then position.
 
     Position matching pairs the unmatched instructions of the same opcode, in order, within
     computations of the same name (or at the same place in the module). Returns the map and how
     many pairs were made by position.
     """
-    names_after = {i.name: i for i in after.instructions()}
-    mapping = {i.name: i.name for i in before.instructions() if i.name in names_after and names_after[i.name].opcode == i.opcode}
-    if not by_position:
-        return mapping, 0
+    mapping, positional, _left, _right = _match(before, after, by_position)
+    return mapping, positional
+
+
+def _match(
+    before: HloModule, after: HloModule, by_position: bool
+) -> tuple[dict[str, str], int, StructureHashes, StructureHashes]:
+    left, right = StructureHashes(before), StructureHashes(after)
+    mapping = match_by_structure(left, right)
     taken = set(mapping.values())
-    pairs = _computation_pairs(before, after)
+    names_after = {i.name: i for i in after.instructions()}
+    for instruction in before.instructions():
+        other = names_after.get(instruction.name)
+        if (
+            instruction.name not in mapping
+            and other is not None
+            and other.name not in taken
+            and other.opcode == instruction.opcode
+        ):
+            mapping[instruction.name] = other.name
+            taken.add(other.name)
+    if not by_position:
+        return mapping, 0, left, right
     positional = 0
-    for left, right in pairs:
+    for left_name, right_name in _computation_pairs(before, after):
         free_left: dict[str, list[str]] = {}
-        for instruction in before.computations[left].instructions:
+        for instruction in before.computations[left_name].instructions:
             if instruction.name not in mapping:
                 free_left.setdefault(instruction.opcode, []).append(instruction.name)
         free_right: dict[str, list[str]] = {}
-        for instruction in after.computations[right].instructions:
+        for instruction in after.computations[right_name].instructions:
             if instruction.name not in taken:
                 free_right.setdefault(instruction.opcode, []).append(instruction.name)
         for opcode, names in free_left.items():
@@ -163,7 +190,7 @@ def match_instructions(before: HloModule, after: HloModule, by_position: bool = 
                 mapping[a] = b
                 taken.add(b)
                 positional += 1
-    return mapping, positional
+    return mapping, positional, left, right
 
 
 def _computation_pairs(before: HloModule, after: HloModule) -> list[tuple[str, str]]:
@@ -177,7 +204,7 @@ def _computation_pairs(before: HloModule, after: HloModule) -> list[tuple[str, s
 
 def structural_summary(before: HloModule, after: HloModule, by_position: bool = False) -> StructuralSummary:
     """How ``after`` differs from ``before``, instruction by instruction, grouped by opcode."""
-    mapping, positional = match_instructions(before, after, by_position)
+    mapping, positional, left_hashes, right_hashes = _match(before, after, by_position)
     left = {i.name: i for i in before.instructions()}
     right = {i.name: i for i in after.instructions()}
     matched_right = set(mapping.values())
@@ -185,8 +212,9 @@ def structural_summary(before: HloModule, after: HloModule, by_position: bool = 
     added: Counter[str] = Counter()
     removed: Counter[str] = Counter()
     changed: Counter[str] = Counter()
+    rewired: Counter[str] = Counter()
     fused: Counter[str] = Counter()
-    examples: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "fused": []}
+    examples: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "rewired": [], "fused": []}
 
     def note(kind: str, name: str) -> None:
         if len(examples[kind]) < _EXAMPLES:
@@ -203,9 +231,12 @@ def structural_summary(before: HloModule, after: HloModule, by_position: bool = 
         if now_fused and not was_fused:
             fused[instruction.opcode] += 1
             note("fused", name)
-        elif _signature(instruction, mapping) != _signature(other, {}):
+        elif left_hashes.label.get(name) != right_hashes.label.get(other.name):
             changed[instruction.opcode] += 1
             note("changed", name)
+        elif _signature(instruction, mapping) != _signature(other, {}):
+            rewired[instruction.opcode] += 1
+            note("rewired", name)
     new_computations = set(after.computations) - set(before.computations)
     for name, instruction in right.items():
         if name in matched_right:
@@ -221,6 +252,7 @@ def structural_summary(before: HloModule, after: HloModule, by_position: bool = 
             if instruction.opcode == "fusion":
                 summary.fusions_formed.append(_fusion(after, instruction))
     summary.added, summary.removed, summary.changed, summary.fused = dict(added), dict(removed), dict(changed), dict(fused)
+    summary.rewired = dict(rewired)
     summary.examples = {k: v for k, v in examples.items() if v}
     summary.computations_added = [c for c in after.computations if c not in before.computations]
     summary.computations_removed = [c for c in before.computations if c not in after.computations]

@@ -21,8 +21,8 @@ from typing import Any
 from xlarun.errors import InputError
 from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from xlarun.store.facade import Store
-from xlarun.store.manifest import OUTPUT_DIRS, Manifest, host_facts, utc_now
-from xlarun.store.records import ModuleInfo
+from xlarun.store.manifest import Manifest, host_facts
+from xlarun.store.records import OUTPUT_DIRS, ModuleInfo, utc_now
 
 #: The folder of xlarun's own files in an export or a bundle (manifest, spec, logs, bundle.json).
 META_DIR = "_xlarun"

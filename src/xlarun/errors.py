@@ -44,6 +44,17 @@ def json_reported(exc: BaseException) -> bool:
     return bool(getattr(exc, "json_reported", False))
 
 
+def error_document(exc: BaseException, crash_log: str | None = None) -> dict:
+    """What ``--json`` prints about a failure, the same for every command: ``error``, ``hint``, ``exit_code`` (a
+    command adds its own keys, e.g. ``verdict: null``). ``crash_log``: where a bug's traceback was written."""
+    if isinstance(exc, XlarunError):
+        return {"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"error": "interrupted", "hint": None, "exit_code": int(ExitCode.INTERRUPTED)}
+    hint = f"the traceback is in {crash_log}; please report it" if crash_log else "please report it"
+    return {"error": f"internal error: {exc!r}", "hint": hint, "exit_code": int(ExitCode.INTERNAL)}
+
+
 class XlarunError(Exception):
     """Base of every error a user can act on."""
 

@@ -141,6 +141,41 @@ def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwa
     return jitted.lower(*args, **kwargs)
 
 
+def _undonated(compiled, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with each donated array replaced by a copy, so that running ``compiled`` once for its
+    snapshot leaves the caller's arrays as they were. Copies, rather than a compile without donation, keep the dumped
+    module the one the program runs (its input-output aliasing included); only the donated arrays are copied."""
+    import jax
+
+    from xlarun.capture.flags import snapshots_abort_on_donation
+    from xlarun.errors import InputError
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    try:
+        donated = [bool(info.donated) for info in jax.tree_util.tree_leaves(compiled.args_info)]
+    except AttributeError:
+        donated = []
+    known = len(donated) == len(leaves)
+    if not known:  # cannot tell which are donated: copy every array
+        donated = [True] * len(leaves)
+    jaxlib = _jax_versions().get("jaxlib", jax.__version__)
+    if known and any(donated) and snapshots_abort_on_donation(jaxlib):
+        raise InputError(
+            f"jaxlib {jaxlib} aborts the process writing a snapshot of a call with donated arguments",
+            "capture with snapshots=False, or without donate_argnums (or use jaxlib 0.10 or later)",
+        )
+    copies = [_copy(leaf) if gives and isinstance(leaf, jax.Array) else leaf for leaf, gives in zip(leaves, donated, strict=True)]
+    return jax.tree_util.tree_unflatten(tree, copies)
+
+
+def _copy(array):
+    import jax
+    import jax.numpy as jnp
+
+    copy = jnp.array(array, copy=True)
+    return copy if copy.sharding == array.sharding else jax.device_put(copy, array.sharding)
+
+
 def capture(
     f: Callable[..., Any],
     *args: Any,
@@ -158,7 +193,8 @@ def capture(
     """Compile ``f(*args)`` with XLA dumps for that compilation only, and archive it as a run of kind ``inline``.
 
     ``pass_re`` (``".*"``: around every pass), ``snapshots`` (the compiled function is run once on ``args``
-    to record its real arguments and result: do not give donated buffers), ``formats`` and ``large_constants``
+    to record its real arguments and result; donated arguments are copied first, so the caller's arrays are left as
+    they were, and a jaxlib before 0.10, whose XLA aborts on such a snapshot, is refused with an InputError), ``formats`` and ``large_constants``
     mean what they mean in a spec's ``dump:``. ``jit_kwargs`` go to ``jax.jit`` (``static_argnums``...);
     ``kwargs`` are keyword arguments of ``f``. Returns the run; ``run.main`` is the function's module."""
     from xlarun import api
@@ -183,7 +219,8 @@ def capture(
             if snapshots:  # XLA writes a snapshot when the executable runs
                 import jax
 
-                jax.block_until_ready(compiled(*args, **(kwargs or {})))
+                call_args, call_kwargs = _undonated(compiled, args, kwargs or {})
+                jax.block_until_ready(compiled(*call_args, **call_kwargs))
     except BaseException as exc:
         from xlarun.errors import XlarunError
 

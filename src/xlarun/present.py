@@ -141,6 +141,7 @@ def print_modules(items, more: int = 0) -> None:
         (
             m.module_id,
             m.name or "(name not in file names)",
+            {True: "yours", False: "framework"}.get(m.own_code, ""),
             _short_stages(m.stages),
             m.n_pass_dumps or "",
             count_or_blank(m.instr_before),
@@ -150,7 +151,7 @@ def print_modules(items, more: int = 0) -> None:
         for m in items
     ]
     print_table(
-        ("id", "name", "stages", "passes", "instr before", "instr after", "signature"),
+        ("id", "name", "code", "stages", "passes", "instr before", "instr after", "signature"),
         rows,
         right=("id", "passes", "instr before", "instr after"),
     )

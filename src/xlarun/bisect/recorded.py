@@ -48,7 +48,7 @@ def bisect_and_record(
 
 def record_bisection(store: Store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
     """Write the bisection's JSON record beside its run (``result.run_id``) and return it."""
-    from xlarun.store.facade import new_run_id
+    from xlarun.store.runs import new_run_id
 
     record = BisectRecord(new_run_id(), started or now(), options, result)
     folder = store.runs_dir / result.run_id / FOLDER if result.run_id else store.root / FOLDER

@@ -315,3 +315,47 @@ def redact_env(env: dict[str, str | None]) -> dict[str, str | None]:
         else:
             out[name] = None
     return out
+
+
+#: jaxlib releases whose XLA aborts the job (SIGABRT, "CopyToHostAsync() called on deleted or donated buffer") when it
+#: writes the snapshot of a call whose arguments are donated (``jax.jit(step, donate_argnums=0)``, as Flax/optax loops
+#: write it): seen on 0.4.30, 0.7.2 and 0.8.3; 0.10.2 and 0.12 write the snapshot without its result instead
+#: (replay then compares with the unoptimized module). 0.9.x was not tried, so it counts as affected.
+SNAPSHOT_DONATION_FIXED = (0, 10)
+_DONATED_BUFFER = re.compile(r"called on deleted or donated buffer|Buffer has been deleted or donated")
+_SIGABRT_EXITS = (-6, 134)  # killed by SIGABRT, as a process and as a shell reports it
+
+
+def snapshots_abort_on_donation(jaxlib_version: str) -> bool:
+    """Whether this jaxlib's XLA aborts writing a snapshot of a call whose arguments are donated."""
+    parts = []
+    for part in jaxlib_version.split(".")[:2]:
+        digits = re.match(r"\d*", part)
+        parts.append(int(digits.group()) if digits and digits.group() else 0)
+    return tuple(parts) < SNAPSHOT_DONATION_FIXED
+
+
+def snapshot_donation_warning(spec: RunSpec, known: KnownXlaFlags | None) -> str | None:
+    """Before the job: snapshots asked of a jaxlib that aborts on them when an argument is donated. Donation itself is
+    only known once the job compiles, so this warns on the version alone (``known.owner`` is "jaxlib 0.4.30")."""
+    if not spec.dump.snapshots or known is None or not known.owner.startswith("jaxlib "):
+        return None
+    version = known.owner.split(" ", 1)[1]
+    if not snapshots_abort_on_donation(version):
+        return None
+    return (
+        f"dump.snapshots with {known.owner}: its XLA aborts the job (SIGABRT) writing a snapshot of a jitted call with "
+        "donated arguments (donate_argnums, as Flax/optax training steps use); if the job donates, set dump.snapshots "
+        "off or jit without donation for the capture (jaxlib 0.10 and later write the snapshot without its result)"
+    )
+
+
+def donation_abort_cause(exit_code: int | None, log_tail: str) -> str | None:
+    """After the job: the post-mortem of a job XLA aborted writing a snapshot of donated arguments."""
+    if exit_code not in _SIGABRT_EXITS or not _DONATED_BUFFER.search(log_tail):
+        return None
+    return (
+        "the job was killed by SIGABRT: XLA aborted writing a snapshot of a call whose arguments were donated "
+        '(its log says "called on deleted or donated buffer"); capture again with dump.snapshots off, or jit the step '
+        "without donate_argnums for the capture, or use jaxlib 0.10 or later"
+    )

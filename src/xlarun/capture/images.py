@@ -190,8 +190,8 @@ def containers_dir() -> Path:
     """The folder holding ``cpu/``, ``gpu/``, ``ipu/`` Dockerfiles: XLARUN_CONTAINERS_DIR, else the checkout's."""
     candidates = [
         os.environ.get("XLARUN_CONTAINERS_DIR"),
-        Path(__file__).resolve().parents[2] / "containers",
-        Path(__file__).resolve().parent / "_containers",
+        Path(__file__).resolve().parents[3] / "containers",  # a checkout: src/xlarun/capture/images.py
+        Path(__file__).resolve().parents[1] / "_containers",  # an installed wheel
     ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "cpu" / "Dockerfile").is_file():

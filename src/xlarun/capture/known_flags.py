@@ -278,18 +278,42 @@ class FlagRejection:
     variable: str  # "XLA_FLAGS", "TF_XLA_FLAGS", or "" when the log does not say
     flags: tuple[str, ...]  # as the log names them: "--xla_foo", "--xla_bar=1"
     advice: str = ""  # what to do, per flag, filled in by whoever knows where the flags came from
+    # flags the log names that the job's XLA registers all the same (its pre-run probe says so): TF 2.16
+    # parses XLA_FLAGS with several registries and names flags another registry consumes later
+    registered: tuple[str, ...] = ()
+    owner: str = ""  # whose registry said so: "tensorflow 2.16.2"
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(flag.lstrip("-").split("=", 1)[0] for flag in self.flags)
 
+    def checked(self, known: KnownXlaFlags | None) -> FlagRejection:
+        """This rejection blaming only the flags ``known`` (the job's probed registry) lacks."""
+        if known is None:
+            return self
+        lacking = tuple(flag for flag in self.flags if not known.knows(flag))
+        registered = tuple(flag for flag in self.flags if known.knows(flag))
+        return FlagRejection(self.variable, lacking, self.advice, registered, known.owner)
+
     def explain(self) -> str:
         """One line saying which flags were refused, for a warning or an error message."""
         where = f" in {self.variable}" if self.variable else ""
+        also = ""
+        if self.registered:
+            named = " ".join(f"--{_name(flag)}" for flag in self.registered)
+            also = f"; the log also names {named}, which {self.owner or 'its XLA'} registers"
+        if not self.flags:
+            return (
+                f"the job aborted at start on its flags{where}, though {self.owner or 'its XLA'} registers "
+                f"every flag the log names ({' '.join(f'--{_name(flag)}' for flag in self.registered)})"
+            )
         listed = " ".join(f"--{name}" for name in self.names)
-        return (
-            f"the job aborted at start: its XLA does not know {listed} (Unknown flag{'s' if len(self.flags) > 1 else ''}{where})"
-        )
+        plural = "s" if len(self.flags) > 1 else ""
+        return f"the job aborted at start: its XLA does not know {listed} (Unknown flag{plural}{where}){also}"
+
+
+def _name(flag: str) -> str:
+    return flag.lstrip("-").split("=", 1)[0]
 
 
 _UNKNOWN_IN_VARIABLE = re.compile(r"Unknown flags? in ([A-Z_]+): *([^\r\n]*)")

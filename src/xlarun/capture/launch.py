@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import sys
 import threading
@@ -15,15 +16,22 @@ from typing import Any
 
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
-from xlarun.capture.flags import compose_env, redact_env, where_flag_comes_from
+from xlarun.capture.flags import (
+    compose_env,
+    donation_abort_cause,
+    redact_env,
+    snapshot_donation_warning,
+    where_flag_comes_from,
+)
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.spec import LoadedSpec, detect_framework, load_spec
+from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
-from xlarun.store.facade import FileNote, Store, StoredFile
-from xlarun.store.manifest import Manifest, RunStatus, git_facts, host_facts, probe_versions, utc_now
-from xlarun.store.records import ModuleInfo
+from xlarun.store.facade import Store
+from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
+from xlarun.store.records import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -47,6 +55,7 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
     signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
+    stderr_tail: str = ""  # the last lines of a job's stderr that failed before XLA compiled anything
 
     @property
     def ok(self) -> bool:
@@ -140,11 +149,15 @@ def probe_job_xla_flags(loaded: LoadedSpec, base_env: dict[str, str], cache: Fla
     )
 
 
-def _flag_rejection(staging: Path, loaded: LoadedSpec, base_env: dict[str, str]) -> FlagRejection | None:
-    """The flags the job's log says its XLA refused, each with where it came from."""
+def _flag_rejection(
+    staging: Path, loaded: LoadedSpec, base_env: dict[str, str], known: KnownXlaFlags | None
+) -> FlagRejection | None:
+    """The flags the job's log says its XLA refused, each with where it came from; a flag the job's
+    probed registry holds is not blamed (``known``: that registry, None when it could not be read)."""
     for name in ("stderr.log", "stdout.log"):
         rejection = find_flag_rejection(_log_tail(staging / name))
         if rejection is not None:
+            rejection = rejection.checked(known)
             advice = "; ".join(f"--{flag}: {where_flag_comes_from(loaded.spec, base_env, flag)}" for flag in rejection.names)
             return replace(rejection, advice=advice)
     return None
@@ -215,6 +228,9 @@ def _capture(
     if base_env is None:
         base_env = dict(os.environ) if backend.kind == "local" else {}
     known_xla_flags = probe_job_xla_flags(loaded, base_env)  # ~1 ms once cached
+    donation = snapshot_donation_warning(loaded.spec, known_xla_flags)
+    if donation and echo:
+        warn(donation)  # before the job: an abort would end it before any line of ours
 
     run_id, staging = store.begin_run()
     paths = backend.job_paths(staging)
@@ -270,10 +286,17 @@ def _capture(
             files: list[StoredFile] = archiver.finish()
         except (OSError, sqlite3.Error, StoreError) as exc:  # a full disk, most likely
             raise _not_committed(run_id, staging, exc) from None
-        rejection = _flag_rejection(staging, loaded, base_env) if result.status == RunStatus.FAILED else None
+        failed = result.status == RunStatus.FAILED
+        rejection = _flag_rejection(staging, loaded, base_env, known_xla_flags) if failed else None
+        stderr_tail = last_lines(_log_tail(staging / "stderr.log")) if failed and not files else ""
+        aborted = donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log")) if failed else None
+        if aborted or (donation and not echo):
+            warnings.append(aborted or donation or "")
         if rejection is not None:
             warnings.append(rejection.explain())
-        elif not files and result.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        elif not files and failed:
+            warnings.append(f"the job failed before XLA compiled anything{_ending(stderr_tail)}")
+        elif not files and result.status == RunStatus.SUCCEEDED:
             warnings.append(NO_DUMP_WARNING)
         if result.error:
             warnings.append(result.error)
@@ -332,12 +355,12 @@ def _capture(
                 f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room"
             )
             return CaptureResult(
-                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name
+                run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name, stderr_tail
             )
         kill_point("indexed")
     modules = store.index.modules(run_id)
     return CaptureResult(
-        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name
+        run_id, result.status, result.exit_code, run_dir, manifest, modules, warnings, rejection, stop.signal_name, stderr_tail
     )
 
 
@@ -360,6 +383,32 @@ def file_note_warnings(notes: list[FileNote], run_id: str) -> list[str]:
             more = f"; and {len(group) - 3} more" if len(group) > 3 else ""
             out.append(f"{len(group)} file(s) of the dump folder {what}: {shown}{more} (`xlarun files {run_id}` lists them)")
     return out
+
+
+def job_ending(exit_code: int | None, backend: str) -> str:
+    """How a failed job ended, as a user reads it: a signal by its name ("the job was killed by SIGABRT
+    (signal 6)"), from a negative exit code (a local process) or Docker's 128+N, else the exit code."""
+    number = -exit_code if exit_code is not None and exit_code < 0 else None
+    if backend.startswith("docker") and exit_code is not None and 128 < exit_code <= 128 + 64:
+        number = exit_code - 128
+    if number is None:
+        return f"the job exited with code {exit_code}"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"the job was killed by signal {number}"
+    return f"the job was killed by {name} (signal {number})"
+
+
+def last_lines(text: str, count: int = 3, width: int = 300) -> str:
+    """The last ``count`` non-blank lines of a log, joined with " | " (a Python traceback's error line
+    is its last), each cut to ``width`` characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()][-count:]
+    return " | ".join(line if len(line) <= width else line[: width - 3] + "..." for line in lines)
+
+
+def _ending(stderr_tail: str) -> str:
+    return f"; its stderr ends: {stderr_tail}" if stderr_tail else ""
 
 
 def exit_status_error(result: CaptureResult) -> XlarunError | None:
@@ -388,12 +437,14 @@ def exit_status_error(result: CaptureResult) -> XlarunError | None:
             "check `python:` and `script:` in the spec",
             exit_code=ExitCode.FAILED,
         )
+    logs = f"`xlarun logs {result.run_id}` shows its output"
     if result.status == RunStatus.FAILED and result.flag_rejection is not None:
-        return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or None)
+        return JobFailed(f"{result.flag_rejection.explain()}; {where}", result.flag_rejection.advice or logs)
     if result.status == RunStatus.FAILED:
-        return JobFailed(
-            f"the job exited with code {result.exit_code}; {where}", f"`xlarun logs {result.run_id}` shows its output"
-        )
+        ended = job_ending(result.exit_code, result.manifest.backend)
+        if result.manifest.files == 0:
+            return JobFailed(f"{ended} before XLA compiled anything{_ending(result.stderr_tail)}; {where}", logs)
+        return JobFailed(f"{ended}; {where}", logs)
     if result.manifest.files == 0:
         return JobFailed(f"{NO_DUMP_WARNING}; {where}", None)
     return None

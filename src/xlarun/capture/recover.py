@@ -21,8 +21,10 @@ from pathlib import Path
 from xlarun.capture.launch import file_note_warnings
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
-from xlarun.store.facade import Leftover, Store, StoredFile, describe_leftover
-from xlarun.store.manifest import Manifest, RunStatus, host_facts
+from xlarun.store.facade import Store
+from xlarun.store.manifest import Manifest, host_facts
+from xlarun.store.records import Leftover, RunStatus, StoredFile
+from xlarun.store.runs import describe_leftover
 
 
 @dataclass

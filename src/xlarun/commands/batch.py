@@ -120,7 +120,7 @@ def run_and_report(
     executor = executor_of(cells, executor)
 
     if executor == "ray":
-        from xlarun.executors.ray_cluster import import_ray
+        from xlarun.executors.ray_connect import import_ray
 
         import_ray()  # before the progress view: without Ray, one line naming the extra (exit 3)
     view = None if as_json else _ProgressView(len(cells))

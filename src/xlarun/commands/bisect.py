@@ -197,12 +197,6 @@ def _stream(line: str) -> None:
 
 def _report_failure(target: str, exc: BaseException) -> None:
     from xlarun.console import print_json
-    from xlarun.errors import ExitCode, XlarunError
+    from xlarun.errors import error_document
 
-    if isinstance(exc, XlarunError):
-        message, hint, code = exc.message, exc.hint, exc.exit_code
-    elif isinstance(exc, KeyboardInterrupt):
-        message, hint, code = "interrupted", None, ExitCode.INTERRUPTED
-    else:
-        message, hint, code = f"internal error: {exc!r}", "please report it", ExitCode.INTERNAL
-    print_json({"bisect_id": None, "subject": target, "verdict": None, "error": message, "hint": hint, "exit_code": int(code)})
+    print_json({"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)})

@@ -37,7 +37,8 @@ def capture(
 
     The job's output streams to this terminal and into the run's logs. A job that fails, times out
     or is interrupted (Ctrl-C) is archived all the same, and xlarun exits non-zero. Afterwards the
-    run's modules are listed, the main program (most instructions) first. A spec with a `matrix`
+    run's modules are listed, the main program first (your code before the framework's, then most
+    compute ops, as `xlarun modules` ranks them). A spec with a `matrix`
     runs every cell, as `xlarun batch` does.
 
     Example: xlarun capture configs/jax-cpu.yaml

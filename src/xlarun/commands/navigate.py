@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from xlarun.commands import JsonOption, PassOption, RunOption, StepOption, StoreOption, front_door, open_store
-from xlarun.errors import ExitCode
+from xlarun.errors import ExitCode, XlarunError
 
 RefArgument = Annotated[
     str,
@@ -89,9 +89,13 @@ def modules(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List a run's modules, the main program first (most instructions, then largest HLO).
+    """List a run's modules, the main program first.
 
-    Ranking by size is the best heuristic there is (a tiny cast or init module is never your model).
+    Modules whose code lives in your files come first ("yours" in the code column), then those xlarun
+    cannot place, then those of only the framework's own code ("framework": jax.random, jnp.linspace...
+    called from your code); within each, most compute ops (dot, convolution, collectives...), then most
+    instructions. Where its code lives is read from the stack-frame tables JAX 0.8 and later print in
+    the dumps; older JAX and TF runs leave the code column blank.
     """
     from xlarun.console import print_json
     from xlarun.present import print_run_modules
@@ -197,11 +201,28 @@ def explain(
     from xlarun.hlo.names import decode_dump_name
 
     decoded = [decode_dump_name(Path(n).name if "/dump/" in n else n) for n in names]
+    holds = [_binary_dump_holds(Path(n)) for n in names]
     if as_json:
-        print_json([d.to_dict() for d in decoded] if len(decoded) > 1 else decoded[0].to_dict())
+        found = [{**d.to_dict(), "holds": h} for d, h in zip(decoded, holds, strict=True)]
+        print_json(found if len(found) > 1 else found[0])
         return
-    for item in decoded:
-        print_pairs(item.describe(), title=item.path)
+    from xlarun.hlo.proto import PROTO_KINDS
+
+    for item, kind in zip(decoded, holds, strict=True):
+        print_pairs(item.describe() + ([("holds", PROTO_KINDS[kind])] if kind else []), title=item.path)
+
+
+def _binary_dump_holds(path: Path) -> str | None:
+    """For an existing binary dump file: what it holds by the rule replay reads it by (its content, not its name)."""
+    from xlarun.hlo import gunzip
+    from xlarun.hlo.proto import proto_holds
+
+    try:
+        if not path.is_file() or path.stat().st_size > 1 << 30:
+            return None
+        return proto_holds(gunzip(path.read_bytes(), str(path)))
+    except (OSError, XlarunError):
+        return None
 
 
 def logs(

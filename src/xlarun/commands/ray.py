@@ -88,7 +88,8 @@ def collect(
     """
     from xlarun.console import print_json, say
     from xlarun.errors import ExitCode, InputError
-    from xlarun.executors.ray_cluster import collect_left_runs, import_ray
+    from xlarun.executors.left_runs import collect_left_runs
+    from xlarun.executors.ray_connect import import_ray
 
     ray = import_ray()  # without Ray, one line naming the extra (exit 3)
     if not address and not ray.is_initialized():

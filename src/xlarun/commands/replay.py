@@ -168,26 +168,10 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
 def _report_failure(ref: str, exc: BaseException) -> None:
     """The one JSON document of a replay that failed before it had a result (exit code beside the error)."""
     from xlarun.console import print_json
-    from xlarun.errors import EngineError, EnvironmentProblem, ExitCode, XlarunError
+    from xlarun.errors import EngineError, EnvironmentProblem, error_document
 
-    if isinstance(exc, XlarunError):
-        message, hint, code = exc.message, exc.hint, exc.exit_code
-    elif isinstance(exc, KeyboardInterrupt):
-        message, hint, code = "interrupted", None, ExitCode.INTERRUPTED
-    else:  # a bug: the CLI's handler still prints the traceback and writes the crash log
-        message, hint, code = f"internal error: {exc!r}", "please report it", ExitCode.INTERNAL
     verdict = "engine-error" if isinstance(exc, (EngineError, EnvironmentProblem)) else None  # no engine, or it failed
-    print_json(
-        {
-            "replay_id": None,
-            "module": None,
-            "ref": ref,
-            "verdict": verdict,
-            "error": message,
-            "hint": hint,
-            "exit_code": int(code),
-        }
-    )
+    print_json({"replay_id": None, "module": None, "ref": ref, "verdict": verdict, **error_document(exc)})
 
 
 def _existing_store(path: Path | None):

@@ -52,7 +52,13 @@ def render(
         str | None, typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")
     ] = None,
     depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
-    limit: Annotated[int, typer.Option("--limit", help="Refuse graphs with more nodes than this (0: no limit).")] = 1500,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", help="Above this many nodes, draw the module's overview, or refuse with --full (0: no limit)."),
+    ] = 1500,
+    full: Annotated[
+        bool, typer.Option("--full", help="Draw every node of a module over --limit instead of its overview (slow).")
+    ] = False,
     expand: Annotated[list[str] | None, typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
     expand_fusions: Annotated[bool, typer.Option("--expand-fusions", help="Draw every fusion open.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds graphviz may take before it is stopped.")] = 60.0,
@@ -63,8 +69,10 @@ def render(
     """Draw a module's HLO (or a dumped .dot, or a TF GraphDef .pbtxt) with graphviz.
 
     Computations are clusters, fusions one node each (--expand opens them), edges carry shapes,
-    colours tell opcode categories, hovering shows op_name and source line (SVG). A graph over
-    --limit nodes is refused: draw a part of it with --around NAME --depth N.
+    colours tell opcode categories, hovering shows op_name and source line (SVG). A module over
+    --limit nodes is drawn as its overview (the entry computation, loops and calls one node each,
+    plumbing folded into edges), in seconds; --around NAME --depth N draws a part in full, --full
+    every node, and `xlarun view` opens huge graphs in Model Explorer.
 
     Examples: xlarun render train_step -s after_optimizations -o step.svg;
     xlarun render init_params --around add.577 --depth 2;
@@ -81,6 +89,7 @@ def render(
         expand=tuple(expand or ()),
         expand_all=expand_fusions,
         timeout_s=timeout,
+        full=full,
     )
     if Path(ref).is_file() and not file:
         rendered = render_path(ref, options)

@@ -122,20 +122,17 @@ def bundle(
 def bundle_or_ref(ref: str, store: str | None, run: str | None) -> tuple[str | None, str, str | None]:
     """(store, REF, run) for a command given a REF: a bundle .zip becomes its module in a temporary store,
     imported for this command only and deleted when it ends; any other REF is returned unchanged."""
-    from xlarun.bundle import is_bundle_path, opened_bundle
-
-    if not is_bundle_path(ref):
+    if not (ref.lower().endswith(".zip") and Path(ref).is_file()):  # a REF, not a bundle: no bundle reader imported
         return store, ref, run
+    from xlarun.bundle import opened_bundle
+
     the_store, module = _command_context().with_resource(opened_bundle(ref))
     return str(the_store.root), module.ref, None
 
 
 def _command_context():
-    """The running command's click context (its resources are closed when the command ends)."""
-    try:  # typer >= 0.29 vendors click
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import get_current_context as click_context
+    """The running command's click context (its resources are closed when the command ends): typer's own click,
+    which typer 0.29 (the version pyproject.toml pins) vendors."""
+    from typer._click.globals import get_current_context
 
-        return click_context()
     return get_current_context()

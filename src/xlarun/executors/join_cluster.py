@@ -12,7 +12,7 @@ from pathlib import Path
 
 from xlarun.errors import EnvironmentProblem
 from xlarun.executors.placement import probe_node_resources
-from xlarun.executors.ray_cluster import RAY_EXTRA_HINT, import_ray, token_auth_env
+from xlarun.executors.ray_connect import RAY_EXTRA_HINT, import_ray, token_auth_env
 
 
 @dataclass

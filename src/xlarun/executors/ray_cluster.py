@@ -30,7 +30,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from xlarun.batch import BatchEvent, BatchResult, CellOutcome, CellSkipped, run_batch
@@ -43,20 +42,20 @@ from xlarun.executors.node_side import (
     discard_scratch,
     fetch_run,
     interrupt_cell,
-    left_on_node,
     new_scratch_name,
 )
-from xlarun.executors.placement import describe_offer, probe_node_resources, resource_for
+from xlarun.executors.placement import describe_offer, resource_for
 from xlarun.executors.project import Project, ProjectTooBig, project_root, snapshot
+from xlarun.executors.ray_connect import connect
 from xlarun.executors.shipping import lacking, receive_run
 from xlarun.interrupts import StopRequest
 from xlarun.store.facade import Store
-from xlarun.store.manifest import Manifest, RunStatus
+from xlarun.store.manifest import Manifest
+from xlarun.store.records import RunStatus
 
 _POLL_S = 0.2
 #: Cells in flight at once when ``jobs`` is not given (Ray queues the rest by resources anyway).
 DEFAULT_IN_FLIGHT = 32
-RAY_EXTRA_HINT = "pip install 'xlarun[ray]'"
 
 
 class CellLost(Exception):
@@ -65,56 +64,6 @@ class CellLost(Exception):
 
 class CellStopped(Exception):
     """The batch was stopped (Ctrl-C, fail_fast) while the cell ran: its task was cancelled."""
-
-
-def import_ray():
-    """The ``ray`` module, or EnvironmentProblem (exit 3) naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError:
-        raise EnvironmentProblem("--executor ray needs Ray, which is not installed", RAY_EXTRA_HINT) from None
-    return ray
-
-
-def token_auth_env(environ: dict[str, str]) -> dict[str, str]:
-    """``environ`` with ``RAY_AUTH_MODE=token`` when a Ray token is at hand and no mode is set: what joining a head
-    started by ``ray start --head`` (token authentication, Ray 2.5x and later) needs. Not a default: a client in
-    token mode connects to a cluster without tokens, but its task cancellations then go unheard."""
-    has_token = (
-        environ.get("RAY_AUTH_TOKEN") or Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").is_file()
-    )
-    return {**environ, "RAY_AUTH_MODE": "token"} if has_token and not environ.get("RAY_AUTH_MODE") else dict(environ)
-
-
-def connect(address: str | None) -> tuple[Any, bool]:
-    """Connect this process to the cluster at ``address`` (or ``$RAY_ADDRESS``); with neither, start a one-machine
-    cluster offering what this machine serves. Returns (ray, whether this call connected, and so must disconnect)."""
-    ray = import_ray()
-    if ray.is_initialized():  # a notebook or a test already connected: use that cluster, leave it connected
-        return ray, False
-    address = address or os.environ.get("RAY_ADDRESS")
-    try:
-        if address:
-            ray.init(address=address, namespace="xlarun", log_to_driver=False, logging_level="ERROR", configure_logging=False)
-        else:
-            offer = {c.resource: c.units for c in probe_node_resources() if c.units}
-            ray.init(
-                address="local",
-                resources=offer,
-                namespace="xlarun",
-                log_to_driver=False,
-                logging_level="ERROR",
-                include_dashboard=False,
-                configure_logging=False,
-            )
-    except Exception as exc:  # ConnectionError, RuntimeError...: Ray's message says what it tried
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise EnvironmentProblem(
-            f"cannot reach the Ray cluster at {address or 'a new local cluster'}: {first}",
-            "start the head with `ray start --head`, workers with `xlarun worker --address HEAD:6379`; a head that "
-            "uses token authentication (`ray start --head` does) needs RAY_AUTH_MODE=token and its ~/.ray/auth_token here",
-        ) from None
-    return ray, True
 
 
 class _NodeWatch:
@@ -222,7 +171,7 @@ class RayCellCapture:
             ref = self.fetch_task.options(scheduling_strategy=pinned).remote(report["scratch"], report["run_id"], missing)
             with self._tracked(ref):
                 shipment = self._get(ref, None, node)
-            where = _ray_details(node["node_id"], node, shipment, report.get("project"), attempt=attempt)
+            where = ray_details(node["node_id"], node, shipment, report.get("project"), attempt=attempt)
             received = receive_run(self.store, shipment, where)
         finally:  # committed here, or it could not be (as before): the node drops its copy
             self._discard(pinned, node, report["scratch"])
@@ -428,7 +377,7 @@ def _snapshots(cells: list[LoadedSpec], ship: str) -> dict[str, Project]:
     return found
 
 
-def _ray_details(node_id: str, where: dict, shipment, project: dict | None, **extra) -> dict:
+def ray_details(node_id: str, where: dict, shipment, project: dict | None, **extra) -> dict:
     """What a run's manifest says of where it was made and how it came back (``backend_details.ray``)."""
     return {
         "ray": {
@@ -442,15 +391,6 @@ def _ray_details(node_id: str, where: dict, shipment, project: dict | None, **ex
             "project": project,
         }
     }
-
-
-def _collect_one(ray, store: Store, fetch, discard, pinned, node: str, entry: dict) -> dict:
-    """Ship one left run from its node into ``store``, then remove it there; the row's new fields."""
-    missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
-    shipment = ray.get(fetch.options(scheduling_strategy=pinned).remote(entry["scratch"], entry["run_id"], missing), timeout=600)
-    received = receive_run(store, shipment, _ray_details(node, entry, shipment, entry.get("project"), collected=True))
-    ray.get(discard.options(scheduling_strategy=pinned).remote(entry["scratch"]), timeout=60)
-    return {"action": "collected" if received.new else "already here", "shipped_bytes": shipment.wire_bytes}
 
 
 def _on(node: dict | None, prefix: str = " on") -> str:
@@ -500,56 +440,5 @@ def run_batch_on_ray(
         # test) makes Ray end the whole process ("the core worker has already been shutdown")
         capture_cell.projects.clear()
         projects.clear()
-        if connected_here:
-            ray.shutdown()
-
-
-def collect_left_runs(store: Store, address: str | None = None, *, prune: bool = False) -> list[dict]:
-    """``xlarun collect``: ship into ``store`` the runs that Ray batches left on the nodes of the cluster at
-    ``address`` (a driver stopped while a node still archived an interrupted cell; see
-    :func:`~xlarun.executors.node_side.left_on_node`), verified and committed as a batch's runs are, then removed
-    from the nodes. One entry per staging folder found: node, scratch, state, run_id, and ``action`` (collected,
-    already here, left, pruned). ``prune`` also removes the folders of captures that ended without a run."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    ray, connected_here = connect(address)
-    try:
-        listing = ray.remote(num_cpus=0, max_retries=0)(left_on_node)
-        fetch = ray.remote(num_cpus=0, max_retries=0)(fetch_run)
-        discard = ray.remote(num_cpus=0, max_retries=0)(discard_scratch)
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-        pins = {node: NodeAffinitySchedulingStrategy(node_id=node, soft=False) for node in nodes}
-        found: dict[tuple[str, str], tuple[str, dict]] = {}
-        listed = ray.get([listing.options(scheduling_strategy=pins[n]).remote() for n in nodes])
-        for node, entries in zip(nodes, listed, strict=True):
-            for entry in entries:
-                # nodes of one machine share its staging folder: each folder once, by the node that ran it when alive
-                key = (entry["hostname"], entry["scratch"])
-                if key not in found or entry.get("ran_on") == node:
-                    found[key] = (node, entry)
-        out = []
-        for node, entry in found.values():
-            row = {
-                "node": f"{entry['node_ip']}/{node[:8]}",
-                "scratch": entry["scratch"],
-                "state": entry["state"],
-                "run_id": entry.get("run_id"),
-                "status": entry.get("status"),
-                "action": "left",
-                "error": entry.get("error"),
-            }
-            out.append(row)
-            if entry["state"] == "dead" and prune:
-                ray.get(discard.options(scheduling_strategy=pins[node]).remote(entry["scratch"]), timeout=60)
-                row["action"] = "pruned"
-            if entry["state"] != "collect":
-                continue
-            try:
-                row.update(_collect_one(ray, store, fetch, discard, pins[node], node, entry))
-            except Exception as exc:  # the node went away, or the run arrived damaged: it stays on its node
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
-                row.update(action="failed", error=first)
-        return out
-    finally:
         if connected_here:
             ray.shutdown()

@@ -18,9 +18,9 @@ from pathlib import Path
 import zstandard
 
 from xlarun.errors import StoreError
-from xlarun.store.facade import Store, StoredFile
-from xlarun.store.manifest import OUTPUT_DIRS
+from xlarun.store.facade import Store
 from xlarun.store.packs import content_digest
+from xlarun.store.records import OUTPUT_DIRS, StoredFile
 
 #: The run folder's files that travel with a run (files.json is rebuilt from the file list).
 METADATA_FILES = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")

@@ -23,6 +23,7 @@ What differs from the text summary of the same module:
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TypeGuard
 
 from xlarun.errors import InputError
@@ -110,19 +111,40 @@ def _message(value) -> dict | None:
         return None
 
 
+#: HLO opcodes are lower-case words joined by dashes (``add``, ``get-tuple-element``, ``all-reduce-start``).
+_OPCODE = re.compile(rb"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+
+
+def _is_text(value) -> TypeGuard[bytes]:
+    """A proto string field as XLA writes names: UTF-8 without control characters (a nested message's bytes start
+    with a tag byte such as 0x0a, so they never pass)."""
+    if not isinstance(value, bytes):
+        return False
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.isprintable()
+
+
 def _is_module(fields: dict | None) -> TypeGuard[dict]:
-    """A HloModuleProto has a text name and computations that have named instructions."""
-    if not fields or not isinstance(first(fields, MODULE_NAME, b""), bytes):
+    """A HloModuleProto: a text name, and computations with a text name whose first instruction has a text name and an
+    opcode. Names must be text, not just bytes: an HloProto's fields 1 (the module) and 3 (the buffer assignment, whose
+    aliases look like instructions) otherwise pass for a module's name and computations, as in TF's snapshots."""
+    if not fields or not _is_text(first(fields, MODULE_NAME, b"")):
         return False
     computations = fields.get(MODULE_COMPUTATIONS) or []
     if not computations:
         return False
     computation = _message(computations[0])
-    if not computation or not isinstance(first(computation, COMPUTATION_NAME), bytes):
+    if not computation or not _is_text(first(computation, COMPUTATION_NAME)):
         return False
     instructions = computation.get(COMPUTATION_INSTRUCTIONS) or []
     instruction = _message(instructions[0]) if instructions else None
-    return instruction is not None and isinstance(first(instruction, INSTRUCTION_OPCODE), bytes)
+    if instruction is None or not _is_text(first(instruction, INSTRUCTION_NAME, b"")):
+        return False
+    opcode = first(instruction, INSTRUCTION_OPCODE)
+    return isinstance(opcode, bytes) and _OPCODE.fullmatch(opcode) is not None
 
 
 def classify_proto(data: bytes) -> tuple[str, bytes, dict]:
@@ -143,6 +165,23 @@ def classify_proto(data: bytes) -> tuple[str, bytes, dict]:
     if _is_module(top):
         return "module", data, top
     raise InputError("the protobuf is not an HloProto, HloModuleProto or HloSnapshot", _HINT)
+
+
+#: What each kind :func:`classify_proto` tells is, in the words ``explain`` uses.
+PROTO_KINDS = {
+    "snapshot": "an HloSnapshot (the module, with the arguments and result of one execution)",
+    "hlo_proto": "an HloProto (the module, and its buffer assignment when dumped after optimizations)",
+    "module": "a bare HloModuleProto",
+}
+
+
+def proto_holds(data: bytes) -> str | None:
+    """The kind of binary dump ``data`` is, by :func:`classify_proto` (the rule replay reads it by), or None for bytes
+    that are no XLA proto."""
+    try:
+        return classify_proto(data)[0]
+    except InputError:
+        return None
 
 
 def find_module_proto(data: bytes) -> dict:

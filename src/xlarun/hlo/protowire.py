@@ -123,6 +123,19 @@ def as_signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def encode_varint(value: int) -> bytes:
+    """The wire bytes of ``value``; a negative int64 is written as ten-byte two's complement, as protobuf does."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if not value:
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
 def packed_varints(data: bytes) -> list[int]:
     """Decode a packed repeated varint field."""
     out = []

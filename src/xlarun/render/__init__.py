@@ -24,7 +24,8 @@ from xlarun.hlo import gunzip, load_hlo, looks_like_hlo_text
 from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
-from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout
+from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
+from xlarun.render.overview import hlo_overview
 
 if TYPE_CHECKING:
     from xlarun.store.records import FileInfo
@@ -48,6 +49,8 @@ class RenderOptions:
     expand: tuple[str, ...] = ()
     expand_all: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    #: Above ``limit`` nodes an HLO module is drawn as its overview (render/overview.py) unless ``full``.
+    full: bool = False
 
 
 @dataclass
@@ -106,7 +109,10 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
     module = load_hlo(data, name)
     if options.around:
         return hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)
-    return hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
+    graph = hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
+    if options.limit and len(graph.nodes) > options.limit and not options.full:
+        return hlo_overview(module, title=title)  # a big module: what it computes, in seconds
+    return graph
 
 
 def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, title: str | None = None) -> RenderedGraph:
@@ -130,9 +136,8 @@ def render_bytes(data: bytes, name: str, options: RenderOptions | None = None, t
     what = f"the neighbourhood of {options.around} (depth {options.depth})" if options.around else name
     check_node_limit(graph, options.limit, what, neighbourhood_of=options.around)
     kind = "graphdef" if content_kind(name, data) == "graphdef" else "hlo"
-    return RenderedGraph(
-        layout(to_dot(graph), options.format, options.timeout_s), options.format, name, kind, len(graph.nodes), graph.notes
-    )
+    drawn, layout_notes = layout_with_notes(to_dot(graph), options.format, options.timeout_s)
+    return RenderedGraph(drawn, options.format, name, kind, len(graph.nodes), graph.notes + layout_notes)
 
 
 def render_path(path: str | Path, options: RenderOptions | None = None) -> RenderedGraph:

@@ -66,6 +66,8 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     #: Where a neighbourhood would start when this graph is too big to draw whole.
     suggested_center: str | None = None
+    #: Graph attributes for dot beyond the defaults (the overview asks for a faster layout).
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.id] = node
@@ -177,6 +179,8 @@ def to_dot(graph: Graph) -> str:
     dot = graphviz.Digraph(name="G")
     title = "\n".join([graph.title, *graph.notes])
     dot.attr(rankdir="TB", compound="true", labelloc="t", fontsize="16", fontname="Helvetica", label=_label(title), tooltip=" ")
+    if graph.attributes:
+        dot.attr(**graph.attributes)
     dot.attr(
         "node", shape="box", style="filled,rounded", fontname="Helvetica", fontsize="11", color="#555555", margin="0.08,0.04"
     )

@@ -40,8 +40,20 @@ def count_dot_nodes(source: str) -> int:
     return len(_NODE_STATEMENT.findall(source))
 
 
+#: A PNG is at most this many pixels wide and high (graphviz scales the drawing down to fit; the 32,767-pixel strips
+#: it wrote otherwise no viewer shows); SVG and PDF scale without limit.
+PNG_MAX_PIXELS = 8000
+_PNG_DPI = 96
+
+
 def layout(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) -> bytes:
-    """Lay out DOT text with ``dot -T<fmt>``; ``fmt='dot'`` returns the text unchanged.
+    """Lay out DOT text with ``dot -T<fmt>``; ``fmt='dot'`` returns the text unchanged (see :func:`layout_with_notes`)."""
+    return layout_with_notes(source, fmt, timeout_s)[0]
+
+
+def layout_with_notes(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bytes, list[str]]:
+    """Lay out DOT text with ``dot -T<fmt>``, and what a reader should know of the result (a PNG scaled down to
+    :data:`PNG_MAX_PIXELS`, graphviz's own warnings).
 
     Raises :class:`LayoutTimeout` after ``timeout_s`` seconds (the process is killed) and
     :class:`EnvironmentProblem` when dot fails.
@@ -49,8 +61,11 @@ def layout(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) 
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}", f"choose one of {', '.join(FORMATS)}")
     if fmt == "dot":
-        return source.encode("utf-8")
+        return source.encode("utf-8"), []
     command = [find_dot(), f"-T{fmt}"]
+    if fmt == "png":
+        inches = PNG_MAX_PIXELS / _PNG_DPI
+        command += [f"-Gdpi={_PNG_DPI}", f"-Gsize={inches:g},{inches:g}"]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _limit_memory(proc.pid)
     try:
@@ -73,7 +88,15 @@ def layout(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_TIMEOUT_S) 
             f"dot failed (exit {proc.returncode}): {message[0] if message else 'no message'}",
             "render with --format dot to see the DOT text",
         )
-    return stdout
+    notes = [line.strip() for line in stderr.decode("utf-8", errors="replace").splitlines() if line.strip()][:5]
+    if fmt == "png" and len(stdout) >= 24 and stdout[:8] == b"\x89PNG\r\n\x1a\n":
+        width, height = int.from_bytes(stdout[16:20], "big"), int.from_bytes(stdout[20:24], "big")
+        if max(width, height) >= PNG_MAX_PIXELS - 2:
+            notes.append(
+                f"the PNG was scaled down to {width}x{height} pixels to fit {PNG_MAX_PIXELS}: small labels may be unreadable "
+                "(-f svg scales without limit; --around NAME draws a part)"
+            )
+    return stdout, notes
 
 
 def _limit_memory(pid: int) -> None:

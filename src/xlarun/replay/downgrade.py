@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from xlarun.hlo.lex import LineError, walk
-from xlarun.hlo.protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, iter_fields, packed_varints
+from xlarun.hlo.protowire import LENGTH_DELIMITED, VARINT, as_bytes, as_int, encode_varint, iter_fields, packed_varints
 
 # HloModuleProto, HloComputationProto, HloInstructionProto field numbers (xla/service/hlo.proto)
 _MODULE_COMPUTATIONS, _MODULE_SCHEDULE = 3, 7
@@ -81,33 +81,20 @@ def _rewrite_instruction(data: bytes, renumbered: dict[int, int]) -> bytes:
             value = renumbered.get(as_int(value), as_int(value))
         elif number in (_INSTRUCTION_OPERAND_IDS, _INSTRUCTION_CONTROL_PREDECESSOR_IDS):
             ids = packed_varints(as_bytes(value)) if wire_type == LENGTH_DELIMITED else [as_int(value)]
-            value = b"".join(_varint(renumbered.get(i, i)) for i in ids)
+            value = b"".join(encode_varint(renumbered.get(i, i)) for i in ids)
             wire_type = LENGTH_DELIMITED  # written packed, as XLA writes repeated ids
         _emit(out, number, wire_type, value)
     return bytes(out)
 
 
 def _emit(out: bytearray, number: int, wire_type: int, value: int | bytes) -> None:
-    out += _varint(number << 3 | wire_type)
+    out += encode_varint(number << 3 | wire_type)
     if wire_type == VARINT:
-        out += _varint(as_int(value))
+        out += encode_varint(as_int(value))
     elif wire_type == LENGTH_DELIMITED:
-        out += _varint(len(as_bytes(value))) + as_bytes(value)
+        out += encode_varint(len(as_bytes(value))) + as_bytes(value)
     else:  # fixed64 / fixed32, kept as the raw little-endian integer iter_fields gives
         out += as_int(value).to_bytes(8 if wire_type == 1 else 4, "little")
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int64s are written as ten-byte two's complement
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 # ---- text ----

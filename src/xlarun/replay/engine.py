@@ -30,7 +30,14 @@ from xlarun.replay.limits import check_data_size, check_text_nesting
 from xlarun.replay.literals import describe, flatten
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import OutputSummary, ReplayResult
-from xlarun.replay.sources import ELIDED_WARNING, ReplaySource, entry_parameter_shapes, entry_result_shape, module_opcodes
+from xlarun.replay.sources import (
+    ELIDED_WARNING,
+    NO_RESULT,
+    ReplaySource,
+    entry_parameter_shapes,
+    entry_result_shape,
+    module_opcodes,
+)
 
 Log = Callable[[str], None]
 #: Opcodes that wait for the host to send data a replay never sends: the run would hang.
@@ -98,6 +105,8 @@ def replay_with_pjrt(
         outputs = _execute(built.compiled, arguments, options.iterations, result, log)
         stage("reference")
         comparisons = _compare(source, built, outputs, arguments, reference, options, result)
+        if result.arguments == "snapshot" and source.result is None and reference is None:
+            comparisons.append(_compare_without_result(source, built, outputs, arguments, options, result, log, unoptimized))
     except EngineError as exc:
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
@@ -243,6 +252,27 @@ def _compare(source, built, outputs, arguments, reference, options, result) -> l
         expected, _ = compiled.run(compiled.upload(arguments))
         comparisons.append(compare_outputs(outputs, compiled.download(expected), *bounds, f"platform {reference.name}"))
     return comparisons
+
+
+def _compare_without_result(source, built, outputs, arguments, options, result, log, unoptimized) -> Comparison:
+    """A snapshot with arguments but no recorded result (donated arguments): compare with the same module's
+    before_optimizations dump run on the same arguments, an independent compile of what the program asked for; where
+    there is none (or it is what ran), with a second compile of the module on CPU. Never a mismatch by omission."""
+    fallback = unoptimized() if built.source is source else None
+    fits = fallback is not None and [s.hlo_text() for s in entry_parameter_shapes(_module_proto(fallback))] == [
+        describe(a) for a in arguments
+    ]
+    if fallback is not None and fits:
+        against = f"before_optimizations {fallback.path.name}"
+        compiled = _compile_plain(fallback, pjrt.Platform(options.platform), options).compiled
+    else:
+        against = "reference compile on cpu"
+        compiled = pjrt.Platform("cpu").compile(built.stablehlo)
+    message = f"{source.path.name}: {NO_RESULT}; compared with the {against} on the snapshot's arguments instead"
+    result.warnings = [w for w in result.warnings if NO_RESULT not in w] + [message]
+    log(message)
+    expected, _ = compiled.run(compiled.upload(arguments))
+    return compare_outputs(outputs, compiled.download(expected), options.abs_error_bound, options.rel_error_bound, against)
 
 
 def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> None:

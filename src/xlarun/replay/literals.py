@@ -19,6 +19,7 @@ from xlarun.hlo.protowire import (
     LENGTH_DELIMITED,
     as_bytes,
     as_signed64,
+    encode_varint,
     fields_by_number,
     first,
     repeated_varints,
@@ -293,25 +294,12 @@ def _unpack_sub_byte(raw: bytes, bits: int, count: int) -> bytes:
 # ---- encoding (numpy -> LiteralProto), used to write snapshots and test fixtures ----
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _field(number: int, wire_type: int, payload: bytes | int) -> bytes:
-    key = _varint((number << 3) | wire_type)
+    key = encode_varint((number << 3) | wire_type)
     if isinstance(payload, bytes):
         assert wire_type == LENGTH_DELIMITED
-        return key + _varint(len(payload)) + payload
-    return key + _varint(payload)
+        return key + encode_varint(len(payload)) + payload
+    return key + encode_varint(payload)
 
 
 def encode_shape(array_or_list) -> bytes:
@@ -323,8 +311,8 @@ def encode_shape(array_or_list) -> bytes:
         return body
     array = np.asarray(array_or_list)
     ptype = primitive_type_of(array.dtype)
-    dims = b"".join(_varint(d) for d in array.shape)
-    layout = b"".join(_varint(d) for d in reversed(range(array.ndim)))
+    dims = b"".join(encode_varint(d) for d in array.shape)
+    layout = b"".join(encode_varint(d) for d in reversed(range(array.ndim)))
     body = _field(_SHAPE_ELEMENT_TYPE, 0, ptype.code)
     if dims:
         body += _field(_SHAPE_DIMS, LENGTH_DELIMITED, dims)
@@ -345,7 +333,7 @@ def encode_literal(value) -> bytes:
     flat = array.reshape(-1)
     if ptype.wire == "bool" or ptype.wire == "varint":
         payload = b"".join(
-            _varint(int(v)) for v in flat.astype(np.int64 if ptype.name[0] == "s" or ptype.wire == "bool" else np.uint64)
+            encode_varint(int(v)) for v in flat.astype(np.int64 if ptype.name[0] == "s" or ptype.wire == "bool" else np.uint64)
         )
     elif ptype.name in ("c64", "c128"):
         component = "<f4" if ptype.name == "c64" else "<f8"

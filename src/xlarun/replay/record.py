@@ -127,7 +127,7 @@ def record_replay(
     module_id: int | None = None,
 ) -> ReplayRecord:
     """Write the replay's JSON record into the store and its row into the index."""
-    from xlarun.store.facade import new_run_id
+    from xlarun.store.runs import new_run_id
 
     record = ReplayRecord(new_run_id(), run_id, module_id, started, duration_s, options.to_dict(), result)
     folder = (store.runs_dir / run_id / "replays") if run_id else (store.root / "replays")

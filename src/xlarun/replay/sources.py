@@ -198,6 +198,27 @@ def _snapshot_source(path: Path, top: dict, module: bytes) -> ReplaySource:
         execution_platform=as_str(first(top, 4)),
         module_name=_module_name(module),
     )
+    if result is not None and _result_missing(result, module):
+        result = source.result = None
     if result is None:
-        source.warnings.append(f"{path.name}: the snapshot recorded no result; nothing to compare against")
+        source.warnings.append(f"{path.name}: {NO_RESULT}")
     return source
+
+
+#: Why a snapshot can hold arguments but no result: XLA reads the result back after the run, and a donated
+#: argument's buffer is by then the output's (jaxlib 0.10+ writes an empty tuple; older XLA aborts the job just after writing the snapshot).
+NO_RESULT = (
+    "the snapshot recorded no result (XLA could not read the outputs back, as when arguments are donated: "
+    "jax.jit(..., donate_argnums=...))"
+)
+
+
+def _result_missing(result, module: bytes) -> bool:
+    """An empty tuple where the module returns something: XLA wrote a placeholder, not the result."""
+    if not isinstance(result, list) or result:  # a tuple literal decodes to a list
+        return False
+    try:
+        expected = entry_result_shape(module)
+    except InputError:
+        return False
+    return expected is not None and not (expected.is_tuple and not expected.tuple_shapes)

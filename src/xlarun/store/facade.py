@@ -20,19 +20,9 @@ from typing import TYPE_CHECKING
 from xlarun.errors import StoreError
 from xlarun.store.archive import OutputArchiver
 from xlarun.store.index import Index
-from xlarun.store.runs import (  # noqa: F401 (the store's records, importable from here)
-    ARCHIVED_LIST,
-    DEFAULT_STORE,
-    STORE_VERSION,
-    CheckReport,
-    FileNote,
-    Leftover,
+from xlarun.store.records import CheckReport, StoredFile
+from xlarun.store.runs import (
     RunStore,
-    StoredFile,
-    default_store_path,
-    describe_leftover,
-    logical_path,
-    new_run_id,
 )
 
 if TYPE_CHECKING:
@@ -120,13 +110,31 @@ class Store(RunStore):
         the others' runs ran past the torture test's 5 minutes on 2 CPUs)."""
         return self.index
 
-    def live_in_runs(self) -> set[str]:
-        """Digests the runs' file lists use, and those the index's file rows name: a blob either names is kept."""
-        live = super().live_in_runs()
-        return live | {row[0] for row in self.index.conn.execute("SELECT DISTINCT digest FROM files")}
-
     def _forget(self, run_id: str) -> None:
         self.index.forget_run(run_id)
+
+    def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
+        """Every file and pack read back (:meth:`RunStore.check`), and every run's file list checked against its
+        manifest and the index: a list emptied, deleted or cut short is damage, named with its run."""
+        from xlarun.store.integrity import file_list_problems
+
+        report = super().check(progress)
+        report.damaged[:0] = file_list_problems(self, self.index)
+        return report
+
+    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
+        """:meth:`RunStore.gc`, refused while a committed run's file list is damaged (its blobs would look unused),
+        and keeping every blob the index still names."""
+        from xlarun.store.integrity import file_list_problems, indexed_digests
+
+        problems = file_list_problems(self, self.index)
+        if problems:
+            first = problems[0]
+            raise StoreError(
+                f"gc refuses to run: {len(problems)} run(s) have a damaged file list (run {first['run']}: {first['problem']})",
+                "nothing was deleted; `xlarun check` lists them: restore the file, or `xlarun rm RUN` to give the run up",
+            )
+        return super().gc(discard_recoverable, keep=keep | frozenset(indexed_digests(self.index)))
 
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""

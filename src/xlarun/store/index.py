@@ -34,10 +34,10 @@ from xlarun.store.records import (
 )
 
 if TYPE_CHECKING:
-    from xlarun.store.runs import StoredFile
+    from xlarun.store.records import StoredFile
     from xlarun.store.summaries import ModuleSummary
 
-SCHEMA_VERSION = 4  # 4: "digest" columns (were "sha256")
+SCHEMA_VERSION = 5  # 4: "digest" columns (were "sha256"); 5: modules.own_code
 
 # kinds that name a module but are kept apart from its files: the frameworks' own IR and reports, PJRT inputs
 _NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS modules (
     run_id TEXT, module_id INTEGER, name TEXT, backend TEXT, stages TEXT, n_pass_dumps INTEGER, n_files INTEGER,
     instr_before INTEGER, instr_after INTEGER, compute_ops INTEGER, opcodes_before TEXT, opcodes_after TEXT,
     entry_signature TEXT, fingerprint TEXT, hlo_bytes INTEGER, elided_constants INTEGER, parse_error TEXT,
+    own_code INTEGER,
     PRIMARY KEY (run_id, module_id)
 );
 CREATE INDEX IF NOT EXISTS modules_name ON modules(name);
@@ -260,7 +261,7 @@ class Index:
     def write_module(self, run_id: str, summary: ModuleSummary) -> None:
         """(In a transaction.) One module's row and its pass timeline (a :class:`ModuleSummary`)."""
         self.conn.execute(
-            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 summary.module_id,
@@ -279,6 +280,7 @@ class Index:
                 summary.hlo_bytes,
                 int(summary.elided_constants),
                 summary.parse_error,
+                None if summary.own_code is None else int(summary.own_code),
             ),
         )
         self.conn.executemany(
@@ -343,9 +345,11 @@ class Index:
         return run_from_row(row)
 
     def modules(self, run_id: str) -> list[ModuleInfo]:
-        """A run's modules, the main program first: most compute ops (dot, convolution...), then most instructions."""
+        """A run's modules, the main program first: modules with the user's code before those untold and
+        those of only the framework's code (``own_code``), then most compute ops (dot, convolution...), then
+        most instructions."""
         rows = self.conn.execute(
-            "SELECT * FROM modules WHERE run_id=? ORDER BY compute_ops DESC, COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
+            "SELECT * FROM modules WHERE run_id=? ORDER BY COALESCE(own_code * 2, 1) DESC, compute_ops DESC, COALESCE(instr_before, instr_after, -1) DESC, hlo_bytes DESC, module_id",
             (run_id,),
         )
         return [module_from_row(row) for row in rows]

@@ -11,21 +11,27 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from xlarun.errors import StoreError
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.index import _NOT_MODULE_FILES, Index, _storable, tie_to_named_modules
-from xlarun.store.runs import RunStore, StoredFile
+from xlarun.store.records import StoredFile
+from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
 
 
 def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:
     """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
-    on_disk = set(store.committed_ids())  # a run whose file list is damaged is kept: its rows still name its blobs
+    on_disk = set(store.run_ids())
     indexed = index.run_ids()
     for gone in indexed - on_disk:
         index.forget_run(gone)
-    added = sorted(run_id for run_id in on_disk - indexed if store.listing_problem(run_id) is None)
-    for run_id in added:
-        ingest_run(index, store, run_id, facts)
+    added = []
+    for run_id in sorted(on_disk - indexed):
+        try:
+            ingest_run(index, store, run_id, facts)
+        except StoreError:  # its file list is damaged: left unindexed, and `xlarun check` names it
+            continue
+        added.append(run_id)
     return added
 
 

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import platform
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from xlarun import __version__
-
-#: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
-OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
-
-
-class RunStatus(str, enum.Enum):
-    """How a job ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"  # exited non-zero
-    TIMED_OUT = "timed_out"  # killed at the spec's deadline
-    INTERRUPTED = "interrupted"  # SIGINT (Ctrl-C), SIGTERM or SIGHUP to xlarun (the manifest names it)
-    INCOMPLETE = "incomplete"  # xlarun was killed before the commit; recovered from staging by `xlarun recover`
-    ERROR = "error"  # could not be started at all (missing interpreter, dead Docker daemon...)
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
 
 #: Packages whose versions are recorded (read with importlib.metadata by the job's own interpreter).
 VERSIONED_PACKAGES = (

@@ -71,7 +71,10 @@ class PackTable:
         self.packs_dir = packs_dir
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[_CheckedConnection] = []
+        # each thread's connection, with the thread that owns it: a thread that has ended gives its connection back
+        # when the next one is opened, so a process archiving thousands of runs (a thread pool per run) holds only
+        # its live threads' connections (two descriptors each, the table and its write-ahead log)
+        self._connections: list[tuple[threading.Thread, _CheckedConnection]] = []
 
     def _conn(self) -> _CheckedConnection | None:
         conn = getattr(self._local, "conn", None)
@@ -84,7 +87,8 @@ class PackTable:
                     conn = _CheckedConnection(self._connect(), self.path)
                 except sqlite3.DatabaseError as exc:  # not a database at all (OperationalError, locked, is handled within)
                     raise _damaged_table(self.path, exc) from None
-                self._connections.append(conn)
+                self._close_connections_of_ended_threads()
+                self._connections.append((threading.current_thread(), conn))
             self._local.conn = conn
             self._rebuild_if_new(conn)
         return conn
@@ -192,9 +196,27 @@ class PackTable:
             conn.execute("ROLLBACK")
             raise
 
+    def _close_connections_of_ended_threads(self) -> None:
+        """Called with the lock held."""
+        live = []
+        for thread, conn in self._connections:
+            if thread.is_alive():
+                live.append((thread, conn))
+            else:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+        self._connections = live
+
+    def open_connections(self) -> int:
+        """How many connections the table holds (for the tests of bounded descriptors)."""
+        with self._lock:
+            return len(self._connections)
+
     def close(self) -> None:
         with self._lock:
-            for conn in self._connections:
+            for _thread, conn in self._connections:
                 try:
                     conn.close()
                 except sqlite3.Error:

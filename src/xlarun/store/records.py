@@ -1,11 +1,81 @@
-"""The store's records: what the index says of a run, a module, a file and a pass, read from its rows, and the
-opcodes that rank a run's modules."""
+"""The store's records: how a run ended and where its output lives, what the index says of a run, a module, a file
+and a pass (read from its rows), and the opcodes that rank a run's modules. No pydantic: every command reads these."""
 
 from __future__ import annotations
 
+import enum
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+#: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
+OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
+
+
+class RunStatus(str, enum.Enum):
+    """How a job ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # exited non-zero
+    TIMED_OUT = "timed_out"  # killed at the spec's deadline
+    INTERRUPTED = "interrupted"  # SIGINT (Ctrl-C), SIGTERM or SIGHUP to xlarun (the manifest names it)
+    INCOMPLETE = "incomplete"  # xlarun was killed before the commit; recovered from staging by `xlarun recover`
+    ERROR = "error"  # could not be started at all (missing interpreter, dead Docker daemon...)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
+    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
+
+    path: str
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class FileNote:
+    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
+    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
+
+    path: str
+    archived: bool
+    why: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "archived": self.archived, "why": self.why}
+
+
+@dataclass
+class CheckReport:
+    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
+
+    runs: int
+    files: int
+    blobs: int
+    packs: int
+    damaged: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
+    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
+
+    path: Path
+    recoverable: bool
+    what: str
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
 
 #: Opcodes that do a model's heavy work. Modules are ranked by how many they hold, then by size:
 #: by size alone, a threefry RNG module (hundreds of bit operations) outranks a training step.
@@ -95,6 +165,7 @@ class ModuleInfo:
     hlo_bytes: int
     elided_constants: bool
     parse_error: str | None
+    own_code: bool | None = None  # the user's code (True), only the framework's (False), untold (None)
     files: list[FileInfo] = field(default_factory=list)
     passes: list[PassInfo] = field(default_factory=list)
 
@@ -163,6 +234,7 @@ def module_from_row(row: sqlite3.Row) -> ModuleInfo:
         row["hlo_bytes"] or 0,
         bool(row["elided_constants"]),
         row["parse_error"],
+        None if row["own_code"] is None else bool(row["own_code"]),
     )
 
 

@@ -33,15 +33,14 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from xlarun.errors import InputError, RefError, StoreError
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
-from xlarun.store.manifest import OUTPUT_DIRS
 from xlarun.store.packs import BlobStore
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -53,54 +52,6 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 
 #: Written into staging once every file is archived, before the raw files are deleted.
 ARCHIVED_LIST = "archived.json"
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    """One archived file of a run. ``path`` is relative to the run's output root: XLA dump files bare
-    (``module_0000.jit_f.before_optimizations.txt``), other outputs under their folder (``tf_graphs/...``)."""
-
-    path: str
-    digest: str
-    size: int
-
-
-@dataclass(frozen=True)
-class FileNote:
-    """Something about one path of a dump folder a user should know: not archived (``archived`` False) and
-    why, or archived with a caveat (a name that is not UTF-8, a file still being written)."""
-
-    path: str
-    archived: bool
-    why: str
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "archived": self.archived, "why": self.why}
-
-
-@dataclass
-class CheckReport:
-    """What ``Store.check`` found: counts, and each damaged file as {run, path, problem}."""
-
-    runs: int
-    files: int
-    blobs: int
-    packs: int
-    damaged: list[dict] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Leftover:
-    """The staging folder of a capture whose xlarun is gone (killed). ``recoverable`` when it holds something
-    of the job's (dump files, an archived list, logs); ``what`` says what, in words."""
-
-    path: Path
-    recoverable: bool
-    what: str
-
-    @property
-    def run_id(self) -> str:
-        return self.path.name
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -233,36 +184,15 @@ class RunStore:
         """Ids of committed runs, oldest first."""
         if not self.runs_dir.is_dir():
             return []
-        return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and (p / "files.json").exists())
-
-    def committed_ids(self) -> list[str]:
-        """Ids of every folder under ``runs/``, oldest first: a commit renames a finished staging folder there, so
-        each is a committed run, also one whose files.json was lost or emptied (see :meth:`listing_problem`)."""
-        if not self.runs_dir.is_dir():
-            return []
-        return sorted(p.name for p in self.runs_dir.iterdir() if not p.name.startswith(".") and p.is_dir())
-
-    def listing_problem(self, run_id: str) -> str | None:
-        """What is wrong with a committed run's file list (files.json missing, unreadable, or listing fewer or
-        more files than its manifest counted), or None when it is sound."""
-        listing = self.runs_dir / run_id / "files.json"
-        if not listing.is_file():
-            return "files.json is missing"
-        try:
-            entries = [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"files.json is unreadable ({type(exc).__name__})"
-        try:
-            counted = json.loads((self.runs_dir / run_id / "manifest.json").read_text()).get("files")
-        except (OSError, ValueError, AttributeError):
-            return "manifest.json is missing or unreadable"
-        if isinstance(counted, int) and counted != len(entries):
-            return f"files.json lists {len(entries)} files, the manifest counted {counted}"
-        return None
+        # every folder is a run, its file list readable or not (a damaged one is check's to report, never "gone")
+        with os.scandir(self.runs_dir) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
     def run_path(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
+            if path.is_dir():
+                raise StoreError(f"run {run_id} is damaged: its files.json is missing", "`xlarun check` lists what is damaged")
             raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         return path
 
@@ -381,18 +311,16 @@ class RunStore:
         return live
 
     def delete_run(self, run_id: str) -> None:
-        """Remove a run (its blobs go at the next gc, if no other run uses them)."""
-        path = self.runs_dir / run_id  # also a run whose files.json is damaged: rm is how a user gives it up
-        if run_id not in self.committed_ids():
-            raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
+        """Remove a run, a damaged one too (its blobs go at the next gc, if no other run uses them)."""
+        path = self.runs_dir / run_id
+        if not path.is_dir():
+            path = self.run_path(run_id)  # says there is no such run
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
             try:
                 os.rename(path, trash)
             except OSError as exc:
-                raise StoreError(
-                    f"cannot remove run {run_id}: {exc.strerror or exc}", "removing needs a writable store"
-                ) from None
+                raise StoreError(f"cannot remove run {run_id}: {exc.strerror}", "removing needs a writable store") from None
             try:
                 self._forget(run_id)  # if this fails (a full disk), the index forgets it at its next reconcile
             finally:
@@ -401,48 +329,33 @@ class RunStore:
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
 
-    def live_in_runs(self) -> set[str]:
-        """Digests committed runs use. Refuses (StoreError) while any committed run's file list is damaged: its
-        blobs cannot be told from garbage, and deleting them would lose the run for good."""
-        damaged = [(run_id, problem) for run_id in self.committed_ids() if (problem := self.listing_problem(run_id))]
-        if damaged:
-            run_id, problem = damaged[0]
-            more = f" (and {len(damaged) - 1} more runs)" if len(damaged) > 1 else ""
-            raise StoreError(
-                f"gc refused: run {run_id}'s file list is damaged: {problem}{more}; its blobs cannot be told from garbage",
-                f"restore runs/{run_id}/files.json from a backup, or `xlarun rm {run_id}` to give the run up; `xlarun check` names every damaged run",
-            )
-        return {entry.digest for run_id in self.committed_ids() for entry in self.stored_files(run_id)}
-
-    def gc(self, discard_recoverable: bool = False) -> tuple[int, int, int]:
+    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
         """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
         what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
-        Blobs a recoverable staging folder lists are kept while it is."""
+        Blobs a recoverable staging folder lists, and those in ``keep``, are kept."""
         with self.lock(exclusive=True):
-            live_runs = self.live_in_runs()  # first: a damaged file list stops gc before it deletes anything
             doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
             for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
                 shutil.rmtree(folder, ignore_errors=True)
             for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
                 tmp.unlink(missing_ok=True)
-            live = live_runs | self.live_in_staging()
+            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
+            live |= self.live_in_staging() | keep
             removed, freed = self.blobs.collect(live)
             return len(doomed), removed, freed
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
         by_digest: dict[str, list[tuple[str, str]]] = {}
-        runs = self.committed_ids()
-        listing_damage = []
+        runs = self.run_ids()
         for run_id in runs:
-            problem = self.listing_problem(run_id)
-            if problem:
-                listing_damage.append({"run": run_id, "path": "files.json", "problem": problem})
+            try:
+                listed = self.stored_files(run_id)
+            except StoreError:  # a damaged list: Store.check names it with what it disagrees with
                 continue
-            for entry in self.stored_files(run_id):
+            for entry in listed:
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
         report = CheckReport(runs=len(runs), files=sum(map(len, by_digest.values())), blobs=len(by_digest), packs=0)
-        report.damaged += listing_damage
         packs = self.blobs.pack_names()
         report.packs = len(packs)
         total, done = len(by_digest) + len(packs), 0
@@ -469,42 +382,34 @@ class RunStore:
 
 
 def _read_version(path: Path) -> str:
-    """What a store's VERSION file says (its first 64 bytes, undecodable bytes shown escaped)."""
+    """What a store's VERSION file says: its first 64 bytes, every byte decoded (odd ones are shown escaped)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO reads as empty: never waited on
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise StoreError(f"{path} is not a regular file", "the store was changed by hand; restore its VERSION file")
-            raw = os.read(fd, 64)
+            return os.read(fd, 64).decode("latin-1").strip()
         finally:
             os.close(fd)
     except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror or exc}", "check the store folder's permissions") from None
-    return raw.decode("latin-1").strip()  # every byte decodes; the message shows odd ones escaped
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}", "restore the store's VERSION file") from None
 
 
 def _open_lock(path: Path) -> int:
     """The store's lock file, opened (created if missing; read-only on a read-only store); a folder, FIFO or
     link put in its place is refused with what to do, never waited on."""
-    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
+    fd, why = -1, ""
+    for mode in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock works on a file opened for reading
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+            fd = os.open(path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+            break
         except OSError as exc:
+            why = exc.strerror or str(exc)
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise
-            fd = os.open(path, os.O_RDONLY | flags)  # flock works on a file opened for reading
-    except OSError as exc:
-        if exc.errno in (errno.EISDIR, errno.ELOOP):
-            raise StoreError(
-                f"{path} is not a regular file ({'a folder' if exc.errno == errno.EISDIR else 'a link'})",
-                f"remove it (`rm -r {path}`): xlarun makes it again",
-            ) from None
-        raise StoreError(f"cannot open {path}: {exc.strerror or exc}", "check the store folder's permissions") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                break
+    if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd >= 0:
         os.close(fd)
-        raise StoreError(f"{path} is not a regular file", f"remove it (`rm {path}`): xlarun makes it again")
-    return fd
+    raise StoreError(f"cannot lock the store with {path}: {why or 'not a file'}", f"remove it (`rm -r {path}`): it is made again")
 
 
 def _check_format(root: Path, version: str) -> None:

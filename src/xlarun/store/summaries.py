@@ -20,7 +20,8 @@ from xlarun.hlo.names import DumpName
 from xlarun.store.records import PassInfo
 
 if TYPE_CHECKING:
-    from xlarun.store.runs import RunStore, StoredFile
+    from xlarun.store.records import StoredFile
+    from xlarun.store.runs import RunStore
 
 # One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.
 # Anchored on the newline itself, not ^ with re.M: the scanner then jumps from line to line (3x faster).
@@ -58,6 +59,7 @@ class ModuleSummary:
     parse_error: str | None = None
     passes: list[PassInfo] = field(default_factory=list)
     terms: set = field(default_factory=set)
+    own_code: bool | None = None  # see :func:`own_code`
 
 
 _FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
@@ -94,6 +96,55 @@ class _StageFacts:
     fingerprint: str | None
     elided_constants: bool
     terms: frozenset[tuple[str, str]]
+    own_code: bool | None = None
+
+
+#: Where a framework's own code lives; a user's files are anywhere else.
+_FRAMEWORK_FILE = re.compile(
+    r"/(?:site|dist)-packages/|(?:^|/)(?:jax/_src|jaxlib|tensorflow|keras|flax|optax|equinox|torch|torch_xla)/"
+)
+_TABLE = re.compile(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
+_LOCATION = re.compile(rb"file_name_id=(\d+) function_name_id=(\d+)")
+_MODULE_NAME = re.compile(rb"HloModule ([^\s,]+)")
+
+
+def is_framework_file(path: str) -> bool:
+    """Whether a source file is a framework's own (jax/_src, tensorflow/, flax/, site-packages...)."""
+    return bool(_FRAMEWORK_FILE.search(path))
+
+
+def own_code(data: bytes) -> bool | None:
+    """Whether a module's code is the user's: its jitted function is defined in a user's file (True), or
+    its stack-frame tables (JAX 0.8 and later print them atop the text) hold only call sites and the
+    framework's own functions (False, e.g. ``jit__normal`` called from the user's ``main``). None where the
+    text has no such tables (older JAX and TF print only the innermost user line, a call site included)."""
+    head = bytes(data[: 1 << 20])
+    tables = {m.group(1): m.group(2) for m in _TABLE.finditer(head)}
+    named = _MODULE_NAME.match(head)
+    if not named or b"FileLocations" not in tables:
+        return None
+    files = _table(tables.get(b"FileNames", b""))
+    functions = _table(tables.get(b"FunctionNames", b""))
+    target = named.group(1).decode("utf-8", "replace")
+    for prefix in ("jit_", "pjit_"):
+        if target.startswith(prefix):
+            target = target[len(prefix) :]
+            break
+    for file_id, function_id in _LOCATION.findall(tables[b"FileLocations"]):
+        path, function = files.get(file_id, ""), functions.get(function_id, "")
+        simple = re.sub(r"\W", "_", function.rsplit(".", 1)[-1]).strip("_")  # "<lambda>": jit__lambda
+        if path and not is_framework_file(path) and simple == target.strip("_"):
+            return True
+    return False
+
+
+def _table(rows: bytes) -> dict[bytes, str]:
+    """``1 "text"`` rows of a FileNames or FunctionNames table, by id."""
+    out = {}
+    for line in rows.splitlines():
+        key, _, text = line.partition(b" ")
+        out[key] = text.strip().strip(b'"').decode("utf-8", "replace")
+    return out
 
 
 class FactsCache:
@@ -193,6 +244,7 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
                 None,
                 scanned.elided_constants,
                 frozenset(found),
+                own_code(data),
             )
     module = _parse(name, data, summary=not with_fingerprint)  # the fingerprint needs the full parse
     terms: set[tuple[str, str]] = set()
@@ -211,6 +263,7 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
         module.fingerprint() if with_fingerprint else None,
         module.has_elided_constants(),
         frozenset(terms),
+        own_code(data) if name.format == "text" else None,
     )
 
 
@@ -432,6 +485,8 @@ def summarize_module(
         elif summary.fingerprint is None:
             summary.elided_constants = facts.elided_constants
         summary.terms |= facts.terms
+        if attr == "before" or summary.own_code is None:
+            summary.own_code = facts.own_code
     summary.parse_error = "; ".join(errors) or None
     summary.passes = _pass_timeline(store, facts_cache, pass_members, counts)
     return summary

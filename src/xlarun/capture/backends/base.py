@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from xlarun.store.manifest import RunStatus
+from xlarun.store.records import RunStatus
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
-from xlarun.store.manifest import RunStatus, utc_now
+from xlarun.store.records import RunStatus, utc_now
 
 #: After SIGTERM, how long the job gets to exit before SIGKILL.
 GRACE_S = 5.0

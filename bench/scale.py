@@ -1,0 +1,171 @@
+"""Reading commands on big stores: ``runs``, ``modules``, ``show``, ``cat``, ``find``, ``files`` and ``explain`` at
+1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a bare SQLite query of the same rows.
+
+    python -m bench.scale [--runs 1000,10000,100000] [--repeats 5] [--record]
+
+A store of N runs is grown from one real run (an import of a dump of 8 modules, each dumped before and after
+optimizations, as XLA names them): its run folder is laid again under N new run ids (hard links) and its index rows
+are copied under each id in one transaction, which is what N imports of the same dump would leave, without paying
+an import per run. One run carries a term no other has, so ``find`` answers one module. Commands run as a user runs
+them (a new process each, the bytecode cache warm), their output thrown away; medians over repeats. Targets (issue
+27): at most 0.15 s at 10,000 runs and 0.5 s at 100,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from .results_files import add_output_options, output_path, write_results
+
+NEEDLE = "scale_needle_op"
+MODULE = """HloModule jit_{name}, entry_computation_layout={{(f32[64,64]{{1,0}})->f32[64,64]{{1,0}}}}
+
+ENTRY main.6 {{
+  Arg_0.1 = f32[64,64]{{1,0}} parameter(0)
+  dot.2 = f32[64,64]{{1,0}} dot(Arg_0.1, Arg_0.1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, metadata={{op_name="jit({name})/dot_general" source_file="model.py" source_line={line}}}
+  tanh.3 = f32[64,64]{{1,0}} tanh(dot.2), metadata={{op_name="jit({name})/tanh" source_file="model.py" source_line={line}}}
+  ROOT add.4 = f32[64,64]{{1,0}} add(tanh.3, Arg_0.1)
+}}
+"""
+CLONED_TABLES = ("files", "modules", "passes", "module_terms")
+
+
+def template_store(root: Path) -> tuple[Path, str]:
+    """A store holding one real run (an import), and that run's id."""
+    import xlarun
+
+    dump = root / "dump"
+    dump.mkdir(parents=True)
+    for i in range(8):
+        for stage in ("before_optimizations", "cpu_after_optimizations"):
+            (dump / f"module_{i:04d}.jit_step{i}.{stage}.txt").write_text(MODULE.format(name=f"step{i}", line=10 + i))
+    store = xlarun.open_store(root / "store")
+    run = store.import_dump(dump, name="scale")
+    store.close()
+    return root / "store", run.id
+
+
+def grow(store_root: Path, template: str, runs: int) -> list[str]:
+    """Lay the template run again under new ids until the store holds ``runs`` runs; returns every id, oldest first."""
+    conn = sqlite3.connect(store_root / "index.sqlite", isolation_level=None)
+    have = [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    new = [f"{(start + timedelta(seconds=i)).strftime('%Y%m%d-%H%M%S')}-{i % 65536:04x}" for i in range(len(have), runs)]
+    source = store_root / "runs" / template
+    files = sorted(p.name for p in source.iterdir())
+    for run_id in new:
+        folder = store_root / "runs" / run_id
+        folder.mkdir()
+        for name in files:
+            os.link(source / name, folder / name)
+    columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("runs", *CLONED_TABLES)}
+    conn.execute("BEGIN")
+    for table in ("runs", *CLONED_TABLES):
+        cols = columns[table]
+        picked = ", ".join("?" if c == "run_id" else c for c in cols)
+        rows = f"SELECT {picked} FROM {table} WHERE run_id = ?"
+        conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) {rows}", [(run_id, template) for run_id in new])
+    if new and not conn.execute("SELECT 1 FROM term_values WHERE value = ?", (NEEDLE,)).fetchone():
+        conn.execute("INSERT INTO term_values (kind, value) VALUES ('op_name', ?)", (NEEDLE,))
+        term = conn.execute("SELECT term_id FROM term_values WHERE value = ?", (NEEDLE,)).fetchone()[0]
+        conn.execute("INSERT INTO module_terms VALUES (?, ?, 0)", (term, new[len(new) // 2]))
+    conn.execute("COMMIT")
+    conn.close()
+    return have + new
+
+
+def time_argv(argv: list[str], repeats: int, env: dict[str, str]) -> float:
+    """Median seconds from start to exit, output thrown away (one warm-up run first)."""
+    times = []
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        if attempt:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def time_query(db: Path, sql: str, args: tuple, repeats: int) -> float:
+    """The floor: a new Python process that opens the index and fetches the same rows (no xlarun imported)."""
+    code = f"import sqlite3,sys; c=sqlite3.connect({str(db)!r}); rows=c.execute({sql!r}, {args!r}).fetchall()"
+    return time_argv([sys.executable, "-c", code], repeats, dict(os.environ))
+
+
+def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -> dict:
+    xlarun = str(Path(sys.executable).with_name("xlarun"))
+    env = {**os.environ, "XLARUN_STORE": str(store_root), "PYTHONPYCACHEPREFIX": str(workdir / "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed software runs: with its bytecode cache
+    middle = run_ids[len(run_ids) // 2]
+    ref = f"{middle}/module_0003"
+    db = store_root / "index.sqlite"
+    commands = {
+        "runs": [xlarun, "runs"],
+        "modules": [xlarun, "modules"],
+        "show": [xlarun, "show", ref],
+        "cat": [xlarun, "cat", ref],
+        "find": [xlarun, "find", NEEDLE],
+        "files": [xlarun, "files", "--run", middle],
+        "explain": [xlarun, "explain", "module_0003.jit_step3.cpu_after_optimizations.txt"],
+    }
+    floors = {
+        "runs": ("SELECT * FROM runs ORDER BY started", ()),
+        "modules": ("SELECT * FROM modules WHERE run_id = (SELECT max(run_id) FROM runs)", ()),
+        "show": ("SELECT * FROM files WHERE run_id = ? AND module_id = 3", (middle,)),
+        "find": ("SELECT run_id, module_id FROM terms WHERE value = ?", (NEEDLE,)),
+        "files": ("SELECT * FROM files WHERE run_id = ?", (middle,)),
+    }
+    result: dict = {"runs_in_store": len(run_ids), "python_c_pass_s": time_argv([sys.executable, "-c", "pass"], repeats, env)}
+    for label, argv in commands.items():
+        result[label] = {"median_s": round(time_argv(argv, repeats, env), 4)}
+        if label in floors:
+            result[label]["bare_sqlite_s"] = round(time_query(db, *floors[label], repeats), 4)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="1000,10000,100000", help="store sizes, comma-separated")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary folder, removed)")
+    add_output_options(parser, "scale")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(n) for n in args.runs.split(","))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="xlarun-bench-scale-"))
+    results: dict = {"sizes": {}, "template": "an import of 8 modules, each before and after optimizations"}
+    try:
+        store_root, template = template_store(workdir)
+        run_ids = [template]
+        for size in sizes:
+            started = time.perf_counter()
+            run_ids = grow(store_root, template, size)
+            grown = round(time.perf_counter() - started, 1)
+            print(f"[scale] {size} runs (grown in {grown} s); timing...", file=sys.stderr, flush=True)
+            results["sizes"][str(size)] = measure(store_root, run_ids, args.repeats, workdir) | {"grow_s": grown}
+            row = results["sizes"][str(size)]
+            print(
+                f"{size:>7} runs: "
+                + ", ".join(
+                    f"{k} {row[k]['median_s']:.3f}s" for k in ("runs", "modules", "show", "cat", "find", "files", "explain")
+                )
+                + f"; python -c pass {row['python_c_pass_s']:.3f}s",
+                flush=True,
+            )
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"written to {write_results(output_path(args, 'scale'), results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

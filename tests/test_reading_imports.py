@@ -1,0 +1,78 @@
+"""What each reading command may import: a heavy import creeping into `runs`, `modules`, `show`, `cat`, `find`,
+`explain` or `files` (numpy, jax, the replay or bundle code, pydantic models) fails here, in the fast tier."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: never needed to read a store: each costs from 40 ms (pydantic) to seconds (jax) of every keystroke
+FORBIDDEN = {
+    "numpy", "jax", "jaxlib", "ml_dtypes", "pydantic", "yaml", "docker", "requests", "jinja2", "markupsafe", "ray",
+    "graphviz", "xlarun.replay", "xlarun.bundle", "xlarun.bisect", "xlarun.render", "xlarun.report", "xlarun.capture",
+    "xlarun.executors", "xlarun.diff", "xlarun.batch", "xlarun.view", "xlarun.jax",
+}  # fmt: skip
+
+CHILD = """
+import contextlib, json, os, sys
+from xlarun.cli import main
+with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+    code = main(json.loads(sys.argv[1]))
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+MODULE = """HloModule jit_{name}, entry_computation_layout={{(f32[4]{{0}})->f32[4]{{0}}}}
+
+ENTRY main.3 {{
+  Arg_0.1 = f32[4]{{0}} parameter(0)
+  ROOT add.2 = f32[4]{{0}} add(Arg_0.1, Arg_0.1)
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    import xlarun
+
+    root = tmp_path_factory.mktemp("reading")
+    dump = root / "dump"
+    dump.mkdir()
+    (dump / "module_0000.jit_f.before_optimizations.txt").write_text(MODULE.format(name="f"))
+    store = xlarun.open_store(root / "store")
+    store.import_dump(dump, name="small")
+    store.close()
+    return str(root / "store")
+
+
+COMMANDS = {
+    "runs": ["runs"],
+    "modules": ["modules"],
+    "show": ["show", "jit_f"],
+    "cat": ["cat", "jit_f"],
+    "find": ["find", "add"],
+    "files": ["files"],
+    "explain": ["explain", "module_0000.jit_f.before_optimizations.txt", "module_0001.jit_g.cpu_after_optimizations.hlo.pb"],
+}
+
+
+def test_reading_commands_import_nothing_heavy(small_store):
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", CHILD, json.dumps([*argv, *(["--store", small_store] if name != "explain" else [])])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in COMMANDS.items()
+    }
+    heavy = {}
+    for name, child in children.items():
+        _, err = child.communicate(timeout=120)
+        report = json.loads(err.strip().splitlines()[-1])
+        assert report["code"] == 0, (name, err[-2000:])
+        loaded = set(report["modules"])
+        heavy[name] = sorted(m for m in FORBIDDEN if m in loaded or any(x.startswith(m + ".") for x in loaded))
+    assert heavy == {name: [] for name in COMMANDS}
