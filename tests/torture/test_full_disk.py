@@ -90,3 +90,79 @@ def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real
         hangs=0,
     )
     assert lost == 0 and 3 in codes
+
+
+def test_reading_commands_work_on_a_full_disk_and_writers_say_it_is_full(small_tmpfs, cli, figures):
+    """Issue 24.4: with the store's disk full (and no SQLite side files left, as after a reboot), the reading
+    commands answer from the index as it is; `reindex` and `rm` end with exit 3 saying the disk is full, never
+    exit 4, and `reindex` leaves the healthy index where it is."""
+    store = small_tmpfs / "store"
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
+    importer = xlarun("import", str(fixture), store=store)  # another process: its connections close, as a user's do
+    assert importer.wait(timeout=300) == 0, importer.communicate()
+    for side in [*store.glob("index.sqlite-*"), *store.glob("blobs/packs.sqlite-*")]:
+        side.unlink()
+    with open(small_tmpfs / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * (1 << 20))
+                filler.flush()
+        except OSError:
+            pass
+    codes = {}
+    for command in (
+        ("runs",),
+        ("show", "train_step"),
+        ("cat", "train_step"),
+        ("check",),
+        ("gc",),
+        ("reindex",),
+        ("rm", "--yes", "dumps"),
+    ):
+        result = cli(*command, "--store", store)
+        codes[command[0]] = result.exit_code
+        if result.exit_code == 3:
+            assert "the disk is full" in result.stderr, result.stderr
+    crashes = sum(code not in (0, 1, 2, 3) for code in codes.values())
+    figures(tried=len(codes), clean=sum(code == 0 for code in codes.values()), crashes=crashes, exit_codes=codes)
+    assert crashes == 0
+    assert {k: codes[k] for k in ("runs", "show", "cat", "check", "gc")} == dict.fromkeys(
+        ("runs", "show", "cat", "check", "gc"), 0
+    )
+    assert codes["reindex"] == 3 and codes["rm"] == 3
+    assert not list(store.glob("index.sqlite.damaged*"))  # a full disk is not damage
+
+
+def test_a_read_only_store_answers_reading_commands_and_refuses_writes_in_one_line(tmp_path, cli, figures):
+    """Issue 24.6: a store on a read-only mount: reading commands work; reindex, rm (and gc, when it has
+    something to delete) end with exit 3 saying the store is read-only, never exit 4."""
+    store, view = tmp_path / "store", tmp_path / "ro"
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
+    importer = xlarun("import", str(fixture), store=store)
+    assert importer.wait(timeout=300) == 0, importer.communicate()
+    view.mkdir()
+    done = subprocess.run(["mount", "--bind", str(store), str(view)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True, capture_output=True)
+        codes = {}
+        for command in (
+            ("runs",),
+            ("show", "train_step"),
+            ("cat", "train_step"),
+            ("check",),
+            ("reindex",),
+            ("rm", "--yes", "dumps"),
+        ):
+            result = cli(*command, "--store", view)
+            codes[command[0]] = result.exit_code
+            if result.exit_code == 3:
+                assert "read-only" in result.stderr.lower(), result.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True)
+    crashes = sum(code not in (0, 1, 2, 3) for code in codes.values())
+    figures(tried=len(codes), clean=sum(code == 0 for code in codes.values()), crashes=crashes, exit_codes=codes)
+    assert crashes == 0
+    assert [codes[k] for k in ("runs", "show", "cat", "check", "reindex", "rm")] == [0, 0, 0, 0, 3, 3], codes
+    assert not list(store.glob("index.sqlite.damaged*"))

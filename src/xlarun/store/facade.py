@@ -63,7 +63,7 @@ class Store(RunStore):
             index = self._indexes.index = Index.open(self.root / "index.sqlite")
             self._open_indexes.append(index)
             with self._reconcile_lock:
-                if not self._reconciled:
+                if not self._reconciled and not index.read_only:  # read-only: what the index says is read as is
                     if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
                         from xlarun.store.ingest import reconcile
 

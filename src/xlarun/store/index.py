@@ -12,6 +12,7 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections import defaultdict
 from dataclasses import replace
@@ -118,12 +119,25 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
+def _cannot_write(path: Path) -> str | None:
+    """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
+    or None."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return None
+    if st.f_bavail * st.f_frsize < (1 << 20):
+        return "the disk is full"
+    return None if os.access(path.parent, os.W_OK) else "the store is read-only"
+
+
 class Index:
     """The index database of one store."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path):
         self.conn = conn
         self.path = path
+        self.read_only = False  # opened read-only (the disk is full): reading works, writing says why not
 
     @classmethod
     def open(cls, path: Path) -> Index:
@@ -142,6 +156,18 @@ class Index:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
+            if why := _cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
+                try:
+                    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+                    conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                except sqlite3.DatabaseError:
+                    raise StoreError(
+                        f"cannot open the index {path}: {why}", "free space on that disk, or copy the store somewhere writable"
+                    ) from None
+                conn.row_factory = sqlite3.Row
+                index = cls(conn, path)
+                index.read_only = True
+                return index
             raise StoreError(
                 f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
             ) from None
@@ -439,5 +465,20 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            self.conn.execute("COMMIT")
+            return False
+        if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
+            self.conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and any(
+            words in str(exc) for words in ("readonly", "disk is full", "disk I/O error")
+        ):
+            where = self.conn.execute("PRAGMA database_list").fetchone()[2]
+            why = _cannot_write(Path(where)) if where else None
+            raise StoreError(
+                f"cannot write the index {where}: {why or exc}",
+                "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)"
+                if why == "the disk is full"
+                else "writing needs a writable store: copy it somewhere writable",
+            ) from None
         return False

@@ -4,7 +4,12 @@ offset and length, then one zstd frame of the members' bytes."""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import struct
+from pathlib import Path
+from typing import IO
 
 import zstandard
 from blake3 import blake3
@@ -68,3 +73,43 @@ def pack_header(members: list[tuple[str, int, int]]) -> bytes:
     table = b"".join(MEMBER.pack(bytes.fromhex(digest), offset, length) for digest, offset, length in members)
     payload = PACK_TAG + len(members).to_bytes(4, "little") + table
     return SKIPPABLE_MAGIC + len(payload).to_bytes(4, "little") + payload
+
+
+def open_pack(path: Path) -> IO[bytes]:
+    """A pack opened for reading, refused (StoreError) unless it is a regular file without holes: a pack made a
+    symbolic link (to /dev/zero...), a FIFO or a huge sparse file is damage to name, never something to read
+    until memory runs out or to wait on. FileNotFoundError when it is gone."""
+    name = path.name.removesuffix(".zst")[:12]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise StoreError(f"pack {name} is a symbolic link, not a pack xlarun wrote", _DAMAGE_HINT) from None
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "is not a regular file"
+    elif st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size // 2:  # compressed bytes leave no holes
+        problem = f"is a sparse file ({st.st_size} bytes, {st.st_blocks * 512} on disk)"
+    if problem:
+        os.close(fd)
+        raise StoreError(f"pack {name} {problem}, not a pack xlarun wrote", _DAMAGE_HINT)
+    return open(fd, "rb", buffering=0)
+
+
+#: No pack's header is larger (48 bytes a member: a million members); a larger length field is damage.
+_MAX_HEADER_BYTES = 48 << 20
+_DAMAGE_HINT = "`xlarun check` lists what is damaged; re-capture the runs it names"
+
+
+def read_pack_members(handle: IO[bytes]) -> list[tuple[str, int, int]]:
+    """A pack's members from its header, reading the header only (from an :func:`open_pack` handle at its start)."""
+    head = handle.read(16)
+    end = 8 + int.from_bytes(head[4:8], "little")
+    if len(head) < 16 or end > _MAX_HEADER_BYTES:
+        raise damaged("a pack's header")
+    raw = head + handle.read(end - 16)
+    if len(raw) < end:
+        raise damaged("a pack's header (the pack is cut short)")
+    return pack_members(raw)

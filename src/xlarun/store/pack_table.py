@@ -3,6 +3,7 @@ and rebuilt from them when it is missing."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from xlarun.errors import StoreError
-from xlarun.store.pack_format import pack_members
+from xlarun.store.pack_format import open_pack, read_pack_members
 
 
 def _damaged_table(path: Path, exc: Exception) -> StoreError:
@@ -18,6 +19,18 @@ def _damaged_table(path: Path, exc: Exception) -> StoreError:
         f"{path} is damaged: {exc}",
         f"delete {path} (and any {path.name}-wal, {path.name}-shm beside it): it is rebuilt from the packs on the next command",
     )
+
+
+def _cannot_write(path: Path) -> str | None:
+    """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
+    or None."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return None
+    if st.f_bavail * st.f_frsize < (1 << 20):
+        return "the disk is full"
+    return None if os.access(path.parent, os.W_OK) else "the store is read-only"
 
 
 class _CheckedConnection:
@@ -95,6 +108,15 @@ class PackTable:
                 return conn
             except sqlite3.OperationalError as exc:
                 conn.close()
+                if "locked" not in str(exc) and (why := _cannot_write(self.path)):  # reading needs no side files: read-only
+                    try:
+                        conn = sqlite3.connect(
+                            f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+                        )
+                        conn.execute("SELECT 1 FROM members LIMIT 1").fetchone()
+                        return conn
+                    except sqlite3.DatabaseError:
+                        raise StoreError(f"cannot open {self.path}: {why}", "free space on that disk, then try again") from None
                 if "locked" not in str(exc) or attempt == 49:
                     raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
                 time.sleep(0.1)
@@ -108,7 +130,8 @@ class PackTable:
             if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
                 for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
                     try:
-                        members = pack_members(pack.read_bytes())
+                        with open_pack(pack) as handle:  # its header only: a pack may be large, or not a pack
+                            members = read_pack_members(handle)
                     except (StoreError, OSError):
                         continue  # a damaged pack: `xlarun check` reports it
                     conn.executemany(

@@ -41,10 +41,11 @@ from xlarun.store.pack_format import (
     PACK_NAME_PREFIX,
     content_digest,
     damaged,
+    open_pack,
     pack_header,
     pack_header_size,
-    pack_members,
     pack_params,
+    read_pack_members,
 )
 from xlarun.store.pack_table import PackTable
 
@@ -62,6 +63,11 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     if dec is None:
         dec = _thread_local.decompressor = zstandard.ZstdDecompressor()
     return dec
+
+
+def _read_pack(path: Path) -> bytes:
+    with open_pack(path) as handle:
+        return handle.read()
 
 
 def _missing(digest: str) -> StoreError:
@@ -180,7 +186,7 @@ class BlobStore:
         decoded = self._cache.get(pack) if use_cache else None
         if decoded is None:
             try:
-                raw = self.pack_path(pack).read_bytes()
+                raw = _read_pack(self.pack_path(pack))
             except FileNotFoundError:
                 raise _missing(pack) from None
             frame = memoryview(raw)[pack_header_size(raw) :]
@@ -217,15 +223,19 @@ class BlobStore:
     def verify_pack(self, name: str) -> str | None:
         """None when a pack's bytes match its name and its header agrees with ``packs.sqlite``."""
         try:
-            raw = self.pack_path(name).read_bytes()
-            frame = raw[pack_header_size(raw) :]
-            if content_digest(PACK_NAME_PREFIX + frame) != name:
+            with open_pack(self.pack_path(name)) as handle:  # read a chunk at a time: a pack may be large
+                members = read_pack_members(handle)
+                hasher = blake3(PACK_NAME_PREFIX)
+                while chunk := handle.read(_STREAM_CHUNK):
+                    hasher.update(chunk)
+            if hasher.hexdigest() != name:
                 return f"pack {name[:12]} does not hash to its name"
-            members = pack_members(raw)
         except StoreError as exc:
             return exc.message
         except FileNotFoundError:
             return f"pack {name[:12]} is missing"
+        except OSError as exc:
+            return f"pack {name[:12]} cannot be read: {exc.strerror or exc}"
         # The table may list fewer members than the header holds: two writers that packed the same file at
         # once (each checked the table before the other listed it) keep one copy listed, and a file a pack
         # still holds after gc may be listed nowhere. Neither loses a byte. What the table does list must

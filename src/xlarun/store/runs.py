@@ -29,6 +29,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,7 +101,7 @@ class RunStore:
                     f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder"
                 ) from None
         else:
-            _check_format(root, version_file.read_text().strip())
+            _check_format(root, _read_version(version_file))
         return cls(root.resolve())
 
     def close(self) -> None:
@@ -112,12 +113,15 @@ class RunStore:
     @contextmanager
     def lock(self, exclusive: bool = False) -> Iterator[None]:
         """Shared while writing a run, exclusive while deleting (gc, rm): blobs in use are never removed."""
-        with open(self.root / "lock", "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fd = _open_lock(self.root / "lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     # --- writing a run -----------------------------------------------------------------------
 
@@ -313,9 +317,14 @@ class RunStore:
             path = self.run_path(run_id)  # says there is no such run
         with self.lock(exclusive=True):
             trash = self.staging_dir / f".deleting-{run_id}"
-            os.rename(path, trash)
-            self._forget(run_id)
-            shutil.rmtree(trash, ignore_errors=True)
+            try:
+                os.rename(path, trash)
+            except OSError as exc:
+                raise StoreError(f"cannot remove run {run_id}: {exc.strerror}", "removing needs a writable store") from None
+            try:
+                self._forget(run_id)  # if this fails (a full disk), the index forgets it at its next reconcile
+            finally:
+                shutil.rmtree(trash, ignore_errors=True)
 
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
@@ -370,6 +379,37 @@ class RunStore:
     def disk_usage(self) -> int:
         """Bytes the store's blobs and packs take on disk."""
         return self.blobs.disk_usage()
+
+
+def _read_version(path: Path) -> str:
+    """What a store's VERSION file says: its first 64 bytes, every byte decoded (odd ones are shown escaped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO reads as empty: never waited on
+        try:
+            return os.read(fd, 64).decode("latin-1").strip()
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}", "restore the store's VERSION file") from None
+
+
+def _open_lock(path: Path) -> int:
+    """The store's lock file, opened (created if missing; read-only on a read-only store); a folder, FIFO or
+    link put in its place is refused with what to do, never waited on."""
+    fd, why = -1, ""
+    for mode in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock works on a file opened for reading
+        try:
+            fd = os.open(path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+            break
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                break
+    if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd >= 0:
+        os.close(fd)
+    raise StoreError(f"cannot lock the store with {path}: {why or 'not a file'}", f"remove it (`rm -r {path}`): it is made again")
 
 
 def _check_format(root: Path, version: str) -> None:
