@@ -26,7 +26,7 @@ def print_runs(items) -> None:
     rows = [
         (
             r.run_id,
-            r.name,
+            r.name + (" (bisect rerun)" if r.made_by_xlarun else ""),
             r.kind,
             r.backend,
             r.status,

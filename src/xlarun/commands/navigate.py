@@ -32,17 +32,28 @@ def runs(
         typer.Option("--batch", help="Only the runs of this batch (id or unique prefix; 'latest' for the newest batch)."),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Only the runs of this spec name.")] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also the runs xlarun made for its own purposes (a bisection's reruns).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """List the runs in the store, oldest first."""
-    from xlarun.console import print_json
+    """List the runs in the store, oldest first.
+
+    Runs xlarun made for its own purposes (`xlarun bisect SPEC --check` reruns the spec with passes disabled) are
+    left out unless --all, and marked when shown; no plain name or 'latest' resolves to them.
+    """
+    from xlarun.console import print_json, say
     from xlarun.present import print_runs
 
-    items = [run.info for run in front_door(store).runs(batch=batch, name=name)]
+    everything = [run.info for run in front_door(store).runs(batch=batch, name=name)]
+    items = everything if show_all or batch else [r for r in everything if not r.made_by_xlarun]
     if as_json:
         print_json(items)
         return
     print_runs(items)
+    hidden = len(everything) - len(items)
+    if hidden:
+        say(f"[dim]{hidden} run(s) xlarun made for a bisection not shown (--all shows them)[/dim]")
 
 
 def files(

@@ -28,20 +28,31 @@ def resolve_run(index: Index, ref: str | None) -> RunInfo:
     runs = index.runs()
     if not runs:
         raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+    yours = user_runs(runs)
     if ref in (None, "", "latest", "last", "@"):
-        return runs[-1]
+        return (yours or runs)[-1]  # the newest run of the user's; xlarun's own only when there is nothing else
     exact = [r for r in runs if r.run_id == ref]
     if exact:
         return exact[0]
     by_prefix = [r for r in runs if r.run_id.startswith(ref)]
     if len(by_prefix) == 1:
         return by_prefix[0]
-    by_name = [r for r in runs if r.name == ref]
+    by_name = [r for r in yours if r.name == ref]
     if by_name:
         return by_name[-1]  # the latest run of that spec
+    if any(r.name == ref for r in runs):
+        raise RefError(
+            f"run name {ref!r} names only runs xlarun made for its own purposes ({_list(r.run_id for r in runs if r.name == ref)})",
+            "give one by its id, or capture the spec itself",
+        )
     if len(by_prefix) > 1:
         raise RefError(f"run REF {ref!r} is ambiguous: {_list(r.run_id for r in by_prefix)}", "type more of the run id")
     raise RefError(f"no run matches {ref!r}", "`xlarun runs` lists run ids and names")
+
+
+def user_runs(runs: list[RunInfo]) -> list[RunInfo]:
+    """The runs the user made, in order (not those xlarun made for its own purposes, :attr:`RunInfo.made_by_xlarun`)."""
+    return [r for r in runs if not r.made_by_xlarun]
 
 
 def _list(items) -> str:
@@ -94,22 +105,23 @@ def resolve_module(
         raise RefError("empty module REF", "give a module id (6, module_0006), a name (jit_f) or RUN/module_0006")
     if "/" in ref and run is None:
         run, ref = ref.split("/", 1)
+    searched: list[RunInfo] = []
     if run is not None:
         scopes = [resolve_run(index, run)]
     else:
-        runs = index.runs()
-        if not runs:
+        searched = user_runs(index.runs()) or index.runs()  # xlarun's own runs (bisect reruns) answer no plain REF
+        if not searched:
             raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
-        scopes = [runs[-1]]
+        scopes = [searched[-1]]
     hits = _match_in_run(index.modules(scopes[0].run_id), ref)
     if prefer is not None and run is None and not (len(hits) == 1 and prefer(hits[0])):
-        for candidate in reversed(index.runs()):
+        for candidate in reversed(searched):
             preferred = _match_in_run(index.modules(candidate.run_id), ref)
             if len(preferred) == 1 and prefer(preferred[0]):
                 hits = preferred
                 break
     if not hits and run is None:
-        for older in reversed(index.runs()[:-1]):  # the newest run that has such a module
+        for older in reversed(searched[:-1]):  # the newest run that has such a module
             hits = _match_in_run(index.modules(older.run_id), ref)
             if hits:
                 break

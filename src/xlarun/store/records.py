@@ -121,6 +121,12 @@ class RunInfo:
     matrix: dict | None
     tags: dict
 
+    @property
+    def made_by_xlarun(self) -> str | None:
+        """What xlarun made this run for, when it made it for its own purposes ("a bisect rerun"): such a run is
+        never what a plain name, 'latest' or a module REF without a run resolves to; its id still names it."""
+        return "a bisect rerun" if "bisect" in (self.tags or {}) else None
+
 
 @dataclass
 class FileInfo:
