@@ -28,7 +28,7 @@ ZOO = ROOT / "examples" / "zoo"
 STEPS = {
     "flax_nnx": "train_step",
     "equinox": "equinox_step",
-    "keras_jax": "one_train_step",
+    "keras_jax": "train_step",
     "tf2_conv": "conv_train_step",
     "tf1_autojit": "cluster",
     "scan_remat": "scan_step",

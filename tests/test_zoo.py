@@ -24,6 +24,14 @@ _spec.loader.exec_module(zoo)
 
 # program -> the features that fail today, and why (the bug xlarun has to fix)
 KNOWN_BUGS: dict[str, dict[str, str]] = {
+    "flax_nnx": {
+        "replay": "donation: the donated step's snapshot has 0 results for 14 outputs, replay says mismatch (also after bundle/import)"
+    },
+    "keras_jax": {"replay": "donation: replay of Keras's donated train step mismatches its snapshot (also after bundle/import)"},
+    "sharded": {
+        "replay": "8-device module fails to compile on replay: layout minor_to_major has 2 elements for f32[] (no snapshot)",
+        "bisect": "same compile failure on each step",
+    },
     "logexp": {"modules": "ranking: jit__linspace (the input maker) is listed before the program's own logexp"},
 }
 
@@ -57,5 +65,8 @@ def test_every_feature_on_the_zoo_program(name, tmp_path):
     assert set(cells) == set(zoo.FEATURES)
     assert zoo.STEPS[name] in result["step"]
     assert cells["modules"]["note"].startswith(f"first '{result['step']}'")
-    assert "match" in cells["replay"]["note"] and "compared with" in cells["replay"]["note"]
+    replay = cells["replay"]["note"]
+    assert "compared with" in replay
+    if "compared with  nothing" not in replay:  # a snapshot or a reference platform was compared: it must match
+        assert replay.startswith("match")
     assert cells["bisect"]["note"].startswith("no step diverges")
