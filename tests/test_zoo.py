@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.capture.spec import load_spec
+from xlarun.capture.spec_yaml import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("zoo_harness", ROOT / "scripts" / "zoo.py")
@@ -24,15 +24,11 @@ _spec.loader.exec_module(zoo)
 
 # program -> the features that fail today, and why (the bug xlarun has to fix)
 KNOWN_BUGS: dict[str, dict[str, str]] = {
-    "flax_nnx": {
-        "replay": "donation: the donated step's snapshot has 0 results for 14 outputs, replay says mismatch (also after bundle/import)"
-    },
     "keras_jax": {"replay": "donation: replay of Keras's donated train step mismatches its snapshot (also after bundle/import)"},
     "sharded": {
         "replay": "8-device module fails to compile on replay: layout minor_to_major has 2 elements for f32[] (no snapshot)",
         "bisect": "same compile failure on each step",
     },
-    "logexp": {"modules": "ranking: jit__linspace (the input maker) is listed before the program's own logexp"},
 }
 
 
