@@ -20,3 +20,14 @@ def test_the_before_optimizations_dump_is_offered_even_when_it_is_the_choice():
 def test_a_module_without_a_before_optimizations_dump_has_none_to_offer():
     choice = choose_replay_input([("module_0001.jit_f.cpu_after_optimizations.hlo.pb", None)], read=lambda path: b"")
     assert choice.unoptimized is None
+
+
+def test_a_timeout_with_in_process_replay_is_refused_not_ignored(cli, tmp_path):
+    """The replay ran past it silently: XLA in xlarun's own process cannot be stopped."""
+    out = cli("replay", "anything", "--in-process", "--timeout", "30", "--store", tmp_path)
+    assert out.exit_code == 2 and "--timeout cannot be kept with --in-process" in out.stderr
+
+
+def test_an_unknown_file_kind_is_a_usage_error_naming_the_kinds(cli, tmp_path):
+    out = cli("files", "--kind", "bogus", "--store", tmp_path)
+    assert out.exit_code == 2 and "no file kind 'bogus'" in out.stderr and "tf-graph" in out.stderr

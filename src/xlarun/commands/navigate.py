@@ -72,9 +72,14 @@ def files(
     them with why, as are files archived with a caveat (a name that is not UTF-8, still being written).
     """
     from xlarun.console import print_json
+    from xlarun.errors import InputError
+    from xlarun.hlo.names import KINDS
     from xlarun.navigate.refs import resolve_run
     from xlarun.present import print_files
 
+    unknown = sorted(set(kind or ()) - set(KINDS))
+    if unknown:  # 'bogus' would list 0 files and exit 0: a typo must not read as "the run has none"
+        raise InputError(f"no file kind {', '.join(map(repr, unknown))}", f"the kinds are {', '.join(KINDS)}")
     the_store = open_store(store)
     index = the_store.index
     info = resolve_run(index, run)

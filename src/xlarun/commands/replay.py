@@ -130,7 +130,9 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
     from xlarun.replay import replay_file
     from xlarun.replay.record import replay_and_record_file, replay_stored_module
 
+    given = ref
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: replayed from a temporary store
+    from_bundle = ref != given  # that store goes when the command ends: nothing of the replay is kept
     path = Path(ref)
     if path.is_file() and run is None:
         the_store = _existing_store(store)
@@ -150,7 +152,7 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
         the_store = open_store(store)
         module = resolve_module(the_store.index, ref, run=run)
         record = replay_stored_module(the_store, module, options, sink, file=file)
-        _report(record.result, record.replay_id, module, as_json)
+        _report(record.result, None if from_bundle else record.replay_id, module, as_json)
         result = record.result
     return int(result.exit_code)
 

@@ -65,6 +65,12 @@ class ReplayOptions:
             raise InputError("error bounds cannot be negative")
         if self.max_data_bytes < 0 or (self.timeout_s is not None and self.timeout_s <= 0):
             raise InputError("--max-data-size cannot be negative and --timeout must be positive")
+        if self.isolate == "never" and self.timeout_s is not None and self.engine in ("auto", "pjrt"):
+            # XLA compiling or running in this process cannot be stopped: a timeout there would be a promise not kept
+            raise InputError(
+                "--timeout cannot be kept with --in-process: XLA running in xlarun's own process cannot be stopped",
+                "drop --in-process (the replay then runs in a child process that --timeout stops), or drop --timeout",
+            )
         return self
 
     def to_dict(self) -> dict:
