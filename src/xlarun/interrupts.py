@@ -161,3 +161,68 @@ def process_alive(pid: int | None) -> bool:
     except (OSError, IndexError):
         return not Path("/proc").is_dir()  # no /proc here: trust kill(); else it ended between the two looks
     return state not in ("Z", "X")
+
+
+#: Set in a local job's environment to its staging folder: every process the job starts inherits it (also one
+#: in a new session, which the job's process group does not hold), so the job's whole process set can be found.
+JOB_MARK = "XLARUN_JOB_DIR"
+
+
+def job_processes(run_dir: Path | str) -> list[int]:
+    """The live processes (not zombies) whose environment marks them as part of the job staged in ``run_dir``."""
+    needle = f"{JOB_MARK}={run_dir}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        if (b"\0" + needle) in (b"\0" + environ) and process_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_job_processes(run_dir: Path | str, grace_s: float) -> list[int]:
+    """SIGTERM the job's whole process set, then SIGKILL what is left after ``grace_s``; returns who was signalled."""
+    import time
+
+    pids = job_processes(run_dir)
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [pid for pid in pids if process_alive(pid)]
+    for pid in job_processes(run_dir):
+        _kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+#: The watchdog a local job runs beside: it waits for its stdin to close (xlarun ended, also by kill -9), then
+#: SIGKILLs every process that still carries the job's mark. Self-contained: python -c, no xlarun import.
+WATCHDOG = r"""
+import os, signal, sys
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+needle = ("\0%s=%s\0" % (sys.argv[1], sys.argv[2])).encode()
+while sys.stdin.buffer.read(65536):
+    pass
+for rounds in range(3):
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % name, "rb") as f:
+                    if needle in b"\0" + f.read():
+                        os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+"""
