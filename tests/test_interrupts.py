@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 from xlarun.errors import ExitCode
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
@@ -23,7 +25,7 @@ def test_a_signal_sets_cancel_and_is_named():
     request = StopRequest()
     with stop_on_signals(request):
         os.kill(os.getpid(), signal.SIGTERM)
-        assert request.cancel.is_set() and request.signal_name == "SIGTERM"
+        assert request.cancel.wait(10) and request.signal_name == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -48,6 +50,7 @@ def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
             request.archiving("20261123-000000-abcd", tmp_path / "store" / "staging" / "20261123-000000-abcd"),
         ):
             os.kill(os.getpid(), signal.SIGINT)  # the first: wait for the commit
+            assert request.cancel.wait(10)  # acted on by the watcher thread, after the line is said
     finally:
         signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
@@ -55,3 +58,34 @@ def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
         "xlarun: SIGINT while archiving run 20261123-000000-abcd: finishing the commit first (send it again to stop now; "
         "what is not committed then stays in staging/ for `xlarun recover`)"
     )
+
+
+def test_a_burst_of_signals_never_deadlocks_the_handler():
+    """Ctrl-C mashed, SIGINT and SIGTERM microseconds apart: the handler only writes to the wakeup pipe and
+    one thread acts, so nothing re-enters ``Event.set`` or a lock, and it all ends."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request = StopRequest()
+    sent = 0
+
+    def burst() -> None:
+        nonlocal sent
+        for i in range(2000):
+            os.kill(os.getpid(), signal.SIGINT if i % 2 else signal.SIGTERM)
+            sent += 1
+
+    try:
+        with stop_on_signals(request):
+            sender = threading.Thread(target=burst)
+            started = time.monotonic()
+            sender.start()
+            while sender.is_alive():
+                request.cancel.is_set()  # the main thread busy while the signals land
+                _ = request.signal_name
+            sender.join()
+            assert request.cancel.wait(10)
+            took = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sent == 2000 and took < 30
+    assert 1 <= len(request.received) <= sent  # pending signals of one kind coalesce
+    assert set(request.received) <= {signal.SIGINT, signal.SIGTERM}

@@ -128,10 +128,24 @@ def test_model_explorer_renders_the_module_in_chromium(train_step, tmp_path):
     assert server.process.poll() is not None and not _port_open(server.port)  # stopped
 
 
-def test_view_cli_serves_on_loopback_until_interrupted(train_step, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "code", "browse_first"),
+    [
+        (signal.SIGINT, 0, True),  # Ctrl-C, the documented way to stop
+        (signal.SIGINT, 0, False),  # at once after the URL (under load, before the server is waited on)
+        (signal.SIGTERM, 143, False),
+        (signal.SIGHUP, 129, False),
+    ],
+    ids=["sigint", "sigint-at-once", "sigterm", "sighup"],
+)
+def test_view_cli_serves_on_loopback_until_stopped(train_step, tmp_path, sig, code, browse_first):
+    """Issue 24, item 8: whatever stops `view`, Model Explorer stops listening and the temp folder goes."""
     pytest.importorskip("model_explorer", reason="needs the view extra (pip install ai-edge-model-explorer)")
     store, _module = train_step
-    env = {**os.environ, "XLARUN_STORE": str(store.root)}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "XLARUN_STORE": str(store.root), "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "xlarun", "view", "jit_train_step", "--no-browser"],
         env=env,
@@ -139,7 +153,7 @@ def test_view_cli_serves_on_loopback_until_interrupted(train_step, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)],
     )  # a background suite ignores SIGINT
     try:
         url = ""
@@ -149,11 +163,14 @@ def test_view_cli_serves_on_loopback_until_interrupted(train_step, tmp_path):
                 break
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
         port = int(url.split(":")[2].split("/")[0])
-        with urllib.request.urlopen(url, timeout=30) as response:
-            assert response.status == 200 and b"Model Explorer" in response.read()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        assert [p.name for p in temp.iterdir() if p.name.startswith("xlarun-view-")]
+        if browse_first:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                assert response.status == 200 and b"Model Explorer" in response.read()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code, proc.stderr.read()
         assert not _port_open(port)
+        assert [p.name for p in temp.iterdir() if p.name.startswith("xlarun-view-")] == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -58,12 +58,14 @@ class StopRequest:
                 self._archiving.pop(run_id, None)
 
     def on_signal(self, signum: int, _frame=None) -> None:
-        """The handler installed by :func:`stop_on_signals`."""
+        """Act on stop signal ``signum``: record it, cancel the job, and while archiving hold it (the first) or
+        stop xlarun at once (the next). Called by :func:`stop_on_signals`' watcher thread, never from a
+        signal handler, so a burst of signals cannot re-enter it (nor the locks it takes)."""
         self.received.append(signum)
-        self.cancel.set()
         with self._lock:
             left = dict(self._archiving)
         if not left:
+            self.cancel.set()
             return
         name = signal.Signals(signum).name
         if not self._held:
@@ -72,6 +74,7 @@ class StopRequest:
                 f"xlarun: {name} while archiving run {', '.join(left)}: finishing the commit first "
                 f"(send it again to stop now; what is not committed then stays in staging/ for `xlarun recover`)"
             )
+            self.cancel.set()
             return
         for run_id, staging in left.items():
             _say(
@@ -88,24 +91,59 @@ def _say(line: str) -> None:
         pass
 
 
+def _noted(_signum: int, _frame) -> None:
+    """The Python-level handler: does nothing. The C-level handler has already written the signal's number
+    to the wakeup pipe (:func:`signal.set_wakeup_fd`), which is all a signal does here: async-signal-safe,
+    and a burst of signals (Ctrl-C mashed, SIGINT and SIGTERM a few ms apart) cannot re-enter a lock."""
+
+
+def _watch(read_fd: int, request: StopRequest) -> None:
+    """Read the signal numbers the wakeup pipe carries and act on each, in order, in this one thread."""
+    while True:
+        try:
+            chunk = os.read(read_fd, 512)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return  # the write end closed: stop_on_signals is leaving
+        for signum in chunk:
+            if signum in STOP_SIGNALS:
+                request.on_signal(signum)
+
+
 @contextmanager
 def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     """Route SIGINT, SIGTERM and SIGHUP to ``request`` while inside (from the main thread; elsewhere a no-op).
-    Signals ignored when entering stay ignored; the previous handlers come back on exit."""
+    Signals ignored when entering stay ignored; the previous handlers come back on exit.
+
+    The handler only records: the signal's number goes down a pipe (:func:`signal.set_wakeup_fd`, written
+    by CPython's C-level handler) and a watcher thread acts on it (:meth:`StopRequest.on_signal`), so the
+    main thread may be anywhere -- waiting on the job, inside a lock, committing -- when signals arrive."""
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(read_fd, True)
+    watcher = threading.Thread(target=_watch, args=(read_fd, request), name="xlarun-signals", daemon=True)
+    watcher.start()
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     previous = {}
-    for sig in STOP_SIGNALS:
-        current = signal.getsignal(sig)
-        if current is signal.SIG_IGN:
-            continue  # nohup, or a background job: the user asked for this signal to be ignored
-        previous[sig] = signal.signal(sig, request.on_signal)
     try:
+        for sig in STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN:
+                continue  # nohup, or a background job: the user asked for this signal to be ignored
+            previous[sig] = signal.signal(sig, _noted)
         yield request
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)  # the watcher reads what is left, then the end of the pipe
+        watcher.join(timeout=10)
+        os.close(read_fd)
 
 
 def process_alive(pid: int | None) -> bool:
@@ -123,3 +161,68 @@ def process_alive(pid: int | None) -> bool:
     except (OSError, IndexError):
         return not Path("/proc").is_dir()  # no /proc here: trust kill(); else it ended between the two looks
     return state not in ("Z", "X")
+
+
+#: Set in a local job's environment to its staging folder: every process the job starts inherits it (also one
+#: in a new session, which the job's process group does not hold), so the job's whole process set can be found.
+JOB_MARK = "XLARUN_JOB_DIR"
+
+
+def job_processes(run_dir: Path | str) -> list[int]:
+    """The live processes (not zombies) whose environment marks them as part of the job staged in ``run_dir``."""
+    needle = f"{JOB_MARK}={run_dir}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        if (b"\0" + needle) in (b"\0" + environ) and process_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_job_processes(run_dir: Path | str, grace_s: float) -> list[int]:
+    """SIGTERM the job's whole process set, then SIGKILL what is left after ``grace_s``; returns who was signalled."""
+    import time
+
+    pids = job_processes(run_dir)
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [pid for pid in pids if process_alive(pid)]
+    for pid in job_processes(run_dir):
+        _kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+#: The watchdog a local job runs beside: it waits for its stdin to close (xlarun ended, also by kill -9), then
+#: SIGKILLs every process that still carries the job's mark. Self-contained: python -c, no xlarun import.
+WATCHDOG = r"""
+import os, signal, sys
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+needle = ("\0%s=%s\0" % (sys.argv[1], sys.argv[2])).encode()
+while sys.stdin.buffer.read(65536):
+    pass
+for rounds in range(3):
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % name, "rb") as f:
+                    if needle in b"\0" + f.read():
+                        os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+"""

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -120,3 +121,107 @@ def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
     assert (lost, crashes, hangs) == (0, 0, 0)
     assert len(state.runs) == trials and state.leftovers == 0
     assert figures_by["kills"] >= trials // 2
+
+
+#: A job whose child escapes its process group (a new session), as a launcher or a server would.
+ESCAPING_CHILD = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+print("ready", child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_nothing_a_job_started_outlives_a_stopped_or_killed_capture(tmp_path, how, figures):
+    """Issue 24, item 5: a child in a new session used to keep running after SIGTERM/SIGHUP (xlarun waited
+    20 s for its pipes) and after kill -9 of xlarun. Now it is stopped with the job, and after kill -9 the
+    watchdog beside the job stops it within seconds."""
+
+    spec = write_spec(tmp_path, "name: escaping\nscript: job.py\n", ESCAPING_CHILD)
+    proc = xlarun("capture", str(spec), store=tmp_path / "s")
+    lines = wait_for_line(proc, "ready")
+    child = int(lines[-1].split()[1])
+    started = time.monotonic()
+    proc.send_signal(getattr(signal, how))
+    proc.communicate(timeout=60)
+    took = time.monotonic() - started
+    gone = _gone_within(child, 10)
+    if not gone:
+        os.kill(child, signal.SIGKILL)
+    figures(tried=1, clean=int(gone), orphaned=int(not gone), seconds=round(took, 1))
+    assert gone, f"the job's child {child} outlived xlarun ({how})"
+    if how != "SIGKILL":
+        assert proc.returncode == 128 + getattr(signal, how) and took < 15
+
+
+@pytest.mark.slow
+def test_recover_refuses_a_folder_whose_job_still_runs(tmp_path):
+    """kill -9 of xlarun and its watchdog together leaves the job running: recover must not commit a run
+    that is still being written; once the job is gone it recovers."""
+
+    spec = write_spec(tmp_path, "name: escaping\nscript: job.py\n", ESCAPING_CHILD)
+    proc = xlarun("capture", str(spec), store=tmp_path / "s")
+    child = int(wait_for_line(proc, "ready")[-1].split()[1])
+    watchdogs = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and b"XLARUN_JOB_DIR" in _read(p / "cmdline") and _ppid(p) == proc.pid
+    ]
+    assert len(watchdogs) == 1
+    for pid in (proc.pid, *watchdogs):
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    try:
+        assert _alive(child)
+        env = dict(os.environ, XLARUN_STORE=str(tmp_path / "s"))
+        refused = subprocess.run(
+            [sys.executable, "-m", "xlarun", "recover"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "its job still runs" in refused.stderr and f" {child}" in refused.stderr.split("(kill", 1)[1], refused.stderr
+        assert Store.open(tmp_path / "s").run_ids() == []
+    finally:
+        os.kill(child, signal.SIGKILL)
+        job_pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _has_mark(p, tmp_path)]
+        for pid in job_pids:
+            os.kill(pid, signal.SIGKILL)
+    assert _gone_within(child, 10)
+    deadline = time.monotonic() + 10
+    while any(_has_mark(p, tmp_path) for p in Path("/proc").iterdir() if p.name.isdigit()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    done = subprocess.run([sys.executable, "-m", "xlarun", "recover"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(Store.open(tmp_path / "s").run_ids()) == 1
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _ppid(proc_dir: Path) -> int:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _has_mark(proc_dir: Path, under: Path) -> bool:
+    return f"XLARUN_JOB_DIR={under}".encode() in _read(proc_dir / "environ")

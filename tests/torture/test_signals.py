@@ -158,3 +158,15 @@ def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
     assert sorted(state.statuses.values()) == ["interrupted", "interrupted"]
     store = Store.open(store_root)
     assert {store.manifest(r)["signal"] for r in state.runs} == {"SIGTERM"}
+
+
+def test_bursts_of_stop_signals_never_hang_a_capture(tmp_path, figures):
+    """Issue 24, item 2: SIGINT, SIGTERM and SIGHUP a few ms apart (Ctrl-C mashed) used to re-enter the
+    handler inside ``Event.set`` and hang xlarun for good. 100 randomized bursts against a cheap job: every
+    capture ends with a signal's exit code, its job gone, nothing left in staging. (500 and more:
+    ``python -m tests.torture.bursts 500``.)"""
+    from .bursts import run_bursts
+
+    numbers = run_bursts(tmp_path, 100, seed=24, hang_s=60)
+    figures(**numbers)
+    assert numbers == {"tried": 100, "clean": 100, "lost": 0, "hung": 0, "orphaned": 0}

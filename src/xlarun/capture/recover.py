@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xlarun.capture.launch import file_note_warnings
+from xlarun.interrupts import job_processes
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
 from xlarun.store.facade import Store
@@ -68,6 +69,12 @@ def recover_folder(store: Store, leftover: Leftover) -> RecoveredRun:
             return RecoveredRun(leftover.run_id, error="another xlarun is recovering it")
         if not folder.is_dir() or folder not in store.stale_staging():
             return RecoveredRun(leftover.run_id, error="no longer left over (recovered, deleted, or its capture still runs)")
+        running = job_processes(folder)
+        if running:  # its capture died, but what the job started still writes into the folder
+            return RecoveredRun(
+                leftover.run_id,
+                error=f"its job still runs: stop it (kill {' '.join(map(str, running[:8]))}) or let it end, then recover",
+            )
         claim.seek(0)
         claim.truncate()
         claim.write(str(os.getpid()))  # ours now: gc and other recoveries leave it alone

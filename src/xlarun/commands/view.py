@@ -45,6 +45,7 @@ def view(
     from xlarun.commands.share import bundle_or_ref
     from xlarun.console import say
     from xlarun.errors import EnvironmentProblem
+    from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
     from xlarun.navigate.refs import resolve_module
     from xlarun.navigate.select import stage_of
     from xlarun.view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
@@ -55,20 +56,26 @@ def view(
     store, ref, run = bundle_or_ref(ref, store, run)
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
-    with tempfile.TemporaryDirectory(prefix="xlarun-view-") as folder:
+    stop = StopRequest()
+    # Ctrl-C, SIGTERM and SIGHUP are routed to `stop` from here on, also while the server starts: the server's
+    # process group and the temp folder go away in every case
+    with stop_on_signals(stop), tempfile.TemporaryDirectory(prefix="xlarun-view-") as folder:
         graph = write_model_explorer_json(
             the_store, module, Path(folder) / f"{module.name or module.module_id}.{stage}.json", stage
         )
-        with ModelExplorerServer.start(graph, port) as server:
-            say(f"Model Explorer shows [bold]{module.label}[/bold] ({stage}) at")
-            typer.echo(server.url, nl=True)
-            typer.echo("(serving on 127.0.0.1 only; Ctrl-C stops it)", err=True)
-            if not no_browser:
-                webbrowser.open_new_tab(server.url)
-            try:
-                server.wait()
-            except KeyboardInterrupt:
-                typer.echo("stopped", err=True)
+        if not stop.cancel.is_set():
+            with ModelExplorerServer.start(graph, port) as server:
+                say(f"Model Explorer shows [bold]{module.label}[/bold] ({stage}) at")
+                typer.echo(server.url, nl=True)
+                typer.echo("(serving on 127.0.0.1 only; Ctrl-C stops it)", err=True)
+                if not no_browser and not stop.cancel.is_set():
+                    webbrowser.open_new_tab(server.url)
+                while not stop.cancel.wait(0.2) and server.process.poll() is None:
+                    pass
+                if stop.cancel.is_set():
+                    typer.echo("stopped", err=True)
+    if stop.signal_name not in (None, "SIGINT"):
+        raise typer.Exit(exit_code_for(stop.signal_name))  # SIGTERM 143, SIGHUP 129; Ctrl-C is the way to stop: 0
 
 
 def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None:

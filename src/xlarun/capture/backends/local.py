@@ -1,15 +1,21 @@
-"""The local backend: the job is a subprocess of xlarun, in its own process group."""
+"""The local backend: the job is a subprocess of xlarun, in its own process group.
+
+What the job starts is tracked beyond its group: every process carries the job's mark in its environment
+(:data:`xlarun.interrupts.JOB_MARK`), so a child in a new session is stopped with the rest, and a watchdog
+process beside the job SIGKILLs the whole set when xlarun ends without doing so (kill -9)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
+from xlarun.interrupts import JOB_MARK, WATCHDOG, job_processes, kill_job_processes
 from xlarun.store.records import RunStatus, utc_now
 
 #: After SIGTERM, how long the job gets to exit before SIGKILL.
@@ -43,25 +49,27 @@ def _group_alive(proc: subprocess.Popen) -> bool:
         return False
 
 
-def _stop_leftovers(proc: subprocess.Popen) -> bool:
+def _stop_leftovers(proc: subprocess.Popen, run_dir: Path) -> bool:
     """The job's main process has exited: give what it left running in its process group (a writer, a
     server) a moment to end, then stop it, so that nothing writes into the run while it is archived and
     the output pipes close. Returns whether anything had to be stopped."""
     deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while _group_alive(proc):
+    while _group_alive(proc) or job_processes(run_dir):
         if time.monotonic() >= deadline:
             _signal_group(proc, signal.SIGTERM)
             end = time.monotonic() + GRACE_S
             while _group_alive(proc) and time.monotonic() < end:
                 time.sleep(0.05)
             _signal_group(proc, signal.SIGKILL)
+            kill_job_processes(run_dir, GRACE_S)
             return True
         time.sleep(0.05)
     return False
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the whole process group, then SIGKILL it if it lingers."""
+def _stop(proc: subprocess.Popen, run_dir: Path) -> None:
+    """SIGTERM the whole process group, then SIGKILL it if it lingers; the same for the processes the job
+    started outside its group (a new session)."""
     _signal_group(proc, signal.SIGTERM)
     try:
         proc.wait(timeout=GRACE_S)
@@ -69,6 +77,33 @@ def _stop(proc: subprocess.Popen) -> None:
         pass
     _signal_group(proc, signal.SIGKILL)  # children may outlive the leader
     proc.wait()
+    kill_job_processes(run_dir, GRACE_S)
+
+
+def _start_watchdog(run_dir: Path) -> subprocess.Popen | None:
+    """The process that stops the job's set if xlarun dies first: it ends when its stdin (our pipe) closes."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-c", WATCHDOG, JOB_MARK, str(run_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the terminal's group does not reach it
+        )
+    except OSError:
+        return None  # the job still runs; only the kill -9 guard is missing
+
+
+def _end_watchdog(watchdog: subprocess.Popen | None) -> None:
+    if watchdog is None:
+        return
+    if watchdog.stdin is not None:
+        watchdog.stdin.close()
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 class LocalBackend:
@@ -81,17 +116,19 @@ class LocalBackend:
 
     def launch(self, job: Job, sink: OutputSink) -> LaunchResult:
         started = utc_now()
+        watchdog = _start_watchdog(job.run_dir)
         try:
             proc = subprocess.Popen(
                 job.argv,
                 cwd=job.cwd,
-                env=job.env,
+                env={**job.env, JOB_MARK: str(job.run_dir)},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # own process group: a timeout or Ctrl-C kills the job's children too
             )
         except OSError as exc:
+            _end_watchdog(watchdog)
             return LaunchResult(
                 RunStatus.ERROR, None, started, utc_now(), error=f"cannot start {job.argv[0]}: {exc.strerror or exc}"
             )
@@ -112,22 +149,23 @@ class LocalBackend:
                 except subprocess.TimeoutExpired:
                     if job.cancel.is_set():
                         status = RunStatus.INTERRUPTED
-                        _stop(proc)
+                        _stop(proc, job.run_dir)
                         break
                     if deadline is not None and time.monotonic() >= deadline:
                         status = RunStatus.TIMED_OUT
-                        _stop(proc)
+                        _stop(proc, job.run_dir)
                         break
         except KeyboardInterrupt:
             status = RunStatus.INTERRUPTED
-            _stop(proc)
+            _stop(proc, job.run_dir)
         details: dict[str, object] = {"pid": proc.pid}
-        if status is None and _stop_leftovers(proc):
+        if status is None and _stop_leftovers(proc, job.run_dir):
             details["stopped_leftovers"] = (
                 f"processes the job left running in its process group were stopped {LEFTOVER_GRACE_S:g} s after it exited"
             )
         for pump in pumps:
             pump.join(timeout=10)
+        _end_watchdog(watchdog)
         exit_code = proc.returncode
         if status is None:
             status = RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
