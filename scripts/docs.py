@@ -46,8 +46,8 @@ def cli_reference() -> str:
 
 
 def front_page() -> str:
-    """README.md with its links into docs/ made relative to the site."""
-    readme = (ROOT / "README.md").read_text()
+    """README.md (its zoo table current) with its links into docs/ made relative to the site."""
+    readme = zoo_table_in_readme()
     readme = re.sub(r"\]\(docs/", "](", readme)
     readme = re.sub(r"\]\((ARCHITECTURE\.md|bench/README\.md|containers/README\.md)\)", r"](https://example.invalid/\1)", readme)
     return readme
@@ -140,8 +140,28 @@ def benchmarks_page() -> str:
     return "".join(parts)
 
 
+def zoo_table_in_readme() -> str:
+    """README.md with the zoo table between its markers made from bench/zoo-results.json (scripts/zoo.py's table)."""
+    import importlib.util
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    results = ROOT / "bench" / "zoo-results.json"
+    if not results.exists() or "<!-- zoo table -->" not in readme:
+        return readme
+    spec = importlib.util.spec_from_file_location("zoo_for_docs", ROOT / "scripts" / "zoo.py")
+    assert spec and spec.loader
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    table = zoo.table(json.loads(results.read_text())).strip()
+    head, rest = readme.split("<!-- zoo table -->", 1)
+    _old, tail = rest.split("<!-- /zoo table -->", 1)
+    return f"{head}<!-- zoo table -->\n{table}\n<!-- /zoo table -->{tail}"
+
+
 def generated() -> dict[Path, str]:
     return {
+        ROOT / "README.md": zoo_table_in_readme(),
         ROOT / "docs" / "reference" / "cli.md": cli_reference(),
         ROOT / "docs" / "index.md": front_page(),
         ROOT / "docs" / "benchmarks.md": benchmarks_page(),
