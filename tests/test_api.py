@@ -119,6 +119,7 @@ def test_text_display_is_what_the_cli_prints(captured, cli):
     assert str(store.modules(plain)).splitlines()[0].split() == [
         "id",
         "name",
+        "code",  # whose code a module is: yours, framework, or undecided
         "stages",
         "passes",
         "instr",
