@@ -150,9 +150,11 @@ def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
     flipped = [t for t in data["trials"] if t["disabled"] == ["float-normalization-bf16"]]
     assert flipped and flipped[0]["flipped"] and flipped[0]["value"] == pytest.approx(-113.007385)
     assert data["reruns"] < 2 * len(data["disabled_passes"])  # delta debugging, not one rerun per pass
-    runs = cli("runs", "--store", store, "--json")
+    runs = cli("runs", "--all", "--store", store, "--json")
     tagged = [r for r in json.loads(runs.stdout) if r["tags"].get("bisect")]
     assert len(tagged) == data["reruns"] + 2  # and the two baseline runs
+    # the reruns are xlarun's own: a plain listing leaves them out
+    assert not [r for r in json.loads(cli("runs", "--store", store, "--json").stdout) if r["tags"].get("bisect")]
     # the reruns hold bf16_sum without pass dumps: a name alone still finds the run captured pass by pass
     code, by_replay = _bisect_json(cli, "bf16_sum", "--store", store)
     assert code == 1 and by_replay["culprit_pass"] == "float-normalization-bf16"

@@ -4,6 +4,10 @@ The torture tests use it to prove that a ``kill -9`` between any two steps leave
 ``XLARUN_KILL_AT=pack-written:3`` kills at the third time a pack is written; ``XLARUN_KILL_AT=7`` at the
 seventh kill point reached, whatever its name. Unset (always, outside the tests), a kill point costs one
 dictionary lookup.
+
+``XLARUN_HOLD_AT=STEP`` with ``XLARUN_HOLD_FILE=PATH`` pauses instead: at the step's first hit xlarun creates
+PATH and waits while it exists (at most two minutes), so a test can send signals into a step for certain
+rather than by timing.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 _lock = threading.Lock()
 _hits: dict[str, int] = {}
@@ -18,6 +23,8 @@ _hits: dict[str, int] = {}
 
 def kill_point(step: str) -> None:
     """SIGKILL this process if ``XLARUN_KILL_AT`` names this step (and this is its Nth hit)."""
+    if os.environ.get("XLARUN_HOLD_AT") == step:
+        _hold(step)
     wanted = os.environ.get("XLARUN_KILL_AT")
     if not wanted:
         return
@@ -35,3 +42,18 @@ def kill_point(step: str) -> None:
             with open(trace, "a") as out:
                 out.write(f"{step}\n")
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold(step: str) -> None:
+    """Wait while ``XLARUN_HOLD_FILE`` exists, having created it at this step's first hit."""
+    path = os.environ.get("XLARUN_HOLD_FILE")
+    with _lock:
+        first = f"hold:{step}" not in _hits
+        _hits[f"hold:{step}"] = 1
+    if not path or not first:
+        return
+    with open(path, "w") as out:
+        out.write(f"{os.getpid()} {step}\n")
+    deadline = time.monotonic() + 120
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)

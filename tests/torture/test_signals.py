@@ -98,37 +98,56 @@ def test_sighup_ignored_by_nohup_stays_ignored(tmp_path):
     assert [r.status for r in store.index.runs()] == ["succeeded"] and store.manifest(store.run_ids()[0])["signal"] is None
 
 
-def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures):
-    spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
-    proc = xlarun("capture", str(spec), store=tmp_path / "s")
+def _held_in_archiving(tmp_path: Path, spec: Path) -> tuple[subprocess.Popen, Path]:
+    """A capture stopped by SIGTERM and held (``XLARUN_HOLD_AT``) in the middle of archiving, its packs
+    written and its commit not yet made: signals land there for certain, however fast the machine."""
+    hold = tmp_path / "held"
+    env = {"XLARUN_HOLD_AT": "packs-written", "XLARUN_HOLD_FILE": str(hold)}
+    proc = xlarun("capture", str(spec), store=tmp_path / "s", env=env)
     job = int(wait_for_line(proc, "ready", timeout=120)[-1].split()[1])
     proc.send_signal(signal.SIGTERM)
-    wait_gone([job])  # the job is stopped: archiving 3000 files and 80 MB has begun
+    wait_gone([job])
+    deadline = time.monotonic() + 120
+    while not hold.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert hold.exists(), f"xlarun never reached the archive's packs-written step: {proc.poll()}"
+    return proc, hold
+
+
+def _stderr_until(proc: subprocess.Popen, needle: str) -> list[str]:
+    lines: list[str] = []
+    while not lines or needle not in lines[-1]:
+        line = proc.stderr.readline()
+        assert line, f"xlarun ended ({proc.wait()}) before saying {needle!r}: {lines}"
+        lines.append(line)
+    return lines
+
+
+def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures):
+    spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
+    proc, hold = _held_in_archiving(tmp_path, spec)
     proc.send_signal(signal.SIGTERM)
+    said = _stderr_until(proc, "while archiving run")
+    assert "finishing the commit first" in said[-1]
+    hold.unlink()  # archiving goes on, and commits
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.TERMINATED, err
-    assert "SIGTERM while archiving run" in err and "finishing the commit first" in err
     state = assert_sound(tmp_path / "s")
     [run_id] = state.runs
     assert state.statuses[run_id] == "interrupted" and state.leftovers == 0
+    assert f"stopped by SIGTERM; run {run_id} is archived" in err
     assert Store.open(tmp_path / "s").manifest(run_id)["files"] == 3001
     figures(signals=2, exit_code=proc.returncode, runs_lost=0, exit4_crashes=0, hangs=0)
 
 
 def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
-    proc = xlarun("capture", str(spec), store=tmp_path / "s")
-    job = int(wait_for_line(proc, "ready", timeout=120)[-1].split()[1])
+    proc, hold = _held_in_archiving(tmp_path, spec)
     proc.send_signal(signal.SIGTERM)
-    wait_gone([job])  # archiving has begun
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    _stderr_until(proc, "while archiving run")
+    proc.send_signal(signal.SIGTERM)  # the third: xlarun stops at once, its hold never released
     _out, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if "stopped while archiving" in line]
-    if proc.returncode in (ExitCode.TERMINATED, -signal.SIGTERM) and not lines:  # killed by the default handler after capture()
-        assert len(assert_sound(tmp_path / "s").runs) == 1
-        pytest.skip("archiving had finished before the third signal (a fast machine): the run is committed, nothing to recover")
     assert proc.returncode == ExitCode.TERMINATED and len(lines) == 1, err
     assert "is not committed, its files are in" in lines[0] and "`xlarun recover --store" in lines[0]
     assert assert_sound(tmp_path / "s").runs == []  # nothing half-visible
