@@ -142,7 +142,7 @@ def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures)
 
 def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
-    proc, hold = _held_in_archiving(tmp_path, spec)
+    proc, _hold = _held_in_archiving(tmp_path, spec)
     proc.send_signal(signal.SIGTERM)
     _stderr_until(proc, "while archiving run")
     proc.send_signal(signal.SIGTERM)  # the third: xlarun stops at once, its hold never released
