@@ -262,12 +262,28 @@ def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
         ("jit__linspace", [("/home/u/job.py", "main"), ("/home/u/job.py", "<module>")], False),
         # a function of the same name in an installed package is not the user's
         ("jit_apply", [("/venv/lib/python3.12/site-packages/flax/linen/module.py", "apply")], False),
+        # the user's step, nested in main, in a project folder named like a framework (the zoo's equinox/)
+        ("jit_equinox_step", [("/home/u/equinox/program.py", "main.<locals>.equinox_step")], True),
+        ("jit_train", [("/home/u/flax/train.py", "train")], True),
+        # a framework's source checkout (an editable install) is the framework's
+        ("jit_train_step", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")], False),
+        ("jit_update", [("/src/optax/optax/_src/alias.py", "update")], False),
+        ("jit_apply", [("/src/jax/jax/_src/api.py", "apply")], False),
     ],
 )
 def test_where_a_modules_code_lives_is_read_from_its_frame_tables(module, frames, own):
     from xlarun.store.code_origin import own_code
 
     assert own_code(_framed(module, frames)) is own
+
+
+def test_a_run_whose_framework_prints_frame_tables_calls_a_module_without_them_the_frameworks():
+    from xlarun.store.code_origin import settle_own_code
+
+    # jax 0.8+: x.astype outside any jit compiles jit_convert_element_type, which names no source at all
+    assert settle_own_code([True, None, False, None]) == [True, False, False, False]
+    # older JAX and TF print no tables: nothing is told, nothing is guessed
+    assert settle_own_code([None, None]) == [None, None]
 
 
 def test_a_module_without_frame_tables_is_untold():

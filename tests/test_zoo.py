@@ -24,12 +24,6 @@ _spec.loader.exec_module(zoo)
 
 # program -> the features that fail today, and why (the bug xlarun has to fix)
 KNOWN_BUGS: dict[str, dict[str, str]] = {
-    "keras_jax": {
-        "modules": "ranking: Keras's train step is not recognised as the user's code, a jit_convert_element_type is listed first"
-    },
-    "equinox": {
-        "modules": "ranking: the filter_jit-wrapped step is not recognised as the user's code, jit_stage is listed first"
-    },
     "sharded": {
         "replay": "8-device module fails to compile on replay: layout minor_to_major has 2 elements for f32[] (no snapshot)",
         "bisect": "same compile failure on each step",

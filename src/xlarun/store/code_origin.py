@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import re
 
-#: Where a framework's own code lives; a user's files are anywhere else.
+#: Where a framework's own code lives: an installed package, or the inner folders of a framework's source
+#: checkout (an editable install). A user's files are anywhere else, also in a folder named like a framework
+#: (``~/work/equinox/train.py`` is the user's).
 _FRAMEWORK_FILE = re.compile(
-    r"/(?:site|dist)-packages/|(?:^|/)(?:jax/_src|jaxlib|tensorflow|keras|flax|optax|equinox|torch|torch_xla)/"
+    r"/(?:site|dist)-packages/"
+    r"|(?:^|/)(?:jax/_src|jax/experimental|jaxlib|tensorflow/python|tensorflow/compiler|keras/src|tf_keras/src"
+    r"|flax/(?:nnx|linen|core|training)|optax/_src|equinox/(?:_\w+|nn|internal)|torch/(?:_\w+|nn|autograd)"
+    r"|torch_xla/(?:core|_internal|distributed))(?:/|\.py$)"
 )
 _TABLE = re.compile(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
 _LOCATION = re.compile(rb"file_name_id=(\d+) function_name_id=(\d+)")
@@ -44,6 +49,15 @@ def own_code(data: bytes) -> bool | None:
         if path and not is_framework_file(path) and simple == target.strip("_"):
             return True
     return False
+
+
+def settle_own_code(decided: list[bool | None]) -> list[bool | None]:
+    """A run's modules' ``own_code`` made consistent: where some module carries stack-frame tables (its
+    framework prints them), a module without any names no source of the user's (``x.astype`` outside a jit,
+    a framework's helper) and is the framework's (False); where none does (older JAX, TF), all stay untold."""
+    if all(d is None for d in decided):
+        return decided
+    return [False if d is None else d for d in decided]
 
 
 def _table(rows: bytes) -> dict[bytes, str]:

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from xlarun.errors import StoreError
 from xlarun.hlo.names import DumpName, decode_dump_name
+from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import _NOT_MODULE_FILES, Index, _storable, tie_to_named_modules
 from xlarun.store.records import StoredFile
 from xlarun.store.runs import RunStore
@@ -66,8 +67,12 @@ def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) ->
                 for module_id in holders[key]:
                     terms.add(module_id, found.terms)
         gathered = gathering.result()
-        for module_id, members in sorted(by_module.items()):
-            summary = summarize_module(store, facts, module_id, members, counts, gathered)
+        summaries = [
+            summarize_module(store, facts, module_id, members, counts, gathered)
+            for module_id, members in sorted(by_module.items())
+        ]
+        for summary, settled in zip(summaries, settle_own_code([s.own_code for s in summaries]), strict=True):
+            summary.own_code = settled
             index.write_module(run_id, summary)
             terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
         terms.flush()
