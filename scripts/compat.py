@@ -79,7 +79,7 @@ VERSIONS = {
     ]
 }
 # What CI builds and tests for real: the oldest, a middle and the newest jaxlib, an older TF, PyTorch/XLA.
-ENDS = ("jax-0.4.30", "jax-0.7.2", "jax-0.12.0.1", "tf-2.16.2", "torch_xla-2.9.0")
+ENDS = ("jax-0.4.30", "jax-0.7.2", "jax-0.8.3", "jax-0.12.0.1", "tf-2.16.2", "torch_xla-2.9.0")
 
 
 class CompatError(Exception):
