@@ -111,7 +111,9 @@ def modules(
     cannot place, then those of only the framework's own code ("framework": jax.random, jnp.linspace...
     called from your code); within each, most compute ops (dot, convolution, collectives...), then most
     instructions. Where its code lives is read from the stack-frame tables JAX 0.8 and later print in
-    the dumps; older JAX and TF runs leave the code column blank.
+    the dumps (a module naming no source at all, such as a cast outside any jit, is the framework's);
+    older JAX and TF runs leave the code column blank. After `xlarun reindex`, older runs get the rule
+    of this version.
     """
     from xlarun.console import print_json
     from xlarun.present import print_run_modules
