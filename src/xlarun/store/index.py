@@ -335,7 +335,7 @@ class Index:
 
     def count_runs(self, batch_id: str | None = None, name: str | None = None) -> int:
         """How many runs (of a batch, of a spec name)."""
-        sql, params = "SELECT COUNT(*) FROM runs WHERE 1=1", []
+        sql, params = "SELECT COUNT(*) FROM runs WHERE 1=1", list[str]()
         if batch_id:
             sql, params = sql + " AND batch_id=?", [*params, batch_id]
         if name:
