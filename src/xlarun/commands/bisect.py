@@ -130,7 +130,8 @@ def _bisect(
     run,
     as_json,
 ) -> int:
-    from xlarun.bisect import BisectOptions, bisect_rerun
+    from xlarun.bisect import bisect_rerun
+    from xlarun.bisect.bisect_options import bisect_options
     from xlarun.bisect.recorded import bisect_and_record, now, record_bisection
     from xlarun.errors import InputError
 
@@ -167,18 +168,17 @@ def _bisect(
         the_store = open_store(store)
         # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
         target_module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
-        bisect_options = BisectOptions(
+        chosen = bisect_options(
+            tolerance=tolerance,
             reference=reference,
             reference_platform=reference_platform,
             platform=platform,
-            abs_tolerance=tolerance,
-            rel_tolerance=tolerance,
             linear=linear,
             recompile=recompile,
             inputs=inputs,
             seed=seed,
         )
-        result, record = bisect_and_record(the_store, target_module, bisect_options, sink)
+        result, record = bisect_and_record(the_store, target_module, chosen, sink)
     if as_json:
         from xlarun.console import print_json
 

@@ -95,11 +95,10 @@ def replay(
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
-    from xlarun.replay import ReplayOptions
-    from xlarun.replay.limits import parse_size
+    from xlarun.replay.options import replay_options
 
     try:
-        options = ReplayOptions(
+        options = replay_options(
             engine=engine,
             platform=platform,
             reference_platform=reference_platform,
@@ -107,14 +106,14 @@ def replay(
             rel_error_bound=rel_error_bound,
             iterations=iterations,
             seed=seed,
-            print_literals=print_literals,
             inputs=inputs,
-            runner_path=str(runner) if runner else None,
-            timeout_s=timeout,
+            print_literals=print_literals,
+            runner=runner,
             image=image,
-            max_data_bytes=parse_size(max_data_size),
-            isolate="never" if in_process else "auto",
-        ).validate()
+            timeout=timeout,
+            max_data_size=max_data_size,
+            in_process=in_process,
+        )
         sink = None if (quiet or as_json) else _stream
         code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
     except BaseException as exc:
