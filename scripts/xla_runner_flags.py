@@ -10,6 +10,14 @@ workspace.bzl), then, at that commit, the names every `tsl::Flag("name", ...)` o
 defines. One JSON file per (runner, XLA commit) records the jax tag(s), the commit, the files read, whether the
 tool also appends XLA's DebugOptions flags (`--xla_*`), and the sorted flag names: facts only, no code.
 tests/test_replay_runner_argv.py checks every command line xlarun builds against these lists.
+
+The committed fixtures come from the default tags plus jax main at cec06d116c05 (the XLA of the newest jaxlib
+tested), with a mirror of openxla/xla that holds every commit they name:
+
+  .venv/bin/python scripts/xla_runner_flags.py --xla-git XLA.git --jax-git JAX.git --out /tmp/flags \
+      jax-v0.4.30 jax-v0.4.38 jax-v0.5.0 jax-v0.5.3 jax-v0.6.2 jax-v0.7.2 jax-v0.8.3 jax-v0.9.2 jax-v0.10.2 \
+      jax-v0.11.2 jax-v0.12.0 cec06d116c05f0d52adfceee3d3b730fdbcb0ce5
+  diff -r /tmp/flags tests/fixtures/xla_runner_flags   # no difference
 """
 
 from __future__ import annotations

@@ -427,7 +427,7 @@ def runner_lines(
 ) -> tuple[list[str], list[str]]:
     """The README's runner command lines, each as replay builds it (:func:`.runner_argv.runner_command`) for a
     binary whose flags are unknown, and one sentence per flag left out because only some XLA versions define it."""
-    platform = backend if (backend or "").lower() in PLATFORMS else "cpu"
+    platform = backend if backend and backend.lower() in PLATFORMS else "cpu"
     runs = [
         ("run_hlo_module", snapshot, ReplayOptions(platform=platform), "the snapshot's real arguments"),
         ("run_hlo_module", before_txt, ReplayOptions(platform=platform, reference_platform="interpreter"), ""),

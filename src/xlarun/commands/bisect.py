@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
-from xlarun.errors import mark_json_reported
+from xlarun.commands import JsonOption, RunOption, StoreOption, json_on_failure, open_store
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -83,111 +82,76 @@ def bisect(
     Examples: xlarun bisect bf16_sum · xlarun bisect bf16_sum --linear --json ·
     xlarun bisect configs/bisect-bf16.yaml --check 'result (\\S+)' -j 2
     """
-    try:
-        code = _bisect(
-            target,
-            check,
-            tolerance,
-            linear,
-            reference,
-            reference_platform,
-            platform,
-            recompile,
-            inputs,
-            seed,
-            jobs,
-            module,
-            repeat,
-            None if (quiet or as_json) else _stream,
-            store,
-            run,
-            as_json,
-        )
-    except BaseException as exc:
-        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
-            _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
-            mark_json_reported(exc)  # the CLI's handler adds no second document
-        raise
-    raise typer.Exit(code)
-
-
-def _bisect(
-    target,
-    check,
-    tolerance,
-    linear,
-    reference,
-    reference_platform,
-    platform,
-    recompile,
-    inputs,
-    seed,
-    jobs,
-    module,
-    repeat,
-    sink,
-    store,
-    run,
-    as_json,
-) -> int:
-    from xlarun.bisect import bisect_rerun
     from xlarun.bisect.bisect_options import bisect_options
-    from xlarun.bisect.recorded import bisect_and_record, now, record_bisection
+
+    sink = None if (quiet or as_json) else _stream
+    with json_on_failure(as_json, lambda exc: _failure_document(target, exc)):
+        if target.endswith((".yaml", ".yml")) and Path(target).is_file():
+            result, record = _rerun_mode(target, check, tolerance, jobs, module, repeat, sink, store)
+        else:
+            options = bisect_options(
+                tolerance=tolerance,
+                reference=reference,
+                reference_platform=reference_platform,
+                platform=platform,
+                linear=linear,
+                recompile=recompile,
+                inputs=inputs,
+                seed=seed,
+            )
+            result, record = _replay_mode(target, check, options, sink, store, run)
+        if as_json:
+            from xlarun.console import print_json
+
+            print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
+        else:
+            from xlarun.present import print_bisection
+
+            print_bisection(result, record.bisect_id)
+    raise typer.Exit(int(result.exit_code))
+
+
+def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
+    from xlarun.bisect import bisect_rerun
+    from xlarun.bisect.recorded import now, record_bisection
     from xlarun.errors import InputError
 
+    if check is None:
+        raise InputError(
+            f"{spec} is a spec: rerun mode needs --check",
+            "--check exit, or --check 'result (\\S+)' to compare a printed number",
+        )
     started = now()
-    spec_given = target.endswith((".yaml", ".yml")) and Path(target).is_file()
-    if spec_given:
-        if check is None:
-            raise InputError(
-                f"{target} is a spec: rerun mode needs --check",
-                "--check exit, or --check 'result (\\S+)' to compare a printed number",
-            )
-        the_store = open_store(store, create=True)
-        result = bisect_rerun(
-            target,
-            the_store,
-            check,
-            abs_tolerance=tolerance,
-            rel_tolerance=tolerance,
-            jobs=jobs,
-            module=module,
-            repeat=repeat,
-            sink=sink,
+    the_store = open_store(store, create=True)
+    result = bisect_rerun(
+        spec,
+        the_store,
+        check,
+        abs_tolerance=tolerance,
+        rel_tolerance=tolerance,
+        jobs=jobs,
+        module=module,
+        repeat=repeat,
+        sink=sink,
+    )
+    options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
+    return result, record_bisection(the_store, result, options, started)
+
+
+def _replay_mode(target: str, check, options, sink, store, run):
+    from xlarun.bisect.recorded import bisect_and_record
+    from xlarun.errors import InputError
+    from xlarun.navigate.refs import resolve_module
+
+    if check is not None:
+        raise InputError(
+            "--check goes with a spec file (rerun mode)",
+            f"give the spec's path, or drop --check to bisect {target} by replay",
         )
-        options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
-        record = record_bisection(the_store, result, options, started)
-    else:
-        if check is not None:
-            raise InputError(
-                "--check goes with a spec file (rerun mode)",
-                f"give the spec's path, or drop --check to bisect {target} by replay",
-            )
-        from xlarun.navigate.refs import resolve_module
-
-        the_store = open_store(store)
-        # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
-        target_module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
-        chosen = bisect_options(
-            tolerance=tolerance,
-            reference=reference,
-            reference_platform=reference_platform,
-            platform=platform,
-            linear=linear,
-            recompile=recompile,
-            inputs=inputs,
-            seed=seed,
-        )
-        result, record = bisect_and_record(the_store, target_module, chosen, sink)
-    if as_json:
-        from xlarun.console import print_json
-
-        print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
-    else:
-        from xlarun.present import print_bisection
-
-        print_bisection(result, record.bisect_id)
-    return int(result.exit_code)
+    the_store = open_store(store)
+    # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
+    module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
+    return bisect_and_record(the_store, module, options, sink)
 
 
 def _stream(line: str) -> None:
@@ -195,8 +159,7 @@ def _stream(line: str) -> None:
     sys.stderr.flush()
 
 
-def _report_failure(target: str, exc: BaseException) -> None:
-    from xlarun.console import print_json
+def _failure_document(target: str, exc: BaseException) -> dict:
     from xlarun.errors import error_document
 
-    print_json({"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)})
+    return {"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)}
