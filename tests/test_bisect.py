@@ -276,3 +276,18 @@ def test_a_bundle_with_passes_carries_the_bisection_and_imports(cli, bisect_stor
     without = tmp_path / "plain.zip"
     assert cli("bundle", "bf16_sum", "-o", without, "--store", bisect_store).exit_code == 0
     assert not [n for n in zipfile.ZipFile(without).namelist() if "/bisections/" in n]
+
+
+def test_json_on_failure_of_each_mode_before_anything_runs(cli, tmp_path):
+    """One JSON document, the usage error's, whichever mode refuses its arguments; nothing is captured or created."""
+    spec = CONFIGS / "bisect-bf16.yaml"
+    result = cli("bisect", spec, "--store", tmp_path / "store", "--json")
+    documents = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    data = json.loads(result.stdout)
+    assert result.exit_code == data["exit_code"] == 2 and len(documents) == 1
+    assert data["subject"] == str(spec) and data["bisect_id"] is None and data["error"].endswith("rerun mode needs --check")
+    assert not (tmp_path / "store").exists()
+    code, data = _bisect_json(cli, "jit_f", "--check", "exit", "--store", tmp_path / "store")
+    assert code == 2 and data["error"] == "--check goes with a spec file (rerun mode)" and data["subject"] == "jit_f"
+    code, data = _bisect_json(cli, "jit_f", "--recompile", "some", "--store", tmp_path / "store")
+    assert code == 2 and data["error"] == "unknown recompile 'some'" and data["hint"] == "use one of: timeline, all, full"

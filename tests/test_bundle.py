@@ -69,9 +69,19 @@ def test_bundle_readme_says_what_each_file_is_and_how_to_reproduce(bundled):
             assert f"`{name}`" in readme, name
     assert f"xlarun replay {path.name}" in readme
     snapshot = next(n for n in archive.namelist() if ".snapshot." in n)
-    assert f"run_hlo_module --platform=Host --reference_platform= {snapshot}" in readme
-    assert f"hlo_runner_main --device_type=host --input_format=snapshot_proto_binary --num_repeats=3 {snapshot}" in readme
-    assert "--run_xla_backend_only dump/" in readme
+    lines = readme.splitlines()
+    snapshot_line = next(line for line in lines if line.startswith("run_hlo_module") and snapshot in line)
+    assert snapshot_line.startswith(
+        "run_hlo_module --platform=CPU --reference_platform= --input_format=pb --iterations=1 --abs_error_bound=0.001 "
+        "--rel_error_bound=0.001 --run_test_hlo_passes=false "
+    )
+    assert snapshot_line.endswith(f"{snapshot}   # the snapshot's real arguments")
+    assert (
+        f"hlo_runner_main --device_type=host --input_format=snapshot_proto_binary --num_repeats=3 --run_xla_backend_only=true {snapshot}"
+        in readme
+    )
+    assert "--run_xla_backend_only=true dump/" in readme  # the optimized text
+    assert "`--profile_execution=true` on the `hlo_runner_main` lines: XLA of jaxlib 0.5.3 and later define it" in readme
     assert "jax 0.10.2" in readme or "jax " in readme
     assert "--xla_dump_hlo_snapshots" in readme
     assert "--with-sources" in readme and "may be private" in readme
@@ -172,3 +182,45 @@ def test_pick_bundle_files_takes_passes_only_when_asked():
     assert "m.0001.p.after_a.before_b.txt" in [f.path for f in picked] and not any("snapshot" in f.path for f in picked)
     _, notes = pick_bundle_files(module, BundleOptions(snapshot_limit_bytes=1))
     assert any("over the snapshot limit" in n for n in notes)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_the_bundle_lines_are_the_lines_replay_runs(tmp_path, backend):
+    """Each runner line of a bundle's README is the argv replay runs with the same options (one builder)."""
+    import shlex
+
+    from tests.test_replay_drivers import AFTER_TXT, BEFORE_TXT, SNAPSHOT, make_runner, recorded_argv
+    from xlarun.bundle import runner_lines
+    from xlarun.replay.drivers import run_runner
+    from xlarun.replay.options import ReplayOptions
+
+    lines, left_out = runner_lines(backend, SNAPSHOT, BEFORE_TXT, AFTER_TXT, [])
+    asked = [
+        ("run_hlo_module", SNAPSHOT, ReplayOptions(platform=backend)),
+        ("run_hlo_module", BEFORE_TXT, ReplayOptions(platform=backend, reference_platform="interpreter")),
+        ("hlo_runner_main", SNAPSHOT, ReplayOptions(platform=backend, iterations=3)),
+        ("hlo_runner_main", BEFORE_TXT, ReplayOptions(platform=backend, iterations=3)),
+        ("hlo_runner_main", AFTER_TXT, ReplayOptions(platform=backend)),
+    ]
+    assert len(lines) == len(asked)
+    for line, (runner, path, options) in zip(lines, asked, strict=True):
+        folder = tmp_path / f"{runner}-{Path(path).name}"
+        folder.mkdir()
+        options.runner_path = str(make_runner(folder, runner))  # its --help lists no flag, like an unknown build
+        result = run_runner(runner, path, options)
+        replayed = recorded_argv(folder)
+        assert replayed == result.command and replayed[-1] == path
+        assert shlex.split(line.split("   # ")[0]) == [runner, *replayed[1:]]
+    assert left_out == [
+        "`--profile_execution=true` on the `hlo_runner_main` lines: XLA of jaxlib 0.5.3 and later define it"
+        " (older builds take it for a file name); add it when `hlo_runner_main --help` lists it"
+    ]
+
+
+def test_the_bundle_lines_carry_the_runs_xla_flags_and_fall_back_to_cpu():
+    from xlarun.bundle import runner_lines
+
+    lines, _ = runner_lines("tpu", None, "dump/m.before_optimizations.txt", None, ["--xla_cpu_enable_fast_math=false"])
+    assert lines[0].startswith("run_hlo_module --platform=CPU --reference_platform=Interpreter ")
+    assert all(line.endswith("--xla_cpu_enable_fast_math=false dump/m.before_optimizations.txt") for line in lines)
+    assert [line.split()[0] for line in lines] == ["run_hlo_module", "hlo_runner_main"]

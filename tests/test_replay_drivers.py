@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+from tests.runner_flags import fixtures
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay import ReplayOptions, replay_file
 from xlarun.replay.drivers import (
@@ -28,20 +31,47 @@ from xlarun.replay.drivers import (
     run_runner,
 )
 
+NEWEST = frozenset(fixtures("hlo_runner_main")[-1]["flags"])
+OLDEST = frozenset(fixtures("hlo_runner_main")[0]["flags"])
+
 SNAPSHOT = "dump/module_0006.jit_f.snapshot.304912769.pb"
 BEFORE_TXT = "dump/module_0006.jit_f.before_optimizations.txt"
 BEFORE_PB = "dump/module_0006.jit_f.before_optimizations.hlo.pb"
 AFTER_TXT = "dump/module_0006.jit_f.sm_8.0_gpu_after_optimizations.txt"
 
 
-def make_runner(folder: Path, name: str, exit_code: int = 0, repeats: int = 2, silent_seconds: float = 0) -> Path:
-    """A stand-in runner: writes its argv to argv.json, prints timing lines, exits ``exit_code``."""
+def make_runner(
+    folder: Path,
+    name: str,
+    exit_code: int = 0,
+    repeats: int = 2,
+    silent_seconds: float = 0,
+    flags: Iterable[str] | None = None,
+) -> Path:
+    """A stand-in runner: writes its argv to argv.json, prints timing lines, exits ``exit_code``.
+
+    With ``flags`` it also behaves as tsl's flag parser makes the real ones: ``--help`` prints the usage
+    (``\t--name=default``) and exits 1, and an argument naming a flag it does not define is taken for an
+    input file that cannot be read (exit 1).
+    """
     script = folder / name
     script.write_text(
         f"#!{sys.executable}\n"
         + textwrap.dedent(
             f"""
             import json, os, sys, time
+            flags = {sorted(flags) if flags is not None else None!r}
+            if flags is not None:
+                if sys.argv[1:] == ["--help"]:
+                    print("usage: " + sys.argv[0] + " [flags] files", file=sys.stderr)
+                    for flag in flags:
+                        print("\\t--" + flag + "=0\\tint32\\tsome help", file=sys.stderr)
+                    sys.exit(1)
+                for arg in sys.argv[1:]:
+                    name = arg[2:].split("=")[0]
+                    if arg.startswith("--") and name not in flags and not name.startswith("xla_"):
+                        print("NOT_FOUND: could not open HLO file " + arg, file=sys.stderr)
+                        sys.exit(1)
             with open(os.path.join(os.path.dirname(__file__), "argv.json"), "w") as f:
                 json.dump(sys.argv, f)
             print("** Running", sys.argv[-1], "**", flush=True)
@@ -98,7 +128,7 @@ def test_run_hlo_module_command_line_for_optimized_text_without_reference():
 
 
 def test_hlo_runner_main_command_lines():
-    assert command_line("hlo_runner_main", BEFORE_TXT, ReplayOptions(iterations=5, seed=42)) == [
+    assert command_line("hlo_runner_main", BEFORE_TXT, ReplayOptions(iterations=5, seed=42), defined=NEWEST) == [
         "hlo_runner_main",
         "--device_type=host",
         "--input_format=text",
@@ -108,7 +138,16 @@ def test_hlo_runner_main_command_lines():
         "--profile_execution=true",
         BEFORE_TXT,
     ]
-    assert command_line("hlo_runner_main", AFTER_TXT, ReplayOptions(platform="cuda", print_literals=True)) == [
+    # flags unknown (no --help): only what every supported XLA defines
+    assert command_line("hlo_runner_main", BEFORE_TXT, ReplayOptions(iterations=5, seed=42)) == [
+        "hlo_runner_main",
+        "--device_type=host",
+        "--input_format=text",
+        "--num_repeats=5",
+        "--hlo_argument_mode=use_random_inputs",
+        BEFORE_TXT,
+    ]
+    assert command_line("hlo_runner_main", AFTER_TXT, ReplayOptions(platform="cuda", print_literals=True), defined=NEWEST) == [
         "hlo_runner_main",
         "--device_type=gpu",
         "--input_format=text",
@@ -120,7 +159,7 @@ def test_hlo_runner_main_command_lines():
         AFTER_TXT,
     ]
     # a snapshot brings its own arguments, unless fake inputs are asked for, and its optimized module
-    assert command_line("hlo_runner_main", SNAPSHOT, ReplayOptions()) == [
+    assert command_line("hlo_runner_main", SNAPSHOT, ReplayOptions(), defined=NEWEST) == [
         "hlo_runner_main",
         "--device_type=host",
         "--input_format=snapshot_proto_binary",
@@ -153,6 +192,8 @@ def test_unknown_runner_and_platform_are_usage_errors():
         command_line("run_xla", BEFORE_TXT, ReplayOptions())
     with pytest.raises(InputError, match="unknown platform 'tpu'"):
         command_line("run_hlo_module", BEFORE_TXT, ReplayOptions(platform="tpu"))
+    with pytest.raises(InputError, match="hlo_runner_main cannot run on 'interpreter'"):
+        command_line("hlo_runner_main", BEFORE_TXT, ReplayOptions(platform="interpreter"))
 
 
 # ---- finding the binary ----
@@ -214,7 +255,7 @@ def test_run_hlo_module_verdict_comes_from_the_exit_code(tmp_path, exit_code, re
 
 
 def test_hlo_runner_main_never_compares(tmp_path):
-    runner = make_runner(tmp_path, "hlo_runner_main", repeats=3)
+    runner = make_runner(tmp_path, "hlo_runner_main", repeats=3, flags=NEWEST)
     options = ReplayOptions(runner_path=str(runner), reference_platform="cpu", iterations=3)
     result = run_runner("hlo_runner_main", SNAPSHOT, options)
     assert result.verdict == "ran" and result.input_kind == "snapshot" and result.arguments == "snapshot"
@@ -265,3 +306,52 @@ def test_parse_execution_times_orders_by_repeat():
         "## Execution time, file=a b.txt repeat=1 duration=20ns\nnoise\n## Execution time, file=a b.txt repeat=0 duration=10ns\n"
     )
     assert parse_execution_times(text) == [1e-08, 2e-08]
+
+
+# ---- runners of different XLA versions: the flags their --help lists decide ----
+
+
+@pytest.mark.parametrize("version", ["oldest", "newest"])
+def test_hlo_runner_main_gets_a_seed_only_when_its_xla_defines_random_seed(tmp_path, version):
+    """Before jaxlib 0.8.3's XLA, hlo_runner_main has no --random_seed and would take it for a file name."""
+    flags = OLDEST if version == "oldest" else NEWEST
+    runner = make_runner(tmp_path, "hlo_runner_main", flags=flags)
+    result = run_runner("hlo_runner_main", BEFORE_TXT, ReplayOptions(runner_path=str(runner), seed=7))
+    assert result.verdict == "ran"
+    argv = recorded_argv(tmp_path)
+    assert argv == result.command and argv[-1] == BEFORE_TXT
+    if version == "newest":
+        assert "--random_seed=7" in argv and "--profile_execution=true" in argv
+        assert result.warnings == []
+    else:
+        assert not any(a.startswith(("--random_seed", "--profile_execution")) for a in argv)
+        assert any("--random_seed not passed (this build does not define it" in w for w in result.warnings)
+        assert any("--profile_execution not passed" in w for w in result.warnings)
+
+
+def test_a_runner_whose_flags_cannot_be_listed_gets_only_the_flags_every_version_defines(tmp_path):
+    runner = make_runner(tmp_path, "hlo_runner_main")  # answers --help like a file: lists no flag
+    result = run_runner("hlo_runner_main", BEFORE_TXT, ReplayOptions(runner_path=str(runner), seed=7))
+    assert result.verdict == "ran"
+    assert recorded_argv(tmp_path)[1:] == [
+        "--device_type=host",
+        "--input_format=text",
+        "--num_repeats=1",
+        "--hlo_argument_mode=use_random_inputs",
+        BEFORE_TXT,
+    ]
+    assert any("--random_seed not passed (its flags could not be listed" in w for w in result.warnings)
+
+
+def test_the_stand_in_rejects_a_flag_it_does_not_define_as_the_real_runner_does(tmp_path):
+    """The check the tests above rest on: an undefined flag fails the run (exit 1), as tsl's parser makes it."""
+    runner = make_runner(tmp_path, "hlo_runner_main", flags=OLDEST)
+    options = ReplayOptions(runner_path=str(runner))
+    argv = [*command_line("hlo_runner_main", BEFORE_TXT, options, binary=str(runner))[:-1], "--random_seed=7", BEFORE_TXT]
+    result = result_from_run("hlo_runner_main", argv, *_run(argv), options, BEFORE_TXT)
+    assert result.verdict == "engine-error" and "could not open HLO file --random_seed=7" in result.error
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr

@@ -188,12 +188,19 @@ class Module(display.Shown):
         inputs: str = "auto",
         file: str | None = None,
         print_literals: bool = False,
+        runner: str | Path | None = None,
+        image: str | None = None,
+        timeout: float | None = None,
+        max_data_size: str | int = "4G",
+        in_process: bool = False,
     ) -> Replay:
-        """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run."""
-        from xlarun.replay import ReplayOptions
+        """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run.
+
+        The keywords are ``xlarun replay``'s options (``timeout`` in seconds, ``max_data_size`` as ``"4G"`` or bytes)."""
+        from xlarun.replay.options import replay_options
         from xlarun.replay.record import replay_stored_module
 
-        options = ReplayOptions(
+        options = replay_options(
             engine=engine,
             platform=platform,
             reference_platform=reference_platform,
@@ -203,7 +210,12 @@ class Module(display.Shown):
             seed=seed,
             inputs=inputs,
             print_literals=print_literals,
-        ).validate()
+            runner=runner,
+            image=image,
+            timeout=timeout,
+            max_data_size=max_data_size,
+            in_process=in_process,
+        )
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
         self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
@@ -219,21 +231,22 @@ class Module(display.Shown):
         recompile: str = "timeline",
         inputs: str = "auto",
         seed: int = 0,
+        ops: bool = True,
     ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
-        from xlarun.bisect import BisectOptions
+        from xlarun.bisect.bisect_options import bisect_options
         from xlarun.bisect.recorded import bisect_and_record
 
-        options = BisectOptions(
+        options = bisect_options(
+            tolerance=tolerance,
             reference=reference,
             reference_platform=reference_platform,
             platform=platform,
-            abs_tolerance=tolerance,
-            rel_tolerance=tolerance,
             linear=linear,
             recompile=recompile,
             inputs=inputs,
             seed=seed,
+            ops=ops,
         )
         result, record = bisect_and_record(self._store.store, self.info, options)
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection

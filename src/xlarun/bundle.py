@@ -30,6 +30,8 @@ from xlarun import __version__
 from xlarun.capture.flags import redact_env
 from xlarun.dump_import import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.errors import InputError
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.runner_argv import PLATFORMS, runner_command
 from xlarun.store.facade import Store
 from xlarun.store.records import FileInfo, ModuleInfo
 
@@ -49,7 +51,6 @@ _WHAT = {
     ("pass", None): "the module right after one HLO pass",
 }
 _FORMAT_WORDS = {"text": "HLO text", "proto": "HloProto (binary)"}
-_PLATFORMS = {"cpu": ("Host", "host"), "gpu": ("CUDA", "gpu"), "cuda": ("CUDA", "gpu"), "rocm": ("ROCM", "gpu")}
 
 
 @dataclass
@@ -343,7 +344,6 @@ def render_readme(
     )
     flags = manifest.get("xla_flags") or []
     replay_flags = [f for f in flags if not f.startswith("--xla_dump")]
-    platform, device = _PLATFORMS.get((module.backend or "cpu").lower(), ("Host", "host"))
     dumps = [e.path for e in entries if e.path.startswith("dump/")]
 
     def first(*patterns: str) -> str | None:
@@ -356,7 +356,6 @@ def render_readme(
     before_txt = first(r"before_optimizations\.txt$")
     after_txt = first(r"after_optimizations\.txt$")
     snapshot = first(r"snapshot.*\.pb$")
-    extra = (" " + " ".join(replay_flags)) if replay_flags else ""
     lines = [
         f"# XLA bug-report bundle: {module.label}",
         "",
@@ -397,21 +396,9 @@ def render_readme(
         "",
         "```",
     ]
-    if snapshot:
-        lines.append(
-            f"run_hlo_module --platform={platform} --reference_platform= {snapshot}{extra}   # the snapshot's real arguments"
-        )
-    if before_txt:
-        lines.append(f"run_hlo_module --platform={platform} --reference_platform=Interpreter {before_txt}{extra}")
-    if snapshot:
-        lines.append(f"hlo_runner_main --device_type={device} --input_format=snapshot_proto_binary --num_repeats=3 {snapshot}")
-    if before_txt:
-        lines.append(f"hlo_runner_main --device_type={device} --input_format=text --num_repeats=3 {before_txt}")
-    if after_txt:
-        lines.append(
-            f"hlo_runner_main --device_type={device} --input_format=text --run_xla_backend_only {after_txt}   # the optimized module, no HLO passes"
-        )
+    commands, left_out = runner_lines(module.backend, snapshot, before_txt, after_txt, replay_flags)
     lines += [
+        *commands,
         "```",
         "",
         "`run_hlo_module` exits 0 when the outputs match the reference, 255 when they differ.",
@@ -419,6 +406,7 @@ def render_readme(
         "## Left out",
         "",
         *[f"- {n}" for n in notes],
+        *[f"- {n}" for n in left_out],
     ]
     if not options.with_sources:
         lines.append(
@@ -432,6 +420,33 @@ def render_readme(
         else "- nothing is redacted but secret-looking environment variables: paths in the dumps and manifest are as captured (`--redact-paths`)"
     )
     return "\n".join(lines) + "\n"
+
+
+def runner_lines(
+    backend: str | None, snapshot: str | None, before_txt: str | None, after_txt: str | None, xla_flags: list[str]
+) -> tuple[list[str], list[str]]:
+    """The README's runner command lines, each as replay builds it (:func:`.runner_argv.runner_command`) for a
+    binary whose flags are unknown, and one sentence per flag left out because only some XLA versions define it."""
+    platform = backend if backend and backend.lower() in PLATFORMS else "cpu"
+    runs = [
+        ("run_hlo_module", snapshot, ReplayOptions(platform=platform), "the snapshot's real arguments"),
+        ("run_hlo_module", before_txt, ReplayOptions(platform=platform, reference_platform="interpreter"), ""),
+        ("hlo_runner_main", snapshot, ReplayOptions(platform=platform, iterations=3), ""),
+        ("hlo_runner_main", before_txt, ReplayOptions(platform=platform, iterations=3), ""),
+        ("hlo_runner_main", after_txt, ReplayOptions(platform=platform), "the optimized module, no HLO passes"),
+    ]
+    lines: list[str] = []
+    left_out: list[str] = []
+    for runner, path, options, comment in runs:
+        if path is None:
+            continue
+        command = runner_command(runner, path, options, xla_flags=xla_flags)
+        lines.append(command.shell_line() + (f"   # {comment}" if comment else ""))
+        for arg, since in command.omitted.items():
+            note = f"`{arg}` on the `{runner}` lines: {since} define it (older builds take it for a file name); add it when `{runner} --help` lists it"
+            if note not in left_out:
+                left_out.append(note)
+    return lines, left_out
 
 
 # --- reading a bundle without importing it ---------------------------------------------------------

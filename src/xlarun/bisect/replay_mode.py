@@ -15,9 +15,9 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.search import binary_search, linear_search
@@ -36,54 +36,12 @@ if TYPE_CHECKING:
     from xlarun.store.records import FileInfo, ModuleInfo
 
 Log = Callable[[str], None]
-#: How each step is recompiled: ``timeline`` disables every pass the timeline names, ``all`` every
-#: HLO pass (``xla_disable_all_hlo_passes``), ``full`` none (the pipeline applies its passes again).
-RECOMPILE_MODES = ("timeline", "all", "full")
-REFERENCES = ("before", "snapshot")
 _NOT_PASSES = {"pipeline-start", "pipeline-end"}
 #: Passes a program cannot run without (measured, jax 0.10.2 CPU): without sharding-remover a JAX program
 #: calls a 'Sharding' custom call the host has no kernel for; without copy-insertion buffer assignment
 #: fails on parameters or constants that are outputs. They move no numbers, so they are never disabled.
 NEVER_DISABLED = ("sharding-remover", "copy-insertion", "flatten-call-graph", "layout-assignment")
 _MAX_DIFF_LINES = 400
-
-
-@dataclass
-class BisectOptions:
-    """What a replay-mode bisection is asked to do."""
-
-    #: ``before``: the before_optimizations module's outputs; ``snapshot``: the snapshot's recorded result.
-    reference: str = "before"
-    #: Run the reference on this platform instead (the steps run on ``platform``).
-    reference_platform: str | None = None
-    platform: str = "cpu"
-    #: Stricter than replay's 1e-3: a pass that moves a sum by 1e-4 is what a bisection looks for.
-    abs_tolerance: float = 1e-5
-    rel_tolerance: float = 1e-5
-    #: Replay every step instead of a binary search (which assumes that once past the tolerance, later steps stay past it).
-    linear: bool = False
-    recompile: str = "timeline"
-    #: ``auto`` (the snapshot's arguments when there is one), ``snapshot`` or ``fake``.
-    inputs: str = "auto"
-    seed: int = 0
-    extra_disabled: list[str] = field(default_factory=list)
-    #: Also find the culprit step's first instruction whose value moves (see :mod:`xlarun.bisect.first_move`).
-    ops: bool = True
-
-    def validate(self) -> BisectOptions:
-        for name, allowed in (
-            ("reference", REFERENCES),
-            ("recompile", RECOMPILE_MODES),
-            ("inputs", ("auto", "snapshot", "fake")),
-        ):
-            if getattr(self, name) not in allowed:
-                raise InputError(f"unknown {name} {getattr(self, name)!r}", f"use one of: {', '.join(allowed)}")
-        if self.abs_tolerance < 0 or self.rel_tolerance < 0:
-            raise InputError("tolerances cannot be negative")
-        return self
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def timeline_pass_names(steps: list[PassStep]) -> list[str]:

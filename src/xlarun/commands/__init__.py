@@ -5,6 +5,8 @@ The option types every command shares are defined here so they read the same eve
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -54,3 +56,19 @@ def open_store(path: str | Path | None, create: bool = False):
     from xlarun.store.facade import Store
 
     return Store.open(path, create=create)
+
+
+@contextmanager
+def json_on_failure(as_json: bool, document: Callable[[BaseException], dict]) -> Iterator[None]:
+    """With ``--json``, whatever fails inside prints ``document(exc)`` as the command's one JSON document (a
+    command's own keys plus :func:`xlarun.errors.error_document`'s), and the CLI's handler adds no second one."""
+    try:
+        yield
+    except BaseException as exc:
+        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
+            from xlarun.console import print_json
+            from xlarun.errors import mark_json_reported
+
+            print_json(document(exc))
+            mark_json_reported(exc)
+        raise

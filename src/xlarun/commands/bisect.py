@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
-from xlarun.errors import mark_json_reported
+from xlarun.commands import JsonOption, RunOption, StoreOption, json_on_failure, open_store
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -55,6 +54,13 @@ def bisect(
         str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")
     ] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
+    ops: Annotated[
+        bool,
+        typer.Option(
+            "--ops/--no-ops",
+            help="Replay mode: also find the culprit step's first instruction whose value moves (two more replays).",
+        ),
+    ] = True,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Rerun mode: reruns at a time.")] = 1,
     module: Annotated[
         str | None,
@@ -74,7 +80,9 @@ def bisect(
     dumps, large constants; a snapshot gives the real arguments). Each pass step's dump is
     replayed on the same arguments, recompiled with the timeline's passes disabled so it runs as
     that step left it, and compared with the reference; a binary search finds the first step
-    past the tolerance, and its pass's diff is shown.
+    past the tolerance, and its pass's diff is shown. Then the culprit step and the step before it
+    run with every value of their entry computation made an output: the first instruction whose
+    value moves is named with its source line and the operands the pass created (--no-ops skips it).
 
     Rerun mode (a spec and --check): the job is run twice as it is, then again with passes
     disabled (--xla_disable_hlo_passes), narrowing down to the one pass whose disabling flips
@@ -83,111 +91,77 @@ def bisect(
     Examples: xlarun bisect bf16_sum · xlarun bisect bf16_sum --linear --json ·
     xlarun bisect configs/bisect-bf16.yaml --check 'result (\\S+)' -j 2
     """
-    try:
-        code = _bisect(
-            target,
-            check,
-            tolerance,
-            linear,
-            reference,
-            reference_platform,
-            platform,
-            recompile,
-            inputs,
-            seed,
-            jobs,
-            module,
-            repeat,
-            None if (quiet or as_json) else _stream,
-            store,
-            run,
-            as_json,
-        )
-    except BaseException as exc:
-        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
-            _report_failure(target, exc)  # scripts get one JSON document whatever went wrong
-            mark_json_reported(exc)  # the CLI's handler adds no second document
-        raise
-    raise typer.Exit(code)
+    from xlarun.bisect.bisect_options import bisect_options
+
+    sink = None if (quiet or as_json) else _stream
+    with json_on_failure(as_json, lambda exc: _failure_document(target, exc)):
+        if target.endswith((".yaml", ".yml")) and Path(target).is_file():
+            result, record = _rerun_mode(target, check, tolerance, jobs, module, repeat, sink, store)
+        else:
+            options = bisect_options(
+                tolerance=tolerance,
+                reference=reference,
+                reference_platform=reference_platform,
+                platform=platform,
+                linear=linear,
+                recompile=recompile,
+                inputs=inputs,
+                seed=seed,
+                ops=ops,
+            )
+            result, record = _replay_mode(target, check, options, sink, store, run)
+        if as_json:
+            from xlarun.console import print_json
+
+            print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
+        else:
+            from xlarun.present import print_bisection
+
+            print_bisection(result, record.bisect_id)
+    raise typer.Exit(int(result.exit_code))
 
 
-def _bisect(
-    target,
-    check,
-    tolerance,
-    linear,
-    reference,
-    reference_platform,
-    platform,
-    recompile,
-    inputs,
-    seed,
-    jobs,
-    module,
-    repeat,
-    sink,
-    store,
-    run,
-    as_json,
-) -> int:
-    from xlarun.bisect import BisectOptions, bisect_rerun
-    from xlarun.bisect.recorded import bisect_and_record, now, record_bisection
+def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
+    from xlarun.bisect import bisect_rerun
+    from xlarun.bisect.recorded import now, record_bisection
     from xlarun.errors import InputError
 
+    if check is None:
+        raise InputError(
+            f"{spec} is a spec: rerun mode needs --check",
+            "--check exit, or --check 'result (\\S+)' to compare a printed number",
+        )
     started = now()
-    spec_given = target.endswith((".yaml", ".yml")) and Path(target).is_file()
-    if spec_given:
-        if check is None:
-            raise InputError(
-                f"{target} is a spec: rerun mode needs --check",
-                "--check exit, or --check 'result (\\S+)' to compare a printed number",
-            )
-        the_store = open_store(store, create=True)
-        result = bisect_rerun(
-            target,
-            the_store,
-            check,
-            abs_tolerance=tolerance,
-            rel_tolerance=tolerance,
-            jobs=jobs,
-            module=module,
-            repeat=repeat,
-            sink=sink,
+    the_store = open_store(store, create=True)
+    result = bisect_rerun(
+        spec,
+        the_store,
+        check,
+        abs_tolerance=tolerance,
+        rel_tolerance=tolerance,
+        jobs=jobs,
+        module=module,
+        repeat=repeat,
+        sink=sink,
+    )
+    options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
+    return result, record_bisection(the_store, result, options, started)
+
+
+def _replay_mode(target: str, check, options, sink, store, run):
+    from xlarun.bisect.recorded import bisect_and_record
+    from xlarun.errors import InputError
+    from xlarun.navigate.refs import resolve_module
+
+    if check is not None:
+        raise InputError(
+            "--check goes with a spec file (rerun mode)",
+            f"give the spec's path, or drop --check to bisect {target} by replay",
         )
-        options = {"check": check, "tolerance": tolerance, "jobs": jobs, "module": module, "repeat": repeat}
-        record = record_bisection(the_store, result, options, started)
-    else:
-        if check is not None:
-            raise InputError(
-                "--check goes with a spec file (rerun mode)",
-                f"give the spec's path, or drop --check to bisect {target} by replay",
-            )
-        from xlarun.navigate.refs import resolve_module
-
-        the_store = open_store(store)
-        # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
-        target_module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
-        bisect_options = BisectOptions(
-            reference=reference,
-            reference_platform=reference_platform,
-            platform=platform,
-            abs_tolerance=tolerance,
-            rel_tolerance=tolerance,
-            linear=linear,
-            recompile=recompile,
-            inputs=inputs,
-            seed=seed,
-        )
-        result, record = bisect_and_record(the_store, target_module, bisect_options, sink)
-    if as_json:
-        from xlarun.console import print_json
-
-        print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
-    else:
-        from xlarun.present import print_bisection
-
-        print_bisection(result, record.bisect_id)
-    return int(result.exit_code)
+    the_store = open_store(store)
+    # a name alone: the newest run that has the module captured pass by pass (rerun mode adds runs without)
+    module = resolve_module(the_store.index, target, run=run, prefer=lambda m: bool(m.n_pass_dumps))
+    return bisect_and_record(the_store, module, options, sink)
 
 
 def _stream(line: str) -> None:
@@ -195,8 +169,7 @@ def _stream(line: str) -> None:
     sys.stderr.flush()
 
 
-def _report_failure(target: str, exc: BaseException) -> None:
-    from xlarun.console import print_json
+def _failure_document(target: str, exc: BaseException) -> dict:
     from xlarun.errors import error_document
 
-    print_json({"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)})
+    return {"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)}

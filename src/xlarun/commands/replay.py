@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
-from xlarun.errors import mark_json_reported
+from xlarun.commands import JsonOption, RunOption, StoreOption, json_on_failure, open_store
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
@@ -95,11 +94,10 @@ def replay(
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
-    from xlarun.replay import ReplayOptions
-    from xlarun.replay.limits import parse_size
+    from xlarun.replay.options import replay_options
 
-    try:
-        options = ReplayOptions(
+    with json_on_failure(as_json, lambda exc: _failure_document(ref, exc)):
+        options = replay_options(
             engine=engine,
             platform=platform,
             reference_platform=reference_platform,
@@ -107,21 +105,16 @@ def replay(
             rel_error_bound=rel_error_bound,
             iterations=iterations,
             seed=seed,
-            print_literals=print_literals,
             inputs=inputs,
-            runner_path=str(runner) if runner else None,
-            timeout_s=timeout,
+            print_literals=print_literals,
+            runner=runner,
             image=image,
-            max_data_bytes=parse_size(max_data_size),
-            isolate="never" if in_process else "auto",
-        ).validate()
+            timeout=timeout,
+            max_data_size=max_data_size,
+            in_process=in_process,
+        )
         sink = None if (quiet or as_json) else _stream
         code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
-    except BaseException as exc:
-        if as_json and not isinstance(exc, (typer.Exit, typer.Abort, SystemExit)):
-            _report_failure(ref, exc)  # scripts get one JSON document whatever went wrong
-            mark_json_reported(exc)  # the CLI's handler adds no second document
-        raise
     raise typer.Exit(code)
 
 
@@ -167,13 +160,12 @@ def _report(result, replay_id: str | None, module, as_json: bool) -> None:
         print_replay(result, replay_id, module)
 
 
-def _report_failure(ref: str, exc: BaseException) -> None:
+def _failure_document(ref: str, exc: BaseException) -> dict:
     """The one JSON document of a replay that failed before it had a result (exit code beside the error)."""
-    from xlarun.console import print_json
     from xlarun.errors import EngineError, EnvironmentProblem, error_document
 
     verdict = "engine-error" if isinstance(exc, (EngineError, EnvironmentProblem)) else None  # no engine, or it failed
-    print_json({"replay_id": None, "module": None, "ref": ref, "verdict": verdict, **error_document(exc)})
+    return {"replay_id": None, "module": None, "ref": ref, "verdict": verdict, **error_document(exc)}
 
 
 def _existing_store(path: Path | None):

@@ -4,8 +4,10 @@ Neither ships prebuilt (build them from XLA with bazel; NVIDIA's JAX images carr
 ``hlo_runner_main``). A runner is found, in order, at ``ReplayOptions.runner_path``, in the
 ``XLARUN_RUN_HLO_MODULE`` / ``XLARUN_HLO_RUNNER_MAIN`` environment variable, or on ``PATH``.
 
-The command line is built by :func:`command_line`, a pure function of the runner, the file and
-the options, so the container backend can run the same argv inside an image. The verdict
+The command line comes from :mod:`.runner_argv` (where bundles get theirs too), a pure function of
+the runner, the file, the options and the flags the binary defines, which its ``--help`` lists: a flag
+only newer XLA versions define is passed only to a binary that lists it, else left out with a warning
+(an older runner would take it for an input file). The container backend runs the same argv in an image. The verdict
 comes from the exit code, never from the wording, which changed across XLA versions:
 
 - ``run_hlo_module``: 0 ok (match when there is a reference), 255 (-1) a run miscompared,
@@ -18,25 +20,32 @@ comes from the exit code, never from the wording, which changed across XLA versi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import ReplayResult
+from xlarun.replay.runner_argv import (
+    GPU_PLATFORMS,
+    flags_from_usage,
+    input_format,
+    is_snapshot,
+    runner_command,
+    xla_platform,
+)
 
 RUNNERS = {"run_hlo_module": "XLARUN_RUN_HLO_MODULE", "hlo_runner_main": "XLARUN_HLO_RUNNER_MAIN"}
-#: xlarun platform -> the name XLA's PlatformUtil takes.
-XLA_PLATFORM_NAMES = {"cpu": "CPU", "host": "CPU", "cuda": "CUDA", "gpu": "CUDA", "rocm": "ROCM", "interpreter": "Interpreter"}
 MISCOMPARE_EXIT_CODES = (255, -1)
 EXECUTION_TIME = re.compile(r"## Execution time, file=(?P<file>.*?) repeat=(?P<repeat>\d+) duration=(?P<ns>\d+)ns")
-_SNAPSHOT_NAME = re.compile(r"(\.snapshot\.-?\d+\.pb|hlo_snapshot\.pb)(\.gz)?$")
-_OPTIMIZED_NAME = re.compile(r"after_optimizations")
+#: Seconds a runner may take to print its --help before its flags count as unknown.
+USAGE_TIMEOUT_S = 60.0
 
 
 def find_runner(runner: str, explicit: str | None = None) -> str:
@@ -66,61 +75,32 @@ def runner_available(runner: str) -> bool:
     return True
 
 
-def input_format(runner: str, path: str | Path) -> str:
-    """The ``--input_format`` value for a dump file, from its name."""
-    name = Path(path).name.removesuffix(".gz")
-    if runner == "run_hlo_module":
-        if name.endswith(".pbtxt"):
-            return "pbtxt"
-        return "pb" if name.endswith(".pb") else "hlo"
-    if _SNAPSHOT_NAME.search(name):
-        return "snapshot_proto_binary"
-    if name.endswith(".pbtxt"):
-        return "proto_text"
-    return "proto_binary" if name.endswith(".pb") else "text"
+def command_line(
+    runner: str, path: str | Path, options: ReplayOptions, binary: str | None = None, defined: Collection[str] | None = None
+) -> list[str]:
+    """The exact argv that runs ``path`` with ``options`` on ``runner`` (see :func:`.runner_argv.runner_command`)."""
+    return runner_command(runner, path, options, binary=binary, defined=defined).argv
 
 
-def _platform(name: str) -> str:
+def defined_flags(binary: str, timeout_s: float | None = None) -> frozenset[str] | None:
+    """The flags a runner binary defines, from its ``--help`` (None when it lists none or does not answer).
+
+    Asked once per binary file (its path, size and modification time) in a process."""
+    limit = USAGE_TIMEOUT_S if timeout_s is None else min(timeout_s, USAGE_TIMEOUT_S)
     try:
-        return XLA_PLATFORM_NAMES[name.lower()]
-    except KeyError:
-        raise InputError(f"unknown platform {name!r}", f"use one of: {', '.join(XLA_PLATFORM_NAMES)}") from None
+        stat = os.stat(binary)
+    except OSError:
+        return None
+    return _usage_flags(os.path.realpath(binary), stat.st_size, stat.st_mtime_ns, limit)
 
 
-def command_line(runner: str, path: str | Path, options: ReplayOptions, binary: str | None = None) -> list[str]:
-    """The exact argv that runs ``path`` with ``options`` on ``runner`` (no file is read)."""
-    binary = binary or runner
-    # a snapshot holds the module as XLA executed it, i.e. after optimization
-    optimized = bool(_OPTIMIZED_NAME.search(Path(path).name) or _SNAPSHOT_NAME.search(Path(path).name.removesuffix(".gz")))
-    if runner == "run_hlo_module":
-        argv = [
-            binary,
-            f"--platform={_platform(options.platform)}",
-            f"--reference_platform={_platform(options.reference_platform) if options.reference_platform else ''}",
-            f"--input_format={input_format(runner, path)}",
-            f"--iterations={options.iterations}",
-            f"--abs_error_bound={options.abs_error_bound:g}",
-            f"--rel_error_bound={options.rel_error_bound:g}",
-        ]
-        if options.print_literals:
-            argv.append("--print_literals=true")
-        if optimized:
-            argv.append("--run_test_hlo_passes=false")  # its passes already ran
-        return [*argv, str(path)]
-    if runner == "hlo_runner_main":
-        fmt = input_format(runner, path)
-        device = "gpu" if options.platform.lower() in ("cuda", "rocm", "gpu") else "host"
-        argv = [binary, f"--device_type={device}", f"--input_format={fmt}", f"--num_repeats={options.iterations}"]
-        if fmt != "snapshot_proto_binary" or options.inputs == "fake":
-            argv.append("--hlo_argument_mode=use_random_inputs")
-        if options.seed is not None:
-            argv.append(f"--random_seed={options.seed}")
-        if optimized:
-            argv.append("--run_xla_backend_only=true")
-        if options.print_literals:
-            argv.append("--log_output=true")
-        return [*argv, "--profile_execution=true", str(path)]
-    raise InputError(f"unknown runner {runner!r}", f"use one of: {', '.join(RUNNERS)}")
+@functools.lru_cache(maxsize=32)
+def _usage_flags(binary: str, _size: int, _mtime_ns: int, timeout_s: float) -> frozenset[str] | None:
+    try:
+        proc = subprocess.run([binary, "--help"], capture_output=True, text=True, errors="replace", timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return flags_from_usage(proc.stdout + proc.stderr)
 
 
 def parse_execution_times(output: str) -> list[float]:
@@ -130,9 +110,17 @@ def parse_execution_times(output: str) -> list[float]:
 
 
 def result_from_run(
-    runner: str, argv: list[str], returncode: int, output: str, options: ReplayOptions, path: str | Path
+    runner: str,
+    argv: list[str],
+    returncode: int,
+    output: str,
+    options: ReplayOptions,
+    path: str | Path,
+    left_out: Sequence[str] = (),
 ) -> ReplayResult:
-    """Turn a finished runner process (here or in a container) into a ReplayResult."""
+    """Turn a finished runner process (here or in a container) into a ReplayResult.
+
+    ``left_out``: the flags the command line could not carry (:attr:`.RunnerCommand.left_out`), as warnings."""
     name = Path(path).name
     result = ReplayResult(
         engine=runner,
@@ -144,6 +132,7 @@ def result_from_run(
         run_times_s=parse_execution_times(output),
         arguments="snapshot" if input_format(runner, path) == "snapshot_proto_binary" and options.inputs != "fake" else "fake",
     )
+    result.warnings += left_out
     has_reference = runner == "run_hlo_module" and bool(options.reference_platform)
     if options.reference_platform and runner == "hlo_runner_main":
         result.warnings.append("hlo_runner_main does not compare with a reference platform; no comparison was made")
@@ -162,7 +151,7 @@ def result_from_run(
 
 def _input_kind(runner: str, path: str | Path) -> str:
     fmt = input_format(runner, path)
-    if fmt == "snapshot_proto_binary" or _SNAPSHOT_NAME.search(Path(path).name.removesuffix(".gz")):
+    if fmt == "snapshot_proto_binary" or is_snapshot(path):
         return "snapshot"
     return "proto" if fmt in ("pb", "pbtxt", "proto_binary", "proto_text") else "text-large-constants"
 
@@ -183,9 +172,9 @@ def run_runner(runner: str, path: str | Path, options: ReplayOptions, sink: Call
     if options.image:
         return _run_runner_in_image(runner, options.image, path, options, sink)
     binary = find_runner(runner, options.runner_path)
-    argv = command_line(runner, path, options, binary=binary)
+    command = runner_command(runner, path, options, binary=binary, defined=defined_flags(binary, options.timeout_s))
     lines: list[str] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines, sink), daemon=True)
     reader.start()
     try:
@@ -195,7 +184,7 @@ def run_runner(runner: str, path: str | Path, options: ReplayOptions, sink: Call
         proc.kill()
         returncode, timed_out = proc.wait(), True
     reader.join()
-    result = result_from_run(runner, argv, returncode, "".join(lines), options, path)
+    result = result_from_run(runner, command.argv, returncode, "".join(lines), options, path, command.left_out)
     if timed_out:
         result.verdict, result.error = "engine-error", f"{runner} ran past the {options.timeout_s:g} s timeout and was killed"
     return result
@@ -215,7 +204,7 @@ def _run_runner_in_image(
             "NVIDIA's JAX images carry hlo_runner_main; or name the binary's path in the image with --runner",
         )
     path = Path(path).absolute()
-    argv = command_line(runner, path, options, binary=binary)
+    command = runner_command(runner, path, options, binary=binary, defined=_defined_flags_in_image(image, binary))
     lines: list[str] = []
 
     def collect(_stream: str, text: str) -> None:
@@ -224,17 +213,27 @@ def _run_runner_in_image(
             for line in text.splitlines():
                 sink(line)
 
-    gpus = "all" if _platform(options.platform) in ("CUDA", "ROCM") else None
-    launched = run_in_image(image, argv, read_only=[path.parent], timeout_s=options.timeout_s, gpus=gpus, sink=collect)
+    gpus = "all" if xla_platform(options.platform).run_hlo_module in GPU_PLATFORMS else None
+    launched = run_in_image(image, command.argv, read_only=[path.parent], timeout_s=options.timeout_s, gpus=gpus, sink=collect)
     output = "".join(lines)
     if launched.exit_code is None:
-        result = result_from_run(runner, argv, -9, output, options, path)
+        result = result_from_run(runner, command.argv, -9, output, options, path, command.left_out)
         result.verdict, result.error = (
             "engine-error",
             launched.error or f"{runner} in {options.image} did not finish ({launched.status.value})",
         )
         return result
-    return result_from_run(runner, argv, launched.exit_code, output, options, path)
+    return result_from_run(runner, command.argv, launched.exit_code, output, options, path, command.left_out)
+
+
+@functools.lru_cache(maxsize=32)
+def _defined_flags_in_image(image: str, binary: str) -> frozenset[str] | None:
+    """:func:`defined_flags` for a runner inside ``image`` (one short container run, once per image in a process)."""
+    from xlarun.capture.backends.docker import run_in_image
+
+    usage: list[str] = []
+    run_in_image(image, [binary, "--help"], timeout_s=USAGE_TIMEOUT_S, sink=lambda _stream, text: usage.append(text))
+    return flags_from_usage("".join(usage))
 
 
 def _pump(stream, lines: list[str], sink: Callable[[str], None] | None) -> None:

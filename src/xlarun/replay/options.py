@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from xlarun.errors import InputError
-from xlarun.replay.limits import DEFAULT_MAX_DATA_BYTES
+from xlarun.replay.limits import DEFAULT_MAX_DATA_BYTES, parse_size
 
 #: Seconds the built-in engine's child may run when no --timeout is given.
 DEFAULT_ENGINE_TIMEOUT_S = 900.0
@@ -75,3 +76,40 @@ class ReplayOptions:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def replay_options(
+    *,
+    engine: str = "auto",
+    platform: str = "cpu",
+    reference_platform: str | None = None,
+    abs_error_bound: float = 1e-3,
+    rel_error_bound: float = 1e-3,
+    iterations: int = 1,
+    seed: int | None = None,
+    inputs: str = "auto",
+    print_literals: bool = False,
+    runner: str | Path | None = None,
+    image: str | None = None,
+    timeout: float | None = None,
+    max_data_size: str | int = "4G",
+    in_process: bool = False,
+) -> ReplayOptions:
+    """Checked :class:`ReplayOptions` from what a user gives: ``xlarun replay``'s options and ``Module.replay``'s
+    keywords alike (``runner``: a binary's path; ``max_data_size``: ``"4G"`` or bytes; ``in_process``: no child)."""
+    return ReplayOptions(
+        engine=engine,
+        platform=platform,
+        reference_platform=reference_platform,
+        abs_error_bound=abs_error_bound,
+        rel_error_bound=rel_error_bound,
+        iterations=iterations,
+        seed=seed,
+        print_literals=print_literals,
+        inputs=inputs,
+        runner_path=str(runner) if runner else None,
+        image=image,
+        timeout_s=timeout,
+        max_data_bytes=parse_size(max_data_size) if isinstance(max_data_size, str) else max_data_size,
+        isolate="never" if in_process else "auto",
+    ).validate()
