@@ -119,6 +119,7 @@ def substitute_matrix(
         return out
     budget.spend(1, 1)
     if isinstance(value, dict):
+        budget.spend(len(value), sum(len(str(k)) for k in value))  # the keys, as the YAML reader counts them
         return {
             k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k), budget=budget))
             for k, v in value.items()
