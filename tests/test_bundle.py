@@ -172,3 +172,18 @@ def test_pick_bundle_files_takes_passes_only_when_asked():
     assert "m.0001.p.after_a.before_b.txt" in [f.path for f in picked] and not any("snapshot" in f.path for f in picked)
     _, notes = pick_bundle_files(module, BundleOptions(snapshot_limit_bytes=1))
     assert any("over the snapshot limit" in n for n in notes)
+
+
+def test_a_run_spec_is_read_back_for_redaction_within_the_readers_bounds(tmp_path):
+    import os
+
+    from xlarun.bundle import _read_spec
+
+    (tmp_path / "spec.yaml").write_text("name: t\nscript: j.py\nenv: {HF_TOKEN: abc, N: '1'}\n")
+    assert _read_spec(tmp_path).decode().splitlines()[-3:] == ["env:", "  HF_TOKEN: '***'", "  N: '1'"]
+    bomb = "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(9))
+    (tmp_path / "spec.yaml").write_text(bomb)  # a spec replaced in the run folder after the capture read it
+    assert _read_spec(tmp_path) == b"# the spec could not be read back to redact it, so it is left out\n"
+    (tmp_path / "spec.yaml").unlink()
+    os.mkfifo(tmp_path / "spec.yaml")
+    assert _read_spec(tmp_path) == b""  # not a regular file: nothing to read, and no wait for a writer
