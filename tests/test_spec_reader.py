@@ -116,3 +116,16 @@ def test_text_that_is_not_utf8_is_refused(tmp_path):
     spec.write_bytes(b"name: caf\xe9\n")
     with pytest.raises(SpecError, match=r"s.yaml: not UTF-8 text \(byte 9\)"):
         read_spec_file(spec)
+
+
+def test_values_as_written_are_counted_while_composing():
+    text = "args: [" + ",".join(["1"] * 400_000) + "]\n"  # 800 KB: under the file bound, 40 times the value bound
+    tracemalloc.start()
+    try:
+        message = refusal(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the 10,001st node: the top mapping, its key and the list come first, so item 9,997 (column 8 + 2 * 9,997)
+    assert message == f"s.yaml:1:{8 + 2 * 9997} the spec holds more than {MAX_VALUES:,} values"
+    assert peak < 64 << 20  # composing all 400,000 took 345 MB before the count

@@ -126,14 +126,18 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def __init__(self, stream: str, source: str):
         super().__init__(stream)
-        self.depth, self.source = 0, source
+        self.depth, self.nodes, self.source = 0, 0, source
 
     def compose_node(self, parent, index):
         self.depth += 1
+        self.nodes += 1  # as written: a file of a million one-character values stops here, not after composing them all
         try:
             if self.depth > MAX_DEPTH:
                 where = _at(self.source, self.peek_event().start_mark)
                 raise SpecError(f"{where} nested deeper than {MAX_DEPTH} levels", _HINT)
+            if self.nodes > MAX_VALUES:
+                where = _at(self.source, self.peek_event().start_mark)
+                raise SpecError(f"{where} the spec holds more than {MAX_VALUES:,} values", _HINT)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
