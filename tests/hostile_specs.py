@@ -80,6 +80,8 @@ SPECS: dict[str, bytes | str] = {
     "env-required-unset": "name: t\nscript: {job}\nenv: {{A: '${{XLARUN_TORTURE_NEVER_SET:?set it first}}'}}\n",
     "unknown-substitution": "name: t\nscript: {job}\nargs: ['${{HOME:+x}}']\n",
     "impossible-date": "name: 2001-13-45\nscript: {job}\n",
+    "explicit-tag-unbuildable": "name: t\nscript: {job}\ntags: {{t: !!timestamp 'x'}}\n",
+    "script-name-too-long": "name: t\nscript: " + "a" * 300 + ".py\n",
     "matrix-value-bomb": "name: t\nscript: {job}\ntags: {{"
     + ", ".join(f"t{i}: '${{matrix.x}}'" for i in range(50))
     + "}}\nmatrix:\n  x: [["

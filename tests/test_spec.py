@@ -290,6 +290,8 @@ def test_a_script_in_a_symlink_loop_or_not_a_file_is_a_clear_error(tmp_path):
         load_spec(write_spec(tmp_path, "name: a\nscript: fifo.py\n"))
     with pytest.raises(SpecError, match="workdir: loop2 cannot be followed: a loop of symbolic links"):
         load_spec(write_spec(tmp_path, "name: a\nscript: fifo.py\nworkdir: loop2\n"))
+    with pytest.raises(SpecError, match=r"script: cannot look at .*a{300}: File name too long"):
+        load_spec(write_spec(tmp_path, f"name: a\nscript: {'a' * 300}\n"))
 
 
 def test_a_matrix_value_referenced_many_times_is_bounded():

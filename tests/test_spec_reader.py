@@ -129,3 +129,11 @@ def test_values_as_written_are_counted_while_composing():
     # the 10,001st node: the top mapping, its key and the list come first, so item 9,997 (column 8 + 2 * 9,997)
     assert message == f"s.yaml:1:{8 + 2 * 9997} the spec holds more than {MAX_VALUES:,} values"
     assert peak < 64 << 20  # composing all 400,000 took 345 MB before the count
+
+
+@pytest.mark.parametrize(
+    "value", ["!!timestamp 'x'", "!!int 'x'", "!!float 'x'", "!!python/none ''", "!!bool 'maybe'", "!!omap [a]"]
+)
+def test_an_explicit_tag_python_cannot_build_is_refused_at_its_position(value):
+    # these raised AttributeError, ValueError or TypeError out of PyYAML: exit 4 (found by a 15,000-spec fuzz)
+    assert refusal(f"name: t\ntags: {{t: {value}}}\n").startswith("s.yaml:2:")

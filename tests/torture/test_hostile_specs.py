@@ -1,4 +1,4 @@
-"""Hostile run specs (tests/hostile_specs.py, 60 kinds, four of them paths that are not regular files): `xlarun capture
+"""Hostile run specs (tests/hostile_specs.py, 65 kinds, four of them paths that are not regular files): `xlarun capture
 SPEC --json` ends each with a documented exit code, one error line, one JSON document on stdout and no secret printed
 back, and leaves nothing in the store's staging folder; `xlarun validate SPEC` refuses the same specs with exit 2 and
 passes the rest; never a traceback, exit 4 or a hang (the billion laughs, recursive aliases, FIFOs and /dev/zero

@@ -145,7 +145,13 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_object(self, node, deep=False):
         try:
             return super().construct_object(node, deep)
-        except (ValueError, OverflowError) as exc:  # int('9' * 5000), a timestamp of month 13
+        except (
+            ValueError,
+            OverflowError,
+            TypeError,
+            AttributeError,
+            LookupError,
+        ) as exc:  # int('9' * 5000), month 13, !!timestamp 'x'
             if node.tag.endswith(":int"):
                 problem = f"a whole number of {len(node.value):,} characters is too long"
             else:

@@ -7,6 +7,7 @@ import difflib
 import errno
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,15 +267,27 @@ def resolve_spec(spec: RunSpec, spec_path: Path, text: str = "") -> LoadedSpec:
     base = spec_path.parent
     script = _resolve_path(base, spec.script, spec_path, "script")
     workdir = _resolve_path(base, spec.workdir, spec_path, "workdir") if spec.workdir else base
-    if not script.is_file():
-        why = "not found" if not script.exists() else "is not a regular file"
+    script_mode = _mode(script, spec_path, "script")
+    if script_mode is None or not stat.S_ISREG(script_mode):
+        why = "not found" if script_mode is None else "is not a regular file"
         raise SpecError(
             f"{spec_path}: script: {spec.script} {why} (looked for {script})",
             "the script path is relative to the spec file's folder",
         )
-    if not workdir.is_dir():
+    workdir_mode = _mode(workdir, spec_path, "workdir")
+    if workdir_mode is None or not stat.S_ISDIR(workdir_mode):
         raise SpecError(f"{spec_path}: workdir: {workdir} is not a folder", "the workdir is relative to the spec file's folder")
     return LoadedSpec(spec=spec, path=spec_path, text=text, script=script, workdir=workdir, python=spec.python or sys.executable)
+
+
+def _mode(path: Path, spec_path: Path, key: str) -> int | None:
+    """The mode of what ``path`` names, or None when nothing is there; any other failure is the spec's error."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # a name too long, a folder without permission
+        raise SpecError(f"{spec_path}: {key}: cannot look at {path}: {exc.strerror}", "check the path") from None
 
 
 def _resolve_path(base: Path, written: str, spec_path: Path, key: str) -> Path:
