@@ -303,6 +303,7 @@ def test_a_matrix_value_referenced_many_times_is_bounded():
         parse_spec_cells(f"name: m\nscript: s.py\ntags: {{{refs}}}\nmatrix:\n  x: [{big}]\n", "m.yaml", environ={})
     assert info.value.message.startswith('m.yaml: the cell (matrix x=["v","v",')
     assert info.value.message.endswith("...) holds more than 10,000 values")
+    assert info.value.hint == "split the matrix into several specs, or make the values its cells repeat smaller"
 
 
 def test_all_the_cells_of_a_matrix_together_are_bounded():

@@ -86,9 +86,9 @@ def _reason(exc: BaseException) -> str:
 class Budget:
     """Values and characters left to a reader; :meth:`spend` raises :class:`SpecError` (naming ``what``) when spent."""
 
-    def __init__(self, what: str, values: int = MAX_VALUES, chars: int = MAX_CHARS, parent: Budget | None = None):
+    def __init__(self, what: str, values: int = MAX_VALUES, chars: int = MAX_CHARS, parent: Budget | None = None, hint: str = ""):
         self.what, self.values, self.chars, self.parent = what, values, chars, parent
-        self.limits = (values, chars)
+        self.limits, self.hint = (values, chars), hint or _HINT
 
     def spend(self, values: int = 0, chars: int = 0) -> None:
         if self.parent is not None:
@@ -96,9 +96,9 @@ class Budget:
         self.values -= values
         self.chars -= chars
         if self.values < 0:
-            raise SpecError(f"{self.what} holds more than {self.limits[0]:,} values", _HINT)
+            raise SpecError(f"{self.what} holds more than {self.limits[0]:,} values", self.hint)
         if self.chars < 0:
-            raise SpecError(f"{self.what} holds more than {self.limits[1]:,} characters", _HINT)
+            raise SpecError(f"{self.what} holds more than {self.limits[1]:,} characters", self.hint)
 
     def spend_on(self, value: Any) -> None:
         """Spend one value per string, number, list and mapping in ``value``, and one character per character."""

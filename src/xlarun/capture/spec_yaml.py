@@ -217,14 +217,15 @@ def parse_spec_cells(
         return [(None, _validate(data, keys, values, source, environ, budget))]
     cells = expand_matrix(matrix, source, keys.get(("matrix",), (1, 1)))
     out: list[tuple[dict[str, Any] | None, RunSpec]] = []
-    together = Budget(f"{source}: the matrix's {len(cells):,} cells together", MAX_MATRIX_VALUES, MAX_MATRIX_CHARS)
+    hint = "split the matrix into several specs, or make the values its cells repeat smaller"
+    together = Budget(f"{source}: the matrix's {len(cells):,} cells together", MAX_MATRIX_VALUES, MAX_MATRIX_CHARS, hint=hint)
 
     def locate(path: tuple) -> Mark:
         return _locate(path, {}, values, key_error=False)
 
     for cell in cells:
         context = f" (matrix {cell_label(cell)})"
-        budget = Budget(f"{source}: the cell{context}", parent=together)
+        budget = Budget(f"{source}: the cell{context}", parent=together, hint=hint)
         substituted = substitute_matrix(data, cell, locate, source, budget=budget)
         substituted["matrix"] = None
         out.append((cell, _validate(substituted, keys, values, source, environ, budget, context)))
