@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from xlarun.capture.spec import parse_duration
 from xlarun.capture.spec_yaml import detect_framework, interpolate, load_spec, parse_spec_text, spec_json_schema
@@ -314,3 +316,43 @@ def test_all_the_cells_of_a_matrix_together_are_bounded():
     with pytest.raises(SpecError) as info:
         parse_spec_cells(f"name: m\nscript: s.py\ntags: {{{tags}}}\nmatrix:\n{axes}\n", "m.yaml", environ={})
     assert info.value.message == "m.yaml: the matrix's 1,000 cells together holds more than 250,000 values"
+
+
+#: Values a careless or hostile spec puts under a key: explicit tags, huge numbers, NULs, recursion, unknown ${...}.
+HOSTILE_VALUES = [
+    "null", "true", "-1", "1e400", ".nan", ".inf", "'x'", "''", "[]", "{}", "[1, {a: b}]", "'\\0'", '"\\0"', "9" * 5000,
+    "2001-13-45", "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "'${X:+a}'", "'${HOME}'", "'${matrix.q}'",
+    "0x1F", "190:20:30", "'10m'", "'-5s'", "&a [*a]", "!!float 'x'", "!!int 'x'", "!!timestamp 'x'", "!!bool 'maybe'",
+    "'" + "a" * 300 + "'", "2000000000000000000000", "{a: []}", "{include: 5}", "{a: [1], include: [5]}",
+    "{a: [{b: c}]}", "docker-cpu", "{kind: local, image: x}", "*undefined", "!!python/name:os.system", "[[[[[[]]]]]]",
+]  # fmt: skip
+SPEC_KEYS = [
+    "name", "script", "args", "python", "workdir", "env", "framework", "backend", "timeout", "tags", "matrix",
+    "dump.formats", "dump.pass_re", "dump.max_modules", "dump.extra_xla_flags", "logging.vmodule", "tensorflow.auto_jit",
+    "poplar.engine_options", "backend.gpus", "backend.shm_size", "backend.volumes", "backend.user", "env.A", "tags.t",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(SPEC_KEYS), st.sampled_from(HOSTILE_VALUES)), min_size=1, max_size=3))
+def test_any_hostile_value_under_any_key_is_a_spec_error_or_a_spec(tmp_path, pairs):
+    """Found explicit tags PyYAML raised AttributeError/TypeError for, and script names too long to stat (exit 4)."""
+    from xlarun.capture.spec_yaml import load_batch
+
+    top = {"name": "t", "script": "job.py"}
+    nested: dict[str, dict[str, str]] = {}
+    for key, value in pairs:
+        outer, _, inner = key.partition(".")
+        if inner:
+            nested.setdefault(outer, {"kind": "docker-cpu"} if outer == "backend" else {})[inner] = value
+        else:
+            top[key] = value
+    text = "".join(f"{k}: {v}\n" for k, v in top.items() if k not in nested)
+    text += "".join(f"{k}:\n" + "".join(f"  {ik}: {iv}\n" for ik, iv in items.items()) for k, items in nested.items())
+    spec = write_spec(tmp_path, text, "print(1)\n")
+    try:
+        cells = load_batch(spec, environ={"HOME": "/home/u"})
+    except SpecError as exc:
+        assert exc.message.startswith(str(spec)) and "\n" not in exc.message
+    else:
+        assert all(cell.script == (tmp_path / "job.py").resolve() for cell in cells)
