@@ -82,8 +82,7 @@ def interpolate(text: str, environ: dict[str, str]) -> str:
                 "${VAR:?message}, and $$ for a literal $"
             )
         value = environ.get(name)
-        missing = value is None or (value == "" and operator is not None and operator.startswith(":"))
-        if not missing:
+        if value is not None and (value != "" or operator is None or not operator.startswith(":")):
             return value
         if operator is None:
             raise InterpolationError(f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)")
