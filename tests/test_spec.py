@@ -198,6 +198,15 @@ def test_matrix_shape_errors():
         parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: [1]\n  exclude: [{t: 1}]\n", "m.yaml", environ={})
 
 
+def test_include_entries_count_against_the_cell_limit():
+    from xlarun.capture.spec_yaml import parse_spec_cells
+
+    include = ", ".join(f"{{t: {i}}}" for i in range(1001))
+    with pytest.raises(SpecError) as info:
+        parse_spec_cells(f"name: m\nscript: s.py\nmatrix:\n  include: [{include}]\n", "m.yaml", environ={})
+    assert info.value.message == "m.yaml:3:1 matrix: 1,001 cells with its 'include' entries, more than 1,000"
+
+
 def test_load_spec_refuses_a_matrix_and_points_at_batch(tmp_path):
     spec = write_spec(tmp_path, "name: m\nscript: job.py\nmatrix:\n  t: [1, 2]\n", "print(1)\n")
     with pytest.raises(SpecError, match="matrix of 2 cell") as info:

@@ -77,6 +77,8 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
             cells.append(dict(entry))
     if not cells:
         raise SpecError(f"{at}: has no cells left", "check 'exclude' against the axes")
+    if len(cells) > MAX_CELLS:  # 'include' entries add cells past the product's check
+        raise SpecError(f"{at}: {len(cells):,} cells with its 'include' entries, more than {MAX_CELLS:,}", "split the matrix")
     return cells
 
 
