@@ -75,10 +75,12 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
                 matched = True
         if not matched:
             cells.append(dict(entry))
+            if len(cells) > MAX_CELLS:  # checked as they come: each entry is matched against every cell so far
+                raise SpecError(
+                    f"{at}: {len(cells):,} cells with its 'include' entries, more than {MAX_CELLS:,}", "split the matrix"
+                )
     if not cells:
         raise SpecError(f"{at}: has no cells left", "check 'exclude' against the axes")
-    if len(cells) > MAX_CELLS:  # 'include' entries add cells past the product's check
-        raise SpecError(f"{at}: {len(cells):,} cells with its 'include' entries, more than {MAX_CELLS:,}", "split the matrix")
     return cells
 
 
