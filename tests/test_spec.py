@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -196,6 +198,17 @@ def test_matrix_shape_errors():
         parse_spec_cells("name: m\nscript: s.py\nargs: ['${matrix.x}']\nmatrix:\n  t: [1]\n", "m.yaml", environ={})
     with pytest.raises(SpecError, match="no cells left"):
         parse_spec_cells("name: m\nscript: s.py\nmatrix:\n  t: [1]\n  exclude: [{t: 1}]\n", "m.yaml", environ={})
+
+
+def test_matrix_values_yaml_reads_as_dates_or_sets_are_substituted_as_text(cli, tmp_path):
+    text = "name: m\nscript: job.py\ntags: {d: 'on-${matrix.d}'}\nmatrix:\n  d: [2001-01-01, !!set {a}]\n"
+    spec = write_spec(tmp_path, text, "print(1)\n")
+    from xlarun.capture.spec_yaml import load_batch
+
+    assert [cell.spec.tags["d"] for cell in load_batch(spec, environ={})] == ["on-2001-01-01", "on-{'a'}"]
+    result = cli("validate", spec, "--json")  # was TypeError: date is not JSON serializable (exit 4)
+    assert result.exit_code == 0
+    assert [c["values"]["d"] for c in json.loads(result.stdout)["matrix"]] == ["2001-01-01", ["a"]]
 
 
 def test_include_entries_count_against_the_cell_limit():

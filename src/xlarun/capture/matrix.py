@@ -24,7 +24,11 @@ def dotted_path(path: tuple) -> str:
 
 
 def _short(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float, list, dict)):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)  # what else YAML makes: a date (2001-01-01), a set, bytes
 
 
 def cell_label(cell: dict[str, Any]) -> str:
