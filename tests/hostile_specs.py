@@ -4,6 +4,7 @@ traceback), a hang, or a secret printed back. ``python tests/hostile_specs.py DI
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -59,21 +60,63 @@ SPECS: dict[str, bytes | str] = {
     + "]\n",
     "image-injection": "name: t\nscript: {job}\nbackend: docker-cpu\nimage: 'x; rm -rf /'\n",
     "python-missing": "name: t\nscript: {job}\npython: /nonexistent/bin/python\n",
+    # issue 24: readers bounded in alias expansions, depth and bytes; bad values refused before anything is staged
+    "alias-bomb-8-levels": "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "lol"] * 9) + "]\n" for i in range(8))
+    + "name: t\nscript: {job}\n",
+    "alias-bomb-characters": "a: &a " + "x" * 200_000 + "\nname: t\nscript: {job}\nargs: [*a, *a, *a, *a, *a, *a]\n",
+    "alias-chain-deep": "".join(f"a{i}: &a{i} [" + (f"*a{i - 1}" if i else "x") + "]\n" for i in range(60))
+    + "name: t\nscript: {job}\n",
+    "recursive-anchor": "name: &r [*r]\nscript: {job}\n",
+    "recursive-merge": "name: t\nscript: {job}\nenv: &e {{<<: *e}}\n",
+    "nul-in-script": 'name: t\nscript: "{job}\\0.py"\n',
+    "nul-in-args": 'name: t\nscript: {job}\nargs: [ok, "a\\0b"]\n',
+    "nul-in-env": f'name: t\nscript: {{job}}\nenv: {{{{API_TOKEN: "{SECRET}\\0"}}}}\n',
+    "script-symlink-loop": "name: t\nscript: {loop}\n",
+    "timeout-5000-digits": "name: t\nscript: {job}\ntimeout: " + "9" * 5000 + "\n",
+    "timeout-400-digit-string": "name: t\nscript: {job}\ntimeout: '" + "9" * 400 + "h'\n",
+    "timeout-true": "name: t\nscript: {job}\ntimeout: true\n",
+    "timeout-inf": "name: t\nscript: {job}\ntimeout: .inf\n",
+    "args-not-strings": "name: t\nscript: {job}\nargs: [1, {{a: b}}, null]\n",
+    "env-required-unset": "name: t\nscript: {job}\nenv: {{A: '${{XLARUN_TORTURE_NEVER_SET:?set it first}}'}}\n",
+    "unknown-substitution": "name: t\nscript: {job}\nargs: ['${{HOME:+x}}']\n",
+    "impossible-date": "name: 2001-13-45\nscript: {job}\n",
+    "explicit-tag-unbuildable": "name: t\nscript: {job}\ntags: {{t: !!timestamp 'x'}}\n",
+    "script-name-too-long": "name: t\nscript: " + "a" * 300 + ".py\n",
+    "matrix-value-bomb": "name: t\nscript: {job}\ntags: {{"
+    + ", ".join(f"t{i}: '${{matrix.x}}'" for i in range(50))
+    + "}}\nmatrix:\n  x: [["
+    + ", ".join(["v"] * 1000)
+    + "]]\n",
+    "matrix-bad-cell": "name: t\nscript: {job}\ntimeout: ${{matrix.t}}\nmatrix:\n  t: [5, never]\n",
 }
+
+#: Spec paths that are not regular files (name -> what write_specs makes): each must be refused, never read or waited on.
+NOT_FILES = ("spec-is-a-fifo", "spec-is-dev-zero", "spec-is-a-folder", "spec-in-a-symlink-loop")
 
 
 def write_specs(folder: Path) -> dict[str, Path]:
-    """Each hostile spec as ``folder/<name>.yaml``, beside the tiny job they name; returns name -> path."""
+    """Each hostile spec as ``folder/<name>.yaml``, beside the tiny job they name, and the paths of NOT_FILES; returns
+    name -> path."""
     folder.mkdir(parents=True, exist_ok=True)
     job = folder / "job.py"
     job.write_text(JOB)
+    loop = folder / "loop-a.py"
+    if not loop.is_symlink():
+        loop.symlink_to(folder / "loop-b.py")
+        (folder / "loop-b.py").symlink_to(loop)
     paths = {}
     for name, text in SPECS.items():
         data = text.encode() if isinstance(text, str) else text
-        data = data.replace(b"{job}", str(job).encode()).replace(b"{{", b"{").replace(b"}}", b"}")
+        data = data.replace(b"{job}", str(job).encode()).replace(b"{loop}", str(loop).encode())
+        data = data.replace(b"{{", b"{").replace(b"}}", b"}")
         path = folder / f"{name}.yaml"
         path.write_bytes(data)
         paths[name] = path
+    os.mkfifo(folder / "fifo.yaml")
+    (folder / "loop-a.yaml").symlink_to(folder / "loop-b.yaml")
+    (folder / "loop-b.yaml").symlink_to(folder / "loop-a.yaml")
+    specials = (folder / "fifo.yaml", Path("/dev/zero"), folder, folder / "loop-a.yaml")
+    paths.update(zip(NOT_FILES, specials, strict=True))
     return paths
 
 

@@ -224,3 +224,18 @@ def test_the_bundle_lines_carry_the_runs_xla_flags_and_fall_back_to_cpu():
     assert lines[0].startswith("run_hlo_module --platform=CPU --reference_platform=Interpreter ")
     assert all(line.endswith("--xla_cpu_enable_fast_math=false dump/m.before_optimizations.txt") for line in lines)
     assert [line.split()[0] for line in lines] == ["run_hlo_module", "hlo_runner_main"]
+
+
+def test_a_run_spec_is_read_back_for_redaction_within_the_readers_bounds(tmp_path):
+    import os
+
+    from xlarun.bundle import _read_spec
+
+    (tmp_path / "spec.yaml").write_text("name: t\nscript: j.py\nenv: {HF_TOKEN: abc, N: '1'}\n")
+    assert _read_spec(tmp_path).decode().splitlines()[-3:] == ["env:", "  HF_TOKEN: '***'", "  N: '1'"]
+    bomb = "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(9))
+    (tmp_path / "spec.yaml").write_text(bomb)  # a spec replaced in the run folder after the capture read it
+    assert _read_spec(tmp_path) == b"# the spec could not be read back to redact it, so it is left out\n"
+    (tmp_path / "spec.yaml").unlink()
+    os.mkfifo(tmp_path / "spec.yaml")
+    assert _read_spec(tmp_path) == b""  # not a regular file: nothing to read, and no wait for a writer

@@ -60,6 +60,27 @@ def test_validate_json_and_ok(cli):
     assert json.loads(result.stdout)["valid"] is True
 
 
+def test_validate_a_matrix_spec_counts_its_cells(cli):
+    result = cli("validate", CONFIGS / "matrix-flags.yaml")
+    assert result.exit_code == 0, result.output  # was "this spec has a matrix of 2 cell(s)", exit 2
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"ok {CONFIGS / 'matrix-flags.yaml'}: a matrix of 2 cell(s); `xlarun batch` runs them"
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["fast_math=false", "fast_math=true"]
+    document = json.loads(cli("validate", CONFIGS / "matrix-flags.yaml", "--json").stdout)
+    assert document["valid"] is True and document["cells"] == 2
+    assert [cell["values"] for cell in document["matrix"]] == [{"fast_math": "false"}, {"fast_math": "true"}]
+    assert json.loads(cli("validate", CONFIGS / "jax-cpu.yaml", "--json").stdout)["cells"] == 1
+
+
+def test_validate_names_the_invalid_cell_of_a_matrix(cli, tmp_path):
+    spec = write_spec(tmp_path, "name: m\nscript: job.py\ntimeout: ${matrix.t}\nmatrix:\n  t: [5, never]\n", "print(1)\n")
+    result = cli("validate", spec)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}:3:10 timeout (matrix t=never): 'never' is not a duration: use seconds or a number with ms, s, m or h"
+    ]
+
+
 def test_capture_of_a_malformed_spec_is_one_line_exit_2(cli, tmp_path):
     spec = write_spec(tmp_path, "name: demo\nscript: job.py\ntimeout: never\n", "print(1)\n")
     result = cli("capture", spec)

@@ -257,12 +257,15 @@ def _redact_spec_env(spec: dict) -> dict:
 def _read_spec(run_dir: Path) -> bytes:
     import yaml
 
+    from xlarun.capture.spec_reader import read_spec_file, read_yaml
+    from xlarun.errors import SpecError
+
     path = run_dir / "spec.yaml"
     if not path.is_file():
         return b""
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
+    try:  # the reader's bounds: a run folder's spec may have been replaced since the capture read it
+        spec, _node = read_yaml(read_spec_file(path), str(path))
+    except SpecError:
         return b"# the spec could not be read back to redact it, so it is left out\n"
     if not isinstance(spec, dict):
         return b""

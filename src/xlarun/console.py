@@ -106,7 +106,8 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=False) + "\n")
+    # default=str: a YAML date, set or binary value a spec's matrix carries prints as text instead of failing
+    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=False, default=str) + "\n")
 
 
 #: Above this many rows a table is printed as plain aligned text: rich takes ~0.4 ms a row, which made

@@ -1,5 +1,8 @@
-"""Hostile run specs (tests/hostile_specs.py, 40 kinds): `xlarun capture SPEC --json` ends each with a documented exit
-code, one error line, one JSON document on stdout and no secret printed back; never a traceback, exit 4 or a hang."""
+"""Hostile run specs (tests/hostile_specs.py, 65 kinds, four of them paths that are not regular files): `xlarun capture
+SPEC --json` ends each with a documented exit code, one error line, one JSON document on stdout and no secret printed
+back, and leaves nothing in the store's staging folder; `xlarun validate SPEC` refuses the same specs with exit 2 and
+passes the rest; never a traceback, exit 4 or a hang (the billion laughs, recursive aliases, FIFOs and /dev/zero
+among them are refused by the reader's bounds, not by a timeout)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,12 @@ import json
 
 import pytest
 
-from ..hostile_specs import SECRET, SPECS, write_specs
+from ..hostile_specs import NOT_FILES, SECRET, SPECS, write_specs
 
 pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
 #: Specs that are valid (or that xlarun reads leniently, as YAML does): the tiny job runs, dumps nothing, exit 1.
-RUNS = {"duplicate-keys", "env-newline-flag", "huge-file", "huge-timeout", "python-missing"}
+RUNS = {"duplicate-keys", "env-newline-flag", "huge-timeout", "python-missing"}
 
 
 @pytest.mark.timeout(600)  # a hang fails the test (in process: 10x faster than a process per spec)
@@ -20,8 +23,12 @@ def test_every_hostile_spec_is_refused_or_run_cleanly(tmp_path, figures, cli):
     specs = write_specs(tmp_path / "specs")
     store = tmp_path / "store"
     crashes, hangs, leaks, not_json, several_lines, unexpected = [], [], [], [], [], []  # hangs: the timeout above
+    validate_disagrees, staged_left = [], []
     codes: dict[int, int] = {}
     for name, path in specs.items():
+        checked = cli("validate", path)
+        if checked.exit_code != (0 if name in RUNS else 2) or "Traceback" in checked.stderr:
+            validate_disagrees.append((name, checked.exit_code, checked.stderr[-300:]))
         result = cli("capture", path, "--json", "--store", store)
         out, err, returncode = result.stdout, result.stderr, result.exit_code
         codes[returncode] = codes.get(returncode, 0) + 1
@@ -38,6 +45,9 @@ def test_every_hostile_spec_is_refused_or_run_cleanly(tmp_path, figures, cli):
             several_lines.append((name, err[-300:]))
         if (returncode == 1) != (name in RUNS) or returncode not in (1, 2):
             unexpected.append((name, returncode))
+        staging = store / "staging"
+        if staging.is_dir() and any(staging.iterdir()):
+            staged_left.append((name, sorted(p.name for p in staging.iterdir())))
     check = cli("check", "--store", store)
     figures(
         trials=len(specs),
@@ -46,10 +56,13 @@ def test_every_hostile_spec_is_refused_or_run_cleanly(tmp_path, figures, cli):
         hangs=len(hangs),
         leaked_secrets=len(leaks),
         not_json=len(not_json),
+        validate_disagrees=len(validate_disagrees),
+        staged_left=len(staged_left),
         store_sound=check.exit_code == 0,
     )
-    assert len(SPECS) >= 30
+    assert len(specs) == len(SPECS) + len(NOT_FILES) >= 60
     assert not crashes and not hangs and not leaks, (crashes, hangs, leaks)
     assert not not_json and not several_lines, (not_json, several_lines)
     assert not unexpected, unexpected  # 2 for what is refused, 1 for the jobs that ran and dumped nothing
+    assert not validate_disagrees and not staged_left, (validate_disagrees, staged_left)
     assert check.exit_code == 0, check.output

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from xlarun.capture.spec_reader import Budget
 from xlarun.errors import SpecError
 
 Mark = tuple[int, int]
@@ -23,12 +24,20 @@ def dotted_path(path: tuple) -> str:
 
 
 def _short(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float, list, dict)):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)  # what else YAML makes: a date (2001-01-01), a set, bytes
 
 
 def cell_label(cell: dict[str, Any]) -> str:
-    """'backend=local, t=10'."""
-    return ", ".join(f"{k}={_short(v)}" for k, v in cell.items())
+    """'backend=local, t=10' (a value longer than 60 characters cut to its start)."""
+    return ", ".join(f"{k}={_cut(_short(v), 60)}" for k, v in cell.items())
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 #: The most cells one matrix may have (GitHub Actions allows 256 jobs; a batch runs its cells on this machine).
@@ -70,6 +79,10 @@ def expand_matrix(matrix: Any, source: str = "<spec>", where: Mark = (1, 1)) -> 
                 matched = True
         if not matched:
             cells.append(dict(entry))
+            if len(cells) > MAX_CELLS:  # checked as they come: each entry is matched against every cell so far
+                raise SpecError(
+                    f"{at}: {len(cells):,} cells with its 'include' entries, more than {MAX_CELLS:,}", "split the matrix"
+                )
     if not cells:
         raise SpecError(f"{at}: has no cells left", "check 'exclude' against the axes")
     return cells
@@ -79,12 +92,24 @@ _MATRIX_REF = re.compile(r"\$\{matrix\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def substitute_matrix(
-    value: Any, cell: dict[str, Any], locate: Callable[[tuple], tuple[int, int]], source: str, path: tuple = ()
+    value: Any,
+    cell: dict[str, Any],
+    locate: Callable[[tuple], tuple[int, int]],
+    source: str,
+    path: tuple = (),
+    *,
+    budget: Budget | None = None,
 ) -> Any:
-    """``value`` with ``${matrix.AXIS}`` replaced by the cell's values (a whole-scalar reference keeps the value's type)."""
+    """``value`` with ``${matrix.AXIS}`` replaced by the cell's values (a whole-scalar reference keeps the value's type).
+
+    Every value made is spent from ``budget``, so references to a large axis value cannot multiply it without bound.
+    """
+    if budget is None:
+        budget = Budget(f"{source}: the cell ({cell_label(cell)})")
     if isinstance(value, str):
         whole = _MATRIX_REF.fullmatch(value)
         if whole and whole.group(1) in cell:
+            budget.spend_on(cell[whole.group(1)])
             return cell[whole.group(1)]  # keeps the value's type: a number, a list, a mapping
 
         def one(match: re.Match) -> str:
@@ -97,12 +122,16 @@ def substitute_matrix(
                 )
             return _short(cell[name])
 
-        return _MATRIX_REF.sub(one, value)
+        out = _MATRIX_REF.sub(one, value)
+        budget.spend(1, len(out))
+        return out
+    budget.spend(1, 1)
     if isinstance(value, dict):
+        budget.spend(len(value), sum(len(str(k)) for k in value))  # the keys, as the YAML reader counts them
         return {
-            k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k)))
+            k: (v if k == "matrix" and not path else substitute_matrix(v, cell, locate, source, (*path, k), budget=budget))
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [substitute_matrix(v, cell, locate, source, (*path, i)) for i, v in enumerate(value)]
+        return [substitute_matrix(v, cell, locate, source, (*path, i), budget=budget) for i, v in enumerate(value)]
     return value

@@ -7,6 +7,7 @@ environment, validates it with pydantic, and resolves its paths. Every problem i
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -19,8 +20,27 @@ DumpFormat = Literal["text", "proto", "dot", "html", "url"]
 BackendKind = Literal["local", "docker", "docker-cpu", "docker-gpu", "docker-ipu"]
 
 
+def _nul_free(value: Any, where: str = "") -> Any:
+    """``value`` unchanged, or ValueError naming where a NUL byte sits (never the value: it may be a secret)."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise ValueError(
+                f"{where + ' ' if where else ''}contains a NUL byte (\\0), which no command line, environment or file name can hold"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _nul_free(key, f"the key {str(key).replace(chr(0), '<NUL>')!r}")
+            _nul_free(item, f"{where}.{key}".lstrip(".") if where else f"'{key}'")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _nul_free(item, f"{where}[{i}]" if where else f"item {i}")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    _no_nul = field_validator("*")(classmethod(lambda cls, v: _nul_free(v)))
 
 
 def _check_regex(value: str | None) -> str | None:
@@ -176,6 +196,8 @@ class BackendSpec(DockerOptions):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
+    _no_nul = field_validator("*")(classmethod(lambda cls, v: _nul_free(v)))
+
     kind: BackendKind = Field(
         "local", description="local (a subprocess), docker-cpu, docker-gpu, docker-ipu, or docker (every option explicit)."
     )
@@ -212,7 +234,9 @@ class RunSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
     framework: Framework = Field("auto", description="jax, tensorflow, torch_xla, or auto (read from the script's imports).")
     backend: BackendSpec = Field(default_factory=BackendSpec)
-    timeout: float | None = Field(None, gt=0, description="Seconds (or '90s', '10m', '2h') before the job is killed.")
+    timeout: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Seconds (or '90s', '10m', '2h') before the job is killed."
+    )
     tags: dict[str, str] = Field(default_factory=dict, description="Free labels recorded with the run.")
     dump: DumpSpec = Field(default_factory=DumpSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
@@ -243,6 +267,10 @@ class RunSpec(_Strict):
     @field_validator("timeout", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # YAML's true is a bool, and a bool is an int to Python: 1 s
+            raise ValueError(f"{str(value).lower()} is not a duration: use seconds or a number with ms, s, m or h")
+        if isinstance(value, int) and value.bit_length() > 64:
+            raise ValueError(f"a number of {len(str(value)):,} digits is not a duration a job can wait")
         return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("env", mode="before")
@@ -265,8 +293,13 @@ class RunSpec(_Strict):
     @field_validator("args", mode="before")
     @classmethod
     def _args_strings(cls, value: Any) -> Any:
+        # numbers and booleans become the words a shell would pass (1 -> '1', true -> 'true'); nothing else is an argument
         if isinstance(value, list):
-            return [str(v) for v in value]
+            for i, item in enumerate(value):
+                if item is None or isinstance(item, (dict, list)):
+                    kind = "null" if item is None else "a mapping" if isinstance(item, dict) else "a list"
+                    raise ValueError(f"item {i} is {kind}: an argument is a string or a number (quote it: '...')")
+            return [v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v) for v in value]
         return value
 
 
@@ -276,8 +309,12 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 def parse_duration(text: str) -> float:
     """'90' -> 90.0, '90s' -> 90.0, '10m' -> 600.0, '2h' -> 7200.0, '500ms' -> 0.5."""
+    shown = repr(text) if len(text) <= 40 else repr(text[:20] + "...")
     match = _DURATION.match(text)
     if not match:
-        raise ValueError(f"{text!r} is not a duration: use seconds or a number with ms, s, m or h")
+        raise ValueError(f"{shown} is not a duration: use seconds or a number with ms, s, m or h")
     number, unit = float(match.group(1)), match.group(2) or "s"
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    seconds = number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    if not math.isfinite(seconds):
+        raise ValueError(f"{shown} ({len(text):,} characters) is too long a duration for a job to wait")
+    return seconds

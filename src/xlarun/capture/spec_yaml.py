@@ -4,8 +4,10 @@ error), ${VAR} interpolation, matrix cells, and the models of capture/spec.py va
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from xlarun.capture.matrix import cell_label, dotted_path, expand_matrix, substitute_matrix
 from xlarun.capture.spec import RunSpec
+from xlarun.capture.spec_reader import MAX_MATRIX_CHARS, MAX_MATRIX_VALUES, MAX_SPEC_BYTES, Budget, read_spec_file, read_yaml
 from xlarun.errors import SpecError
 
 
@@ -54,42 +57,56 @@ def _positions(node: yaml.Node, path: tuple, keys: dict, values: dict) -> None:
             _positions(item, (*path, i), keys, values)
 
 
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|\$\{[^}]*\}?")
+
+
+class InterpolationError(ValueError):
+    """A ``${...}`` that cannot be substituted: the message names the variable, never its value."""
 
 
 def interpolate(text: str, environ: dict[str, str]) -> str:
-    """Substitute ``${VAR}`` and ``${VAR:-default}``; ``$$`` is a literal ``$``. Raises KeyError(VAR) when unset."""
+    """Substitute ``${VAR}`` as a shell does, with ``${VAR:-default}`` / ``${VAR-default}`` (when unset or empty / unset)
+    and ``${VAR:?message}`` / ``${VAR?message}`` (an error with that message); ``$$`` is a literal ``$``.
+
+    Raises :class:`InterpolationError` for an unset variable without a default, a ``?`` form whose variable is
+    missing, and any other ``${...}`` (a typo such as ``${VAR:+x}`` must not reach the job as written).
+    """
 
     def substitute(match: re.Match) -> str:
         if match.group(0) == "$$":
             return "$"
-        name, default = match.group(1), match.group(2)
+        name, operator, word = match.group(1), match.group(2), match.group(3)
+        if name is None:
+            raise InterpolationError(
+                f"{match.group(0)!r} is not a substitution xlarun knows: use ${{VAR}}, ${{VAR:-default}} or "
+                "${VAR:?message}, and $$ for a literal $"
+            )
         value = environ.get(name)
-        if value is None or (value == "" and default is not None):
-            if default is None:
-                raise KeyError(name)
-            return default
-        return value
+        if value is not None and (value != "" or operator is None or not operator.startswith(":")):
+            return value
+        if operator is None:
+            raise InterpolationError(f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)")
+        if operator.endswith("-"):
+            return word
+        state = "is not set" if value is None else "is empty"
+        raise InterpolationError(f"environment variable {name} {state}: {word or 'it is required'}")
 
     return _VAR.sub(substitute, text)
 
 
-def _interpolate_tree(value: Any, path: tuple, environ: dict[str, str], problems: list[tuple[tuple, str]]) -> Any:
+def _interpolate_tree(value: Any, path: tuple, environ: dict[str, str], problems: list[tuple[tuple, str]], budget: Budget) -> Any:
     if isinstance(value, str):
         try:
-            return interpolate(value, environ)
-        except KeyError as missing:
-            problems.append(
-                (
-                    path,
-                    f"environment variable {missing.args[0]} is not set (write ${{{missing.args[0]}:-default}} to give a default)",
-                )
-            )
+            out = interpolate(value, environ)
+        except InterpolationError as exc:
+            problems.append((path, str(exc)))
             return value
+        budget.spend(chars=max(0, len(out) - len(value)))  # values from the environment count against the spec's size
+        return out
     if isinstance(value, dict):
-        return {k: _interpolate_tree(v, (*path, k), environ, problems) for k, v in value.items()}
+        return {k: _interpolate_tree(v, (*path, k), environ, problems, budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate_tree(v, (*path, i), environ, problems) for i, v in enumerate(value)]
+        return [_interpolate_tree(v, (*path, i), environ, problems, budget) for i, v in enumerate(value)]
     return value
 
 
@@ -132,18 +149,8 @@ def _clean_loc(loc: tuple) -> tuple:
 
 
 def _read_yaml(text: str, source: str) -> tuple[dict, dict, dict]:
-    """The spec as Python data, and where each key and value sits in the file."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise SpecError(f"{where} YAML syntax error: {exc.problem or exc}", "fix the YAML syntax at that position") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}", "fix the YAML syntax") from None
-    except RecursionError:
-        raise SpecError(f"{source}: nested too deeply to read", "a spec is a flat mapping of a few levels") from None
+    """The spec as Python data, and where each key and value sits in the file (read within spec_reader's limits)."""
+    data, node = read_yaml(text, source)
     if node is None or data is None:
         raise SpecError(f"{source}:1:1 (top level): the spec is empty", "a spec needs at least 'name' and 'script'")
     if not isinstance(data, dict):
@@ -157,9 +164,11 @@ def _read_yaml(text: str, source: str) -> tuple[dict, dict, dict]:
     return data, keys, values
 
 
-def _validate(data: dict, keys: dict, values: dict, source: str, environ: dict[str, str], context: str = "") -> RunSpec:
+def _validate(
+    data: dict, keys: dict, values: dict, source: str, environ: dict[str, str], budget: Budget, context: str = ""
+) -> RunSpec:
     problems: list[tuple[tuple, str]] = []
-    data = _interpolate_tree(data, (), environ, problems)
+    data = _interpolate_tree(data, (), environ, problems, budget)
     located: list[tuple[Mark, str]] = []
     for path, message in problems:
         line, col = _locate(path, keys, values, key_error=False)
@@ -202,14 +211,23 @@ def parse_spec_cells(
     data, keys, values = _read_yaml(text, source)
     matrix = data.get("matrix")
     if matrix is None:
-        return [(None, _validate(data, keys, values, source, environ))]
+        budget = Budget(f"{source}: the spec")
+        budget.spend_on(data)
+        return [(None, _validate(data, keys, values, source, environ, budget))]
     cells = expand_matrix(matrix, source, keys.get(("matrix",), (1, 1)))
     out: list[tuple[dict[str, Any] | None, RunSpec]] = []
+    hint = "split the matrix into several specs, or make the values its cells repeat smaller"
+    together = Budget(f"{source}: the matrix's {len(cells):,} cells together", MAX_MATRIX_VALUES, MAX_MATRIX_CHARS, hint=hint)
+
+    def locate(path: tuple) -> Mark:
+        return _locate(path, {}, values, key_error=False)
+
     for cell in cells:
-        substituted = substitute_matrix(data, cell, lambda path: _locate(path, {}, values, key_error=False), source)
-        substituted["matrix"] = None
         context = f" (matrix {cell_label(cell)})"
-        out.append((cell, _validate(substituted, keys, values, source, environ, context)))
+        budget = Budget(f"{source}: the cell{context}", parent=together, hint=hint)
+        substituted = substitute_matrix(data, cell, locate, source, budget=budget)
+        substituted["matrix"] = None
+        out.append((cell, _validate(substituted, keys, values, source, environ, budget, context)))
     return out
 
 
@@ -230,23 +248,10 @@ def load_spec(path: str | Path, environ: dict[str, str] | None = None) -> Loaded
     return cells[0]
 
 
-def _read_spec_file(spec_path: Path) -> str:
-    try:
-        return spec_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{spec_path}: no such spec file", "check the path; `ls configs/` shows the bundled examples") from None
-    except IsADirectoryError:
-        raise SpecError(f"{spec_path}: is a folder, not a spec file", "give the path of a .yaml file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            f"{spec_path}: cannot read the spec: {exc}", "check the file's permissions and encoding (UTF-8)"
-        ) from None
-
-
 def load_batch(path: str | Path, environ: dict[str, str] | None = None) -> list[LoadedSpec]:
     """Every cell of the spec at ``path``, resolved (one cell for a spec without a matrix)."""
     spec_path = Path(path).expanduser()
-    text = _read_spec_file(spec_path)
+    text = read_spec_file(spec_path)
     cells = parse_spec_cells(text, source=str(spec_path), environ=environ)
     out = []
     for values, spec in cells:
@@ -257,19 +262,42 @@ def load_batch(path: str | Path, environ: dict[str, str] | None = None) -> list[
 
 
 def resolve_spec(spec: RunSpec, spec_path: Path, text: str = "") -> LoadedSpec:
-    """Resolve a validated spec's paths against its file's folder and check the script exists."""
+    """Resolve a validated spec's paths against its file's folder and check the script is a file and the workdir a folder."""
     spec_path = spec_path.resolve()
     base = spec_path.parent
-    script = (base / spec.script).resolve()
-    workdir = (base / spec.workdir).resolve() if spec.workdir else base
-    if not script.is_file():
+    script = _resolve_path(base, spec.script, spec_path, "script")
+    workdir = _resolve_path(base, spec.workdir, spec_path, "workdir") if spec.workdir else base
+    script_mode = _mode(script, spec_path, "script")
+    if script_mode is None or not stat.S_ISREG(script_mode):
+        why = "not found" if script_mode is None else "is not a regular file"
         raise SpecError(
-            f"{spec_path}: script: {spec.script} not found (looked for {script})",
+            f"{spec_path}: script: {spec.script} {why} (looked for {script})",
             "the script path is relative to the spec file's folder",
         )
-    if not workdir.is_dir():
+    workdir_mode = _mode(workdir, spec_path, "workdir")
+    if workdir_mode is None or not stat.S_ISDIR(workdir_mode):
         raise SpecError(f"{spec_path}: workdir: {workdir} is not a folder", "the workdir is relative to the spec file's folder")
     return LoadedSpec(spec=spec, path=spec_path, text=text, script=script, workdir=workdir, python=spec.python or sys.executable)
+
+
+def _mode(path: Path, spec_path: Path, key: str) -> int | None:
+    """The mode of what ``path`` names, or None when nothing is there; any other failure is the spec's error."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # a name too long, a folder without permission
+        raise SpecError(f"{spec_path}: {key}: cannot look at {path}: {exc.strerror}", "check the path") from None
+
+
+def _resolve_path(base: Path, written: str, spec_path: Path, key: str) -> Path:
+    try:
+        return (base / written).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of symbolic links (Python 3.11, 3.12)
+        reason = "a loop of symbolic links" if isinstance(exc, RuntimeError) or getattr(exc, "errno", 0) == errno.ELOOP else exc
+        raise SpecError(
+            f"{spec_path}: {key}: {written} cannot be followed: {reason}", "point it at a real file or folder"
+        ) from None
 
 
 def spec_json_schema() -> dict:
@@ -290,7 +318,8 @@ _FRAMEWORK_IMPORTS = (
 def detect_framework(script: Path) -> str | None:
     """The framework a script imports (torch_xla, then jax, then tensorflow), or None."""
     try:
-        source = script.read_text(encoding="utf-8", errors="replace")
+        with script.open("rb") as file:
+            source = file.read(MAX_SPEC_BYTES).decode("utf-8", errors="replace")  # imports are at the top
     except OSError:
         return None
     for name, pattern in _FRAMEWORK_IMPORTS:

@@ -98,13 +98,19 @@ def capture(
 
 
 def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
-    """Check SPEC without running anything: every problem is listed as file:line:col key.path: message."""
-    from xlarun.capture.spec_yaml import load_spec
+    """Check SPEC without running anything: every problem is listed as file:line:col key.path: message.
+
+    A spec with a `matrix` is checked cell by cell (a problem names its cell), and the cells it expands to are counted.
+    """
+    from rich.markup import escape
+
+    from xlarun.capture.matrix import cell_label
+    from xlarun.capture.spec_yaml import load_batch
     from xlarun.console import error_line, print_json, say
     from xlarun.errors import ExitCode, SpecError
 
     try:
-        loaded = load_spec(spec)
+        cells = load_batch(spec)
     except SpecError as exc:
         if as_json:
             print_json({"valid": False, "problems": exc.problems})
@@ -112,10 +118,36 @@ def validate(spec: SpecArgument, as_json: JsonOption = False) -> None:
             for problem in exc.problems:
                 error_line(problem)
         raise typer.Exit(int(ExitCode.USAGE)) from None
+    first, is_matrix = cells[0], cells[0].matrix_values is not None
     if as_json:
-        print_json({"valid": True, "spec": loaded.spec, "script": loaded.script, "workdir": loaded.workdir})
+        matrix = [
+            {"values": c.matrix_values, "name": c.spec.name, "script": c.script, "backend": c.spec.backend.kind} for c in cells
+        ]
+        print_json(
+            {
+                "valid": True,
+                "cells": len(cells),
+                "spec": first.spec,
+                "script": first.script,
+                "workdir": first.workdir,
+                "matrix": matrix if is_matrix else None,
+            }
+        )
+    elif not is_matrix:
+        say(f"[green]ok[/green] {spec}: run '{first.spec.name}' runs {first.script} on {first.spec.backend.kind}")
     else:
-        say(f"[green]ok[/green] {spec}: run '{loaded.spec.name}' runs {loaded.script} on {loaded.spec.backend.kind}")
+        say(f"[green]ok[/green] {escape(str(spec))}: a matrix of {len(cells)} cell(s); `xlarun batch` runs them")
+        for cell in cells[:_CELLS_SHOWN]:
+            line = (
+                f"{cell_label(cell.matrix_values or {})}: run '{cell.spec.name}' runs {cell.script} on {cell.spec.backend.kind}"
+            )
+            say("  " + escape(line))
+        if len(cells) > _CELLS_SHOWN:
+            say(f"  and {len(cells) - _CELLS_SHOWN} more cell(s) (`--json` lists them all)")
+
+
+#: How many cells of a matrix `validate` lists (all of them with --json).
+_CELLS_SHOWN = 20
 
 
 def schema(
