@@ -141,7 +141,7 @@ def bisect_store(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("bisect") / "store"
     store = Store.open(path, create=True)
-    for name in ("bf16", "algsimp", "stable"):
+    for name in ("bf16", "algsimp", "stable", "bf16-attention"):
         result = capture(CONFIGS / f"bisect-{name}.yaml", store)
         assert result.ok, result.warnings
     return path

@@ -90,3 +90,17 @@ def test_float_normalization_moves_the_first_bf16_multiply_now_in_f32(cli, bisec
 def test_a_stable_program_has_no_first_move_to_report(cli, bisect_store):
     code, data = _bisect_json(cli, "layer", "--store", bisect_store)
     assert code == 0 and data["verdict"] == "no-divergence" and data["first_move"] is None
+
+
+@pytest.mark.slow
+def test_a_pass_that_must_stay_on_is_still_named_when_it_moves_the_numbers(cli, bisect_store):
+    """Issue 26, item 2: bf16 dots compile on CPU only through float-normalization-bf16, so every replay keeps it on
+    and no step can diverge; it used to say "no step diverges" while excess precision moved the result by 0.015."""
+    code, data = _bisect_json(cli, "attention", "--store", bisect_store)
+    assert data["kept_passes"] == ["float-normalization-bf16"]
+    assert code == 1 and data["verdict"] == "diverged" and data["culprit_pass"] == "float-normalization-bf16"
+    assert data["error_after"]["max_abs_error"] == pytest.approx(0.0148, abs=0.002)  # 7.8328 -> 7.8475, as the job prints
+    assert any("must stay on" in w and "xla_allow_excess_precision=false" in w for w in data["warnings"])
+    found = FirstMove.from_dict(data["first_move"])
+    assert found.moved is not None and "bisect_bf16_attention.py:" in (found.moved.source or "")
+    assert found.against == "the reference with xla_allow_excess_precision=false" and found.unpaired == 0

@@ -399,7 +399,7 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
     if result.first_move:
         from xlarun.bisect.first_move import FirstMove
 
-        say("[bold]where the numbers move[/bold] (the step's values against the step before it)")
+        say("[bold]where the numbers move[/bold] (value by value)")
         for line in FirstMove.from_dict(result.first_move).lines():
             say(f"  {_escape(line)}")
     if result.diff_summary:

@@ -147,12 +147,14 @@ def find_first_move(
     rel_tolerance: float,
     step: str = "the culprit step",
     against: str = "the step before it",
+    run_before: Callable[[str], list | None] | None = None,
 ) -> FirstMove:
-    """Run both modules with every value exposed (``run`` takes HLO text, returns its outputs flattened) and
-    find the first value of ``step_text`` that differs from its counterpart in ``before_text``."""
+    """Run both modules with every value exposed (``run`` takes HLO text, returns its outputs flattened; ``run_before``,
+    if given, runs ``before_text`` instead, e.g. compiled with other options) and find the first value of
+    ``step_text`` that differs from its counterpart in ``before_text``."""
     before_exposed, before_names = expose_values(before_text)
     step_exposed, step_names = expose_values(step_text)
-    before_values = _named(run(before_exposed), before_names, against)
+    before_values = _named((run_before or run)(before_exposed), before_names, against)
     step_values = _named(run(step_exposed), step_names, step)
     before_info = _instructions(before_text)
     step_info = _instructions(step_text)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
+from xlarun.bisect.kept import measure_kept_passes
 from xlarun.bisect.search import binary_search, linear_search
 from xlarun.diff import PassStep, pass_diff, pass_steps
 from xlarun.errors import EngineError, InputError
@@ -312,6 +313,8 @@ def _bisect(
     result.steps = result.steps + [errors[i] for i in sorted(errors)]
     result.replays = replayer.replays
     _conclude(store, module, steps, first, errors, result)
+    if first is None and result.kept_passes:
+        measure_kept_passes(replayer, before, steps, expected, options, result, log)
     if options.ops and first is not None:
         result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, options, log)
     result.wall_s = time.perf_counter() - started
