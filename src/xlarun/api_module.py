@@ -193,6 +193,7 @@ class Module(display.Shown):
         timeout: float | None = None,
         max_data_size: str | int = "4G",
         in_process: bool = False,
+        save_outputs: str | Path | None = None,
     ) -> Replay:
         """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run.
 
@@ -215,6 +216,7 @@ class Module(display.Shown):
             timeout=timeout,
             max_data_size=max_data_size,
             in_process=in_process,
+            save_outputs=save_outputs,
         )
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
         self.__dict__.pop("_shown", None)  # `show` lists the new replay

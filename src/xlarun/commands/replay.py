@@ -74,6 +74,19 @@ def replay(
         bool,
         typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun."),
     ] = False,
+    save_outputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-outputs", help="Write the output values to this .npz (output_0, ...; bf16 as float32), built-in engine."
+        ),
+    ] = None,
+    jaxlib: Annotated[
+        str | None,
+        typer.Option(
+            "--jaxlib",
+            help="Replay on each of these jaxlib releases (0.4.30,0.8.3,current), each in its cached venv, side by side.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -90,6 +103,11 @@ def replay(
     fake data over --max-data-size is refused before it is made. NaN/Inf in the outputs and
     random-number instructions are said beside the verdict. Every replay of a stored module is
     recorded and listed by `xlarun show REF`.
+
+    With --jaxlib, the module is replayed on each release listed, in the venvs `scripts/compat.py venvs`
+    builds (under $XLARUN_COMPAT_DIR, default ~/.cache/xlarun/compat; 'current' is this one), on the same
+    inputs: verdicts, errors and timings side by side, each release's outputs against the first's, and the
+    first release whose outputs moved past the bounds (exit 1 when one did).
 
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
@@ -112,8 +130,15 @@ def replay(
             timeout=timeout,
             max_data_size=max_data_size,
             in_process=in_process,
+            save_outputs=save_outputs,
         )
         sink = None if (quiet or as_json) else _stream
+        if jaxlib is not None:
+            from xlarun.commands.replay_versions import replay_versions_command
+
+            raise typer.Exit(
+                replay_versions_command(ref, jaxlib, options, sink, file=file, store=store, run=run, as_json=as_json)
+            )
         code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
     raise typer.Exit(code)
 

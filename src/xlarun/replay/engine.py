@@ -112,6 +112,8 @@ def replay_with_pjrt(
         log(f"engine error: {result.error}")
         return result
     _conclude(result, comparisons, log)
+    if options.save_outputs:
+        _save_outputs(options.save_outputs, outputs)
     _note_nonfinite(result, outputs, log)
     _note_random(result, opcodes, log)
     result.outputs = [
@@ -119,6 +121,19 @@ def replay_with_pjrt(
         for i, out in enumerate(outputs)
     ]
     return result
+
+
+def _save_outputs(path: str, outputs: list) -> None:
+    """The outputs as ``output_N`` arrays of an .npz (ML floats widened to float32: exact, and readable anywhere)."""
+    arrays = {}
+    for i, out in enumerate(outputs):
+        if out is not None:
+            value = np.asarray(out)
+            arrays[f"output_{i}"] = value.astype(np.float32) if _is_ml_float(value.dtype) else value
+    try:
+        np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle
+    except OSError as exc:
+        raise EngineError(f"cannot write the outputs to {path}: {exc.strerror or exc}") from None
 
 
 def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> None:

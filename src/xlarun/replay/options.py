@@ -54,6 +54,8 @@ class ReplayOptions:
     #: Refuse fake arguments and results that would take more than this many bytes (0: no limit);
     #: the child's address space is limited accordingly (:mod:`.limits`).
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+    #: Write the output values here (.npz, ``output_0``...; bf16 and fp8 as float32, exactly), built-in engine.
+    save_outputs: str | None = None
 
     def validate(self) -> ReplayOptions:
         """Raise InputError for values no engine accepts; return self."""
@@ -94,6 +96,7 @@ def replay_options(
     timeout: float | None = None,
     max_data_size: str | int = "4G",
     in_process: bool = False,
+    save_outputs: str | Path | None = None,
 ) -> ReplayOptions:
     """Checked :class:`ReplayOptions` from what a user gives: ``xlarun replay``'s options and ``Module.replay``'s
     keywords alike (``runner``: a binary's path; ``max_data_size``: ``"4G"`` or bytes; ``in_process``: no child)."""
@@ -112,4 +115,5 @@ def replay_options(
         timeout_s=timeout,
         max_data_bytes=parse_size(max_data_size) if isinstance(max_data_size, str) else max_data_size,
         isolate="never" if in_process else "auto",
+        save_outputs=str(save_outputs) if save_outputs else None,
     ).validate()

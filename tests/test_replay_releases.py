@@ -1,0 +1,112 @@
+"""One module replayed on several jaxlib releases side by side (``xlarun replay REF --jaxlib``, issue 26 item 3).
+
+The module: tanh, exp, log1p, erf, gelu and sin over 4,096 points, captured with a snapshot by this venv's jax.
+XLA's CPU approximations of these functions changed between releases: the outputs differ bit for bit between
+jaxlib 0.4.30, 0.8.3 and 0.10.2 (by up to 3e-7), well within replay's default bounds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.compat_support import require_compat
+from tests.conftest import write_spec
+
+pytest.importorskip("jax")
+
+PROGRAM = """
+import jax, jax.numpy as jnp
+from jax.scipy.special import erf
+
+@jax.jit
+def transcendental(x):
+    return jnp.stack([jnp.tanh(x), jnp.exp(x), jnp.log1p(jnp.abs(x)), erf(x), jax.nn.gelu(x), jnp.sin(x * 30.0)])
+
+x = jnp.linspace(-4, 4, 4096, dtype=jnp.float32)
+print("result", float(transcendental(x).sum()))
+"""
+
+
+@pytest.fixture(scope="module")
+def transcendental_store(tmp_path_factory):
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    folder = tmp_path_factory.mktemp("releases")
+    spec = write_spec(
+        folder,
+        "name: transcendental\nscript: job.py\nframework: jax\ndump:\n  formats: [text, proto]\n  snapshots: true\n",
+        PROGRAM,
+    )
+    store = Store.open(folder / "store", create=True)
+    assert capture(spec, store).ok
+    return folder / "store"
+
+
+@pytest.mark.slow
+def test_three_releases_side_by_side_and_where_the_bits_change(cli, transcendental_store):
+    for key in ("jax-0.4.30", "jax-0.8.3"):
+        require_compat(key)
+    result = cli(
+        "replay", "transcendental", "--jaxlib", "0.4.30,0.8.3,current", "-n", "3", "--json", "--store", transcendental_store
+    )
+    data = json.loads(result.stdout)
+    rows = data["releases"]
+    assert [r["jaxlib"] for r in rows[:2]] == ["0.4.30", "0.8.3"] and rows[2]["release"] == "current"
+    assert all(r["verdict"] == "match" and r["compile_s"] > 0 and r["median_run_s"] > 0 for r in rows)
+    assert rows[2]["max_abs_error"] == 0  # the release that captured it reproduces its snapshot bit for bit
+    # within replay's bounds everywhere, but not bit for bit: the functions' approximations changed between releases
+    assert (result.exit_code, data["first_moved"]) == (0, None)
+    assert rows[1]["identical_to_previous"] is False and rows[2]["identical_to_previous"] is False
+    assert 0 < rows[2]["vs_first_abs"] < 1e-5
+    strict = cli(
+        "replay",
+        "transcendental",
+        "--jaxlib",
+        "0.4.30,current",
+        "--abs-error-bound",
+        "0",
+        "--rel-error-bound",
+        "0",
+        "--json",
+        "--store",
+        transcendental_store,
+    )
+    assert (strict.exit_code, json.loads(strict.stdout)["first_moved"]) == (1, "0.10.2")  # the release bisection's answer
+
+
+@pytest.mark.slow
+def test_a_dump_file_on_releases_and_its_outputs_saved(cli, transcendental_store, tmp_path):
+    from xlarun.store.facade import Store
+
+    store = Store.open(transcendental_store)
+    [run_id] = store.run_ids()
+    [snapshot] = [f.path for f in store.stored_files(run_id) if ".jit_transcendental.snapshot." in f.path]
+    path = tmp_path / snapshot.rsplit("/", 1)[-1]
+    path.write_bytes(store.read_file(run_id, snapshot))
+    saved = tmp_path / "out.npz"
+    assert cli("replay", path, "--save-outputs", saved, "--store", tmp_path / "none", "-q").exit_code == 0
+    with np.load(saved) as outputs:
+        assert outputs["output_0"].shape == (6, 4096) and outputs["output_0"].dtype == np.float32
+        assert float(outputs["output_0"][0, -1]) == pytest.approx(np.tanh(4.0), rel=1e-6)
+    both = cli("replay", path, "--jaxlib", "current,current", "--store", tmp_path / "none")
+    assert both.exit_code == 0 and "every release gives the same outputs, bit for bit" in both.output
+
+
+@pytest.mark.parametrize(
+    ("releases", "code", "message"),
+    [
+        ("0.1.0,current", 3, "no venv for jaxlib 0.1.0 under"),
+        ("current", 2, "--jaxlib needs at least two releases"),
+        ("latest,current", 2, "not a jaxlib release: 'latest'"),
+    ],
+)
+def test_releases_that_cannot_run_are_refused_before_anything_runs(cli, tmp_path, releases, code, message):
+    (tmp_path / "m.before_optimizations.txt").write_text(
+        "HloModule m\n\nENTRY %e () -> f32[] {\n  ROOT %c = f32[] constant(1)\n}\n"
+    )
+    env = {"XLARUN_COMPAT_DIR": str(tmp_path / "compat")}
+    result = cli("replay", tmp_path / "m.before_optimizations.txt", "--jaxlib", releases, "--json", env=env)
+    assert result.exit_code == code and message in json.loads(result.stdout)["error"]
