@@ -129,7 +129,10 @@ class _Replayer:
 
     def run_text(self, text: str) -> list | None:
         """The outputs of HLO ``text`` on the bisection's arguments, in the worker (an EngineError if it fails)."""
-        outputs, _, error = self._run_in_worker(f"text:{hash(text)}", pjrt.text_to_module_proto(deoptimize_hlo_text(text).text))
+        proto = pjrt.text_to_module_proto(deoptimize_hlo_text(text).text)
+        if self.arguments is None:
+            self.arguments = self._arguments(proto)
+        outputs, _, error = self._run_in_worker(f"text:{hash(text)}", proto)
         if error is not None:
             raise EngineError(error)
         return outputs

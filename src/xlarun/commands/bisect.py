@@ -18,6 +18,7 @@ BISECT_EXIT_CODES = (
 
 def register(app: typer.Typer) -> None:
     app.command("bisect", epilog=BISECT_EXIT_CODES)(bisect)
+    app.command("extract")(extract)
 
 
 def bisect(
@@ -173,3 +174,63 @@ def _failure_document(target: str, exc: BaseException) -> dict:
     from xlarun.errors import error_document
 
     return {"bisect_id": None, "subject": target, "verdict": None, **error_document(exc)}
+
+
+def extract(
+    ref: Annotated[str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006).", show_default=False)],
+    instruction: Annotated[str, typer.Argument(help="The instruction's name (mul.2, %fusion.3).", show_default=False)],
+    hops: Annotated[
+        int, typer.Option("--hops", "-k", min=0, help="Keep operands this many hops back (0: the instruction alone).")
+    ] = 1,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write OUTPUT.hlo.txt and OUTPUT.snapshot.pb (default: ./extract_NAME).")
+    ] = None,
+    step: Annotated[
+        int | None, typer.Option("--step", help="From this per-pass dump (show's pass timeline) instead of before_optimizations.")
+    ] = None,
+    inputs: Annotated[
+        str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")
+    ] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
+    store: StoreOption = None,
+    run: RunOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Shrink a repro: one instruction and its operands as a standalone module, with the run's values.
+
+    The instruction and the operands within --hops of it (constants always) become a module of their own;
+    every other value they read becomes a parameter. The module runs once on its snapshot's arguments (or
+    seeded fake data) with every value made an output, so the extract's parameters carry the values the
+    run computed and its expected result is the instruction's: OUTPUT.snapshot.pb replays to a match with
+    `xlarun replay`, and is a few kilobytes for a bug report. Bisect names the instruction to extract
+    ("first to move").
+
+    Examples: xlarun extract residual mul.2 · xlarun extract bf16_sum mul.2 --hops 2 -o repro --json
+    """
+    from xlarun.bisect.extract import extract_from_store
+    from xlarun.navigate.refs import resolve_module
+
+    def failure(exc: BaseException) -> dict:
+        from xlarun.errors import error_document
+
+        return {"instruction": instruction, "files": [], **error_document(exc)}
+
+    with json_on_failure(as_json, failure):
+        the_store = open_store(store)
+        module = resolve_module(the_store.index, ref, run=run)
+        sink = None if as_json else _stream
+        extracted = extract_from_store(
+            the_store, module, instruction, hops=hops, output=output, step=step, inputs=inputs, seed=seed, log=sink
+        )
+    if as_json:
+        from xlarun.console import print_json
+
+        print_json({"module": module.ref, **extracted.to_dict(), "error": None, "hint": None})
+        return
+    from xlarun.console import say
+
+    say(f"{extracted.instruction} of {module.ref}: {len(extracted.kept)} instructions, {len(extracted.parameters)} parameters")
+    for path in extracted.files:
+        say(f"  wrote {path}")
+    if len(extracted.files) > 1:
+        say(f"replay it: xlarun replay {extracted.files[1]}")
