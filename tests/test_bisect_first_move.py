@@ -68,6 +68,7 @@ def test_the_first_value_that_differs_is_named_with_its_source_line_and_the_new_
 def test_algsimp_moves_the_multiply_on_the_programs_line_and_the_sum_shows_it(cli, bisect_store):
     code, data = _bisect_json(cli, "residual", "--store", bisect_store)
     assert code == 1 and data["culprit_pass"] == "algsimp"
+    assert (data["culprit_run"], data["culprit_runs"]) == (1, 2)  # algsimp runs twice in the timeline: the first did it
     found = FirstMove.from_dict(data["first_move"])
     # (x / 3) * 3 became x * (1/3 * 3): the multiply's value moves first, fed by the folded constant's broadcast
     assert (found.moved.name, found.moved.opcode, found.moved.op_name) == ("mul.2", "multiply", "jit(residual)/mul")

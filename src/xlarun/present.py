@@ -375,7 +375,7 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
                 ("search", f"{result.search}: {result.replays} replays of {result.steps_total} steps in {result.wall_s:.1f} s"),
                 (
                     "culprit",
-                    f"{result.culprit_pass} (pipeline {result.culprit_pipeline}), step {result.culprit_step}"
+                    f"{result.culprit_pass}{result.run_of()} (pipeline {result.culprit_pipeline}), step {result.culprit_step}"
                     if result.culprit_pass
                     else None,
                 ),

@@ -55,6 +55,9 @@ class BisectResult:
     verdict: str = "no-divergence"
     culprit_pass: str | None = None
     culprit_pipeline: str | None = None
+    #: Which run of the culprit pass it was, of how many in the module's timeline (algsimp runs many times).
+    culprit_run: int | None = None
+    culprit_runs: int | None = None
     culprit_step: int | None = None
     #: The errors just before and at the culprit step (replay mode).
     error_before: StepError | None = None
@@ -112,12 +115,18 @@ class BisectResult:
         values["trials"] = [RerunTrial(**t) for t in values.get("trials", [])]
         return cls(**values)
 
+    def run_of(self) -> str:
+        """``, run 2 of 5`` when the culprit pass runs more than once in the timeline, else empty."""
+        if self.culprit_run and self.culprit_runs and self.culprit_runs > 1:
+            return f", run {self.culprit_run} of {self.culprit_runs}"
+        return ""
+
     def headline(self) -> str:
         """One line: what the bisection found."""
         if self.verdict == "diverged" and self.mode == "replay":
             after = self.error_after
             return (
-                f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass} ({self.culprit_pipeline}); "
+                f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass}{self.run_of()} ({self.culprit_pipeline}); "
                 f"max abs error {_num(self.error_before.max_abs_error if self.error_before else 0.0)} -> {_num(after.max_abs_error if after else None)}"
             )
         if self.verdict == "diverged":

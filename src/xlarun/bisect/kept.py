@@ -63,6 +63,7 @@ def measure_kept_passes(
         result.culprit_pass = name
         result.culprit_step = step.step if step else None
         result.culprit_pipeline = step.pipeline if step else None
+        result.culprit_run, result.culprit_runs = (1, sum(s.after_pass == name for s in steps)) if step else (None, None)
         result.error_before = StepError(
             -1, f"before_optimizations with {field}={str(value).lower()}", None, None, before.path, 0.0, 0.0, False
         )

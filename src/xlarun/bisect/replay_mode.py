@@ -427,6 +427,8 @@ def _conclude(
     culprit = steps[first]
     result.verdict = "diverged"
     result.culprit_step, result.culprit_pass, result.culprit_pipeline = culprit.step, culprit.after_pass, culprit.pipeline
+    runs = [s.step for s in steps if s.after_pass == culprit.after_pass]
+    result.culprit_run, result.culprit_runs = runs.index(culprit.step) + 1, len(runs)
     result.error_after = errors[first]
     start = next((e for e in result.steps if e.step == -1), None) or StepError(
         -1, "before_optimizations", None, None, "", 0.0, 0.0, False, flipped=False
