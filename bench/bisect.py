@@ -73,6 +73,7 @@ def measure(size: str, work: Path) -> dict:
     for mode, extra in (("binary", []), ("linear", ["--linear"])):
         seconds, proc = _xlarun(store, "bisect", ref, "--json", "-q", *extra)
         results[mode] = _summary(seconds, _json(proc)) | {"exit": proc.returncode}
+    results["ops"] = _instruction_search(store, ref)
     seconds, proc = _xlarun(
         store, "bisect", str(ROOT / "configs" / "bisect-bf16.yaml"), "--check", r"result (\S+)", "-j", "2", "--json", "-q"
     )
@@ -84,6 +85,37 @@ def measure(size: str, work: Path) -> dict:
         "exit": proc.returncode,
     }
     return results
+
+
+def _instruction_search(store: Path, ref: str) -> dict:
+    """The instruction search bisect runs on a culprit step (``--ops``), timed on the step after the training
+    step's first algsimp against the step before it: the same two replays with every value exposed."""
+    from xlarun.bisect.bisect_options import BisectOptions
+    from xlarun.bisect.first_move import find_first_move
+    from xlarun.bisect.replay_mode import _Replayer
+    from xlarun.diff import pass_steps
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
+
+    opened = Store.open(store)
+    module = resolve_module(opened.index, ref)
+    steps = pass_steps(module)
+    index = next(i for i, s in enumerate(steps) if s.after_pass == "algsimp" and i > 0)
+    replayer = _Replayer(opened, module, BisectOptions(), {}, lambda _line: None)
+    started = time.perf_counter()
+    try:
+        found = find_first_move(
+            replayer.run_text, replayer.text(steps[index - 1].path), replayer.text(steps[index].path), 1e-5, 1e-5
+        )
+    finally:
+        replayer.close()
+    return {
+        "seconds": round(time.perf_counter() - started, 2),
+        "step": steps[index].label,
+        "values_compared": found.compared,
+        "values_new": found.unpaired,
+        "first_to_move": found.moved.name if found.moved else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
