@@ -8,6 +8,7 @@ writes a crash log.
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -123,3 +124,26 @@ class EngineError(XlarunError):
     """A replay engine could not compile or run a module."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+#: What to do about each :func:`write_trouble`.
+_WRITE_HINTS = {
+    "the disk is full": "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)",
+    "the store is read-only": "writing needs a writable store: give another with --store or XLARUN_STORE",
+    "no permission to write into the store": "writing needs a writable store: give another with --store or XLARUN_STORE",
+}
+
+
+def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
+    """A full disk, a read-only store or a store without write permission met while ``doing`` something (an
+    OSError's errno, SQLite's words), as one :class:`StoreError` line saying so; None for any other error."""
+    number, text = getattr(exc, "errno", None), str(exc)
+    if number in (errno.ENOSPC, errno.EDQUOT) or "database or disk is full" in text or "the disk is full" in text:
+        why = "the disk is full"
+    elif number == errno.EROFS or "readonly database" in text or "read-only" in text:
+        why = "the store is read-only"
+    elif number in (errno.EACCES, errno.EPERM):
+        why = "no permission to write into the store"
+    else:
+        return None
+    return StoreError(f"{doing}: {why}", _WRITE_HINTS[why])
