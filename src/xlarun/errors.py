@@ -9,7 +9,9 @@ writes a crash log.
 from __future__ import annotations
 
 import errno
+import os
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -147,3 +149,24 @@ def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
     else:
         return None
     return StoreError(f"{doing}: {why}", _WRITE_HINTS[why])
+
+
+def check_room(where: Path, need: int, what: str, hint: str = "free space on that disk, or write somewhere else") -> None:
+    """Refuse (StoreError, exit 3) to start writing ``need`` bytes below ``where`` (a folder, made or not) into a
+    disk with less free: better than a full disk half-way through. Where the disk cannot be asked, nothing is said."""
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise StoreError(
+            f"the disk is full for {what}: it needs at least {_mib(need)}, {_mib(free)} are free",
+            f"{hint}; nothing was written",
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"

@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from xlarun.console import human_bytes
-from xlarun.errors import InputError, StoreError
+from xlarun.errors import InputError, check_room
 from xlarun.filetypes import file_type
 
 #: Archive kinds by file-name ending, longest first.
@@ -248,6 +247,7 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
     return writer.report
 
 
+_STORE_ROOM = "free space on the store's disk (`xlarun rm` and `xlarun gc` free the store's own)"
 #: A full disk, a quota, a read-only store: said as such by the caller, never blamed on the archive.
 _NOT_THE_ARCHIVES_FAULT = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -286,7 +286,7 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
                 f"hard link to a file outside the folder ({st.st_nlink} links, {inside[(st.st_dev, st.st_ino)]} inside): "
                 "its contents are not the folder's to give",
             )
-    check_room(writer, sum(st.st_size for *_rest, st in listed))
+    check_room(Path(writer.dest), sum(st.st_size for *_rest, st in listed), writer.source.name, _STORE_ROOM)
     for name, clean, path, st in listed:
         try:  # O_NOFOLLOW: a file swapped for a link since it was listed is refused, not followed (nor a FIFO waited on)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -297,24 +297,6 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
                 raise writer.refuse(name, "was replaced while being imported")
             writer.write(name, clean, stream, st.st_size)
-
-
-def check_room(writer: _Writer, need: int) -> None:
-    """Refuse to start writing ``need`` bytes (what the source declares, or a least it will take) into a disk
-    with less free: better than a full disk half-way through."""
-    where = Path(writer.dest)
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    try:
-        st = os.statvfs(where)
-    except OSError:
-        return
-    free = st.f_bavail * st.f_frsize
-    if need > free:
-        raise StoreError(
-            f"the disk is full for {writer.source.name}: it needs at least {human_bytes(need)}, {human_bytes(free)} are free",
-            "free space on that disk (`xlarun rm` and `xlarun gc` free the store's); nothing was imported",
-        )
 
 
 # --- zip -------------------------------------------------------------------------------------------
@@ -329,7 +311,8 @@ def _unpack_zip(source: Path, writer: _Writer) -> None:
         infos = archive.infolist()
         admitted = [(info, writer.admit(_zip_name(info, writer), _zip_kind(info))) for info in infos]
         _check_zip_layout(infos, writer)
-        check_room(writer, sum(info.file_size for info, clean in admitted if clean is not None))
+        need = sum(info.file_size for info, clean in admitted if clean is not None)
+        check_room(Path(writer.dest), need, writer.source.name, _STORE_ROOM)
         for info, clean in admitted:
             if clean is None:
                 continue
@@ -445,7 +428,9 @@ def _tar_kind(member: tarfile.TarInfo) -> str:
 
 
 def _unpack_tar(source: Path, kind: str, writer: _Writer) -> None:
-    check_room(writer, source.stat().st_size // 2)  # half the archive: a sure lower bound of what it unpacks to
+    check_room(
+        Path(writer.dest), source.stat().st_size // 2, writer.source.name, _STORE_ROOM
+    )  # half the archive: a sure lower bound
     with _tar_stream(source, kind, writer) as archive:
         for member in archive:  # streamed: each member is checked as it comes, before its data is read
             if member.islnk():

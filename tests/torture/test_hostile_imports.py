@@ -17,7 +17,7 @@ import zstandard
 
 from xlarun.safe_unpack import HostileArchive, UnpackLimits, unpack_dump_source
 
-from .support import assert_sound
+from .support import assert_sound, fill_disk
 
 pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
@@ -185,28 +185,6 @@ def test_a_bomb_is_refused_as_soon_as_it_writes_past_the_ratio(tmp_path, figures
     assert written <= len(noise) + (3 << 20)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 16 MB tmpfs (we are root in CI); skipped with the reason where mounting is not allowed."""
-    import subprocess
-
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
-def _fill(mount: Path, leave: int) -> None:
-    st = os.statvfs(mount)
-    with open(mount / "filler", "wb") as out:
-        out.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
-
-
 def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk, cli, figures):
     store = small_disk / "store"
     first = cli("import", _zip(tmp_path / "small.zip", {GOOD: HLO}), "--store", store)
@@ -219,7 +197,7 @@ def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk,
     with tarfile.open(tarred, "w:gz") as archive:
         archive.add(folder, arcname="noise")
     codes = {}
-    _fill(small_disk, 3 << 20)  # 3 MiB free: the folder's 6 MiB are refused before a byte is written
+    fill_disk(small_disk, 3 << 20)  # 3 MiB free: the folder's 6 MiB are refused before a byte is written
     for label, source in (
         ("folder", folder),
         ("zip", _zip(tmp_path / "noise.zip", {p.name: p.read_bytes() for p in folder.iterdir()})),
@@ -228,7 +206,7 @@ def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk,
         codes[f"checked {label}"] = result.exit_code
         assert result.exit_code == 3 and "the disk is full" in result.stderr and "needs at least" in result.stderr, result.output
     (small_disk / "filler").unlink()
-    _fill(small_disk, 8 << 20)  # 8 MiB free: the tar.gz passes the check, unpacks, then archiving fills the disk
+    fill_disk(small_disk, 8 << 20)  # 8 MiB free: the tar.gz passes the check, unpacks, then archiving fills the disk
     result = cli("import", tarred, "--store", store)
     codes["mid-way tar.gz"] = result.exit_code
     assert result.exit_code == 3 and "the disk is full" in result.stderr and "Traceback" not in result.output, result.output

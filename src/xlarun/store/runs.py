@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.errors import InputError, RefError, StoreError, write_trouble
+from xlarun.errors import InputError, RefError, StoreError, check_room, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
@@ -227,10 +227,10 @@ class RunStore:
 
     def export(self, run_id: str, dest: str | Path, with_logs: bool = True) -> int:
         """Write the run's files back with their original names below ``dest``; returns the file count."""
-        dest = Path(dest)
-        entries = self.stored_files(run_id)
+        dest, entries = Path(dest), self.stored_files(run_id)
         if dest.exists() and any(dest.iterdir()):
             raise InputError(f"{dest} is not empty", "export into a new or empty folder")
+        check_room(dest, sum(entry.size for entry in entries), f"exporting run {run_id}")
         for entry in entries:
             target = dest / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
