@@ -238,7 +238,10 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
             _unpack_tar(source, kind, writer)
     except HostileArchive:
         raise
-    except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError, _zstd_error()) as exc:
+    except (  # NotImplementedError: a zip's unknown method or version; RuntimeError: a zip member flagged encrypted late
+        zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError,
+        _zstd_error(),
+    ) as exc:  # fmt: skip
         if isinstance(exc, OSError) and exc.errno in _NOT_THE_ARCHIVES_FAULT:
             raise
         raise InputError(

@@ -107,6 +107,13 @@ def _hostile_cases(folder: Path) -> list[tuple[str, Path, str]]:
     add("hardlink-before-target.tar", "not given before it").write_bytes(
         _tar_bytes([(_link("copy", GOOD), None), (_file(GOOD), HLO)])
     )
+    for label, central_at, local_at, value in (("method-99", 10, 8, 99), ("version-25.5", 6, 4, 255)):
+        path = add(f"zip-{label}.zip", "cannot read")  # zipfile raised NotImplementedError (exit 4)
+        data = bytearray(_zip(path, {GOOD: HLO}).read_bytes())
+        central, local = data.find(b"PK\x01\x02"), data.find(b"PK\x03\x04")
+        data[central + central_at : central + central_at + 2] = value.to_bytes(2, "little")
+        data[local + local_at : local + local_at + 2] = value.to_bytes(2, "little")
+        path.write_bytes(bytes(data))
     return cases
 
 
