@@ -75,7 +75,7 @@ def import_dump(
         root = _dump_root(incoming)
         origin = _read_metadata(root / META_DIR, source)
         is_bundle = (root / BUNDLE_MARKER).is_file()
-        warnings = _lay_out(root, staging, is_bundle)
+        warnings = origin.get("warnings", []) + _lay_out(root, staging, is_bundle)
         t1 = time.monotonic()
         with store.lock():  # shared, from archiving to the commit: gc cannot take this run's blobs meanwhile
             files = store.archiver(staging).finish()
@@ -183,13 +183,28 @@ def _read_metadata(meta: Path, source: Path) -> dict[str, Any]:
     for name in _KEPT_METADATA:
         path = meta / name
         if path.is_file():
-            out["files"][name] = path.read_text(encoding="utf-8", errors="replace")
+            out["files"][name] = _kept_text(path, out)
     return out
+
+
+def _kept_text(path: Path, out: dict[str, Any]) -> str:
+    """A spec or log of an export, read into memory: a log over :data:`_MAX_KEPT_BYTES` keeps its end, said in its
+    first line and in the import's warnings."""
+    size = path.stat().st_size
+    with open(path, "rb") as stream:
+        if size > _MAX_KEPT_BYTES:
+            stream.seek(size - _MAX_KEPT_BYTES)
+        text = stream.read(_MAX_KEPT_BYTES).decode("utf-8", errors="replace")
+    if size <= _MAX_KEPT_BYTES:
+        return text
+    out.setdefault("warnings", []).append(f"{META_DIR}/{path.name} is {size} bytes: only its last {_MAX_KEPT_BYTES} were kept")
+    return f"[xlarun import: the first {size - _MAX_KEPT_BYTES} bytes of this file were left out]\n{text}"
 
 
 #: What a manifest.json or bundle.json xlarun wrote may hold: no more, and no deeper.
 _MAX_JSON_BYTES = 16 << 20
 _MAX_JSON_DEPTH = 32
+_MAX_KEPT_BYTES = 16 << 20  # of a spec or a log
 
 
 def _refused(source: Path, name: str, problem: str) -> InputError:

@@ -256,3 +256,28 @@ def test_capture_and_import_into_a_read_only_store_say_so_in_one_line(tmp_path, 
     state = assert_sound(store)
     figures(tried=len(codes), clean=len(codes), lost=0, crashes=0, exit_codes=codes)
     assert len(state.runs) == 1 and state.leftovers == 0
+
+
+def test_an_exports_huge_log_is_kept_by_its_end_not_read_whole(tmp_path, cli, figures):
+    export = tmp_path / "export"
+    (export / "_xlarun").mkdir(parents=True)
+    (export / "dump").mkdir()
+    (export / "dump" / GOOD).write_bytes(HLO)
+    with open(export / "_xlarun" / "stdout.log", "wb") as log:
+        log.seek(20 << 20)  # 20 MiB of NULs (sparse), then a line
+        log.write(b"the last line\n")
+    store = tmp_path / "store"
+    result = cli("import", export, "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "only its last 16777216 were kept" in result.output, result.output
+    from xlarun.store.facade import Store
+
+    opened = Store.open(store)
+    try:
+        [run_id] = opened.run_ids()
+        kept = opened.read_log(run_id, "stdout")
+    finally:
+        opened.close()
+    assert kept.startswith("[xlarun import: the first") and kept.endswith("the last line\n")
+    assert len(kept) < (16 << 20) + 200
+    figures(log_bytes=(20 << 20) + 14, kept_bytes=len(kept))
