@@ -289,7 +289,10 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
                 f"hard link to a file outside the folder ({st.st_nlink} links, {inside[(st.st_dev, st.st_ino)]} inside): "
                 "its contents are not the folder's to give",
             )
-    check_room(Path(writer.dest), sum(st.st_size for *_rest, st in listed), writer.source.name, _STORE_ROOM)
+    total = sum(st.st_size for *_rest, st in listed)
+    if total > writer.limits.max_total_bytes:  # before asking the disk: a folder this big is refused for its size
+        raise writer.refuse_whole(f"its files hold {total} bytes, over {writer.limits.max_total_bytes}")
+    check_room(Path(writer.dest), total, writer.source.name, _STORE_ROOM)
     for name, clean, path, st in listed:
         try:  # O_NOFOLLOW: a file swapped for a link since it was listed is refused, not followed (nor a FIFO waited on)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

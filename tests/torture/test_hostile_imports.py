@@ -161,13 +161,15 @@ def test_a_folder_holding_a_hard_link_to_a_file_outside_it_is_refused(tmp_path, 
     store = tmp_path / "store"
     fine = cli("import", dump, "--store", store)
     assert fine.exit_code == 0, fine.output
+    too_big = cli("import", dump, "--store", store, "--max-bytes", "100")  # judged before a byte is written
+    assert too_big.exit_code == 2 and "over 100" in too_big.stderr, too_big.output
     os.link(outside, dump / "leak.txt")
     refused = cli("import", dump, "--store", store)
     assert refused.exit_code == 2, refused.output
     assert "'leak.txt': hard link to a file outside the folder" in refused.stderr, refused.stderr
     state = assert_sound(store)
     assert len(state.runs) == 1 and state.leftovers == 0
-    figures(tried=2, clean=2, lost=0, crashes=0)
+    figures(tried=3, clean=3, lost=0, crashes=0)
 
 
 def test_a_bomb_is_refused_as_soon_as_it_writes_past_the_ratio(tmp_path, figures):
