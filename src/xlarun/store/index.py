@@ -28,6 +28,7 @@ from xlarun.store.records import (
     ModuleInfo,
     RunInfo,
     count_compute_ops,
+    damage_condition,
     file_from_row,
     module_from_row,
     pass_from_row,
@@ -381,8 +382,8 @@ class Index:
         tables = [("runs", run_from_row), ("modules", module_from_row), ("passes", pass_from_row)]
         try:
             for table, convert in tables + ([("files", file_from_row)] if files else []):
-                for row in self.conn.execute(f"SELECT * FROM {table}"):
-                    convert(row)
+                for row in self.conn.execute(f"SELECT * FROM {table} WHERE {damage_condition(table)} LIMIT 1"):
+                    convert(row)  # raises, saying what is wrong
         except IndexDamage as exc:
             return exc
         return None

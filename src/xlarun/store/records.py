@@ -245,10 +245,40 @@ _MODULE_REQUIRED = {"run_id": _TEXT, "module_id": _INT, "n_pass_dumps": _INT, "n
 _MODULE_OPTIONAL = {c: _TEXT for c in ("name", "backend", "entry_signature", "fingerprint", "parse_error")} | {
     c: _INT for c in ("instr_before", "instr_after", "compute_ops", "hlo_bytes", "elided_constants", "own_code")
 }  # fmt: skip
-_FILE_REQUIRED = {"path": _TEXT, "digest": _TEXT, "size": _INT, "kind": _TEXT}
+_FILE_REQUIRED = {"run_id": _TEXT, "path": _TEXT, "digest": _TEXT, "size": _INT, "kind": _TEXT}
 _FILE_OPTIONAL = {c: _TEXT for c in ("format", "stage", "pipeline", "after_pass", "before_pass")} | {"step": _INT}
-_PASS_REQUIRED = {"step": _INT, "path": _TEXT}
+_PASS_REQUIRED = {"run_id": _TEXT, "module_id": _INT, "step": _INT, "path": _TEXT}
 _PASS_OPTIONAL = {"pipeline": _TEXT, "after_pass": _TEXT, "before_pass": _TEXT, "instr_count": _INT}
+
+
+_JSON_COLUMNS = {
+    "runs": {"matrix": "object", "tags": "object"},
+    "modules": {"stages": "array", "opcodes_before": "object", "opcodes_after": "object"},
+}
+_SQL_TYPES = {str: "'text'", int: "'integer'", float: "'real'"}
+_CHECKED = {
+    "runs": (_RUN_REQUIRED, _RUN_OPTIONAL),
+    "modules": (_MODULE_REQUIRED, _MODULE_OPTIONAL),
+    "files": (_FILE_REQUIRED, _FILE_OPTIONAL),
+    "passes": (_PASS_REQUIRED, _PASS_OPTIONAL),
+}
+
+
+def damage_condition(table: str) -> str:
+    """A SQL condition true for the rows of ``table`` the *_from_row functions refuse for a NULL or a type (so a
+    scan for damage runs in SQLite, not row by row in Python)."""
+    required, optional = _CHECKED[table]
+    clauses = []
+    for columns, may_be_null in ((required, False), (optional, True)):
+        for column, kinds in columns.items():
+            types = ", ".join(_SQL_TYPES[k] for k in kinds)
+            clauses.append(f"typeof({column}) NOT IN ({types}{', ' + repr('null') if may_be_null else ''})")
+    for column, kind in _JSON_COLUMNS.get(table, {}).items():  # CASE: json_type() is never asked of broken JSON
+        clauses.append(
+            f"CASE WHEN typeof({column}) = 'text' AND {column} != '' THEN "
+            f"(CASE WHEN json_valid({column}) THEN json_type({column}) != '{kind}' ELSE 1 END) ELSE 0 END"
+        )
+    return " OR ".join(clauses)
 
 
 def run_from_row(row: sqlite3.Row) -> RunInfo:
