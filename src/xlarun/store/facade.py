@@ -123,7 +123,7 @@ class Store(RunStore):
 
         report = super().check(progress)
         report.damaged[:0] = file_list_problems(self, self.index)
-        if (damage := self.index.damage(files=True)) is not None:  # derived data: reindex mends it
+        if (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived data: reindex mends it
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})
         return report
 

@@ -377,13 +377,13 @@ class Index:
             ]
         return info
 
-    def damage(self, files: bool = False) -> IndexDamage | None:
-        """The first row of runs, modules and passes (and files, when ``files``) holding what xlarun never writes."""
-        tables = [("runs", run_from_row), ("modules", module_from_row), ("passes", pass_from_row)]
+    def damage(self, tables: tuple[str, ...] = ("runs", "modules")) -> IndexDamage | None:
+        """The first row of ``tables`` (runs, modules, passes, files) holding what xlarun never writes, or None."""
+        convert = {"runs": run_from_row, "modules": module_from_row, "passes": pass_from_row, "files": file_from_row}
         try:
-            for table, convert in tables + ([("files", file_from_row)] if files else []):
+            for table in tables:
                 for row in self.conn.execute(f"SELECT * FROM {table} WHERE {damage_condition(table)} LIMIT 1"):
-                    convert(row)  # raises, saying what is wrong
+                    convert[table](row)  # raises, saying what is wrong
         except IndexDamage as exc:
             return exc
         return None
@@ -429,8 +429,9 @@ class Index:
                 hit = hits[key] = FindHit(row[0], row[1], row[4], row[2], [])
             if len(hit.matches) < limit_matches:
                 hit.matches.append(row[3])
-        if not hits and (damage := self.damage()) is not None:  # "no module holds it" would be a wrong answer
-            raise damage
+        if not hits:  # a module row whose keys are damaged joins no term: say so, not "no module holds it"
+            sql = "SELECT * FROM modules WHERE typeof(run_id) != 'text' OR typeof(module_id) != 'integer' LIMIT 1"
+            [module_from_row(row) for row in self.conn.execute(sql)]  # raises IndexDamage
         return list(hits.values())
 
 
