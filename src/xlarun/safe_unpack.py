@@ -251,8 +251,9 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
 
 
 _STORE_ROOM = "free space on the store's disk (`xlarun rm` and `xlarun gc` free the store's own)"
-#: A full disk, a quota, a read-only store: said as such by the caller, never blamed on the archive.
-_NOT_THE_ARCHIVES_FAULT = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+#: A full disk, a quota, a read-only store: said as such by the caller, never blamed on the archive (an archive
+#: xlarun may not read is: 'cannot read x.zip as a zip archive: Permission denied').
+_NOT_THE_ARCHIVES_FAULT = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _zstd_error() -> type[Exception]:
@@ -272,15 +273,18 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
     stack = [("", str(source))]
     while stack:
         prefix, folder = stack.pop()
-        with os.scandir(folder) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                name = f"{prefix}{entry.name}"
-                st = entry.stat(follow_symlinks=False)
-                clean = writer.admit(name, file_type(st.st_mode))
-                if clean is None:
-                    stack.append((f"{name}/", entry.path))
-                else:
-                    listed.append((name, clean, entry.path, st))
+        try:
+            with os.scandir(folder) as scan:
+                entries = sorted(((entry, entry.stat(follow_symlinks=False)) for entry in scan), key=lambda e: e[0].name)
+        except OSError as exc:  # unreadable: the source's fault, said as such (never taken for the store's)
+            raise writer.refuse(prefix.rstrip("/") or ".", f"cannot be read: {exc.strerror or exc}") from None
+        for entry, st in entries:
+            name = f"{prefix}{entry.name}"
+            clean = writer.admit(name, file_type(st.st_mode))
+            if clean is None:
+                stack.append((f"{name}/", entry.path))
+            else:
+                listed.append((name, clean, entry.path, st))
     inside = Counter((st.st_dev, st.st_ino) for *_rest, st in listed if st.st_nlink > 1)
     for name, _clean, _path, st in listed:
         if st.st_nlink > 1 and inside[(st.st_dev, st.st_ino)] < st.st_nlink:
