@@ -283,3 +283,59 @@ def test_an_exports_huge_log_is_kept_by_its_end_not_read_whole(tmp_path, cli, fi
     assert kept.startswith("[xlarun import: the first") and kept.endswith("the last line\n")
     assert len(kept) < (16 << 20) + 200
     figures(log_bytes=(20 << 20) + 14, kept_bytes=len(kept))
+
+
+def test_as_a_user_without_rights_the_store_and_the_source_are_told_apart(tmp_path, figures):
+    """As `nobody` (setpriv; root only): a store owned by another user is exit 3 ('no permission to write into the
+    store') for import and capture; a dump folder with an unreadable sub-folder is exit 2 ('cannot be read')."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from ..conftest import write_spec
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run xlarun as another user")
+    shared = Path(tempfile.mkdtemp(prefix="xlarun-rights-"))
+    try:
+        shared.chmod(0o755)
+        store, dump = shared / "store", shared / "dump"
+        (dump / "private").mkdir(parents=True)
+        (dump / GOOD).write_bytes(HLO)
+        (dump / "private").chmod(0o700)
+        spec = write_spec(shared / "spec", "name: hello\nscript: job.py\n", "print('hello')\n")
+        seed = _zip(shared / "seed.zip", {GOOD: HLO})
+        made = subprocess.run([sys.executable, "-m", "xlarun", "import", str(seed), "--store", str(store)], capture_output=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(shared)], check=True)
+        (dump / "private").chmod(0o700)
+        codes = {}
+        for label, args, code, words in (
+            (
+                "import into their store",
+                ("import", _zip(shared / "x.zip", {GOOD: HLO}), "--store", store),
+                3,
+                "no permission to write",
+            ),
+            ("capture into their store", ("capture", spec, "--store", store), 3, "no permission to write"),
+            ("an unreadable folder", ("import", dump, "--store", shared / "mine"), 2, "'private': cannot be read"),
+        ):
+            if label == "an unreadable folder":
+                (shared / "mine").mkdir(mode=0o777)
+                (shared / "mine").chmod(0o777)
+            done = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "xlarun", *map(str, args)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=dict(os.environ, HOME=str(shared)),
+            )
+            codes[label] = done.returncode
+            assert done.returncode == code and words in done.stderr and "Traceback" not in done.stderr, (label, done.stderr)
+        assert made.returncode == 0, made.stderr
+        state = assert_sound(store)
+        figures(tried=len(codes), clean=len(codes), crashes=0, exit_codes=codes)
+        assert len(state.runs) == 1 and state.leftovers == 0
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwX", str(shared)], capture_output=True)
+        shutil.rmtree(shared, ignore_errors=True)
