@@ -136,19 +136,21 @@ _WRITE_HINTS = {
 }
 
 
-def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
-    """A full disk, a read-only store or a store without write permission met while ``doing`` something (an
-    OSError's errno, SQLite's words), as one :class:`StoreError` line saying so; None for any other error."""
+def write_trouble_words(exc: BaseException) -> str | None:
+    """'the disk is full', 'the store is read-only' or 'no permission to write into the store' for an error met
+    writing into the store (an OSError's errno, SQLite's words); None for any other error."""
     number, text = getattr(exc, "errno", None), str(exc)
     if number in (errno.ENOSPC, errno.EDQUOT) or "database or disk is full" in text or "the disk is full" in text:
-        why = "the disk is full"
-    elif number == errno.EROFS or "readonly database" in text or "read-only" in text:
-        why = "the store is read-only"
-    elif number in (errno.EACCES, errno.EPERM):
-        why = "no permission to write into the store"
-    else:
-        return None
-    return StoreError(f"{doing}: {why}", _WRITE_HINTS[why])
+        return "the disk is full"
+    if number == errno.EROFS or "readonly database" in text or "read-only" in text:
+        return "the store is read-only"
+    return "no permission to write into the store" if number in (errno.EACCES, errno.EPERM) else None
+
+
+def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
+    """:func:`write_trouble_words` met while ``doing`` something, as one :class:`StoreError` line saying so."""
+    why = write_trouble_words(exc)
+    return StoreError(f"{doing}: {why}", _WRITE_HINTS[why]) if why else None
 
 
 def check_room(where: Path, need: int, what: str, hint: str = "free space on that disk, or write somewhere else") -> None:

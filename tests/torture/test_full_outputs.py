@@ -41,3 +41,27 @@ def test_outputs_onto_a_full_disk_end_in_exit_3_saying_so(tmp_path, small_disk, 
     crashes = sum(code not in (0, 1, 2, 3) for code in codes.values())
     figures(tried=len(codes), clean=len(codes) - crashes, crashes=crashes, exit_codes=codes)
     assert codes == dict.fromkeys(("export", "render", "bundle", "report"), 3) and len(state.runs) == 1
+
+
+def test_the_pack_table_on_a_full_disk_says_so_not_cannot_rollback(small_disk, figures):
+    """Issue 24.4: an ENOSPC while archiving was reported as "cannot rollback - no transaction is active" (SQLite
+    had rolled back itself, and the second ROLLBACK masked the first error)."""
+    from xlarun.errors import StoreError
+    from xlarun.store.pack_table import PackTable
+
+    table = PackTable(small_disk / "packs.sqlite", small_disk / "packs")
+    (small_disk / "packs").mkdir()
+    table.add("first", [("a" * 64, 0, 1)])
+    try:
+        with open(small_disk / "filler", "wb") as filler:
+            while True:
+                filler.write(bytes(4096))
+                filler.flush()
+    except OSError:
+        pass  # the disk is full
+    with pytest.raises(StoreError, match="the disk is full"):
+        table.add("second", [(f"{i:064x}", i, 1) for i in range(200_000)])
+    (small_disk / "filler").unlink()
+    table.add("third", [("b" * 64, 0, 1)])  # with room again, the table works
+    assert table.lookup("b" * 64) == ("third", 0, 1) and table.lookup("a" * 64) == ("first", 0, 1)
+    figures(tried=1, clean=1, crashes=0)
