@@ -205,10 +205,15 @@ class IndexDamage(StoreError):
     """A row of the index holds what xlarun never writes (a NULL, text where a number belongs, broken JSON): the
     index is derived data, rebuilt from the runs on disk by ``xlarun reindex``."""
 
-    def __init__(self, table: str, column: str, value: object, key: str):
+    def __init__(self, table: str, column: str, value: object, row: sqlite3.Row):
         what = "NULL" if value is None else f"{type(value).__name__} {str(value)[:20]!r}"
+        where = f"run {row['run_id']}"
+        if table in ("modules", "passes"):
+            where += f", module {row['module_id']}"
+        elif table == "files":
+            where += f", file {row['path']}"
         super().__init__(
-            f"the store's index is damaged: {table}.{column} is {what} ({key})",
+            f"the store's index is damaged: {table}.{column} is {what} ({where})",
             "`xlarun reindex` rebuilds the index from the runs on disk",
         )
 
@@ -216,22 +221,20 @@ class IndexDamage(StoreError):
 _TEXT, _INT, _NUMBER = (str,), (int,), (int, float)
 
 
-def _checked(row: sqlite3.Row, table: str, key: str, required: dict, optional: dict = {}) -> None:  # noqa: B006 (read only)
+def _checked(row: sqlite3.Row, table: str) -> None:
     """Raise :class:`IndexDamage` for a required column that is NULL or any column of the wrong type."""
-    for columns, may_be_null in ((required, False), (optional, True)):
-        for column, kinds in columns.items():
-            value = row[column]
-            if (value is None and not may_be_null) or (value is not None and not isinstance(value, kinds)):
-                raise IndexDamage(table, column, value, key)
+    for column, allowed in _ALLOWED[table]:
+        if type(row[column]) not in allowed:
+            raise IndexDamage(table, column, row[column], row)
 
 
-def _json_column(row: sqlite3.Row, table: str, column: str, key: str, kind: type, empty: str):
+def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str):
     try:
         value = json.loads(row[column] or empty)
     except (ValueError, TypeError, RecursionError):
-        raise IndexDamage(table, column, row[column], key) from None
+        raise IndexDamage(table, column, row[column], row) from None
     if not isinstance(value, kind):
-        raise IndexDamage(table, column, row[column], key)
+        raise IndexDamage(table, column, row[column], row)
     return value
 
 
@@ -264,6 +267,17 @@ _CHECKED = {
 }
 
 
+#: column -> the Python types a row may hold there (NoneType where NULL is allowed): checked by type() lookup, fast
+_ALLOWED = {
+    table: tuple(
+        (column, frozenset(kinds) | ({type(None)} if may_be_null else set()))
+        for columns, may_be_null in ((required, False), (optional, True))
+        for column, kinds in columns.items()
+    )
+    for table, (required, optional) in _CHECKED.items()
+}
+
+
 def damage_condition(table: str) -> str:
     """A SQL condition true for the rows of ``table`` the *_from_row functions refuse for a NULL or a type (so a
     scan for damage runs in SQLite, not row by row in Python)."""
@@ -282,8 +296,7 @@ def damage_condition(table: str) -> str:
 
 
 def run_from_row(row: sqlite3.Row) -> RunInfo:
-    key = f"run {row['run_id']}"
-    _checked(row, "runs", key, _RUN_REQUIRED, _RUN_OPTIONAL)
+    _checked(row, "runs")
     return RunInfo(
         row["run_id"],
         row["name"],
@@ -300,27 +313,26 @@ def run_from_row(row: sqlite3.Row) -> RunInfo:
         row["dump_bytes"],
         row["n_modules"],
         row["batch_id"],
-        _json_column(row, "runs", "matrix", key, dict, "null") if row["matrix"] else None,
-        _json_column(row, "runs", "tags", key, dict, "{}") if row["tags"] else {},
+        _json_column(row, "runs", "matrix", dict, "null") if row["matrix"] else None,
+        _json_column(row, "runs", "tags", dict, "{}") if row["tags"] else {},
     )
 
 
 def module_from_row(row: sqlite3.Row) -> ModuleInfo:
-    key = f"run {row['run_id']}, module {row['module_id']}"
-    _checked(row, "modules", key, _MODULE_REQUIRED, _MODULE_OPTIONAL)
+    _checked(row, "modules")
     return ModuleInfo(
         row["run_id"],
         row["module_id"],
         row["name"],
         row["backend"],
-        _json_column(row, "modules", "stages", key, list, "[]"),
+        _json_column(row, "modules", "stages", list, "[]"),
         row["n_pass_dumps"],
         row["n_files"],
         row["instr_before"],
         row["instr_after"],
         row["compute_ops"] or 0,
-        _json_column(row, "modules", "opcodes_before", key, dict, "{}"),
-        _json_column(row, "modules", "opcodes_after", key, dict, "{}"),
+        _json_column(row, "modules", "opcodes_before", dict, "{}"),
+        _json_column(row, "modules", "opcodes_after", dict, "{}"),
         row["entry_signature"],
         row["fingerprint"],
         row["hlo_bytes"] or 0,
@@ -331,7 +343,7 @@ def module_from_row(row: sqlite3.Row) -> ModuleInfo:
 
 
 def file_from_row(r: sqlite3.Row) -> FileInfo:
-    _checked(r, "files", f"run {r['run_id']}, file {r['path']}", _FILE_REQUIRED, _FILE_OPTIONAL)
+    _checked(r, "files")
     return FileInfo(
         r["path"],
         r["digest"],
@@ -347,5 +359,5 @@ def file_from_row(r: sqlite3.Row) -> FileInfo:
 
 
 def pass_from_row(r: sqlite3.Row) -> PassInfo:
-    _checked(r, "passes", f"run {r['run_id']}, module {r['module_id']}", _PASS_REQUIRED, _PASS_OPTIONAL)
+    _checked(r, "passes")
     return PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])
