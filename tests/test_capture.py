@@ -291,7 +291,7 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
         return real_write(self, target, payload)
 
     monkeypatch.setattr(BlobStore, "_write", write_until_the_disk_fills)
-    with pytest.raises(StoreError, match="No space left on device; the job's output is kept in") as info:
+    with pytest.raises(StoreError, match=r"the disk is full \(No space left on device\); the job's output is kept in") as info:
         capture(write_spec(tmp_path / "b", "name: b\nscript: job.py\n", TINY_JAX), store)
     monkeypatch.setattr(BlobStore, "_write", real_write)
     staging = Path(info.value.message.split("kept in ")[1])

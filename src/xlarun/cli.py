@@ -8,6 +8,7 @@ commands to the Typer app. To add a command group, write such a module and add i
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from xlarun.errors import ExitCode, XlarunError, error_document, json_reported
+from xlarun.errors import EnvironmentProblem, ExitCode, XlarunError, error_document, json_reported
 
 COMMAND_MODULES = (
     "capture",
@@ -111,6 +112,13 @@ class _XlarunGroup(typer.core.TyperGroup):
         except BrokenPipeError:
             raise typer.Exit(int(ExitCode.OK)) from None  # `xlarun ... | head`
         except Exception as exc:  # a bug: traceback + crash log
+            if (trouble := _disk_trouble(exc)) is not None:  # a full or read-only disk is the machine's, not a bug
+                error_line(trouble.one_line())
+                if wants_json and not json_reported(exc):
+                    from xlarun.console import print_json
+
+                    print_json(error_document(trouble))
+                raise typer.Exit(int(trouble.exit_code)) from None
             traceback.print_exc()
             log = _crash_log(exc)
             error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
@@ -157,6 +165,17 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f".commands.{_name}", __package__).register(app)
+
+
+def _disk_trouble(exc: BaseException) -> XlarunError | None:
+    """A file that could not be written for a full disk, a quota or a read-only file system, as one line."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return None
+    why = "the file system is read-only" if exc.errno == errno.EROFS else "the disk is full"
+    where = exc.filename or "a file"
+    return EnvironmentProblem(
+        f"cannot write {where}: {why}", "write somewhere else" if exc.errno == errno.EROFS else "free space on that disk"
+    )
 
 
 def _crash_log(exc: BaseException) -> Path:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xlarun.errors import InputError
+from xlarun.errors import InputError, StoreError, write_trouble
 from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
@@ -67,40 +68,55 @@ def import_dump(
         t0 = time.monotonic()
         incoming = staging / _INCOMING
         report = unpack_dump_source(source, incoming, limits)
+        if not report.files:
+            raise InputError(
+                f"{source} holds no files to import", "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it"
+            )
         root = _dump_root(incoming)
-        origin = _read_metadata(root / META_DIR)
+        origin = _read_metadata(root / META_DIR, source)
         is_bundle = (root / BUNDLE_MARKER).is_file()
-        warnings = _lay_out(root, staging, is_bundle)
+        warnings = origin.get("warnings", []) + _lay_out(root, staging, is_bundle)
         t1 = time.monotonic()
-        files = store.archiver(staging).finish()
-        t2 = time.monotonic()
-    except BaseException:
+        with store.lock():  # shared, from archiving to the commit: gc cannot take this run's blobs meanwhile
+            files = store.archiver(staging).finish()
+            t2 = time.monotonic()
+            if not files:
+                raise InputError(
+                    f"{source} holds no files to import",
+                    "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it",
+                )
+            kind = "bundle" if is_bundle else report.kind
+            metadata = {name_: text for name_, text in origin.get("files", {}).items()}
+            manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
+            metadata["manifest.json"] = manifest.to_json()
+            if origin.get("manifest_text"):
+                metadata["origin-manifest.json"] = origin["manifest_text"]
+            store.open_index()  # before the commit: this run is ingested once, below
+            shutil.rmtree(incoming, ignore_errors=True)
+            store.commit_run(run_id, staging, files, metadata)
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        trouble = write_trouble(exc, f"importing {source.name} into {store.root} failed")
+        if isinstance(exc, OSError | sqlite3.Error) and trouble is not None:
+            raise trouble from None  # said as such, nothing kept
         raise
-    if not files:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(
-            f"{source} holds no files to import", "give the folder XLA_FLAGS=--xla_dump_to=DIR wrote, or an archive of it"
-        )
-    kind = "bundle" if is_bundle else report.kind
-    metadata = {name_: text for name_, text in origin.get("files", {}).items()}
-    manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
-    metadata["manifest.json"] = manifest.to_json()
-    if origin.get("manifest_text"):
-        metadata["origin-manifest.json"] = origin["manifest_text"]
-    store.open_index()  # before the commit: this run is ingested once, below
-    shutil.rmtree(incoming, ignore_errors=True)
-    store.commit_run(run_id, staging, files, metadata)
-    store.ingest(run_id)
+    try:
+        store.ingest(run_id)
+    except (sqlite3.Error, StoreError) as exc:  # a full disk: the run is committed; the index catches up when next opened
+        warnings.append(f"run {run_id} is imported but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room")
     t3 = time.monotonic()
     bundle = origin.get("bundle") or {}
+    try:
+        modules = store.index.modules(run_id)
+    except (sqlite3.Error, StoreError):
+        modules = []
     return ImportResult(
         run_id=run_id,
         source=str(source),
         source_kind=kind,
         files=len(files),
         dump_bytes=manifest.dump_bytes,
-        modules=store.index.modules(run_id),
+        modules=modules,
         warnings=warnings,
         bundle_module_id=(bundle.get("module") or {}).get("module_id"),
         timings_s={"unpack": round(t1 - t0, 3), "archive": round(t2 - t1, 3), "index": round(t3 - t2, 3)},
@@ -145,28 +161,125 @@ def _walk_files(folder: Path):
         yield from names
 
 
-def _read_metadata(meta: Path) -> dict[str, Any]:
-    """The original manifest, bundle description and spec/logs of an export or bundle (empty for a raw dump)."""
+def _read_metadata(meta: Path, source: Path) -> dict[str, Any]:
+    """The original manifest, bundle description and spec/logs of an export or bundle (empty for a raw dump).
+    A manifest or bundle description that is not what xlarun writes (nested deep, wrongly typed) is refused."""
     out: dict[str, Any] = {"files": {}}
     if not meta.is_dir():
         return out
-    for name, key in (("manifest.json", "manifest"), ("bundle.json", "bundle")):
+    for name, key, check in (("manifest.json", "manifest", _check_manifest), ("bundle.json", "bundle", _check_bundle)):
         path = meta / name
         if path.is_file():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            try:
-                value = json.loads(text)
-            except ValueError:
-                continue
+            text, value = _read_json(path, f"{META_DIR}/{name}", source)
             if isinstance(value, dict):
+                problem = check(value)
+                if problem:
+                    raise _refused(source, f"{META_DIR}/{name}", problem)
                 out[key] = value
                 if key == "manifest":
                     out["manifest_text"] = text
+            elif value is not None:
+                raise _refused(source, f"{META_DIR}/{name}", f"is a JSON {type(value).__name__}, not an object")
     for name in _KEPT_METADATA:
         path = meta / name
         if path.is_file():
-            out["files"][name] = path.read_text(encoding="utf-8", errors="replace")
+            out["files"][name] = _kept_text(path, out)
     return out
+
+
+def _kept_text(path: Path, out: dict[str, Any]) -> str:
+    """A spec or log of an export, read into memory: a log over :data:`_MAX_KEPT_BYTES` keeps its end, said in its
+    first line and in the import's warnings."""
+    size = path.stat().st_size
+    with open(path, "rb") as stream:
+        if size > _MAX_KEPT_BYTES:
+            stream.seek(size - _MAX_KEPT_BYTES)
+        text = stream.read(_MAX_KEPT_BYTES).decode("utf-8", errors="replace")
+    if size <= _MAX_KEPT_BYTES:
+        return text
+    out.setdefault("warnings", []).append(f"{META_DIR}/{path.name} is {size} bytes: only its last {_MAX_KEPT_BYTES} were kept")
+    return f"[xlarun import: the first {size - _MAX_KEPT_BYTES} bytes of this file were left out]\n{text}"
+
+
+#: What a manifest.json or bundle.json xlarun wrote may hold: no more, and no deeper.
+_MAX_JSON_BYTES = 16 << 20
+_MAX_JSON_DEPTH = 32
+_MAX_KEPT_BYTES = 16 << 20  # of a spec or a log
+
+
+def _refused(source: Path, name: str, problem: str) -> InputError:
+    return InputError(
+        f"refused {source.name}: {name} {problem}",
+        f"is it an xlarun export or bundle? remove its {META_DIR}/ folder to import the dump alone",
+    )
+
+
+def _read_json(path: Path, name: str, source: Path) -> tuple[str, Any]:
+    """The file's text and JSON value (None when it is not JSON: a raw dump may hold anything under that name)."""
+    if path.stat().st_size > _MAX_JSON_BYTES:
+        raise _refused(source, name, f"is over {_MAX_JSON_BYTES >> 20} MiB")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _refused(source, name, f"is nested more than {_MAX_JSON_DEPTH} deep") from None
+    except ValueError:
+        return text, None
+    if _depth(value) > _MAX_JSON_DEPTH:
+        raise _refused(source, name, f"is nested more than {_MAX_JSON_DEPTH} deep")
+    return text, value
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in a JSON value (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+_TEXT_KEYS = ("run_id", "kind", "name", "started", "ended", "spec_path", "cwd", "backend", "framework")
+_TEXT_LIST_KEYS = ("command", "xla_flags", "tf_xla_flags")
+_TEXT_MAP_KEYS = ("versions", "tags", "env_delta")
+_OBJECT_KEYS = ("host", "git")
+
+
+def _check_manifest(value: dict) -> str | None:
+    """Why a manifest cannot be what xlarun wrote (a key of the wrong type), or None."""
+    for key in _TEXT_KEYS:
+        if value.get(key) is not None and not isinstance(value[key], str):
+            return f"has '{key}' of type {type(value[key]).__name__}, not a string"
+    for key in _TEXT_LIST_KEYS:
+        item = value.get(key)
+        if item is not None and not (isinstance(item, list) and all(isinstance(v, str) for v in item)):
+            return f"has '{key}' of type {type(item).__name__}, not a list of strings"
+    for key in _TEXT_MAP_KEYS:
+        item = value.get(key)
+        nullable = key == "env_delta"
+        if item is not None and not (
+            isinstance(item, dict) and all(isinstance(v, str) or (nullable and v is None) for v in item.values())
+        ):
+            return f"has '{key}' of type {type(item).__name__}, not an object of strings"
+    for key in _OBJECT_KEYS:
+        if value.get(key) is not None and not isinstance(value[key], dict):
+            return f"has '{key}' of type {type(value[key]).__name__}, not an object"
+    return None
+
+
+def _check_bundle(value: dict) -> str | None:
+    """Why a bundle description cannot be what xlarun wrote, or None."""
+    module = value.get("module")
+    if module is None:
+        return None
+    if not isinstance(module, dict):
+        return f"has 'module' of type {type(module).__name__}, not an object"
+    module_id = module.get("module_id")
+    if module_id is not None and (isinstance(module_id, bool) or not isinstance(module_id, int) or not 0 <= module_id < 1 << 31):
+        return f"has 'module.module_id' {str(module_id)[:20]!r}, not a module number"
+    return None
 
 
 def _manifest(

@@ -8,7 +8,10 @@ writes a crash log.
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -123,3 +126,49 @@ class EngineError(XlarunError):
     """A replay engine could not compile or run a module."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+#: What to do about each :func:`write_trouble`.
+_WRITE_HINTS = {
+    "the disk is full": "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)",
+    "the store is read-only": "writing needs a writable store: give another with --store or XLARUN_STORE",
+    "no permission to write into the store": "writing needs a writable store: give another with --store or XLARUN_STORE",
+}
+
+
+def write_trouble_words(exc: BaseException) -> str | None:
+    """'the disk is full', 'the store is read-only' or 'no permission to write into the store' for an error met
+    writing into the store (an OSError's errno, SQLite's words); None for any other error."""
+    number, text = getattr(exc, "errno", None), str(exc)
+    if number in (errno.ENOSPC, errno.EDQUOT) or "database or disk is full" in text or "the disk is full" in text:
+        return "the disk is full"
+    if number == errno.EROFS or "readonly database" in text or "read-only" in text:
+        return "the store is read-only"
+    return "no permission to write into the store" if number in (errno.EACCES, errno.EPERM) else None
+
+
+def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
+    """:func:`write_trouble_words` met while ``doing`` something, as one :class:`StoreError` line saying so."""
+    why = write_trouble_words(exc)
+    return StoreError(f"{doing}: {why}", _WRITE_HINTS[why]) if why else None
+
+
+def check_room(where: Path, need: int, what: str, hint: str = "free space on that disk, or write somewhere else") -> None:
+    """Refuse (StoreError, exit 3) to start writing ``need`` bytes below ``where`` (a folder, made or not) into a
+    disk with less free: better than a full disk half-way through. Where the disk cannot be asked, nothing is said."""
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise StoreError(
+            f"the disk is full for {what}: it needs at least {_mib(need)}, {_mib(free)} are free",
+            f"{hint}; nothing was written",
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"

@@ -51,3 +51,19 @@ def real_dump(tmp_path_factory):
     subprocess.run([sys.executable, "-c", REAL_DUMP_JOB], env=env, check=True, capture_output=True, timeout=300)
     assert len(os.listdir(folder)) > 100
     return folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MB tmpfs (we are root in CI); skipped with the reason where mounting is not allowed."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

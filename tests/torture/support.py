@@ -114,3 +114,10 @@ def wait_gone(pids: list[int], timeout: float = 30) -> None:
             except (OSError, IndexError):
                 break
             time.sleep(0.05)
+
+
+def fill_disk(mount: Path, leave: int) -> None:
+    """Fill the disk of ``mount`` (a small tmpfs) with one file, ``filler``, leaving ``leave`` bytes free."""
+    st = os.statvfs(mount)
+    with open(mount / "filler", "ab") as out:
+        out.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))

@@ -26,7 +26,7 @@ from xlarun.capture.flags import (
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
-from xlarun.errors import EnvironmentProblem, StoreError, XlarunError
+from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
 from xlarun.store.facade import Store
@@ -366,6 +366,8 @@ def _capture(
 
 def _not_committed(run_id: str, staging: Path, exc: Exception) -> StoreError:
     why = exc.message if isinstance(exc, StoreError) else (getattr(exc, "strerror", None) or str(exc))
+    if (words := write_trouble_words(exc)) and words not in why:
+        why = f"{words} ({why})"  # "the disk is full (No space left on device)"
     return StoreError(
         f"archiving run {run_id} failed: {why}; the job's output is kept in {staging}",
         "free disk space, then `xlarun recover` makes it a run marked incomplete (`xlarun gc --discard-recoverable` deletes it)",

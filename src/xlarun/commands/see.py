@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -124,6 +125,7 @@ def _stored_file(store, ref: str, run: str | None, path: str):
 
 def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
     from xlarun.console import say
+    from xlarun.errors import check_room
 
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(rendered.data)
@@ -134,7 +136,13 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
         suffix = f".around-{around}" if around else ""
         output = Path("".join(c if c.isalnum() or c in "._-" else "_" for c in f"{base}{suffix}.{rendered.format}"))
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_bytes(rendered.data)
+    check_room(output.parent, len(rendered.data), f"writing {output.name}")
+    partial = output.with_name(f".{output.name}.{os.getpid()}.tmp")  # a full disk never leaves half a drawing
+    try:
+        partial.write_bytes(rendered.data)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
     what = {"hlo": "HLO drawn by xlarun", "xla-dot": "XLA's own .dot", "graphdef": "TF GraphDef"}.get(
         rendered.kind, rendered.kind
     )

@@ -10,9 +10,12 @@ import typer
 from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
 
 IMPORT_EPILOG = (
-    "Refused (exit 2, nothing imported): names with '..' or absolute paths, symbolic and hard links, devices, FIFOs, "
-    "duplicate names, names that are not UTF-8, encrypted zip members, and decompression bombs (past --max-bytes, "
-    "--max-files or --max-ratio)."
+    "Refused (exit 2, nothing imported): names with '..', absolute paths or control characters (a NUL included), "
+    "symbolic links, hard links to anything but the archive's own files (or, in a folder, to files outside it), "
+    "devices, FIFOs, duplicate names, names that are not UTF-8, encrypted zip members, a .tar.zst needing a zstd "
+    "window over 128 MiB, a file whose bytes are another kind than its name says, an _xlarun/manifest.json or "
+    "bundle.json that is not what xlarun writes, and decompression bombs (past --max-bytes, --max-files or --max-ratio, "
+    "judged as bytes are written). A store whose disk is too full (checked before unpacking) or read-only: exit 3."
 )
 
 

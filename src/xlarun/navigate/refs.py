@@ -128,6 +128,8 @@ def resolve_module(
     if len(hits) == 1:
         return index.module(hits[0].run_id, hits[0].module_id)
     if not hits:
+        if (damage := index.damage()) is not None:  # a NULL name in a damaged row matches nothing: say why
+            raise damage
         where = f"run {scopes[0].run_id}" if run is not None else "any run"
         raise RefError(f"no module matches {ref!r} in {where}", "`xlarun modules [RUN]` lists modules")
     candidates = _list(f"{m.ref} ({m.name or 'unnamed'})" for m in hits)

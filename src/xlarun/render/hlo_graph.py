@@ -95,6 +95,9 @@ DRAWN_CALL_KEYS = (
     "called_computations",
 )
 _EDGE_LABEL_MAX = 48
+#: Called computations are drawn as clusters down to this depth; deeper ones are named in their caller's label
+#: (a 100,000-deep chain of calls would otherwise exhaust the stack here, and graphviz's at any rate).
+MAX_NESTING = 24
 
 
 def opcode_fill(opcode: str) -> str:
@@ -117,7 +120,8 @@ def hlo_neighbourhood(module: HloModule, center: str, depth: int, expand: Iterab
     if instruction.name not in graph.nodes:
         callers = [i.name for i in module.instructions() if instruction.computation in i.called_computations]
         raise InputError(
-            f"{instruction.name} is in %{instruction.computation}, a reducer or helper computation that is not drawn",
+            f"{instruction.name} is in %{instruction.computation}, a computation not drawn (a reducer, a helper, or nested "
+            f"more than {MAX_NESTING} calls deep)",
             f"draw around its caller: --around {callers[0]}" if callers else "choose an instruction of the entry computation",
         )
     return neighbourhood(graph, instruction.name, depth)
@@ -158,6 +162,7 @@ class _Builder:
         self.ids: dict[tuple[str, str], str] = {}
         self.placed: set[str] = set()  # computations already drawn
         self.collapsed = 0
+        self.too_deep = 0  # calls whose callee was nested too deep to draw
 
     def build(self) -> Graph:
         duplicates = {n for n, c in Counter(i.name for i in self.module.instructions()).items() if c > 1}
@@ -167,22 +172,27 @@ class _Builder:
                 f"{instruction.computation}/{instruction.name}" if instruction.name in duplicates else instruction.name
             )
         entry = self.module.entry
-        self._draw_computation(entry, parent=None, label=f"ENTRY %{entry.name}")
+        self._draw_computation(entry, parent=None, label=f"ENTRY %{entry.name}", depth=0)
         self.graph.suggested_center = self.ids.get((entry.name, entry.root))
         if self.collapsed:
             self.graph.notes.append(
                 f"{self.collapsed} fusions drawn as one node each (--expand NAME or --expand-fusions opens them)"
             )
+        if self.too_deep:
+            self.graph.notes.append(
+                f"computations nested more than {MAX_NESTING} calls deep are not drawn ({self.too_deep} calls name theirs); "
+                "--around NAME draws a part"
+            )
         return self.graph
 
-    def _draw_computation(self, computation: HloComputation, parent: str | None, label: str) -> None:
+    def _draw_computation(self, computation: HloComputation, parent: str | None, label: str, depth: int) -> None:
         self.placed.add(computation.name)
         cluster_id = computation.name
         fill = "#fff7ec" if computation.is_fusion else ("#f7f7f7" if parent is None else "#f1ecf8")
         self.graph.clusters[cluster_id] = Cluster(cluster_id, label, parent=parent, fill=fill, tooltip=label)
         local = {i.name: i for i in computation.instructions}
         for instruction in computation.instructions:
-            self._draw_instruction(instruction, computation, cluster_id)
+            self._draw_instruction(instruction, computation, cluster_id, depth)
         for instruction in computation.instructions:
             node_id = self.ids[(computation.name, instruction.name)]
             for position, operand in enumerate(instruction.operands):
@@ -194,10 +204,16 @@ class _Builder:
                 if predecessor in local:
                     self.graph.edges.append(Edge(self.ids[(computation.name, predecessor)], node_id, kind="control"))
 
-    def _draw_instruction(self, instruction: HloInstruction, computation: HloComputation, cluster_id: str) -> None:
+    def _draw_instruction(self, instruction: HloInstruction, computation: HloComputation, cluster_id: str, depth: int) -> None:
         node_id = self.ids[(computation.name, instruction.name)]
         opened = instruction.opcode == "fusion" and (self.expand_all or instruction.name in self.expand)
+        collapsed = instruction.opcode == "fusion" and not opened
         label = self._label(instruction, opened)
+        callees = [] if collapsed else self._drawn_callees(instruction)
+        if callees and depth >= MAX_NESTING:  # named, not drawn: the stack (and dot's) stay bounded
+            self.too_deep += 1
+            label += "\ncalls " + ", ".join(f"%{c.name}" for _key, c in callees[:3]) + " (not drawn: nested too deep)"
+            callees = []
         self.graph.add_node(
             Node(
                 node_id,
@@ -208,22 +224,27 @@ class _Builder:
                 bold=instruction.is_root,
             )
         )
-        if instruction.opcode == "fusion" and not opened:
+        if collapsed:
             self.collapsed += 1
-            return
+        for key, callee in callees:
+            if callee.name not in self.placed:
+                self._draw_computation(
+                    callee, parent=cluster_id, label=f"%{callee.name} ({key} of {instruction.name})", depth=depth + 1
+                )
+            root_id = self.ids.get((callee.name, callee.root))
+            if root_id:
+                self.graph.edges.append(Edge(node_id, root_id, key, kind="call", lhead=callee.name))
+
+    def _drawn_callees(self, instruction: HloInstruction) -> list[tuple[str, HloComputation]]:
+        """(attribute, computation) of each computation ``instruction`` calls that is drawn as a cluster."""
         keys = DRAWN_CALL_KEYS + (("to_apply",) if instruction.opcode == "call" else ())
-        for key in keys:
-            if key not in instruction.attributes:
-                continue
-            for callee_name in _names(instruction.attributes[key]):
-                callee = self.module.computations.get(callee_name)
-                if callee is None:
-                    continue
-                if callee.name not in self.placed:
-                    self._draw_computation(callee, parent=cluster_id, label=f"%{callee.name} ({key} of {instruction.name})")
-                root_id = self.ids.get((callee.name, callee.root))
-                if root_id:
-                    self.graph.edges.append(Edge(node_id, root_id, key, kind="call", lhead=callee.name))
+        return [
+            (key, self.module.computations[name])
+            for key in keys
+            if key in instruction.attributes
+            for name in _names(instruction.attributes[key])
+            if name in self.module.computations
+        ]
 
     def _label(self, instruction: HloInstruction, opened: bool) -> str:
         head = instruction.opcode

@@ -99,7 +99,10 @@ class Store(RunStore):
             index = self.index
         from xlarun.store.ingest import ingest_run
 
-        for run_id in self.run_ids():
+        on_disk = self.run_ids()
+        for gone in (index.run_ids() - set(on_disk)) | {None}:  # rows of no run, or of a damaged (NULL) run id
+            index.forget_run(gone)
+        for run_id in on_disk:
             ingest_run(index, self, run_id, self.facts)
         return moved
 
@@ -120,6 +123,8 @@ class Store(RunStore):
 
         report = super().check(progress)
         report.damaged[:0] = file_list_problems(self, self.index)
+        if (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived data: reindex mends it
+            report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})
         return report
 
     def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:

@@ -24,12 +24,14 @@ from xlarun.hlo.names import DumpName
 from xlarun.store.records import (
     FileInfo,
     FindHit,
+    IndexDamage,
     ModuleInfo,
-    PassInfo,
     RunInfo,
     count_compute_ops,
+    damage_condition,
     file_from_row,
     module_from_row,
+    pass_from_row,
     run_from_row,
 )
 
@@ -183,12 +185,12 @@ class Index:
         """The ids of the runs the index holds."""
         return {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
 
-    def forget_run(self, run_id: str) -> None:
+    def forget_run(self, run_id: str | None) -> None:
         with self.transaction():
             for table in ("runs", "files", "modules", "passes", "module_terms"):
-                self.conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id IS ?", (run_id,))  # IS: a damaged NULL too
             for extra in self._extra_run_tables():
-                self.conn.execute(f"DELETE FROM {extra} WHERE run_id=?", (run_id,))
+                self.conn.execute(f"DELETE FROM {extra} WHERE run_id IS ?", (run_id,))
 
     def _extra_run_tables(self) -> list[str]:
         # tables other stages add (replays...) that carry a run_id column
@@ -382,12 +384,23 @@ class Index:
                 )
             ]
             info.passes = [
-                PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])
+                pass_from_row(r)
                 for r in self.conn.execute(
                     "SELECT * FROM passes WHERE run_id=? AND module_id=? ORDER BY step, pipeline", (run_id, module_id)
                 )
             ]
         return info
+
+    def damage(self, tables: tuple[str, ...] = ("runs", "modules")) -> IndexDamage | None:
+        """The first row of ``tables`` (runs, modules, passes, files) holding what xlarun never writes, or None."""
+        convert = {"runs": run_from_row, "modules": module_from_row, "passes": pass_from_row, "files": file_from_row}
+        try:
+            for table in tables:
+                for row in self.conn.execute(f"SELECT * FROM {table} WHERE {damage_condition(table)} LIMIT 1"):
+                    convert[table](row)  # raises, saying what is wrong
+        except IndexDamage as exc:
+            return exc
+        return None
 
     def run_files(self, run_id: str) -> list[FileInfo]:
         return [file_from_row(r) for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))]
@@ -430,6 +443,9 @@ class Index:
                 hit = hits[key] = FindHit(row[0], row[1], row[4], row[2], [])
             if len(hit.matches) < limit_matches:
                 hit.matches.append(row[3])
+        if not hits:  # a module row whose keys are damaged joins no term: say so, not "no module holds it"
+            sql = "SELECT * FROM modules WHERE typeof(run_id) != 'text' OR typeof(module_id) != 'integer' LIMIT 1"
+            [module_from_row(row) for row in self.conn.execute(sql)]  # raises IndexDamage
         return list(hits.values())
 
 

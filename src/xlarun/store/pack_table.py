@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from xlarun.errors import StoreError
+from xlarun.errors import StoreError, write_trouble
 from xlarun.store.pack_format import open_pack, read_pack_members
 
 
@@ -139,8 +139,11 @@ class PackTable:
                     )
                 conn.execute("INSERT INTO meta VALUES ('built', '1')")
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and (trouble := write_trouble(exc, f"cannot write {self.path}")):
+                raise trouble from None
             raise
 
     def lookup(self, digest: str) -> tuple[str, int, int] | None:
@@ -174,8 +177,11 @@ class PackTable:
         try:
             conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and (trouble := write_trouble(exc, f"cannot write {self.path}")):
+                raise trouble from None
             raise
 
     def packs_holding(self, digests: set[str]) -> set[str]:
@@ -192,8 +198,11 @@ class PackTable:
         try:
             conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs])
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and (trouble := write_trouble(exc, f"cannot write {self.path}")):
+                raise trouble from None
             raise
 
     def _close_connections_of_ended_threads(self) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from xlarun.errors import StoreError
+
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
 
@@ -199,7 +201,102 @@ def json_or_none(text: str | None):
     return json.loads(text) if text else None
 
 
+class IndexDamage(StoreError):
+    """A row of the index holds what xlarun never writes (a NULL, text where a number belongs, broken JSON): the
+    index is derived data, rebuilt from the runs on disk by ``xlarun reindex``."""
+
+    def __init__(self, table: str, column: str, value: object, row: sqlite3.Row):
+        what = "NULL" if value is None else f"{type(value).__name__} {str(value)[:20]!r}"
+        where = f"run {row['run_id']}"
+        if table in ("modules", "passes"):
+            where += f", module {row['module_id']}"
+        elif table == "files":
+            where += f", file {row['path']}"
+        super().__init__(
+            f"the store's index is damaged: {table}.{column} is {what} ({where})",
+            "`xlarun reindex` rebuilds the index from the runs on disk",
+        )
+
+
+_TEXT, _INT, _NUMBER = (str,), (int,), (int, float)
+
+
+def _checked(row: sqlite3.Row, table: str) -> None:
+    """Raise :class:`IndexDamage` for a required column that is NULL or any column of the wrong type."""
+    for column, allowed in _ALLOWED[table]:
+        if type(row[column]) not in allowed:
+            raise IndexDamage(table, column, row[column], row)
+
+
+def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str):
+    try:
+        value = json.loads(row[column] or empty)
+    except (ValueError, TypeError, RecursionError):
+        raise IndexDamage(table, column, row[column], row) from None
+    if not isinstance(value, kind):
+        raise IndexDamage(table, column, row[column], row)
+    return value
+
+
+_RUN_REQUIRED = {c: _TEXT for c in ("run_id", "name", "kind", "status", "backend", "started", "ended")} | {
+    "n_files": _INT, "dump_bytes": _INT, "n_modules": _INT, "duration_s": _NUMBER,
+}  # fmt: skip
+_RUN_OPTIONAL = {"exit_code": _INT, "error": _TEXT, "framework": _TEXT, "batch_id": _TEXT}
+_MODULE_REQUIRED = {"run_id": _TEXT, "module_id": _INT, "n_pass_dumps": _INT, "n_files": _INT} | {
+    c: _TEXT for c in ("stages", "opcodes_before", "opcodes_after")  # JSON, always written
+}  # fmt: skip
+_MODULE_OPTIONAL = {c: _TEXT for c in ("name", "backend", "entry_signature", "fingerprint", "parse_error")} | {
+    c: _INT for c in ("instr_before", "instr_after", "compute_ops", "hlo_bytes", "elided_constants", "own_code")
+}  # fmt: skip
+_FILE_REQUIRED = {"run_id": _TEXT, "path": _TEXT, "digest": _TEXT, "size": _INT, "kind": _TEXT}
+_FILE_OPTIONAL = {c: _TEXT for c in ("format", "stage", "pipeline", "after_pass", "before_pass")} | {"step": _INT}
+_PASS_REQUIRED = {"run_id": _TEXT, "module_id": _INT, "step": _INT, "path": _TEXT}
+_PASS_OPTIONAL = {"pipeline": _TEXT, "after_pass": _TEXT, "before_pass": _TEXT, "instr_count": _INT}
+
+
+_JSON_COLUMNS = {
+    "runs": {"matrix": "object", "tags": "object"},
+    "modules": {"stages": "array", "opcodes_before": "object", "opcodes_after": "object"},
+}
+_SQL_TYPES = {str: "'text'", int: "'integer'", float: "'real'"}
+_CHECKED = {
+    "runs": (_RUN_REQUIRED, _RUN_OPTIONAL),
+    "modules": (_MODULE_REQUIRED, _MODULE_OPTIONAL),
+    "files": (_FILE_REQUIRED, _FILE_OPTIONAL),
+    "passes": (_PASS_REQUIRED, _PASS_OPTIONAL),
+}
+
+
+#: column -> the Python types a row may hold there (NoneType where NULL is allowed): checked by type() lookup, fast
+_ALLOWED = {
+    table: tuple(
+        (column, frozenset(kinds) | ({type(None)} if may_be_null else set()))
+        for columns, may_be_null in ((required, False), (optional, True))
+        for column, kinds in columns.items()
+    )
+    for table, (required, optional) in _CHECKED.items()
+}
+
+
+def damage_condition(table: str) -> str:
+    """A SQL condition true for the rows of ``table`` the *_from_row functions refuse for a NULL or a type (so a
+    scan for damage runs in SQLite, not row by row in Python)."""
+    required, optional = _CHECKED[table]
+    clauses = []
+    for columns, may_be_null in ((required, False), (optional, True)):
+        for column, kinds in columns.items():
+            types = ", ".join(_SQL_TYPES[k] for k in kinds)
+            clauses.append(f"typeof({column}) NOT IN ({types}{', ' + repr('null') if may_be_null else ''})")
+    for column, kind in _JSON_COLUMNS.get(table, {}).items():  # CASE: json_type() is never asked of broken JSON
+        clauses.append(
+            f"CASE WHEN typeof({column}) = 'text' AND {column} != '' THEN "
+            f"(CASE WHEN json_valid({column}) THEN json_type({column}) != '{kind}' ELSE 1 END) ELSE 0 END"
+        )
+    return " OR ".join(clauses)
+
+
 def run_from_row(row: sqlite3.Row) -> RunInfo:
+    _checked(row, "runs")
     return RunInfo(
         row["run_id"],
         row["name"],
@@ -216,25 +313,26 @@ def run_from_row(row: sqlite3.Row) -> RunInfo:
         row["dump_bytes"],
         row["n_modules"],
         row["batch_id"],
-        json_or_none(row["matrix"]),
-        json_or_none(row["tags"]) or {},
+        _json_column(row, "runs", "matrix", dict, "null") if row["matrix"] else None,
+        _json_column(row, "runs", "tags", dict, "{}") if row["tags"] else {},
     )
 
 
 def module_from_row(row: sqlite3.Row) -> ModuleInfo:
+    _checked(row, "modules")
     return ModuleInfo(
         row["run_id"],
         row["module_id"],
         row["name"],
         row["backend"],
-        json.loads(row["stages"] or "[]"),
+        _json_column(row, "modules", "stages", list, "[]"),
         row["n_pass_dumps"],
         row["n_files"],
         row["instr_before"],
         row["instr_after"],
         row["compute_ops"] or 0,
-        json.loads(row["opcodes_before"] or "{}"),
-        json.loads(row["opcodes_after"] or "{}"),
+        _json_column(row, "modules", "opcodes_before", dict, "{}"),
+        _json_column(row, "modules", "opcodes_after", dict, "{}"),
         row["entry_signature"],
         row["fingerprint"],
         row["hlo_bytes"] or 0,
@@ -245,6 +343,7 @@ def module_from_row(row: sqlite3.Row) -> ModuleInfo:
 
 
 def file_from_row(r: sqlite3.Row) -> FileInfo:
+    _checked(r, "files")
     return FileInfo(
         r["path"],
         r["digest"],
@@ -257,3 +356,8 @@ def file_from_row(r: sqlite3.Row) -> FileInfo:
         r["after_pass"],
         r["before_pass"],
     )
+
+
+def pass_from_row(r: sqlite3.Row) -> PassInfo:
+    _checked(r, "passes")
+    return PassInfo(r["step"], r["pipeline"], r["after_pass"], r["before_pass"], r["path"], r["instr_count"])

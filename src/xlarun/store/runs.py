@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.errors import InputError, RefError, StoreError
+from xlarun.errors import InputError, RefError, StoreError, check_room, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
@@ -126,10 +126,9 @@ class RunStore:
     # --- writing a run -----------------------------------------------------------------------
 
     def begin_run(self, run_id: str | None = None) -> tuple[str, Path]:
-        """Create a staging folder for a new run; the job writes its outputs there. A run id drawn here is
-        claimed atomically: two captures that draw the same id at once (same 4 ms, same random byte, even in
-        one process) never share a folder; the second draws again. A ``run_id`` given (a shipped run) that
-        is taken raises FileExistsError."""
+        """Create a staging folder for a new run; the job writes its outputs there. A run id drawn here is claimed
+        atomically: two captures drawing the same id at once (same 4 ms, same random byte, even in one process) never
+        share a folder; the second draws again. A ``run_id`` given (a shipped run) that is taken: FileExistsError."""
         given = run_id is not None
         run_id = run_id or new_run_id()
         for _attempt in range(16):
@@ -142,10 +141,13 @@ class RunStore:
             # made under a temporary name and renamed: gc never sees a staging folder without its owner (the
             # draft's name ends with the pid, which gc reads; the token keeps two threads' drafts apart)
             draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{secrets.token_hex(3)}-{os.getpid()}"
-            draft.mkdir(parents=True)
-            for sub in OUTPUT_DIRS:
-                (draft / sub).mkdir()
-            (draft / "owner.pid").write_text(str(os.getpid()))
+            try:
+                for folder in (draft, *(draft / sub for sub in OUTPUT_DIRS)):
+                    folder.mkdir(parents=folder == draft)
+                (draft / "owner.pid").write_text(str(os.getpid()))
+            except OSError as exc:
+                shutil.rmtree(draft, ignore_errors=True)
+                raise write_trouble(exc, f"cannot start a run in {self.root}") or exc from None
             try:
                 os.rename(draft, staging)  # fails when another capture has just claimed the name (never empty)
             except OSError as exc:
@@ -225,10 +227,10 @@ class RunStore:
 
     def export(self, run_id: str, dest: str | Path, with_logs: bool = True) -> int:
         """Write the run's files back with their original names below ``dest``; returns the file count."""
-        dest = Path(dest)
-        entries = self.stored_files(run_id)
+        dest, entries = Path(dest), self.stored_files(run_id)
         if dest.exists() and any(dest.iterdir()):
             raise InputError(f"{dest} is not empty", "export into a new or empty folder")
+        check_room(dest, sum(entry.size for entry in entries), f"exporting run {run_id}")
         for entry in entries:
             target = dest / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
