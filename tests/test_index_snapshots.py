@@ -11,7 +11,7 @@ import pytest
 from xlarun.hlo.names import decode_dump_name
 from xlarun.replay import choose_replay_input
 from xlarun.store.facade import Store
-from xlarun.store.index import tie_to_named_modules
+from xlarun.store.ingest import tie_to_named_modules
 
 from .compat_support import require_compat
 from .conftest import write_spec

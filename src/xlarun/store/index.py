@@ -15,12 +15,10 @@ import json
 import os
 import sqlite3
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
-from xlarun.hlo.names import DumpName
 from xlarun.store.records import (
     FileInfo,
     FindHit,
@@ -36,45 +34,9 @@ from xlarun.store.records import (
 )
 
 if TYPE_CHECKING:
-    from xlarun.store.records import StoredFile
     from xlarun.store.summaries import ModuleSummary
 
 SCHEMA_VERSION = 5  # 4: "digest" columns (were "sha256"); 5: modules.own_code
-
-# kinds that name a module but are kept apart from its files: the frameworks' own IR and reports, PJRT inputs
-_NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
-
-
-#: Numbers a file name carries beyond what SQLite stores (module_99999999999999999999...): not a module's.
-_MAX_ID = (1 << 63) - 1
-
-
-def _storable(name: DumpName) -> DumpName:
-    """A name whose module id or step SQLite cannot store is kept as a file of no module (kind unknown)."""
-    if any(
-        v is not None and not -_MAX_ID <= v <= _MAX_ID
-        for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)
-    ):
-        return DumpName(name.path)
-    return name
-
-
-def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName]]:
-    """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
-    ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
-    ids_by_name: dict[str, set[int]] = defaultdict(set)
-    for _stored, name in decoded:
-        if name.module_id is not None and name.module_name and name.kind not in _NOT_MODULE_FILES:
-            ids_by_name[name.module_name].add(name.module_id)
-    tied = []
-    for stored, name in decoded:
-        ids = ids_by_name.get(name.module_name or "", set()) if name.module_id is None else set()
-        # Two modules of one name (a function compiled twice, or one jit over two ids as in xla#7193): the file
-        # name cannot say which one ran, so the file stays with no module rather than with a guessed one.
-        if len(ids) == 1 and name.kind not in _NOT_MODULE_FILES:
-            name = replace(name, module_id=next(iter(ids)))
-        tied.append((stored, name))
-    return tied
 
 
 SCHEMA = """
@@ -318,31 +280,16 @@ class Index:
         self, batch_id: str | None = None, name: str | None = None, kind: str | None = None, last: int | None = None
     ) -> list[RunInfo]:
         """Runs, oldest first; ``last``: only the newest ``last`` of them (read alone, however many runs there are)."""
-        sql = "SELECT * FROM runs WHERE 1=1"
-        params: list = []
-        if batch_id:
-            sql += " AND batch_id=?"
-            params.append(batch_id)
-        if name:
-            sql += " AND name=?"
-            params.append(name)
-        if kind:
-            sql += " AND kind=?"
-            params.append(kind)
+        where, params = _run_filter(batch_id=batch_id, name=name, kind=kind)
         if last is not None:
-            rows = self.conn.execute(sql + " ORDER BY run_id DESC LIMIT ?", [*params, max(last, 0)]).fetchall()
-            return [run_from_row(row) for row in reversed(rows)]
-        sql += " ORDER BY run_id"
-        return [run_from_row(row) for row in self.conn.execute(sql, params)]
+            rows = self.conn.execute(f"SELECT * FROM runs{where} ORDER BY run_id DESC LIMIT ?", [*params, max(last, 0)])
+            return [run_from_row(row) for row in reversed(rows.fetchall())]
+        return [run_from_row(row) for row in self.conn.execute(f"SELECT * FROM runs{where} ORDER BY run_id", params)]
 
     def count_runs(self, batch_id: str | None = None, name: str | None = None) -> int:
         """How many runs (of a batch, of a spec name)."""
-        sql, params = "SELECT COUNT(*) FROM runs WHERE 1=1", list[str]()
-        if batch_id:
-            sql, params = sql + " AND batch_id=?", [*params, batch_id]
-        if name:
-            sql, params = sql + " AND name=?", [*params, name]
-        return int(self.conn.execute(sql, params).fetchone()[0])
+        where, params = _run_filter(batch_id=batch_id, name=name)
+        return int(self.conn.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0])
 
     def batch_ids(self) -> list[str]:
         """Every batch id, oldest batch (by its first run) first."""
@@ -512,3 +459,9 @@ class _Transaction:
                 else "writing needs a writable store: copy it somewhere writable",
             ) from None
         return False
+
+
+def _run_filter(**columns: str | None) -> tuple[str, list[str]]:
+    """`` WHERE a=? AND b=?`` and its parameters, for the columns given a value."""
+    given = {k: v for k, v in columns.items() if v}
+    return (" WHERE " + " AND ".join(f"{k}=?" for k in given) if given else ""), list(given.values())

@@ -10,14 +10,50 @@ by the next command that opens the store.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from xlarun.errors import StoreError
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.code_origin import settle_own_code
-from xlarun.store.index import _NOT_MODULE_FILES, Index, _storable, tie_to_named_modules
+from xlarun.store.index import Index
 from xlarun.store.records import StoredFile
 from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
+
+# kinds that name a module but are kept apart from its files: the frameworks' own IR and reports, PJRT inputs
+_NOT_MODULE_FILES = ("tf-graph", "jax-ir", "torch-xla", "poplar-report", "pjrt-compile-input")
+
+
+#: Numbers a file name carries beyond what SQLite stores (module_99999999999999999999...): not a module's.
+_MAX_ID = (1 << 63) - 1
+
+
+def _storable(name: DumpName) -> DumpName:
+    """A name whose module id or step SQLite cannot store is kept as a file of no module (kind unknown)."""
+    if any(
+        v is not None and not -_MAX_ID <= v <= _MAX_ID
+        for v in (name.module_id, name.step, name.timestamp_us, name.execution, name.snapshot_id, name.pid)
+    ):
+        return DumpName(name.path)
+    return name
+
+
+def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName]]:
+    """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
+    ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
+    ids_by_name: dict[str, set[int]] = defaultdict(set)
+    for _stored, name in decoded:
+        if name.module_id is not None and name.module_name and name.kind not in _NOT_MODULE_FILES:
+            ids_by_name[name.module_name].add(name.module_id)
+    tied = []
+    for stored, name in decoded:
+        ids = ids_by_name.get(name.module_name or "", set()) if name.module_id is None else set()
+        # Two modules of one name (a function compiled twice, or one jit over two ids as in xla#7193): the file
+        # name cannot say which one ran, so the file stays with no module rather than with a guessed one.
+        if len(ids) == 1 and name.kind not in _NOT_MODULE_FILES:
+            name = replace(name, module_id=next(iter(ids)))
+        tied.append((stored, name))
+    return tied
 
 
 def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:

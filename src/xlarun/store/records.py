@@ -218,7 +218,9 @@ class IndexDamage(StoreError):
         )
 
 
-_TEXT, _INT, _NUMBER = (str,), (int,), (int, float)
+_TEXT: tuple[type, ...] = (str,)
+_INT: tuple[type, ...] = (int,)
+_NUMBER: tuple[type, ...] = (int, float)
 
 
 def _checked(row: sqlite3.Row, table: str) -> None:
@@ -259,7 +261,8 @@ _JSON_COLUMNS = {
     "modules": {"stages": "array", "opcodes_before": "object", "opcodes_after": "object"},
 }
 _SQL_TYPES = {str: "'text'", int: "'integer'", float: "'real'"}
-_CHECKED = {
+_Columns = dict[str, tuple[type, ...]]
+_CHECKED: dict[str, tuple[_Columns, _Columns]] = {
     "runs": (_RUN_REQUIRED, _RUN_OPTIONAL),
     "modules": (_MODULE_REQUIRED, _MODULE_OPTIONAL),
     "files": (_FILE_REQUIRED, _FILE_OPTIONAL),
