@@ -131,3 +131,17 @@ def pytest_collection_modifyitems(config, items):
             item.get_closest_marker(m) for m in ("docker", "browser", "tf")
         ):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def bisect_store(tmp_path_factory):
+    """One store holding pass-by-pass captures of the three bisect examples."""
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    path = tmp_path_factory.mktemp("bisect") / "store"
+    store = Store.open(path, create=True)
+    for name in ("bf16", "algsimp", "stable"):
+        result = capture(CONFIGS / f"bisect-{name}.yaml", store)
+        assert result.ok, result.warnings
+    return path

@@ -16,20 +16,6 @@ import pytest
 from tests.conftest import CONFIGS
 
 
-@pytest.fixture(scope="session")
-def bisect_store(tmp_path_factory):
-    """One store holding pass-by-pass captures of the three bisect examples."""
-    from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
-
-    path = tmp_path_factory.mktemp("bisect") / "store"
-    store = Store.open(path, create=True)
-    for name in ("bf16", "algsimp", "stable"):
-        result = capture(CONFIGS / f"bisect-{name}.yaml", store)
-        assert result.ok, result.warnings
-    return path
-
-
 def _bisect_json(cli, *args):
     result = cli("bisect", *args, "--json")
     return result.exit_code, json.loads(result.stdout)

@@ -99,3 +99,14 @@ def test_python_dash_m_and_version():
 def test_unknown_option_is_usage_exit_2():
     out = subprocess.run([sys.executable, "-m", "xlarun", "runs", "--bogus"], capture_output=True, text=True)
     assert out.returncode == 2 and "No such option" in out.stderr
+
+
+def test_no_progress_bar_where_stderr_is_not_a_terminal(capsys):
+    """In a log or a pipe the bar would leave a blank line whose presence depends on the machine's speed."""
+    from xlarun.console import ProgressBar
+
+    bar = ProgressBar("archiving", min_total=10)
+    for done in range(0, 501, 50):
+        bar.update(done, 500)
+    bar.close()
+    assert capsys.readouterr().err == "" and bar.bar is None

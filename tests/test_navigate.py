@@ -149,3 +149,24 @@ def test_large_tables_print_as_plain_aligned_text(capsys):
     assert len(lines) == PLAIN_TABLE_ROWS + 2
     assert lines[1] == "run/module_0000  name0      0"
     assert lines[-1].endswith(f"name{PLAIN_TABLE_ROWS}  {PLAIN_TABLE_ROWS}")
+
+
+def test_runs_shows_the_newest_fifty_and_says_how_many_are_older(cli, tmp_path):
+    """Issue 27: a table of 10,000 runs is no answer; the newest 50 are read alone (LIMIT in SQL), --last N / 0 for more."""
+    from tests.synthetic_store import archive_run, module_dumps
+    from xlarun.store.facade import Store
+
+    store = Store.open(tmp_path / "s", create=True)
+    ids = [
+        archive_run(store, module_dumps(0, "jit_step"), run_id=f"20260101-00{i // 60:02d}{i % 60:02d}-{i:04x}", name=f"r{i}")
+        for i in range(55)
+    ]
+    table = cli("runs", "--store", tmp_path / "s")
+    listed = [line.split()[0] for line in table.stdout.splitlines()[1:] if line.startswith("2026")]
+    assert listed == ids[5:] and "5 older run(s) not shown (--last 0 lists every run)" in table.output
+    assert [line.split()[0] for line in cli("runs", "-n", "2", "--store", tmp_path / "s").stdout.splitlines()[1:3]] == ids[-2:]
+    assert len(json.loads(cli("runs", "--json", "--store", tmp_path / "s").stdout)) == 55  # scripts get every run
+    assert len(json.loads(cli("runs", "--json", "--last", "3", "--store", tmp_path / "s").stdout)) == 3
+    everything = cli("runs", "--last", "0", "--store", tmp_path / "s")
+    assert "older run" not in everything.output and everything.stdout.count("\n2026") == 55
+    assert cli("runs", "--last", "-1", "--store", tmp_path / "s").exit_code == 2

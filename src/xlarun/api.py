@@ -61,13 +61,17 @@ class Store(display.Shown):
     def path(self) -> Path:
         return self.store.root
 
-    def runs(self, batch: str | None = None, name: str | None = None) -> RunList:
-        """The runs, oldest first (``xlarun runs``); ``batch`` an id or prefix or 'latest', ``name`` a spec name."""
+    def runs(self, batch: str | None = None, name: str | None = None, last: int | None = None) -> RunList:
+        """The runs, oldest first (``xlarun runs``); ``batch`` an id or prefix or 'latest', ``name`` a spec name,
+        ``last`` only the newest N (``total`` on the list still counts them all)."""
         if batch:
             from xlarun.navigate.refs import resolve_batch
 
             batch = resolve_batch(self.store.index, batch)
-        return RunList(self, [Run(self, info) for info in self.store.index.runs(batch_id=batch, name=name)], batch, name)
+        index = self.store.index
+        found = RunList(self, [Run(self, info) for info in index.runs(batch_id=batch, name=name, last=last)], batch, name)
+        found.total = len(found) if last is None else index.count_runs(batch_id=batch, name=name)
+        return found
 
     def run(self, ref: str | None = None) -> Run:
         """The run a run REF names: an id, a unique prefix, a spec name (its latest run); None: the latest."""
@@ -237,6 +241,7 @@ class RunList(display.ShownList[Run]):
     def __init__(self, store: Store, runs: list[Run], batch: str | None = None, name: str | None = None):
         super().__init__(runs)
         self._store, self._batch, self._name = store, batch, name
+        self.total = len(runs)  # all the runs asked for, where only the newest were read (``last``)
 
     def _printed(self) -> display.Printed:
         from xlarun.present import print_runs

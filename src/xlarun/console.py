@@ -226,7 +226,9 @@ def count_or_blank(value: int | None) -> str:
 
 
 class ProgressBar:
-    """A progress bar on stderr for long work (silent below ``min_total`` items): ``update(done, total)``, ``close()``."""
+    """A progress bar on stderr for long work (silent below ``min_total`` items, and when stderr is not a terminal:
+    in a log or a pipe it would leave a blank line whose presence depends on the machine's speed):
+    ``update(done, total)``, ``close()``."""
 
     def __init__(self, label: str, enabled: bool = True, min_total: int = 200):
         self.label, self.enabled, self.min_total = label, enabled, min_total
@@ -237,6 +239,9 @@ class ProgressBar:
         if not self.enabled or total < self.min_total:
             return
         if self.bar is None:
+            if not sys.stderr.isatty():
+                self.enabled = False
+                return
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -396,6 +396,12 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
                 ("culprit", result.culprit_pass),
             ]
         )
+    if result.first_move:
+        from xlarun.bisect.first_move import FirstMove
+
+        say("[bold]where the numbers move[/bold] (the step's values against the step before it)")
+        for line in FirstMove.from_dict(result.first_move).lines():
+            say(f"  {_escape(line)}")
     if result.diff_summary:
         say(f"[bold]what {result.culprit_pass} did[/bold] (xlarun diff {result.subject} --to {result.culprit_step})")
         for line in result.diff_summary:

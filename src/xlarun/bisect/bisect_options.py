@@ -33,6 +33,8 @@ class BisectOptions:
     inputs: str = "auto"
     seed: int = 0
     extra_disabled: list[str] = field(default_factory=list)
+    #: Also find the culprit step's first instruction whose value moves (see :mod:`xlarun.bisect.first_move`).
+    ops: bool = True
 
     def validate(self) -> BisectOptions:
         for name, allowed in (

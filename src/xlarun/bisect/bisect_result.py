@@ -76,6 +76,8 @@ class BisectResult:
     #: The culprit pass's structural diff (``xlarun diff --pass``): summary lines and the unified diff.
     diff_summary: list[str] = field(default_factory=list)
     diff_unified: list[str] = field(default_factory=list)
+    #: The culprit step's first instruction whose value moves (:class:`~xlarun.bisect.first_move.FirstMove` as a dict).
+    first_move: dict | None = None
     # rerun mode
     check: str | None = None
     baseline: float | None = None

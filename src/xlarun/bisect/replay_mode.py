@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_result import BisectResult, StepError
+from xlarun.bisect.first_move import locate_first_move
+from xlarun.bisect.search import binary_search, linear_search
 from xlarun.diff import PassStep, pass_diff, pass_steps
 from xlarun.errors import EngineError, InputError
 from xlarun.replay import pjrt
@@ -123,6 +125,13 @@ class _Replayer:
         if platform is None:
             self.outputs[digest] = found
         return found
+
+    def run_text(self, text: str) -> list | None:
+        """The outputs of HLO ``text`` on the bisection's arguments, in the worker (an EngineError if it fails)."""
+        outputs, _, error = self._run_in_worker(f"text:{hash(text)}", pjrt.text_to_module_proto(deoptimize_hlo_text(text).text))
+        if error is not None:
+            raise EngineError(error)
+        return outputs
 
     def compile_error(self, path: str, debug_options: dict) -> str | None:
         """Why the dump does not compile with ``debug_options`` on the main platform (None: it does), learnt in
@@ -299,10 +308,12 @@ def _bisect(
         errors[index] = entry
         return entry
 
-    first = _linear(measure, len(steps)) if options.linear else _binary(measure, len(steps))
+    first = linear_search(measure, len(steps)) if options.linear else binary_search(measure, len(steps))
     result.steps = result.steps + [errors[i] for i in sorted(errors)]
     result.replays = replayer.replays
     _conclude(store, module, steps, first, errors, result)
+    if options.ops and first is not None:
+        result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, options, log)
     result.wall_s = time.perf_counter() - started
     return result
 
@@ -397,31 +408,6 @@ def _reference_outputs(
         )
         log(result.warnings[-1])
     return expected, not start.matched
-
-
-def _linear(measure: Callable[[int], StepError], count: int) -> int | None:
-    first = None
-    for index in range(count):
-        if measure(index).flipped and first is None:
-            first = index
-    return first
-
-
-def _binary(measure: Callable[[int], StepError], count: int) -> int | None:
-    """The first index whose verdict differs from the start's, assuming it stays different after."""
-    if count == 0 or not measure(count - 1).flipped:
-        return None
-    low, high = -1, count - 1  # low: as the start (-1: the reference), high: flipped
-    while high - low > 1:
-        middle = (low + high) // 2
-        flipped = measure(middle).flipped
-        if flipped is None:  # this step does not replay: scan what is left in order
-            return next((i for i in range(low + 1, high) if measure(i).flipped), high)
-        if flipped:
-            high = middle
-        else:
-            low = middle
-    return high
 
 
 def _conclude(

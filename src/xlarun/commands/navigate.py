@@ -25,6 +25,10 @@ def register(app: typer.Typer) -> None:
         app.command(command.__name__)(command)
 
 
+#: How many runs ``xlarun runs`` shows in its table unless told (--last).
+DEFAULT_LAST_RUNS = 50
+
+
 def runs(
     store: StoreOption = None,
     batch: Annotated[
@@ -35,9 +39,15 @@ def runs(
     show_all: Annotated[
         bool, typer.Option("--all", help="Also the runs xlarun made for its own purposes (a bisection's reruns).")
     ] = False,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last", "-n", min=0, help="Only the newest N runs (0: every run). Default: 50 in the table, every run with --json."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List the runs in the store, oldest first.
+    """List the runs in the store, oldest first (the newest 50 in the table: a store of 10,000 runs answers at once).
 
     Runs xlarun made for its own purposes (`xlarun bisect SPEC --check` reruns the spec with passes disabled) are
     left out unless --all, and marked when shown; no plain name or 'latest' resolves to them.
@@ -45,7 +55,9 @@ def runs(
     from xlarun.console import print_json, say
     from xlarun.present import print_runs
 
-    everything = [run.info for run in front_door(store).runs(batch=batch, name=name)]
+    wanted = (None if as_json else DEFAULT_LAST_RUNS) if last is None else (last or None)
+    listed = front_door(store).runs(batch=batch, name=name, last=wanted)
+    everything = [run.info for run in listed]
     items = everything if show_all or batch else [r for r in everything if not r.made_by_xlarun]
     if as_json:
         print_json(items)
@@ -54,6 +66,8 @@ def runs(
     hidden = len(everything) - len(items)
     if hidden:
         say(f"[dim]{hidden} run(s) xlarun made for a bisection not shown (--all shows them)[/dim]")
+    if listed.total > len(everything):
+        say(f"[dim]{listed.total - len(everything)} older run(s) not shown (--last 0 lists every run)[/dim]")
 
 
 def files(

@@ -312,8 +312,10 @@ class Index:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def runs(self, batch_id: str | None = None, name: str | None = None, kind: str | None = None) -> list[RunInfo]:
-        """Runs, oldest first."""
+    def runs(
+        self, batch_id: str | None = None, name: str | None = None, kind: str | None = None, last: int | None = None
+    ) -> list[RunInfo]:
+        """Runs, oldest first; ``last``: only the newest ``last`` of them (read alone, however many runs there are)."""
         sql = "SELECT * FROM runs WHERE 1=1"
         params: list = []
         if batch_id:
@@ -325,8 +327,20 @@ class Index:
         if kind:
             sql += " AND kind=?"
             params.append(kind)
+        if last is not None:
+            rows = self.conn.execute(sql + " ORDER BY run_id DESC LIMIT ?", [*params, max(last, 0)]).fetchall()
+            return [run_from_row(row) for row in reversed(rows)]
         sql += " ORDER BY run_id"
         return [run_from_row(row) for row in self.conn.execute(sql, params)]
+
+    def count_runs(self, batch_id: str | None = None, name: str | None = None) -> int:
+        """How many runs (of a batch, of a spec name)."""
+        sql, params = "SELECT COUNT(*) FROM runs WHERE 1=1", list[str]()
+        if batch_id:
+            sql, params = sql + " AND batch_id=?", [*params, batch_id]
+        if name:
+            sql, params = sql + " AND name=?", [*params, name]
+        return int(self.conn.execute(sql, params).fetchone()[0])
 
     def batch_ids(self) -> list[str]:
         """Every batch id, oldest batch (by its first run) first."""

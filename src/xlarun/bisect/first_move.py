@@ -1,0 +1,284 @@
+"""Where in the culprit step the numbers first move: the instruction, its source line, the error it starts.
+
+A bisection names the pass; this names the op. The culprit step's module and the module just before it
+(the previous step's dump, or ``before_optimizations``) run on the bisection's arguments with every array
+value of their entry computation made an output (a tuple ROOT of them all). Instructions are paired by
+name (a pass keeps the names of what it leaves alone), else by ``op_name`` and opcode where that pair is
+unique. Walking the step's module in its order (operands first), the first paired value that is not its
+counterpart's, value for value, is where the numbers move; the first whose error passes the bisection's
+tolerance is where they become visible. Instructions the pass created (no counterpart) feeding the mover
+are named with it: they are usually what the pass put there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from xlarun.errors import EngineError, InputError
+from xlarun.hlo import load_hlo
+from xlarun.hlo.lex import LineError, walk
+from xlarun.replay.compare import compare_outputs
+from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction
+
+#: At most this many values are made outputs (the first ones in the module's order): memory stays bounded
+#: on a big step, and the first mover is almost always early.
+MAX_VALUES = 4000
+_LAYOUT_KEY = "entry_computation_layout={"
+
+
+@dataclass
+class MovedValue:
+    """One instruction of the culprit step with its value compared to its counterpart's."""
+
+    name: str
+    opcode: str
+    shape: str
+    counterpart: str
+    max_abs_error: float
+    max_rel_error: float
+    op_name: str | None = None
+    source: str | None = None  # "file.py:12"
+    #: Operands the pass created (no counterpart before it), e.g. the constant algsimp folded.
+    new_operands: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        where = f" at {self.source}" if self.source else ""
+        what = f" ({self.op_name})" if self.op_name else ""
+        created = f"; fed by {', '.join(self.new_operands)}, new in this step" if self.new_operands else ""
+        renamed = "" if self.counterpart == self.name else f" (was {self.counterpart})"
+        return (
+            f"{self.name}{renamed} = {self.shape} {self.opcode}{what}{where}: max abs error "
+            f"{self.max_abs_error:.3g}, rel {self.max_rel_error:.3g}{created}"
+        )
+
+
+@dataclass
+class FirstMove:
+    """The answer: the first value that moves, the first past the tolerance, and what was compared."""
+
+    step: str
+    against: str
+    compared: int = 0
+    unpaired: int = 0
+    moved: MovedValue | None = None
+    visible: MovedValue | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FirstMove:
+        data = dict(data)
+        for key in ("moved", "visible"):
+            if data.get(key) is not None:
+                data[key] = MovedValue(**data[key])
+        return cls(**data)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"compared         {self.step} with {self.against}, value by value: {self.compared} paired values read, "
+            f"{self.unpaired} values new in the step"
+        ]
+        if self.moved is None:
+            out.append("no value of the entry computation moves: the change is inside a called computation")
+        else:
+            out.append(f"first to move    {self.moved.describe()}")
+            if self.visible is not None and self.visible.name != self.moved.name:
+                out.append(f"first past tol   {self.visible.describe()}")
+        return out + self.notes
+
+
+def expose_values(text: str) -> tuple[str, list[str]]:
+    """``text`` with its entry computation returning every array value it computes (parameters aside), in order:
+    (the new text, the names of the values in output order)."""
+    lines = text.splitlines()
+    entry = next((i for i, line in enumerate(lines) if line.startswith("ENTRY ")), None)
+    if entry is None:
+        raise CannotDeoptimize("no ENTRY computation in the module text")
+    end = next((i for i in range(entry + 1, len(lines)) if lines[i].startswith("}")), None)
+    if end is None:
+        raise CannotDeoptimize("the ENTRY computation is not closed")
+    names: list[str] = []
+    shapes: list[str] = []
+    for i in range(entry + 1, end):
+        instr = parse_instruction(lines[i])
+        if instr is None:
+            continue
+        if instr.root:
+            instr.root = False
+            lines[i] = instr.render()
+        if instr.opcode == "parameter" or instr.shape.startswith(("(", "token")) or len(names) >= MAX_VALUES:
+            continue
+        names.append(instr.name.lstrip("%"))
+        shapes.append(instr.shape)
+    if not names:
+        raise CannotDeoptimize("the entry computation computes no array value")
+    tuple_shape = f"({', '.join(shapes)})"
+    lines.insert(end, f"  ROOT %xlarun.values = {tuple_shape} tuple({', '.join('%' + n for n in names)})")
+    head, arrow, _result = lines[entry].rpartition(" -> ")
+    if not arrow:
+        raise CannotDeoptimize(f"cannot read the ENTRY signature: {lines[entry][:80]}")
+    lines[entry] = f"{head} -> {tuple_shape} {{"
+    for i, line in enumerate(lines[:entry]):
+        if line.startswith("HloModule") and _LAYOUT_KEY in line:
+            lines[i] = _without_entry_layout(line)
+    return "\n".join(lines) + "\n", names
+
+
+def _without_entry_layout(header: str) -> str:
+    start = header.index(_LAYOUT_KEY)
+    try:
+        end = walk(header, start + len(_LAYOUT_KEY) - 1, False)
+    except LineError:
+        raise CannotDeoptimize("unbalanced entry_computation_layout in the module header") from None
+    return (header[:start].rstrip(", ") + header[end:]).rstrip(", ")
+
+
+def find_first_move(
+    run: Callable[[str], list | None],
+    before_text: str,
+    step_text: str,
+    abs_tolerance: float,
+    rel_tolerance: float,
+    step: str = "the culprit step",
+    against: str = "the step before it",
+) -> FirstMove:
+    """Run both modules with every value exposed (``run`` takes HLO text, returns its outputs flattened) and
+    find the first value of ``step_text`` that differs from its counterpart in ``before_text``."""
+    before_exposed, before_names = expose_values(before_text)
+    step_exposed, step_names = expose_values(step_text)
+    before_values = _named(run(before_exposed), before_names, against)
+    step_values = _named(run(step_exposed), step_names, step)
+    before_info = _instructions(before_text)
+    step_info = _instructions(step_text)
+    pairs = _pair(step_names, before_names, step_info, before_info)
+    answer = FirstMove(step, against, unpaired=len(step_names) - len(pairs))
+    for name in step_names:
+        counterpart = pairs.get(name)
+        if counterpart is None:
+            continue
+        found = _errors(step_values[name], before_values[counterpart], abs_tolerance, rel_tolerance)
+        if found is None:
+            continue
+        answer.compared += 1
+        moved, past, errors = found
+        if moved and answer.moved is None:
+            answer.moved = _moved(name, counterpart, errors, step_info, pairs)
+        if past and answer.visible is None:
+            answer.visible = _moved(name, counterpart, errors, step_info, pairs)
+            break
+    if len(step_names) >= MAX_VALUES:
+        answer.notes.append(f"only the first {MAX_VALUES} values of the step were compared")
+    return answer
+
+
+def locate_first_move(replayer, step, previous, options, log: Callable[[str], None]) -> dict:
+    """:func:`find_first_move` for a bisection's culprit ``step`` (a PassStep) against ``previous`` (the step
+    before it, or the before_optimizations FileInfo), run by the bisection's replayer; a failure is a note."""
+    label = getattr(step, "label", "the culprit step")
+    against = getattr(previous, "label", None) or "before_optimizations"
+    try:
+        answer = find_first_move(
+            replayer.run_text,
+            replayer.text(previous.path),
+            replayer.text(step.path),
+            options.abs_tolerance,
+            options.rel_tolerance,
+            f"step {step.step} ({label})",
+            against,
+        )
+    except (EngineError, InputError) as exc:
+        answer = FirstMove(f"step {step.step} ({label})", against)
+        answer.notes.append(f"the first moving instruction could not be found: {exc.one_line()}")
+    for line in answer.lines():
+        log(line)
+    return answer.to_dict()
+
+
+def _named(outputs: list | None, names: list[str], what: str) -> dict[str, np.ndarray]:
+    if outputs is None or len(outputs) != len(names):
+        got = "no outputs" if outputs is None else f"{len(outputs)} outputs"
+        raise CannotDeoptimize(f"{what} with its values exposed gave {got}, {len(names)} expected")
+    return dict(zip(names, (np.asarray(o) for o in outputs), strict=True))
+
+
+def _instructions(text: str) -> dict[str, object]:
+    module = load_hlo(text.encode(), "step")
+    entry = module.computations[module.entry_computation]
+    return {i.name.lstrip("%"): i for i in entry.instructions}
+
+
+def _pair(step_names: list[str], before_names: list[str], step_info: dict, before_info: dict) -> dict[str, str]:
+    """Step value -> its counterpart before the step: the same name, else the only one with its op_name and opcode."""
+    before_set = set(before_names)
+    pairs = {n: n for n in step_names if n in before_set and _same_size(step_info.get(n), before_info.get(n))}
+    taken = set(pairs.values())
+
+    def key(info) -> tuple | None:
+        op_name = getattr(info, "op_name", None)
+        return (op_name, info.opcode) if op_name else None
+
+    by_key: dict[tuple, list[str]] = {}
+    for n in before_names:
+        if n not in taken and (k := key(before_info.get(n))) is not None:
+            by_key.setdefault(k, []).append(n)
+    wanted: dict[tuple, list[str]] = {}
+    for n in step_names:
+        if n not in pairs and (k := key(step_info.get(n))) is not None:
+            wanted.setdefault(k, []).append(n)
+    for k, names in wanted.items():
+        if len(names) == 1 and len(by_key.get(k, [])) == 1 and _same_size(step_info[names[0]], before_info[by_key[k][0]]):
+            pairs[names[0]] = by_key[k][0]
+    return pairs
+
+
+_DIMS = re.compile(r"\[([^\]]*)\]")
+
+
+def _same_size(a, b) -> bool:
+    if a is None or b is None:
+        return False
+    dims_a, dims_b = _DIMS.search(a.shape), _DIMS.search(b.shape)
+    return dims_a is not None and dims_b is not None and dims_a.group(1) == dims_b.group(1)
+
+
+def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_tolerance: float):
+    """(moved at all, past the tolerance, (max abs, max rel error)) of two values of one shape, whatever their
+    element types (a pass may turn bf16 into f32); None when they cannot be compared."""
+    if value.shape != reference.shape:
+        return None
+    kind = np.complex128 if np.iscomplexobj(value) or np.iscomplexobj(reference) else np.float64
+    try:
+        a, b = value.astype(kind), reference.astype(kind)
+    except (TypeError, ValueError):
+        return None
+    moved = not np.array_equal(a, b, equal_nan=True)
+    if not moved:
+        return False, False, (0.0, 0.0)
+    comparison = compare_outputs([a], [b], abs_tolerance, rel_tolerance, "the value before the step")
+    return True, not comparison.matched, (comparison.max_abs_error, comparison.max_rel_error)
+
+
+def _moved(name: str, counterpart: str, errors: tuple[float, float], info: dict, pairs: dict[str, str]) -> MovedValue:
+    instr = info.get(name)
+    source = None
+    if instr is not None and instr.source_file:
+        source = f"{instr.source_file}:{instr.source_line}" if instr.source_line else instr.source_file
+    operands = [o.lstrip("%") for o in getattr(instr, "operands", [])]
+    created = [o for o in operands if o not in pairs and o in info and info[o].opcode != "parameter"]
+    return MovedValue(
+        name,
+        getattr(instr, "opcode", "?"),
+        getattr(instr, "shape", "?"),
+        counterpart,
+        errors[0],
+        errors[1],
+        getattr(instr, "op_name", None),
+        source,
+        created,
+    )

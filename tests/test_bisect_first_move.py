@@ -1,0 +1,92 @@
+"""The first instruction whose value moves in a bisection's culprit step (xlarun.bisect.first_move), on the real
+pass-by-pass captures of tests/test_bisect.py: algsimp's folded residual and float-normalization-bf16."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_bisect import _bisect_json
+from xlarun.bisect.first_move import FirstMove, expose_values, find_first_move
+
+TEXT = """HloModule jit_f, entry_computation_layout={(f32[4]{0})->f32[]}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[4]) -> f32[] {
+  %x = f32[4]{0} parameter(0)
+  %three = f32[] constant(3)
+  %b3 = f32[4]{0} broadcast(%three), dimensions={}
+  %div = f32[4]{0} divide(%x, %b3), metadata={op_name="jit(f)/div" source_file="/u/job.py" source_line=7}
+  %zero = f32[] constant(0)
+  ROOT %sum = f32[] reduce(%div, %zero), dimensions={0}, to_apply=%add
+}
+"""
+
+
+def test_every_array_value_of_the_entry_becomes_an_output_and_xla_compiles_it():
+    pytest.importorskip("jax")
+    from xlarun.replay import pjrt
+
+    exposed, names = expose_values(TEXT)
+    assert names == ["three", "b3", "div", "zero", "sum"]  # in the module's order, the parameter aside
+    assert "entry_computation_layout" not in exposed and "ROOT %sum" not in exposed
+    assert "ROOT %xlarun.values = (f32[], f32[4]{0}, f32[4]{0}, f32[], f32[]) tuple(%three, %b3, %div, %zero, %sum)" in exposed
+    assert pjrt.text_to_module_proto(exposed)  # XLA's own parser takes it
+
+
+def test_the_first_value_that_differs_is_named_with_its_source_line_and_the_new_operands():
+    changed = TEXT.replace(
+        "%div = f32[4]{0} divide(%x, %b3)",
+        "%third = f32[] constant(0.333)\n  %bt = f32[4]{0} broadcast(%third), dimensions={}\n  %div = f32[4]{0} multiply(%x, %bt)",
+    )
+    x = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+
+    def run(text: str) -> list:  # evaluates the two tiny modules as XLA would, on x
+        div = x * np.float32(0.333) if "%bt" in text else x / np.float32(3)
+        values = {"three": np.float32(3), "b3": np.full(4, 3, np.float32), "div": div, "zero": np.float32(0), "sum": div.sum()}
+        values |= {"third": np.float32(0.333), "bt": np.full(4, 0.333, np.float32)}
+        return [values[n] for n in expose_values(text)[1]]
+
+    found = find_first_move(run, TEXT, changed, 1e-5, 1e-5)
+    assert found.moved is not None and (found.moved.name, found.moved.opcode) == ("div", "multiply")
+    assert found.moved.source == "/u/job.py:7" and found.moved.op_name == "jit(f)/div"
+    assert found.moved.new_operands == ["bt"] and found.unpaired == 2
+    assert found.moved.max_abs_error == pytest.approx(float(abs(x[3] / 3 - x[3] * np.float32(0.333))), rel=1e-3)
+    assert found.visible is not None and found.visible.name == "div"  # 4e-4 is past 1e-5 on every element
+    same = find_first_move(run, TEXT, TEXT, 1e-5, 1e-5)
+    assert same.moved is None and same.compared == 5
+
+
+@pytest.mark.slow
+def test_algsimp_moves_the_multiply_on_the_programs_line_and_the_sum_shows_it(cli, bisect_store):
+    code, data = _bisect_json(cli, "residual", "--store", bisect_store)
+    assert code == 1 and data["culprit_pass"] == "algsimp"
+    found = FirstMove.from_dict(data["first_move"])
+    # (x / 3) * 3 became x * (1/3 * 3): the multiply's value moves first, fed by the folded constant's broadcast
+    assert (found.moved.name, found.moved.opcode, found.moved.op_name) == ("mul.2", "multiply", "jit(residual)/mul")
+    assert found.moved.source.endswith("configs/examples/bisect_algsimp.py:16") and found.moved.new_operands == ["broadcast.2"]
+    assert 0 < found.moved.max_abs_error < 1e-5  # the residual is tiny where it starts...
+    assert found.visible.name == "mul.3" and found.visible.max_abs_error == pytest.approx(1.56, abs=0.01)  # ...x 1e6
+
+
+@pytest.mark.slow
+def test_float_normalization_moves_the_first_bf16_multiply_now_in_f32(cli, bisect_store):
+    code, data = _bisect_json(cli, "bf16_sum", "--store", bisect_store)
+    assert code == 1 and data["culprit_pass"] == "float-normalization-bf16"
+    found = FirstMove.from_dict(json.loads(json.dumps(data["first_move"])))
+    assert (found.moved.name, found.moved.shape) == ("mul.2", "f32[1000]{0}")  # a * b, now in f32
+    assert found.moved.source.endswith("configs/examples/bisect_bf16.py:15")
+    assert sorted(found.moved.new_operands) == ["convert", "convert.1"] and found.moved.max_rel_error > 1e-3
+
+
+@pytest.mark.slow
+def test_a_stable_program_has_no_first_move_to_report(cli, bisect_store):
+    code, data = _bisect_json(cli, "layer", "--store", bisect_store)
+    assert code == 0 and data["verdict"] == "no-divergence" and data["first_move"] is None
