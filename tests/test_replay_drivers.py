@@ -60,6 +60,8 @@ def make_runner(
         + textwrap.dedent(
             f"""
             import json, os, sys, time
+            with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as log:
+                log.write(json.dumps(sys.argv[1:]) + "\\n")
             flags = {sorted(flags) if flags is not None else None!r}
             if flags is not None:
                 if sys.argv[1:] == ["--help"]:
@@ -91,6 +93,11 @@ def make_runner(
 
 def recorded_argv(folder: Path) -> list[str]:
     return json.loads((folder / "argv.json").read_text())
+
+
+def recorded_calls(folder: Path) -> list[list[str]]:
+    """Every invocation of the stand-in, its arguments (without the binary), in order."""
+    return [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines()]
 
 
 # ---- exact command lines ----
@@ -355,3 +362,16 @@ def test_the_stand_in_rejects_a_flag_it_does_not_define_as_the_real_runner_does(
 def _run(argv: list[str]) -> tuple[int, str]:
     proc = subprocess.run(argv, capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_runners_flags_are_asked_once_per_binary_and_only_where_versions_differ(tmp_path):
+    hlo_runner_main = make_runner(tmp_path, "hlo_runner_main", flags=NEWEST)
+    for _ in range(2):
+        assert run_runner("hlo_runner_main", BEFORE_TXT, ReplayOptions(runner_path=str(hlo_runner_main))).verdict == "ran"
+    calls = recorded_calls(tmp_path)
+    assert [c[0] for c in calls] == ["--help", "--device_type=host", "--device_type=host"]
+    other = tmp_path / "other"
+    other.mkdir()
+    run_hlo_module = make_runner(other, "run_hlo_module", flags=fixtures("run_hlo_module")[0]["flags"])
+    assert run_runner("run_hlo_module", BEFORE_TXT, ReplayOptions(runner_path=str(run_hlo_module))).verdict == "ran"
+    assert [c[0] for c in recorded_calls(other)] == ["--platform=CPU"]  # the same flags in every supported XLA: not asked

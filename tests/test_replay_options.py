@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 
@@ -72,3 +73,79 @@ def test_bisect_command_and_python_call_share_the_builders_defaults():
     for name, default in builder.items():
         assert command[name] == default, name
         assert method[name] == default, name
+
+
+class _Stop(InputError):
+    """Raised by the recording builder: a usage error, so the CLI exits 2 without running anything."""
+
+
+REPLAY_GIVEN = {
+    "engine": "run_hlo_module",
+    "platform": "cuda",
+    "reference_platform": "cpu",
+    "abs_error_bound": 0.5,
+    "rel_error_bound": 0.25,
+    "iterations": 3,
+    "seed": 7,
+    "inputs": "fake",
+    "print_literals": True,
+    "runner": "/opt/xla/run_hlo_module",
+    "image": "nvcr.io/nvidia/jax:25.04",
+    "timeout": 30.0,
+    "max_data_size": "1G",
+    "in_process": True,
+}
+BISECT_GIVEN = {
+    "tolerance": 0.125,
+    "reference": "snapshot",
+    "reference_platform": "cuda",
+    "platform": "rocm",
+    "linear": True,
+    "recompile": "all",
+    "inputs": "fake",
+    "seed": 3,
+}
+
+
+def _recording(monkeypatch, module, name):
+    seen: dict = {}
+
+    @functools.wraps(getattr(module, name))  # the builder's signature, which keywords_for reads
+    def record(**given):
+        seen.update(given)
+        raise _Stop("stopped by the test")
+
+    monkeypatch.setattr(module, name, record)
+    return seen
+
+
+def _cli_args(given: dict) -> list[str]:
+    args = []
+    for name, value in given.items():
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+def test_every_replay_option_reaches_the_builder_from_the_command_and_the_python_call(monkeypatch, cli):
+    import xlarun.replay.options
+
+    seen = _recording(monkeypatch, xlarun.replay.options, "replay_options")
+    with pytest.raises(_Stop):
+        Module.replay(None, file="x.txt", **REPLAY_GIVEN)  # type: ignore[arg-type]
+    assert seen == REPLAY_GIVEN
+    seen.clear()
+    assert cli("replay", "x.txt", *_cli_args(REPLAY_GIVEN)).exit_code == 2
+    assert seen == {**REPLAY_GIVEN, "runner": Path(REPLAY_GIVEN["runner"])}  # typer gives the path as a Path
+
+
+def test_every_bisect_option_reaches_the_builder_from_the_command_and_the_python_call(monkeypatch, cli):
+    import xlarun.bisect.bisect_options
+
+    seen = _recording(monkeypatch, xlarun.bisect.bisect_options, "bisect_options")
+    with pytest.raises(_Stop):
+        Module.bisect(None, **BISECT_GIVEN)  # type: ignore[arg-type]
+    assert seen == BISECT_GIVEN
+    seen.clear()
+    assert cli("bisect", "jit_f", *_cli_args(BISECT_GIVEN)).exit_code == 2
+    assert seen == BISECT_GIVEN

@@ -198,26 +198,10 @@ class Module(display.Shown):
         """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run.
 
         The keywords are ``xlarun replay``'s options (``timeout`` in seconds, ``max_data_size`` as ``"4G"`` or bytes)."""
-        from xlarun.replay.options import replay_options
+        from xlarun.replay.options import keywords_for, replay_options
         from xlarun.replay.record import replay_stored_module
 
-        options = replay_options(
-            engine=engine,
-            platform=platform,
-            reference_platform=reference_platform,
-            abs_error_bound=abs_error_bound,
-            rel_error_bound=rel_error_bound,
-            iterations=iterations,
-            seed=seed,
-            inputs=inputs,
-            print_literals=print_literals,
-            runner=runner,
-            image=image,
-            timeout=timeout,
-            max_data_size=max_data_size,
-            in_process=in_process,
-            save_outputs=save_outputs,
-        )
+        options = replay_options(**keywords_for(replay_options, locals()))
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
         self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
@@ -238,18 +222,9 @@ class Module(display.Shown):
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
         from xlarun.bisect.bisect_options import bisect_options
         from xlarun.bisect.recorded import bisect_and_record
+        from xlarun.replay.options import keywords_for
 
-        options = bisect_options(
-            tolerance=tolerance,
-            reference=reference,
-            reference_platform=reference_platform,
-            platform=platform,
-            linear=linear,
-            recompile=recompile,
-            inputs=inputs,
-            seed=seed,
-            ops=ops,
-        )
+        options = bisect_options(**keywords_for(bisect_options, locals()))
         result, record = bisect_and_record(self._store.store, self.info, options)
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection
         return Bisection(result, record.bisect_id)

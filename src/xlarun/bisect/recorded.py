@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from xlarun.bisect.bisect_result import BisectResult
 
 if TYPE_CHECKING:
-    from xlarun.bisect.replay_mode import BisectOptions, Log
+    from xlarun.bisect.bisect_options import BisectOptions
+    from xlarun.bisect.replay_mode import Log
     from xlarun.store.facade import Store
     from xlarun.store.records import ModuleInfo
 

@@ -93,23 +93,15 @@ def bisect(
     xlarun bisect configs/bisect-bf16.yaml --check 'result (\\S+)' -j 2
     """
     from xlarun.bisect.bisect_options import bisect_options
+    from xlarun.replay.options import keywords_for
 
+    given = locals()
     sink = None if (quiet or as_json) else _stream
     with json_on_failure(as_json, lambda exc: _failure_document(target, exc)):
         if target.endswith((".yaml", ".yml")) and Path(target).is_file():
             result, record = _rerun_mode(target, check, tolerance, jobs, module, repeat, sink, store)
         else:
-            options = bisect_options(
-                tolerance=tolerance,
-                reference=reference,
-                reference_platform=reference_platform,
-                platform=platform,
-                linear=linear,
-                recompile=recompile,
-                inputs=inputs,
-                seed=seed,
-                ops=ops,
-            )
+            options = bisect_options(**keywords_for(bisect_options, given))
             result, record = _replay_mode(target, check, options, sink, store, run)
         if as_json:
             from xlarun.console import print_json

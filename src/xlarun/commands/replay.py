@@ -112,26 +112,11 @@ def replay(
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
     """
-    from xlarun.replay.options import replay_options
+    from xlarun.replay.options import keywords_for, replay_options
 
+    given = locals()
     with json_on_failure(as_json, lambda exc: _failure_document(ref, exc)):
-        options = replay_options(
-            engine=engine,
-            platform=platform,
-            reference_platform=reference_platform,
-            abs_error_bound=abs_error_bound,
-            rel_error_bound=rel_error_bound,
-            iterations=iterations,
-            seed=seed,
-            inputs=inputs,
-            print_literals=print_literals,
-            runner=runner,
-            image=image,
-            timeout=timeout,
-            max_data_size=max_data_size,
-            in_process=in_process,
-            save_outputs=save_outputs,
-        )
+        options = replay_options(**keywords_for(replay_options, given))
         sink = None if (quiet or as_json) else _stream
         if jaxlib is not None:
             from xlarun.commands.replay_versions import replay_versions_command

@@ -34,6 +34,7 @@ from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import ReplayResult
 from xlarun.replay.runner_argv import (
     GPU_PLATFORMS,
+    VERSION_SPECIFIC,
     flags_from_usage,
     input_format,
     is_snapshot,
@@ -172,7 +173,9 @@ def run_runner(runner: str, path: str | Path, options: ReplayOptions, sink: Call
     if options.image:
         return _run_runner_in_image(runner, options.image, path, options, sink)
     binary = find_runner(runner, options.runner_path)
-    command = runner_command(runner, path, options, binary=binary, defined=defined_flags(binary, options.timeout_s))
+    # a runner whose flags are the same in every supported XLA is not asked for them
+    defined = defined_flags(binary, options.timeout_s) if VERSION_SPECIFIC.get(runner) else None
+    command = runner_command(runner, path, options, binary=binary, defined=defined)
     lines: list[str] = []
     proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines, sink), daemon=True)
@@ -204,7 +207,8 @@ def _run_runner_in_image(
             "NVIDIA's JAX images carry hlo_runner_main; or name the binary's path in the image with --runner",
         )
     path = Path(path).absolute()
-    command = runner_command(runner, path, options, binary=binary, defined=_defined_flags_in_image(image, binary))
+    defined = _defined_flags_in_image(image, binary) if VERSION_SPECIFIC.get(runner) else None
+    command = runner_command(runner, path, options, binary=binary, defined=defined)
     lines: list[str] = []
 
     def collect(_stream: str, text: str) -> None:

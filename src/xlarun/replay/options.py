@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -117,3 +119,11 @@ def replay_options(
         isolate="never" if in_process else "auto",
         save_outputs=str(save_outputs) if save_outputs else None,
     ).validate()
+
+
+def keywords_for(builder: Callable, given: dict) -> dict:
+    """The entries of ``given`` (a command's or a method's ``locals()``) that ``builder`` takes as keywords: a
+    command's option and the Python call's keyword have the builder's name, so each is forwarded without a list
+    of its own (tests/test_replay_options.py holds the names and defaults to the builder's)."""
+    names = inspect.signature(builder).parameters
+    return {name: value for name, value in given.items() if name in names}
