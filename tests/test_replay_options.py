@@ -94,6 +94,7 @@ REPLAY_GIVEN = {
     "timeout": 30.0,
     "max_data_size": "1G",
     "in_process": True,
+    "save_outputs": "/tmp/outputs.npz",
 }
 BISECT_GIVEN = {
     "tolerance": 0.125,
@@ -104,6 +105,7 @@ BISECT_GIVEN = {
     "recompile": "all",
     "inputs": "fake",
     "seed": 3,
+    "ops": False,
 }
 
 
@@ -123,7 +125,7 @@ def _cli_args(given: dict) -> list[str]:
     args = []
     for name, value in given.items():
         flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
+        args += [flag] if value is True else ["--no-" + name.replace("_", "-")] if value is False else [flag, str(value)]
     return args
 
 
@@ -136,7 +138,8 @@ def test_every_replay_option_reaches_the_builder_from_the_command_and_the_python
     assert seen == REPLAY_GIVEN
     seen.clear()
     assert cli("replay", "x.txt", *_cli_args(REPLAY_GIVEN)).exit_code == 2
-    assert seen == {**REPLAY_GIVEN, "runner": Path(REPLAY_GIVEN["runner"])}  # typer gives the path as a Path
+    paths = {"runner": Path(REPLAY_GIVEN["runner"]), "save_outputs": Path(REPLAY_GIVEN["save_outputs"])}
+    assert seen == {**REPLAY_GIVEN, **paths}  # typer gives paths as Paths
 
 
 def test_every_bisect_option_reaches_the_builder_from_the_command_and_the_python_call(monkeypatch, cli):
