@@ -119,7 +119,7 @@ class Bisection(display.Shown):
     culprit_pass = property(lambda self: self.result.culprit_pass)
 
     def _printed(self) -> display.Printed:
-        from xlarun.present import print_bisection
+        from xlarun.present_bisection import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
 
