@@ -128,16 +128,36 @@ def modules(
     the dumps (a module naming no source at all, such as a cast outside any jit, is the framework's);
     older JAX and TF runs leave the code column blank. After `xlarun reindex`, older runs get the rule
     of this version.
+
+    A function compiled more than once (two modules of one name) is told apart under the table: other
+    shapes, what it donates, how its parameters are sharded, or the same HLO compiled again.
     """
-    from xlarun.console import print_json
+    from xlarun.console import print_json, say
+    from xlarun.navigate.compiles import tell_compiles_apart
     from xlarun.present import print_run_modules
 
     the_run = front_door(store).run(run)
-    items = [module.summary for module in the_run.modules()]
+    listed = the_run.modules()
+    items = [module.summary for module in listed]
+    by_id = {module.module_id: module for module in listed}
+    recompiles = tell_compiles_apart(items, lambda summary: _before_text(by_id[summary.module_id]))
     if as_json:
-        print_json({"run_id": the_run.id, "modules": items})
+        print_json({"run_id": the_run.id, "modules": items, "recompiles": recompiles})
         return
     print_run_modules(the_run.info, items, the_run.files_outside_modules())
+    if recompiles:
+        say("compiled more than once (each against the function's first compile):")
+        for r in recompiles:
+            say(f"  {r.name} {r.line()}")
+
+
+def _before_text(module) -> str | None:
+    from xlarun.errors import XlarunError
+
+    try:
+        return module.text("before_optimizations")
+    except XlarunError:  # no text dump of it: told apart by its shapes and fingerprint alone
+        return None
 
 
 def show(
