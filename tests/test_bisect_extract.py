@@ -7,25 +7,8 @@ import json
 
 import pytest
 
+from tests.test_bisect_first_move import TEXT  # the same small module
 from xlarun.bisect.extract import extract_instruction
-
-TEXT = """HloModule jit_f, entry_computation_layout={(f32[4]{0})->f32[]}
-
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}
-
-ENTRY %main (x: f32[4]) -> f32[] {
-  %x = f32[4]{0} parameter(0)
-  %three = f32[] constant(3)
-  %b3 = f32[4]{0} broadcast(%three), dimensions={}
-  %div = f32[4]{0} divide(%x, %b3)
-  %zero = f32[] constant(0)
-  ROOT %sum = f32[] reduce(%div, %zero), dimensions={0}, to_apply=%add
-}
-"""
 
 
 def test_the_operands_within_k_hops_stay_and_the_rest_become_parameters():

@@ -46,8 +46,12 @@ def test_four_compiles_of_one_step_are_told_apart(cli, tmp_path):
     told = {r["module_id"]: r["differences"] for r in data["recompiles"] if r["name"] == "jit_step"}
     assert len(steps) == 4 and set(told) == set(steps[1:])  # each later compile, against the first
     assert all(r["first"] == steps[0] for r in data["recompiles"] if r["name"] == "jit_step")
-    assert told[steps[1]] == ["other shapes: (f32[8,8], f32[32,8]) -> (f32[8,8], f32[]) (was (f32[8,8], f32[16,8]) -> (f32[8,8], f32[]))"]
+    assert told[steps[1]] == [
+        "other shapes: (f32[8,8], f32[32,8]) -> (f32[8,8], f32[]) (was (f32[8,8], f32[16,8]) -> (f32[8,8], f32[]))"
+    ]
     assert told[steps[2]] == ["donates parameter(s) 0 (was nothing)"]
     assert told[steps[3]] == ["4 partitions (was 1)", "shards x.1 (parameter 1) {devices=[4,1]<=[4]}"]
     table = cli("modules", "--store", store).stdout
-    assert "compiled more than once" in table and f"jit_step module_{steps[2]:04d} against module_{steps[0]:04d}: donates" in table
+    assert (
+        "compiled more than once" in table and f"jit_step module_{steps[2]:04d} against module_{steps[0]:04d}: donates" in table
+    )

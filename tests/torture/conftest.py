@@ -56,14 +56,7 @@ def real_dump(tmp_path_factory):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 16 MB tmpfs (we are root in CI); skipped with the reason where mounting is not allowed."""
-    import subprocess
+    from .support import mounted_tmpfs
 
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import write_spec
-from .support import REPLAY_JOB, assert_sound, xlarun
+from .support import REPLAY_JOB, assert_sound, mounted_tmpfs, xlarun
 
 pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
 
@@ -32,15 +32,8 @@ for i in range(int(sys.argv[1])):
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 24 MB tmpfs (we are root in CI); skipped with the reason where mounting is not allowed."""
-    mount = tmp_path / f"tmpfs-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    with mounted_tmpfs(tmp_path / f"tmpfs-{uuid.uuid4().hex[:6]}", "24m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def _grow(mount: Path, size: str) -> None:
