@@ -312,7 +312,11 @@ def print_replay(result, replay_id: str | None, module) -> None:
             ("file", Path(result.source).name + f" [{result.input_kind}]"),
             ("fell back to", Path(result.fell_back_to).name if result.fell_back_to else None),
             ("route", result.route),
-            ("arguments", result.arguments),
+            (
+                "arguments",
+                result.arguments + (" (global, cut per device by the module's shardings)" if result.devices > 1 else ""),
+            ),
+            ("devices", f"{result.devices} ({result.partitioning})" if result.devices > 1 else None),
             ("command", " ".join(result.command) if result.command else None),
             ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
             ("run", timing),
