@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xlarun.replay import ReplayOptions
 from xlarun.replay.multidevice import ShardingLayout
 from xlarun.replay.partitioned import Partitioning, assemble, partitioning_of_file, rewrite_for_devices, shard
 from xlarun.replay.worker import host_device_flags
@@ -206,3 +207,30 @@ def test_without_its_n_devices_the_replay_is_refused_naming_n(dump):
     )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "partitioned for 4 devices, and cpu here has 1" in proc.stderr
+
+
+def test_xla_runners_say_they_run_a_partitioned_module_on_one_device():
+    from xlarun.replay.drivers import result_from_run
+
+    fixture = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.cpu_after_optimizations.txt"
+    result = result_from_run("run_hlo_module", ["run_hlo_module", str(fixture)], 0, "", ReplayOptions(), fixture)
+    assert any("compiled for 2 devices (2 partitions); run_hlo_module runs it on one device" in w for w in result.warnings)
+
+
+@pytest.mark.slow
+def test_the_zoo_8_device_step_replays_on_8_devices_and_bisect_says_it_cannot(cli, tmp_path):
+    """examples/zoo/sharded captured for real: replay runs its optimized module on 8 devices and matches the program
+    partitioned again (its shard_map body cannot run on one device); bisect refuses instead of replaying it on one."""
+    store = tmp_path / "store"
+    spec = Path(__file__).parent.parent / "examples" / "zoo" / "sharded" / "spec.yaml"
+    assert cli("capture", spec, "--store", store, "-q").exit_code == 0
+    out = cli("replay", "jit_sharded_step", "--json", "--store", store)
+    result = json.loads(out.stdout)
+    assert out.exit_code == 0, result
+    assert (result["verdict"], result["devices"], result["partitioning"]) == ("match", 8, "8 partitions")
+    assert result["source"].endswith("cpu_after_optimizations.hlo.pb")
+    (against,) = result["compared_with"]
+    assert against.endswith("partitioned again on 8 devices") and result["max_abs_error"] < 1e-4
+    assert any("does not run on one device" in line for line in result["log"].splitlines())
+    refused = cli("bisect", "jit_sharded_step", "--store", store)
+    assert refused.exit_code == 2 and "partitioned for 8 devices (8 partitions), and bisect replays" in refused.stderr

@@ -31,8 +31,8 @@ KNOWN_BUGS: dict[str, dict[str, str]] = {
         "modules": "ranking: the filter_jit-wrapped step is not recognised as the user's code, jit_stage is listed first"
     },
     "sharded": {
-        "bisect": "bisect replays each pass's module on one device, where the 8-device module does not compile "
-        "(layout minor_to_major has 2 elements for f32[]); replay runs it on its 8 devices",
+        "bisect": "replay-mode bisect runs each pass step on one device, so it refuses the 8-device module "
+        "(replay runs it on its 8 devices; per-step replay on N devices is not built)",
     },
 }
 

@@ -89,8 +89,10 @@ def replay(
     replayed instead, and the result says so. The built-in engine runs in a child process with a
     time and memory limit: XLA aborting, crashing or hanging is an engine error (exit 3), and
     fake data over --max-data-size is refused before it is made. NaN/Inf in the outputs and
-    random-number instructions are said beside the verdict. Every replay of a stored module is
-    recorded and listed by `xlarun show REF`.
+    random-number instructions are said beside the verdict. A module partitioned over N devices
+    runs on N devices (its optimized dump, fake global arguments cut per device) and is compared
+    with its before_optimizations module; fewer than N devices is refused naming N (exit 3).
+    Every replay of a stored module is recorded and listed by `xlarun show REF`.
 
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
