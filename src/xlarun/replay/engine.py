@@ -92,7 +92,7 @@ def replay_with_pjrt(
     if partitioning.devices > 1:
         from xlarun.replay.partitioned_engine import replay_partitioned
 
-        return replay_partitioned(source, partitioning, options, log, unoptimized, result, stage, looked)
+        return replay_partitioned(source, partitioning, options, log, unoptimized, result, stage, looked, optimized_failure)
     _warn_about_source(source, result, log)
     try:
         built = _build(source, platform, options, log, result, unoptimized, stage, optimized_failure, looked)

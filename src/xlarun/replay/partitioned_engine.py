@@ -62,8 +62,12 @@ def replay_partitioned(
     result: ReplayResult,
     stage: Log,
     looked: str = "none was given",
+    optimized_failure: str | None = None,
 ) -> ReplayResult:
     """Replay ``source`` (a module compiled for ``partitioning.devices`` devices) on that many devices.
+
+    ``stage``, ``optimized_failure``: as for :func:`.engine.replay_with_pjrt` (the per-device rewrite that killed
+    the last child is not compiled again); ``looked``: where the before_optimizations dump was looked for.
 
     Raises EnvironmentProblem when the platform has fewer devices, InputError for ``--inputs snapshot``
     (XLA writes no per-device arguments); compile and run failures come back as verdict ``engine-error``.
@@ -96,7 +100,7 @@ def replay_partitioned(
         )
     before = unoptimized() if source.optimized else source
     try:
-        placed = _place(source, before, group, partitioning, result, log, stage, looked)
+        placed = _place(source, before, group, partitioning, result, log, stage, looked, optimized_failure)
     except EngineError as exc:
         return _failed(result, exc, log)
     result.compile_s, result.route, result.arguments = placed.module.compile_s, placed.route, "fake"
@@ -142,12 +146,14 @@ def _failed(result: ReplayResult, exc: EngineError, log: Log) -> ReplayResult:
     return result
 
 
-def _place(source, before, group, partitioning, result, log, stage, looked) -> _Placed:
+def _place(source, before, group, partitioning, result, log, stage, looked, optimized_failure) -> _Placed:
     """The module to run on the devices: the optimized one as it is, else (or when it cannot be) ``before`` partitioned by XLA."""
     if not source.optimized:
         stage("compile")
         return _place_global(source, group, partitioning)
     try:
+        if optimized_failure:
+            raise EngineError(optimized_failure)
         stage("compile-optimized")
         return _place_per_device(source, group, partitioning)
     except EngineError as exc:
