@@ -151,8 +151,8 @@ def test_the_optimized_module_replays_on_its_4_devices_and_matches_the_program(d
     assert result["verdict"] == "match"
     assert result["devices"] == 4 and result["partitioning"] == "4 partitions"
     assert result["fell_back_to"] is None and result["route"].startswith("per-device optimized module")
-    (against,) = result["compared_with"]
-    assert "before_optimizations" in against
+    against, copies = result["compared_with"]
+    assert "before_optimizations" in against and copies == "the other devices' copies of each output"
     assert result["max_abs_error"] < 1e-4
     assert len(result["outputs"]) == 2 and result["outputs"][0]["type"] == "f32[8,8]"
 
@@ -161,9 +161,8 @@ def test_the_optimized_module_replays_on_its_4_devices_and_matches_the_program(d
 def test_the_named_step_is_compared_with_the_program_on_one_device(dump):
     """Without shard_map the before_optimizations module runs unpartitioned on one device: the partitioner's check."""
     _, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"))
-    assert result["compared_with"] == [
-        f"before_optimizations {_file(dump, 'jit_named_step', 'before_optimizations.hlo.pb').name} on 1 device"
-    ]
+    before = _file(dump, "jit_named_step", "before_optimizations.hlo.pb").name
+    assert result["compared_with"][0] == f"before_optimizations {before} on 1 device"
 
 
 @pytest.mark.slow
@@ -229,8 +228,34 @@ def test_the_zoo_8_device_step_replays_on_8_devices_and_bisect_says_it_cannot(cl
     assert out.exit_code == 0, result
     assert (result["verdict"], result["devices"], result["partitioning"]) == ("match", 8, "8 partitions")
     assert result["source"].endswith("cpu_after_optimizations.hlo.pb")
-    (against,) = result["compared_with"]
+    against = result["compared_with"][0]
     assert against.endswith("partitioned again on 8 devices") and result["max_abs_error"] < 1e-4
     assert any("does not run on one device" in line for line in result["log"].splitlines())
     refused = cli("bisect", "jit_sharded_step", "--store", store)
     assert refused.exit_code == 2 and "partitioned for 8 devices (8 partitions), and bisect replays" in refused.stderr
+
+
+DISAGREE = """HloModule disagree, is_scheduled=true, num_partitions=2
+
+ENTRY main {
+  p = f32[4]{0} parameter(0), sharding={replicated}
+  id = u32[] partition-id()
+  f = f32[] convert(id)
+  b = f32[4]{0} broadcast(f), dimensions={}
+  ROOT r = f32[4]{0} add(p, b), sharding={replicated}
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("added", "verdict"), [("b", "mismatch"), ("p", "match")])
+def test_devices_holding_copies_of_a_replicated_output_must_agree(tmp_path, added, verdict):
+    """Each device's copy is checked against device 0's: a value that differs per device is a mismatch."""
+    path = tmp_path / "module_0001.disagree.cpu_after_optimizations.txt"
+    path.write_text(DISAGREE.replace("add(p, b)", f"add(p, {added})"))
+    code, result = _replay(path)
+    assert (result["verdict"], result["devices"]) == (verdict, 2)
+    assert result["compared_with"] == ["the other devices' copies of each output"]
+    assert any("no before_optimizations dump" in w for w in result["warnings"])
+    if verdict == "mismatch":
+        assert code == 1 and result["mismatches"][0].startswith("output 0: device 1's copy differs from device 0's")

@@ -256,6 +256,22 @@ def assemble(per_device: list[np.ndarray], layout, shape: tuple[int, ...]) -> np
     return whole
 
 
+def copies(per_device: list[np.ndarray], layout) -> list[tuple[int, int]]:
+    """(device, device holding the first copy of the same piece) for every device whose piece is a copy of another's."""
+    if layout.kind == "stacked":
+        return []
+    regions = _tile_slices(layout, tuple(per_device[0].shape), len(per_device))
+    first: dict[tuple, int] = {}
+    pairs = []
+    for device, region in enumerate(regions):
+        key = tuple((r.start, r.stop) for r in region)
+        if key in first:
+            pairs.append((device, first[key]))
+        else:
+            first[key] = device
+    return pairs
+
+
 def global_shape(local: tuple[int, ...], layout, count: int) -> tuple[int, ...]:
     """The global shape of a per-device shape, where nothing better is known (an uneven split looks even)."""
     if layout.kind == "stacked":

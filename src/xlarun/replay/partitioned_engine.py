@@ -24,6 +24,7 @@ from xlarun.replay.options import ReplayOptions
 from xlarun.replay.partitioned import (
     Partitioning,
     assemble,
+    copies,
     global_shape,
     parameter_and_result_shapes,
     partitioning_of_source,
@@ -122,12 +123,13 @@ def replay_partitioned(
     )
     try:
         stage("run")
-        outputs = _run(placed, arguments, global_results, options.iterations, result, log)
+        outputs, host = _run(placed, arguments, global_results, options.iterations, result, log)
+        agreed = _copies_agree(placed, host, options)
         stage("reference")
         comparison = _reference(placed, before, again, arguments, outputs, group, partitioning, options, result, log, looked)
     except EngineError as exc:
         return _failed(result, exc, log)
-    conclude(result, [comparison] if comparison else [], log)
+    conclude(result, [c for c in (comparison, agreed) if c is not None], log)
     note_nonfinite(result, outputs, log)
     result.outputs = [
         OutputSummary(i, describe(out), literal_text(out) if options.print_literals else None) for i, out in enumerate(outputs)
@@ -287,8 +289,8 @@ def _global_shapes(placed: _Placed, before: ReplaySource | None) -> tuple[list[S
 
 def _run(
     placed: _Placed, arguments: list, results: list[Shape], iterations: int, result: ReplayResult, log: Log
-) -> list[np.ndarray]:
-    """Run ``iterations`` times on the devices; the global outputs of the last run."""
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Run ``iterations`` times on the devices; the global outputs of the last run, and each device's (``[output][device]``)."""
     count = len(placed.module.devices)
     per_device = [
         shard(value, layout, shape.dimensions, count)
@@ -301,10 +303,32 @@ def _run(
         result.run_times_s.append(seconds)
         log(f"iteration {iteration + 1}/{iterations} on {count} devices: {seconds * 1e3:.3f} ms")
     host = placed.module.download(outputs or [])
-    return [
+    assembled = [
         assemble(pieces, layout, shape.dimensions)
         for pieces, layout, shape in zip(host, placed.output_layouts, results, strict=True)
     ]
+    return assembled, host
+
+
+def _copies_agree(placed: _Placed, host: list[list[np.ndarray]], options: ReplayOptions) -> Comparison | None:
+    """Every device holding a copy of a piece of an output (replicated outputs: all of them) holds the same values.
+
+    A collective that reached only some devices leaves their copies apart, whatever device 0 says.
+    """
+    agreed = Comparison("the other devices' copies of each output")
+    for index, (pieces, layout) in enumerate(zip(host, placed.output_layouts, strict=True)):
+        for device, holder in copies(pieces, layout):
+            one = compare_outputs(
+                [pieces[device]], [pieces[holder]], options.abs_error_bound, options.rel_error_bound, f"device {holder}"
+            )
+            agreed.total_elements += one.total_elements
+            agreed.mismatched_elements += one.mismatched_elements
+            agreed.max_abs_error = max(agreed.max_abs_error, one.max_abs_error)
+            agreed.max_rel_error = max(agreed.max_rel_error, one.max_rel_error)
+            if not one.matched:
+                agreed.matched = False
+                agreed.problems.append(f"output {index}: device {device}'s copy differs from device {holder}'s ({one.summary()})")
+    return agreed if agreed.total_elements else None
 
 
 def _complete_layouts(placed, before, group, partitioning, result, log) -> _Placed | None:
@@ -374,7 +398,7 @@ def _reference(placed, before, again, arguments, outputs, group, partitioning, o
     )
     again = again or _place_global(before, group, _partitioning_of(before, partitioning))
     scratch = ReplayResult(engine=result.engine, platform=result.platform, source=result.source, input_kind=result.input_kind)
-    expected = _run(again, arguments, _global_shapes(again, before)[1], 1, scratch, lambda line: None)
+    expected, _ = _run(again, arguments, _global_shapes(again, before)[1], 1, scratch, lambda line: None)
     return compare_outputs(
         outputs, expected, *bounds, f"before_optimizations {before.path.name} partitioned again on {partitioning.devices} devices"
     )
