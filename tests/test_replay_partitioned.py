@@ -231,6 +231,8 @@ def test_the_zoo_8_device_step_replays_on_8_devices_and_bisect_says_it_cannot(cl
     against = result["compared_with"][0]
     assert against.endswith("partitioned again on 8 devices") and result["max_abs_error"] < 1e-4
     assert any("does not run on one device" in line for line in result["log"].splitlines())
+    shown = cli("show", "jit_sharded_step", "--store", store)
+    assert "cpu x8" in shown.stdout  # the recorded replay says it ran on 8 devices
     refused = cli("bisect", "jit_sharded_step", "--store", store)
     assert refused.exit_code == 2 and "partitioned for 8 devices (8 partitions), and bisect replays" in refused.stderr
 

@@ -193,7 +193,7 @@ def print_replays_for(store, module) -> None:
                 r.replay_id,
                 short_time(r.started),
                 res.engine,
-                res.platform,
+                res.platform + (f" x{res.devices}" if res.devices > 1 else ""),  # a partitioned module ran on N devices
                 res.input_kind,
                 res.arguments,
                 _seconds4(res.compile_s),
