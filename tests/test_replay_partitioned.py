@@ -261,3 +261,21 @@ def test_devices_holding_copies_of_a_replicated_output_must_agree(tmp_path, adde
     assert any("no before_optimizations dump" in w for w in result["warnings"])
     if verdict == "mismatch":
         assert code == 1 and result["mismatches"][0].startswith("output 0: device 1's copy differs from device 0's")
+
+
+@pytest.mark.slow
+def test_an_optimized_module_the_rewrite_cannot_express_falls_back_to_its_program_partitioned_by_xla():
+    """The checked-in 2-device fixture calls LAPACK's Cholesky with a column-major operand, which StableHLO cannot carry."""
+    fixture = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.cpu_after_optimizations.txt"
+    code, result = _replay(fixture)
+    assert (code, result["verdict"], result["devices"]) == (0, "match", 2)
+    assert result["fell_back_to"].endswith("module_0006.jit_sharded.before_optimizations.txt")
+    assert result["route"] == "partitioned by XLA (SPMD)"
+    assert result["compared_with"][0] == "before_optimizations module_0006.jit_sharded.before_optimizations.txt on 1 device"
+    assert any("cannot be recompiled for 2 devices" in w for w in result["warnings"])
+
+
+@pytest.mark.slow
+def test_snapshot_inputs_are_refused_for_a_partitioned_module(dump):
+    code, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"), "--inputs", "snapshot")
+    assert code == 2 and "partitioned over 4 devices" in result["error"]
