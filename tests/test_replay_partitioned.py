@@ -313,3 +313,16 @@ def test_every_collective_kind_computes_what_the_program_means_on_4_devices(dump
     for output, want in zip(result["outputs"], expected, strict=True):
         got = [float(v) for v in re.findall(r"-?\d+\.\d*(?:e[-+]\d+)?", output["literal"])]
         assert np.allclose(np.array(got).reshape(16, 8), want, atol=1e-5), output["index"]
+
+
+@pytest.mark.slow
+def test_one_worker_serves_one_device_and_partitioned_modules_restarting_only_to_add_devices():
+    from xlarun.replay.worker import ReplayWorker
+
+    fixtures = Path(__file__).parent / "fixtures" / "hlo"
+    one = next((fixtures / "mlp").glob("*before_optimizations.txt"))
+    two = fixtures / "sharded" / "module_0006.jit_sharded.before_optimizations.txt"
+    with ReplayWorker() as worker:
+        results = [worker.replay(path, ReplayOptions()) for path in (one, two, one)]
+        assert [r.devices for r in results] == [1, 2, 1]
+        assert worker.starts == 2  # the second child, with 2 host devices, also replayed the one-device module
