@@ -326,3 +326,30 @@ def test_one_worker_serves_one_device_and_partitioned_modules_restarting_only_to
         results = [worker.replay(path, ReplayOptions()) for path in (one, two, one)]
         assert [r.devices for r in results] == [1, 2, 1]
         assert worker.starts == 2  # the second child, with 2 host devices, also replayed the one-device module
+
+
+# from XLA's tests (collective_ops_e2e_test.cc, collective_quantizer_test.cc): per-device code without output shardings
+NO_OUTPUTS = "HloModule pjit_f, entry_computation_layout={()->()}, num_partitions=2\n\nENTRY main {\n  ROOT t = () tuple()\n}\n"
+PER_DEVICE = """HloModule module, num_partitions=4
+
+ENTRY entry {
+  param = f32[8,4] parameter(0)
+  scale = f32[] parameter(1), sharding={replicated}
+  scale_bcast = f32[8,4] broadcast(scale), dimensions={}
+  multiply = f32[8,4] multiply(param, scale_bcast)
+  ROOT permuted = f32[8,4] collective-permute(multiply), source_target_pairs={{0,1},{2,3}}, channel_id=1
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("text", "verdict"), [(NO_OUTPUTS, "match"), (PER_DEVICE, "ran")], ids=["no-outputs", "per-device"])
+def test_hand_written_partitioned_modules_are_never_compared_with_what_they_do_not_mean(tmp_path, text, verdict):
+    """A module whose collectives are written out is per-device code: neither one device nor 'every copy alike'
+    is a reference for it (XLA's corpus gave false mismatches before); a module returning () runs and matches."""
+    path = tmp_path / "m.hlo"
+    path.write_text(text)
+    code, result = _replay(path)
+    assert (code, result["verdict"]) == (0, verdict)
+    if verdict == "ran":
+        assert result["compared_with"] == [] and any("collectives, which are per-device code" in w for w in result["warnings"])

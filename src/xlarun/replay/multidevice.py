@@ -69,6 +69,14 @@ def _hlo_sharding(op_sharding):
     return pjrt.bindings().xla_client.HloSharding.from_proto(op_sharding)
 
 
+def _flat_proto_layouts(op_sharding) -> list[ShardingLayout]:
+    """The layouts of an OpSharding, flattened; an empty tuple (a module returning ``()``) has none."""
+    xc = pjrt.bindings().xla_client
+    if op_sharding.type == xc.OpSharding.Type.TUPLE:
+        return [layout for element in op_sharding.tuple_shardings for layout in _flat_proto_layouts(element)]
+    return [_layout(_hlo_sharding(op_sharding))]
+
+
 def sharding_from_text(text: str) -> list[ShardingLayout]:
     """The layouts of a ``sharding={...}`` attribute's value (flattened when it is a tuple sharding)."""
     try:
@@ -84,8 +92,8 @@ def module_shardings(module_proto: bytes) -> tuple[list[ShardingLayout] | None, 
     parameters = module.spmd_parameters_shardings
     output = module.spmd_output_sharding
     return (
-        [_flat_layouts(_hlo_sharding(p))[0] for p in parameters] if parameters else None,
-        _flat_layouts(_hlo_sharding(output)) if output is not None else None,
+        [_flat_proto_layouts(p)[0] for p in parameters] if parameters else None,
+        _flat_proto_layouts(output) if output is not None else None,
     )
 
 
@@ -147,8 +155,8 @@ class MultiDeviceModule:
         if parameters is None or outputs is None:
             return None
         return (
-            [_flat_layouts(_hlo_sharding(p))[0] for p in parameters],
-            [layout for o in outputs for layout in _flat_layouts(_hlo_sharding(o))],
+            [_flat_proto_layouts(p)[0] for p in parameters],
+            [layout for o in outputs for layout in _flat_proto_layouts(o)],
         )
 
     def upload(self, per_device: list[list[np.ndarray]]) -> list:

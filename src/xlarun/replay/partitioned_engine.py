@@ -32,7 +32,7 @@ from xlarun.replay.partitioned import (
     shard,
 )
 from xlarun.replay.result import OutputSummary, ReplayResult
-from xlarun.replay.sources import ReplaySource
+from xlarun.replay.sources import ReplaySource, module_opcodes
 
 Log = Callable[[str], None]
 _ENTRY_PARAMETER = re.compile(r"\bparameter\((\d+)\).*?, sharding=(\{.*)$")
@@ -52,6 +52,8 @@ class _Placed:
     route: str
     #: What the module does not record (``parameters``, ``outputs``), taken as whole on every device until known.
     unrecorded: tuple[str, ...] = ()
+    #: The output layouts say what the program means (its shardings), not a guess: the devices' copies must agree.
+    outputs_known: bool = True
 
 
 def replay_partitioned(
@@ -124,7 +126,7 @@ def replay_partitioned(
     try:
         stage("run")
         outputs, host = _run(placed, arguments, global_results, options.iterations, result, log)
-        agreed = _copies_agree(placed, host, options)
+        agreed = _copies_agree(placed, host, options) if placed.outputs_known else None
         stage("reference")
         comparison = _reference(placed, before, again, arguments, outputs, group, partitioning, options, result, log, looked)
     except EngineError as exc:
@@ -220,7 +222,20 @@ def _place_global(source: ReplaySource, group: DeviceGroup, partitioning: Partit
             source, module, parameters, results, [stacked] * len(parameters), [stacked] * len(results), "one copy per replica"
         )
     local = [_local_shape(s, layout) for s, layout in zip(parameters, chosen[0], strict=True)]
-    return _Placed(source, module, local, results, chosen[0], chosen[1], "partitioned by XLA (SPMD)")
+    outputs = chosen[1]
+    if len(outputs) == 1 and len(results) != 1:  # one sharding for a whole tuple result: each element has it
+        outputs = outputs * len(results)
+    placed = _Placed(source, module, local, results, chosen[0], outputs, "partitioned by XLA (SPMD)")
+    placed.outputs_known = _has_shardings(source, proto)  # else XLA took every value as replicated: per-device code may not be
+    return placed
+
+
+def _has_shardings(source: ReplaySource, proto: bytes) -> bool:
+    """The program says how its outputs are sharded: jax's Shardy attributes, or a sharding on the entry's root."""
+    text = source.text if source.text is not None else pjrt.module_proto_to_text(proto, print_large_constants=False)
+    if "xla.sdy.sharding" in text:
+        return True
+    return any(m is not None for m in map(_ROOT_SHARDING.match, text[text.find("\nENTRY ") :].splitlines()))
 
 
 def _local_shape(shape: Shape, layout: ShardingLayout) -> Shape:
@@ -303,6 +318,11 @@ def _run(
         result.run_times_s.append(seconds)
         log(f"iteration {iteration + 1}/{iterations} on {count} devices: {seconds * 1e3:.3f} ms")
     host = placed.module.download(outputs or [])
+    if len(host) != len(placed.output_layouts) or len(results) != len(host):
+        raise EngineError(
+            f"the module returned {len(host)} outputs on each device; its result has {len(results)} and its shardings name "
+            f"{len(placed.output_layouts)}"
+        )
     assembled = [
         assemble(pieces, layout, shape.dimensions)
         for pieces, layout, shape in zip(host, placed.output_layouts, results, strict=True)
@@ -331,6 +351,30 @@ def _copies_agree(placed: _Placed, host: list[list[np.ndarray]], options: Replay
     return agreed if agreed.total_elements else None
 
 
+#: Opcodes that run across devices (or ask which device they run on): a module holding one is per-device code.
+_COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "all-reduce-start",
+    "all-gather-start",
+    "collective-permute-start",
+    "partition-id",
+    "replica-id",
+)
+
+
+def _collectives(source: ReplaySource) -> list[str]:
+    from xlarun.replay.engine import module_proto
+
+    opcodes = module_opcodes(module_proto(source))
+    return [f"{opcodes[op]} ({op})" for op in _COLLECTIVES if op in opcodes]
+
+
 def _complete_layouts(placed, before, group, partitioning, result, log) -> _Placed | None:
     """Fill in the shardings the module does not record from XLA partitioning ``before`` again (what JAX's compile did)."""
     what = " and ".join(placed.unrecorded)
@@ -343,9 +387,10 @@ def _complete_layouts(placed, before, group, partitioning, result, log) -> _Plac
             if "parameters" in placed.unrecorded:
                 placed.parameter_layouts = again.parameter_layouts
             if "outputs" in placed.unrecorded:
-                placed.output_layouts = again.output_layouts
+                placed.output_layouts, placed.outputs_known = again.output_layouts, again.outputs_known
             return again
     count = len(placed.module.devices)
+    placed.outputs_known = False
     _warn(
         result,
         log,
@@ -379,7 +424,10 @@ def _reference(placed, before, again, arguments, outputs, group, partitioning, o
         )
         return None
     bounds = (options.abs_error_bound, options.rel_error_bound)
+    collectives = _collectives(before)
     try:
+        if collectives:  # per-device code (shard_map bodies, hand-written collectives): one device would run it wrong
+            raise EngineError(f"it holds collectives, which are per-device code: {', '.join(collectives)}")
         compiled = compile_plain(before, pjrt.Platform(options.platform), options).compiled
         expected, _ = compiled.run(compiled.upload(arguments))
         against = f"before_optimizations {before.path.name} on 1 device"

@@ -82,9 +82,10 @@ class ReplayWorker:
     ) -> ReplayResult:
         from xlarun.replay.partitioned import partitioning_of_file
 
+        devices = partitioning_of_file(path, data).devices if options.platform in ("cpu", "host") else 1
         request = {
             "kind": "replay",
-            "devices": partitioning_of_file(path, data).devices if options.platform in ("cpu", "host") else 1,
+            "devices": devices,
             "path": str(path),
             "options": options.to_dict(),
             "optimized_failure": None,
@@ -110,7 +111,9 @@ class ReplayWorker:
             log(f"engine died while compiling the rewritten optimized module ({crash.message}); trying its unoptimized dump")
             answer, step, crash = self._ask(request, options.max_data_bytes, timeout_s, log)
         if crash:
-            return _crashed_result(Path(path), options, step, crash, lines)
+            crashed = _crashed_result(Path(path), options, step, crash, lines)
+            crashed.devices = devices  # a partitioned module died on its N devices
+            return crashed
         assert answer is not None  # the child answered: it did not crash
         result = ReplayResult.from_dict(answer["result"])
         if first_crash and result.verdict == "engine-error":
