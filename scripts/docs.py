@@ -128,6 +128,28 @@ def benchmarks_page() -> str:
         )
     else:
         parts.append("Not recorded yet: `python -m bench.inline_capture --record`.\n")
+    partitioned = load_recorded("replay_partitioned")
+    parts.append("\n## Replay on N devices: `python -m bench.replay_partitioned --record`\n\n")
+    if partitioned:
+        lines = [
+            f"{_measured_on(partitioned).capitalize()}, {partitioned['repeats']} repeats of `replay_file` with "
+            f"{partitioned['iterations']} executions each: one step (a 1024 x 512 by 512 x 512 matmul, tanh, an update and "
+            "a loss) jitted on arrays sharded over a 2 x 2 mesh of host devices and on one device, each optimized module "
+            "replayed as `xlarun replay` replays it.",
+            "",
+            "| module | devices | verdict | compared with | whole replay, s (median, min) | compile, s | run, ms (median) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in ("partitioned", "one_device"):
+            r = partitioned[name]
+            against = "; ".join(r["compared_with"]) or "nothing"
+            lines.append(
+                f"| {name.replace('_', ' ')} | {r['devices']} | {r['verdict']} | {against} | {r['wall_s']['median']}, "
+                f"{r['wall_s']['min']} | {r['compile_s']} | {r['median_run_ms']} |"
+            )
+        parts.append("\n".join(lines) + "\n")
+    else:
+        parts.append("Not recorded yet: `python -m bench.replay_partitioned --record`.\n")
     ray = load_recorded("batch_ray")
     parts.append("\n## Ray batches: `python -m bench.batch_ray --record`\n\n")
     if ray:

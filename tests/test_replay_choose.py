@@ -31,3 +31,17 @@ def test_a_timeout_with_in_process_replay_is_refused_not_ignored(cli, tmp_path):
 def test_an_unknown_file_kind_is_a_usage_error_naming_the_kinds(cli, tmp_path):
     out = cli("files", "--kind", "bogus", "--store", tmp_path)
     assert out.exit_code == 2 and "no file kind 'bogus'" in out.stderr and "tf-graph" in out.stderr
+
+
+def test_a_partitioned_module_replays_its_optimized_dump_checked_against_the_unoptimized_one():
+    texts = {
+        "module_0010.jit_step.before_optimizations.txt": b"HloModule jit_step, num_partitions=8\n\nENTRY e {}\n",
+        "module_0010.jit_step.cpu_after_optimizations.txt": b"HloModule jit_step, is_scheduled=true, num_partitions=8\n",
+    }
+    choice = choose_replay_input([(p, None) for p in texts], read=texts.__getitem__)
+    assert choice.path == "module_0010.jit_step.cpu_after_optimizations.txt"
+    assert choice.unoptimized == "module_0010.jit_step.before_optimizations.txt"
+    one_device = {p: t.replace(b", num_partitions=8", b"") for p, t in texts.items()}
+    assert choose_replay_input([(p, None) for p in one_device], read=one_device.__getitem__).path.endswith(
+        "before_optimizations.txt"
+    )

@@ -168,7 +168,9 @@ def test_fake_data_runs_every_before_optimizations_fixture(path):
     """Real JAX and TF (tf/) dumps run on seeded fake data, deterministically."""
     first = replay_file(FIXTURES / path, ReplayOptions(seed=3, print_literals=True))
     again = replay_file(FIXTURES / path, ReplayOptions(seed=3, print_literals=True))
-    assert first.verdict == "ran" and first.arguments == "fake" and first.outputs
+    assert first.arguments == "fake" and first.outputs
+    # a partitioned module runs on its N devices, and is checked against itself on one device
+    assert (first.verdict, first.devices) == (("match", 2) if path.startswith("sharded/") else ("ran", 1))
     if first.input_kind != "text-elided-constants":  # elided constants are uninitialized memory
         assert [o.literal for o in first.outputs] == [o.literal for o in again.outputs]
 

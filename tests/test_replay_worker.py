@@ -4,9 +4,11 @@ every parameter shape gets fake data; NaN/Inf and rng are said beside the verdic
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax")
@@ -14,7 +16,9 @@ pytest.importorskip("jax")
 from xlarun.errors import InputError
 from xlarun.replay import ReplayOptions, replay_file
 from xlarun.replay.convert import convert_hlo
+from xlarun.replay.fakedata import fake_argument
 from xlarun.replay.limits import format_size, parse_size, text_nesting
+from xlarun.replay.literals import Shape, primitive_type
 from xlarun.replay.worker import ReplayWorker
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
@@ -239,7 +243,7 @@ def test_sizes_and_nesting():
         parse_size("lots")
 
 
-def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
+def test_a_module_for_two_replicas_runs_on_two_devices_each_with_its_own_values(worker, tmp_path):
     path = _module(
         tmp_path,
         """
@@ -255,9 +259,14 @@ def test_a_module_for_two_replicas_says_it_runs_on_one(worker, tmp_path):
         }
     """,
     )
-    result = worker.replay(path, ReplayOptions())
-    assert any("written for 2 replicas; it is replayed on one device" in w for w in result.warnings)
-    assert result.verdict in ("ran", "engine-error")
+    result = worker.replay(path, ReplayOptions(print_literals=True))
+    assert (result.verdict, result.devices, result.partitioning) == ("ran", 2, "2 replicas")
+    assert [o.type for o in result.outputs] == ["f32[2,4]"]  # one row per replica
+    assert any("2 replicas" in w and "nothing to compare" in w for w in result.warnings)
+    # each replica got its own fake row; the all-reduce left their sum on both
+    rows = fake_argument(Shape(primitive_type("f32").code, (2, 4)), 0, 0)
+    printed = [float(x) for x in re.findall(r"-?\d+\.\d*(?:e[-+]\d+)?", result.outputs[0].literal or "")]
+    assert np.allclose(np.array(printed).reshape(2, 4), np.stack([rows.sum(0)] * 2), atol=1e-6)
 
 
 def test_an_optimized_instruction_written_over_several_lines_keeps_its_attributes_in_the_rewrite(worker, tmp_path):

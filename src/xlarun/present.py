@@ -203,7 +203,7 @@ def print_replays_for(store, module) -> None:
                 r.replay_id,
                 short_time(r.started),
                 res.engine,
-                res.platform,
+                res.platform + (f" x{res.devices}" if res.devices > 1 else ""),  # a partitioned module ran on N devices
                 res.input_kind,
                 res.arguments,
                 _seconds4(res.compile_s),
@@ -322,7 +322,11 @@ def print_replay(result, replay_id: str | None, module) -> None:
             ("file", Path(result.source).name + f" [{result.input_kind}]"),
             ("fell back to", Path(result.fell_back_to).name if result.fell_back_to else None),
             ("route", result.route),
-            ("arguments", result.arguments),
+            (
+                "arguments",
+                result.arguments + (" (global, cut per device by the module's shardings)" if result.devices > 1 else ""),
+            ),
+            ("devices", f"{result.devices} ({result.partitioning})" if result.devices > 1 else None),
             ("command", " ".join(result.command) if result.command else None),
             ("compile", f"{result.compile_s:.3f} s" if result.compile_s is not None else None),
             ("run", timing),

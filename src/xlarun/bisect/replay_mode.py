@@ -29,6 +29,7 @@ from xlarun.replay.compare import compare_outputs
 from xlarun.replay.deoptimize import deoptimize_hlo_text
 from xlarun.replay.fakedata import fake_arguments
 from xlarun.replay.literals import describe, flatten
+from xlarun.replay.partitioned import partitioning_of_text
 from xlarun.replay.probe import ProbeWorker
 from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 
@@ -221,6 +222,14 @@ def bisect_module(
     before = next((f for f in module.files if f.kind == "hlo" and f.stage == "before_optimizations" and f.format == "text"), None)
     if before is None:
         raise InputError(f"{module.label} has no before_optimizations text dump", "capture with dump.formats including text")
+    partitioning = partitioning_of_text(store.read_file(module.run_id, before.path)[:4096].decode("utf-8", errors="replace"))
+    if partitioning.devices > 1:  # its steps after the SPMD partitioner are per-device code: one device would run them wrong
+        raise InputError(
+            f"{module.label} is partitioned for {partitioning.devices} devices ({partitioning.describe()}), and bisect "
+            "replays each pass step on one device",
+            f"`xlarun replay {module.ref}` runs it on its {partitioning.devices} devices against the unpartitioned program; "
+            "rerun mode (`xlarun bisect SPEC --check ...`) bisects by running the job itself",
+        )
     debug_options, disabled = _debug_options(options, steps)
     replayer = _Replayer(store, module, options, debug_options, log)
     try:

@@ -101,8 +101,10 @@ def replay(
     replayed instead, and the result says so. The built-in engine runs in a child process with a
     time and memory limit: XLA aborting, crashing or hanging is an engine error (exit 3), and
     fake data over --max-data-size is refused before it is made. NaN/Inf in the outputs and
-    random-number instructions are said beside the verdict. Every replay of a stored module is
-    recorded and listed by `xlarun show REF`.
+    random-number instructions are said beside the verdict. A module partitioned over N devices
+    runs on N devices (its optimized dump, fake global arguments cut per device) and is compared
+    with its before_optimizations module; fewer than N devices is refused naming N (exit 3).
+    Every replay of a stored module is recorded and listed by `xlarun show REF`.
 
     With --jaxlib, the module is replayed on each release listed, in the venvs `scripts/compat.py venvs`
     builds (under $XLARUN_COMPAT_DIR, default ~/.cache/xlarun/compat; 'current' is this one), on the same

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 _ALIAS = re.compile(r"input_output_alias=\{(.*?)\}\s*(?:,\s*[a-z_]+=|$)")
@@ -86,7 +87,7 @@ def differences(first: CompileFacts, later: CompileFacts) -> list[str]:
     return out
 
 
-def tell_compiles_apart(modules: list, read_text: Callable[[object], str | None]) -> list[Recompile]:
+def tell_compiles_apart(modules: list, read_text: Callable[[Any], str | None]) -> list[Recompile]:
     """For each function compiled more than once (modules of one name), how each later compile differs from the
     first (lowest module id). ``read_text(module)`` gives a module's before_optimizations text, or None."""
     by_name: dict[str, list] = {}

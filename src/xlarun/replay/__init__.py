@@ -10,7 +10,9 @@ Public API::
 
 Engines: ``pjrt`` (built in, on jaxlib 0.4.30 to 0.12; :mod:`.engine`), ``run_hlo_module`` and ``hlo_runner_main``
 (:mod:`.drivers`), ``auto`` (pjrt when jaxlib imports, else the first runner found).
-Every private jaxlib name lives in :mod:`.pjrt`.
+Every private jaxlib name lives in :mod:`.pjrt` (and, for N devices, :mod:`.multidevice`).
+A module partitioned over N devices is replayed on N devices (:mod:`.partitioned`); the worker's child then
+has N host devices.
 """
 
 from __future__ import annotations
@@ -184,4 +186,10 @@ def _replay_pjrt(
         sibling = unoptimized_sibling(path) if data is None and os.path.exists(path) else None
         return load_source(sibling) if sibling else None
 
-    return replay_with_pjrt(source, options, log, load_unoptimized, stage=stage, optimized_failure=optimized_failure)
+    if unoptimized is None and (data is not None or not os.path.exists(path)):
+        looked = "the module was read from the store, and its stored files hold none"
+    else:
+        looked = f"none was given, and none lies beside {path.name} in {path.parent}"
+    return replay_with_pjrt(
+        source, options, log, load_unoptimized, stage=stage, optimized_failure=optimized_failure, looked=looked
+    )

@@ -4,7 +4,9 @@ Order: a snapshot (real arguments and a recorded result) > an HloProto (constant
 > HLO text dumped with ``--xla_dump_large_constants`` > plain text, whose large constants are
 ``{...}`` and get filled with garbage. Within each kind, the ``before_optimizations`` dump comes
 first (it recompiles as is), then the optimized one; per-pass dumps are never picked. The
-``before_optimizations`` file is also returned as the fallback for an optimized choice.
+``before_optimizations`` file is also returned as the fallback for an optimized choice. A module
+partitioned over N devices is the exception: its optimized dump (what ran on the N devices) is
+picked, and replayed on them against the ``before_optimizations`` one (:mod:`.partitioned`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xlarun.errors import InputError
+from xlarun.replay.partitioned import partitioning_of_file
 from xlarun.replay.sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
 
 # HloSnapshots: PJRT's '.snapshot.<n>.pb', and '.execution_<n>.hlo_snapshot.pb' with or without a module id (TF's)
@@ -85,6 +88,10 @@ def choose_replay_input(files: Iterable[tuple[str | Path, Any]], read: Callable[
     ranked.sort()
     _, path, kind = ranked[0]
     unoptimized = next((p for rank, p, _ in ranked if 1 <= rank <= 3), None)
+    optimized = next(((p, k) for rank, p, k in ranked if rank >= 4), None)
+    if path == unoptimized and optimized and partitioning_of_file(path, read(path)).devices > 1:
+        # a partitioned module: what ran is the optimized module on its N devices, checked against this one
+        path, kind = optimized
     choice = ReplayChoice(path, kind, unoptimized, candidates=[(p, k) for _, p, k in ranked])
     snapshots = [p for rank, p, _ in ranked if rank == 0]
     if len(snapshots) > 1:

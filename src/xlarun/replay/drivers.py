@@ -31,6 +31,7 @@ from pathlib import Path
 
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.options import ReplayOptions
+from xlarun.replay.partitioned import partitioning_of_file
 from xlarun.replay.result import ReplayResult
 from xlarun.replay.runner_argv import (
     GPU_PLATFORMS,
@@ -135,6 +136,13 @@ def result_from_run(
     )
     result.warnings += left_out
     has_reference = runner == "run_hlo_module" and bool(options.reference_platform)
+    partitioning = partitioning_of_file(path)
+    if partitioning.devices > 1:  # the runner is given no device count: it runs the module on one device
+        result.warnings.append(
+            f"{name} was compiled for {partitioning.devices} devices ({partitioning.describe()}); {runner} runs it on one "
+            "device, where its collectives do not do what they did (the built-in engine, --engine pjrt, runs it on "
+            f"{partitioning.devices})"
+        )
     if options.reference_platform and runner == "hlo_runner_main":
         result.warnings.append("hlo_runner_main does not compare with a reference platform; no comparison was made")
     if returncode == 0:

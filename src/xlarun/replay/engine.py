@@ -15,7 +15,6 @@ are any, and the result says so (``fell_back_to`` and a warning).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from xlarun.replay.fakedata import fake_arguments
 from xlarun.replay.limits import check_data_size, check_text_nesting
 from xlarun.replay.literals import describe, flatten
 from xlarun.replay.options import ReplayOptions
+from xlarun.replay.partitioned import partitioning_of_source
 from xlarun.replay.result import OutputSummary, ReplayResult
 from xlarun.replay.sources import (
     ELIDED_WARNING,
@@ -49,8 +49,6 @@ WAITS_FOR_HOST = {
 }
 #: Opcodes whose numbers differ from compile to compile (XLA seeds ``rng`` per executable).
 RANDOM_OPCODES = ("rng", "rng-get-and-update-state")
-_PARTITIONS = re.compile(r"^HloModule [^\n]*\bnum_partitions=(\d+)", re.MULTILINE)
-_REPLICAS = re.compile(r"^HloModule [^\n]*\breplica_count=(\d+)", re.MULTILINE)
 
 
 @dataclass
@@ -70,8 +68,10 @@ def replay_with_pjrt(
     *,
     stage: Log = lambda name: None,
     optimized_failure: str | None = None,
+    looked: str = "none was given",
 ) -> ReplayResult:
-    """Replay one source on the built-in engine. ``unoptimized`` loads the fallback dump lazily.
+    """Replay one source on the built-in engine. ``unoptimized`` loads the fallback dump lazily; ``looked``
+    says where it was looked for, for the message when there is none.
 
     ``stage`` hears each step's name before it starts (``compile-optimized``, ``compile``, ``run``,
     ``reference``), so the process that runs a replay in a child knows what XLA was doing if it
@@ -88,9 +88,14 @@ def replay_with_pjrt(
         module_name=source.module_name,
         warnings=list(source.warnings),
     )
+    partitioning = partitioning_of_source(source)
+    if partitioning.devices > 1:
+        from xlarun.replay.partitioned_engine import replay_partitioned
+
+        return replay_partitioned(source, partitioning, options, log, unoptimized, result, stage, looked, optimized_failure)
     _warn_about_source(source, result, log)
     try:
-        built = _build(source, platform, options, log, result, unoptimized, stage, optimized_failure)
+        built = _build(source, platform, options, log, result, unoptimized, stage, optimized_failure, looked)
     except EngineError as exc:
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
@@ -111,13 +116,13 @@ def replay_with_pjrt(
         result.verdict, result.error = "engine-error", exc.one_line()
         log(f"engine error: {result.error}")
         return result
-    _conclude(result, comparisons, log)
+    conclude(result, comparisons, log)
     if options.save_outputs:
         _save_outputs(options.save_outputs, outputs)
-    _note_nonfinite(result, outputs, log)
+    note_nonfinite(result, outputs, log)
     _note_random(result, opcodes, log)
     result.outputs = [
-        OutputSummary(i, describe(out), _literal_text(out) if options.print_literals and out is not None else None)
+        OutputSummary(i, describe(out), literal_text(out) if options.print_literals and out is not None else None)
         for i, out in enumerate(outputs)
     ]
     return result
@@ -141,12 +146,11 @@ def _warn_about_source(source: ReplaySource, result: ReplayResult, log: Log) -> 
         message = ELIDED_WARNING.format(name=source.path.name)
         result.warnings.append(message)
         log(message)
-    for pattern, what in ((_PARTITIONS, "partitioned for {} devices"), (_REPLICAS, "written for {} replicas")):
-        found = pattern.search(source.text or "")
-        if found and int(found.group(1)) > 1:
-            message = f"{source.path.name} was {what.format(found.group(1))}; it is replayed on one device, where its collectives may fail"
-            result.warnings.append(message)
-            log(message)
+    partitioning = partitioning_of_source(source)
+    if partitioning.devices > 1:  # a fallback for a one-device module is never partitioned; said if it ever is
+        message = f"{source.path.name} was compiled for {partitioning.devices} devices ({partitioning.describe()}); it is replayed on one device"
+        result.warnings.append(message)
+        log(message)
 
 
 def _build(
@@ -158,11 +162,12 @@ def _build(
     unoptimized: Callable[[], ReplaySource | None],
     stage: Log,
     optimized_failure: str | None,
+    looked: str,
 ) -> _Compiled:
     """Compile the source, or its unoptimized dump when the optimized module cannot be."""
     if not source.optimized:
         stage("compile")
-        return _compile_plain(source, platform, options)
+        return compile_plain(source, platform, options)
     try:
         if optimized_failure:
             raise EngineError(optimized_failure)
@@ -173,7 +178,7 @@ def _build(
     fallback = unoptimized()
     if fallback is None:
         raise EngineError(
-            f"the optimized module cannot be recompiled ({reason}) and no before_optimizations dump of it was found",
+            f"the optimized module cannot be recompiled ({reason}), and there is no before_optimizations dump to replay instead ({looked})",
             "replay the module's before_optimizations dump, or use --engine hlo_runner_main (--run_xla_backend_only)",
         )
     message = (
@@ -185,10 +190,10 @@ def _build(
     result.fell_back_to = str(fallback.path)
     _warn_about_source(fallback, result, log)
     stage("compile")
-    return _compile_plain(fallback, platform, options)
+    return compile_plain(fallback, platform, options)
 
 
-def _module_proto(source: ReplaySource) -> bytes:
+def module_proto(source: ReplaySource) -> bytes:
     if source.module_proto is not None:
         return source.module_proto
     assert source.text is not None  # a source holds its text, its proto, or both
@@ -196,8 +201,8 @@ def _module_proto(source: ReplaySource) -> bytes:
     return pjrt.text_to_module_proto(source.text)
 
 
-def _compile_plain(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions) -> _Compiled:
-    proto = _module_proto(source)
+def compile_plain(source: ReplaySource, platform: pjrt.Platform, options: ReplayOptions) -> _Compiled:
+    proto = module_proto(source)
     stablehlo = pjrt.module_proto_to_stablehlo(proto)
     pjrt.prepare_custom_calls(proto)
     return _Compiled(source, proto, stablehlo, platform.compile(stablehlo), None)
@@ -274,12 +279,12 @@ def _compare_without_result(source, built, outputs, arguments, options, result, 
     before_optimizations dump run on the same arguments, an independent compile of what the program asked for; where
     there is none (or it is what ran), with a second compile of the module on CPU. Never a mismatch by omission."""
     fallback = unoptimized() if built.source is source else None
-    fits = fallback is not None and [s.hlo_text() for s in entry_parameter_shapes(_module_proto(fallback))] == [
+    fits = fallback is not None and [s.hlo_text() for s in entry_parameter_shapes(module_proto(fallback))] == [
         describe(a) for a in arguments
     ]
     if fallback is not None and fits:
         against = f"before_optimizations {fallback.path.name}"
-        compiled = _compile_plain(fallback, pjrt.Platform(options.platform), options).compiled
+        compiled = compile_plain(fallback, pjrt.Platform(options.platform), options).compiled
     else:
         against = "reference compile on cpu"
         compiled = pjrt.Platform("cpu").compile(built.stablehlo)
@@ -290,7 +295,7 @@ def _compare_without_result(source, built, outputs, arguments, options, result, 
     return compare_outputs(outputs, compiled.download(expected), options.abs_error_bound, options.rel_error_bound, against)
 
 
-def _conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> None:
+def conclude(result: ReplayResult, comparisons: list[Comparison], log: Log) -> None:
     if not comparisons:
         result.verdict = "ran"
         log("ran; nothing to compare against (no snapshot result, no reference platform)")
@@ -323,7 +328,7 @@ def _refuse_host_waits(source: ReplaySource, opcodes: dict[str, str]) -> None:
             )
 
 
-def _note_nonfinite(result: ReplayResult, outputs: list, log: Log) -> None:
+def note_nonfinite(result: ReplayResult, outputs: list, log: Log) -> None:
     """Say which outputs hold NaN or Inf: a match of NaN with NaN is still worth a look."""
     for index, value in enumerate(outputs):
         counts = _nonfinite_counts(value)
@@ -371,7 +376,7 @@ def _note_random(result: ReplayResult, opcodes: dict[str, str], log: Log) -> Non
     log(message)
 
 
-def _literal_text(value: np.ndarray) -> str:
+def literal_text(value: np.ndarray) -> str:
     return np.array2string(np.asarray(value), threshold=10_000, max_line_width=120)
 
 

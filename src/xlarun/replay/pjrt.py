@@ -446,3 +446,7 @@ def _first_line(exc: BaseException) -> str:
     if len(lines) > 1 and (first.endswith(":") or len(first) < 48):
         return f"{first} {lines[1]}"
     return first
+
+
+#: For :mod:`.multidevice`, the other module that drives jaxlib: the same lookups, one definition each.
+first_line, hlo_module, x64_switch = _first_line, _module, _x64_switch

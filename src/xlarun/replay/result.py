@@ -35,6 +35,10 @@ class ReplayResult:
     module_name: str | None = None
     #: ``fake`` or ``snapshot``: where the argument values came from.
     arguments: str = "fake"
+    #: Devices the module ran on: more than 1 for a partitioned module, replayed on its N devices.
+    devices: int = 1
+    #: How a partitioned module spreads over its devices (``8 partitions``, ``2 partitions x 2 replicas``).
+    partitioning: str | None = None
     #: The file actually compiled when the given (optimized) one could not be: its unoptimized dump.
     fell_back_to: str | None = None
     #: How an optimized module was made compilable (``deoptimized: 3 fusions, 2 bitcasts``).

@@ -56,6 +56,8 @@ class ReplayWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._limit: int | None = None
+        #: Host devices the child's CPU client has: a partitioned module needs its N (``xla_force_host_platform_device_count``).
+        self._devices = 1
         self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-worker-")
@@ -78,8 +80,12 @@ class ReplayWorker:
         snapshot: str | Path | None = None,
         snapshot_data: bytes | None = None,
     ) -> ReplayResult:
+        from xlarun.replay.partitioned import partitioning_of_file
+
+        devices = partitioning_of_file(path, data).devices if options.platform in ("cpu", "host") else 1
         request = {
             "kind": "replay",
+            "devices": devices,
             "path": str(path),
             "options": options.to_dict(),
             "optimized_failure": None,
@@ -105,7 +111,9 @@ class ReplayWorker:
             log(f"engine died while compiling the rewritten optimized module ({crash.message}); trying its unoptimized dump")
             answer, step, crash = self._ask(request, options.max_data_bytes, timeout_s, log)
         if crash:
-            return _crashed_result(Path(path), options, step, crash, lines)
+            crashed = _crashed_result(Path(path), options, step, crash, lines)
+            crashed.devices = devices  # a partitioned module died on its N devices
+            return crashed
         assert answer is not None  # the child answered: it did not crash
         result = ReplayResult.from_dict(answer["result"])
         if first_crash and result.verdict == "engine-error":
@@ -145,6 +153,8 @@ class ReplayWorker:
         self.starts += 1
         self._limit = limit
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
+        if self._devices > 1:
+            env["XLA_FLAGS"] = host_device_flags(env.get("XLA_FLAGS", ""), self._devices)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0), str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -172,6 +182,10 @@ class ReplayWorker:
     def _ask(self, request: dict, limit: int | None, timeout_s: float, log: Sink) -> tuple[dict | None, str, _Crash | None]:
         """Send one request; (answer, last step, None), or (None, the step it died in, how) when the child died."""
         proc = self.proc
+        if request.get("devices", 1) > self._devices:  # a child with more host devices replays one-device modules as well
+            self._devices = request["devices"]
+            self._stop()
+            proc = None
         if proc is None or proc.poll() is not None or (request["kind"] == "replay" and limit != self._limit):
             proc = self._start(limit if request["kind"] == "replay" else self._limit)
         _, stderr = self._running()
@@ -233,6 +247,12 @@ class ReplayWorker:
         crash = _Crash.of(proc.returncode, stderr, timed_out, timeout_s, self._limit)
         self._stop()
         return crash
+
+
+def host_device_flags(xla_flags: str, devices: int) -> str:
+    """``XLA_FLAGS`` with ``--xla_force_host_platform_device_count`` set to ``devices`` (replacing any given)."""
+    kept = [flag for flag in xla_flags.split() if not flag.startswith("--xla_force_host_platform_device_count")]
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={devices}"])
 
 
 class _Crash:
