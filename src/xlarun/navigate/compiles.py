@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 _ALIAS = re.compile(r"input_output_alias=\{(.*?)\}\s*(?:,\s*[a-z_]+=|$)")
 _PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
