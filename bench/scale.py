@@ -14,6 +14,7 @@ them (a new process each, the bytecode cache warm), their output thrown away; me
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
 import sqlite3
@@ -62,12 +63,18 @@ def grow(store_root: Path, template: str, runs: int) -> list[str]:
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     new = [f"{(start + timedelta(seconds=i)).strftime('%Y%m%d-%H%M%S')}-{i % 65536:04x}" for i in range(len(have), runs)]
     source = store_root / "runs" / template
-    files = sorted(p.name for p in source.iterdir())
+    files = {p.name: p for p in source.iterdir()}
     for run_id in new:
         folder = store_root / "runs" / run_id
         folder.mkdir()
-        for name in files:
-            os.link(source / name, folder / name)
+        for name, linked_from in files.items():
+            try:
+                os.link(linked_from, folder / name)
+            except OSError as exc:  # ext4 allows 65,000 links to one file: copy it once, link to the copy from then on
+                if exc.errno != errno.EMLINK:
+                    raise
+                shutil.copyfile(linked_from, folder / name)
+                files[name] = folder / name
     columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("runs", *CLONED_TABLES)}
     conn.execute("BEGIN")
     for table in ("runs", *CLONED_TABLES):
