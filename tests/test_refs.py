@@ -65,6 +65,21 @@ def test_a_run_ref_is_an_id_a_unique_prefix_or_a_spec_name(store, ref, run_id):
     assert resolve_run(store.index, ref).run_id == run_id
 
 
+@pytest.mark.parametrize(("ref", "run_id"), [(None, LATEST), (MLP_OLD, MLP_OLD), ("20261103-120001", SWEEP_2), ("mlp", MLP_NEW)])
+def test_the_common_run_refs_never_read_every_run(store, ref, run_id, monkeypatch):
+    """Issue 27: at 100,000 runs, reading every run row cost `modules`, `show` and `cat` 2 s each; latest, an id, a
+    unique prefix and a spec name are answered by indexed reads (the module REF's newest run too)."""
+
+    def every_run(*args, **kwargs):
+        if not kwargs.get("name"):
+            raise AssertionError("index.runs() read every run")
+        return type(store.index).runs(store.index, *args, **kwargs)
+
+    monkeypatch.setattr(store.index, "runs", every_run)
+    assert resolve_run(store.index, ref).run_id == run_id
+    assert _where(resolve_module(store.index, "jit_sweep")) == (LATEST, 2, "jit_sweep")
+
+
 def test_an_ambiguous_run_prefix_lists_the_runs_it_matches(store):
     with pytest.raises(RefError) as error:
         resolve_run(store.index, "20261102-080000-1a")

@@ -286,6 +286,18 @@ class Index:
             return [run_from_row(row) for row in reversed(rows.fetchall())]
         return [run_from_row(row) for row in self.conn.execute(f"SELECT * FROM runs{where} ORDER BY run_id", params)]
 
+    def newest_runs(self, limit: int) -> list[RunInfo]:
+        """The newest ``limit`` runs, newest first (one indexed read, however many runs there are)."""
+        return [run_from_row(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id DESC LIMIT ?", (limit,))]
+
+    def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunInfo]:
+        """Runs whose id starts with ``prefix`` (at most ``limit``), oldest first, by the primary key's order."""
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE run_id >= ? AND substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT ?",
+            (prefix, len(prefix), prefix, limit),
+        )
+        return [run_from_row(r) for r in rows]
+
     def count_runs(self, batch_id: str | None = None, name: str | None = None) -> int:
         """How many runs (of a batch, of a spec name)."""
         where, params = _run_filter(batch_id=batch_id, name=name)
