@@ -1,5 +1,5 @@
 """Bursts of stop signals sent to ``xlarun capture`` of a cheap job (no JAX): the tests in test_signals.py
-and bench/signal_bursts.py use it. A burst is 2 to 6 signals, SIGINT, SIGTERM and SIGHUP mixed, 0 to 5 ms
+and `python -m tests.torture.bursts 500` (the long run) use it. A burst is 2 to 6 signals, SIGINT, SIGTERM and SIGHUP mixed, 0 to 5 ms
 apart, sent once the job runs (or, at random, while xlarun is still starting)."""
 
 from __future__ import annotations
