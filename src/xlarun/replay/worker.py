@@ -44,6 +44,10 @@ _STEPS = {
 }
 
 
+#: Seconds an idle child is given to end by itself once its stdin is closed, before it is killed.
+_GRACE_S = 2.0
+
+
 class ReplayWorker:
     """A child process that replays (and converts) module after module; use as a context manager.
 
@@ -168,6 +172,12 @@ class ReplayWorker:
     def _stop(self) -> None:
         if self.proc is None:
             return
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:  # a closed stdin ends the child's loop: it exits as a program does (its atexit work done)
+                self.proc.stdin.close()
+                self.proc.wait(timeout=_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
