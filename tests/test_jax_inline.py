@@ -192,18 +192,7 @@ def test_oldest_jax_of_the_matrix_captures_in_process(tmp_path):
         run = xlarun.jax.capture(lambda v: jnp.sin(v) @ v.T, jnp.ones((4, 4)), name="f", snapshots=True, store=sys.argv[1])
         print(json.dumps({"jax": jax.__version__, "module": run.main.name, "instr": run.main.instr_before, "snapshots": len(run.files("snapshot"))}))
     """)
-    script = tmp_path / "job.py"
-    script.write_text(source)
-    done = subprocess.run(
-        [str(COMPAT_JAX), str(script), str(tmp_path / "store")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = _run_in_old_jax(tmp_path, source)
     assert seen == {"jax": "0.4.30", "module": "jit__lambda_", "instr": 4, "snapshots": 1}
 
 
@@ -253,6 +242,14 @@ def test_an_aborting_jaxlib_refuses_snapshots_of_donated_arguments(tmp_path):
         except InputError as exc:
             print(json.dumps({"error": exc.message, "hint": exc.hint, "deleted": params.is_deleted()}))
     """)
+    seen = _run_in_old_jax(tmp_path, source)
+    assert seen["error"] == "jaxlib 0.4.30 aborts the process writing a snapshot of a call with donated arguments"
+    assert "snapshots=False" in seen["hint"] and seen["deleted"] is False
+
+
+def _run_in_old_jax(tmp_path, source: str) -> dict:
+    """Run ``source`` (it gets the store's path as its argument) under jax 0.4.30's venv with this xlarun; the JSON
+    of its last line."""
     script = tmp_path / "job.py"
     script.write_text(source)
     done = subprocess.run(
@@ -264,6 +261,4 @@ def test_an_aborting_jaxlib_refuses_snapshots_of_donated_arguments(tmp_path):
         env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["error"] == "jaxlib 0.4.30 aborts the process writing a snapshot of a call with donated arguments"
-    assert "snapshots=False" in seen["hint"] and seen["deleted"] is False
+    return json.loads(done.stdout.strip().splitlines()[-1])

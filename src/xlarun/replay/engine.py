@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from xlarun.replay.sources import (
     module_opcodes,
 )
 
+T = TypeVar("T")
 Log = Callable[[str], None]
 #: Opcodes that wait for the host to send data a replay never sends: the run would hang.
 WAITS_FOR_HOST = {
@@ -165,16 +167,15 @@ def _build(
     looked: str,
 ) -> _Compiled:
     """Compile the source, or its unoptimized dump when the optimized module cannot be."""
-    if not source.optimized:
-        stage("compile")
-        return compile_plain(source, platform, options)
-    try:
-        if optimized_failure:
-            raise EngineError(optimized_failure)
-        stage("compile-optimized")
-        return _compile_optimized(source, platform, options, log)
-    except EngineError as exc:
-        reason = exc.message
+    built, reason = optimized_first(
+        source,
+        stage,
+        optimized_failure,
+        lambda: compile_plain(source, platform, options),
+        lambda: _compile_optimized(source, platform, options, log),
+    )
+    if built is not None:
+        return built
     fallback = unoptimized()
     if fallback is None:
         raise EngineError(
@@ -191,6 +192,24 @@ def _build(
     _warn_about_source(fallback, result, log)
     stage("compile")
     return compile_plain(fallback, platform, options)
+
+
+def optimized_first(
+    source: ReplaySource, stage: Log, optimized_failure: str | None, plain: Callable[[], T], optimized: Callable[[], T]
+) -> tuple[T | None, str | None]:
+    """The one rule of both engines: a source that is not optimized is compiled as it is (``plain``); an optimized
+    one through ``optimized``, unless that failed before (``optimized_failure``: it killed the last child).
+    (what was built, None), or (None, why the optimized module cannot be) for the caller's fallback."""
+    if not source.optimized:
+        stage("compile")
+        return plain(), None
+    try:
+        if optimized_failure:
+            raise EngineError(optimized_failure)
+        stage("compile-optimized")
+        return optimized(), None
+    except EngineError as exc:
+        return None, exc.message
 
 
 def module_proto(source: ReplaySource) -> bytes:

@@ -16,6 +16,7 @@ from xlarun.errors import EngineError, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.compare import Comparison, compare_outputs
 from xlarun.replay.deoptimize import deoptimize_hlo_text
+from xlarun.replay.engine import optimized_first
 from xlarun.replay.fakedata import fake_arguments
 from xlarun.replay.limits import check_data_size
 from xlarun.replay.literals import Shape, describe
@@ -152,28 +153,28 @@ def _failed(result: ReplayResult, exc: EngineError, log: Log) -> ReplayResult:
 
 def _place(source, before, group, partitioning, result, log, stage, looked, optimized_failure) -> _Placed:
     """The module to run on the devices: the optimized one as it is, else (or when it cannot be) ``before`` partitioned by XLA."""
-    if not source.optimized:
-        stage("compile")
-        return _place_global(source, group, partitioning)
-    try:
-        if optimized_failure:
-            raise EngineError(optimized_failure)
-        stage("compile-optimized")
-        return _place_per_device(source, group, partitioning)
-    except EngineError as exc:
-        if before is None:
-            raise EngineError(
-                f"the optimized module cannot be recompiled for {partitioning.devices} devices ({exc.message}) and there is no before_optimizations dump to replay instead ({looked})",
-                "capture with the before_optimizations dump (xlarun's default dump flags write it), or replay with --engine hlo_runner_main",
-            ) from exc
-        _warn(
-            result,
-            log,
-            f"the optimized module cannot be recompiled for {partitioning.devices} devices ({exc.message}); replaying {before.path.name}, partitioned by XLA, instead",
+    placed, reason = optimized_first(
+        source,
+        stage,
+        optimized_failure,
+        lambda: _place_global(source, group, partitioning),
+        lambda: _place_per_device(source, group, partitioning),
+    )
+    if placed is not None:
+        return placed
+    if before is None:
+        raise EngineError(
+            f"the optimized module cannot be recompiled for {partitioning.devices} devices ({reason}) and there is no before_optimizations dump to replay instead ({looked})",
+            "capture with the before_optimizations dump (xlarun's default dump flags write it), or replay with --engine hlo_runner_main",
         )
-        result.fell_back_to = str(before.path)
-        stage("compile")
-        return _place_global(before, group, _partitioning_of(before, partitioning))
+    _warn(
+        result,
+        log,
+        f"the optimized module cannot be recompiled for {partitioning.devices} devices ({reason}); replaying {before.path.name}, partitioned by XLA, instead",
+    )
+    result.fell_back_to = str(before.path)
+    stage("compile")
+    return _place_global(before, group, _partitioning_of(before, partitioning))
 
 
 def _place_per_device(source: ReplaySource, group: DeviceGroup, partitioning: Partitioning) -> _Placed:

@@ -12,13 +12,13 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
+from xlarun.store.pack_table import cannot_write
 from xlarun.store.records import (
     FileInfo,
     FindHit,
@@ -83,18 +83,6 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
-def _cannot_write(path: Path) -> str | None:
-    """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
-    or None."""
-    try:
-        st = os.statvfs(path.parent)
-    except OSError:
-        return None
-    if st.f_bavail * st.f_frsize < (1 << 20):
-        return "the disk is full"
-    return None if os.access(path.parent, os.W_OK) else "the store is read-only"
-
-
 class Index:
     """The index database of one store."""
 
@@ -120,7 +108,7 @@ class Index:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
-            if why := _cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
+            if why := cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
                 try:
                     conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
                     conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -463,7 +451,7 @@ class _Transaction:
             words in str(exc) for words in ("readonly", "disk is full", "disk I/O error")
         ):
             where = self.conn.execute("PRAGMA database_list").fetchone()[2]
-            why = _cannot_write(Path(where)) if where else None
+            why = cannot_write(Path(where)) if where else None
             raise StoreError(
                 f"cannot write the index {where}: {why or exc}",
                 "free space on that disk (`xlarun rm` and `xlarun gc` free the store's)"

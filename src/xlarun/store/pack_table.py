@@ -21,7 +21,7 @@ def _damaged_table(path: Path, exc: Exception) -> StoreError:
     )
 
 
-def _cannot_write(path: Path) -> str | None:
+def cannot_write(path: Path) -> str | None:
     """Why nothing can be written next to ``path`` (its disk has under 1 MiB free, or its folder is read-only),
     or None."""
     try:
@@ -108,7 +108,7 @@ class PackTable:
                 return conn
             except sqlite3.OperationalError as exc:
                 conn.close()
-                if "locked" not in str(exc) and (why := _cannot_write(self.path)):  # reading needs no side files: read-only
+                if "locked" not in str(exc) and (why := cannot_write(self.path)):  # reading needs no side files: read-only
                     try:
                         conn = sqlite3.connect(
                             f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
