@@ -603,3 +603,34 @@ def test_long_names_decode_quickly():
                  "module_0001." + "obj-file." * 5000 + "x.o", "module_0001." + "a." * 20000 + "ir-no-opt.o"]:  # fmt: skip
         decode_dump_name(path)
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "fmt", "holds"),
+    [
+        ("module_0001.jit_f.snapshot.0.pb", "snapshot", "pb", "snapshot"),
+        ("module_0001.jit_f.snapshot.-7.pb.gz", "snapshot", "pb.gz", "snapshot"),  # issue 22: was 'unknown'
+        ("module_0003.jit_f.execution_2.hlo_snapshot.pb.gz", "snapshot", "pb.gz", "snapshot"),
+        ("module_cluster_1.execution_0.hlo_snapshot.pb.gz", "snapshot", "pb.gz", "snapshot"),  # TF's, gzipped
+        ("module_0001.jit_f.execution_1.hlo_unoptimized_snapshot.txt", "snapshot", "pbtxt", "unoptimized"),
+        ("module_0001.jit_f.before_optimizations.txt", "hlo", "text", None),
+        ("module_0001.jit_snapshot.before_optimizations.txt", "hlo", "text", None),  # a module named snapshot
+    ],
+)
+def test_one_test_of_a_snapshots_name_agrees_with_the_decoder(name, kind, fmt, holds):
+    """names, choose, the runners' command lines and the worker all ask snapshot_file: they cannot disagree."""
+    from xlarun.hlo.names import snapshot_file
+    from xlarun.replay.runner_argv import is_snapshot
+
+    decoded = decode_dump_name(name)
+    assert (decoded.kind, decoded.format, snapshot_file(name)) == (kind, fmt, holds)
+    assert is_snapshot(name) is (holds == "snapshot")
+
+
+def test_an_extracts_snapshot_is_a_snapshot_by_name():
+    """xlarun extract writes OUTPUT.snapshot.pb: the runners must be told it is one (was read as HLO)."""
+    from xlarun.hlo.names import snapshot_file
+    from xlarun.replay.runner_argv import input_format
+
+    assert snapshot_file("/tmp/out/mul.2.snapshot.pb") == "snapshot"
+    assert input_format("hlo_runner_main", "/tmp/out/mul.2.snapshot.pb") == "snapshot_proto_binary"  # was proto_binary

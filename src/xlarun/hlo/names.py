@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 KINDS = (
@@ -49,11 +48,30 @@ class DumpName:
 
     def describe(self) -> list[tuple[str, str]]:
         """Ordered (label, words) pairs that explain every field the name carries."""
-        return _describe(self)
+        from xlarun.hlo.name_words import describe  # words for humans: only `explain` and `show` need them
+
+        return describe(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict."""
         return asdict(self)
+
+
+# Every name of a file holding an HloSnapshot (a module as it ran, with its arguments), gzipped or not: PJRT's
+# '<...>.snapshot.<n>.pb', XLA's '<...>.execution_<n>.hlo_snapshot.pb' (TF's has no module id), xlarun extract's
+# '<stem>.snapshot.pb' and a bare 'hlo_snapshot.pb'
+_SNAPSHOT_FILE = re.compile(r"(?:^|[._-])(?:snapshot(?:\.-?\d+)?\.pb|hlo_snapshot\.pb)(?:\.gz)?$")
+# an HloUnoptimizedSnapshot: another proto (the module before optimizations, arguments per partition)
+_UNOPTIMIZED_SNAPSHOT_FILE = re.compile(r"(?:^|[._-])hlo_unoptimized_snapshot\.(?:pb|txt)(?:\.gz)?$")
+
+
+def snapshot_file(name: str) -> str | None:
+    """What a file's name says it holds: 'snapshot' (an HloSnapshot), 'unoptimized' (an HloUnoptimizedSnapshot),
+    or None. The one test of a snapshot's name: the index, choose, the runners' command lines and the worker use it."""
+    base = name.rsplit("/", 1)[-1]
+    if _UNOPTIMIZED_SNAPSHOT_FILE.search(base):
+        return "unoptimized"
+    return "snapshot" if _SNAPSHOT_FILE.search(base) else None
 
 
 @functools.lru_cache(maxsize=1 << 16)  # archive and index decode the same names; DumpName is immutable
@@ -103,14 +121,16 @@ _OPTIONS_FILES = {"debug_options": ("pbtxt", None), "config.pbtxt": ("pbtxt", No
                   "flagfile": ("flags", None), "hlo_module_config.txt": ("txt", None),
                   "target_arguments.txt": ("txt", None), "tpu_comp_env.txt": ("pbtxt", "tpu")}  # fmt: skip
 # snapshot.<n>.pb: the HloSnapshot PJRT's CPU client writes per execution
-_PJRT_SNAPSHOT = re.compile(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.pb$")
+_PJRT_SNAPSHOT = re.compile(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.(?P<ext>pb(?:\.gz)?)$")
 # execution_<n>[.hlo_snapshot|.hlo_unoptimized_snapshot].<pb|txt>: XLA's per-execution protos
 _EXECUTION = re.compile(
-    r"(?:^|\.)execution_(?P<execution>\d+)(?:\.(?P<what>hlo_snapshot|hlo_unoptimized_snapshot))?\.(?P<ext>pb|txt)$"
+    r"(?:^|\.)execution_(?P<execution>\d+)(?:\.(?P<what>hlo_snapshot|hlo_unoptimized_snapshot))?\.(?P<ext>pb|txt|pb\.gz)$"
 )
 # module_<name>[.pid_<n>].execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
 # (TensorFlow's); PyTorch/XLA on Neuron puts its process id before the execution
-_NAMED_SNAPSHOT = re.compile(r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.pb$")
+_NAMED_SNAPSHOT = re.compile(
+    r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.(?P<ext>pb(?:\.gz)?)$"
+)
 # thunk_sequence.txt, autotune_results.pbtxt, gpu_target_config.pbtxt: one per module on GPU
 _GPU_MODULE_KIND = {"thunk_sequence.txt": ("thunk-sequence", "txt"), "autotune_results.pbtxt": ("autotune", "pbtxt"),
                     "gpu_target_config.pbtxt": ("target-config", "pbtxt"),
@@ -203,9 +223,9 @@ def _options_fields(m: re.Match, head: str) -> dict[str, Any]:
 def _snapshot_fields(m: re.Match, head: str) -> dict[str, Any]:
     groups = m.groupdict()
     if "snapshot" in groups:
-        return {"kind": "snapshot", "format": "pb", "snapshot_id": int(m["snapshot"]), **_split_head(head)}
+        return {"kind": "snapshot", "format": m["ext"], "snapshot_id": int(m["snapshot"]), **_split_head(head)}
     stage = "before_optimizations" if m["what"] == "hlo_unoptimized_snapshot" else None
-    return {"kind": "snapshot", "format": "pb" if m["ext"] == "pb" else "pbtxt", "execution": int(m["execution"]),
+    return {"kind": "snapshot", "format": "pbtxt" if m["ext"] == "txt" else m["ext"], "execution": int(m["execution"]),
             "stage": stage, **_split_head(head)}  # fmt: skip
 
 
@@ -284,7 +304,7 @@ def _decode_xla(name: str) -> dict[str, Any]:
     if not match:
         if m := _NAMED_SNAPSHOT.match(name):
             pid = {"pid": int(m["pid"])} if m["pid"] else {}
-            return {"kind": "snapshot", "format": "pb", "module_name": m["name"], "execution": int(m["execution"]), **pid}
+            return {"kind": "snapshot", "format": m["ext"], "module_name": m["name"], "execution": int(m["execution"]), **pid}
         return {}
     prefix, rest = name[: match.start()], name[match.end() :]
     known: dict[str, Any] = {"module_id": int(match["id"])}
@@ -377,120 +397,3 @@ def _decode(path: str) -> dict[str, Any]:
     if name.endswith(".pbtxt"):  # TF_DUMP_GRAPH_PREFIX pointed at the XLA dump folder itself
         return _decode_tf_graph(name)
     return {}
-
-
-# ---- words for humans -------------------------------------------------------------------------
-
-_KIND_WORDS = {
-    "hlo": "the whole HLO module at one stage",
-    "pass": "the HLO module as one pass left it",
-    "buffer-assignment": "buffer assignment of the optimized module",
-    "buffer-assignment-values": "the values held by each buffer of the optimized module",
-    "live-range": "live ranges of the optimized module's buffers",
-    "memory-usage-report": "memory usage report of the optimized module",
-    "debug-options": "the options the module was compiled with",
-    "snapshot": "an HloSnapshot: the module with the arguments (and result) of one execution",
-    "codegen": "code generated for the module (LLVM IR, MLIR, object code)",
-    "gpu-artifact": "a GPU kernel or Triton fusion artifact",
-    "autotune": "autotuning or profile results used while compiling",
-    "target-config": "the GPU target description the module was compiled for",
-    "thunk-sequence": "the sequence of thunks the GPU executable runs",
-    "tf-graph": "a TensorFlow graph written to TF_DUMP_GRAPH_PREFIX",
-    "jax-ir": "IR JAX wrote to JAX_DUMP_IR_TO",
-    "pjrt-compile-input": "one input of a PJRT compilation (module, options, topology)",
-    "torch-xla": "graphs PyTorch/XLA saved to XLA_SAVE_TENSORS_FILE",
-    "poplar-report": "a Poplar report (POPLAR_ENGINE_OPTIONS autoReport)",
-    "unknown": "a file whose name xlarun cannot decode",
-}
-_FORMAT_WORDS = {
-    "text": "HLO text", "proto": "HloProto, binary", "proto.gz": "HloProto, gzip-compressed", "dot": "Graphviz DOT",
-    "html": "HTML", "url": "a link to a rendered graph", "pbtxt": "protobuf text format", "pb": "binary protobuf",
-    "pb.gz": "binary protobuf, gzip-compressed", "ll": "LLVM IR", "o": "object code", "mlir": "MLIR",
-    "ptx": "PTX assembly", "txt": "plain text", "log": "MLIR after every pass", "jaxpr": "jaxpr text",
-    "pprof": "pprof profile", "pop": "PopVision profile", "a": "ar archive",
-    "flags": "command-line flags, as a flag file holds them",
-}  # fmt: skip
-# what each options file holds (libtpu writes the last five beside its dumps)
-_OPTIONS_WORDS = {"config": "the compile config", "metadata": "the module's metadata",
-                  "execution_options": "the ExecutionOptions it was compiled with",
-                  "flagfile": "the flags the compiler ran with", "hlo_module_config": "its HloModuleConfig",
-                  "target_arguments": "the arguments of the compile target",
-                  "tpu_comp_env": "the TPU compilation environment"}  # fmt: skip
-_ARTIFACT_LABEL = {"codegen": "kernel", "gpu-artifact": "kernel", "tf-graph": "graph", "pjrt-compile-input": "file",
-                   "torch-xla": "file", "poplar-report": "report folder", "debug-options": "file"}  # fmt: skip
-
-
-def _stage_words(d: DumpName) -> str | None:
-    if d.stage == "pass" and d.after_pass is None and d.artifact:
-        return f"inside the pass '{d.pipeline}', at its step '{d.artifact}' (step {d.step})"
-    if d.stage == "pass":
-        start = d.after_pass == "pipeline-start"
-        after = "at the start of the pipeline" if start else f"after the pass '{d.after_pass}'"
-        before = "at its end" if d.before_pass == "pipeline-end" else f"before '{d.before_pass}'"
-        return f"{after}, {before} (step {d.step} of pipeline '{d.pipeline}')"
-    if d.stage == "before_optimizations":
-        return "before optimizations (as the framework handed it to XLA)"
-    if d.stage == "after_optimizations":
-        return "after optimizations" + (f" for {d.backend}" if d.backend else " (no backend prefix: TPU or older XLA)")
-    if d.stage and d.stage.startswith("after_optimizations_"):
-        point = "before" if d.stage.endswith("before_buffer_assignment") else "after"
-        return f"after optimizations, {point} buffer assignment (libtpu writes both)"
-    return None
-
-
-def _describe(d: DumpName) -> list[tuple[str, str]]:
-    out = [("kind", f"{d.kind}: {_KIND_WORDS.get(d.kind, d.kind)}")]
-    if d.format:
-        out.append(("format", f"{d.format}: {_FORMAT_WORDS.get(d.format, d.format)}"))
-    if d.timestamp_us is not None:
-        out.append(("timestamp", f"{d.timestamp_us} microseconds since the epoch{_utc(d.timestamp_us)}"))
-    if d.module_id is not None:
-        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; unique within one process only)"))
-    elif d.kind == "snapshot" and d.module_name:
-        out.append(("module id", "not in the file name (the index ties it to the run's one module of this name)"))
-    if d.module_name:
-        out.append(("module name", d.module_name))
-    elif d.module_id is not None and d.stage:
-        why = "Graphcore's IPU dumps leave it out" if d.backend == "ipu" else "XLA drops it past 255 characters"
-        out.append(("module name", f"not in the file name ({why})"))
-    if stage := _stage_words(d):
-        out.append(("stage", stage))
-    elif d.kind in ("codegen", "gpu-artifact") and d.pipeline:
-        whole = d.pipeline == "obj-file" and not d.artifact
-        out.append(("codegen step", d.pipeline + (" (the whole module's object code)" if whole else "")))
-    if d.backend:
-        out.append(("backend", d.backend + (f" (target {d.target})" if d.target else "")))
-    elif d.target:
-        out.append(("device", f"{d.target} (the ordinal PyTorch/XLA appends)"))
-    if d.compilation:
-        out.append(("compilation", f"{d.compilation} (changelist of the internal build, e.g. libtpu)"))
-    if d.execution is not None:
-        out.append(("execution", f"{d.execution} (execution_{d.execution:04d}; counted from 0 per module)"))
-    if d.snapshot_id is not None:
-        out.append(("snapshot", f"{d.snapshot_id} (PJRT's number for this execution; may be negative)"))
-    if d.pid is not None:
-        out.append(("process", f"{d.pid} (the pid of the process that ran it, as PyTorch/XLA on Neuron names it)"))
-    if d.stage != "pass" and d.step is not None:
-        what = "JAX's dump counter" if d.kind == "jax-ir" else f"TF's _{d.step}: the name was dumped before"
-        out.append(("step", f"{d.step} ({what})"))
-    if d.artifact and not (d.stage == "pass" and d.after_pass is None):
-        words = _OPTIONS_WORDS.get(d.artifact) if d.kind == "debug-options" else None
-        out.append((_artifact_label(d), d.artifact + (f" ({words})" if words else "")))
-    return out
-
-
-def _utc(timestamp_us: int) -> str:
-    try:
-        return datetime.fromtimestamp(timestamp_us / 1e6, timezone.utc).strftime(" (%Y-%m-%d %H:%M:%S UTC)")
-    except (OverflowError, OSError, ValueError):  # garbage digits: no date to show
-        return ""
-
-
-def _artifact_label(d: DumpName) -> str:
-    if d.kind in ("codegen", "gpu-artifact") and d.artifact and d.artifact.isdigit():
-        return "LLVM module shard"
-    if d.kind == "jax-ir":
-        return "JAX stage" if d.format == "mlir" else "function"
-    if d.kind == "hlo":
-        return "view" if d.artifact == "top_level" else "computation"
-    return _ARTIFACT_LABEL.get(d.kind, "artifact")

@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from xlarun.errors import InputError
+from xlarun.hlo.names import snapshot_file
 from xlarun.replay.partitioned import partitioning_of_file
 from xlarun.replay.sources import ELIDED_CONSTANT, ELIDED_WARNING, read_dump_bytes
 
-# HloSnapshots: PJRT's '.snapshot.<n>.pb', and '.execution_<n>.hlo_snapshot.pb' with or without a module id (TF's)
-_SNAPSHOT = re.compile(r"(\.snapshot\.-?\d+\.pb|\.execution_\d+\.hlo_snapshot\.pb|\.hlo_snapshot\.pb)(\.gz)?$")
-# an HloUnoptimizedSnapshot is another proto (arguments per partition), which replay does not read
-_UNOPTIMIZED_SNAPSHOT = re.compile(r"\.hlo_unoptimized_snapshot\.(pb|txt)$")
 _BEFORE = re.compile(r"\.before_optimizations\.(txt|hlo\.pb|hlo\.pb\.gz)$")
 _AFTER = re.compile(r"after_optimizations\.(txt|hlo\.pb|hlo\.pb\.gz)$")
 _PER_PASS = re.compile(r"\.\d{4}\.[\w\-.]*\.after_[\w\-.]+\.before_")
@@ -48,9 +45,10 @@ def _candidate(path: str, dump_name: Any, read: Callable[[str], bytes]) -> tuple
     """(rank, input kind) for a replayable file; None for anything else."""
     name = Path(path).name
     kind = getattr(dump_name, "kind", None)
-    if _UNOPTIMIZED_SNAPSHOT.search(name):
+    snapshot = snapshot_file(name)
+    if snapshot == "unoptimized":  # another proto (arguments per partition), which replay does not read
         return None
-    if kind == "snapshot" or _SNAPSHOT.search(name):
+    if snapshot == "snapshot":
         return 0, "snapshot"
     if kind == "pass" or _PER_PASS.search(name):
         return None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlarun.errors import InputError
+from xlarun.hlo.names import snapshot_file
 from xlarun.replay.options import ReplayOptions
 
 RUNNERS = ("run_hlo_module", "hlo_runner_main")
@@ -62,7 +63,6 @@ VERSION_SPECIFIC = {
     "run_hlo_module": {},
 }
 
-_SNAPSHOT_NAME = re.compile(r"(\.snapshot\.-?\d+\.pb|hlo_snapshot\.pb)(\.gz)?$")
 _OPTIMIZED_NAME = re.compile(r"after_optimizations")
 #: One flag of a tsl usage text (``--help``): ``\t--name=default\ttype\thelp``.
 _USAGE_FLAG = re.compile(r"^\s*--([A-Za-z0-9_]+)=", re.MULTILINE)
@@ -101,7 +101,7 @@ def xla_platform(name: str) -> PlatformSpelling:
 
 
 def is_snapshot(path: str | Path) -> bool:
-    return bool(_SNAPSHOT_NAME.search(Path(path).name))
+    return snapshot_file(Path(path).name) == "snapshot"
 
 
 def is_optimized(path: str | Path) -> bool:

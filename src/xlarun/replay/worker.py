@@ -29,6 +29,7 @@ from typing import IO
 
 from xlarun import errors
 from xlarun.errors import EngineError, XlarunError
+from xlarun.hlo.names import snapshot_file
 from xlarun.replay.limits import address_space_limit
 from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
 from xlarun.replay.result import ReplayResult
@@ -318,10 +319,9 @@ def _error_from(payload: dict) -> XlarunError:
 
 
 def _guess_input_kind(path: Path) -> str:
-    name = path.name.removesuffix(".gz")
-    if ".snapshot." in name or name.endswith("hlo_snapshot.pb"):
+    if snapshot_file(path.name) == "snapshot":
         return "snapshot"
-    return "proto" if name.endswith(".pb") else "text-large-constants"
+    return "proto" if path.name.removesuffix(".gz").endswith(".pb") else "text-large-constants"
 
 
 def _crashed_result(path: Path, options: ReplayOptions, step: str, crash: _Crash, lines: list[str]) -> ReplayResult:
