@@ -3,65 +3,37 @@
 XLA reports some malformed inputs with ``CHECK`` failures, which abort the whole process
 (``Check failed: has_layout()``). Optimized modules recompiled through StableHLO are where
 this happens, so the engine compiles them here first; a crash becomes an error message and a
-fallback instead of a dead notebook kernel or CLI. Run as ``python -m xlarun.replay.probe
-PLATFORM FILE [DEBUG_OPTIONS_JSON]``: exit 0 when the module compiles, 3 with the reason on stderr when it
-does not. ``xlarun bisect`` probes this way which passes a module cannot compile without: with some passes
-disabled, XLA's CPU emitters CHECK-fail instead of returning an error.
+fallback instead of a dead notebook kernel or CLI. It runs as ``python -m xlarun.replay.probe
+PLATFORM PARENT_PID``, a child serving request after request (:mod:`.child`). ``xlarun bisect`` probes
+this way which passes a module cannot compile without: with some passes disabled, XLA's CPU emitters
+CHECK-fail instead of returning an error.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
-from typing import IO, Any
+import time
+from typing import Any
+
+from xlarun.replay.child import Child, Send, serve
 
 _PROBE_TIMEOUT_S = 600
 
 
-def probe_compile(
-    stablehlo: bytes, platform: str, timeout_s: float | None = None, debug_options: dict | None = None
-) -> str | None:
-    """``None`` when the module compiles in a child process, else why it did not (one line)."""
-    with tempfile.NamedTemporaryFile(prefix="xlarun-probe-", suffix=".mlirbc", delete=False) as handle:
-        handle.write(stablehlo)
-        path = handle.name
-    try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "xlarun.replay.probe",
-                platform,
-                path,
-                *([json.dumps(debug_options)] if debug_options else []),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s or _PROBE_TIMEOUT_S,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")},
-        )
-    except subprocess.TimeoutExpired:
-        return f"compiling took longer than {timeout_s or _PROBE_TIMEOUT_S:.0f} s"
-    finally:
-        os.unlink(path)
-    if proc.returncode == 0:
-        return None
-    return _reason(proc.returncode, proc.stderr)
-
-
 class ProbeWorker:
-    """One child process that compiles module after module (``python -m xlarun.replay.probe --serve PLATFORM``),
-    started again when XLA aborts it: a probe costs the compile, not a Python start and a jax import (~2 s).
-    Use as a context manager; :meth:`compile_error` is :func:`probe_compile` for one module file on disk."""
+    """One child process that compiles module after module (``python -m xlarun.replay.probe PLATFORM PARENT_PID``, a
+    :class:`~xlarun.replay.child.Child`), started again when XLA aborts it: a probe costs the compile, not a Python
+    start and a jax import (~2 s). Use as a context manager; :meth:`compile_error` says why one module file on disk
+    does not compile (None when it does)."""
 
     def __init__(self, platform: str, timeout_s: float | None = None):
         self.platform, self.timeout_s = platform, timeout_s or _PROBE_TIMEOUT_S
-        self.proc: subprocess.Popen[str] | None = None
-        self.stderr: IO[str] | None = None
-        self.starts = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-probe-")
+        self._child = Child("xlarun.replay.probe", self._tmp.name)
+
+    @property
+    def starts(self) -> int:
+        return self._child.starts
 
     def __enter__(self) -> ProbeWorker:
         return self
@@ -69,35 +41,21 @@ class ProbeWorker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _running(self) -> tuple[subprocess.Popen[str], IO[str]]:
-        """The child and the file its stderr goes to, started (again) if it is not running."""
-        if self.proc is not None and self.proc.poll() is None and self.stderr is not None:
-            return self.proc, self.stderr
-        self.stderr = stderr = tempfile.TemporaryFile(mode="w+", prefix="xlarun-probe-")  # noqa: SIM115 (lives as long as the child)
-        self.starts += 1
-        self.proc = proc = subprocess.Popen(
-            [sys.executable, "-m", "xlarun.replay.probe", "--serve", self.platform],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            bufsize=1,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")},
-        )
-        return proc, stderr
-
     def _ask(self, request: dict) -> tuple[dict | None, str]:
         """Send one request; (the reply, "") or, when the child aborted or hung, (None, the reason from its stderr)."""
-        proc, stderr = self._running()
-        assert proc.stdin is not None  # a pipe: Popen was given stdin=PIPE
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        reply = _read_line(proc, self.timeout_s)
-        if reply is None:
-            self.close()
-            stderr.seek(0)
-            return None, _reason(proc.returncode if proc.returncode is not None else -9, stderr.read())
-        return json.loads(reply), ""
+        if not self._child.running:
+            self._child.start([self.platform])
+        deadline = time.monotonic() + self.timeout_s
+        answer = self._child.receive(deadline) if self._child.send(request) else None
+        if answer is None:
+            timed_out = time.monotonic() >= deadline
+            returncode, stderr = self._child.ended(kill=timed_out)
+            if timed_out:
+                return None, f"compiling took longer than {self.timeout_s:.0f} s"
+            return None, _reason(returncode, stderr)
+        if "bug" in answer:
+            raise RuntimeError(f"xlarun's compile probe failed:\n{answer['bug']}")
+        return answer, ""
 
     def compile_error(self, path: str, debug_options: dict | None = None) -> str | None:
         answer, reason = self._ask({"path": path, "debug_options": debug_options or {}})
@@ -122,34 +80,12 @@ class ProbeWorker:
         return answer.get("compile_s"), answer.get("error")
 
     def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout):
-                if stream is not None:
-                    stream.close()
-            self.proc = None
+        self._child.stop()
+        self._tmp.cleanup()
 
 
-def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
-    import selectors
-
-    assert proc.stdout is not None  # a pipe: Popen was given stdout=PIPE
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout_s):
-            proc.kill()
-            proc.wait()
-            return None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait()
-        return None
-    return line
-
-
-def _serve(platform_name: str) -> int:
+def _handler(platform_name: str):
+    """The child's answer to one request: compile (and run); a compile error is an answer, not a failure."""
     import pickle
 
     from xlarun.errors import XlarunError
@@ -157,8 +93,8 @@ def _serve(platform_name: str) -> int:
 
     platform = Platform(platform_name)
     arguments: dict[str, list] = {}
-    for line in sys.stdin:
-        request = json.loads(line)
+
+    def handle(request: dict, send: Send) -> dict:
         with open(request["path"], "rb") as handle:
             stablehlo = handle.read()
         try:
@@ -175,9 +111,9 @@ def _serve(platform_name: str) -> int:
                     pickle.dump(compiled.download(raw), handle)
         except XlarunError as exc:
             answer = {"error": exc.message}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-    return 0
+        return answer
+
+    return handle
 
 
 def _reason(returncode: int, stderr: str) -> str:
@@ -189,23 +125,7 @@ def _reason(returncode: int, stderr: str) -> str:
     return lines[-1] if lines else f"compile probe exited with {returncode}"
 
 
-def _main(argv: list[str]) -> int:
-    from xlarun.errors import XlarunError
-    from xlarun.replay.pjrt import Platform
-
-    if argv[:1] == ["--serve"]:
-        return _serve(argv[1])
-    platform, path = argv[:2]
-    debug_options = json.loads(argv[2]) if len(argv) > 2 else None
-    with open(path, "rb") as handle:
-        stablehlo = handle.read()
-    try:
-        Platform(platform).compile(stablehlo, debug_options)
-    except XlarunError as exc:
-        print(exc.message, file=sys.stderr)
-        return 3
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    import sys
+
+    sys.exit(serve(_handler(sys.argv[1]), parent=int(sys.argv[-1])))

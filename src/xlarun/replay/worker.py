@@ -15,21 +15,18 @@ and ``{"stage": step}`` lines, then one ``{"result": ...}``, ``{"converted": ...
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from xlarun import errors
 from xlarun.errors import EngineError, XlarunError
 from xlarun.hlo.names import snapshot_file
+from xlarun.replay.child import Child, serve
 from xlarun.replay.limits import address_space_limit
 from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
 from xlarun.replay.result import ReplayResult
@@ -45,10 +42,6 @@ _STEPS = {
 }
 
 
-#: Seconds an idle child is given to end by itself once its stdin is closed, before it is killed.
-_GRACE_S = 2.0
-
-
 class ReplayWorker:
     """A child process that replays (and converts) module after module; use as a context manager.
 
@@ -58,14 +51,16 @@ class ReplayWorker:
     """
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
         self._limit: int | None = None
         #: Host devices the child's CPU client has: a partitioned module needs its N (``xla_force_host_platform_device_count``).
         self._devices = 1
-        self._stderr: IO[bytes] | None = None
-        self._buffer = b""
         self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-worker-")
+        self._child = Child("xlarun.replay.worker", self._tmp.name)
+
+    @property
+    def starts(self) -> int:
+        """How many children were started (one more after each crash, memory limit or device count change)."""
+        return self._child.starts
 
     def __enter__(self) -> ReplayWorker:
         return self
@@ -139,7 +134,7 @@ class ReplayWorker:
         return Converted(Path(output).read_bytes(), converted["module_name"], converted["warnings"])
 
     def close(self) -> None:
-        self._stop()
+        self._child.stop()
         self._tmp.cleanup()
 
     # ---- the child ----
@@ -151,69 +146,28 @@ class ReplayWorker:
         Path(path).write_bytes(data)
         return path
 
-    def _start(self, limit: int | None) -> subprocess.Popen[bytes]:
-        self._stop()
-        stderr_path = os.path.join(self._tmp.name, "stderr")
-        self._stderr = open(stderr_path, "a+b")  # noqa: SIM115 (closed by _stop) -- O_APPEND: truncating it between requests is safe
-        self.starts += 1
+    def _start(self, limit: int | None) -> None:
         self._limit = limit
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}
+        env = {}
         if self._devices > 1:
-            env["XLA_FLAGS"] = host_device_flags(env.get("XLA_FLAGS", ""), self._devices)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xlarun.replay.worker", str(address_space_limit(limit) or 0), str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-        )
-        self._buffer = b""
-        return self.proc
-
-    def _stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            try:  # a closed stdin ends the child's loop: it exits as a program does (its atexit work done)
-                self.proc.stdin.close()
-                self.proc.wait(timeout=_GRACE_S)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
-        self.proc = None
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+            env["XLA_FLAGS"] = host_device_flags(os.environ.get("XLA_FLAGS", ""), self._devices)
+        self._child.start([str(address_space_limit(limit) or 0)], env)
 
     def _ask(self, request: dict, limit: int | None, timeout_s: float, log: Sink) -> tuple[dict | None, str, _Crash | None]:
         """Send one request; (answer, last step, None), or (None, the step it died in, how) when the child died."""
-        proc = self.proc
         if request.get("devices", 1) > self._devices:  # a child with more host devices replays one-device modules as well
             self._devices = request["devices"]
-            self._stop()
-            proc = None
-        if proc is None or proc.poll() is not None or (request["kind"] == "replay" and limit != self._limit):
-            proc = self._start(limit if request["kind"] == "replay" else self._limit)
-        _, stderr = self._running()
-        stderr.truncate(0)
+            self._child.stop()
+        if not self._child.running or (request["kind"] == "replay" and limit != self._limit):
+            self._start(limit if request["kind"] == "replay" else self._limit)
         step = "start"
-        assert proc.stdin is not None  # a pipe: Popen was given stdin=PIPE
-        try:
-            proc.stdin.write((json.dumps(request) + "\n").encode())
-            proc.stdin.flush()
-        except BrokenPipeError:
+        if not self._child.send(request):
             return None, step, self._died(step, timed_out=False)
         deadline = time.monotonic() + timeout_s
         while True:
-            line = self._read_line(deadline)
-            if line is None:  # the channel closed (the child died), or time ran out
+            message = self._child.receive(deadline)
+            if message is None:  # the channel closed (the child died), or time ran out
                 return None, step, self._died(step, timed_out=time.monotonic() >= deadline, timeout_s=timeout_s)
-            message = json.loads(line)
             if "log" in message:
                 log(message["log"])
             elif "stage" in message:
@@ -225,39 +179,9 @@ class ReplayWorker:
             else:
                 return message, step, None
 
-    def _read_line(self, deadline: float) -> bytes | None:
-        """The child's next line, or None when it closed its channel or the deadline passed."""
-        proc, _ = self._running()
-        assert proc.stdout is not None  # a pipe: Popen was given stdout=PIPE
-        fd = proc.stdout.fileno()
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    return None
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return None
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line
-
-    def _running(self) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
-        """The child and the file its stderr goes to (between :meth:`_start` and :meth:`_stop`)."""
-        assert self.proc is not None and self._stderr is not None, "the child was started"
-        return self.proc, self._stderr
-
     def _died(self, step: str, *, timed_out: bool, timeout_s: float = 0.0) -> _Crash:
-        proc, stderr_file = self._running()
-        if timed_out:
-            proc.kill()
-        proc.wait()
-        stderr_file.seek(0)
-        stderr = stderr_file.read().decode("utf-8", errors="replace")
-        crash = _Crash.of(proc.returncode, stderr, timed_out, timeout_s, self._limit)
-        self._stop()
-        return crash
+        returncode, stderr = self._child.ended(kill=timed_out)
+        return _Crash.of(returncode, stderr, timed_out, timeout_s, self._limit)
 
 
 def host_device_flags(xla_flags: str, devices: int) -> str:
@@ -344,37 +268,6 @@ def _crashed_result(path: Path, options: ReplayOptions, step: str, crash: _Crash
 # ---- the child's side ----
 
 
-def _serve(channel) -> int:
-    def send(message: dict) -> None:
-        channel.write((json.dumps(message) + "\n").encode())
-        channel.flush()
-
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        try:
-            send(_handle(request, send))
-        except XlarunError as exc:
-            send(
-                {
-                    "error": {
-                        "class": type(exc).__name__,
-                        "message": exc.message,
-                        "hint": exc.hint,
-                        "exit_code": int(exc.exit_code),
-                    }
-                }
-            )
-        except MemoryError:
-            sys.stderr.write("MemoryError\n")
-            sys.stderr.flush()
-            os._exit(3)  # the parent reads it as running out of memory
-        except Exception:
-            import traceback
-
-            send({"bug": traceback.format_exc()})
-    return 0
-
-
 def _handle(request: dict, send: Callable[[dict], None]) -> dict:
     def read(key: str) -> bytes | None:
         return Path(request[key]).read_bytes() if request.get(key) else None
@@ -404,30 +297,9 @@ def _handle(request: dict, send: Callable[[dict], None]) -> dict:
     return {"result": result.to_dict()}
 
 
-def _die_with_parent(parent: int) -> None:
-    """Ask Linux to kill this child when the process that started it dies (a killed xlarun leaves no engine behind)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the closed stdin still ends the loop between requests
-        return
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _main(argv: list[str]) -> int:
-    import resource
-
-    if len(argv) > 1:
-        _die_with_parent(int(argv[1]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core file the size of the process
-    limit = int(argv[0]) if argv else 0
-    if limit:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    channel = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything else printed goes to stderr, never into the answers
-    return _serve(channel)
+    """``python -m xlarun.replay.worker ADDRESS_SPACE_LIMIT PARENT_PID``."""
+    return serve(_handle, parent=int(argv[-1]), address_space=int(argv[0]))
 
 
 if __name__ == "__main__":
