@@ -134,21 +134,25 @@ def modules(
     """
     from xlarun.console import print_json, say
     from xlarun.navigate.compiles import tell_compiles_apart
-    from xlarun.present import print_run_modules
+    from xlarun.navigate.desync import compare_processes
+    from xlarun.present import print_process_report, print_run_modules
 
     the_run = front_door(store).run(run)
     listed = the_run.modules()
     items = [module.summary for module in listed]
     by_id = {module.module_id: module for module in listed}
     recompiles = tell_compiles_apart(items, lambda summary: _before_text(by_id[summary.module_id]))
+    processes = compare_processes(items)
     if as_json:
-        print_json({"run_id": the_run.id, "modules": items, "recompiles": recompiles})
+        found = {"run_id": the_run.id, "modules": items, "recompiles": recompiles}
+        print_json(found | ({"processes": processes.to_json()} if processes else {}))
         return
     print_run_modules(the_run.info, items, the_run.files_outside_modules())
     if recompiles:
         say("compiled more than once (each against the function's first compile):")
         for r in recompiles:
             say(f"  {r.name} {r.line()}")
+    print_process_report(processes)
 
 
 def _before_text(module) -> str | None:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from xlarun.hlo.process_dirs import process_of_dir, run_module_id, xla_module_id
+
 KINDS = (
     "hlo", "pass", "buffer-assignment", "buffer-assignment-values", "live-range",
     "memory-usage-report", "debug-options", "snapshot", "codegen", "gpu-artifact", "autotune",
@@ -46,6 +48,7 @@ class DumpName:
     snapshot_id: int | None = None  # PJRT snapshot number, may be negative
     pid: int | None = None  # pid_<n>: the process PyTorch/XLA on Neuron names in its snapshots
     artifact: str | None = None  # kernel, fusion, graph, function, folder: what the file is about
+    process: int | None = None  # the job's process whose dump folder (process-K/) holds it; module_id is the run's
 
     def describe(self) -> list[tuple[str, str]]:
         """Ordered (label, words) pairs that explain every field the name carries."""
@@ -358,6 +361,9 @@ def _decode(path: str) -> dict[str, Any]:
     if not parts:
         return {}
     top, name = parts[0], parts[-1]
+    if len(parts) > 1 and (process := process_of_dir(top)) is not None:  # one process of a many-process job
+        fields = _decode("/".join(parts[1:]))  # process K's module N is module K * PROCESS_STRIDE + N of the run
+        return {**fields, "process": process, "module_id": run_module_id(process, fields.get("module_id"))}
     if top == "tf_graphs" and len(parts) > 1:
         return _decode_tf_graph(name)
     if top == "jax_ir" and len(parts) > 1:
@@ -382,8 +388,7 @@ def _decode(path: str) -> dict[str, Any]:
 # ---- words for humans -------------------------------------------------------------------------
 
 _KIND_WORDS = {
-    "hlo": "the whole HLO module at one stage",
-    "pass": "the HLO module as one pass left it",
+    "hlo": "the whole HLO module at one stage", "pass": "the HLO module as one pass left it",
     "buffer-assignment": "buffer assignment of the optimized module",
     "buffer-assignment-values": "the values held by each buffer of the optimized module",
     "live-range": "live ranges of the optimized module's buffers",
@@ -391,17 +396,14 @@ _KIND_WORDS = {
     "debug-options": "the options the module was compiled with",
     "snapshot": "an HloSnapshot: the module with the arguments (and result) of one execution",
     "codegen": "code generated for the module (LLVM IR, MLIR, object code)",
-    "gpu-artifact": "a GPU kernel or Triton fusion artifact",
-    "autotune": "autotuning or profile results used while compiling",
+    "gpu-artifact": "a GPU kernel or Triton fusion artifact", "autotune": "autotuning or profile results used while compiling",
     "target-config": "the GPU target description the module was compiled for",
     "thunk-sequence": "the sequence of thunks the GPU executable runs",
-    "tf-graph": "a TensorFlow graph written to TF_DUMP_GRAPH_PREFIX",
-    "jax-ir": "IR JAX wrote to JAX_DUMP_IR_TO",
+    "tf-graph": "a TensorFlow graph written to TF_DUMP_GRAPH_PREFIX", "jax-ir": "IR JAX wrote to JAX_DUMP_IR_TO",
     "pjrt-compile-input": "one input of a PJRT compilation (module, options, topology)",
     "torch-xla": "graphs PyTorch/XLA saved to XLA_SAVE_TENSORS_FILE",
-    "poplar-report": "a Poplar report (POPLAR_ENGINE_OPTIONS autoReport)",
-    "unknown": "a file whose name xlarun cannot decode",
-}
+    "poplar-report": "a Poplar report (POPLAR_ENGINE_OPTIONS autoReport)", "unknown": "a file whose name xlarun cannot decode",
+}  # fmt: skip
 _FORMAT_WORDS = {
     "text": "HLO text", "proto": "HloProto, binary", "proto.gz": "HloProto, gzip-compressed", "dot": "Graphviz DOT",
     "html": "HTML", "url": "a link to a rendered graph", "pbtxt": "protobuf text format", "pb": "binary protobuf",
@@ -445,7 +447,9 @@ def _describe(d: DumpName) -> list[tuple[str, str]]:
     if d.timestamp_us is not None:
         out.append(("timestamp", f"{d.timestamp_us} microseconds since the epoch{_utc(d.timestamp_us)}"))
     if d.module_id is not None:
-        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; unique within one process only)"))
+        where = "unique within one process only" if d.process is None else f"process {d.process}'s module_"
+        where += "" if d.process is None else f"{xla_module_id(d.module_id, d.process):04d} as XLA named it"
+        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; {where})"))
     elif d.kind == "snapshot" and d.module_name:
         out.append(("module id", "not in the file name (the index ties it to the run's one module of this name)"))
     if d.module_name:
