@@ -90,9 +90,11 @@ def capture(
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
         if result.modules and top:
-            from xlarun.present import print_modules
+            from xlarun.navigate.desync import compare_processes
+            from xlarun.present import print_modules, print_process_report
 
             print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
+            print_process_report(compare_processes(result.modules))
     if failure is not None:
         raise failure
 
