@@ -97,7 +97,8 @@ def import_dump(
             metadata = {name_: text for name_, text in origin.get("files", {}).items()}
             manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
             if hosts:
-                manifest.imported_from["processes"] = {process_dir(k): folder for folder, k in hosts.items()}
+                processes = {process_dir(k): folder for folder, k in hosts.items()}
+                manifest.imported_from = {**(manifest.imported_from or {}), "processes": processes}
             metadata["manifest.json"] = manifest.to_json()
             if origin.get("manifest_text"):
                 metadata["origin-manifest.json"] = origin["manifest_text"]
