@@ -99,3 +99,20 @@ time.sleep(600)
     assert "process 1 ended first (failed): process(es) 0 were stopped" in result.warnings
     assert (result.run_dir / "processes" / "process-1" / "stderr.log").read_text() == "process 1 gives up\n"
     assert "[process 0] process 0 waits for its peer" in (result.run_dir / "stdout.log").read_text()
+
+
+@pytest.mark.slow
+def test_each_process_output_is_kept_and_shown_by_logs_process(two_process_runs, cli):
+    import xlarun
+
+    store, run, desync = two_process_runs
+    one = cli("logs", run.run_id, "--process", "1", "--stream", "stdout", "--store", store.root).stdout
+    assert "process 1 of 2: 4 devices" in one and "process 0 of 2" not in one and "[process" not in one
+    both = cli("logs", run.run_id, "--stream", "stdout", "--store", store.root).stdout
+    assert "[process 0] process 0 of 2" in both and "[process 1] process 1 of 2" in both
+    missing = cli("logs", run.run_id, "--process", "2", "--store", store.root)
+    assert missing.exit_code == 2 and "has no process 2: its processes are 0, 1" in missing.stderr
+    # the same from Python
+    api_run = xlarun.open_store(store.root).run(desync.run_id)
+    assert "process 0 of 2" in api_run.logs("stdout", process=0)
+    assert [m.name for m in api_run.processes().desync] == ["jit_train_step"]

@@ -30,6 +30,18 @@ from xlarun.store.records import RunStatus
 PROCESS_LOGS = "processes"
 
 
+def process_log(run_dir: Path, process: int, stream: str) -> str:
+    """Process ``process``'s ``stdout`` or ``stderr`` in a committed run folder; InputError when it has no such process."""
+    from xlarun.errors import InputError
+
+    path = run_dir / PROCESS_LOGS / process_dir(process) / f"{stream}.log"
+    if not path.parent.is_dir():
+        kept = sorted(p.name for p in (run_dir / PROCESS_LOGS).glob("process-*")) if (run_dir / PROCESS_LOGS).is_dir() else []
+        has = f"its processes are {', '.join(k.split('-')[1] for k in kept)}" if kept else "it ran as one process"
+        raise InputError(f"run {run_dir.name} has no process {process}: {has}", "leave out --process for the run's own logs")
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
 def free_loopback_port() -> int:
     """A TCP port on 127.0.0.1 free right now (the coordinator binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
