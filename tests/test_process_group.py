@@ -116,3 +116,19 @@ def test_each_process_output_is_kept_and_shown_by_logs_process(two_process_runs,
     api_run = xlarun.open_store(store.root).run(desync.run_id)
     assert "process 0 of 2" in api_run.logs("stdout", process=0)
     assert [m.name for m in api_run.processes().desync] == ["jit_train_step"]
+
+
+@pytest.mark.slow
+def test_a_job_of_processes_past_its_timeout_is_timed_out_with_none_left_running(tmp_path):
+    from xlarun.interrupts import job_processes
+
+    script = 'import os, time\nprint("process", os.environ["XLARUN_PROCESS_ID"], flush=True)\ntime.sleep(600)\n'
+    spec = write_spec(tmp_path, "name: mp-sleep\nscript: job.py\nprocesses: 3\ntimeout: 3s\n", script)
+    result = capture(spec, Store.open(tmp_path / "store"))
+    assert result.status == RunStatus.TIMED_OUT and exit_status_error(result).exit_code == ExitCode.TIMEOUT
+    statuses = [p["status"] for p in result.manifest.backend_details["processes"]]
+    # the first to time out stops the others, which may or may not have reached their own deadline by then
+    assert "timed_out" in statuses and set(statuses) <= {"timed_out", "interrupted"}
+    store = Store.open(tmp_path / "store")
+    assert job_processes(store.staging_dir / result.run_id) == []  # every process's mark, staging/RUN/processes/...
+    assert {f"[process {k}] process {k}" for k in range(3)} <= set((result.run_dir / "stdout.log").read_text().splitlines())

@@ -129,7 +129,8 @@ class ProcessGroupBackend:
                 result = LaunchResult(RunStatus.ERROR, None, "", "", error=f"process {process}: {exc}")
             with ended:
                 results[process] = result
-                if result.status != RunStatus.SUCCEEDED and not first_failure:
+                # INTERRUPTED: stopped by us, after another's failure or a signal to xlarun; not a failure of its own
+                if result.status not in (RunStatus.SUCCEEDED, RunStatus.INTERRUPTED) and not first_failure:
                     first_failure.append(process)
                 ended.notify_all()
 
@@ -162,9 +163,9 @@ def _one_result(results: list[LaunchResult], first_failure: list[int], cancelled
     }
     started = min(r.started for r in results if r.started) if any(r.started for r in results) else ""
     ended = max(r.ended for r in results if r.ended) if any(r.ended for r in results) else ""
-    if cancelled and not first_failure:
-        return LaunchResult(RunStatus.INTERRUPTED, None, started, ended, details=details)
     if not first_failure:
+        if cancelled or any(r.status == RunStatus.INTERRUPTED for r in results):
+            return LaunchResult(RunStatus.INTERRUPTED, None, started, ended, details=details)
         return LaunchResult(RunStatus.SUCCEEDED, 0, started, ended, details=details)
     failed = results[first_failure[0]]
     stopped = [k for k, r in enumerate(results) if k != first_failure[0] and r.status == RunStatus.INTERRUPTED]
