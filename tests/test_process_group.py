@@ -132,3 +132,10 @@ def test_a_job_of_processes_past_its_timeout_is_timed_out_with_none_left_running
     store = Store.open(tmp_path / "store")
     assert job_processes(store.staging_dir / result.run_id) == []  # every process's mark, staging/RUN/processes/...
     assert {f"[process {k}] process {k}" for k in range(3)} <= set((result.run_dir / "stdout.log").read_text().splitlines())
+
+
+def test_flags_says_what_each_process_gets_beyond_the_shared_environment(cli, tmp_path):
+    out = cli("flags", EXAMPLE / "spec.yaml", "--out", tmp_path)
+    assert out.exit_code == 0
+    assert "processes: 2: a capture launches 2 processes" in out.stderr and "dump/process-K" in out.stderr
+    assert f"--xla_dump_to={tmp_path}/dump " in out.stdout

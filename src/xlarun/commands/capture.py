@@ -212,5 +212,11 @@ def flags(
         return
     for line in composed.warnings:
         warn(line)
+    if loaded.spec.processes > 1:  # what each process adds is drawn at launch (the coordinator's free port)
+        n = loaded.spec.processes
+        warn(
+            f"processes: {n}: a capture launches {n} processes, process K with XLARUN_PROCESS_ID=K, XLARUN_NUM_PROCESSES={n}, "
+            "XLARUN_COORDINATOR=127.0.0.1:<free port>, JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo and --xla_dump_to=.../dump/process-K"
+        )
     for line in composed.export_lines():
         typer.echo(line)
