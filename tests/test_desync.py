@@ -15,6 +15,8 @@ def module(module_id: int, name: str, fingerprint: str | None, process: int | No
 
 def test_a_run_of_one_process_has_no_cross_process_report():
     assert compare_processes([module(1, "jit_f", "aa", None), module(2, "jit_g", "bb", None)]) is None
+    # one process's modules alone (a bundle of process 1's step) have nothing to be compared with
+    assert compare_processes([module(1_000_005, "jit_step", "aa", 1)]) is None
 
 
 def test_the_same_hlo_on_every_process_is_one_module_compiled_alike():

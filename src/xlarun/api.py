@@ -223,7 +223,7 @@ class Run(display.Shown):
 
     def processes(self):
         """In a run of many processes, its modules across them: which were compiled alike, which are in desync
-        (a :class:`~xlarun.navigate.desync.ProcessReport`); None for a run of one process."""
+        (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
         from xlarun.navigate.desync import compare_processes
 
         return compare_processes([m.summary for m in self.modules()])

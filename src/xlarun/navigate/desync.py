@@ -99,9 +99,9 @@ class ProcessReport:
 
 def compare_processes(modules: list) -> ProcessReport | None:
     """Group a run's modules (each with ``process``, ``module_id``, ``name``, ``fingerprint``) across its processes;
-    None for a run of one process."""
+    None when fewer than two processes compiled anything (nothing to compare: one process, or a bundle of one module)."""
     processes = sorted({m.process for m in modules if m.process is not None})
-    if not processes:
+    if len(processes) < 2:
         return None
     groups: dict[tuple[int, str | None], list[ProcessCompile]] = {}
     for m in sorted(modules, key=lambda m: (m.process or 0, m.module_id)):
