@@ -78,6 +78,9 @@ def test_modules_groups_the_processes_compiles_and_flags_the_desync_made_on_purp
     assert "no other process compiled the same HLO" in shown and "DESYNC" in shown
     diff = cli("diff", f"{desync.run_id}/module_0002", f"{desync.run_id}/module_1000002", "--store", store.root).stdout
     assert "constant(0.001)" in diff and "constant(0.002)" in diff  # the learning rates the processes disagree on
+    # against another run, a module is compared with the same process's: process 1 of the run as written, then desynced
+    across = cli("diff", f"{run.run_id}/module_1000002", desync.run_id, "--store", store.root).stdout
+    assert f"{desync.run_id}/module_1000002" in across and "+  %constant.5 = f32[] constant(0.002)" in across
 
 
 @pytest.mark.slow
