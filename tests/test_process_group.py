@@ -39,8 +39,18 @@ def test_each_process_learns_its_place_and_dumps_into_its_own_folder():
 def two_process_runs(tmp_path_factory):
     """The example job captured twice for real: as written, and with a desync on process 1."""
     pytest.importorskip("jax")
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from xlarun.cli import app
+
     store = Store.open(tmp_path_factory.mktemp("multiprocess") / "store")
-    return store, capture(EXAMPLE / "spec.yaml", store), capture(EXAMPLE / "desync.yaml", store)
+    run = capture(EXAMPLE / "spec.yaml", store)
+    out = CliRunner().invoke(app, ["capture", str(EXAMPLE / "desync.yaml"), "--store", str(store.root), "--json"])
+    assert out.exit_code == 0, out.output
+    desync = json.loads(out.stdout)  # the desync run as `capture --json` printed it
+    return store, run, SimpleNamespace(run_id=desync["run_id"], document=desync)
 
 
 @pytest.mark.slow
@@ -65,6 +75,7 @@ def test_a_two_process_jax_distributed_job_is_one_run_with_both_processes_dumps(
 @pytest.mark.slow
 def test_modules_groups_the_processes_compiles_and_flags_the_desync_made_on_purpose(two_process_runs, cli):
     store, run, desync = two_process_runs
+    assert [m["name"] for m in desync.document["processes"]["desync"]] == ["jit_train_step"]  # capture --json says it
     same = json.loads(cli("modules", run.run_id, "--store", store.root, "--json").stdout)["processes"]
     assert same["processes"] == [0, 1] and same["desync"] == []
     assert {m["name"] for m in same["identical"]} >= {"jit_train_step"}

@@ -65,6 +65,9 @@ def capture(
         progress.close()
     failure = exit_status_error(result)
     if as_json:
+        from xlarun.navigate.desync import compare_processes
+
+        processes = compare_processes(result.modules)
         print_json(
             {
                 "run_id": result.run_id,
@@ -77,6 +80,7 @@ def capture(
                 "error": failure.message if failure else None,
                 "hint": failure.hint if failure else None,
             }
+            | ({"processes": processes.to_json()} if processes else {})
         )
         if failure is not None:
             mark_json_reported(failure)  # one document: the CLI's handler adds none
