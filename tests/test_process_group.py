@@ -28,6 +28,11 @@ def test_each_process_learns_its_place_and_dumps_into_its_own_folder():
     assert (got["XLARUN_PROCESS_ID"], got["XLARUN_NUM_PROCESSES"], got["XLARUN_COORDINATOR"]) == ("1", "2", "127.0.0.1:4000")
     assert got["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "gloo" and got["A"] == "1"
     assert env["XLA_FLAGS"].endswith("/dump --xla_dump_hlo_as_text")  # the job's own environment is left as it was
+    spaced = JobPaths.under("/my runs/r")  # compose_env quotes a value with spaces: the quotes stay around it
+    flags = '--xla_dump_to="/my runs/r/dump" --xla_dump_hlo_as_text'
+    assert process_env({"XLA_FLAGS": flags}, spaced, 0, 2, "c")["XLA_FLAGS"] == (
+        '--xla_dump_to="/my runs/r/dump/process-0" --xla_dump_hlo_as_text'
+    )
     # a job that chose its collectives keeps its choice
     assert (
         process_env({"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi"}, paths, 0, 2, "c")["JAX_CPU_COLLECTIVES_IMPLEMENTATION"]

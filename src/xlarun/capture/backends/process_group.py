@@ -49,8 +49,13 @@ def free_loopback_port() -> int:
         return probe.getsockname()[1]
 
 
-def _replace_flag(flags: str, name: str, value: str) -> str:
-    return " ".join(f"--{name}={value}" if part.startswith(f"--{name}=") else part for part in flags.split())
+def _own_dump_to(flags: str, dump_dir: str, own: str) -> str:
+    """XLA_FLAGS with the run's ``--xla_dump_to`` (bare, or quoted for a path with spaces) pointed at ``own``."""
+    for quote in ('"', "'", ""):
+        ours = f"--xla_dump_to={quote}{dump_dir}{quote}"
+        if ours in flags:
+            return flags.replace(ours, f"--xla_dump_to={quote}{own}{quote}")
+    return flags
 
 
 def process_env(env: dict[str, str], paths: JobPaths, process: int, count: int, coordinator: str) -> dict[str, str]:
@@ -60,7 +65,7 @@ def process_env(env: dict[str, str], paths: JobPaths, process: int, count: int, 
     out.setdefault("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "gloo")
     own_dump = f"{paths.dump_dir}/{process_dir(process)}"
     if "XLA_FLAGS" in out:
-        out["XLA_FLAGS"] = _replace_flag(out["XLA_FLAGS"], "xla_dump_to", own_dump)
+        out["XLA_FLAGS"] = _own_dump_to(out["XLA_FLAGS"], paths.dump_dir, own_dump)
     if out.get("JAX_DUMP_IR_TO") == paths.jax_ir_dir:
         out["JAX_DUMP_IR_TO"] = f"{paths.jax_ir_dir}/{process_dir(process)}"
     return out
