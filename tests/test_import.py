@@ -216,3 +216,64 @@ def test_import_an_xlarun_export_keeps_the_original_manifest(jax_run, tmp_path, 
     report = cli("report", imported["run_id"], "-o", tmp_path / "report", "--store", store_path)
     assert report.exit_code == 0, report.output
     assert (tmp_path / "report" / "index.html").is_file()
+
+
+HOST_PROGRAM = """
+import sys
+import jax, jax.numpy as jnp
+
+@jax.jit
+def mlp_step(w, x):
+    h = x @ w
+    return (jnp.sin(h) if sys.argv[1] == "other" else jnp.tanh(h)).sum()
+
+@jax.jit
+def scale(x):
+    return x * 3.0
+
+print(mlp_step(jnp.ones((8, 8)), scale(jnp.ones((4, 8)))))
+"""
+
+
+@pytest.fixture(scope="module")
+def per_host_dumps(tmp_path_factory) -> Path:
+    """hosts/host0 and hosts/host1, each the dump of one JAX process (host1's step compiled other HLO: a desync)."""
+    pytest.importorskip("jax")
+    folder = tmp_path_factory.mktemp("hosts")
+    (folder / "prog.py").write_text(HOST_PROGRAM)
+    for host, variant in (("host0", "same"), ("host1", "other")):
+        env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={folder / 'hosts' / host}", "JAX_PLATFORMS": "cpu"}
+        subprocess.run([sys.executable, str(folder / "prog.py"), variant], env=env, check=True, capture_output=True, timeout=300)
+    return folder / "hosts"
+
+
+@pytest.mark.slow
+def test_import_of_per_host_folders_is_one_run_of_processes_with_the_desync_found(per_host_dumps, store_path, cli):
+    out = cli("import", per_host_dumps, "--store", store_path)
+    assert out.exit_code == 0, out.output
+    assert "per-host folders as processes: host0/ -> process 0, host1/ -> process 1" in out.stdout
+    found = json.loads(cli("modules", "--store", store_path, "--json").stdout)
+    by_process = {(m["process"], m["name"]): m["module_id"] for m in found["modules"]}
+    assert {p for p, _name in by_process} == {0, 1}
+    assert by_process[(1, "jit_mlp_step")] == by_process[(0, "jit_mlp_step")] + 1_000_000
+    processes = found["processes"]
+    assert [m["name"] for m in processes["desync"]] == ["jit_mlp_step"]
+    assert "jit_scale" in [m["name"] for m in processes["identical"]]
+    files = json.loads(cli("files", "--store", store_path, "--json").stdout)["files"]
+    assert {f["path"].split("/")[0] for f in files} == {"process-0", "process-1"}
+    manifest = json.loads(next(store_path.glob("runs/*/manifest.json")).read_text())
+    assert manifest["imported_from"]["processes"] == {"process-0": "host0", "process-1": "host1"}
+
+
+def test_per_host_folders_are_numbered_by_their_names_and_only_when_nothing_else_is_a_dump(tmp_path):
+    from xlarun.dump_import import per_host_folders
+
+    for host in ("host2", "host10", "host0"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "module_0001.jit_f.before_optimizations.txt").write_text("HloModule f")
+    (tmp_path / "module_0003.jit_g").mkdir()  # a PJRT compile-input folder: not a host
+    (tmp_path / "module_0003.jit_g" / "module_0001.jit_f.before_optimizations.txt").write_text("HloModule f")
+    (tmp_path / "notes").mkdir()  # no dump in it: not a host
+    assert per_host_folders(tmp_path) == {"host0": 0, "host2": 1, "host10": 2}
+    (tmp_path / "module_0004.jit_h.before_optimizations.txt").write_text("HloModule h")
+    assert per_host_folders(tmp_path) == {}  # a dump at the top: one process's, with folders beside it

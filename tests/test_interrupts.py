@@ -89,3 +89,22 @@ def test_a_burst_of_signals_never_deadlocks_the_handler():
     assert sent == 2000 and took < 30
     assert 1 <= len(request.received) <= sent  # pending signals of one kind coalesce
     assert set(request.received) <= {signal.SIGINT, signal.SIGTERM}
+
+
+def test_the_processes_of_a_many_process_job_are_found_by_their_run_and_each_apart(tmp_path):
+    import subprocess
+    import sys
+
+    from xlarun.interrupts import JOB_MARK, job_processes
+
+    run = tmp_path / "staging" / "r1"
+    mark = run / "processes" / "process-0"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={JOB_MARK: str(mark)})
+    try:
+        assert child.pid in job_processes(run)  # recover and a stop of the whole run see every process
+        assert child.pid in job_processes(mark)  # its own leftovers are its own
+        assert child.pid not in job_processes(run / "processes" / "process-1")  # and not another process's
+        assert child.pid not in job_processes(tmp_path / "staging" / "r")  # nor another run's whose id is a prefix
+    finally:
+        child.kill()
+        child.wait()

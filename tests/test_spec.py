@@ -378,3 +378,18 @@ def test_any_hostile_value_under_any_key_is_a_spec_error_or_a_spec(tmp_path, pai
         assert exc.message.startswith(str(spec)) and "\n" not in exc.message
     else:
         assert all(cell.script == (tmp_path / "job.py").resolve() for cell in cells)
+
+
+def test_processes_launch_1_to_64_local_processes_and_nothing_else(tmp_path):
+    from xlarun.errors import ExitCode
+
+    for backend, words in (("docker-cpu", "needs backend: local"), ("local\nexecutor: ray", "executor: ray is not supported")):
+        spec = write_spec(tmp_path, f"name: x\nscript: job.py\nprocesses: 2\nbackend: {backend}\n", "")
+        with pytest.raises(SpecError) as info:
+            load_spec(spec)
+        assert words in str(info.value.problems) and info.value.exit_code == ExitCode.USAGE
+    for count in (0, 65):
+        spec = write_spec(tmp_path, f"name: x\nscript: job.py\nprocesses: {count}\n", "")
+        with pytest.raises(SpecError):
+            load_spec(spec)
+    assert load_spec(write_spec(tmp_path, "name: x\nscript: job.py\n", "")).spec.processes == 1

@@ -213,9 +213,20 @@ class Run(display.Shown):
         """What was recorded: command, flags, versions, host, times, status."""
         return self._store.store.manifest(self.id)
 
-    def logs(self, stream: str = "stdout") -> str:
-        """The job's ``stdout`` or ``stderr``."""
-        return self._store.store.read_log(self.id, stream)
+    def logs(self, stream: str = "stdout", process: int | None = None) -> str:
+        """The job's ``stdout`` or ``stderr``; ``process``: that process's own (a run of many processes)."""
+        if process is None:
+            return self._store.store.read_log(self.id, stream)
+        from xlarun.capture.backends.process_group import process_log
+
+        return process_log(self._store.store.run_path(self.id), process, stream)
+
+    def processes(self):
+        """In a run of many processes, its modules across them: which were compiled alike, which are in desync
+        (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
+        from xlarun.navigate.desync import compare_processes
+
+        return compare_processes([m.summary for m in self.modules()])
 
     def report(self, out: str | Path = "report") -> Path:
         """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""

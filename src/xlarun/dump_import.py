@@ -1,6 +1,10 @@
 """``import``: a dump made outside xlarun (a folder XLA_FLAGS=--xla_dump_to wrote, an archive of one, an
 ``xlarun export`` folder or an ``xlarun bundle``) becomes a run of kind ``import`` in the store.
 
+A folder of per-host dump folders (``host0/``, ``host1/``, each what one process's ``--xla_dump_to`` wrote, and no
+dump files beside them) becomes one run of many processes: the folders, in the order of the numbers in their
+names, are processes 0, 1, ... (``dump/process-K/``, as a capture with ``processes: N`` lays them out).
+
 The source is unpacked (refusing anything hostile: see safe_unpack.py) into the run's staging folder, laid
 out as a capture's job would have written it, then archived and indexed by the same functions a capture uses
 (:meth:`Store.archiver`, :meth:`Store.commit_run`, :meth:`Store.ingest`).
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xlarun.errors import InputError, StoreError, write_trouble
+from xlarun.hlo.process_dirs import MAX_PROCESSES, process_dir, process_of_dir
 from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
@@ -52,6 +58,7 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)
     bundle_module_id: int | None = None  # the module a bundle was made for
     timings_s: dict[str, float] = field(default_factory=dict)  # unpack, archive, index
+    hosts: dict[str, int] = field(default_factory=dict)  # per-host folder -> the process it became
 
 
 def import_dump(
@@ -75,7 +82,8 @@ def import_dump(
         root = _dump_root(incoming)
         origin = _read_metadata(root / META_DIR, source)
         is_bundle = (root / BUNDLE_MARKER).is_file()
-        warnings = origin.get("warnings", []) + _lay_out(root, staging, is_bundle)
+        hosts = {} if is_bundle else per_host_folders(root)
+        warnings = origin.get("warnings", []) + _lay_out(root, staging, is_bundle, hosts)
         t1 = time.monotonic()
         with store.lock():  # shared, from archiving to the commit: gc cannot take this run's blobs meanwhile
             files = store.archiver(staging).finish()
@@ -88,6 +96,9 @@ def import_dump(
             kind = "bundle" if is_bundle else report.kind
             metadata = {name_: text for name_, text in origin.get("files", {}).items()}
             manifest = _manifest(store, run_id, source, kind, name, origin, files, warnings, t2 - t0)
+            if hosts:
+                processes = {process_dir(k): folder for folder, k in hosts.items()}
+                manifest.imported_from = {**(manifest.imported_from or {}), "processes": processes}
             metadata["manifest.json"] = manifest.to_json()
             if origin.get("manifest_text"):
                 metadata["origin-manifest.json"] = origin["manifest_text"]
@@ -120,6 +131,7 @@ def import_dump(
         warnings=warnings,
         bundle_module_id=(bundle.get("module") or {}).get("module_id"),
         timings_s={"unpack": round(t1 - t0, 3), "archive": round(t2 - t1, 3), "index": round(t3 - t2, 3)},
+        hosts=hosts,
     )
 
 
@@ -137,15 +149,43 @@ def _dump_root(incoming: Path) -> Path:
         root = entries[0]
 
 
-def _lay_out(root: Path, staging: Path, is_bundle: bool) -> list[str]:
-    """Move the dump's files where a capture's job writes them: XLA's files in dump/, tf_graphs/ ... beside."""
+def per_host_folders(root: Path) -> dict[str, int]:
+    """The per-host dump folders at the top of ``root`` with the process each becomes (``{"host0": 0, "host1": 1}``);
+    empty unless every dump file at the top is in such a folder (folders already named ``process-K`` keep K)."""
+    from xlarun.hlo.names import decode_dump_name
+
+    def holds_dump(folder: Path) -> bool:
+        return any(decode_dump_name(p.name).module_id is not None for p in folder.iterdir() if p.is_file())
+
+    top = [p for p in root.iterdir() if p.name != META_DIR and p.name not in OUTPUT_DIRS and not p.is_symlink()]
+    if any(p.is_file() and decode_dump_name(p.name).module_id is not None for p in top):
+        return {}  # a dump at the top: one process's, as ever
+    folders = [p.name for p in top if p.is_dir() and decode_dump_name(p.name).module_id is None and holds_dump(p)]
+    if not folders or all(process_of_dir(f) is not None for f in folders):
+        return {}  # none, or already laid out as processes (an export of a run of many processes)
+    if len(folders) > MAX_PROCESSES:
+        raise InputError(f"{len(folders)} per-host dump folders: a run holds at most {MAX_PROCESSES} processes")
+    ordered = sorted(folders, key=lambda f: (_last_number(f), f))
+    return {folder: k for k, folder in enumerate(ordered)}
+
+
+def _last_number(name: str) -> int:
+    numbers = re.findall(r"\d+", name)
+    return int(numbers[-1]) if numbers else -1
+
+
+def _lay_out(root: Path, staging: Path, is_bundle: bool, hosts: dict[str, int]) -> list[str]:
+    """Move the dump's files where a capture's job writes them: XLA's files in dump/, tf_graphs/ ... beside;
+    per-host folders (``hosts``) into dump/process-K/."""
     warnings: list[str] = []
     for entry in sorted(root.iterdir()):
         if entry.name == META_DIR:
             continue
         if is_bundle and entry.name != "dump":  # README.md, sources/: for people, not part of the dump
             continue
-        if entry.is_dir() and entry.name in OUTPUT_DIRS:
+        if entry.name in hosts:
+            os.rename(entry, staging / "dump" / process_dir(hosts[entry.name]))
+        elif entry.is_dir() and entry.name in OUTPUT_DIRS:
             target = staging / entry.name
             target.rmdir()  # begin_run made it empty
             os.rename(entry, target)

@@ -169,8 +169,10 @@ JOB_MARK = "XLARUN_JOB_DIR"
 
 
 def job_processes(run_dir: Path | str) -> list[int]:
-    """The live processes (not zombies) whose environment marks them as part of the job staged in ``run_dir``."""
+    """The live processes (not zombies) whose environment marks them as part of the job staged in ``run_dir``,
+    the processes of a many-process job among them (each marked ``run_dir/processes/process-K``)."""
     needle = f"{JOB_MARK}={run_dir}".encode() + b"\0"
+    of_a_process = b"\0" + f"{JOB_MARK}={run_dir}{os.sep}processes{os.sep}".encode()
     found = []
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -179,7 +181,8 @@ def job_processes(run_dir: Path | str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:  # ended meanwhile, or another user's
             continue
-        if (b"\0" + needle) in (b"\0" + environ) and process_alive(int(entry.name)):
+        mine = (b"\0" + needle) in (b"\0" + environ) or of_a_process in (b"\0" + environ)
+        if mine and process_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 

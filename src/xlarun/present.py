@@ -112,6 +112,7 @@ def print_module(store, module, files: bool = False) -> None:
             ),
             ("parse error", module.parse_error),
             *module_sharding(store, module).lines(),
+            *_process_lines(store, module),
         ]
     )
     bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files
@@ -144,11 +145,38 @@ def print_module(store, module, files: bool = False) -> None:
     _show_extras(store, module)
 
 
-def print_modules(items, more: int = 0) -> None:
-    """The module table shared by ``modules`` and ``capture``."""
+def _process_lines(store, module) -> list[tuple[str, str]]:
+    """In a run of many processes: which process compiled the module, and which others compiled it alike."""
+    if module.process is None:
+        return []
+    from xlarun.navigate.desync import compare_processes, module_across_processes
 
+    group = module_across_processes(compare_processes(store.index.modules(module.run_id)), module.module_id)
+    if group is None:
+        return [("process", str(module.process))]
+    same = [c.process for c in group.compiles if c.fingerprint == module.fingerprint and c.process != module.process]
+    alike = f"the same HLO as process {', '.join(map(str, same))}" if same else "no other process compiled the same HLO"
+    lines = [("process", f"{module.process} ({alike})")]
+    if group.desync:
+        lines.append(("DESYNC", group.line()))
+    return lines
+
+
+def print_process_report(report) -> None:
+    """Under ``modules`` in a run of many processes: the modules every process compiled alike, and the desync."""
+    if report is None:
+        return
+    say(report.summary())
+    for module in report.desync:
+        say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
+
+
+def print_modules(items, more: int = 0) -> None:
+    """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many."""
+    with_process = any(m.process is not None for m in items)
     rows = [
         (
+            *((m.process,) if with_process else ()),
             m.module_id,
             m.name or "(name not in file names)",
             {True: "yours", False: "framework"}.get(m.own_code, ""),
@@ -161,9 +189,19 @@ def print_modules(items, more: int = 0) -> None:
         for m in items
     ]
     print_table(
-        ("id", "name", "code", "stages", "passes", "instr before", "instr after", "signature"),
+        (
+            *(("process",) if with_process else ()),
+            "id",
+            "name",
+            "code",
+            "stages",
+            "passes",
+            "instr before",
+            "instr after",
+            "signature",
+        ),
         rows,
-        right=("id", "passes", "instr before", "instr after"),
+        right=("process", "id", "passes", "instr before", "instr after"),
     )
     if more:
         echo(f"... and {more} more (`xlarun modules` lists all)")

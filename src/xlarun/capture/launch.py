@@ -222,7 +222,7 @@ def _capture(
 ) -> CaptureResult:
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or Store.open()
-    backend = make_backend(loaded.spec.backend)
+    backend = make_backend(loaded.spec.backend, loaded.spec.processes)
     framework = job_framework(loaded)
 
     if base_env is None:
@@ -302,8 +302,9 @@ def _capture(
             warnings.append(result.error)
         if sink.error:
             warnings.append(sink.error)
-        if result.details.get("stopped_leftovers"):
-            warnings.append(str(result.details["stopped_leftovers"]))
+        for said in ("stopped_leftovers", "stopped"):  # what was stopped: leftovers, the other processes of a job
+            if result.details.get(said):
+                warnings.append(str(result.details[said]))
         signal_name = stop.signal_name
         if signal_name and result.status == RunStatus.INTERRUPTED:
             warnings.append(

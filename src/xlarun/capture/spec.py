@@ -257,6 +257,25 @@ class RunSpec(_Strict):
         description="Where a batch's cells run: local (threads of this process) or ray (tasks on a Ray cluster; `xlarun batch --address`).",
     )
 
+    processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Launch the script as this many processes of one job on this machine (jax.distributed on loopback); "
+        "each gets XLARUN_PROCESS_ID, XLARUN_NUM_PROCESSES and XLARUN_COORDINATOR, and dumps into dump/process-K/. Local backend only.",
+    )
+
+    @model_validator(mode="after")
+    def _processes_run_here(self) -> RunSpec:
+        if self.processes > 1 and self.backend.kind != "local":
+            raise ValueError(
+                f"processes: {self.processes} needs backend: local (the processes of one job are launched on this machine; "
+                f"a {self.backend.kind} container runs one process)"
+            )
+        if self.processes > 1 and self.executor == "ray":
+            raise ValueError(f"processes: {self.processes} with executor: ray is not supported: use executor: local")
+        return self
+
     @field_validator("name")
     @classmethod
     def _name_is_simple(cls, value: str) -> str:

@@ -65,6 +65,9 @@ def capture(
         progress.close()
     failure = exit_status_error(result)
     if as_json:
+        from xlarun.navigate.desync import compare_processes
+
+        processes = compare_processes(result.modules)
         print_json(
             {
                 "run_id": result.run_id,
@@ -77,6 +80,7 @@ def capture(
                 "error": failure.message if failure else None,
                 "hint": failure.hint if failure else None,
             }
+            | ({"processes": processes.to_json()} if processes else {})
         )
         if failure is not None:
             mark_json_reported(failure)  # one document: the CLI's handler adds none
@@ -90,9 +94,11 @@ def capture(
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
         if result.modules and top:
-            from xlarun.present import print_modules
+            from xlarun.navigate.desync import compare_processes
+            from xlarun.present import print_modules, print_process_report
 
             print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
+            print_process_report(compare_processes(result.modules))
     if failure is not None:
         raise failure
 
@@ -210,5 +216,11 @@ def flags(
         return
     for line in composed.warnings:
         warn(line)
+    if loaded.spec.processes > 1:  # what each process adds is drawn at launch (the coordinator's free port)
+        n = loaded.spec.processes
+        warn(
+            f"processes: {n}: a capture launches {n} processes, process K with XLARUN_PROCESS_ID=K, XLARUN_NUM_PROCESSES={n}, "
+            "XLARUN_COORDINATOR=127.0.0.1:<free port>, JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo and --xla_dump_to=.../dump/process-K"
+        )
     for line in composed.export_lines():
         typer.echo(line)

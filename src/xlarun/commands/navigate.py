@@ -134,21 +134,25 @@ def modules(
     """
     from xlarun.console import print_json, say
     from xlarun.navigate.compiles import tell_compiles_apart
-    from xlarun.present import print_run_modules
+    from xlarun.navigate.desync import compare_processes
+    from xlarun.present import print_process_report, print_run_modules
 
     the_run = front_door(store).run(run)
     listed = the_run.modules()
     items = [module.summary for module in listed]
     by_id = {module.module_id: module for module in listed}
     recompiles = tell_compiles_apart(items, lambda summary: _before_text(by_id[summary.module_id]))
+    processes = compare_processes(items)  # as Run.processes() says it, from the modules already read
     if as_json:
-        print_json({"run_id": the_run.id, "modules": items, "recompiles": recompiles})
+        found = {"run_id": the_run.id, "modules": items, "recompiles": recompiles}
+        print_json(found | ({"processes": processes.to_json()} if processes else {}))
         return
     print_run_modules(the_run.info, items, the_run.files_outside_modules())
     if recompiles:
         say("compiled more than once (each against the function's first compile):")
         for r in recompiles:
             say(f"  {r.name} {r.line()}")
+    print_process_report(processes)
 
 
 def _before_text(module) -> str | None:
@@ -280,16 +284,19 @@ def _binary_dump_holds(path: Path) -> str | None:
 def logs(
     run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
     stream: Annotated[str, typer.Option("--stream", help="stdout, stderr or both.")] = "both",
+    process: Annotated[
+        int | None,
+        typer.Option(
+            "--process", "-p", min=0, help="Only this process's output (a run of many processes: `processes:` in its spec)."
+        ),
+    ] = None,
     store: StoreOption = None,
 ) -> None:
-    """Print a run's captured stdout and stderr."""
-    from xlarun.navigate.refs import resolve_run
-
-    the_store = open_store(store)
-    info = resolve_run(the_store.index, run)
+    """Print a run's captured stdout and stderr (in a run of many processes, every line prefixed with its process)."""
+    the_run = front_door(store).run(run)
     for name in ("stdout", "stderr"):
         if stream in (name, "both"):
-            text = the_store.read_log(info.run_id, name)
+            text = the_run.logs(name, process)
             if stream == "both":
                 typer.echo(f"==> {name} <==")
             typer.echo(text, nl=not text.endswith("\n"))

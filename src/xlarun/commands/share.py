@@ -53,7 +53,8 @@ def import_(
     """
     from xlarun.console import print_json, say, warn
     from xlarun.dump_import import import_dump
-    from xlarun.present import print_modules
+    from xlarun.navigate.desync import compare_processes
+    from xlarun.present import print_modules, print_process_report
     from xlarun.safe_unpack import UnpackLimits
 
     limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
@@ -67,7 +68,10 @@ def import_(
     say(
         f"imported {result.source_kind} {source} as run [bold]{result.run_id}[/bold] in {took:.1f} s: {result.files} files, {len(result.modules)} modules"
     )
+    if result.hosts:
+        say("per-host folders as processes: " + ", ".join(f"{folder}/ -> process {k}" for folder, k in result.hosts.items()))
     print_modules(result.modules[:10], more=max(0, len(result.modules) - 10))
+    print_process_report(compare_processes(result.modules))
 
 
 def bundle(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from xlarun.hlo.process_dirs import xla_module_id
+
 if TYPE_CHECKING:
     from xlarun.hlo.names import DumpName
 
@@ -72,7 +74,9 @@ def describe(d: DumpName) -> list[tuple[str, str]]:
     if d.timestamp_us is not None:
         out.append(("timestamp", f"{d.timestamp_us} microseconds since the epoch{_utc(d.timestamp_us)}"))
     if d.module_id is not None:
-        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; unique within one process only)"))
+        where = "unique within one process only" if d.process is None else f"process {d.process}'s module_"
+        where += "" if d.process is None else f"{xla_module_id(d.module_id, d.process):04d} as XLA named it"
+        out.append(("module id", f"{d.module_id} (module_{d.module_id:04d}; {where})"))
     elif d.kind == "snapshot" and d.module_name:
         out.append(("module id", "not in the file name (the index ties it to the run's one module of this name)"))
     if d.module_name:

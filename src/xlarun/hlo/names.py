@@ -15,6 +15,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from xlarun.hlo.process_dirs import process_of_dir, run_module_id
+
 KINDS = (
     "hlo", "pass", "buffer-assignment", "buffer-assignment-values", "live-range",
     "memory-usage-report", "debug-options", "snapshot", "codegen", "gpu-artifact", "autotune",
@@ -45,6 +47,7 @@ class DumpName:
     snapshot_id: int | None = None  # PJRT snapshot number, may be negative
     pid: int | None = None  # pid_<n>: the process PyTorch/XLA on Neuron names in its snapshots
     artifact: str | None = None  # kernel, fusion, graph, function, folder: what the file is about
+    process: int | None = None  # the job's process whose dump folder (process-K/) holds it; module_id is the run's
 
     def describe(self) -> list[tuple[str, str]]:
         """Ordered (label, words) pairs that explain every field the name carries."""
@@ -378,6 +381,9 @@ def _decode(path: str) -> dict[str, Any]:
     if not parts:
         return {}
     top, name = parts[0], parts[-1]
+    if len(parts) > 1 and (process := process_of_dir(top)) is not None:  # one process of a many-process job
+        fields = _decode("/".join(parts[1:]))  # process K's module N is module K * PROCESS_STRIDE + N of the run
+        return {**fields, "process": process, "module_id": run_module_id(process, fields.get("module_id"))}
     if top == "tf_graphs" and len(parts) > 1:
         return _decode_tf_graph(name)
     if top == "jax_ir" and len(parts) > 1:

@@ -89,13 +89,14 @@ def differences(first: CompileFacts, later: CompileFacts) -> list[str]:
 
 def tell_compiles_apart(modules: list, read_text: Callable[[Any], str | None]) -> list[Recompile]:
     """For each function compiled more than once (modules of one name), how each later compile differs from the
-    first (lowest module id). ``read_text(module)`` gives a module's before_optimizations text, or None."""
-    by_name: dict[str, list] = {}
+    first (lowest module id). ``read_text(module)`` gives a module's before_optimizations text, or None. In a run
+    of many processes, each process's compiles are its own (the same function on two processes is not a recompile)."""
+    by_name: dict[tuple[int | None, str], list] = {}
     for module in modules:
         if module.name:
-            by_name.setdefault(module.name, []).append(module)
+            by_name.setdefault((getattr(module, "process", None), module.name), []).append(module)
     out = []
-    for name, group in by_name.items():
+    for (_process, name), group in by_name.items():
         if len(group) < 2:
             continue
         group = sorted(group, key=lambda m: m.module_id)

@@ -172,14 +172,14 @@ def resolve_batch(index: Index, ref: str) -> str:
 
 def counterpart_module(index: Index, module: ModuleInfo, other: str) -> ModuleInfo:
     """The module ``other`` names to compare ``module`` with: a module REF, or a run REF (that run's module of
-    the same name). Refuses ``module`` itself."""
+    the same name, of the same process in a run of many). Refuses ``module`` itself."""
     from xlarun.errors import InputError
 
     try:
         second = resolve_module(index, other)
     except RefError:
         run_id = resolve_run(index, other).run_id
-        same = [m for m in index.modules(run_id) if m.name == module.name]
+        same = sorted((m for m in index.modules(run_id) if m.name == module.name), key=lambda m: m.process != module.process)
         if not same:
             raise InputError(
                 f"run {run_id} has no module named {module.name}", "give the second module as RUN/module_NNNN"

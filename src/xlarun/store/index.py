@@ -36,7 +36,7 @@ from xlarun.store.records import (
 if TYPE_CHECKING:
     from xlarun.store.summaries import ModuleSummary
 
-SCHEMA_VERSION = 5  # 4: "digest" columns (were "sha256"); 5: modules.own_code
+SCHEMA_VERSION = 6  # 4: "digest" columns (were "sha256"); 5: modules.own_code; 6: modules.process
 
 
 SCHEMA = """
@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS modules (
     run_id TEXT, module_id INTEGER, name TEXT, backend TEXT, stages TEXT, n_pass_dumps INTEGER, n_files INTEGER,
     instr_before INTEGER, instr_after INTEGER, compute_ops INTEGER, opcodes_before TEXT, opcodes_after TEXT,
     entry_signature TEXT, fingerprint TEXT, hlo_bytes INTEGER, elided_constants INTEGER, parse_error TEXT,
-    own_code INTEGER,
+    own_code INTEGER, process INTEGER,
     PRIMARY KEY (run_id, module_id)
 );
 CREATE INDEX IF NOT EXISTS modules_name ON modules(name);
@@ -213,7 +213,7 @@ class Index:
     def write_module(self, run_id: str, summary: ModuleSummary) -> None:
         """(In a transaction.) One module's row and its pass timeline (a :class:`ModuleSummary`)."""
         self.conn.execute(
-            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 summary.module_id,
@@ -233,6 +233,7 @@ class Index:
                 int(summary.elided_constants),
                 summary.parse_error,
                 None if summary.own_code is None else int(summary.own_code),
+                summary.process,
             ),
         )
         self.conn.executemany(

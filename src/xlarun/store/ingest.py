@@ -41,13 +41,13 @@ def _storable(name: DumpName) -> DumpName:
 def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tuple[StoredFile, DumpName]]:
     """Give a file whose name carries a module name but no id (TensorFlow's and PyTorch/XLA-on-Neuron's
     ``module_<name>.execution_<n>.hlo_snapshot.pb``) the id of the one module of the run with that name."""
-    ids_by_name: dict[str, set[int]] = defaultdict(set)
+    ids_by_name: dict[tuple[int | None, str], set[int]] = defaultdict(set)  # by (process, name): ids are per process
     for _stored, name in decoded:
         if name.module_id is not None and name.module_name and name.kind not in _NOT_MODULE_FILES:
-            ids_by_name[name.module_name].add(name.module_id)
+            ids_by_name[(name.process, name.module_name)].add(name.module_id)
     tied = []
     for stored, name in decoded:
-        ids = ids_by_name.get(name.module_name or "", set()) if name.module_id is None else set()
+        ids = ids_by_name.get((name.process, name.module_name or ""), set()) if name.module_id is None else set()
         # Two modules of one name (a function compiled twice, or one jit over two ids as in xla#7193): the file
         # name cannot say which one ran, so the file stays with no module rather than with a guessed one.
         if len(ids) == 1 and name.kind not in _NOT_MODULE_FILES:

@@ -174,6 +174,7 @@ class ModuleInfo:
     elided_constants: bool
     parse_error: str | None
     own_code: bool | None = None  # the user's code (True), only the framework's (False), untold (None)
+    process: int | None = None  # the job's process that compiled it, in a run of many processes (else None)
     files: list[FileInfo] = field(default_factory=list)
     passes: list[PassInfo] = field(default_factory=list)
 
@@ -248,7 +249,7 @@ _MODULE_REQUIRED = {"run_id": _TEXT, "module_id": _INT, "n_pass_dumps": _INT, "n
     c: _TEXT for c in ("stages", "opcodes_before", "opcodes_after")  # JSON, always written
 }  # fmt: skip
 _MODULE_OPTIONAL = {c: _TEXT for c in ("name", "backend", "entry_signature", "fingerprint", "parse_error")} | {
-    c: _INT for c in ("instr_before", "instr_after", "compute_ops", "hlo_bytes", "elided_constants", "own_code")
+    c: _INT for c in ("instr_before", "instr_after", "compute_ops", "hlo_bytes", "elided_constants", "own_code", "process")
 }  # fmt: skip
 _FILE_REQUIRED = {"run_id": _TEXT, "path": _TEXT, "digest": _TEXT, "size": _INT, "kind": _TEXT}
 _FILE_OPTIONAL = {c: _TEXT for c in ("format", "stage", "pipeline", "after_pass", "before_pass")} | {"step": _INT}
@@ -342,6 +343,7 @@ def module_from_row(row: sqlite3.Row) -> ModuleInfo:
         bool(row["elided_constants"]),
         row["parse_error"],
         None if row["own_code"] is None else bool(row["own_code"]),
+        row["process"],
     )
 
 

@@ -61,6 +61,7 @@ class ModuleSummary:
     passes: list[PassInfo] = field(default_factory=list)
     terms: set = field(default_factory=set)
     own_code: bool | None = None  # see :func:`own_code`
+    process: int | None = None  # the job's process that compiled it (a run of many processes), else None
 
 
 _FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
@@ -410,6 +411,7 @@ def summarize_module(
         stages=stages,
         n_pass_dumps=len({(n.step, n.pipeline) for _s, n in pass_members}),
         n_files=len(members),
+        process=next((n.process for _s, n in members if n.process is not None), None),
     )
     errors = []
     for stage, attr in (("before_optimizations", "before"), ("after_optimizations", "after")):

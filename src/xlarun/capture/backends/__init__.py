@@ -10,8 +10,13 @@ if TYPE_CHECKING:
     from xlarun.capture.spec import BackendSpec
 
 
-def make_backend(spec: BackendSpec) -> Backend:
-    """The backend a spec's ``backend`` section asks for."""
+def make_backend(spec: BackendSpec, processes: int = 1) -> Backend:
+    """The backend a spec's ``backend`` section asks for; ``processes`` > 1 (local only) launches the job as that
+    many processes of one distributed program."""
+    if spec.kind == "local" and processes > 1:
+        from xlarun.capture.backends.process_group import ProcessGroupBackend
+
+        return ProcessGroupBackend(processes)
     if spec.kind == "local":
         from xlarun.capture.backends.local import LocalBackend
 
