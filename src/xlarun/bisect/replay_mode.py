@@ -201,7 +201,7 @@ def _bisect(
         blame_partitioner(result, steps, first)
     if first is None and result.kept_passes and plan is None:
         measure_kept_passes(replayer, before, steps, expected, options, result, log)
-    elif first is None and result.kept_passes:
+    elif first is None and result.kept_passes and plan is not None:
         result.warnings.append(
             f"kept on, as the module does not compile without them: {', '.join(result.kept_passes)}; what they do to the "
             f"numbers is not measured on {plan.devices} devices, so 'no step diverges' does not clear them"

@@ -18,7 +18,6 @@ partitioner's passes kept on), and the result says the partitioner itself is par
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 PARTITIONER_PASSES = ("shardy-xla", "sharding-propagation", "spmd-partitioning", "spmd-cleanup")
 #: The partitioner's pass, and the nested pipeline it runs on the module it has just made per-device.
 _PARTITIONER, _PARTITIONER_CLEANUP = "spmd-partitioning", "spmd-cleanup"
-_LAYOUT = re.compile(r"entry_computation_layout=\{(.*?)\}(?:, |$)", re.MULTILINE)
+_LAYOUT_KEY = "entry_computation_layout={"
 
 
 @dataclass
@@ -112,8 +111,16 @@ def _require_devices(platform: str, count: int, label: str) -> None:
 
 
 def _entry_layout(text: str) -> str | None:
-    found = _LAYOUT.search(text[: text.find("\n") if "\n" in text else len(text)])
-    return found.group(1) if found else None
+    """The ``entry_computation_layout={...}`` of the ``HloModule`` line (its braces nest: ``f32[4]{0}``)."""
+    start = text.find(_LAYOUT_KEY, 0, text.find("\n") if "\n" in text else len(text))
+    if start < 0:
+        return None
+    depth = 0
+    for end in range(start + len(_LAYOUT_KEY) - 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start : end + 1]
+    return None
 
 
 def _first_per_device(store: Store, module: ModuleInfo, steps: list[PassStep], global_layout: str | None) -> int | None:

@@ -196,6 +196,7 @@ def _serve(platform_name: str) -> int:
                 with open(request["arguments"], "rb") as handle:
                     arguments[request["arguments"]] = pickle.load(handle)
             answer: dict[str, Any] = {"error": None}
+            found: list | None = None
             if devices and request.get("arguments"):
                 found, answer["compile_s"] = sharded.run(stablehlo, devices, debug_options, arguments[request["arguments"]])
             elif devices:
