@@ -4,7 +4,8 @@ One real capture, pass by pass, of three steps sharded over 4 host CPU devices: 
 mesh (no collectives before the partitioner: the reference runs on one device), a shard_map step with psum (per-device
 code in the program: the reference is partitioned on 4 devices too), and a sum made on purpose so that its order
 matters (huge values of opposite signs on different devices), which the SPMD partitioner splits into per-device
-partial sums: the numbers move at the partitioner, and bisect names it.
+partial sums: the numbers move at the partitioner, and bisect names it. And an elementwise residual that algsimp
+folds after the partitioner: the culprit is a per-device step, and its first moving instruction is found on 4 devices.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ def psum_step(w, x):
 def split_sum(v):
     return jnp.sum(v * 0.5 + c)
 
-print(named_step(w, x)[1], psum_step(w, x)[1], split_sum(v))
+r = jax.device_put(jnp.linspace(-2.0, 2.0, 4096), NamedSharding(mesh, P("data")))
+
+@jax.jit
+def sharded_residual(r):  # not zero in floats until algsimp folds (r / 3) * 3 (after the partitioner)
+    return ((r / 3.0) * 3.0 - r) * 1e6
+
+print(named_step(w, x)[1], psum_step(w, x)[1], split_sum(v), sharded_residual(r).sum())
 """
 
 
@@ -133,8 +140,23 @@ def test_a_sum_split_over_devices_names_the_spmd_partitioner(cli, sharded_store)
     assert data["error_before"]["max_abs_error"] == 0.0 and data["error_before"]["devices"] == 1
     assert data["error_after"]["devices"] == 4 and data["error_after"]["max_abs_error"] > 0.5
     assert "all-reduce +1" in " ".join(data["diff_summary"])  # the partitioner's diff: the partial sums' all-reduce
-    assert data["first_move"] is None  # the instruction search runs one device: said, not done
-    assert any("instruction search runs one device" in w for w in data["warnings"])
+    assert data["first_move"] is None  # global values do not pair with per-device pieces: said, not done
+    assert any("first moving instruction was not looked for" in w for w in data["warnings"])
+
+
+@pytest.mark.slow
+def test_a_culprit_after_the_partitioner_is_found_with_its_first_moving_instruction_on_4_devices(cli, sharded_store):
+    code, data = _bisect(cli, sharded_store, "sharded_residual")
+    assert data["error"] is None, data
+    assert code == 1 and data["culprit_pass"] == "algsimp" and data["culprit_pipeline"] == "simplification"
+    assert data["culprit_step"] > data["per_device_from_step"] and data["error_after"]["devices"] == 4
+    assert data["error_before"]["max_abs_error"] == 0.0  # partitioning an elementwise program moves nothing
+    moved = data["first_move"]["moved"]
+    # the per-device module's own multiply (4096 values over 4 devices), on the program's line, fed by algsimp's constant
+    assert moved["opcode"] == "multiply" and moved["shape"].startswith("f32[1024]")
+    line = STEPS.split("\n").index("    return ((r / 3.0) * 3.0 - r) * 1e6") + 1
+    assert moved["source"].endswith(f"steps.py:{line}") and moved["new_operands"]
+    assert data["first_move"]["visible"]["max_abs_error"] > 1e-5
 
 
 @pytest.mark.slow

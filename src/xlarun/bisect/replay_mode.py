@@ -26,6 +26,7 @@ from xlarun.bisect.sharded_replayer import (
     ShardedReplayer,
     blame_partitioner,
     describe_devices,
+    instruction_search_refusal,
     plan_devices,
 )
 from xlarun.diff import PassStep, pass_diff, pass_steps
@@ -206,12 +207,12 @@ def _bisect(
             f"kept on, as the module does not compile without them: {', '.join(result.kept_passes)}; what they do to the "
             f"numbers is not measured on {plan.devices} devices, so 'no step diverges' does not clear them"
         )
-    if options.ops and first is not None and plan is not None:
-        result.warnings.append(
-            f"the first moving instruction was not looked for: the instruction search runs one device, and this "
-            f"module's steps run on {plan.devices}"
-        )
+    refusal = instruction_search_refusal(plan, first) if plan is not None and first is not None else None
+    if options.ops and refusal is not None:
+        result.warnings.append(refusal)
     elif options.ops and first is not None:
+        if isinstance(replayer, ShardedReplayer):  # past the partitioner (else refused above): values are per-device
+            replayer.texts_per_device = plan is not None and plan.first_per_device is not None and first > plan.first_per_device
         result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, options, log)
     result.wall_s = time.perf_counter() - started
     return result

@@ -145,7 +145,7 @@ class StepReplayer:
 
     def _module_file(self, path: str, proto: bytes | None = None) -> str:
         if path not in self._stablehlo:
-            if proto is None or self.devices_for(path) is not None:
+            if proto is None:
                 proto = self.compilable_proto(path)
             with tempfile.NamedTemporaryFile(prefix="xlarun-bisect-", suffix=".mlirbc", delete=False) as handle:
                 handle.write(pjrt.module_proto_to_stablehlo(proto))

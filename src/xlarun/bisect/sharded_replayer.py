@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.replayer import Log, StepReplayer
-from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.errors import EngineError, EnvironmentProblem, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.deoptimize import deoptimize_hlo_text
 from xlarun.replay.partitioned import Partitioning, rewrite_for_devices
@@ -152,6 +152,8 @@ class ShardedReplayer(StepReplayer):
         }
         self._global_results: list[list[int]] | None = None
         self._specs: dict[str, dict | None] = {}
+        #: Modules given as text are per-device code (the instruction search between two per-device steps).
+        self.texts_per_device = False
 
     def devices_for(self, path: str) -> dict | None:
         if path not in self._specs:
@@ -159,7 +161,7 @@ class ShardedReplayer(StepReplayer):
         return self._specs[path]
 
     def _spec(self, path: str) -> dict | None:
-        if path.startswith("text:"):  # an instruction search's module: one device (not done for N)
+        if path.startswith("text:"):  # an instruction search between global steps: on one device, as the reference
             return None
         if path in self._per_device:
             proto = self.compilable_proto(path)
@@ -173,6 +175,29 @@ class ShardedReplayer(StepReplayer):
         if self.plan.reference_devices == 1:
             return None
         return {"count": self.plan.devices, "partition": True, "result_dims": self._result_dims()}
+
+    def run_text(self, text: str) -> list | None:
+        """As :meth:`StepReplayer.run_text`; while ``texts_per_device`` (the instruction search between two per-device
+        steps), on the N devices, each value given back as its N per-device pieces stacked (they pair by name)."""
+        if not self.texts_per_device:
+            return super().run_text(text)
+        proto = pjrt.text_to_module_proto(rewrite_for_devices(deoptimize_hlo_text(text).text))
+        key = f"text:{hash(text)}"
+        self._specs[key] = {
+            "count": self.plan.devices,
+            "partition": False,
+            "layouts_from": self._module_file(self.before_path),
+            "local": [list(s.dimensions) for s in entry_parameter_shapes(proto)],
+            "stack": True,
+        }
+        outputs, _, error = self._run_in_worker(key, proto)
+        if error is not None:
+            raise EngineError(error)
+        return outputs
+
+    def _module_file(self, path: str, proto: bytes | None = None) -> str:
+        # run() hands over the dump as written; a per-device step is compiled rewritten as a manual module
+        return super()._module_file(path, None if path in self._per_device else proto)
 
     def compilable_proto(self, path: str) -> bytes:
         if path not in self._per_device:
@@ -216,4 +241,24 @@ def blame_partitioner(result, steps: list[PassStep], first: int) -> None:
     result.warnings.append(
         f"step {step.step} ({step.label}) is the first dump of the per-device module the SPMD partitioner made: "
         "the numbers moved when the program was split over the devices"
+    )
+
+
+def instruction_search_refusal(plan: DevicePlan, first: int) -> str | None:
+    """Why the culprit step's first moving instruction cannot be looked for (``None``: it can). Values pair by name
+    between two per-device steps (each value's N pieces) or two global steps run on one device; not across the
+    partitioner (global values against per-device pieces), nor between global steps partitioned again by XLA."""
+    per_device = plan.first_per_device is not None and first >= plan.first_per_device
+    if per_device and first > plan.first_per_device:  # type: ignore[operator]  # not None: per_device says so
+        return None
+    if per_device:
+        return (
+            "the first moving instruction was not looked for: the culprit step is the partitioner's first per-device "
+            "module, whose values (each device's pieces) do not pair with the whole program's before it"
+        )
+    if plan.reference_devices == 1:
+        return None
+    return (
+        f"the first moving instruction was not looked for: the steps before the partitioner run partitioned again by XLA "
+        f"on {plan.devices} devices, which may spread each value differently"
     )

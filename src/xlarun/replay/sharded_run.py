@@ -56,6 +56,13 @@ class ShardedRunner:
         else:
             parameter_layouts, output_layouts = self.layouts(spec["layouts_from"], spec["count"])
             local = [tuple(dims) for dims in spec["local"]]
+        if spec.get("stack"):  # each value as its per-device pieces, stacked: values of per-device modules, paired by name
+            count = spec["count"]
+            pieces = [
+                shard(a, layout, tuple(dims), count) for a, layout, dims in zip(arguments, parameter_layouts, local, strict=True)
+            ]
+            outputs, _ = module.run(module.upload(pieces))
+            return [np.stack(per_device) for per_device in module.download(outputs)], module.compile_s
         results = [tuple(dims) for dims in spec["result_dims"]]
         if len(output_layouts) == 1 and len(results) != 1:  # one sharding for a whole tuple result: each element has it
             output_layouts = output_layouts * len(results)
