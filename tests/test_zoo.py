@@ -64,6 +64,8 @@ def test_every_feature_on_the_zoo_program(name, tmp_path):
         assert cells["bisect"]["note"].startswith("no step diverges")
     elif expected[0] == "culprit":  # bf16: a true culprit that must stay on, named as such
         assert cells["bisect"]["ok"] and cells["bisect"]["note"] == f"culprit {expected[1]}, as expected"
-    else:  # sharded: replay-mode bisect refuses an 8-device module in one line, exit 2
+    else:  # a documented refusal: one line, exit 2
         assert cells["bisect"]["refused"] and cells["bisect"]["rc"] == 2
+    if name == "sharded":  # bisected on its 8 devices (steps after the SPMD partitioner), not refused
+        assert "steps run on 8 devices" in cells["bisect"]["note"]
     assert [f for f, c in cells.items() if c.get("refused")] == (["bisect"] if expected and expected[0] == "refused" else [])

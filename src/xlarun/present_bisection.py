@@ -19,6 +19,13 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
             [
                 ("reference", f"{result.reference}, {result.arguments} arguments"),
                 (
+                    "devices",
+                    f"{result.devices}: steps from {result.per_device_from_step} on (after the SPMD partitioner) ran on "
+                    f"{result.devices} devices, the steps before them on {result.reference_devices}"
+                    if result.devices > 1
+                    else None,
+                ),
+                (
                     "recompiled",
                     (
                         f"with {len(result.disabled_passes)} timeline passes disabled"
@@ -67,10 +74,12 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
         for line in result.diff_summary:
             say(f"  {_escape(line)}")
     if result.mode == "replay" and result.steps:
+        sharded = result.devices > 1
         rows = [
             (
                 e.step if e.step >= 0 else "",
                 e.label,
+                *([e.devices] if sharded else []),
                 _num(e.max_abs_error),
                 _num(e.max_rel_error),
                 e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else ""),
@@ -78,10 +87,10 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
             for e in result.steps
         ]
         print_table(
-            ("step", "dump", "max abs err", "max rel err", "verdict"),
+            ("step", "dump", *(["devices"] if sharded else []), "max abs err", "max rel err", "verdict"),
             rows,
             title=f"error at every replayed step ({len(rows)})",
-            right=("step", "max abs err", "max rel err"),
+            right=("step", "devices", "max abs err", "max rel err"),
         )
     elif result.trials:
         rows = [

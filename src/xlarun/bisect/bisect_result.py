@@ -31,6 +31,8 @@ class StepError:
     flipped: bool | None = None
     #: The step's dump is the same module as an earlier step's: its outputs were reused.
     reused: bool = False
+    #: Devices it ran on: N for a partitioned module's per-device steps (after the SPMD partitioner).
+    devices: int = 1
 
 
 @dataclass
@@ -93,6 +95,11 @@ class BisectResult:
     warnings: list[str] = field(default_factory=list)
     run_id: str | None = None
     module_id: int | None = None
+    #: Devices the module is partitioned for; its steps from ``per_device_from_step`` on ran on that many.
+    devices: int = 1
+    per_device_from_step: int | None = None
+    #: Devices the reference (and the steps before the partitioner) ran on: 1, or N for per-device code.
+    reference_devices: int = 1
 
     @property
     def exit_code(self) -> ExitCode:
@@ -126,7 +133,8 @@ class BisectResult:
         if self.verdict == "diverged" and self.mode == "replay":
             after = self.error_after
             return (
-                f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass}{self.run_of()} ({self.culprit_pipeline}); "
+                f"the numbers change at step {self.culprit_step}: pass {self.culprit_pass}{self.run_of()} ({self.culprit_pipeline})"
+                f"{self._on_devices()}; "
                 f"max abs error {_num(self.error_before.max_abs_error if self.error_before else 0.0)} -> {_num(after.max_abs_error if after else None)}"
             )
         if self.verdict == "diverged":
@@ -138,8 +146,14 @@ class BisectResult:
         if self.mode == "replay":
             largest = self.largest
             where = f" (step {largest.step}, {largest.label})" if largest else ""
-            return f"no step diverges past the tolerance; largest error seen: abs {_num(largest.max_abs_error if largest else 0.0)}{where}"
+            return (
+                f"no step diverges past the tolerance{self._on_devices()}; largest error seen: "
+                f"abs {_num(largest.max_abs_error if largest else 0.0)}{where}"
+            )
         return "disabling the passes the timeline names does not flip the check: no pass changed the result"
+
+    def _on_devices(self) -> str:
+        return f" (partitioned module, steps run on {self.devices} devices)" if self.devices > 1 else ""
 
 
 def _num(value: float | None) -> str:

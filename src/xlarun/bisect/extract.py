@@ -178,7 +178,7 @@ def extract_from_store(
     run of that module computes on its snapshot's arguments (``inputs='fake'``: seeded fake data); written to
     ``output`` (default ``extract_<instruction>`` in the current folder)."""
     from xlarun.bisect.bisect_options import BisectOptions
-    from xlarun.bisect.replay_mode import _Replayer
+    from xlarun.bisect.replayer import StepReplayer
     from xlarun.diff import pass_steps
     from xlarun.replay import pjrt
 
@@ -196,7 +196,7 @@ def extract_from_store(
             raise InputError(f"{module.label} has no pass step {step}", f"`xlarun show {module.ref}` lists its pass timeline")
         path = by_step[step].path
     options = BisectOptions(inputs=inputs, seed=seed).validate()
-    replayer = _Replayer(store, module, options, {}, say)
+    replayer = StepReplayer(store, module, options, {}, say)
     try:
         text = replayer.text(path)
         extracted = extract_instruction(text, instruction, hops)

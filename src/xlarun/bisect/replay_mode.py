@@ -11,8 +11,6 @@ pass; the first step whose outputs leave it by more than the tolerance names the
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -21,17 +19,22 @@ from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.kept import measure_kept_passes
+from xlarun.bisect.replayer import StepReplayer
 from xlarun.bisect.search import binary_search, linear_search
+from xlarun.bisect.sharded_replayer import (
+    PARTITIONER_PASSES,
+    ShardedReplayer,
+    blame_partitioner,
+    describe_devices,
+    instruction_search_refusal,
+    plan_devices,
+)
 from xlarun.diff import PassStep, pass_diff, pass_steps
 from xlarun.errors import EngineError, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.compare import compare_outputs
-from xlarun.replay.deoptimize import deoptimize_hlo_text
-from xlarun.replay.fakedata import fake_arguments
-from xlarun.replay.literals import describe, flatten
+from xlarun.replay.literals import flatten
 from xlarun.replay.partitioned import partitioning_of_text
-from xlarun.replay.probe import ProbeWorker
-from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
@@ -79,137 +82,6 @@ def refuse_unbisectable(module: ModuleInfo, steps: list[PassStep]) -> None:
         )
 
 
-class _Replayer:
-    """Compiles and runs step dumps on fixed arguments; remembers outputs by dump digest."""
-
-    def __init__(self, store: Store, module: ModuleInfo, options: BisectOptions, debug_options: dict, log: Log):
-        self.store, self.module, self.options, self.debug_options, self.log = store, module, options, debug_options, log
-        self.platform = pjrt.Platform(options.platform)
-        self.outputs: dict[str, tuple[list | None, float | None, str | None]] = {}
-        self.replays = 0
-        self.arguments: list | None = None
-        self._stablehlo: dict[str, str] = {}  # dump path -> its StableHLO in a temporary file, for the probe
-        self._probe: ProbeWorker | None = None
-        self._arguments_file: str | None = None
-
-    def text(self, path: str) -> str:
-        text = self.store.read_file(self.module.run_id, path).decode("utf-8", errors="replace")
-        if ELIDED_CONSTANT.search(text):
-            raise InputError(
-                f"{path} holds elided constants ({{...}}), which replay would fill with garbage",
-                "set dump.large_constants: true in the spec and capture again",
-            )
-        return text
-
-    def run(self, digest: str, path: str, platform: pjrt.Platform | None = None) -> tuple[list | None, float | None, str | None]:
-        """(outputs, compile seconds, error) of the dump; cached by digest on the main platform."""
-        if platform is None and digest in self.outputs:
-            return self.outputs[digest]
-        try:
-            rewritten = deoptimize_hlo_text(self.text(path)).text  # fusions -> calls, layouts spelled out; no-op before fusion
-            proto = pjrt.text_to_module_proto(rewritten)
-            if self.arguments is None:
-                self.arguments = self._arguments(proto)
-            found: tuple[list | None, float | None, str | None]
-            if platform is not None:  # the reference platform's one run
-                stablehlo = pjrt.module_proto_to_stablehlo(proto)
-                pjrt.prepare_custom_calls(proto)
-                compiled = platform.compile(stablehlo, self.debug_options)
-                raw, _ = compiled.run(compiled.upload(self.arguments))
-                found = (compiled.download(raw), compiled.compile_s, None)
-            else:  # in the worker: with passes disabled, XLA may abort instead of raising
-                found = self._run_in_worker(path, proto)
-        except (EngineError, InputError) as exc:
-            if isinstance(exc, InputError) and "elided constants" in exc.message:
-                raise
-            found = (None, None, exc.one_line())
-        self.replays += 1
-        if platform is None:
-            self.outputs[digest] = found
-        return found
-
-    def run_text(self, text: str) -> list | None:
-        """The outputs of HLO ``text`` on the bisection's arguments, in the worker (an EngineError if it fails)."""
-        proto = pjrt.text_to_module_proto(deoptimize_hlo_text(text).text)
-        if self.arguments is None:
-            self.arguments = self._arguments(proto)
-        outputs, _, error = self._run_in_worker(f"text:{hash(text)}", proto)
-        if error is not None:
-            raise EngineError(error)
-        return outputs
-
-    def compile_error(self, path: str, debug_options: dict) -> str | None:
-        """Why the dump does not compile with ``debug_options`` on the main platform (None: it does), learnt in
-        the worker process: with passes disabled, XLA can abort the process instead of raising."""
-        return self._worker().compile_error(self._module_file(path), debug_options)
-
-    def close(self) -> None:
-        """Stop the worker and delete the temporary files."""
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
-        for file in [*self._stablehlo.values(), *([self._arguments_file] if self._arguments_file else [])]:
-            if os.path.exists(file):
-                os.unlink(file)
-        self._stablehlo.clear()
-        self._arguments_file = None
-
-    def _run_in_worker(self, path: str, proto: bytes) -> tuple[list | None, float | None, str | None]:
-        import pickle
-
-        if self._arguments_file is None:
-            with tempfile.NamedTemporaryFile(prefix="xlarun-bisect-args-", suffix=".pkl", delete=False) as handle:
-                pickle.dump(self.arguments, handle)
-            self._arguments_file = handle.name
-        module_file = self._module_file(path, proto)
-        outputs_file = module_file + ".out.pkl"
-        compile_s, error = self._worker().run(
-            module_file, self.debug_options, self._arguments_file, outputs_file, custom_calls=b"custom-call" in proto
-        )
-        if error is not None:
-            return None, None, f"compile or run failed: {error}"
-        with open(outputs_file, "rb") as results:
-            outputs = pickle.load(results)
-        os.unlink(outputs_file)
-        return outputs, compile_s, None
-
-    def _worker(self) -> ProbeWorker:
-        if self._probe is None:
-            self._probe = ProbeWorker(self.options.platform)
-        return self._probe
-
-    def _module_file(self, path: str, proto: bytes | None = None) -> str:
-        if path not in self._stablehlo:
-            if proto is None:
-                proto = pjrt.text_to_module_proto(deoptimize_hlo_text(self.text(path)).text)
-            with tempfile.NamedTemporaryFile(prefix="xlarun-bisect-", suffix=".mlirbc", delete=False) as handle:
-                handle.write(pjrt.module_proto_to_stablehlo(proto))
-            self._stablehlo[path] = handle.name
-        return self._stablehlo[path]
-
-    def _arguments(self, proto: bytes) -> list:
-        snapshot = self.snapshot()
-        if self.options.inputs == "snapshot" and snapshot is None:
-            raise InputError(f"{self.module.label} has no snapshot", "capture with dump.snapshots: true, or use --inputs fake")
-        if snapshot is not None and self.options.inputs != "fake":
-            shapes = [s.hlo_text() for s in entry_parameter_shapes(proto)]
-            if shapes == [describe(a) for a in snapshot.arguments]:
-                return snapshot.arguments
-            self.log(f"the snapshot's arguments do not fit the module's parameters ({', '.join(shapes)}); using fake data")
-        return fake_arguments(entry_parameter_shapes(proto), self.options.seed)
-
-    def snapshot(self):
-        found = getattr(self, "_snapshot", False)
-        if found is False:
-            files = sorted(f.path for f in self.module.files if f.kind == "snapshot")
-            found = None
-            if files:
-                source = load_source(files[0], self.store.read_file(self.module.run_id, files[0]))
-                found = source if source.file_format == SNAPSHOT else None
-            self._snapshot = found
-        return found
-
-
 def bisect_module(
     store: Store, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None
 ) -> BisectResult:
@@ -223,15 +95,12 @@ def bisect_module(
     if before is None:
         raise InputError(f"{module.label} has no before_optimizations text dump", "capture with dump.formats including text")
     partitioning = partitioning_of_text(store.read_file(module.run_id, before.path)[:4096].decode("utf-8", errors="replace"))
-    if partitioning.devices > 1:  # its steps after the SPMD partitioner are per-device code: one device would run them wrong
-        raise InputError(
-            f"{module.label} is partitioned for {partitioning.devices} devices ({partitioning.describe()}), and bisect "
-            "replays each pass step on one device",
-            f"`xlarun replay {module.ref}` runs it on its {partitioning.devices} devices against the unpartitioned program; "
-            "rerun mode (`xlarun bisect SPEC --check ...`) bisects by running the job itself",
-        )
-    debug_options, disabled = _debug_options(options, steps)
-    replayer = _Replayer(store, module, options, debug_options, log)
+    plan = plan_devices(store, module, steps, before, partitioning, options) if partitioning.devices > 1 else None
+    debug_options, disabled = _debug_options(options, steps, sharded=plan is not None)
+    if plan is not None:
+        replayer: StepReplayer = ShardedReplayer(store, module, options, debug_options, log, plan, steps)
+    else:
+        replayer = StepReplayer(store, module, options, debug_options, log)
     try:
         return _bisect(store, module, options, steps, before, replayer, debug_options, disabled, log, started)
     finally:
@@ -244,7 +113,7 @@ def _bisect(
     options: BisectOptions,
     steps: list[PassStep],
     before: FileInfo,
-    replayer: _Replayer,
+    replayer: StepReplayer,
     debug_options: dict,
     disabled: list[str],
     log: Log,
@@ -285,6 +154,9 @@ def _bisect(
         module_id=module.module_id,
         kept_passes=kept,
     )
+    plan = getattr(replayer, "plan", None)
+    if plan is not None:
+        describe_devices(result, plan, steps, log)
     log(f"{module.label}: {len(steps)} pass steps; recompiling each with {_describe_recompile(options, disabled)}")
     expected, start_diverged = _reference_outputs(replayer, before, options, result, log)
     result.arguments = (
@@ -301,6 +173,7 @@ def _bisect(
         entry = StepError(
             step.step, step.label, step.after_pass, step.pipeline, step.path, compile_s=compile_s, error=error, reused=reused
         )
+        entry.devices = plan.step_devices(index) if plan is not None else 1
         if outputs is not None:
             comparison = compare_outputs(outputs, expected, options.abs_tolerance, options.rel_tolerance, result.reference)
             entry.max_abs_error, entry.max_rel_error, entry.diverged = (
@@ -325,18 +198,36 @@ def _bisect(
     result.steps = result.steps + [errors[i] for i in sorted(errors)]
     result.replays = replayer.replays
     _conclude(store, module, steps, first, errors, result)
-    if first is None and result.kept_passes:
+    if plan is not None and first is not None and first == plan.first_per_device:
+        blame_partitioner(result, steps, first)
+    if first is None and result.kept_passes and plan is None:
         measure_kept_passes(replayer, before, steps, expected, options, result, log)
-    if options.ops and first is not None:
+    elif first is None and result.kept_passes and plan is not None:
+        result.warnings.append(
+            f"kept on, as the module does not compile without them: {', '.join(result.kept_passes)}; what they do to the "
+            f"numbers is not measured on {plan.devices} devices, so 'no step diverges' does not clear them"
+        )
+    refusal = instruction_search_refusal(plan, first) if plan is not None and first is not None else None
+    if options.ops and refusal is not None:
+        result.warnings.append(refusal)
+    elif options.ops and first is not None:
+        if isinstance(replayer, ShardedReplayer):  # past the partitioner (else refused above): values are per-device
+            replayer.texts_per_device = plan is not None and plan.first_per_device is not None and first > plan.first_per_device
         result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, options, log)
     result.wall_s = time.perf_counter() - started
     return result
 
 
-def _debug_options(options: BisectOptions, steps: list[PassStep]) -> tuple[dict, list[str]]:
+def _debug_options(options: BisectOptions, steps: list[PassStep], sharded: bool = False) -> tuple[dict, list[str]]:
     if options.recompile == "all":
+        if sharded:  # the partitioner is an HLO pass too: without it no global step is split over the devices
+            raise InputError(
+                "--recompile all disables the SPMD partitioner, which a partitioned module's steps need",
+                "use --recompile timeline (the partitioner's passes are kept on) or --recompile full",
+            )
         return {"xla_disable_all_hlo_passes": True}, []
-    disabled = [n for n in timeline_pass_names(steps) if n not in NEVER_DISABLED] if options.recompile == "timeline" else []
+    never = NEVER_DISABLED + (PARTITIONER_PASSES if sharded else ())
+    disabled = [n for n in timeline_pass_names(steps) if n not in never] if options.recompile == "timeline" else []
     disabled = list(dict.fromkeys(disabled + list(options.extra_disabled)))
     return ({"xla_disable_hlo_passes": ",".join(disabled)} if disabled else {}), disabled
 
@@ -391,7 +282,7 @@ def _reference_name(options: BisectOptions) -> str:
 
 
 def _reference_outputs(
-    replayer: _Replayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log
+    replayer: StepReplayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log
 ) -> tuple[list, bool]:
     """The outputs each step is compared with, and whether the before_optimizations module already differs from them."""
     platform = pjrt.Platform(options.reference_platform) if options.reference_platform else None

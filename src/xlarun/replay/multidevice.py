@@ -115,11 +115,14 @@ class DeviceGroup:
         self.platform = platform
         self.devices = list(devices[:count])
 
-    def compile(self, stablehlo: bytes, partitions: int, replicas: int, *, partition: bool) -> MultiDeviceModule:
-        """Compile for ``partitions x replicas`` devices; ``partition``: run XLA's SPMD partitioner on it."""
+    def compile(
+        self, stablehlo: bytes, partitions: int, replicas: int, *, partition: bool, debug_options: dict | None = None
+    ) -> MultiDeviceModule:
+        """Compile for ``partitions x replicas`` devices; ``partition``: run XLA's SPMD partitioner on it.
+        ``debug_options``: DebugOptions fields for this compile only (a bisection's disabled passes)."""
         b = pjrt.bindings()
         xc = b.xla_client
-        options = b.compile_options()
+        options = pjrt.compile_options(b, debug_options or {})
         options.num_partitions, options.num_replicas = partitions, replicas
         build = options.executable_build_options
         build.use_spmd_partitioning = partitions > 1

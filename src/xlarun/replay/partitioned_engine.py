@@ -353,7 +353,7 @@ def _copies_agree(placed: _Placed, host: list[list[np.ndarray]], options: Replay
 
 
 #: Opcodes that run across devices (or ask which device they run on): a module holding one is per-device code.
-_COLLECTIVES = (
+COLLECTIVE_OPCODES = (
     "all-reduce",
     "all-gather",
     "reduce-scatter",
@@ -373,7 +373,7 @@ def _collectives(source: ReplaySource) -> list[str]:
     from xlarun.replay.engine import module_proto
 
     opcodes = module_opcodes(module_proto(source))
-    return [f"{opcodes[op]} ({op})" for op in _COLLECTIVES if op in opcodes]
+    return [f"{opcodes[op]} ({op})" for op in COLLECTIVE_OPCODES if op in opcodes]
 
 
 def _complete_layouts(placed, before, group, partitioning, result, log) -> _Placed | None:

@@ -449,4 +449,4 @@ def _first_line(exc: BaseException) -> str:
 
 
 #: For :mod:`.multidevice`, the other module that drives jaxlib: the same lookups, one definition each.
-first_line, hlo_module, x64_switch = _first_line, _module, _x64_switch
+first_line, hlo_module, x64_switch, compile_options = _first_line, _module, _x64_switch, _compile_options

@@ -11,6 +11,7 @@ CHECK-fail instead of returning an error.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from typing import Any
@@ -26,8 +27,10 @@ class ProbeWorker:
     start and a jax import (~2 s). Use as a context manager; :meth:`compile_error` says why one module file on disk
     does not compile (None when it does)."""
 
-    def __init__(self, platform: str, timeout_s: float | None = None):
+    def __init__(self, platform: str, timeout_s: float | None = None, devices: int = 1):
         self.platform, self.timeout_s = platform, timeout_s or _PROBE_TIMEOUT_S
+        #: Host devices the child's CPU client has (a bisection of a module partitioned for N devices needs N).
+        self.devices = devices
         self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-probe-")
         self._child = Child("xlarun.replay.probe", self._tmp.name)
 
@@ -44,7 +47,12 @@ class ProbeWorker:
     def _ask(self, request: dict) -> tuple[dict | None, str]:
         """Send one request; (the reply, "") or, when the child aborted or hung, (None, the reason from its stderr)."""
         if not self._child.running:
-            self._child.start([self.platform])
+            env = {}
+            if self.devices > 1 and self.platform in ("cpu", "host"):
+                from xlarun.replay.worker import host_device_flags
+
+                env["XLA_FLAGS"] = host_device_flags(os.environ.get("XLA_FLAGS", ""), self.devices)
+            self._child.start([self.platform], env)
         deadline = time.monotonic() + self.timeout_s
         answer = self._child.receive(deadline) if self._child.send(request) else None
         if answer is None:
@@ -57,15 +65,24 @@ class ProbeWorker:
             raise RuntimeError(f"xlarun's compile probe failed:\n{answer['bug']}")
         return answer, ""
 
-    def compile_error(self, path: str, debug_options: dict | None = None) -> str | None:
-        answer, reason = self._ask({"path": path, "debug_options": debug_options or {}})
-        return reason if answer is None else answer.get("error")
+    def compile_error(self, path: str, debug_options: dict | None = None, devices: dict | None = None) -> str | None:
+        """``devices``: compile for N devices as :class:`.sharded_run.ShardedRunner` does (its request spec)."""
+        answer, reason = self._ask({"path": path, "debug_options": debug_options or {}, "devices": devices})
+        return reason if answer is None else self._raise_environment(answer).get("error")
 
     def run(
-        self, path: str, debug_options: dict | None, arguments: str, outputs: str, custom_calls: bool = False
+        self,
+        path: str,
+        debug_options: dict | None,
+        arguments: str,
+        outputs: str,
+        custom_calls: bool = False,
+        devices: dict | None = None,
     ) -> tuple[float | None, str | None]:
         """Compile the module file and run it on the pickled ``arguments`` in the child; the outputs are pickled
-        to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child."""
+        to ``outputs``. (compile seconds, None), or (None, why) when it failed or XLA aborted the child.
+        ``devices``: run it on N devices from global arguments (:class:`.sharded_run.ShardedRunner`'s spec); an
+        EnvironmentProblem (exit 3) when the child has fewer than N."""
         answer, reason = self._ask(
             {
                 "path": path,
@@ -73,11 +90,20 @@ class ProbeWorker:
                 "arguments": arguments,
                 "outputs": outputs,
                 "custom_calls": custom_calls,
+                "devices": devices,
             }
         )
         if answer is None:
             return None, reason
-        return answer.get("compile_s"), answer.get("error")
+        return answer.get("compile_s"), self._raise_environment(answer).get("error")
+
+    @staticmethod
+    def _raise_environment(answer: dict) -> dict:
+        if answer.get("environment"):  # not the module's fault: the devices are missing
+            from xlarun.errors import EnvironmentProblem
+
+            raise EnvironmentProblem(answer["error"], answer.get("hint"))
+        return answer
 
     def close(self) -> None:
         self._child.stop()
@@ -88,27 +114,41 @@ def _handler(platform_name: str):
     """The child's answer to one request: compile (and run); a compile error is an answer, not a failure."""
     import pickle
 
-    from xlarun.errors import XlarunError
+    from xlarun.errors import EnvironmentProblem, XlarunError
     from xlarun.replay.pjrt import Platform, _register_jax_custom_calls
+    from xlarun.replay.sharded_run import ShardedRunner
 
     platform = Platform(platform_name)
+    sharded = ShardedRunner(platform)
     arguments: dict[str, list] = {}
 
     def handle(request: dict, send: Send) -> dict:
         with open(request["path"], "rb") as handle:
             stablehlo = handle.read()
+        devices, debug_options = request.get("devices"), request.get("debug_options") or None
         try:
             if request.get("custom_calls"):
                 _register_jax_custom_calls()
-            compiled = platform.compile(stablehlo, request.get("debug_options") or None)
-            answer: dict[str, Any] = {"error": None, "compile_s": compiled.compile_s}
+            if request.get("arguments") and request["arguments"] not in arguments:
+                with open(request["arguments"], "rb") as handle:
+                    arguments[request["arguments"]] = pickle.load(handle)
+            answer: dict[str, Any] = {"error": None}
+            found: list | None = None
+            if devices and request.get("arguments"):
+                found, answer["compile_s"] = sharded.run(stablehlo, devices, debug_options, arguments[request["arguments"]])
+            elif devices:
+                answer["compile_s"] = sharded.compile(stablehlo, devices, debug_options).compile_s
+            else:
+                compiled = platform.compile(stablehlo, debug_options)
+                answer["compile_s"] = compiled.compile_s
+                if request.get("arguments"):
+                    raw, _ = compiled.run(compiled.upload(arguments[request["arguments"]]))
+                    found = compiled.download(raw)
             if request.get("arguments"):
-                if request["arguments"] not in arguments:
-                    with open(request["arguments"], "rb") as handle:
-                        arguments[request["arguments"]] = pickle.load(handle)
-                raw, _ = compiled.run(compiled.upload(arguments[request["arguments"]]))
                 with open(request["outputs"], "wb") as handle:
-                    pickle.dump(compiled.download(raw), handle)
+                    pickle.dump(found, handle)
+        except EnvironmentProblem as exc:
+            answer = {"error": exc.message, "hint": exc.hint, "environment": True}
         except XlarunError as exc:
             answer = {"error": exc.message}
         return answer
