@@ -60,6 +60,11 @@ def test_the_first_value_that_differs_is_named_with_its_source_line_and_the_new_
     assert found.moved.new_operands == ["bt"] and found.unpaired == 1
     assert found.moved.max_abs_error == pytest.approx(float(abs(x[3] / 3 - x[3] * np.float32(0.333))), rel=1e-3)
     assert found.visible is not None and found.visible.name == "div"  # 4e-4 is past 1e-5 on every element
+    # every paired value's error is kept, the search going on past the first (the report colours the graph by them)
+    assert set(found.value_errors) == {"b3", "div", "sum"} and found.value_errors["b3"] == (0.0, 0.0)
+    assert found.value_errors["div"] == (found.moved.max_abs_error, found.moved.max_rel_error)
+    assert found.past_tolerance == ["div", "sum"] and found.compared == 3
+    assert FirstMove.from_dict(json.loads(json.dumps(found.to_dict()))).value_errors["sum"] == list(found.value_errors["sum"])
     same = find_first_move(run, TEXT, TEXT, 1e-5, 1e-5)
     assert same.moved is None and same.compared == 3
 

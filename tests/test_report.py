@@ -316,3 +316,85 @@ def test_hostile_names_show_as_text_in_chromium(hostile_store, chromium, tmp_pat
     assert "</pre><script>alert(9)</script>" in page.inner_text("details.diff")
     page.screenshot(path=str(tmp_path / "hostile.png"), full_page=True)
     assert [e for e in events if e.startswith(("dialog", "network")) or "Security Policy" in e] == []
+
+
+# --- a bisection's culprit step, coloured by error ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bisected_report(bisect_store, tmp_path_factory):
+    """A real bisection of the algsimp capture (its instruction search included), then the run's report."""
+    from xlarun.bisect.bisect_options import bisect_options
+    from xlarun.bisect.recorded import bisect_and_record
+    from xlarun.navigate.refs import resolve_module
+
+    store = Store.open(bisect_store)
+    module = resolve_module(store.index, "residual")
+    result, record = bisect_and_record(store, module, bisect_options())
+    assert result.culprit_pass == "algsimp" and result.first_move["moved"]["name"] == "mul.2"
+    built = build_run_report(store, module.run_id, tmp_path_factory.mktemp("bisected") / "site")
+    key = f"module_{module.module_id:04d}.bisect-{record.bisect_id}"
+    return built, key, result, f"modules/module_{module.module_id:04d}.html"
+
+
+def _svg_nodes(svg: str) -> dict[str, tuple[str, str, str, str]]:
+    """Node name -> (fill, border colour, border width, tooltip) of an inlined graphviz SVG."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    nodes = {}
+    for group in ET.fromstring(svg).iterfind(".//svg:g[@class='node']", ns):
+        name = group.findtext("svg:title", namespaces=ns)
+        box = group.find(".//svg:path", ns)
+        if box is None:
+            box = group.find(".//svg:polygon", ns)
+        tooltip = group.findtext(".//svg:a/svg:title", default="", namespaces=ns)
+        nodes[name] = (box.get("fill"), box.get("stroke"), box.get("stroke-width", "1"), tooltip)
+    return nodes
+
+
+@pytest.mark.slow
+def test_the_culprit_steps_graph_is_coloured_by_each_values_error(bisected_report):
+    from xlarun.render.error_colours import FIRST_BORDER, LEVELS, NOT_COMPARED
+
+    built, key, result, page_path = bisected_report
+    site = built.index_html.parent
+    page = (site / page_path).read_text()
+    assert f'id="graph-{key}"' in page and "coloured by error" in page
+    assert 'class="legend"' in page and "past the tolerance (abs 1e-05 or rel 1e-05)" in page  # the legend, with the bound
+    nodes = _svg_nodes((site / "graphs" / f"{key}.svg").read_text())
+    errors = result.first_move["value_errors"]
+    # (x / 3) * 3 became x * (1/3 * 3): the multiply moves first, by a rounding, and the sum x 1e6 is far past the bound
+    fill, border, width, tooltip = nodes["mul.2"]
+    assert (fill, border, width) == (LEVELS[1][0], FIRST_BORDER, "3.5")
+    assert f"max abs error {errors['mul.2'][0]:.3g}, max rel error {errors['mul.2'][1]:.3g}" in tooltip
+    assert "%mul.2 = f32[4096] multiply" in tooltip and "op_name: jit(residual)/mul" in tooltip
+    fill, _border, _width, tooltip = nodes["mul.3"]
+    assert fill == LEVELS[3][0] and "max abs error 1.56" in tooltip and "past the tolerance" in tooltip
+    assert all(nodes[n][0] == LEVELS[3][0] for n in result.first_move["past_tolerance"])
+    # what the pass created (the folded constant's broadcast) and the parameter have no error: grey, no numbers
+    for name in ("broadcast.2", "x.1"):
+        assert nodes[name][:3] == (NOT_COMPARED[0], "#555555", "1") and "max abs error" not in nodes[name][3]
+    data = json.loads(built.index_json.read_text())
+    (graph,) = [
+        b["error_graph"] for m in data["modules"] for b in m["bisections"] if b["error_graph"] and key in b["error_graph"]["svg"]
+    ]
+    assert graph["view"] == "whole" and graph["nodes"] == len(nodes) and graph["problem"] is None
+
+
+@browser
+@pytest.mark.browser
+def test_the_error_graph_in_chromium(bisected_report, chromium, tmp_path):
+    built, key, _result, page_path = bisected_report
+    events: list[str] = []
+    page = _page(chromium, events)
+    page.goto((built.index_html.parent / page_path).resolve().as_uri())
+    figure = page.locator(f"figure[id='graph-{key}']")
+    figure.scroll_into_view_if_needed()
+    assert figure.locator("ul.legend li").count() == 7 and figure.locator("ul.legend").is_visible()
+    node = figure.locator("g.node", has=page.locator("title", has_text="mul.2")).first
+    assert node.is_visible() and "first to move" in node.locator("text").first.text_content()
+    assert "max abs error" in node.locator("a > title").text_content()  # what a hover shows
+    figure.screenshot(path=str(tmp_path / "error-graph.png"))
+    assert (tmp_path / "error-graph.png").stat().st_size > 10_000
+    assert [e for e in events if e.startswith(("dialog", "network")) or "Security Policy" in e] == []

@@ -7,7 +7,8 @@ name (a pass keeps the names of what it leaves alone), else by ``op_name`` and o
 unique. Walking the step's module in its order (operands first), the first paired value that is not its
 counterpart's, value for value, is where the numbers move; the first whose error passes the bisection's
 tolerance is where they become visible. Instructions the pass created (no counterpart) feeding the mover
-are named with it: they are usually what the pass put there.
+are named with it: they are usually what the pass put there. Every paired value's error is kept (the report
+colours the step's graph by it).
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class FirstMove:
     moved: MovedValue | None = None
     visible: MovedValue | None = None
     notes: list[str] = field(default_factory=list)
+    #: The step's module file (a path in its run), when it is one of the run's dumps.
+    step_path: str | None = None
+    #: Every paired value of the step: name -> (max abs error, max rel error) against its counterpart.
+    value_errors: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: The paired values past the tolerance, in the module's order.
+    past_tolerance: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -172,11 +179,13 @@ def find_first_move(
             continue
         answer.compared += 1
         moved, past, errors = found
+        answer.value_errors[name] = errors
+        if past:
+            answer.past_tolerance.append(name)
         if moved and answer.moved is None:
             answer.moved = _moved(name, counterpart, errors, step_info, pairs)
         if past and answer.visible is None:
             answer.visible = _moved(name, counterpart, errors, step_info, pairs)
-            break
     if len(step_names) >= MAX_VALUES:
         answer.notes.append(f"only the first {MAX_VALUES} values of the step were compared")
     return answer
@@ -200,6 +209,7 @@ def locate_first_move(replayer, step, previous, options, log: Callable[[str], No
     except (EngineError, InputError) as exc:
         answer = FirstMove(f"step {step.step} ({label})", against)
         answer.notes.append(f"the first moving instruction could not be found: {exc.one_line()}")
+    answer.step_path = getattr(step, "path", None)
     for line in answer.lines():
         log(line)
     return answer.to_dict()
