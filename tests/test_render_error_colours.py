@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from xlarun.hlo import load_hlo
 from xlarun.render import to_dot
-from xlarun.render.error_colours import FIRST_BORDER, LEVELS, NOT_COMPARED, WORST_BORDER, ValueErrors, error_graph, legend
+from xlarun.render.error_colours import (
+    FIRST_BORDER,
+    LEVELS,
+    NOT_COMPARED,
+    REWRITTEN,
+    WORST_BORDER,
+    ValueErrors,
+    error_graph,
+    legend,
+)
 from xlarun.render.graph import neighbourhood
 
 from .test_bisect_first_move import TEXT
@@ -49,7 +58,7 @@ def test_nodes_are_filled_by_their_error_and_the_first_mover_and_the_worst_are_m
     assert nodes["sum"].label.startswith("worst 1: 0.003 abs\n") and nodes["sum"].border == WORST_BORDER
     assert nodes["b3"].border is None and "max abs error 0, max rel error 0\nidentical" in nodes["b3"].tooltip
     assert graph.suggested_center == "div"
-    assert "values compared: 1 identical, 0 moved slightly, 0 moved within, 2 past" in graph.notes[-1]
+    assert "values compared: 1 identical, 0 moved slightly, 0 moved within, 2 past, 0 rewritten" in graph.notes[-1]
     dot = to_dot(graph)
     assert f'color="{FIRST_BORDER}" fillcolor="{PAST}" penwidth=3.5' in dot
 
@@ -59,8 +68,10 @@ def test_levels_follow_the_tolerance_whichever_bound_is_met():
     # a: far within the abs bound (its rel error does not matter: either bound matches); b: half of both
     assert [values.level(n) for n in "abcd"] == [1, 2, 3, 0] and values.level("unknown") is None
     assert values.worst(2) == ["c", "b"]  # those past the tolerance first, then by how close they come to it
-    assert [style for style, _c, _m in legend(values)] == ["fill"] * 5 + ["border", "border"]
+    assert [style for style, _c, _m in legend(values)] == ["fill"] * 6 + ["border", "border"]
     assert "past the tolerance (abs 1e-05 or rel 1e-05)" in [m for _s, _c, m in legend(values)]
+    rewritten = ValueErrors(values.errors, 1e-5, 1e-5, {"c"}, rewritten={"c"})
+    assert rewritten.look("c") == REWRITTEN and rewritten.worst(2) == ["b", "a"]  # what the pass renamed is not "worst"
 
 
 def test_the_overview_marks_what_it_folds_in_and_colours_a_node_without_a_value_by_its_worst_member():

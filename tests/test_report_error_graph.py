@@ -88,7 +88,7 @@ def test_the_error_graph_in_chromium(bisected_report, chromium, tmp_path):
     page.goto((built.index_html.parent / page_path).resolve().as_uri())
     figure = page.locator(f"figure[id='graph-{key}']")
     figure.scroll_into_view_if_needed()
-    assert figure.locator("ul.legend li").count() == 7 and figure.locator("ul.legend").is_visible()
+    assert figure.locator("ul.legend li").count() == 8 and figure.locator("ul.legend").is_visible()
     node = figure.locator("g.node", has=page.locator("title", has_text="mul.2")).first
     assert node.is_visible() and "first to move" in node.locator("text").first.text_content()
     assert "max abs error" in node.locator("a > title").text_content()  # what a hover shows

@@ -74,6 +74,9 @@ class FirstMove:
     value_errors: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: The paired values past the tolerance, in the module's order.
     past_tolerance: list[str] = field(default_factory=list)
+    #: Values that differ from their counterpart while every paired value reading them is identical: the pass
+    #: rewrote what the name computes (reduce(negate(x)) became negate(reduce(x))); not taken for the first move.
+    rewritten: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -172,20 +175,30 @@ def find_first_move(
     answer = FirstMove(step, against, unpaired=len(step_names) - len(pairs))
     for name in step_names:
         counterpart = pairs.get(name)
-        if counterpart is None:
+        found = (
+            None if counterpart is None else _errors(step_values[name], before_values[counterpart], abs_tolerance, rel_tolerance)
+        )
+        if found is not None:
+            answer.compared += 1
+            answer.value_errors[name] = found[2]
+            if found[1]:
+                answer.past_tolerance.append(name)
+    answer.rewritten = _rewritten(answer.value_errors, step_info)
+    for name in answer.value_errors:
+        if name in answer.rewritten or answer.value_errors[name] == (0.0, 0.0):
             continue
-        found = _errors(step_values[name], before_values[counterpart], abs_tolerance, rel_tolerance)
-        if found is None:
-            continue
-        answer.compared += 1
-        moved, past, errors = found
-        answer.value_errors[name] = errors
-        if past:
-            answer.past_tolerance.append(name)
-        if moved and answer.moved is None:
-            answer.moved = _moved(name, counterpart, errors, step_info, pairs)
-        if past and answer.visible is None:
-            answer.visible = _moved(name, counterpart, errors, step_info, pairs)
+        if answer.moved is None:
+            answer.moved = _moved(name, pairs[name], answer.value_errors[name], step_info, pairs)
+        if answer.visible is None and name in answer.past_tolerance:
+            answer.visible = _moved(name, pairs[name], answer.value_errors[name], step_info, pairs)
+            break
+    if answer.rewritten:
+        answer.notes.append(
+            f"passed over as rewritten, not moved ({len(answer.rewritten)}): "
+            f"{', '.join(answer.rewritten[:5])}{' ...' if len(answer.rewritten) > 5 else ''}; each differs from the value "
+            "of its name before the step, but what reads it is identical (the pass changed what the name computes, e.g. "
+            "moved a negate past a reduce)"
+        )
     if len(step_names) >= MAX_VALUES:
         answer.notes.append(f"only the first {MAX_VALUES} values of the step were compared")
     return answer
@@ -277,6 +290,37 @@ def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_
         return False, False, (0.0, 0.0)
     comparison = compare_outputs([a], [b], abs_tolerance, rel_tolerance, "the value before the step")
     return True, not comparison.matched, (comparison.max_abs_error, comparison.max_rel_error)
+
+
+#: How far past a moved value the search for the paired values reading it goes (through values new in the step).
+_MAX_READERS_VISITED = 2000
+
+
+def _rewritten(errors: dict[str, tuple[float, float]], info: dict) -> list[str]:
+    """The moved values whose readers (the first paired ones, looking through values new in the step) are all identical
+    to their counterparts or rewritten themselves, at least one being there: the difference does not travel. Readers
+    come after what they read, so one walk from the last value back decides each."""
+    readers: dict[str, list[str]] = {}
+    for name, instr in info.items():
+        for operand in getattr(instr, "operands", []):
+            readers.setdefault(operand.lstrip("%"), []).append(name)
+    found: set[str] = set()
+    for name in reversed(list(errors)):
+        if errors[name] == (0.0, 0.0):
+            continue
+        seen, pending, paired = {name}, list(readers.get(name, [])), []
+        while pending and len(seen) < _MAX_READERS_VISITED:
+            reader = pending.pop()
+            if reader in seen:
+                continue
+            seen.add(reader)
+            if reader in errors:
+                paired.append(reader)
+            else:
+                pending.extend(readers.get(reader, []))
+        if paired and not pending and all(r in found or errors[r] == (0.0, 0.0) for r in paired):
+            found.add(name)
+    return [n for n in errors if n in found]
 
 
 def _moved(name: str, counterpart: str, errors: tuple[float, float], info: dict, pairs: dict[str, str]) -> MovedValue:

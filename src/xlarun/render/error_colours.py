@@ -25,6 +25,11 @@ LEVELS = (
     ("#fdbb84", "moved within", "moved, within the tolerance"),
     ("#e34a33", "past", "past the tolerance"),
 )
+REWRITTEN = (
+    "#e5dcf2",
+    "rewritten",
+    "differs only because the pass changed what its name computes: what reads it is identical",
+)
 NOT_COMPARED = ("#eeeeee", "not compared (new in the step, a parameter or constant, or inside a called computation)")
 WORST_BORDER = "#67000d"
 FIRST_BORDER = "#2166ac"
@@ -43,6 +48,8 @@ class ValueErrors:
     past: set[str] = field(default_factory=set)
     first_moved: str | None = None
     first_past: str | None = None
+    #: Values that differ while what reads them does not (the pass changed what the name computes).
+    rewritten: set[str] = field(default_factory=set)
 
     def severity(self, name: str) -> float:
         """How far past the tolerance a value is (1.0: at it); 0 when identical, -1 when not compared."""
@@ -65,13 +72,19 @@ class ValueErrors:
             return 0
         return 1 if severity < 0.1 else 2
 
-    def rank(self, name: str) -> tuple[bool, float]:
-        """Orders values from the least to the most wrong: those past the tolerance last, then by severity."""
-        return name in self.past, self.severity(name)
+    def look(self, name: str) -> tuple[str, str, str]:
+        """(fill, short name, meaning) of a compared value: its level's, or :data:`REWRITTEN`."""
+        return REWRITTEN if name in self.rewritten else LEVELS[self.level(name)]
+
+    def rank(self, name: str) -> tuple[bool, bool, float]:
+        """Orders values from the least to the most wrong: rewritten ones first, those past the tolerance last, then
+        by severity."""
+        return name not in self.rewritten, name in self.past, self.severity(name)
 
     def worst(self, count: int = WORST_MARKED) -> list[str]:
-        """The ``count`` values furthest past the tolerance (those past it first), of those that moved at all."""
-        moved = [n for n in self.errors if self.severity(n) > 0]
+        """The ``count`` values furthest past the tolerance (those past it first), of those that moved at all and
+        were not rewritten."""
+        moved = [n for n in self.errors if self.severity(n) > 0 and n not in self.rewritten]
         return sorted(moved, key=self.rank, reverse=True)[:count]
 
 
@@ -107,7 +120,7 @@ def colour_by_error(graph: Graph, values: ValueErrors, entry: str) -> None:
             node.fill = NOT_COMPARED[0]
             node.tooltip = f"{node.tooltip or node.label}\nnot compared".strip()
             continue
-        node.fill = LEVELS[values.level(shown)][0]
+        node.fill = values.look(shown)[0]
         lines = [node.tooltip or node.label, *_numbers(values, shown, "" if shown == own else f" (of %{shown}, folded in)")]
         worst_folded = max(folded, key=values.rank, default=None)
         if worst_folded and worst_folded != shown and values.severity(worst_folded) > 0:
@@ -145,6 +158,7 @@ def legend(values: ValueErrors) -> list[tuple[str, str, str]]:
     ]
     return [
         *fills,
+        ("fill", REWRITTEN[0], REWRITTEN[2]),
         ("fill", *NOT_COMPARED),
         ("border", FIRST_BORDER, "the first value to move (and the first past the tolerance, when not among the worst)"),
         ("border", WORST_BORDER, f"the {WORST_MARKED} worst values, ranked in their label"),
@@ -153,20 +167,20 @@ def legend(values: ValueErrors) -> list[tuple[str, str, str]]:
 
 def legend_lines(values: ValueErrors) -> list[str]:
     """The legend as notes under the graph's title (for the SVG on its own)."""
-    counts = [0] * len(LEVELS)
+    counts = dict.fromkeys([short for _c, short, _m in (*LEVELS, REWRITTEN)], 0)
     for name in values.errors:
-        counts[values.level(name)] += 1
-    parts = ", ".join(f"{count} {short}" for count, (_c, short, _m) in zip(counts, LEVELS, strict=True))
+        counts[values.look(name)[1]] += 1
+    parts = ", ".join(f"{count} {short}" for short, count in counts.items())
     return [
         f"coloured by error against the step before: white identical, orange moved within the tolerance (abs "
-        f"{values.abs_tolerance:g} or rel {values.rel_tolerance:g}), red past it, grey not compared",
+        f"{values.abs_tolerance:g} or rel {values.rel_tolerance:g}), red past it, lilac rewritten, grey not compared",
         f"values compared: {parts}; thick borders: the first to move (blue), the worst (dark red)",
     ]
 
 
 def _numbers(values: ValueErrors, name: str, whose: str) -> list[str]:
     abs_error, rel_error = values.errors[name]
-    return [f"max abs error {_short(abs_error)}, max rel error {_short(rel_error)}{whose}", LEVELS[values.level(name)][2]]
+    return [f"max abs error {_short(abs_error)}, max rel error {_short(rel_error)}{whose}", values.look(name)[2]]
 
 
 def _instruction_of(node_id: str, entry: str) -> str:

@@ -97,6 +97,7 @@ def plan_error_graph(store: RunStore, module: ModuleInfo, result: BisectResult, 
         set(found.past_tolerance),
         found.moved.name if found.moved else None,
         found.visible.name if found.visible else None,
+        set(found.rewritten),
     )
 
     def build() -> Graph:
