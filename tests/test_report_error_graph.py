@@ -78,6 +78,25 @@ def test_the_culprit_steps_graph_is_coloured_by_each_values_error(bisected_repor
     assert graph["view"] == "whole" and graph["nodes"] == len(nodes) and graph["problem"] is None
 
 
+@pytest.mark.slow
+def test_render_error_from_draws_the_bisections_culprit_step_coloured(bisected_report, bisect_store, cli, tmp_path):
+    from xlarun.report.graphs import safe_inline_svg
+
+    _built, key, result, _page_path = bisected_report
+    bisect_id = key.rsplit(".bisect-", 1)[1]
+    for chosen in (bisect_id, "latest"):  # the bisection just recorded is the newest with per-value errors
+        out = tmp_path / f"{chosen}.svg"
+        drawn = cli("render", "residual", "--error-from", chosen, "-o", out, "--store", bisect_store)
+        assert drawn.exit_code == 0, drawn.stdout + drawn.stderr
+        nodes = _svg_nodes(safe_inline_svg(out.read_text()))
+        mul = result.first_move["value_errors"]["mul.2"]
+        assert nodes["mul.2"][:3] == (SLIGHT, FIRST_BORDER, "3.5") and f"max abs error {mul[0]:.3g}" in nodes["mul.2"][3]
+        assert nodes["x.1"][0] == NOT_COMPARED[0]
+        assert ".0006.simplification.after_algsimp." in out.read_text()  # the culprit step, named in the graph's title
+    wrong = cli("render", "residual", "--error-from", "nope", "--store", bisect_store)
+    assert wrong.exit_code == 2 and "0 bisections match 'nope'" in wrong.stdout + wrong.stderr
+
+
 @browser
 @pytest.mark.slow
 @pytest.mark.browser

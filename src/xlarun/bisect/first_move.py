@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from xlarun.hlo import load_hlo
 from xlarun.hlo.lex import LineError, walk
 from xlarun.replay.compare import compare_outputs
 from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction
+
+if TYPE_CHECKING:
+    from xlarun.render.error_colours import ValueErrors
 
 #: At most this many values are made outputs (the first ones in the module's order): memory stays bounded
 #: on a big step, and the first mover is almost always early.
@@ -88,6 +92,20 @@ class FirstMove:
             if data.get(key) is not None:
                 data[key] = MovedValue(**data[key])
         return cls(**data)
+
+    def error_values(self, abs_tolerance: float, rel_tolerance: float) -> ValueErrors:
+        """What :func:`xlarun.render.error_colours.colour_by_error` draws: each paired value's errors and marks."""
+        from xlarun.render.error_colours import ValueErrors
+
+        return ValueErrors(
+            {name: (float(e[0]), float(e[1])) for name, e in self.value_errors.items()},
+            abs_tolerance,
+            rel_tolerance,
+            set(self.past_tolerance),
+            self.moved.name if self.moved else None,
+            self.visible.name if self.visible else None,
+            set(self.rewritten),
+        )
 
     def lines(self) -> list[str]:
         out = [

@@ -15,7 +15,7 @@ from xlarun.errors import XlarunError
 from xlarun.hlo import load_hlo
 from xlarun.navigate.select import select_file
 from xlarun.render import RenderOptions, graph_of, layout, to_dot
-from xlarun.render.error_colours import ValueErrors, error_graph, legend
+from xlarun.render.error_colours import error_graph, legend
 from xlarun.render.graph import Graph, neighbourhood
 
 if TYPE_CHECKING:
@@ -78,33 +78,24 @@ def plan_graphdef(store: RunStore, file: FileInfo, limit: int) -> GraphJob:
 def plan_error_graph(store: RunStore, module: ModuleInfo, result: BisectResult, bisect_id: str, limit: int) -> GraphJob | None:
     """A job drawing the culprit step of a bisection that searched its instructions, coloured by each value's error
     (None when the bisection has no per-value errors: no instruction search, or recorded before they were kept)."""
-    from xlarun.bisect.first_move import FirstMove  # numpy and the replay comparison: only for a bisected module
+    from xlarun.bisect.recorded import culprit_errors
 
-    found = FirstMove.from_dict(result.first_move) if result.first_move else None
-    if found is None or not found.value_errors:
+    culprit = culprit_errors(result, module)
+    if culprit is None:
         return None
-    path = found.step_path or (result.error_after.path if result.error_after else "")
     safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in bisect_id)
-    job = GraphJob(f"module_{module.module_id:04d}.bisect-{safe_id}", f"{found.step}, coloured by error", path)
-    file = next((f for f in module.files if f.path == path), None)
-    if file is None:
-        job.problem = f"not drawn: the culprit step's dump {path or '(none named)'} is not among the module's files"
+    job = GraphJob(f"module_{module.module_id:04d}.bisect-{safe_id}", f"{culprit.step}, coloured by error", culprit.path)
+    step_file = culprit.file
+    if step_file is None:
+        job.problem = f"not drawn: the culprit step's dump {culprit.path or '(none named)'} is not among the module's files"
         return job
-    values = ValueErrors(
-        {name: (float(e[0]), float(e[1])) for name, e in found.value_errors.items()},
-        result.abs_tolerance,
-        result.rel_tolerance,
-        set(found.past_tolerance),
-        found.moved.name if found.moved else None,
-        found.visible.name if found.visible else None,
-        set(found.rewritten),
-    )
 
     def build() -> Graph:
-        return error_graph(load_hlo(store.blobs.get(file.digest), file.path), values, f"{module.label} {found.step}")
+        module_hlo = load_hlo(store.blobs.get(step_file.digest), step_file.path)
+        return error_graph(module_hlo, culprit.values, f"{module.label} {culprit.step}")
 
     _plan(job, build, limit, "the first value to move")
-    job.legend = legend(values)
+    job.legend = legend(culprit.values)
     return job
 
 
