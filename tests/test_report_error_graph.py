@@ -95,6 +95,11 @@ def test_render_error_from_draws_the_bisections_culprit_step_coloured(bisected_r
         assert ".0006.simplification.after_algsimp." in out.read_text()  # the culprit step, named in the graph's title
     wrong = cli("render", "residual", "--error-from", "nope", "--store", bisect_store)
     assert wrong.exit_code == 2 and "0 bisections match 'nope'" in wrong.stdout + wrong.stderr
+    import xlarun  # the same from Python
+
+    graph = xlarun.open_store(bisect_store).module("residual").render(error_from=bisect_id)
+    assert _svg_nodes(safe_inline_svg(graph.data.decode()))["mul.2"][:3] == (SLIGHT, FIRST_BORDER, "3.5")
+    assert any(note.startswith("values compared:") for note in graph.notes)
 
 
 @browser
