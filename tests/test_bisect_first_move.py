@@ -111,6 +111,18 @@ def test_a_value_the_pass_rewrote_is_passed_over_when_what_reads_it_is_identical
     assert found.value_errors["reduce_sum.1"][0] > 100 and found.value_errors["reshape.120"] == (0.0, 0.0)
     assert found.rewritten == ["reduce_sum.1"] and found.moved is None and found.visible is None
     assert any("rewritten, not moved (1): reduce_sum.1" in note for note in found.notes)
+    # on the transformer step the reshape reading it differs by a rounding: still not where the numbers move
+    rounded = find_first_move(
+        lambda text: [
+            v + np.float32(1e-6) if n == "reshape.120" and "%negate" in text else v
+            for n, v in zip(expose_values(text)[1], run(text), strict=True)
+        ],
+        REORDER_BEFORE,
+        after,
+        1e-5,
+        1e-5,
+    )
+    assert rounded.rewritten == ["reduce_sum.1"] and rounded.moved.name == "reshape.120" and rounded.visible is None
     # a real move still travels: scale x by 3 after the step and the reduce is the first mover, the reshape visible
     moved = find_first_move(
         lambda text: [v * 3 if n != "scaled" else v for n, v in zip(expose_values(text)[1], run(text), strict=True)],

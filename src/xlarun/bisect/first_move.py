@@ -201,7 +201,7 @@ def find_first_move(
             answer.value_errors[name] = found[2]
             if found[1]:
                 answer.past_tolerance.append(name)
-    answer.rewritten = _rewritten(answer.value_errors, step_info)
+    answer.rewritten = _rewritten(answer.value_errors, set(answer.past_tolerance), step_info)
     for name in answer.value_errors:
         if name in answer.rewritten or answer.value_errors[name] == (0.0, 0.0):
             continue
@@ -214,8 +214,8 @@ def find_first_move(
         answer.notes.append(
             f"passed over as rewritten, not moved ({len(answer.rewritten)}): "
             f"{', '.join(answer.rewritten[:5])}{' ...' if len(answer.rewritten) > 5 else ''}; each differs from the value "
-            "of its name before the step, but what reads it is identical (the pass changed what the name computes, e.g. "
-            "moved a negate past a reduce)"
+            "of its name before the step, but what reads it does not (identical, or within the tolerance where it is "
+            "past it): the pass changed what the name computes, e.g. moved a negate past a reduce"
         )
     if len(step_names) >= MAX_VALUES:
         answer.notes.append(f"only the first {MAX_VALUES} values of the step were compared")
@@ -314,10 +314,11 @@ def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_
 _MAX_READERS_VISITED = 2000
 
 
-def _rewritten(errors: dict[str, tuple[float, float]], info: dict) -> list[str]:
-    """The moved values whose readers (the first paired ones, looking through values new in the step) are all identical
-    to their counterparts or rewritten themselves, at least one being there: the difference does not travel. Readers
-    come after what they read, so one walk from the last value back decides each."""
+def _rewritten(errors: dict[str, tuple[float, float]], past: set[str], info: dict) -> list[str]:
+    """The moved values whose readers (the first paired ones, looking through values new in the step; at least one)
+    are all identical to their counterparts or rewritten themselves, or, for a value past the tolerance, all within
+    it (a sum that changed sign, read by a negate new in the step: what reads that differs by a rounding): the
+    difference does not travel. Readers come after what they read, so one walk from the last value back decides each."""
     readers: dict[str, list[str]] = {}
     for name, instr in info.items():
         for operand in getattr(instr, "operands", []):
@@ -336,7 +337,9 @@ def _rewritten(errors: dict[str, tuple[float, float]], info: dict) -> list[str]:
                 paired.append(reader)
             else:
                 pending.extend(readers.get(reader, []))
-        if paired and not pending and all(r in found or errors[r] == (0.0, 0.0) for r in paired):
+        travels = [r for r in paired if r not in found]
+        unmoved = all(errors[r] == (0.0, 0.0) for r in travels)
+        if paired and not pending and (unmoved or (name in past and not any(r in past for r in travels))):
             found.add(name)
     return [n for n in errors if n in found]
 
