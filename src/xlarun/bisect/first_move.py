@@ -7,8 +7,9 @@ name (a pass keeps the names of what it leaves alone), else by ``op_name`` and o
 unique. Walking the step's module in its order (operands first), the first paired value that is not its
 counterpart's, value for value, is where the numbers move; the first whose error passes the bisection's
 tolerance is where they become visible. Instructions the pass created (no counterpart) feeding the mover
-are named with it: they are usually what the pass put there. Every paired value's error is kept (the report
-colours the step's graph by it).
+are named with it: they are usually what the pass put there. A value whose difference does not reach what reads it
+is passed over as rewritten (the pass changed what its name computes). Every paired value's error is kept (the
+report colours the step's graph by it).
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class FirstMove:
     value_errors: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: The paired values past the tolerance, in the module's order.
     past_tolerance: list[str] = field(default_factory=list)
-    #: Values that differ from their counterpart while every paired value reading them is identical: the pass
-    #: rewrote what the name computes (reduce(negate(x)) became negate(reduce(x))); not taken for the first move.
+    #: Values that differ from their counterpart while what reads them does not (identical; within the tolerance for
+    #: one past it): the pass rewrote what the name computes (reduce(negate(x)) became negate(reduce(x))); not taken
+    #: for the first move.
     rewritten: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -202,8 +204,9 @@ def find_first_move(
             if found[1]:
                 answer.past_tolerance.append(name)
     answer.rewritten = _rewritten(answer.value_errors, set(answer.past_tolerance), step_info)
+    passed_over = set(answer.rewritten)
     for name in answer.value_errors:
-        if name in answer.rewritten or answer.value_errors[name] == (0.0, 0.0):
+        if name in passed_over or answer.value_errors[name] == (0.0, 0.0):
             continue
         if answer.moved is None:
             answer.moved = _moved(name, pairs[name], answer.value_errors[name], step_info, pairs)
