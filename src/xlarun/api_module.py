@@ -155,8 +155,11 @@ class Module(display.Shown):
         expand: Sequence[str] = (),
         expand_fusions: bool = False,
         limit: int | None = None,
+        error_from: str | None = None,
     ) -> Graph:
-        """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given."""
+        """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given.
+        ``error_from`` (a recorded bisection's id, or ``"latest"``) colours it by each value's error, drawing the
+        bisection's culprit step unless ``stage``, ``pass_name`` or ``step`` say otherwise."""
         from xlarun.navigate.select import select_file
         from xlarun.render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
 
@@ -168,9 +171,14 @@ class Module(display.Shown):
             expand_all=expand_fusions,
             limit=limit or DEFAULT_NODE_LIMIT,
         )
-        rendered = render_stored_file(
-            self._store.store, self.run_id, select_file(self.info, stage, pass_name, step, purpose="graph"), options
-        )
+        chosen = select_file(self.info, stage, pass_name, step, purpose="graph")
+        if error_from:
+            from xlarun.bisect.recorded import error_colouring
+
+            options.errors, culprit = error_colouring(self._store.store, self.info, error_from)
+            if culprit and stage is None and pass_name is None and step is None:
+                chosen = culprit
+        rendered = render_stored_file(self._store.store, self.run_id, chosen, options)
         if output is not None:
             Path(output).write_bytes(rendered.data)
         return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes))

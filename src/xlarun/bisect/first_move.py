@@ -7,7 +7,9 @@ name (a pass keeps the names of what it leaves alone), else by ``op_name`` and o
 unique. Walking the step's module in its order (operands first), the first paired value that is not its
 counterpart's, value for value, is where the numbers move; the first whose error passes the bisection's
 tolerance is where they become visible. Instructions the pass created (no counterpart) feeding the mover
-are named with it: they are usually what the pass put there.
+are named with it: they are usually what the pass put there. A value whose difference does not reach what reads it
+is passed over as rewritten (the pass changed what its name computes). Every paired value's error is kept (the
+report colours the step's graph by it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +26,9 @@ from xlarun.hlo import load_hlo
 from xlarun.hlo.lex import LineError, walk
 from xlarun.replay.compare import compare_outputs
 from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction
+
+if TYPE_CHECKING:
+    from xlarun.render.error_colours import ValueErrors
 
 #: At most this many values are made outputs (the first ones in the module's order): memory stays bounded
 #: on a big step, and the first mover is almost always early.
@@ -67,6 +73,16 @@ class FirstMove:
     moved: MovedValue | None = None
     visible: MovedValue | None = None
     notes: list[str] = field(default_factory=list)
+    #: The step's module file (a path in its run), when it is one of the run's dumps.
+    step_path: str | None = None
+    #: Every paired value of the step: name -> (max abs error, max rel error) against its counterpart.
+    value_errors: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: The paired values past the tolerance, in the module's order.
+    past_tolerance: list[str] = field(default_factory=list)
+    #: Values that differ from their counterpart while what reads them does not (identical; within the tolerance for
+    #: one past it): the pass rewrote what the name computes (reduce(negate(x)) became negate(reduce(x))); not taken
+    #: for the first move.
+    rewritten: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +94,20 @@ class FirstMove:
             if data.get(key) is not None:
                 data[key] = MovedValue(**data[key])
         return cls(**data)
+
+    def error_values(self, abs_tolerance: float, rel_tolerance: float) -> ValueErrors:
+        """What :func:`xlarun.render.error_colours.colour_by_error` draws: each paired value's errors and marks."""
+        from xlarun.render.error_colours import ValueErrors
+
+        return ValueErrors(
+            {name: (float(e[0]), float(e[1])) for name, e in self.value_errors.items()},
+            abs_tolerance,
+            rel_tolerance,
+            set(self.past_tolerance),
+            self.moved.name if self.moved else None,
+            self.visible.name if self.visible else None,
+            set(self.rewritten),
+        )
 
     def lines(self) -> list[str]:
         out = [
@@ -165,18 +195,31 @@ def find_first_move(
     answer = FirstMove(step, against, unpaired=len(step_names) - len(pairs))
     for name in step_names:
         counterpart = pairs.get(name)
-        if counterpart is None:
+        found = (
+            None if counterpart is None else _errors(step_values[name], before_values[counterpart], abs_tolerance, rel_tolerance)
+        )
+        if found is not None:
+            answer.compared += 1
+            answer.value_errors[name] = found[2]
+            if found[1]:
+                answer.past_tolerance.append(name)
+    answer.rewritten = _rewritten(answer.value_errors, set(answer.past_tolerance), step_info)
+    passed_over = set(answer.rewritten)
+    for name in answer.value_errors:
+        if name in passed_over or answer.value_errors[name] == (0.0, 0.0):
             continue
-        found = _errors(step_values[name], before_values[counterpart], abs_tolerance, rel_tolerance)
-        if found is None:
-            continue
-        answer.compared += 1
-        moved, past, errors = found
-        if moved and answer.moved is None:
-            answer.moved = _moved(name, counterpart, errors, step_info, pairs)
-        if past and answer.visible is None:
-            answer.visible = _moved(name, counterpart, errors, step_info, pairs)
+        if answer.moved is None:
+            answer.moved = _moved(name, pairs[name], answer.value_errors[name], step_info, pairs)
+        if answer.visible is None and name in answer.past_tolerance:
+            answer.visible = _moved(name, pairs[name], answer.value_errors[name], step_info, pairs)
             break
+    if answer.rewritten:
+        answer.notes.append(
+            f"passed over as rewritten, not moved ({len(answer.rewritten)}): "
+            f"{', '.join(answer.rewritten[:5])}{' ...' if len(answer.rewritten) > 5 else ''}; each differs from the value "
+            "of its name before the step, but what reads it does not (identical, or within the tolerance where it is "
+            "past it): the pass changed what the name computes, e.g. moved a negate past a reduce"
+        )
     if len(step_names) >= MAX_VALUES:
         answer.notes.append(f"only the first {MAX_VALUES} values of the step were compared")
     return answer
@@ -200,6 +243,7 @@ def locate_first_move(replayer, step, previous, options, log: Callable[[str], No
     except (EngineError, InputError) as exc:
         answer = FirstMove(f"step {step.step} ({label})", against)
         answer.notes.append(f"the first moving instruction could not be found: {exc.one_line()}")
+    answer.step_path = getattr(step, "path", None)
     for line in answer.lines():
         log(line)
     return answer.to_dict()
@@ -267,6 +311,40 @@ def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_
         return False, False, (0.0, 0.0)
     comparison = compare_outputs([a], [b], abs_tolerance, rel_tolerance, "the value before the step")
     return True, not comparison.matched, (comparison.max_abs_error, comparison.max_rel_error)
+
+
+#: How far past a moved value the search for the paired values reading it goes (through values new in the step).
+_MAX_READERS_VISITED = 2000
+
+
+def _rewritten(errors: dict[str, tuple[float, float]], past: set[str], info: dict) -> list[str]:
+    """The moved values whose readers (the first paired ones, looking through values new in the step; at least one)
+    are all identical to their counterparts or rewritten themselves, or, for a value past the tolerance, all within
+    it (a sum that changed sign, read by a negate new in the step: what reads that differs by a rounding): the
+    difference does not travel. Readers come after what they read, so one walk from the last value back decides each."""
+    readers: dict[str, list[str]] = {}
+    for name, instr in info.items():
+        for operand in getattr(instr, "operands", []):
+            readers.setdefault(operand.lstrip("%"), []).append(name)
+    found: set[str] = set()
+    for name in reversed(list(errors)):
+        if errors[name] == (0.0, 0.0):
+            continue
+        seen, pending, paired = {name}, list(readers.get(name, [])), []
+        while pending and len(seen) < _MAX_READERS_VISITED:
+            reader = pending.pop()
+            if reader in seen:
+                continue
+            seen.add(reader)
+            if reader in errors:
+                paired.append(reader)
+            else:
+                pending.extend(readers.get(reader, []))
+        travels = [r for r in paired if r not in found]
+        unmoved = all(errors[r] == (0.0, 0.0) for r in travels)
+        if paired and not pending and (unmoved or (name in past and not any(r in past for r in travels))):
+            found.add(name)
+    return [n for n in errors if n in found]
 
 
 def _moved(name: str, counterpart: str, errors: tuple[float, float], info: dict, pairs: dict[str, str]) -> MovedValue:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_result import BisectResult
+from xlarun.errors import InputError
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_options import BisectOptions
     from xlarun.bisect.replay_mode import Log
+    from xlarun.render.error_colours import ValueErrors
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.records import FileInfo, ModuleInfo
 
 FOLDER = "bisections"
 
@@ -81,6 +83,62 @@ def bisections_for(store: Store, run_id: str, module_id: int | None = None) -> l
     if module_id is None:
         return records
     return [r for r in records if r.result.module_id in (module_id, None)]
+
+
+def find_bisection(store: Store, module: ModuleInfo, bisect_id: str) -> BisectRecord:
+    """The recorded bisection of ``module`` that ``bisect_id`` names (an id or a unique prefix of one; ``latest``: the
+    newest whose instruction search kept each value's error)."""
+    records = bisections_for(store, module.run_id, module.module_id)
+    if bisect_id == "latest":
+        chosen = [r for r in records if (r.result.first_move or {}).get("value_errors")][-1:]
+    else:
+        chosen = [r for r in records if r.bisect_id.startswith(bisect_id)]
+    if len(chosen) != 1:
+        known = ", ".join(r.bisect_id for r in records[-5:]) or "none"
+        what = (
+            "no recorded bisection with per-value errors"
+            if bisect_id == "latest"
+            else f"{len(chosen)} bisections match {bisect_id!r}"
+        )
+        raise InputError(
+            f"{what} for {module.ref}",
+            f"`xlarun show {module.ref}` lists its bisections (the newest: {known}); `xlarun bisect {module.ref}` makes one",
+        )
+    return chosen[0]
+
+
+@dataclass
+class CulpritErrors:
+    """A bisection's culprit step with each of its values' errors, as its instruction search kept them."""
+
+    values: ValueErrors
+    step: str  # "step 6 (after algsimp (simplification))"
+    path: str  # the step's dump in the run
+    file: FileInfo | None  # that dump among the module's files (None when it is not)
+
+
+def culprit_errors(result: BisectResult, module: ModuleInfo) -> CulpritErrors | None:
+    """The per-value errors of ``result`` and its culprit step's file; None when it kept none (no instruction
+    search, or recorded before they were kept)."""
+    from xlarun.bisect.first_move import FirstMove  # numpy and the replay comparison: only when there is one
+
+    found = FirstMove.from_dict(result.first_move) if result.first_move else None
+    if found is None or not found.value_errors:
+        return None
+    path = found.step_path or (result.error_after.path if result.error_after else "")
+    step_file = next((f for f in module.files if f.path == path), None)
+    return CulpritErrors(found.error_values(result.abs_tolerance, result.rel_tolerance), found.step, path, step_file)
+
+
+def error_colouring(store: Store, module: ModuleInfo, bisect_id: str) -> tuple[ValueErrors, FileInfo | None]:
+    """``render --error-from``: the per-value errors of the bisection ``bisect_id`` names, and its culprit step's file."""
+    culprit = culprit_errors(find_bisection(store, module, bisect_id).result, module)
+    if culprit is None:
+        raise InputError(
+            f"bisection {bisect_id} kept no per-value errors (no instruction search, or recorded before they were kept)",
+            f"`xlarun bisect {module.ref}` records a new one",
+        )
+    return culprit.values, culprit.file
 
 
 def now() -> str:

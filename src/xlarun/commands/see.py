@@ -63,6 +63,14 @@ def render(
     expand: Annotated[list[str] | None, typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
     expand_fusions: Annotated[bool, typer.Option("--expand-fusions", help="Draw every fusion open.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds graphviz may take before it is stopped.")] = 60.0,
+    error_from: Annotated[
+        str | None,
+        typer.Option(
+            "--error-from",
+            help="Colour the nodes by each value's error as this recorded bisection measured it (its id, a prefix, or "
+            "'latest'); draws its culprit step unless --stage/--pass/--step say otherwise.",
+        ),
+    ] = None,
     open_it: Annotated[bool, typer.Option("--open", help="Open the result with the desktop's viewer.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -77,7 +85,8 @@ def render(
 
     Examples: xlarun render train_step -s after_optimizations -o step.svg;
     xlarun render init_params --around add.577 --depth 2;
-    xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png
+    xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png;
+    xlarun render residual --error-from latest
     """
     from xlarun.render import FORMATS, RenderOptions, render_path, render_stored_file
 
@@ -105,6 +114,12 @@ def render(
 
             module = resolve_module(the_store.index, ref, run=run)
             run_id, chosen = module.run_id, select_file(module, stage, pass_name, step, purpose="dot" if xla_dot else "graph")
+            if error_from:
+                from xlarun.bisect.recorded import error_colouring
+
+                options.errors, culprit = error_colouring(the_store, module, error_from)
+                if culprit and stage is None and pass_name is None and step is None:
+                    chosen = culprit
         rendered = render_stored_file(the_store, run_id, chosen, options)
         stem = Path(chosen.path).name
     _write_rendered(rendered, stem, output, around, open_it)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from xlarun.errors import InputError
 from xlarun.hlo import gunzip, load_hlo, looks_like_hlo_text
+from xlarun.render.error_colours import ValueErrors, colour_by_error
 from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_node_limit, neighbourhood, to_dot
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
@@ -51,6 +52,8 @@ class RenderOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     #: Above ``limit`` nodes an HLO module is drawn as its overview (render/overview.py) unless ``full``.
     full: bool = False
+    #: Colour an HLO module by its values' errors (a bisection's instruction search) instead of by opcode.
+    errors: ValueErrors | None = None
 
 
 @dataclass
@@ -108,10 +111,13 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
         raise InputError(f"{name} is already DOT", "use render_bytes to lay it out as it is")
     module = load_hlo(data, name)
     if options.around:
-        return hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)
-    graph = hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
-    if options.limit and len(graph.nodes) > options.limit and not options.full:
-        return hlo_overview(module, title=title)  # a big module: what it computes, in seconds
+        graph = hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)
+    else:
+        graph = hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
+        if options.limit and len(graph.nodes) > options.limit and not options.full:
+            graph = hlo_overview(module, title=title)  # a big module: what it computes, in seconds
+    if options.errors is not None:
+        colour_by_error(graph, options.errors, module.entry.name)
     return graph
 
 

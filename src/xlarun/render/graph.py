@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import graphviz
 
@@ -32,6 +32,9 @@ class Node:
     cluster: str | None = None
     bold: bool = False  # a computation's root, or the centre of a neighbourhood
     dashed: bool = False  # a neighbourhood's edge: it has neighbours that are not drawn
+    #: A border colour and width other than the default (a mark, e.g. the worst error).
+    border: str | None = None
+    penwidth: float | None = None
 
 
 @dataclass
@@ -68,6 +71,8 @@ class Graph:
     suggested_center: str | None = None
     #: Graph attributes for dot beyond the defaults (the overview asks for a faster layout).
     attributes: dict[str, str] = field(default_factory=dict)
+    #: Node id -> the instructions it stands for besides its own (the overview folds plumbing into its consumers).
+    members: dict[str, list[str]] = field(default_factory=dict)
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.id] = node
@@ -121,18 +126,9 @@ def neighbourhood(graph: Graph, center: str, depth: int) -> Graph:
         if node_id in distance:
             node = graph.nodes[node_id]
             hidden = len(adjacent[node_id] - distance.keys())
-            part.add_node(
-                Node(
-                    node.id,
-                    node.label,
-                    _with_hidden(node.tooltip, hidden),
-                    node.fill,
-                    node.shape,
-                    node.cluster,
-                    bold=node.id == center,
-                    dashed=hidden > 0,
-                )
-            )
+            part.add_node(replace(node, tooltip=_with_hidden(node.tooltip, hidden), bold=node.id == center, dashed=hidden > 0))
+            if node_id in graph.members:
+                part.members[node_id] = graph.members[node_id]
     part.edges = [e for e in graph.edges if e.src in distance and e.dst in distance]
     used = {n.cluster for n in part.nodes.values() if n.cluster}
     for cluster_id in list(used):  # keep the parents of clusters that hold drawn nodes
@@ -202,7 +198,8 @@ def to_dot(graph: Graph) -> str:
                 fillcolor=node.fill,
                 shape=node.shape,
                 style=style,
-                penwidth="2.5" if node.bold else "1",
+                penwidth=f"{node.penwidth:g}" if node.penwidth else "2.5" if node.bold else "1",
+                **({"color": node.border} if node.border else {}),
             )
         for cluster in children.get(cluster_id, []):
             with container.subgraph(name=f"cluster_{_dot_id(cluster.id)}") as sub:

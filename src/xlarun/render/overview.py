@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from xlarun.hlo import HloInstruction, HloModule
+from xlarun.hlo import HloInstruction, HloModule, strip_layouts
 from xlarun.render.graph import Edge, Graph, Node
 from xlarun.render.hlo_graph import opcode_fill
 
@@ -53,13 +53,15 @@ def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
             Node(
                 instruction.name,
                 _label(module, instruction),
-                tooltip=instruction.op_name or "",
+                tooltip=_tooltip(instruction),
                 fill=opcode_fill(instruction.opcode),
                 bold=instruction.is_root,
             )
         )
     drawn = set(graph.nodes)
-    sources = _drawn_sources(entry.instructions, by_name, drawn, merged_parameters)
+    sources, folded = _drawn_sources(entry.instructions, by_name, drawn, merged_parameters)
+    # what each node stands for besides itself: the plumbing folded into its incoming edges
+    graph.members = {name: sorted(folded[name]) for name in drawn if folded.get(name)}
     seen: set[tuple[str, str]] = set()
     for instruction in kept:
         for source in sources.get(instruction.name, ()):
@@ -69,6 +71,7 @@ def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
     root = entry.root
     if root and root not in drawn:  # the result is plumbing (a tuple of outputs): one node for it
         graph.add_node(Node("result", f"result\n{_short(by_name[root].shape)}", fill=opcode_fill("tuple"), bold=True))
+        graph.members["result"] = sorted(folded[root] | {root})
         for source in sources.get(root, ()):
             graph.edges.append(Edge(source, "result"))
     total = module.instruction_count()
@@ -84,12 +87,15 @@ def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
 
 def _drawn_sources(
     instructions: list[HloInstruction], by_name: dict[str, HloInstruction], drawn: set[str], merged_parameters: bool
-) -> dict[str, set[str]]:
-    """For each instruction, the drawn instructions whose values reach it through plumbing only (file order is
-    def-before-use, so one pass suffices; an explicit walk keeps chains of any depth off the stack)."""
+) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """For each instruction, the drawn instructions whose values reach it through plumbing only, and the plumbing
+    folded on the way (file order is def-before-use, so one pass suffices; an explicit walk keeps chains of any depth
+    off the stack)."""
     reach: dict[str, set[str]] = {}
+    folded: dict[str, set[str]] = {}
     for instruction in instructions:
         found: set[str] = set()
+        passed: set[str] = set()
         pending = deque(instruction.operands)
         while pending:
             name = pending.popleft()
@@ -102,10 +108,18 @@ def _drawn_sources(
                 found.add("parameters")
             elif name in reach:
                 found |= reach[name]
+                passed |= folded[name] | {name}
             else:
+                passed.add(name)
                 pending.extend(operand.operands)
         reach[instruction.name] = found
-    return reach
+        folded[instruction.name] = passed
+    return reach, folded
+
+
+def _tooltip(instruction: HloInstruction) -> str:
+    head = f"%{instruction.name} = {strip_layouts(instruction.shape)} {instruction.opcode}"
+    return f"{head}\nop_name: {instruction.op_name}" if instruction.op_name else head
 
 
 def _label(module: HloModule, instruction: HloInstruction) -> str:

@@ -8,9 +8,12 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
+from xlarun.report.graphs import GraphJob, plan_error_graph
+
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_result import BisectResult
     from xlarun.store.facade import Store
+    from xlarun.store.records import ModuleInfo
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
 
@@ -27,16 +30,20 @@ class BisectionBlock:
     svg: Markup | None
     diff_summary: list[str] = field(default_factory=list)
     diff_lines: list[tuple[str, str]] = field(default_factory=list)  # (css class, text)
+    #: The culprit step's graph coloured by each value's error (a bisection with an instruction search).
+    error_graph: GraphJob | None = None
 
 
-def bisection_blocks(store: Store, run_id: str, module_id: int) -> list[BisectionBlock]:
-    """One block per recorded bisection of the module, newest first (none when the bisect stage is absent)."""
+def bisection_blocks(store: Store, module: ModuleInfo, graph_limit: int | None) -> list[BisectionBlock]:
+    """One block per recorded bisection of the module, newest first (none when the bisect stage is absent); with a
+    ``graph_limit``, each with the culprit step's graph coloured by error where the bisection measured it."""
+    run_id = module.run_id
     if not any((store.runs_dir / run_id / "bisections").glob("*.json")):
         return []
     from xlarun.bisect.recorded import bisections_for
 
     blocks = []
-    for record in reversed(bisections_for(store, run_id, module_id)):
+    for record in reversed(bisections_for(store, run_id, module.module_id)):
         r = record.result
         facts = [("mode", f"{r.mode} ({r.search})"), ("tolerance", f"abs {r.abs_tolerance:g} or rel {r.rel_tolerance:g}")]
         if r.mode == "replay":
@@ -79,6 +86,7 @@ def bisection_blocks(store: Store, run_id: str, module_id: int) -> list[Bisectio
                 error_plot(r) if r.mode == "replay" else None,
                 r.diff_summary,
                 diff,
+                plan_error_graph(store, module, r, record.bisect_id, graph_limit) if graph_limit else None,
             )
         )
     return blocks

@@ -178,6 +178,8 @@ class _RunReport:
         changed = [s for s in steps if s.lines]
         biggest = max(changed, key=lambda s: abs(s.step.delta or 0), default=None)
         replay_columns, replays = replay_rows(self.store.index, self.run_id, module.module_id)
+        bisections = bisection_blocks(self.store, module, self.options.graph_limit if self.options.graphs else None)
+        self.jobs.extend(b.error_graph for b in bisections if b.error_graph)
         return {
             "module": module,
             "display_name": module.name or hlo_name(self.store, module) or "(unnamed)",
@@ -189,7 +191,7 @@ class _RunReport:
             "graphs": jobs,
             "replay_columns": replay_columns,
             "replays": replays,
-            "bisections": bisection_blocks(self.store, self.run_id, module.module_id),
+            "bisections": bisections,
             "opcodes": _opcode_rows(module.opcodes_before, module.opcodes_after),
         }
 
@@ -244,6 +246,14 @@ class _RunReport:
                         for s in page["steps"]
                     ],
                     "graphs": [graph(j) for j in page["graphs"]],
+                    "bisections": [
+                        {
+                            "bisect_id": b.bisect_id,
+                            "headline": b.headline,
+                            "error_graph": graph(b.error_graph) if b.error_graph else None,
+                        }
+                        for b in page["bisections"]
+                    ],
                     "files": [to_jsonable(f) for f in page["files"]],
                 }
             )

@@ -12,11 +12,14 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from xlarun.errors import XlarunError
+from xlarun.hlo import load_hlo
 from xlarun.navigate.select import select_file
 from xlarun.render import RenderOptions, graph_of, layout, to_dot
+from xlarun.render.error_colours import error_graph, legend
 from xlarun.render.graph import Graph, neighbourhood
 
 if TYPE_CHECKING:
+    from xlarun.bisect.bisect_result import BisectResult
     from xlarun.store.records import FileInfo, ModuleInfo
     from xlarun.store.runs import RunStore
 
@@ -42,6 +45,8 @@ class GraphJob:
     svg: str | None = None
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: ("fill" or "border", colour, meaning) shown beside the graph when its colours mean more than the opcode.
+    legend: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def nodes(self) -> int:
@@ -70,11 +75,35 @@ def plan_graphdef(store: RunStore, file: FileInfo, limit: int) -> GraphJob:
     return job
 
 
+def plan_error_graph(store: RunStore, module: ModuleInfo, result: BisectResult, bisect_id: str, limit: int) -> GraphJob | None:
+    """A job drawing the culprit step of a bisection that searched its instructions, coloured by each value's error
+    (None when the bisection has no per-value errors: no instruction search, or recorded before they were kept)."""
+    from xlarun.bisect.recorded import culprit_errors
+
+    culprit = culprit_errors(result, module)
+    if culprit is None:
+        return None
+    safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in bisect_id)
+    job = GraphJob(f"module_{module.module_id:04d}.bisect-{safe_id}", f"{culprit.step}, coloured by error", culprit.path)
+    step_file = culprit.file
+    if step_file is None:
+        job.problem = f"not drawn: the culprit step's dump {culprit.path or '(none named)'} is not among the module's files"
+        return job
+
+    def build() -> Graph:
+        module_hlo = load_hlo(store.blobs.get(step_file.digest), step_file.path)
+        return error_graph(module_hlo, culprit.values, f"{module.label} {culprit.step}")
+
+    _plan(job, build, limit, "the first value to move")
+    job.legend = legend(culprit.values)
+    return job
+
+
 def _stored_graph(store: RunStore, file: FileInfo, title: str | None) -> Graph:
     return graph_of(store.blobs.get(file.digest), file.path, RenderOptions(), title=title)
 
 
-def _plan(job: GraphJob, build: Callable[[], Graph], limit: int) -> None:
+def _plan(job: GraphJob, build: Callable[[], Graph], limit: int, center_is: str = "the root") -> None:
     try:
         graph = build()
     except XlarunError as exc:
@@ -85,8 +114,8 @@ def _plan(job: GraphJob, build: Callable[[], Graph], limit: int) -> None:
         whole = len(graph.nodes)
         graph = neighbourhood(graph, graph.suggested_center, NEIGHBOURHOOD_DEPTH)
         job.notes.append(
-            f"the whole graph has {whole} nodes (over the report's limit of {limit}): this is the neighbourhood of the root "
-            f"{job.center}; `xlarun render --around NAME` draws any other part"
+            f"the whole graph has {whole} nodes (over the report's limit of {limit}): this is the neighbourhood of "
+            f"{center_is} {job.center}; `xlarun render --around NAME` draws any other part"
         )
         if len(graph.nodes) > limit:
             job.problem = f"not drawn: even the root's neighbourhood has {len(graph.nodes)} nodes"
