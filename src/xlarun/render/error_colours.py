@@ -74,7 +74,10 @@ class ValueErrors:
 
     def look(self, name: str) -> tuple[str, str, str]:
         """(fill, short name, meaning) of a compared value: its level's, or :data:`REWRITTEN`."""
-        return REWRITTEN if name in self.rewritten else LEVELS[self.level(name)]
+        level = self.level(name)
+        if name in self.rewritten:
+            return REWRITTEN
+        return LEVELS[level] if level is not None else (NOT_COMPARED[0], "not compared", NOT_COMPARED[1])
 
     def rank(self, name: str) -> tuple[bool, bool, float]:
         """Orders values from the least to the most wrong: rewritten ones first, those past the tolerance last, then
@@ -169,7 +172,8 @@ def legend_lines(values: ValueErrors) -> list[str]:
     """The legend as notes under the graph's title (for the SVG on its own)."""
     counts = dict.fromkeys([short for _c, short, _m in (*LEVELS, REWRITTEN)], 0)
     for name in values.errors:
-        counts[values.look(name)[1]] += 1
+        short = values.look(name)[1]
+        counts[short] = counts.get(short, 0) + 1
     parts = ", ".join(f"{count} {short}" for short, count in counts.items())
     return [
         f"coloured by error against the step before: white identical, orange moved within the tolerance (abs "

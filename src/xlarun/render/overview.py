@@ -75,10 +75,10 @@ def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
         for source in sources.get(root, ()):
             graph.edges.append(Edge(source, "result"))
     total = module.instruction_count()
-    folded = len(entry.instructions) - len(kept) - (1 if merged_parameters else 0)
+    folded_count = len(entry.instructions) - len(kept) - (1 if merged_parameters else 0)
     graph.notes.append(
         f"overview: {len(graph.nodes)} nodes for {total} instructions in {len(module.computations)} computations "
-        f"({folded} plumbing instructions of the entry folded into edges; called computations drawn as one node each); "
+        f"({folded_count} plumbing instructions of the entry folded into edges; called computations drawn as one node each); "
         "--around NAME draws a part in full, --full every node (slow), `xlarun view` opens it in Model Explorer"
     )
     graph.suggested_center = root if root in drawn else None
