@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError
-from xlarun.store.archive import OutputArchiver
 from xlarun.store.index import Index
 from xlarun.store.records import CheckReport, StoredFile
 from xlarun.store.runs import (
@@ -26,6 +25,7 @@ from xlarun.store.runs import (
 )
 
 if TYPE_CHECKING:
+    from xlarun.store.archive import OutputArchiver
     from xlarun.store.summaries import FactsCache
 
 
@@ -159,6 +159,8 @@ class Store(RunStore):
     ) -> OutputArchiver:
         """An :class:`OutputArchiver` for a run's staging folder (``start()`` before the job, ``finish()`` after).
         It hands each file it archives to :attr:`facts`, so indexing the run afterwards finds the parsing done."""
+        from xlarun.store.archive import OutputArchiver  # writing only: reading commands never import it
+
         return OutputArchiver(self, staging, progress, workers, on_archived=self.facts.prepare)
 
     def archive_outputs(
