@@ -20,6 +20,8 @@ FORBIDDEN = {
     # output is written without it (console.py), which saved more than the rest of `runs` cost at 10,000 runs
     "rich", "typer.rich_utils", "xlarun.store.archive", "xlarun.store.ingest", "xlarun.store.summaries", "concurrent",
     "logging", "secrets",
+    # the HLO text reader: decoding a dump's name (xlarun.hlo.names) loads none of the HLO package's readers
+    "xlarun.hlo.text", "xlarun.hlo.scan", "gzip",
 }  # fmt: skip
 
 #: the command modules each reading command may load: its own (cli.COMMANDS builds one command, not every one)

@@ -98,7 +98,7 @@ class _LazyCommands(MutableMapping):
     time it is looked up: ``xlarun runs`` builds ``runs`` alone, ``xlarun --help`` every one."""
 
     def __init__(self, table: dict[str, str], settings: dict) -> None:
-        self._modules: dict[str, str | None] = dict(table)
+        self._modules: dict[str, str] = dict(table)  # "": a command added built
         self._built: dict = {}
         self._registered: dict[str, typer.Typer] = {}
         self._settings = settings  # how the root app asks typer to build its commands
@@ -109,7 +109,7 @@ class _LazyCommands(MutableMapping):
             self._built[name] = self._build(name, module)
         return self._built[name]
 
-    def _build(self, name: str, module: str | None):
+    def _build(self, name: str, module: str):
         if module not in self._registered:
             scratch = typer.Typer()
             importlib.import_module(f".commands.{module}", __package__).register(scratch)
@@ -117,7 +117,7 @@ class _LazyCommands(MutableMapping):
         scratch = self._registered[module]
         settings = self._settings
         for info in scratch.registered_commands:
-            if (info.name or typer.main.get_command_name(info.callback.__name__)) == name:
+            if (info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))) == name:
                 return typer.main.get_command_from_info(
                     info,
                     pretty_exceptions_short=settings["pretty_exceptions_short"],
@@ -129,7 +129,7 @@ class _LazyCommands(MutableMapping):
         raise KeyError(name)  # COMMANDS names a command its module does not register (a test catches it)
 
     def __setitem__(self, name: str, command) -> None:
-        self._modules.setdefault(name, None)
+        self._modules.setdefault(name, "")
         self._built[name] = command
 
     def __delitem__(self, name: str) -> None:

@@ -263,8 +263,8 @@ def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> N
     width = max((len(k) for k, _ in pairs), default=0)
     lines = [f"  {key.ljust(width)}  {value}" for key, value in pairs]
     heading = _without_markup(f"[bold]{title}[/bold]") if title else ""
-    plain = heading is not None and all(_as_is(line) for line in lines)
-    if plain and _write_as_rich(([heading] if title else []) + lines):  # type: ignore[list-item]
+    shown = None if heading is None else ([heading] if title else []) + lines
+    if shown is not None and all(_as_is(line) for line in lines) and _write_as_rich(shown):
         return
     if title:
         _console().print(f"[bold]{title}[/bold]")
