@@ -21,7 +21,7 @@ FORBIDDEN = {
     "rich", "typer.rich_utils", "xlarun.store.archive", "xlarun.store.ingest", "xlarun.store.summaries", "concurrent",
     "logging", "secrets",
     # the HLO text reader: decoding a dump's name (xlarun.hlo.names) loads none of the HLO package's readers
-    "xlarun.hlo.text", "xlarun.hlo.scan", "gzip",
+    "xlarun.hlo.text", "xlarun.hlo.scan", "xlarun.hlo.model", "xlarun.hlo.proto", "gzip",
 }  # fmt: skip
 
 #: the command modules each reading command may load: its own (cli.COMMANDS builds one command, not every one)
