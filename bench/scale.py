@@ -121,7 +121,7 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         "show": [xlarun, "show", ref],
         "cat": [xlarun, "cat", ref],
         "find": [xlarun, "find", NEEDLE],
-        "files": [xlarun, "files", "--run", middle],
+        "files": [xlarun, "files", middle],  # a run REF is files' argument (--run was a usage error, timed as one)
         "explain": [xlarun, "explain", "module_0003.jit_step3.cpu_after_optimizations.txt"],
     }
     floors = {
@@ -131,11 +131,16 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         "find": ("SELECT run_id, module_id FROM terms WHERE value = ?", (NEEDLE,)),
         "files": ("SELECT * FROM files WHERE run_id = ?", (middle,)),
     }
-    result: dict = {"runs_in_store": len(run_ids), "python_c_pass_s": time_argv([sys.executable, "-c", "pass"], repeats, env)}
+    result: dict = {
+        "runs_in_store": len(run_ids),
+        "load_1m_before": round(os.getloadavg()[0], 2),  # other work on the machine slows every figure alike
+        "python_c_pass_s": time_argv([sys.executable, "-c", "pass"], repeats, env),
+    }
     for label, argv in commands.items():
         result[label] = {"median_s": round(time_argv(argv, repeats, env), 4)}
         if label in floors:
             result[label]["bare_sqlite_s"] = round(time_query(db, *floors[label], repeats), 4)
+    result["load_1m_after"] = round(os.getloadavg()[0], 2)
     return result
 
 

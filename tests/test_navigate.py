@@ -117,6 +117,13 @@ def test_explain_seed_name(cli):
     assert "forward-allocation" in words.stdout
 
 
+def test_explain_says_what_an_existing_binary_dump_holds(cli):
+    dump = Path(__file__).parent / "fixtures/hlo/fp/module_0004.jit_f.cpu_after_optimizations.hlo.pb"
+    assert json.loads(cli("explain", dump, "--json").stdout)["holds"] == "hlo_proto"
+    assert "holds        an HloProto (the module" in cli("explain", dump).stdout
+    assert "holds" not in cli("explain", "module_0004.jit_f.cpu_after_optimizations.hlo.pb").stdout  # a name alone
+
+
 def test_logs_and_export(cli, store_arg, tmp_path):
     args, result = store_arg
     logs = cli("logs", result.run_id, *args, "--stream", "stdout")

@@ -1,9 +1,11 @@
 """What each reading command may import: a heavy import creeping into `runs`, `modules`, `show`, `cat`, `find`,
-`explain` or `files` (numpy, jax, the replay or bundle code, pydantic models) fails here, in the fast tier."""
+`explain` or `files` (numpy, jax, the replay or bundle code, pydantic models, rich off a terminal, another command's
+module) fails here, in the fast tier."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +16,16 @@ FORBIDDEN = {
     "numpy", "jax", "jaxlib", "ml_dtypes", "pydantic", "yaml", "docker", "requests", "jinja2", "markupsafe", "ray",
     "graphviz", "xlarun.replay", "xlarun.bundle", "xlarun.bisect", "xlarun.render", "xlarun.report", "xlarun.capture",
     "xlarun.executors", "xlarun.diff", "xlarun.batch", "xlarun.view", "xlarun.jax",
+    # what writing needs (the archiver's thread pools and logging, ingest, random ids), and rich: off a terminal its
+    # output is written without it (console.py), which saved more than the rest of `runs` cost at 10,000 runs
+    "rich", "typer.rich_utils", "xlarun.store.archive", "xlarun.store.ingest", "xlarun.store.summaries", "concurrent",
+    "logging", "secrets",
+    # the HLO text reader: decoding a dump's name (xlarun.hlo.names) loads none of the HLO package's readers
+    "xlarun.hlo.text", "xlarun.hlo.scan", "xlarun.hlo.model", "xlarun.hlo.proto", "gzip",
 }  # fmt: skip
+
+#: the command modules each reading command may load: its own (cli.COMMANDS builds one command, not every one)
+COMMAND_MODULES = {"completion", "navigate"}
 
 CHILD = """
 import contextlib, json, os, sys
@@ -65,6 +76,7 @@ def test_reading_commands_import_nothing_heavy(small_store):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            env={k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")},  # rich's: it styles
         )
         for name, argv in COMMANDS.items()
     }
@@ -75,4 +87,6 @@ def test_reading_commands_import_nothing_heavy(small_store):
         assert report["code"] == 0, (name, err[-2000:])
         loaded = set(report["modules"])
         heavy[name] = sorted(m for m in FORBIDDEN if m in loaded or any(x.startswith(m + ".") for x in loaded))
+        commands = {m.split(".")[2] for m in loaded if m.startswith("xlarun.commands.")} - {"share"}  # show: a bundle?
+        heavy[name] += sorted(f"xlarun.commands.{m}" for m in commands - COMMAND_MODULES)
     assert heavy == {name: [] for name in COMMANDS}

@@ -1,9 +1,10 @@
 """The ``xlarun`` command: parses arguments, calls the library, prints. Nothing else lives here.
 
 Commands live in ``xlarun.commands.<module>``; each module has ``register(app)`` that adds its
-commands to the Typer app. To add a command group, write such a module and add its name to
-``COMMAND_MODULES``. Command modules import the library lazily (inside the command) so that
-``xlarun --help`` starts fast.
+commands to a Typer app. To add a command, register it in such a module and name it in ``COMMANDS`` (in the
+order ``xlarun --help`` lists it). A command is built from its function, and its module imported, only when it is
+run or its help is shown: building all of them took more time than ``xlarun runs`` itself. Command modules
+import the library lazily (inside the command) for the same reason.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import errno
 import importlib
 import os
 import sys
-import traceback
-from datetime import datetime, timezone
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
 import typer
@@ -21,21 +21,26 @@ import typer.core
 
 from xlarun.errors import EnvironmentProblem, ExitCode, XlarunError, error_document, json_reported
 
-COMMAND_MODULES = (
-    "capture",
-    "batch",
-    "navigate",
-    "replay",
-    "bisect",
-    "housekeeping",
-    "doctor",
-    "see",
-    "images",
-    "share",
-    "view",
-    "ray",
-    "completion",
-)
+#: Every command, in the order ``xlarun --help`` lists it, and the module of ``xlarun.commands`` that registers it
+#: (tests/test_cli_lazy.py holds this table to what the modules register).
+COMMANDS = {
+    "capture": "capture", "validate": "capture", "schema": "capture", "flags": "capture",
+    "batch": "batch",
+    "runs": "navigate", "modules": "navigate", "files": "navigate", "show": "navigate", "cat": "navigate",
+    "find": "navigate", "explain": "navigate", "logs": "navigate", "export": "navigate",
+    "replay": "replay", "convert": "replay",
+    "bisect": "bisect", "extract": "bisect",
+    "rm": "housekeeping", "gc": "housekeeping", "recover": "housekeeping", "reindex": "housekeeping",
+    "check": "housekeeping",
+    "doctor": "doctor",
+    "render": "see", "diff": "see", "report": "see",
+    "import": "share", "bundle": "share",
+    "view": "view",
+    "worker": "ray", "collect": "ray",
+    "completion": "completion",
+    "images": "images",
+}  # fmt: skip
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 EXIT_CODES_HELP = """
 Exit codes: 0 ok · 1 the answer is no (the job failed or made no dump, a replay miscompared, bisect found a culprit,
@@ -88,8 +93,71 @@ def _coerce_plain_strings_without_pydantic() -> None:
 _coerce_plain_strings_without_pydantic()
 
 
+class _LazyCommands(MutableMapping):
+    """The root group's commands by name (``COMMANDS``' order), each built by typer from its function the first
+    time it is looked up: ``xlarun runs`` builds ``runs`` alone, ``xlarun --help`` every one."""
+
+    def __init__(self, table: dict[str, str], settings: dict) -> None:
+        self._modules: dict[str, str] = dict(table)  # "": a command added built
+        self._built: dict = {}
+        self._registered: dict[str, typer.Typer] = {}
+        self._settings = settings  # how the root app asks typer to build its commands
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            module = self._modules[name]  # KeyError: no such command
+            self._built[name] = self._build(name, module)
+        return self._built[name]
+
+    def _build(self, name: str, module: str):
+        if module not in self._registered:
+            scratch = typer.Typer()
+            importlib.import_module(f".commands.{module}", __package__).register(scratch)
+            self._registered[module] = scratch
+        scratch = self._registered[module]
+        settings = self._settings
+        for info in scratch.registered_commands:
+            if (info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))) == name:
+                return typer.main.get_command_from_info(
+                    info,
+                    pretty_exceptions_short=settings["pretty_exceptions_short"],
+                    rich_markup_mode=settings["rich_markup_mode"],
+                )
+        for group in scratch.registered_groups:
+            if group.name == name:
+                return typer.main.get_group_from_info(group, **settings)
+        raise KeyError(name)  # COMMANDS names a command its module does not register (a test catches it)
+
+    def __setitem__(self, name: str, command) -> None:
+        self._modules.setdefault(name, "")
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._modules[name]
+        self._built.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modules
+
+
 class _XlarunGroup(typer.core.TyperGroup):
-    """Maps the library's errors to one red line and a documented exit code, for every command."""
+    """Maps the library's errors to one red line and a documented exit code, for every command; its commands are
+    built when looked up (:class:`_LazyCommands`)."""
+
+    def __init__(self, *, commands=None, **attrs) -> None:
+        super().__init__(**attrs)
+        lazy = _LazyCommands(COMMANDS, _BUILD_SETTINGS)
+        lazy.update(commands or {})
+        self.commands = lazy
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)  # the names alone: typer's own builds every command to list them
 
     def invoke(self, ctx):
         from xlarun.console import error_line
@@ -119,6 +187,8 @@ class _XlarunGroup(typer.core.TyperGroup):
 
                     print_json(error_document(trouble))
                 raise typer.Exit(int(trouble.exit_code)) from None
+            import traceback
+
             traceback.print_exc()
             log = _crash_log(exc)
             error_line(f"internal error: {exc!r}; the traceback is in {log}; please report it")
@@ -163,8 +233,11 @@ def _root(
     """Capture, archive, index, navigate and replay XLA dumps."""
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f".commands.{_name}", __package__).register(app)
+_BUILD_SETTINGS = {
+    "pretty_exceptions_short": app.pretty_exceptions_short,
+    "rich_markup_mode": app.rich_markup_mode,
+    "suggest_commands": app.suggest_commands,
+}
 
 
 def _disk_trouble(exc: BaseException) -> XlarunError | None:
@@ -179,6 +252,9 @@ def _disk_trouble(exc: BaseException) -> XlarunError | None:
 
 
 def _crash_log(exc: BaseException) -> Path:
+    import traceback
+    from datetime import datetime, timezone
+
     from xlarun import __version__
 
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun"

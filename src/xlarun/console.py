@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -88,6 +90,109 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, force_jupyter=False)
 
 
+# --- what rich would print, written without rich ---------------------------------------------------------------
+# Importing rich and drawing a 50-row table with it took longer than the rest of `xlarun runs` over 10,000 runs. Where
+# rich would write no escape codes (not a terminal) and the text needs none of its work (markup, emoji codes, wide
+# or control characters, wrapping), the same bytes are written here; anything else still goes through rich.
+
+_RICH_WIDTH = 240  # _console's width off a terminal
+_MARKUP_TAG = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")  # rich.markup's tags
+_PLAIN_STYLES = {"bold", "dim", "italic", "underline", "red", "green", "yellow", "blue", "magenta", "cyan"}
+_EMOJI_CODE = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")  # rich's emoji codes
+DIGIT_EMOJI = {"100", "1234"}  # the emoji codes of digits alone (tests/test_console.py holds rich to it)
+
+
+def _rich_styles(stream) -> bool:
+    """Whether rich would write escape codes to ``stream`` (rich.console.Console.is_terminal, in its order)."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    if (force := os.environ.get("FORCE_COLOR")) is not None:
+        return force != ""
+    try:
+        return stream.isatty()
+    except ValueError:
+        return False
+
+
+def _as_is(text: str) -> bool:
+    """Whether rich prints ``text`` (markup already taken out) as it is: printable ASCII, no emoji code it knows."""
+    if not (text.isascii() and text.isprintable()):
+        return False
+    names = [m.group(2) for m in _EMOJI_CODE.finditer(text)] if ":" in text else []
+    names = [n for n in names if not n.isdigit() or n in DIGIT_EMOJI]  # ":14:" of a time is none: no table to load
+    if names:
+        from rich._emoji_codes import EMOJI  # the table of names: 3 ms and more
+
+        return not any(name.lower() in EMOJI for name in names)
+    return True
+
+
+def _no_markup(text: str) -> bool:
+    """Whether rich prints ``text``, read as markup, as it is (a bracket that opens no tag is text to rich)."""
+    return ("[" not in text or (_MARKUP_TAG.search(text) is None and "\\[" not in text)) and _as_is(text)
+
+
+def _without_markup(markup: str) -> str | None:
+    """``markup`` as rich prints it off a terminal, or None where rich has work to do (escapes, a tag it would
+    refuse, text it would change)."""
+    if "\\" in markup:
+        return None
+    pieces, opened, start = [], [], 0
+    for tag in _MARKUP_TAG.finditer(markup):
+        pieces.append(markup[start : tag.start()])
+        start = tag.end()
+        name = tag.group(3).strip()
+        if not name.startswith("/"):
+            if not set(name.split(" ")) <= _PLAIN_STYLES:  # a style rich might refuse, a link, a handler: rich's
+                return None
+            opened.append(name)
+        elif (closed := name[1:].strip()) in opened:
+            del opened[len(opened) - 1 - opened[::-1].index(closed)]  # the latest of that name, as rich closes it
+        elif closed == "" and opened:
+            opened.pop()
+        else:
+            return None  # rich raises its MarkupError: let it
+    pieces.append(markup[start:])
+    if not all(_as_is(piece) for piece in pieces):
+        return None
+    return "".join(pieces)
+
+
+def _write_as_rich(lines: Sequence[str], stderr: bool = False) -> bool:
+    """Write ``lines`` as rich would print them off a terminal; False (nothing written) where rich must."""
+    stream = sys.stderr if stderr else sys.stdout
+    if _rich_styles(stream) or any(len(line) > _RICH_WIDTH for line in lines):
+        return False
+    stream.write("".join(f"{line}\n" for line in lines))
+    stream.flush()  # as rich does after each print: lines keep their order against stderr's
+    return True
+
+
+def _table_as_rich(headers: Sequence[str], rows: list[list[str]], title: str | None, right: Sequence[str]) -> list[str] | None:
+    """print_table's table as rich draws it (no box, no edge padding, columns two spaces apart, every line padded
+    to the table's width), or None where rich has work to do (markup, wrapping, wide characters...)."""
+    if not headers or any(len(row) != len(headers) for row in rows):
+        return None
+    if not all(_no_markup(cell) for cell in (*headers, *(c for row in rows for c in row))):
+        return None
+    ends_in_space = [i for i, h in enumerate(headers) if h in right and any(r[i].endswith(" ") for r in (headers, *rows))]
+    if ends_in_space:  # rich trims a right-aligned cell's end
+        return None
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if 0 in widths or total > _RICH_WIDTH:
+        return None
+    if title and (len(title) > total or title != title.strip() or not _no_markup(title)):
+        return None  # rich wraps a long title and trims spaces around it
+    aligned = [str.rjust if h in right else str.ljust for h in headers]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(align(c, w) for c, w, align in zip(cells, widths, aligned, strict=True))
+
+    return ([title.ljust(total)] if title else []) + [line(headers)] + [line(row) for row in rows]
+
+
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, pydantic models, enums and paths as plain JSON values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -138,6 +243,9 @@ def print_table(
     if len(cells) > PLAIN_TABLE_ROWS:
         _print_plain_table(headers, cells, title, right)
         return
+    drawn = _table_as_rich(headers, cells, title, right)
+    if drawn is not None and _write_as_rich(drawn):
+        return
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
@@ -152,11 +260,16 @@ def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> N
     """``label: value`` lines, labels aligned."""
     pairs = [(k, v) for k, v in pairs if v not in (None, "", [], {})]
     _record(PairsBlock([(k, str(v)) for k, v in pairs], title))
+    width = max((len(k) for k, _ in pairs), default=0)
+    lines = [f"  {key.ljust(width)}  {value}" for key, value in pairs]
+    heading = _without_markup(f"[bold]{title}[/bold]") if title else ""
+    shown = None if heading is None else ([heading] if title else []) + lines
+    if shown is not None and all(_as_is(line) for line in lines) and _write_as_rich(shown):
+        return
     if title:
         _console().print(f"[bold]{title}[/bold]")
-    width = max((len(k) for k, _ in pairs), default=0)
-    for key, value in pairs:
-        _console().print(f"  {key.ljust(width)}  {value}", markup=False)
+    for line in lines:
+        _console().print(line, markup=False)
 
 
 def echo(text: str = "") -> None:
@@ -168,8 +281,11 @@ def echo(text: str = "") -> None:
 
 def say(markup: str) -> None:
     """A line with rich markup on stdout."""
-    for line in markup.split("\n"):
-        _record(LineBlock(_plain(line), _tone_of(line)))
+    plain = [_without_markup(line) for line in markup.split("\n")]
+    for line, text in zip(markup.split("\n"), plain, strict=True):
+        _record(LineBlock(_plain(line) if text is None else text, _tone_of(line)))
+    if None not in plain and _write_as_rich(plain):  # type: ignore[arg-type]
+        return
     _console().print(markup)
 
 

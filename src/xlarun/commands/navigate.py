@@ -262,20 +262,24 @@ def explain(
         found = [{**d.to_dict(), "holds": h} for d, h in zip(decoded, holds, strict=True)]
         print_json(found if len(found) > 1 else found[0])
         return
-    from xlarun.hlo.proto import PROTO_KINDS
-
     for item, kind in zip(decoded, holds, strict=True):
-        print_pairs(item.describe() + ([("holds", PROTO_KINDS[kind])] if kind else []), title=item.path)
+        print_pairs(item.describe() + ([("holds", _proto_kind_words(kind))] if kind else []), title=item.path)
+
+
+def _proto_kind_words(kind: str) -> str:
+    from xlarun.hlo.proto import PROTO_KINDS  # only for a binary dump that exists: a name alone loads no reader
+
+    return PROTO_KINDS[kind]
 
 
 def _binary_dump_holds(path: Path) -> str | None:
     """For an existing binary dump file: what it holds by the rule replay reads it by (its content, not its name)."""
-    from xlarun.hlo import gunzip
-    from xlarun.hlo.proto import proto_holds
-
     try:
         if not path.is_file() or path.stat().st_size > 1 << 30:
             return None
+        from xlarun.hlo import gunzip
+        from xlarun.hlo.proto import proto_holds
+
         return proto_holds(gunzip(path.read_bytes(), str(path)))
     except (OSError, XlarunError):
         return None

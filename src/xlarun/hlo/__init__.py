@@ -8,26 +8,64 @@ through it (or :func:`read_hlo_file` for a path).
 
 from __future__ import annotations
 
-import gzip
 import re
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from xlarun.errors import InputError
-from xlarun.hlo.lex import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401 (re-exported)
-from xlarun.hlo.model import (  # noqa: F401 (the model's public names, importable from xlarun.hlo)
-    CALLED_COMPUTATION_KEYS,
-    INSTRUCTION_REF_KEYS,
-    OPCODES,
-    PER_RUN_ATTRIBUTES,
-    HloComputation,
-    HloInstruction,
-    HloModule,
-    assemble_module,
-    format_signature,
-    signature_of,
-)
-from xlarun.hlo.scan import TextFacts, scan_hlo_text  # noqa: F401
-from xlarun.hlo.text import parse_hlo_text
+
+if TYPE_CHECKING:
+    from xlarun.hlo.lex import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401
+    from xlarun.hlo.model import (  # noqa: F401
+        CALLED_COMPUTATION_KEYS,
+        INSTRUCTION_REF_KEYS,
+        OPCODES,
+        PER_RUN_ATTRIBUTES,
+        HloComputation,
+        HloInstruction,
+        HloModule,
+        assemble_module,
+        format_signature,
+        signature_of,
+    )
+    from xlarun.hlo.scan import TextFacts, scan_hlo_text  # noqa: F401
+    from xlarun.hlo.text import parse_hlo_text  # noqa: F401
+
+#: Names importable from ``xlarun.hlo`` and the module each lives in, loaded on first use: a command that only
+#: decodes dump names (``xlarun files``, ``cat``: ``xlarun.hlo.names``) never loads the model and the readers.
+_REEXPORTED = {
+    **dict.fromkeys(
+        ("LineError", "as_xla_prints", "split_top_level", "strip_comments", "strip_layouts", "unquote", "walk"), "lex"
+    ),
+    **dict.fromkeys(
+        (
+            "CALLED_COMPUTATION_KEYS",
+            "INSTRUCTION_REF_KEYS",
+            "OPCODES",
+            "PER_RUN_ATTRIBUTES",
+            "HloComputation",
+            "HloInstruction",
+            "HloModule",
+            "assemble_module",
+            "format_signature",
+            "signature_of",
+        ),
+        "model",
+    ),
+    "TextFacts": "scan",
+    "scan_hlo_text": "scan",
+    "parse_hlo_text": "text",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _REEXPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_REEXPORTED[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 # What HLO text starts with, after comments: the HloModule line, or a computation (name, maybe its
 # parameters and result, '{', then an instruction), as XLA's parser reads a file without an HloModule line.
@@ -58,6 +96,8 @@ def gunzip(data: bytes, name: str = "the file") -> bytes:
     """``data`` decompressed when it is gzip (``--xla_dump_compress_protos``), else as it is."""
     if not data.startswith(_GZIP_MAGIC):
         return data
+    import gzip
+
     try:
         return gzip.decompress(data)
     except (OSError, EOFError) as error:
@@ -85,6 +125,8 @@ def load_hlo(data: bytes, name: str = "", kind: str | None = None, summary: bool
         else:
             kind = "proto"
     if kind == "text":
+        from xlarun.hlo.text import parse_hlo_text
+
         return parse_hlo_text(data.decode("utf-8", errors="replace"), summary=summary)
     from xlarun.hlo.proto import summarize_hlo_proto  # loaded when a proto is read
 

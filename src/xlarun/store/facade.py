@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import cached_property
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError
-from xlarun.store.archive import OutputArchiver
 from xlarun.store.index import Index
 from xlarun.store.records import CheckReport, StoredFile
 from xlarun.store.runs import (
@@ -26,7 +26,24 @@ from xlarun.store.runs import (
 )
 
 if TYPE_CHECKING:
+    from xlarun.store.archive import OutputArchiver
     from xlarun.store.summaries import FactsCache
+
+
+#: index meta key: ``runs/``'s stamp and the index's count of runs when a reader last found them agreeing
+_AGREED = "runs_agreed"
+#: a stamp is noted only once ``runs/`` has not changed for this long: a run committed within the same tick of the
+#: file system's clock as the listing would leave the stamp as it was (git's "racily clean" index entries)
+_SETTLED_NS = 2_000_000_000
+
+
+def _folder_stamp(folder: Path) -> str | None:
+    """What changes when an entry of ``folder`` is added, removed or renamed: its modification time and inode."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return f"{info.st_mtime_ns} {info.st_ino}"
 
 
 class Store(RunStore):
@@ -64,12 +81,25 @@ class Store(RunStore):
             self._open_indexes.append(index)
             with self._reconcile_lock:
                 if not self._reconciled and not index.read_only:  # read-only: what the index says is read as is
-                    if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
-                        from xlarun.store.ingest import reconcile
-
-                        self._reconciled_ids = set(reconcile(index, self, self.facts))
+                    self._reconcile(index)
                     self._reconciled = True
         return index
+
+    def _reconcile(self, index: Index) -> None:
+        """Index the runs ``runs/`` holds and the index lacks, and forget those it no longer holds: read both lists
+        only when ``runs/`` (its folder's stamp) or the index's count of runs changed since they last agreed, as
+        listing 10,000 runs twice took more than the rest of a reading command."""
+        stamp = _folder_stamp(self.runs_dir)
+        if stamp is not None and index.meta(_AGREED) == f"{stamp} {index.run_count()}":
+            return
+        if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
+            from xlarun.store.ingest import reconcile
+
+            self._reconciled_ids = set(reconcile(index, self, self.facts))
+            return  # the next reader checks again, and notes the agreement
+        mtime_ns = int(stamp.split()[0]) if stamp else 0
+        if stamp is not None and time.time_ns() - mtime_ns > _SETTLED_NS and _folder_stamp(self.runs_dir) == stamp:
+            index.try_set_meta(_AGREED, f"{stamp} {index.run_count()}")
 
     def ingest(self, run_id: str) -> None:
         """Index a run just committed (a capture, an import, a recovered run): once, also when this is the
@@ -159,6 +189,8 @@ class Store(RunStore):
     ) -> OutputArchiver:
         """An :class:`OutputArchiver` for a run's staging folder (``start()`` before the job, ``finish()`` after).
         It hands each file it archives to :attr:`facts`, so indexing the run afterwards finds the parsing done."""
+        from xlarun.store.archive import OutputArchiver  # writing only: reading commands never import it
+
         return OutputArchiver(self, staging, progress, workers, on_archived=self.facts.prepare)
 
     def archive_outputs(

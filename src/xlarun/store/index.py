@@ -135,6 +135,23 @@ class Index:
         """The ids of the runs the index holds."""
         return {row[0] for row in self.conn.execute("SELECT run_id FROM runs")}
 
+    def run_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def try_set_meta(self, key: str, value: str) -> None:
+        """Note ``value`` if the index can be written at once; a note nothing depends on never waits for a writer."""
+        try:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        except sqlite3.OperationalError:  # locked by a writer, or a read-only disk: the next reader notes it
+            pass
+        finally:
+            self.conn.execute("PRAGMA busy_timeout = 60000")  # Index.open's timeout=60
+
     def forget_run(self, run_id: str | None) -> None:
         with self.transaction():
             for table in ("runs", "files", "modules", "passes", "module_terms"):

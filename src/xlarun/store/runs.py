@@ -27,7 +27,6 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import stat
 import subprocess
@@ -58,7 +57,7 @@ def new_run_id(now: datetime | None = None) -> str:
     """A time-sortable run id: ``20261122-103015-a1b2`` (UTC; then the 256th of the second, so that runs started in
     the same second sort in order and ``latest`` is the latest, and 2 random hex digits)."""
     now = now or datetime.now(timezone.utc)
-    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond * 256 // 1_000_000:02x}{secrets.token_hex(1)}"
+    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond * 256 // 1_000_000:02x}{os.urandom(1).hex()}"
 
 
 def default_store_path() -> Path:
@@ -140,7 +139,7 @@ class RunStore:
                 raise FileExistsError(17, "a staging folder of that name exists", str(staging))
             # made under a temporary name and renamed: gc never sees a staging folder without its owner (the
             # draft's name ends with the pid, which gc reads; the token keeps two threads' drafts apart)
-            draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{secrets.token_hex(3)}-{os.getpid()}"
+            draft = self.staging_dir / f"{_NEW_PREFIX}{run_id}-{os.urandom(3).hex()}-{os.getpid()}"
             try:
                 for folder in (draft, *(draft / sub for sub in OUTPUT_DIRS)):
                     folder.mkdir(parents=folder == draft)
@@ -251,7 +250,7 @@ class RunStore:
         process: thousands of raw dump files take a while to unlink, and nobody needs to wait for it).
         :meth:`wait_for_discards` waits; a trash left by a killed ``rm`` goes at the next ``gc``."""
         self._discards = [proc for proc in self._discards if proc.poll() is None]  # reap the finished ones
-        trash = self.staging_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        trash = self.staging_dir / f"{_TRASH_PREFIX}{os.getpid()}-{os.urandom(3).hex()}"
         trash.mkdir(parents=True)
         for n, path in enumerate(paths):
             try:
