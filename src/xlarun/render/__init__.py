@@ -9,8 +9,10 @@ From Python::
     graph = render_stored_file(store, module.run_id, select_file(module, purpose="graph"), RenderOptions(format="svg"))
     Path("g.svg").write_bytes(graph.data)
 
-Big graphs: above ``RenderOptions.limit`` nodes a graph is refused (:class:`GraphTooBig`, with the
-``--around`` suggestion) rather than handed to dot, and dot runs under a time limit.
+Big graphs: an HLO module over ``RenderOptions.overview_above`` nodes (or ``limit``, if fewer) is drawn as its
+overview, condensed to fit when need be (render/overview.py, render/condense.py); with ``full``, above ``limit`` nodes a
+graph is refused (:class:`GraphTooBig`, with the ``--around`` suggestion) rather than handed to dot, and dot runs under
+a time limit.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_no
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
 from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
-from xlarun.render.overview import hlo_overview
+from xlarun.render.overview import OVERVIEW_ABOVE, OVERVIEW_MAX_NODES, hlo_overview
 
 if TYPE_CHECKING:
     from xlarun.store.records import FileInfo
@@ -49,8 +51,10 @@ class RenderOptions:
     expand: tuple[str, ...] = ()
     expand_all: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
-    #: Above ``limit`` nodes an HLO module is drawn as its overview (render/overview.py) unless ``full``.
+    #: Above ``limit`` nodes (or ``overview_above``, if fewer) an HLO module is drawn as its overview
+    #: (render/overview.py) unless ``full``; with ``full``, a module over ``limit`` is refused.
     full: bool = False
+    overview_above: int = OVERVIEW_ABOVE
 
 
 @dataclass
@@ -110,8 +114,10 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
     if options.around:
         return hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)
     graph = hlo_graph(module, expand=options.expand, expand_all=options.expand_all, title=title)
-    if options.limit and len(graph.nodes) > options.limit and not options.full:
-        return hlo_overview(module, title=title)  # a big module: what it computes, in seconds
+    above = min(options.limit, options.overview_above) if options.limit else None  # --limit 0: no limit, no overview
+    if above and len(graph.nodes) > above and not options.full:
+        # a big module: what it computes, condensed to fit if need be, in seconds
+        return hlo_overview(module, title=title, max_nodes=min(options.limit or OVERVIEW_MAX_NODES, OVERVIEW_MAX_NODES))
     return graph
 
 
