@@ -151,3 +151,16 @@ def test_a_module_of_some_hundreds_of_nodes_is_drawn_as_its_overview_unless_full
     assert full.nodes == 603 and not any(n.startswith("overview:") for n in full.notes)
     unlimited = render_bytes(text, "module_0000.chain.before_optimizations.txt", RenderOptions(format="dot", limit=None))
     assert unlimited.nodes == 603
+
+
+def test_a_drawing_of_some_hundreds_of_nodes_is_laid_out_with_less_effort_and_without_wide_inputs_unless_full():
+    from xlarun.render import graph_of
+
+    text = _chain_module(300).encode()  # 303 nodes, under the overview's threshold: drawn in full
+    drawn = graph_of(text, "m.txt", RenderOptions())
+    assert len(drawn.nodes) == 303 and drawn.attributes["mclimit"] == "0.3"
+    assert not [e for e in drawn.edges if e.src == "w"] and "reads w" in drawn.nodes["n.1"].label
+    full = graph_of(text, "m.txt", RenderOptions(full=True))
+    assert len([e for e in full.edges if e.src == "w"]) == 150 and full.attributes["mclimit"] == "0.3"
+    small = graph_of(_chain_module(100).encode(), "m.txt", RenderOptions())
+    assert len([e for e in small.edges if e.src == "w"]) == 50 and not small.attributes

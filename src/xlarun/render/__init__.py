@@ -27,7 +27,7 @@ from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_no
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
 from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
-from xlarun.render.overview import OVERVIEW_ABOVE, OVERVIEW_MAX_NODES, hlo_overview
+from xlarun.render.overview import FAST_LAYOUT, OVERVIEW_ABOVE, OVERVIEW_MAX_NODES, hlo_overview, without_wide_inputs
 
 if TYPE_CHECKING:
     from xlarun.store.records import FileInfo
@@ -38,6 +38,11 @@ __all__ = [
     "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "render_bytes",
     "render_path", "render_stored_file", "to_dot",
 ]  # fmt: skip
+
+
+#: Above this many nodes a drawing is laid out with less effort from dot (render/overview.py's FAST_LAYOUT) and, unless
+#: ``full``, edges from an input read by many nodes are left out (each reader names it).
+FAST_LAYOUT_ABOVE = 200
 
 
 @dataclass
@@ -118,6 +123,10 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
     if above and len(graph.nodes) > above and not options.full:
         # a big module: what it computes, condensed to fit if need be, in seconds
         return hlo_overview(module, title=title, max_nodes=min(options.limit or OVERVIEW_MAX_NODES, OVERVIEW_MAX_NODES))
+    if len(graph.nodes) > FAST_LAYOUT_ABOVE:  # dot's effort cut (4x less CPU on a 315-node drawing with 9 clusters)
+        graph.attributes.update(FAST_LAYOUT)
+        if not options.full:
+            graph = without_wide_inputs(graph)
     return graph
 
 

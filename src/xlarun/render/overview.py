@@ -37,7 +37,7 @@ PLUMBING = frozenset(
 OVERVIEW_ABOVE = 500
 #: The most nodes an overview has: a bigger one is condensed (render/condense.py) so that dot lays it out in seconds.
 OVERVIEW_MAX_NODES = 600
-#: An input read by more nodes than this has its edges left out of the overview (see _without_wide_inputs).
+#: An input read by more nodes than this has its edges left out of the overview (see without_wide_inputs).
 MAX_INPUT_EDGES = 12
 #: Above this many parameters, the overview draws them as one node.
 MAX_PARAMETER_NODES = 24
@@ -90,10 +90,10 @@ def hlo_overview(module: HloModule, title: str | None = None, max_nodes: int | N
     graph.suggested_center = root if root in drawn else None
     if max_nodes and len(graph.nodes) > max_nodes:
         graph = condense(graph, {i.name: i.opcode for i in kept}, max_nodes)
-    return _without_wide_inputs(graph)
+    return without_wide_inputs(graph)
 
 
-def _without_wide_inputs(graph: Graph) -> Graph:
+def without_wide_inputs(graph: Graph) -> Graph:
     """Edges from an input (a node nothing flows into: a parameter, an iota) read by more than
     :data:`MAX_INPUT_EDGES` nodes are not drawn; the input and each reader say so in their labels. Such edges reach
     down every rank of the drawing (a weight read at each step of a chain), and dot routes each through every rank it
