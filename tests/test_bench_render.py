@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
 from bench.render import _nodes
 from bench.render_modules import SHAPES, synthetic_module
+
 from xlarun.hlo import parse_hlo_text
 
 
