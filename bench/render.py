@@ -14,6 +14,7 @@ module renders in seconds (here: under 30 s on this 2-CPU machine), a PNG at mos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -121,7 +122,7 @@ def _nodes(stderr: str) -> int | None:
     return None
 
 
-def real_modules(work: Path) -> list[tuple[str, Path]]:
+def real_modules(work: Path, stages: tuple[str, ...] = ("before_optimizations", "after_optimizations")) -> list[tuple[str, Path]]:
     """The toy transformer's training step (2 layers), before and after optimizations; none without JAX."""
     dump = work / "transformer-dump"
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}", "JAX_PLATFORMS": "cpu"}
@@ -132,9 +133,9 @@ def real_modules(work: Path) -> list[tuple[str, Path]]:
         print(f"[render] no transformer step (exit {proc.returncode}): {proc.stderr.strip()[-300:]}", file=sys.stderr)
         return []
     found = []
-    for stage in ("before_optimizations", "after_optimizations"):
-        files = [p for p in dump.glob(f"*.{stage}.txt") if "train" in p.name or "step" in p.name]
-        files = files or list(dump.glob(f"*.{stage}.txt"))
+    for stage in stages:
+        every = list(dump.glob(f"*{stage}.txt"))  # on CPU: cpu_after_optimizations
+        files = [p for p in every if "train" in p.name or "step" in p.name] or every
         if files:
             found.append((f"transformer step, {stage.replace('_', ' ')}", max(files, key=lambda p: p.stat().st_size)))
     return found
@@ -142,30 +143,40 @@ def real_modules(work: Path) -> list[tuple[str, Path]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,5000,20000", help="instructions per synthetic module, comma-separated")
+    parser.add_argument(
+        "--sizes", default="1000,5000,20000", help="instructions per synthetic module, comma-separated ('' for none)"
+    )
     parser.add_argument(
         "--shapes", default="mixed,chain,fanout", help="module shapes (bench/render_modules.py): the first at every size"
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full-timeout", type=float, default=120.0, help="seconds the full layouts may take")
     parser.add_argument("--no-real", action="store_true", help="skip the transformer step (needs JAX)")
+    parser.add_argument("--stages", default="before_optimizations,after_optimizations", help="the transformer step's dumps drawn")
+    parser.add_argument("--append", action="store_true", help="add these cases to the output file's (its stamp kept too)")
     add_output_options(parser, "render")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="xlarun-bench-render-"))
     results: dict = {"target_s": TARGET_S, "png_max_pixels": PNG_MAX_PIXELS, "full_timeout_s": args.full_timeout, "cases": []}
     started = time.perf_counter()
+    earlier = (
+        json.loads(output_path(args, "render").read_text()) if args.append and output_path(args, "render").exists() else None
+    )
+    if earlier:
+        results["cases"] = earlier["cases"]
+        results["earlier_run"] = earlier.get("measured_on")
     try:
-        sizes = sorted(int(x) for x in args.sizes.split(","))
+        sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
         shapes = args.shapes.split(",")  # the first at every size, the others at the largest
         cases = [(f"synthetic {shapes[0]}, {n} instructions", n, shapes[0]) for n in sizes]
-        cases += [(f"synthetic {shape}, {sizes[-1]} instructions", sizes[-1], shape) for shape in shapes[1:]]
+        cases += [(f"synthetic {shape}, {sizes[-1]} instructions", sizes[-1], shape) for shape in shapes[1:] if sizes]
         todo: list[tuple[str, Path, int | None]] = []
         for label, n, shape in cases:
             path = work / f"module_{len(todo):04d}.synthetic_{shape}_{n}.before_optimizations.txt"
             path.write_text(synthetic_module(n, shape))
             todo.append((label, path, n))
-        if not args.no_real:
-            todo += [(label, path, None) for label, path in real_modules(work)]
+        if not args.no_real:  # first: the module users have
+            todo = [(label, path, None) for label, path in real_modules(work, tuple(args.stages.split(",")))] + todo
         for label, path, n in todo:
             print(f"[render] {label}...", file=sys.stderr, flush=True)
             row = {"case": label, "instructions": n or _instructions(path)} | render_case(
@@ -176,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             results["cases"].append(row)
             print(format_row(row), flush=True)
+            results["total_s"] = round(time.perf_counter() - started, 1)
+            write_results(output_path(args, "render"), results)  # after each case: what is done survives a stop
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["total_s"] = round(time.perf_counter() - started, 1)
