@@ -164,3 +164,12 @@ def test_a_drawing_of_some_hundreds_of_nodes_is_laid_out_with_less_effort_and_wi
     assert len([e for e in full.edges if e.src == "w"]) == 150 and full.attributes["mclimit"] == "0.3"
     small = graph_of(_chain_module(100).encode(), "m.txt", RenderOptions())
     assert len([e for e in small.edges if e.src == "w"]) == 50 and not small.attributes
+
+
+def test_a_big_drawing_places_its_edge_labels_after_the_layout():
+    from xlarun.render import graph_of, to_dot
+
+    big = to_dot(graph_of(_chain_module(300, reads_weight=False).encode(), "m.txt", RenderOptions(full=True)))
+    small = to_dot(graph_of(_chain_module(20, reads_weight=False).encode(), "m.txt", RenderOptions()))
+    assert "xlabel=" in big and " label=" not in big.split("->", 1)[1].split("\n", 1)[0]
+    assert "xlabel=" not in small and "label=" in small.split("->", 1)[1].split("\n", 1)[0]
