@@ -172,7 +172,7 @@ def _render_section(render: dict | None) -> str:
     return head + (
         f"{_measured_on(render).capitalize()}, {render['total_s']:.0f} s in all. `xlarun render FILE` as a user runs it "
         f"(a new process; median wall time and peak memory of xlarun and dot together), SVG and PNG, against `render --full` "
-        f"and plain `dot -Tsvg` on the full drawing's DOT text, both stopped after {render['full_timeout_s']:g} s. Target: "
+        f"and plain `dot -Tsvg` on the DOT text `render --full -f dot` writes, both stopped after {render['full_timeout_s']:g} s. Target: "
         f"under {render['target_s']:g} s, a PNG at most {render['png_max_pixels']} pixels a side.\n\n"
         f"{format_markdown(render)}\n"
     )
