@@ -128,6 +128,7 @@ def benchmarks_page() -> str:
         )
     else:
         parts.append("Not recorded yet: `python -m bench.inline_capture --record`.\n")
+    parts.append(_render_section(load_recorded("render")))
     partitioned = load_recorded("replay_partitioned")
     parts.append("\n## Replay on N devices: `python -m bench.replay_partitioned --record`\n\n")
     if partitioned:
@@ -160,6 +161,21 @@ def benchmarks_page() -> str:
     else:
         parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
     return "".join(parts)
+
+
+def _render_section(render: dict | None) -> str:
+    head = "\n## Big graphs: `python -m bench.render --record`\n\n"
+    if not render:
+        return head + "Not recorded yet: `python -m bench.render --record`.\n"
+    from bench.render import format_markdown
+
+    return head + (
+        f"{_measured_on(render).capitalize()}, {render['total_s']:.0f} s in all. `xlarun render FILE` as a user runs it "
+        f"(a new process; median wall time and peak memory of xlarun and dot together), SVG and PNG, against `render --full` "
+        f"and plain `dot -Tsvg` on the DOT text `render --full -f dot` writes, both stopped after {render['full_timeout_s']:g} s. Target: "
+        f"under {render['target_s']:g} s, a PNG at most {render['png_max_pixels']} pixels a side.\n\n"
+        f"{format_markdown(render)}\n"
+    )
 
 
 def zoo_table_in_readme() -> str:

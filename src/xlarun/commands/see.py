@@ -55,7 +55,11 @@ def render(
     depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
     limit: Annotated[
         int,
-        typer.Option("--limit", help="Above this many nodes, draw the module's overview, or refuse with --full (0: no limit)."),
+        typer.Option(
+            "--limit",
+            help="With --full, refuse above this many nodes; without, a module over this many (or 500, if fewer) is drawn "
+            "as its overview (0: no limit, every node drawn).",
+        ),
     ] = 1500,
     full: Annotated[
         bool, typer.Option("--full", help="Draw every node of a module over --limit instead of its overview (slow).")
@@ -79,9 +83,10 @@ def render(
 
     Computations are clusters, fusions one node each (--expand opens them), edges carry shapes,
     colours tell opcode categories, hovering shows op_name and source line (SVG). A module over
-    --limit nodes is drawn as its overview (the entry computation, loops and calls one node each,
-    plumbing folded into edges), in seconds; --around NAME --depth N draws a part in full, --full
-    every node, and `xlarun view` opens huge graphs in Model Explorer.
+    500 nodes is drawn as its overview (the entry computation, loops and calls one node each,
+    plumbing folded into edges, condensed to at most 600 nodes if need be), in seconds;
+    --around NAME --depth N draws a part in full, --full every node (slow), and `xlarun view`
+    opens huge graphs in Model Explorer.
 
     Examples: xlarun render train_step -s after_optimizations -o step.svg;
     xlarun render init_params --around add.577 --depth 2;

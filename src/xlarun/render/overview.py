@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 
 from xlarun.hlo import HloInstruction, HloModule, strip_layouts
+from xlarun.render.condense import condense
 from xlarun.render.graph import Edge, Graph, Node
 from xlarun.render.hlo_graph import opcode_fill
 
@@ -31,6 +32,13 @@ PLUMBING = frozenset(
         "bitcast-convert",
     }
 )
+#: Above this many nodes a module is drawn as its overview by default: dot's layout of a full drawing (computations as
+#: nested clusters) grows much faster than its node count (a 784-node drawing with 21 clusters took more than 48 s of CPU).
+OVERVIEW_ABOVE = 500
+#: The most nodes an overview has: a bigger one is condensed (render/condense.py) so that dot lays it out in seconds.
+OVERVIEW_MAX_NODES = 600
+#: An input read by more nodes than this has its edges left out of the overview (see without_wide_inputs).
+MAX_INPUT_EDGES = 12
 #: Above this many parameters, the overview draws them as one node.
 MAX_PARAMETER_NODES = 24
 #: dot's effort on the overview: fewer crossing-minimisation and network-simplex iterations (the layout is a little
@@ -38,8 +46,9 @@ MAX_PARAMETER_NODES = 24
 FAST_LAYOUT = {"mclimit": "0.3", "nslimit": "2", "nslimit1": "2", "splines": "polyline"}
 
 
-def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
-    """The entry computation of ``module`` with its plumbing folded away (see the module docstring)."""
+def hlo_overview(module: HloModule, title: str | None = None, max_nodes: int | None = None) -> Graph:
+    """The entry computation of ``module`` with its plumbing folded away (see the module docstring); over
+    ``max_nodes`` nodes, condensed to fit (render/condense.py)."""
     entry = module.entry
     graph = Graph(title=f"{title or 'HloModule ' + module.name} (overview)", attributes=dict(FAST_LAYOUT))
     by_name = {i.name: i for i in entry.instructions}
@@ -82,6 +91,38 @@ def hlo_overview(module: HloModule, title: str | None = None) -> Graph:
         "--around NAME draws a part in full, --full every node (slow), `xlarun view` opens it in Model Explorer"
     )
     graph.suggested_center = root if root in drawn else None
+    if max_nodes and len(graph.nodes) > max_nodes:
+        graph = condense(graph, {i.name: i.opcode for i in kept}, max_nodes)
+    return without_wide_inputs(graph)
+
+
+def without_wide_inputs(graph: Graph) -> Graph:
+    """Edges from an input (a node nothing flows into: a parameter, an iota) read by more than
+    :data:`MAX_INPUT_EDGES` nodes are not drawn; the input and each reader say so in their labels. Such edges reach
+    down every rank of the drawing (a weight read at each step of a chain), and dot routes each through every rank it
+    crosses: minutes on a graph it otherwise lays out in seconds."""
+    has_input = {e.dst for e in graph.edges}
+    readers: dict[str, list[str]] = {}
+    for edge in graph.edges:
+        if edge.src not in has_input:
+            readers.setdefault(edge.src, []).append(edge.dst)
+    wide = {source for source, dsts in readers.items() if len(dsts) > MAX_INPUT_EDGES}
+    if not wide:
+        return graph
+    reads: dict[str, list[str]] = {}
+    for source in sorted(wide):
+        node = graph.nodes[source]
+        node.label += f"\nread by {len(readers[source])} nodes (edges not drawn)"
+        for reader in readers[source]:
+            reads.setdefault(reader, []).append(source)
+    for reader, sources in reads.items():
+        more = f" +{len(sources) - 2}" if len(sources) > 2 else ""
+        graph.nodes[reader].label += "\nreads " + ", ".join(sources[:2]) + more
+    graph.edges = [e for e in graph.edges if e.src not in wide]
+    graph.notes.append(
+        f"edges from {len(wide)} inputs read by more than {MAX_INPUT_EDGES} nodes each are not drawn: "
+        "each reader names them ('reads ...')"
+    )
     return graph
 
 
