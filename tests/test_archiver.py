@@ -143,7 +143,7 @@ def test_symlinks_fifos_and_sockets_are_listed_never_read(tmp_path):
 
     started = time.monotonic()
     _store, _run_id, files, notes = _archive(tmp_path, fill)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a read of the FIFO would block forever; a loaded machine must pass
     assert [f.path for f in files] == ["a.txt"]
     why = {n.path: (n.archived, n.why) for n in notes}
     assert why["shadow.txt"] == (False, "a symbolic link (to '/etc/shadow'): skipped, its target is never read")

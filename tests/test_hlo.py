@@ -810,19 +810,19 @@ def test_index_comments_metadata_and_a_computation_written_in_place():
     ids=["nested operands", "unbalanced literal", "headers only", "no module", "open string"],
 )
 def test_what_cannot_be_read_is_refused_quickly_with_an_input_error(text):
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine does not inflate it; quadratic work would take hours
     with pytest.raises(InputError, match="HLO text line"):
         parse_hlo_text(text)
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 30
 
 
 def test_deep_tuple_shapes_are_read_without_recursion():
     text = "HloModule m\nENTRY e {\n  ROOT p = " + "(" * 100_000 + "f32[]" + ")" * 100_000 + " parameter(0)\n}\n"
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time, as above
     assert parse_hlo_text(text).instruction_count() == 1
     with pytest.raises(InputError, match="nested more than"):  # the grammar reader, like XLA's, has a limit
         parse_hlo_text(text.replace("HloModule m\n", ""))
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 30
 
 
 def test_one_loader_reads_text_that_starts_with_comments_everywhere(tmp_path):

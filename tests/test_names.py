@@ -596,13 +596,13 @@ def test_name_shaped_garbage_never_raises(text):
 
 
 def test_long_names_decode_quickly():
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine does not inflate it; quadratic work would take minutes
     for path in ["module_0001." + "0001.a." * 3000 + "txt", "module_0001." + "a" * 50000 + ".after_",
                  "tf_graphs/" + "_1" * 20000, "jax_ir/jax_ir0001_" + "_" * 20000 + ".mlir",
                  "module_x" + ".pid_1" * 10000 + ".execution_", "module_0001." + "obj-file." * 5000 + "x",
                  "module_0001." + "obj-file." * 5000 + "x.o", "module_0001." + "a." * 20000 + "ir-no-opt.o"]:  # fmt: skip
         decode_dump_name(path)
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 10
 
 
 @pytest.mark.parametrize(
