@@ -166,7 +166,7 @@ def test_a_name_that_is_not_utf8_is_archived_escaped_and_noted(tmp_path):
 UNREADABLE_AS_NOBODY = r"""
 import json, os, sys
 from xlarun.store.facade import Store
-import xlarun.hlo.names, xlarun.store.summaries, concurrent.futures  # imported while the interpreter's files are readable
+import xlarun.hlo.names, xlarun.store.summaries, xlarun.store.archive, concurrent.futures.thread  # imported while the interpreter's files are readable
 if os.geteuid() == 0:  # chmod 000 stops anyone but root
     os.setgroups([])
     os.setgid(65534)
