@@ -113,9 +113,15 @@ def pick_bundle_files(module: ModuleInfo, options: BundleOptions) -> tuple[list[
 
 
 def make_bundle(
-    store: Store, module: ModuleInfo, output: str | Path | None = None, options: BundleOptions | None = None
+    store: Store,
+    module: ModuleInfo,
+    output: str | Path | None = None,
+    options: BundleOptions | None = None,
+    *,
+    about: str | None = None,
 ) -> BundleResult:
-    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder)."""
+    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder);
+    ``about``: what the module is, said in the README instead of the run it came from (a module that was a file)."""
     options = options or BundleOptions()
     t0 = time.monotonic()
     output = Path(output or f"{module.name or f'module_{module.module_id:04d}'}.bundle.zip")
@@ -182,7 +188,8 @@ def make_bundle(
     contents.append(
         (BundleEntry(BUNDLE_MARKER, "which module this bundle holds (read by `xlarun import` / `replay`)", len(marker)), marker)
     )
-    readme = redact(render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name).encode())
+    readme = render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name, about)
+    readme = redact(readme.encode())
     contents.insert(0, (BundleEntry("README.md", "this file", len(readme)), readme))
 
     _write_zip(output, contents)
@@ -338,7 +345,13 @@ def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, b
 
 
 def render_readme(
-    module: ModuleInfo, manifest: dict, entries: list[BundleEntry], notes: list[str], options: BundleOptions, zip_name: str
+    module: ModuleInfo,
+    manifest: dict,
+    entries: list[BundleEntry],
+    notes: list[str],
+    options: BundleOptions,
+    zip_name: str,
+    about: str | None = None,
 ) -> str:
     """The README.md inside a bundle: what each file is, versions and flags, and how to reproduce."""
     versions = manifest.get("versions") or {}
@@ -362,10 +375,15 @@ def render_readme(
     lines = [
         f"# XLA bug-report bundle: {module.label}",
         "",
-        f"Made by xlarun {__version__} from run `{module.run_id}` ({manifest.get('name', '?')}, framework {manifest.get('framework') or '?'}, "
-        f"backend {module.backend or '?'}). Entry signature: `{module.entry_signature or '?'}`; "
-        f"{module.instr_before if module.instr_before is not None else '?'} instructions before optimizations, "
-        f"{module.instr_after if module.instr_after is not None else '?'} after.",
+        (
+            f"Made by xlarun {__version__}. {about} "
+            if about
+            else f"Made by xlarun {__version__} from run `{module.run_id}` ({manifest.get('name', '?')}, "
+            f"framework {manifest.get('framework') or '?'}, backend {module.backend or '?'}). "
+        )
+        + f"Entry signature: `{module.entry_signature or '?'}`; "
+        + f"{module.instr_before if module.instr_before is not None else '?'} instructions before optimizations, "
+        + f"{module.instr_after if module.instr_after is not None else '?'} after.",
         "",
         "## Files",
         "",

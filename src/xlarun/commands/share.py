@@ -75,9 +75,20 @@ def import_(
 
 
 def bundle(
-    ref: Annotated[str, typer.Argument(help="Module REF: jit_train_step, module_0006, RUN/module_0006.", show_default=False)],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="Module REF (jit_train_step, module_0006, RUN/module_0006), or a module file: the STEM.hlo.txt or STEM.snapshot.pb `xlarun extract` wrote.",
+            show_default=False,
+        ),
+    ],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="The .zip to write (default: <module name>.bundle.zip here).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The .zip to write (default: <module name>.bundle.zip here; for a file, STEM.bundle.zip beside it).",
+        ),
     ] = None,
     no_snapshot: Annotated[bool, typer.Option("--no-snapshot", help="Leave the snapshot (the real arguments) out.")] = False,
     snapshot_limit_mb: Annotated[
@@ -100,13 +111,18 @@ def bundle(
 
     The receiver runs `xlarun replay BUNDLE.zip` or `xlarun show BUNDLE.zip` (no import needed), or
     `xlarun import BUNDLE.zip`. A warning says what to drop when the zip passes 25 MB.
+
+    What `xlarun extract` wrote bundles the same way, from its file: the bundle holds the extract's module and
+    its snapshot (the run's values, and the instruction's value as the result), a few kilobytes.
+
+    Examples: xlarun bundle jit_train_step · xlarun bundle RUN/module_0006 --passes -o bug.zip ·
+    xlarun bundle extract_mul.2.snapshot.pb -o bug.zip
     """
     from xlarun.bundle import BundleOptions, make_bundle
+    from xlarun.bundle_extract import is_module_file
     from xlarun.console import human_bytes, print_json, say, warn
-    from xlarun.navigate.refs import resolve_module
+    from xlarun.errors import InputError
 
-    the_store = open_store(store)
-    module = resolve_module(the_store.index, ref, run=run)
     options = BundleOptions(
         snapshot=not no_snapshot,
         snapshot_limit_bytes=int(snapshot_limit_mb * (1 << 20)),
@@ -114,15 +130,26 @@ def bundle(
         with_sources=with_sources,
         redact_paths=redact_paths,
     )
-    result = make_bundle(the_store, module, output, options)
+    if is_module_file(ref):
+        from xlarun.bundle_extract import bundle_module_files
+
+        if run is not None:
+            raise InputError(f"--run names a run of the store, and {ref} is a file", "leave --run out to bundle the file")
+        result = bundle_module_files(ref, output, options)
+        source = f"the module in {ref}"
+    else:
+        from xlarun.navigate.refs import resolve_module
+
+        the_store = open_store(store)
+        module = resolve_module(the_store.index, ref, run=run)
+        result = make_bundle(the_store, module, output, options)
+        source = f"{module.label}, run {module.run_id}"
     if as_json:
         print_json(result)
         return
     for line in result.warnings:
         warn(line)
-    say(
-        f"wrote [bold]{result.path}[/bold]: {len(result.entries)} files, {human_bytes(result.zip_bytes)} ({module.label}, run {module.run_id})"
-    )
+    say(f"wrote [bold]{result.path}[/bold]: {len(result.entries)} files, {human_bytes(result.zip_bytes)} ({source})")
     typer.echo(f"replay it anywhere: xlarun replay {result.path}")
 
 
