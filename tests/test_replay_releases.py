@@ -93,6 +93,44 @@ def test_a_dump_file_on_releases_and_its_outputs_saved(cli, transcendental_store
         assert float(outputs["output_0"][0, -1]) == pytest.approx(np.tanh(4.0), rel=1e-6)
     both = cli("replay", path, "--jaxlib", "current,current", "--store", tmp_path / "none")
     assert both.exit_code == 0 and "every release gives the same outputs, bit for bit" in both.output
+    timed = cli("replay", path, "--jaxlib", "current,current", "-n", "3", "--time-tolerance", "1000", "--json")
+    data = json.loads(timed.stdout)
+    assert timed.exit_code == 0 and data["time_tolerance"] == 1000 and data["first_time_moved"] is None
+    assert data["releases"][0]["time_vs_first"] == 1 and data["releases"][1]["time_vs_first"] > 0
+    assert [r["time_moved"] for r in data["releases"]] == [False, False]
+
+
+def test_the_first_release_whose_run_time_moved_past_the_tolerance_is_named():
+    from xlarun.errors import ExitCode
+    from xlarun.replay.releases import ReleaseReplay, ReleaseReplays, judge_times
+
+    def releases(tolerance):
+        answer = ReleaseReplays("m.pb", 1e-3, 1e-3, time_tolerance=tolerance)
+        for jaxlib, median, moved in (("0.4.30", 0.010, False), ("0.8.3", 0.012, False), ("0.10.2", 0.025, False)):
+            answer.releases.append(
+                ReleaseReplay(jaxlib, jaxlib, "match", median_run_s=median, moved=moved, identical_to_first=True)
+            )
+        judge_times(answer)
+        return answer
+
+    judged = releases(0.5)
+    assert [r.time_vs_first for r in judged.releases] == pytest.approx([1.0, 1.2, 2.5])
+    assert [r.time_moved for r in judged.releases] == [False, False, True]
+    assert (judged.first_time_moved, judged.exit_code) == ("0.10.2", ExitCode.FAILED)
+    assert judged.headline() == (
+        "every release gives the same outputs, bit for bit; the run time moves at jaxlib 0.10.2 (2.50x 0.4.30's median)"
+    )
+    lenient = releases(2.0)
+    assert (lenient.first_time_moved, lenient.exit_code) == (None, ExitCode.OK)
+    assert lenient.headline().endswith("; every run time is within 200% of 0.4.30's")
+    unjudged = releases(None)  # the ratios are shown, nothing is judged
+    assert unjudged.releases[2].time_vs_first == pytest.approx(2.5) and unjudged.releases[2].time_moved is None
+    assert (unjudged.first_time_moved, unjudged.exit_code) == (None, ExitCode.OK)
+
+
+def test_a_time_tolerance_without_releases_is_refused(cli, tmp_path):
+    result = cli("replay", "jit_f", "--time-tolerance", "0.3", "--json", "--store", tmp_path / "s")
+    assert result.exit_code == 2 and "give it with --jaxlib" in json.loads(result.stdout)["hint"]
 
 
 @pytest.mark.parametrize(

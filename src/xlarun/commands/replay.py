@@ -87,6 +87,14 @@ def replay(
             help="Replay on each of these jaxlib releases (0.4.30,0.8.3,current), each in its cached venv, side by side.",
         ),
     ] = None,
+    time_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--time-tolerance",
+            help="With --jaxlib: a release whose median run time is more than this fraction off the first's "
+            "(0.3: 30% slower or faster) has moved too (exit 1). Give -n 10 or more so the medians mean something.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -109,7 +117,8 @@ def replay(
     With --jaxlib, the module is replayed on each release listed, in the venvs `scripts/compat.py venvs`
     builds (under $XLARUN_COMPAT_DIR, default ~/.cache/xlarun/compat; 'current' is this one), on the same
     inputs: verdicts, errors and timings side by side, each release's outputs against the first's, and the
-    first release whose outputs moved past the bounds (exit 1 when one did).
+    first release whose outputs moved past the bounds (exit 1 when one did); with --time-tolerance, the first
+    whose median run time moved past it too.
 
     Examples: xlarun replay jit_train_step -n 10 · xlarun replay jit_f --reference-platform cpu ·
     xlarun replay dump/module_0001.jit_f.before_optimizations.txt --engine run_hlo_module
@@ -124,8 +133,14 @@ def replay(
             from xlarun.commands.replay_versions import replay_versions_command
 
             raise typer.Exit(
-                replay_versions_command(ref, jaxlib, options, sink, file=file, store=store, run=run, as_json=as_json)
+                replay_versions_command(
+                    ref, jaxlib, options, sink, file=file, store=store, run=run, as_json=as_json, time_tolerance=time_tolerance
+                )
             )
+        if time_tolerance is not None:
+            from xlarun.errors import InputError
+
+            raise InputError("--time-tolerance compares releases' run times", "give it with --jaxlib A,B,...")
         code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
     raise typer.Exit(code)
 

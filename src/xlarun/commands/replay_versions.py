@@ -8,14 +8,16 @@ from pathlib import Path
 from xlarun.commands import open_store
 
 
-def replay_versions_command(ref: str, jaxlib: str, options, sink, *, file, store, run, as_json: bool) -> int:
+def replay_versions_command(
+    ref: str, jaxlib: str, options, sink, *, file, store, run, as_json: bool, time_tolerance: float | None = None
+) -> int:
     """Replay on each release, print the table (or JSON); the exit code of :class:`ReleaseReplays`."""
     from xlarun.replay.releases import replay_on_releases
 
     releases = [r.strip() for r in jaxlib.split(",") if r.strip()]
     path = Path(ref)
     if path.is_file() and run is None:
-        result = replay_on_releases(path, releases, options, sink)
+        result = replay_on_releases(path, releases, options, sink, time_tolerance=time_tolerance)
     else:
         from xlarun.navigate.refs import resolve_module
         from xlarun.replay.choose import choose_replay_input
@@ -30,7 +32,7 @@ def replay_versions_command(ref: str, jaxlib: str, options, sink, *, file, store
             for f in module.files:  # the module's dumps side by side, as XLA wrote them: replay finds its fallbacks
                 if f.kind in ("hlo", "snapshot"):
                     (Path(tmp) / Path(f.path).name).write_bytes(the_store.read_file(module.run_id, f.path))
-            result = replay_on_releases(Path(tmp) / Path(chosen).name, releases, options, sink)
+            result = replay_on_releases(Path(tmp) / Path(chosen).name, releases, options, sink, time_tolerance=time_tolerance)
             result.file = f"{module.ref}: {Path(chosen).name}"
     _print(result, as_json)
     return int(result.exit_code)
@@ -57,14 +59,15 @@ def _print(result, as_json: bool) -> None:
             "" if r.identical_to_previous is None else ("identical" if r.identical_to_previous else num(r.vs_previous_abs)),
             num(r.compile_s, 1, ".3f"),
             num(r.median_run_s, 1e3, ".3f"),
+            "" if r.time_vs_first is None else f"{r.time_vs_first:.2f}x" + (" MOVED" if r.time_moved else ""),
         )
         for r in result.releases
     ]
     print_table(
-        ("release", "jaxlib", "verdict", "max abs err", "vs first", "", "vs previous", "compile s", "run ms"),
+        ("release", "jaxlib", "verdict", "max abs err", "vs first", "", "vs previous", "compile s", "run ms", "run vs first"),
         rows,
         title=f"{result.file} on {len(rows)} releases (bounds abs {result.abs_error_bound:g} or rel {result.rel_error_bound:g})",
-        right=("max abs err", "vs first", "vs previous", "compile s", "run ms"),
+        right=("max abs err", "vs first", "vs previous", "compile s", "run ms", "run vs first"),
     )
     changed = result.changes()
     if changed:

@@ -77,6 +77,9 @@ class ReleaseReplay:
     #: Against the release listed before it: where between two releases the numbers changed.
     vs_previous_abs: float | None = None
     identical_to_previous: bool | None = None
+    #: Its median run time over the first release's (1.8: 80% slower), and whether that is past --time-tolerance.
+    time_vs_first: float | None = None
+    time_moved: bool | None = None
 
 
 @dataclass
@@ -89,26 +92,38 @@ class ReleaseReplays:
     releases: list[ReleaseReplay] = field(default_factory=list)
     first_moved: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: A release whose median run time is more than this fraction off the first's has moved (None: times not judged).
+    time_tolerance: float | None = None
+    first_time_moved: str | None = None
 
     @property
     def exit_code(self) -> ExitCode:
-        """0: every release ran and none moved; 1: a release's outputs moved; 3: a release could not replay."""
+        """0: every release ran and none moved; 1: a release's outputs (or, with a time tolerance, its run time)
+        moved; 3: a release could not replay."""
         if any(r.error for r in self.releases):
             return ExitCode.ENVIRONMENT
-        return ExitCode.FAILED if self.first_moved else ExitCode.OK
+        return ExitCode.FAILED if self.first_moved or self.first_time_moved else ExitCode.OK
 
     def to_dict(self) -> dict:
         return asdict(self) | {"exit_code": int(self.exit_code)}
 
     def headline(self) -> str:
+        first = self.releases[0].jaxlib or self.releases[0].release
         if self.first_moved:
-            return (
-                f"the outputs move at jaxlib {self.first_moved} (against {self.releases[0].jaxlib or self.releases[0].release})"
-            )
+            return f"the outputs move at jaxlib {self.first_moved} (against {first})" + self._time_words(first, ", and ")
         if any(r.error for r in self.releases):
             return "not every release could replay the module"
         same = all(r.identical_to_first for r in self.releases[1:])
-        return "every release gives the same outputs" + (", bit for bit" if same else " within the bounds")
+        outputs = "every release gives the same outputs" + (", bit for bit" if same else " within the bounds")
+        return outputs + self._time_words(first, "; ")
+
+    def _time_words(self, first: str, joint: str) -> str:
+        if self.time_tolerance is None:
+            return ""
+        if self.first_time_moved is None:
+            return f"{joint}every run time is within {self.time_tolerance:.0%} of {first}'s"
+        moved = next(r for r in self.releases if (r.jaxlib or r.release) == self.first_time_moved)
+        return f"{joint}the run time moves at jaxlib {self.first_time_moved} ({moved.time_vs_first:.2f}x {first}'s median)"
 
     def changes(self) -> list[str]:
         """Each pair of neighbouring releases between which the outputs changed at all, bit for bit."""
@@ -121,13 +136,18 @@ class ReleaseReplays:
         return out
 
 
-def replay_on_releases(path: Path, releases: list[str], options: ReplayOptions, log: Log | None = None) -> ReleaseReplays:
-    """Replay ``path`` on each release (see the module doc); the first release is the one the others are compared with."""
+def replay_on_releases(
+    path: Path, releases: list[str], options: ReplayOptions, log: Log | None = None, *, time_tolerance: float | None = None
+) -> ReleaseReplays:
+    """Replay ``path`` on each release (see the module doc); the first release is the one the others are compared with.
+    ``time_tolerance``: a median run time more than this fraction off the first release's counts as moved too."""
     say = log or (lambda _line: None)
     if len(releases) < 2:
         raise InputError("--jaxlib needs at least two releases to compare", "e.g. --jaxlib 0.4.30,current")
+    if time_tolerance is not None and not 0 < time_tolerance < 1e6:
+        raise InputError(f"--time-tolerance must be a positive fraction, not {time_tolerance}", "e.g. 0.3: 30% slower or faster")
     pythons = [release_python(r) for r in releases]  # all found before any runs
-    answer = ReleaseReplays(str(path), options.abs_error_bound, options.rel_error_bound)
+    answer = ReleaseReplays(str(path), options.abs_error_bound, options.rel_error_bound, time_tolerance=time_tolerance)
     first_outputs: list | None = None
     previous: list | None = None
     with tempfile.TemporaryDirectory(prefix="xlarun-releases-") as tmp:
@@ -155,7 +175,23 @@ def replay_on_releases(path: Path, releases: list[str], options: ReplayOptions, 
             )
     if answer.releases and answer.releases[0].error:
         answer.notes.append("the first release did not replay: nothing to compare the others with")
+    judge_times(answer)
     return answer
+
+
+def judge_times(answer: ReleaseReplays) -> None:
+    """Each release's median run time against the first's; with a tolerance, the first release past it."""
+    first = answer.releases[0].median_run_s if answer.releases else None
+    if not first:
+        return
+    for one in answer.releases:
+        if one.median_run_s is None:
+            continue
+        one.time_vs_first = one.median_run_s / first
+        if answer.time_tolerance is not None:
+            one.time_moved = abs(one.time_vs_first - 1) > answer.time_tolerance
+            if one.time_moved and answer.first_time_moved is None:
+                answer.first_time_moved = one.jaxlib or one.release
 
 
 def _replay_one(
