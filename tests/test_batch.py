@@ -17,7 +17,7 @@ from xlarun.store.facade import Store
 from .conftest import CONFIGS, write_spec
 from .test_capture import TINY_JAX
 
-pytestmark = pytest.mark.slow  # real JAX captures of every cell, Ctrl-C of a batch
+# Marked per test: real JAX captures of every cell, Ctrl-C of a batch
 
 TWO_SCALES = """name: scales
 script: job.py
@@ -35,6 +35,7 @@ if scale > 1.5:
 """
 
 
+@pytest.mark.slow
 def test_batch_runs_every_cell_in_parallel_and_compares(cli, tmp_path):
     spec = write_spec(
         tmp_path / "p",
@@ -53,6 +54,7 @@ def test_batch_runs_every_cell_in_parallel_and_compares(cli, tmp_path):
     assert {r["batch_id"] for r in listed} == {data["batch_id"]}
 
 
+@pytest.mark.slow
 def test_a_failing_cell_fails_the_batch_and_fail_fast_skips_the_rest(tmp_path):
     spec = write_spec(tmp_path / "p", TWO_SCALES.replace('["1.0", "2.0"]', '["2.0", "1.0"]'), SCALED_JAX)
     store = Store.open(tmp_path / "s")
@@ -63,6 +65,7 @@ def test_a_failing_cell_fails_the_batch_and_fail_fast_skips_the_rest(tmp_path):
     assert len(store.run_ids()) == 1  # the failing cell is archived; the skipped one never ran
 
 
+@pytest.mark.slow
 def test_capture_of_a_matrix_spec_runs_the_batch(cli, tmp_path):
     out = cli("capture", CONFIGS / "matrix-flags.yaml", "--store", tmp_path / "s")
     assert out.exit_code == 0, out.stderr
@@ -70,6 +73,7 @@ def test_capture_of_a_matrix_spec_runs_the_batch(cli, tmp_path):
     assert "identical in every cell" in out.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
     waiting = TINY_JAX + "print('ready', flush=True)\nimport time\ntime.sleep(120)\n"
     spec = write_spec(tmp_path / "p", "name: w\nscript: job.py\nmatrix:\n  n: [1, 2]\n", waiting)
@@ -99,6 +103,7 @@ def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
     assert sorted(r.status for r in runs) == ["interrupted", "interrupted"]
 
 
+@pytest.mark.slow
 def test_batch_on_local_and_docker_cpu_gives_matching_fingerprints(cli, tmp_path, cpu_image, docker_client):
     out = cli("batch", CONFIGS / "matrix-backends.yaml", "-j", "2", "--store", tmp_path / "s", "--json")
     assert out.exit_code == 0, out.stderr + out.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # runs the whole quick benchmark (python -m bench --quick): minutes
+# Marked per test: runs the whole quick benchmark (python -m bench --quick): minutes
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("meta", "workload", "capture", "archive", "synthetic_store", "search", "navigation", "replay", "targets")
@@ -52,6 +52,7 @@ def quick_results(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_quick_mode_writes_every_section(quick_results):
     for section in SECTIONS:
         assert section in quick_results, section
@@ -60,6 +61,7 @@ def test_quick_mode_writes_every_section(quick_results):
     assert quick_results["meta"]["mode"] == "quick"
 
 
+@pytest.mark.slow
 def test_quick_mode_measures_each_comparison(quick_results):
     cap, arc, search, nav = (quick_results[k] for k in ("capture", "archive", "search", "navigation"))
     assert cap["direct"]["median_s"] > 0 and cap["capture"]["median_s"] > 0 and cap["ratio"] > 0
@@ -74,6 +76,7 @@ def test_quick_mode_measures_each_comparison(quick_results):
         assert nav[command]["median_s"] > 0, command
 
 
+@pytest.mark.slow
 def test_targets_are_reported_not_asserted(quick_results):
     targets = {t["what"]: t for t in quick_results["targets"]}
     assert any("tar czf" in what for what in targets)
@@ -95,6 +98,7 @@ def _seconds(shown: str) -> float | None:
     return float(value) / 1000 if unit == "ms" else float(value)
 
 
+@pytest.mark.slow
 def test_replay_section_has_numbers_or_says_why_not(quick_results):
     replay = quick_results["replay"]
     if replay["present"] and replay.get("ok"):

@@ -3,10 +3,6 @@ that fails before compiling anything shows the last line it wrote, in the error 
 
 from __future__ import annotations
 
-import pytest
-
-pytestmark = pytest.mark.slow  # real jobs
-
 
 def _spec(tmp_path, script: str) -> str:
     folder = tmp_path / "job"

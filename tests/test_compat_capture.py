@@ -16,7 +16,7 @@ from xlarun.store.facade import Store
 
 from .compat_support import REPO, require_compat
 
-pytestmark = pytest.mark.slow  # captures with other framework versions
+# Marked per test: captures with other framework versions
 
 
 def capture_in(python: Path, spec: str, folder: Path):
@@ -59,6 +59,7 @@ def jax_0_4_30_run(tmp_path_factory):
     return capture_in(require_compat("jax-0.4.30"), "jax-cpu.yaml", tmp_path_factory.mktemp("jax-0.4.30"))
 
 
+@pytest.mark.slow
 def test_pytorch_xla_training_step_is_ranked_first(torch_xla_run):
     _store, _result, modules = torch_xla_run
     # the example compiles the training step first (module 0), then its evaluation
@@ -66,6 +67,7 @@ def test_pytorch_xla_training_step_is_ranked_first(torch_xla_run):
     assert modules[0].module_id == 0 and modules[0].compute_ops > modules[1].compute_ops > 0
 
 
+@pytest.mark.slow
 def test_pytorch_xla_graphs_are_indexed_with_xlas_counts(torch_xla_run):
     store, result, modules = torch_xla_run
     for module in modules:
@@ -74,11 +76,13 @@ def test_pytorch_xla_graphs_are_indexed_with_xlas_counts(torch_xla_run):
         assert module.instr_after == xla_count(stage_text(store, result.run_id, module, "cpu_after_optimizations"))
 
 
+@pytest.mark.slow
 def test_pytorch_xla_files_are_all_decoded(torch_xla_run):
     store, result, _ = torch_xla_run
     assert [f.path for f in store.index.run_files(result.run_id) if f.kind == "unknown"] == []
 
 
+@pytest.mark.slow
 def test_jax_0_4_30_ranks_jit_train_step_first_with_xlas_counts(jax_0_4_30_run):
     store, result, modules = jax_0_4_30_run
     main = modules[0]

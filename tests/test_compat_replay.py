@@ -17,7 +17,7 @@ import pytest
 
 from tests.compat_support import compat_python, require_compat, xlarun_env, xlarun_in
 
-pytestmark = pytest.mark.slow  # replays dumps of other framework versions
+# Marked per test: replays dumps of other framework versions
 
 OLDEST, MIDDLE, NEWEST = "jax-0.4.30", "jax-0.7.2", "jax-0.12.0.1"
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
@@ -88,6 +88,7 @@ def _assert_match(data: dict, *against: str) -> None:
     assert data["compared_with"] == list(against)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [OLDEST, MIDDLE, NEWEST])
 def test_text_proto_and_optimized_dumps_replay_to_a_match(key, dumps):
     python, folder = require_compat(key), dumps(key)
@@ -102,6 +103,7 @@ def test_text_proto_and_optimized_dumps_replay_to_a_match(key, dumps):
     assert optimized["route"].startswith("deoptimized") and optimized["fell_back_to"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [OLDEST, MIDDLE, NEWEST])
 def test_a_64_bit_snapshot_replays_to_a_match(key, dumps):
     python, folder = require_compat(key), dumps(key)
@@ -111,6 +113,7 @@ def test_a_64_bit_snapshot_replays_to_a_match(key, dumps):
     assert [o["type"] for o in data["outputs"]] == ["s64[]", "f64[6]", "f64[6]"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [OLDEST, MIDDLE, NEWEST])
 def test_doctor_proves_the_engine(key):
     python = require_compat(key)
@@ -123,6 +126,7 @@ def test_doctor_proves_the_engine(key):
     assert "replayed a test module" in engine["detail"] and f"via {route}" in engine["detail"]
 
 
+@pytest.mark.slow
 def test_modules_of_a_newer_jax_replay_on_the_oldest_jaxlib():
     """jax 0.10.2's dumps: wide instruction ids and stack-frame tables the 0.4.30 parser refuses as they are."""
     python = require_compat(OLDEST)
@@ -134,6 +138,7 @@ def test_modules_of_a_newer_jax_replay_on_the_oldest_jaxlib():
     _assert_match(text, "platform cpu")
 
 
+@pytest.mark.slow
 def test_the_oldest_jax_dumps_replay_on_the_newest_jaxlib(dumps):
     python = require_compat(NEWEST)
     if compat_python(OLDEST) is None:

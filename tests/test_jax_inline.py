@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # real JAX captures in the process
+# Marked per test: real JAX captures in the process
 
 pytest.importorskip("jax")
 
-import xlarun  # noqa: E402
-import xlarun.jax  # noqa: E402
+import xlarun
+import xlarun.jax
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "configs" / "examples"
@@ -72,6 +72,7 @@ def several(tmp_path_factory):
     return xlarun.open_store(tmp / "store"), seen, flags, tmp
 
 
+@pytest.mark.slow
 def test_several_functions_become_separate_runs_of_kind_inline(several):
     store, seen, _flags, _tmp = several
     runs = [store.run(r) for r in [*seen["session"], seen["lone"]]]
@@ -87,6 +88,7 @@ def test_several_functions_become_separate_runs_of_kind_inline(several):
     assert runs[2].files("snapshot") == [] and runs[2].main.n_pass_dumps > 0  # pass_re="simp"
 
 
+@pytest.mark.slow
 def test_nothing_else_is_dumped(several):
     store, seen, _flags, tmp = several
     for run_id in [*seen["session"], seen["lone"]]:
@@ -100,6 +102,7 @@ def test_nothing_else_is_dumped(several):
     assert sorted(p.name for p in tmp.iterdir()) == ["job.py", "store"]
 
 
+@pytest.mark.slow
 def test_the_callers_xla_flags_are_left_alone(several):
     store, seen, flags, _tmp = several
     assert seen["xla_flags"] == flags
@@ -108,6 +111,7 @@ def test_the_callers_xla_flags_are_left_alone(several):
     assert "--xla_dump_hlo_pass_re=simp" in manifest["xla_flags"] and not any("fast_math" in f for f in manifest["xla_flags"])
 
 
+@pytest.mark.slow
 def test_the_compilation_cache_cannot_hide_the_compile(tmp_path):
     source = textwrap.dedent("""
         import json, sys
@@ -128,6 +132,7 @@ def test_the_compilation_cache_cannot_hide_the_compile(tmp_path):
     assert seen["cache_on_after"] is True  # turned off for the capture's compile only
 
 
+@pytest.mark.slow
 def test_the_bundled_example_train_step_in_process(tmp_path):
     sys.path.insert(0, str(EXAMPLES))
     try:
@@ -166,6 +171,7 @@ def test_a_jax_without_per_compile_options_is_refused_cleanly(tmp_path, monkeypa
     assert list(store.path.joinpath("staging").iterdir()) == [] and len(store.runs()) == 0
 
 
+@pytest.mark.slow
 def test_options_are_the_specs_dump_flags():
     options = xlarun.jax.compiler_options_for("/d", pass_re=".*", snapshots=True, formats=("text", "proto"))
     assert options == {
@@ -183,6 +189,7 @@ COMPAT_JAX = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not COMPAT_JAX.exists(), reason="needs the jax 0.4.30 compat venv (scripts/compat.py venvs jax-0.4.30)")
 def test_oldest_jax_of_the_matrix_captures_in_process(tmp_path):
     source = textwrap.dedent("""
@@ -209,6 +216,7 @@ def _donated_step():
     return step
 
 
+@pytest.mark.slow
 def test_donated_arguments_survive_a_capture_with_snapshots(tmp_path):
     """Flax/optax write jax.jit(step, donate_argnums=0): the snapshot run uses copies, so the caller's arrays are
     neither deleted nor changed, and the dumped module still aliases the donated inputs to its outputs."""
@@ -228,6 +236,7 @@ def test_donated_arguments_survive_a_capture_with_snapshots(tmp_path):
     assert replayed.verdict == "match" and replayed.result.compared_with[0].startswith("before_optimizations ")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not COMPAT_JAX.exists(), reason="needs the jax 0.4.30 compat venv (scripts/compat.py venvs jax-0.4.30)")
 def test_an_aborting_jaxlib_refuses_snapshots_of_donated_arguments(tmp_path):
     """jaxlib 0.4.30's XLA would abort the caller's process (SIGABRT): refused with a one-line InputError instead."""

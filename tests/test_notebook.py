@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # executes a notebook in a Jupyter kernel with JAX
+# Marked per test: executes a notebook in a Jupyter kernel with JAX
 
 pytest.importorskip("jax")
 nbclient = pytest.importorskip("nbclient", reason="needs nbclient, ipykernel and nbformat (the dev extra)")
@@ -37,6 +37,7 @@ def _cell(notebook, source_start: str):
     return next(c for c in notebook.cells if c.cell_type == "code" and c.source.startswith(source_start))
 
 
+@pytest.mark.slow
 def test_every_cell_runs_without_error(executed):
     notebook, store = executed
     for cell in notebook.cells:
@@ -46,6 +47,7 @@ def test_every_cell_runs_without_error(executed):
     assert not (NOTEBOOK.parent / ".xlarun").exists()
 
 
+@pytest.mark.slow
 def test_the_displays_are_html_with_the_clis_text_beside(executed):
     notebook, _store = executed
     run_cell = _outputs(_cell(notebook, "run = xlarun.jax.capture"))[0]["data"]
@@ -57,6 +59,7 @@ def test_the_displays_are_html_with_the_clis_text_beside(executed):
     assert facts.startswith("inline jax_mlp.train_step jax_mlp.py ")
 
 
+@pytest.mark.slow
 def test_find_replay_and_the_fusion_diff(executed):
     notebook, _store = executed
     assert _outputs(_cell(notebook, 'store.module("train_step")'))[0]["data"]["text/plain"] == "True"

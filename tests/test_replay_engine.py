@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow  # every test compiles and runs modules with XLA
+# Marked per test: every test compiles and runs modules with XLA
 
 pytest.importorskip("jax")
 
-from xlarun.errors import EnvironmentProblem, InputError  # noqa: E402
-from xlarun.replay import ReplayOptions, choose_replay_input, replay_file  # noqa: E402
-from xlarun.replay.sources import load_source  # noqa: E402
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.replay import ReplayOptions, choose_replay_input, replay_file
+from xlarun.replay.sources import load_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 DUMP_FLAGS = "--xla_dump_hlo_snapshots --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
@@ -81,6 +81,7 @@ def chol_dump(tmp_path_factory) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_snapshot_replay_reproduces_the_recorded_result(affine_dump):
     snapshot = dump_file(affine_dump, "jit_affine", r"snapshot\.-?\d+\.pb")
     lines = []
@@ -103,6 +104,7 @@ def test_snapshot_replay_reproduces_the_recorded_result(affine_dump):
     np.testing.assert_array_equal(load_source(snapshot).result, expected)
 
 
+@pytest.mark.slow
 def test_reference_platform_compares_two_runs(affine_dump):
     before = dump_file(affine_dump, "jit_affine", r"before_optimizations\.hlo\.pb")
     result = replay_file(before, ReplayOptions(reference_platform="cpu", seed=7))
@@ -112,6 +114,7 @@ def test_reference_platform_compares_two_runs(affine_dump):
     assert result.max_abs_error == 0.0
 
 
+@pytest.mark.slow
 def test_perturbed_constant_is_a_mismatch_against_the_original_snapshot(affine_dump, tmp_path):
     original = dump_file(affine_dump, "jit_affine", r"before_optimizations\.txt").read_text()
     assert "constant(3)" in original
@@ -133,6 +136,7 @@ def test_perturbed_constant_is_a_mismatch_against_the_original_snapshot(affine_d
     assert replay_file(unchanged, ReplayOptions(), snapshot=snapshot).verdict == "match"
 
 
+@pytest.mark.slow
 def test_optimized_dump_replays_through_the_rewrite(affine_dump):
     optimized = dump_file(affine_dump, "jit_affine", r"cpu_after_optimizations\.txt")
     result = replay_file(optimized, ReplayOptions(reference_platform="cpu"))
@@ -141,6 +145,7 @@ def test_optimized_dump_replays_through_the_rewrite(affine_dump):
     assert result.fell_back_to is None
 
 
+@pytest.mark.slow
 def test_unrecompilable_optimized_module_falls_back_to_its_unoptimized_dump(chol_dump):
     snapshot = dump_file(chol_dump, "jit_chol", r"snapshot\.-?\d+\.pb")
     result = replay_file(snapshot, ReplayOptions())
@@ -151,6 +156,7 @@ def test_unrecompilable_optimized_module_falls_back_to_its_unoptimized_dump(chol
     assert result.arguments == "snapshot" and result.verdict == "match"
 
 
+@pytest.mark.slow
 def test_unrecompilable_optimized_module_without_fallback_is_an_engine_error(chol_dump, tmp_path):
     optimized = dump_file(chol_dump, "jit_chol", r"cpu_after_optimizations\.txt")
     alone = tmp_path / optimized.name
@@ -160,6 +166,7 @@ def test_unrecompilable_optimized_module_without_fallback_is_an_engine_error(cho
     assert "no before_optimizations dump" in result.error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*before_optimizations*") if p.suffix in (".txt", ".pb")),
@@ -175,12 +182,14 @@ def test_fake_data_runs_every_before_optimizations_fixture(path):
         assert [o.literal for o in first.outputs] == [o.literal for o in again.outputs]
 
 
+@pytest.mark.slow
 def test_tf_module_with_reference_platform():
     tf = next(FIXTURES.glob("tf/*before_optimizations.hlo.pb"))
     result = replay_file(tf, ReplayOptions(reference_platform="cpu"))
     assert result.verdict == "match" and result.module_name.startswith("a_inference_f_")
 
 
+@pytest.mark.slow
 def test_elided_constants_are_replayed_with_a_loud_warning():
     elided = FIXTURES / "lookup_elided" / "module_0002.jit_lookup.before_optimizations.txt"
     result = replay_file(elided, ReplayOptions())
@@ -192,6 +201,7 @@ def test_elided_constants_are_replayed_with_a_loud_warning():
     assert whole.input_kind == "text-large-constants" and not whole.warnings
 
 
+@pytest.mark.slow
 def test_choose_prefers_snapshot_then_proto_then_whole_text(affine_dump):
     files = [(p, None) for p in affine_dump.iterdir() if ".jit_affine." in p.name]
     choice = choose_replay_input(files)
@@ -212,24 +222,28 @@ def test_choose_prefers_snapshot_then_proto_then_whole_text(affine_dump):
         choose_replay_input([(affine_dump / "x.ir-no-opt.ll", None)])
 
 
+@pytest.mark.slow
 def test_inputs_snapshot_needs_a_snapshot():
     text = FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt"
     with pytest.raises(InputError, match="holds no captured arguments"):
         replay_file(text, ReplayOptions(inputs="snapshot"))
 
 
+@pytest.mark.slow
 def test_fake_inputs_on_a_snapshot_skip_the_recorded_result(affine_dump):
     snapshot = dump_file(affine_dump, "jit_affine", r"snapshot\.-?\d+\.pb")
     result = replay_file(snapshot, ReplayOptions(inputs="fake"))
     assert result.arguments == "fake" and result.verdict == "ran" and result.compared_with == []
 
 
+@pytest.mark.slow
 def test_unavailable_platform_names_the_available_ones():
     text = FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt"
     with pytest.raises(EnvironmentProblem, match=r"platform 'cuda' is not available.*available: cpu"):
         replay_file(text, ReplayOptions(platform="cuda"))
 
 
+@pytest.mark.slow
 def test_result_round_trips_through_json(affine_dump):
     import json
 

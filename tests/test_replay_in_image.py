@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.slow  # real Docker and a real JAX capture
+# Marked per test: real Docker and a real JAX capture
 
 STAND_IN = textwrap.dedent(
     """\
@@ -40,6 +40,7 @@ def runner_image(docker_engine, base_image, tmp_path_factory):
     docker_engine.images.remove(tag, force=True)
 
 
+@pytest.mark.slow
 def test_runner_is_found_in_the_image_and_replays_a_dump(cli, jax_run, runner_image, docker_client):
     from xlarun.capture.images import find_runner_in_image
 
@@ -72,6 +73,7 @@ def test_runner_is_found_in_the_image_and_replays_a_dump(cli, jax_run, runner_im
     assert [round(t * 1e9) for t in data["run_times_s"]] == [1000, 2000, 3000]
 
 
+@pytest.mark.slow
 def test_an_image_without_the_runner_is_a_clear_error(cli, jax_run, base_image, docker_client):
     store, _ = jax_run
     out = cli("replay", "jit_accuracy", "--engine", "run_hlo_module", "--image", base_image, "--store", store.root)

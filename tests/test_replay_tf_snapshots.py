@@ -18,7 +18,7 @@ from xlarun.hlo.names import decode_dump_name
 from xlarun.hlo.proto import classify_proto
 from xlarun.replay import ReplayOptions, replay_file
 
-pytestmark = pytest.mark.slow  # each case runs TensorFlow, then a replay
+# Marked per test: each case runs TensorFlow, then a replay
 
 CONV_NET = """
 import tensorflow as tf
@@ -55,6 +55,7 @@ def _tf_python(key: str | None) -> str:
     return str(require_compat(key))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [None, "tf-2.16.2"], ids=["tf-2.21", "tf-2.16.2"])
 def test_a_conv_net_snapshot_replays_and_matches(key, tmp_path):
     script = tmp_path / "conv_net.py"

@@ -50,3 +50,17 @@ def test_the_coverage_floor_only_rises():
             values.append(int(shown.stdout))
     assert values == sorted(values, reverse=True), f"the floor was lowered: {values} (newest first)"
     assert 0 < values[0] <= 100
+
+
+def test_the_slow_tier_is_marked_per_test():
+    """A module-wide slow mark would put its quick tests in the slow tier too: each slow test says so itself.
+    The corpus sweeps are the exception (every test of theirs is a sweep of XLA's corpus)."""
+    import re
+
+    sweeps = {"test_hlo_corpus.py", "test_replay_corpus.py"}
+    whole_modules = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "tests").rglob("test_*.py"))
+        if path.name not in sweeps and re.search(r"^pytestmark\b[^\n]*slow", path.read_text(encoding="utf-8"), re.M)
+    ]
+    assert whole_modules == []

@@ -10,9 +10,10 @@ import pytest
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 
+@pytest.mark.slow
 def test_eight_captures_with_gc_and_rm_on_one_store(tmp_path, real_dump, figures, soak):
     root = tmp_path / "store"
     rounds = 3 if soak else 1

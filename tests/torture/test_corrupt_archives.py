@@ -20,7 +20,7 @@ from xlarun.store.facade import Store
 
 from .support import assert_sound
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 HLO = b"HloModule jit_f\n\nENTRY main {\n  ROOT c = f32[] constant(1)\n}\n"
 TRIALS = 400
@@ -47,6 +47,7 @@ def _zip() -> bytes:
     return raw.getvalue()
 
 
+@pytest.mark.slow
 def test_randomly_damaged_archives_are_imported_or_refused_never_a_crash(tmp_path, figures):
     rng = random.Random(24)
     sound = {

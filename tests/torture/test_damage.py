@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
 COMMANDS = (("runs",), ("modules",), ("show", "train_step"), ("cat", "train_step"), ("find", "dot"), ("check",))
@@ -66,6 +66,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_store_never_crashes_and_says_what_to_do(damage, sound_store, tmp_path, cli, figures):
     store = tmp_path / "store"
@@ -106,6 +107,7 @@ LISTING_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 def test_a_damaged_file_list_is_named_by_check_and_gc_deletes_none_of_its_blobs(sound_store, tmp_path, cli, figures):
     """Issue 24.1: a committed run whose files.json was emptied or deleted is damage `check` names with the run,
     and `gc` refuses (saying why) rather than delete the blobs only that run used; restoring the file list, or
@@ -141,6 +143,7 @@ def test_a_damaged_file_list_is_named_by_check_and_gc_deletes_none_of_its_blobs(
     assert (clean, lost, crashes) == (tried, 0, 0)
 
 
+@pytest.mark.slow
 def test_rm_gives_up_a_run_whose_file_list_is_gone_and_gc_then_frees_its_blobs(sound_store, tmp_path, cli):
     store = tmp_path / "store"
     shutil.copytree(sound_store, store)
@@ -173,6 +176,7 @@ STORE_FILE_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(STORE_FILE_DAMAGE))
 def test_a_damaged_version_or_lock_file_is_a_one_line_error_not_a_crash_or_a_hang(damage, sound_store, tmp_path, cli, figures):
     """Issue 24.6: garbage in VERSION, and `lock` replaced by a folder, a FIFO or a link, end every command

@@ -8,7 +8,7 @@ import pytest
 
 from xlarun.render.hlo_graph import MAX_NESTING
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 
 def _chain(depth: int, opcode: str) -> str:
@@ -22,6 +22,7 @@ def _chain(depth: int, opcode: str) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("depth", "opcode", "options"), [(100_000, "call", ()), (20_000, "fusion", ("--expand-fusions",))])
 def test_render_of_a_very_deep_call_chain_draws_the_top_and_says_so(tmp_path, cli, figures, depth, opcode, options):
     source = tmp_path / "module_0001.jit_deep.before_optimizations.txt"

@@ -14,7 +14,7 @@ import pytest
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, mounted_tmpfs, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 FILL = """
 import os, sys
@@ -41,6 +41,7 @@ def _grow(mount: Path, size: str) -> None:
     subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True, capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real_dump, figures):
     store = small_tmpfs / "store"
     good = write_spec(tmp_path / "good", f"name: good\nscript: job.py\nargs: [{real_dump}, '0', /dev/null]\n", REPLAY_JOB)
@@ -85,6 +86,7 @@ def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real
     assert lost == 0 and 3 in codes
 
 
+@pytest.mark.slow
 def test_reading_commands_work_on_a_full_disk_and_writers_say_it_is_full(small_tmpfs, cli, figures):
     """Issue 24.4: with the store's disk full (and no SQLite side files left, as after a reboot), the reading
     commands answer from the index as it is; `reindex` and `rm` end with exit 3 saying the disk is full, never
@@ -126,6 +128,7 @@ def test_reading_commands_work_on_a_full_disk_and_writers_say_it_is_full(small_t
     assert not list(store.glob("index.sqlite.damaged*"))  # a full disk is not damage
 
 
+@pytest.mark.slow
 def test_a_read_only_store_answers_reading_commands_and_refuses_writes_in_one_line(tmp_path, cli, figures):
     """Issue 24.6: a store on a read-only mount: reading commands work; reindex, rm (and gc, when it has
     something to delete) end with exit 3 saying the store is read-only, never exit 4."""

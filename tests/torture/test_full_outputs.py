@@ -11,11 +11,12 @@ import pytest
 
 from .support import assert_sound, fill_disk, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
 
 
+@pytest.mark.slow
 def test_outputs_onto_a_full_disk_end_in_exit_3_saying_so(tmp_path, small_disk, cli, figures):
     store = tmp_path / "store"
     importer = xlarun("import", str(FIXTURE), store=store)
@@ -43,6 +44,7 @@ def test_outputs_onto_a_full_disk_end_in_exit_3_saying_so(tmp_path, small_disk, 
     assert codes == dict.fromkeys(("export", "render", "bundle", "report"), 3) and len(state.runs) == 1
 
 
+@pytest.mark.slow
 def test_the_pack_table_on_a_full_disk_says_so_not_cannot_rollback(small_disk, figures):
     """Issue 24.4: an ENOSPC while archiving was reported as "cannot rollback - no transaction is active" (SQLite
     had rolled back itself, and the second ROLLBACK masked the first error)."""

@@ -16,9 +16,10 @@ from ..conftest import write_spec
 from ..hostile_dumps import MAKERS, ROOT, expectation
 from .support import HOSTILE_JOB, assert_sound
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 
+@pytest.mark.slow
 def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cli):
     store = Store.open(tmp_path / "store")
     lost = crashes = hangs = checked = 0

@@ -21,7 +21,7 @@ from xlarun.safe_unpack import HostileArchive, UnpackLimits, unpack_dump_source
 from ..conftest import write_spec
 from .support import assert_sound, fill_disk, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 GOOD = "module_0001.jit_f.before_optimizations.txt"
 HLO = b"HloModule jit_f\n\nENTRY main {\n  ROOT c = f32[] constant(1)\n}\n"
@@ -119,6 +119,7 @@ def _hostile_cases(folder: Path) -> list[tuple[str, Path, str]]:
     return cases
 
 
+@pytest.mark.slow
 def test_hostile_archives_exports_and_bundles_are_refused_in_one_line(tmp_path, cli, figures):
     store = tmp_path / "store"
     cases = _hostile_cases(tmp_path / "corpus")
@@ -153,6 +154,7 @@ def test_hostile_archives_exports_and_bundles_are_refused_in_one_line(tmp_path, 
     assert crashes == 0 and len(cases) >= 24
 
 
+@pytest.mark.slow
 def test_a_folder_holding_a_hard_link_to_a_file_outside_it_is_refused(tmp_path, cli, figures):
     outside = tmp_path / "secret.txt"
     outside.write_bytes(b"not yours")
@@ -174,6 +176,7 @@ def test_a_folder_holding_a_hard_link_to_a_file_outside_it_is_refused(tmp_path, 
     figures(tried=3, clean=3, lost=0, crashes=0)
 
 
+@pytest.mark.slow
 def test_a_bomb_is_refused_as_soon_as_it_writes_past_the_ratio(tmp_path, figures):
     """A member of zeros after an incompressible one: judged against the whole archive, it would pass (the archive
     is big); judged per member and as bytes are written, it is refused within a chunk or two past the floor."""
@@ -196,6 +199,7 @@ def test_a_bomb_is_refused_as_soon_as_it_writes_past_the_ratio(tmp_path, figures
     assert written <= len(noise) + (3 << 20)
 
 
+@pytest.mark.slow
 def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk, cli, figures):
     store = small_disk / "store"
     first = cli("import", _zip(tmp_path / "small.zip", {GOOD: HLO}), "--store", store)
@@ -247,6 +251,7 @@ def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk,
     assert len(state.runs) == 2 and state.leftovers == 0
 
 
+@pytest.mark.slow
 def test_capture_and_import_into_a_read_only_store_say_so_in_one_line(tmp_path, cli, figures):
     """Issue 24.6: a store on a read-only mount: `capture` and `import` end with exit 3 saying the store is read-only
     (never exit 4), and the store is as it was."""
@@ -276,6 +281,7 @@ def test_capture_and_import_into_a_read_only_store_say_so_in_one_line(tmp_path, 
     assert len(state.runs) == 1 and state.leftovers == 0
 
 
+@pytest.mark.slow
 def test_an_exports_huge_log_is_kept_by_its_end_not_read_whole(tmp_path, cli, figures):
     export = tmp_path / "export"
     (export / "_xlarun").mkdir(parents=True)
@@ -301,6 +307,7 @@ def test_an_exports_huge_log_is_kept_by_its_end_not_read_whole(tmp_path, cli, fi
     figures(log_bytes=(20 << 20) + 14, kept_bytes=len(kept))
 
 
+@pytest.mark.slow
 def test_as_a_user_without_rights_the_store_and_the_source_are_told_apart(tmp_path, figures):
     """As `nobody` (setpriv; root only): a store owned by another user is exit 3 ('no permission to write into the
     store') for import and capture; a dump folder with an unreadable sub-folder is exit 2 ('cannot be read')."""

@@ -14,7 +14,7 @@ import pytest
 
 from ..hostile_specs import NOT_FILES, SECRET, SPECS, write_specs
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 #: Specs that are valid (or that xlarun reads leniently, as YAML does): the tiny job runs, dumps nothing, exit 1.
 RUNS = {"duplicate-keys", "env-newline-flag", "huge-timeout", "python-missing"}
@@ -30,6 +30,7 @@ def _trash_after(staging: Path, seconds: float) -> list[str]:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang fails the test (in process: 10x faster than a process per spec)
 def test_every_hostile_spec_is_refused_or_run_cleanly(tmp_path, figures, cli):
     specs = write_specs(tmp_path / "specs")

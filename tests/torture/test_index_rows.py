@@ -13,7 +13,7 @@ import pytest
 
 from .support import assert_sound, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"
 
@@ -62,6 +62,7 @@ def indexed_store(tmp_path_factory) -> Path:
     return store
 
 
+@pytest.mark.slow
 def test_damaged_index_rows_end_in_exit_3_naming_reindex_and_reindex_mends_them(indexed_store, tmp_path, cli, figures):
     codes: dict[str, dict[str, int]] = {}
     for number, (case, sql) in enumerate(DAMAGE.items()):

@@ -26,7 +26,7 @@ from xlarun.store.facade import Store
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 CAPTURE_POINTS = (
     "job-ended",
@@ -52,6 +52,7 @@ def _job_pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
     rng = random.Random(int(os.environ.get("XLARUN_TORTURE_SEED", "18")))
     trials = 240 if soak else 8

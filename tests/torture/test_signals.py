@@ -20,7 +20,7 @@ from xlarun.store.facade import Store
 from ..conftest import write_spec
 from .support import assert_sound, wait_for_line, wait_gone, xlarun
 
-pytestmark = pytest.mark.slow  # torture: kills, signals, damaged stores, hostile inputs
+# Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
 JAX_WITH_A_CHILD = """
 import subprocess, sys, time
@@ -53,6 +53,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_stops_the_job_group_and_archives_the_run(tmp_path, sig, figures):
     pytest.importorskip("jax")
@@ -74,6 +75,7 @@ def test_a_stop_signal_stops_the_job_group_and_archives_the_run(tmp_path, sig, f
     figures(signal=sig.name, exit_code=proc.returncode, seconds_to_stop=round(took, 2), runs_lost=0, exit4_crashes=0, hangs=0)
 
 
+@pytest.mark.slow
 def test_sighup_ignored_by_nohup_stays_ignored(tmp_path):
     spec = write_spec(tmp_path, "name: nohup\nscript: job.py\n", "import time\nprint('ready', flush=True)\ntime.sleep(1)\n")
 
@@ -123,6 +125,7 @@ def _stderr_until(proc: subprocess.Popen, needle: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
     proc, hold = _held_in_archiving(tmp_path, spec)
@@ -140,6 +143,7 @@ def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures)
     figures(signals=2, exit_code=proc.returncode, runs_lost=0, exit4_crashes=0, hangs=0)
 
 
+@pytest.mark.slow
 def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, figures):
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\n", SLOW_TO_ARCHIVE)
     proc, _hold = _held_in_archiving(tmp_path, spec)
@@ -160,6 +164,7 @@ def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, fig
     figures(signals=3, exit_code=proc.returncode, recovered_files=run["files"], runs_lost=0, exit4_crashes=0, hangs=0)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
     script = "import sys, time\nprint('ready', sys.argv[1], flush=True)\ntime.sleep(120)\n"
     spec = write_spec(tmp_path, "name: cells\nscript: job.py\nargs: ['${matrix.n}']\nmatrix:\n  n: [1, 2]\n", script)
@@ -179,6 +184,7 @@ def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
     assert {store.manifest(r)["signal"] for r in state.runs} == {"SIGTERM"}
 
 
+@pytest.mark.slow
 def test_bursts_of_stop_signals_never_hang_a_capture(tmp_path, figures):
     """Issue 24, item 2: SIGINT, SIGTERM and SIGHUP a few ms apart (Ctrl-C mashed) used to re-enter the
     handler inside ``Event.set`` and hang xlarun for good. 100 randomized bursts against a cheap job: every
