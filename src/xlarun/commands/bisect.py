@@ -226,3 +226,4 @@ def extract(
         say(f"  wrote {path}")
     if len(extracted.files) > 1:
         say(f"replay it: xlarun replay {extracted.files[1]}")
+        say(f"bundle it for a bug report: xlarun bundle {extracted.files[1]}")
