@@ -229,9 +229,9 @@ def test_xla_runners_say_they_run_a_partitioned_module_on_one_device():
 
 
 @pytest.mark.slow
-def test_the_zoo_8_device_step_replays_on_8_devices_and_bisect_says_it_cannot(cli, tmp_path):
+def test_the_zoo_8_device_step_replays_and_bisects_on_8_devices(cli, tmp_path):
     """examples/zoo/sharded captured for real: replay runs its optimized module on 8 devices and matches the program
-    partitioned again (its shard_map body cannot run on one device); bisect refuses instead of replaying it on one."""
+    partitioned again (its shard_map body cannot run on one device); bisect runs its pass steps there too."""
     store = tmp_path / "store"
     spec = Path(__file__).parent.parent / "examples" / "zoo" / "sharded" / "spec.yaml"
     assert cli("capture", spec, "--store", store, "-q").exit_code == 0
@@ -245,8 +245,12 @@ def test_the_zoo_8_device_step_replays_on_8_devices_and_bisect_says_it_cannot(cl
     assert any("does not run on one device" in line for line in result["log"].splitlines())
     shown = cli("show", "jit_sharded_step", "--store", store)
     assert "cpu x8" in shown.stdout  # the recorded replay says it ran on 8 devices
-    refused = cli("bisect", "jit_sharded_step", "--store", store)
-    assert refused.exit_code == 2 and "partitioned for 8 devices (8 partitions), and bisect replays" in refused.stderr
+    # bisect replays its pass steps on the 8 devices too (issue 25 item 4): nothing moves on this stable step
+    bisected = cli("bisect", "jit_sharded_step", "--json", "--store", store)
+    found = json.loads(bisected.stdout)
+    assert bisected.exit_code == 0 and (found["verdict"], found["culprit_pass"]) == ("no-divergence", None), found
+    assert found["reference"] == "before_optimizations partitioned by XLA on 8 devices"
+    assert found["largest"]["devices"] == 8 and found["largest"]["max_abs_error"] < 1e-5
 
 
 DISAGREE = """HloModule disagree, is_scheduled=true, num_partitions=2

@@ -96,7 +96,9 @@ def test_report_of_the_pass_by_pass_capture(passes_report, jax_passes_run):
         assert graph["view"] == "whole" and graph["nodes"] > 10 and svg.startswith("<svg")
     big = next(m for m in data["modules"] if m["name"] == "jit_init_params")
     before = next(g for g in big["graphs"] if g["title"] == "before_optimizations")
-    assert before["view"] == "neighbourhood" and before["center"] and before["nodes"] <= 500
+    # over the overview's threshold: the whole module condensed (called computations one node each), said so
+    assert before["view"] == "overview" and before["nodes"] <= 500
+    assert any(note.startswith("overview: ") for note in before["notes"])
     copied = [f for f in main["files"] if f["href"]]
     assert any(f["path"].endswith(".before_optimizations.txt") for f in copied)
     assert all((built.index_html.parent / f["href"]).is_file() for f in copied)

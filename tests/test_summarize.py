@@ -228,7 +228,7 @@ def test_after_optimizations_facts_come_from_the_scan_and_equal_the_parsed_ones(
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed")
 
-    monkeypatch.setattr(hlo, "parse_hlo_text", no_parse)
+    monkeypatch.setattr("xlarun.hlo.text.parse_hlo_text", no_parse)  # where the one loader takes it from
     scanned = summarize._facts_from(name, data, False)
     assert scanned == parsed and scanned.instructions > 0 and scanned.terms
     with pytest.raises(AssertionError, match="parsed"):

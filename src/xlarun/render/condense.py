@@ -152,6 +152,7 @@ def _merge(graph: Graph, groups: list[list[str]], kinds: dict[str, str], head, b
         notes=list(graph.notes),
         suggested_center=graph.suggested_center,
         attributes=dict(graph.attributes),
+        overview=graph.overview,
     )
     group_of: dict[str, str] = {}
     for index, group in enumerate(groups):

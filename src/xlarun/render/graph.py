@@ -76,6 +76,8 @@ class Graph:
     attributes: dict[str, str] = field(default_factory=dict)
     #: Node id -> the instructions it stands for besides its own (the overview folds plumbing into its consumers).
     members: dict[str, list[str]] = field(default_factory=dict)
+    #: Whether this is a big module's overview (called computations one node each, plumbing folded), not every node.
+    overview: bool = False
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.id] = node

@@ -50,7 +50,7 @@ def hlo_overview(module: HloModule, title: str | None = None, max_nodes: int | N
     """The entry computation of ``module`` with its plumbing folded away (see the module docstring); over
     ``max_nodes`` nodes, condensed to fit (render/condense.py)."""
     entry = module.entry
-    graph = Graph(title=f"{title or 'HloModule ' + module.name} (overview)", attributes=dict(FAST_LAYOUT))
+    graph = Graph(title=f"{title or 'HloModule ' + module.name} (overview)", attributes=dict(FAST_LAYOUT), overview=True)
     by_name = {i.name: i for i in entry.instructions}
     parameters = [i for i in entry.instructions if i.opcode == "parameter"]
     merged_parameters = len(parameters) > MAX_PARAMETER_NODES

@@ -214,6 +214,7 @@ class _RunReport:
                 "view": job.view,
                 "center": job.center,
                 "problem": job.problem,
+                "notes": list(job.notes),
             }
 
         modules = []

@@ -1,5 +1,5 @@
-"""The graphs a report shows: each module's HLO at its stages (whole, or the neighbourhood of the root
-when too big), and a run's TensorFlow GraphDefs; laid out in parallel and made safe to inline."""
+"""The graphs a report shows: each module's HLO at its stages (whole; a big module as its overview; the
+neighbourhood of the root when still too big), and a run's TensorFlow GraphDefs; laid out in parallel and made safe to inline."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class GraphJob:
     title: str
     source_path: str
     graph: Graph | None = None
-    view: str = "whole"  # or 'neighbourhood'
+    view: str = "whole"  # or 'overview' (a big module, condensed), or 'neighbourhood' (around its root)
     center: str | None = None
     svg: str | None = None
     problem: str | None = None
@@ -54,7 +54,8 @@ class GraphJob:
 
 
 def plan_module_graphs(store: RunStore, module: ModuleInfo, limit: int) -> list[GraphJob]:
-    """A job per stage of ``module`` that has HLO text or proto; big graphs become the root's neighbourhood."""
+    """A job per stage of ``module`` that has HLO text or proto; a big module is drawn as its overview (render's),
+    and a graph still over ``limit`` becomes the root's neighbourhood."""
     jobs = []
     for stage in STAGES:
         try:
@@ -109,6 +110,8 @@ def _plan(job: GraphJob, build: Callable[[], Graph], limit: int, center_is: str 
     except XlarunError as exc:
         job.problem = f"not drawn: {exc.one_line()}"
         return
+    if graph.overview:
+        job.view = "overview"
     if len(graph.nodes) > limit and graph.suggested_center:
         job.view, job.center = "neighbourhood", graph.suggested_center
         whole = len(graph.nodes)
