@@ -51,6 +51,8 @@ def test_bad_uses_are_refused_with_a_hint(cli, tmp_path):
     with_run = cli("bundle", tmp_path / "f.hlo.txt", "--run", "latest")
     assert with_run.exit_code == 2 and "--run names a run of the store" in with_run.stderr
     assert not (tmp_path / "f.bundle.zip").exists()
+    missing = cli("bundle", tmp_path / "gone.snapshot.pb", "--json", "--store", tmp_path / "s")
+    assert missing.exit_code == 2 and json.loads(missing.stdout)["error"] == f"{tmp_path / 'gone.snapshot.pb'}: no such file"
 
 
 @pytest.mark.slow

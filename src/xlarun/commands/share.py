@@ -119,7 +119,7 @@ def bundle(
     xlarun bundle extract_mul.2.snapshot.pb -o bug.zip
     """
     from xlarun.bundle import BundleOptions, make_bundle
-    from xlarun.bundle_extract import is_module_file
+    from xlarun.bundle_extract import FILE_SUFFIXES, is_module_file
     from xlarun.console import human_bytes, print_json, say, warn
     from xlarun.errors import InputError
 
@@ -130,6 +130,8 @@ def bundle(
         with_sources=with_sources,
         redact_paths=redact_paths,
     )
+    if ref.lower().endswith(FILE_SUFFIXES) and not Path(ref).exists():
+        raise InputError(f"{ref}: no such file", "give the .hlo.txt or .snapshot.pb that `xlarun extract` wrote")
     if is_module_file(ref):
         from xlarun.bundle_extract import bundle_module_files
 
