@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .archive import measure_archive
-from .capture_overhead import measure_capture_overhead
+from .capture_overhead import measure_capture_overhead, measure_fixed_cost
 from .navigation import measure_navigation
+from .render import measure_sizes
 from .replay import finish_replay, start_replay
 from .report import build_rows, format_table, targets
 from .results_files import add_output_options, output_path, write_results
+from .scale import measure_scale
 from .search import measure_search
 from .synthetic import build_synthetic_store
 from .workloads import PASS_RE, SIZES, write_spec
@@ -24,16 +26,24 @@ from .workloads import PASS_RE, SIZES, write_spec
 
 @dataclass(frozen=True)
 class Plan:
-    """How many repeats and runs a mode uses."""
+    """How many repeats, runs and nodes a mode uses."""
 
-    capture_repeats: int
+    capture_repeats: int  # the large workload, captured and run directly: it makes the dump the archive section archives
+    fixed_cost_repeats: int  # the trivial job, captured and run directly: capture's fixed cost
     archive_repeats: int
     cli_repeats: int
     synthetic_runs: int
+    scale: str  # store sizes the reading commands are timed at (bench/scale.py)
+    scale_repeats: int
+    render: str  # instructions of the synthetic modules drawn (bench/render.py)
+    render_repeats: int
 
 
-QUICK = Plan(capture_repeats=1, archive_repeats=1, cli_repeats=3, synthetic_runs=12)
-FULL = Plan(capture_repeats=5, archive_repeats=5, cli_repeats=7, synthetic_runs=120)
+# quick: one small store and one small graph, so that the suite's smoke test stays short
+QUICK = Plan(1, 3, 1, 3, 12, scale="1000", scale_repeats=1, render="100", render_repeats=1)
+FULL = Plan(2, 9, 5, 7, 120, scale="10000,100000", scale_repeats=5, render="1000,5000,20000", render_repeats=3)
+#: plain dot is stopped after this many seconds: the render target (bench/render.py's TARGET_S)
+PLAIN_DOT_TIMEOUT_S = 30.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,8 +54,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", choices=sorted(SIZES), help="workload size (default: small with --quick, else large)")
     add_output_options(parser, "main")
     parser.add_argument("--runs", type=int, help="runs in the synthetic store (default 12 quick, 120 full)")
+    parser.add_argument(
+        "--scale",
+        help="store sizes (runs) the reading commands are timed at, comma-separated; '' for none (default 1000 quick, 10000,100000 full)",
+    )
+    parser.add_argument(
+        "--render",
+        help="instructions of the synthetic modules drawn, comma-separated; '' for none (default 100 quick, 1000,5000,20000 full)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep the workloads and stores here (default: a temporary folder, removed)")
     return parser.parse_args(argv)
+
+
+def _sizes(given: str | None, default: str) -> list[int]:
+    return [int(n) for n in (default if given is None else given).split(",") if n.strip()]
 
 
 def _log(message: str) -> None:
@@ -79,12 +101,15 @@ def run(args: argparse.Namespace) -> dict:
             "pipeline_re": size.pipeline_re,
         },
     }
+    scale_sizes, render_sizes = _sizes(args.scale, plan.scale), _sizes(args.render, plan.render)
     replay = start_replay(quick=args.quick, overlapped=True) if args.quick else None  # quick: keep the smoke test short
     try:
         spec = write_spec(size, workdir / "spec")
         _log(f"capture overhead: {size.name} workload, {plan.capture_repeats} repeat(s) each way")
         captured = measure_capture_overhead(spec, size, workdir, plan.capture_repeats)
         results["capture"] = captured.results
+        _log(f"capture's fixed cost: a trivial job, {plan.fixed_cost_repeats} repeat(s) each way")
+        results["capture"]["trivial"] = measure_fixed_cost(workdir, plan.fixed_cost_repeats)
         _log("archive: xlarun store vs tar czf / tar zstd --long / cat")
         results["archive"], archived = measure_archive(captured.raw_dump, workdir, plan.archive_repeats)
         results["workload"].update(files=results["archive"]["raw_files"], bytes=results["archive"]["raw_bytes"])
@@ -97,6 +122,14 @@ def run(args: argparse.Namespace) -> dict:
         _log("navigation: modules / show / cat / --help")
         results["navigation"] = measure_navigation(synthetic, plan.cli_repeats, workdir, everything=not args.quick)
         synthetic.store.close()
+        if scale_sizes:
+            _log(f"scale: reading commands on stores of {', '.join(map(str, scale_sizes))} runs")
+            shutil.rmtree(workdir / "scale", ignore_errors=True)  # what a stopped run left
+            results["scale"] = measure_scale(scale_sizes, plan.scale_repeats, workdir / "scale")
+            shutil.rmtree(workdir / "scale", ignore_errors=True)  # 100,000 run folders: not kept
+        if render_sizes:
+            _log(f"render: synthetic modules of {', '.join(map(str, render_sizes))} instructions, against plain dot")
+            results["render"] = measure_sizes(render_sizes, plan.render_repeats, PLAIN_DOT_TIMEOUT_S)
         _log("replay: bench/replay_vs_jit.py")
         results["replay"] = finish_replay(replay or start_replay(quick=False, overlapped=False))
     finally:

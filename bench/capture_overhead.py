@@ -1,5 +1,12 @@
 """Capture overhead: ``xlarun capture SPEC`` against running the same script directly, with the
-environment ``xlarun flags SPEC --out DIR`` prints, interleaved so drift hits both alike."""
+environment ``xlarun flags SPEC --out DIR`` prints, interleaved so drift hits both alike.
+
+Two jobs: the large workload (its capture is what the archive benchmark archives), and a trivial job that
+writes one small module dump as XLA would (:data:`TRIVIAL_JOB`), whose capture minus its direct run is
+xlarun's *fixed cost* (issue 27: at most 0.25 s). The fixed cost is measured on the trivial job because on
+the large one it is the difference of two 30 s medians that each vary by seconds between repeats: a
+fraction of a second there is noise, while a trivial job's runs vary by milliseconds, and what xlarun adds
+beyond the job (start-up, the spec, the launch, archiving and indexing a module, the commit) is the same."""
 
 from __future__ import annotations
 
@@ -9,10 +16,29 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from .timing import Timing, ratio, run_command, xlarun_argv
+from .timing import Timing, cli_env, ratio, run_command, xlarun_argv
 from .workloads import SCRIPT, WorkloadSize
+
+#: The trivial job: no framework imported, one module dumped before and after optimizations where
+#: XLA_FLAGS' --xla_dump_to says, as XLA names and writes them (so the capture has something to archive and index).
+TRIVIAL_JOB = '''"""A job that only writes what XLA would dump for one tiny module."""
+import os, re
+folder = re.search(r"--xla_dump_to=(\\S+)", os.environ.get("XLA_FLAGS", "")).group(1)
+os.makedirs(folder, exist_ok=True)
+hlo = """HloModule jit_f, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+ENTRY main.3 {
+  Arg_0.1 = f32[8]{0} parameter(0)
+  ROOT tanh.2 = f32[8]{0} tanh(Arg_0.1), metadata={op_name="jit(f)/tanh" source_file="trivial.py" source_line=3}
+}
+"""
+for stage in ("before_optimizations", "cpu_after_optimizations"):
+    with open(os.path.join(folder, f"module_0000.jit_f.{stage}.txt"), "w") as out:
+        out.write(hlo)
+'''
 
 
 @dataclass
@@ -45,8 +71,8 @@ def _direct_run(spec: Path, size: WorkloadSize, out_dir: Path) -> float:
     return run_command([sys.executable, str(SCRIPT), *size.script_args()], env=env, cwd=spec.parent)
 
 
-def _captured_run(spec: Path, store: Path) -> float:
-    return run_command([*xlarun_argv(), "capture", str(spec), "--store", str(store), "--quiet", "--top", "0"])
+def _captured_run(spec: Path, store: Path, env: dict[str, str] | None = None) -> float:
+    return run_command([*xlarun_argv(), "capture", str(spec), "--store", str(store), "--quiet", "--top", "0"], env=env)
 
 
 def measure_capture_overhead(spec: Path, size: WorkloadSize, workdir: Path, repeats: int) -> CaptureOutputs:
@@ -73,3 +99,49 @@ def measure_capture_overhead(spec: Path, size: WorkloadSize, workdir: Path, repe
         "overhead_s": round(t_capture.median - t_direct.median, 4),
     }
     return CaptureOutputs(raw_dump=workdir / "direct-0" / "dump", store=workdir / "capture-store-0", results=results)
+
+
+def trivial_spec(folder: Path) -> Path:
+    """The trivial job and a spec capturing it (text dumps only); returns the spec's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trivial_job.py").write_text(TRIVIAL_JOB)
+    spec = {
+        "name": "bench-trivial",
+        "script": "trivial_job.py",
+        "framework": "jax",
+        "timeout": "5m",
+        "dump": {"formats": ["text"]},
+    }
+    path = folder / "trivial.yaml"
+    path.write_text(json.dumps(spec, indent=2) + "\n")  # JSON is YAML
+    return path
+
+
+def measure_fixed_cost(workdir: Path, repeats: int) -> dict:
+    """The trivial job captured and run directly, ``repeats`` times each, alternating which goes first (one
+    untimed round first: the bytecode cache and the page cache warm); the fixed cost is the difference of medians.
+    Both sides run with Python's bytecode cache on, as installed software runs (:func:`cli_env`)."""
+    spec = trivial_spec(workdir / "trivial")
+    cached = cli_env(workdir)
+    out_dir, store = workdir / "trivial" / "direct", workdir / "trivial" / "store"  # emptied after each round
+    env = direct_env(spec, out_dir)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = cached["PYTHONPYCACHEPREFIX"]
+    sides = [
+        ([], partial(run_command, [sys.executable, str(spec.parent / "trivial_job.py")], env=env, cwd=spec.parent)),
+        ([], partial(_captured_run, spec, store, cached)),
+    ]
+    (direct, _), (captured, _) = sides
+    for i in range(repeats + 1):
+        for samples, timed in sides[:: -1 if i % 2 else 1]:
+            took = timed()
+            if i:
+                samples.append(took)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
+    t_direct, t_capture = Timing(direct), Timing(captured)
+    return {
+        "direct": t_direct.to_dict(),
+        "capture": t_capture.to_dict(),
+        "fixed_cost_s": round(t_capture.median - t_direct.median, 4),
+    }

@@ -67,8 +67,8 @@ def measured(argv: list[str], timeout_s: float) -> dict:
     }
 
 
-def render_case(path: Path, work: Path, repeats: int, full_timeout: float) -> dict:
-    """Every way of drawing one module file, timed."""
+def render_case(path: Path, work: Path, repeats: int, full_timeout: float, full: bool = True) -> dict:
+    """Every way of drawing one module file, timed (``full``: ``render --full`` too, beside plain dot)."""
     xlarun = xlarun_argv()
     row: dict = {}
     for fmt in ("svg", "png"):
@@ -90,11 +90,23 @@ def render_case(path: Path, work: Path, repeats: int, full_timeout: float) -> di
             row[fmt]["scaling_said"] = "scaled down" in last["stderr"]
         if last["exit"] != 0:
             row[fmt]["error"] = last["stderr"].strip().splitlines()[-1:] or [""]
-    full = measured(
-        [*xlarun, "render", str(path), "--full", "--limit", "0", "--timeout", str(full_timeout), "-o", str(work / "full.svg")],
-        full_timeout + 60,
-    )
-    row["full_svg"] = _summary(full) | {"nodes": _nodes(full["stderr"])}
+    if full:
+        drawn = measured(
+            [
+                *xlarun,
+                "render",
+                str(path),
+                "--full",
+                "--limit",
+                "0",
+                "--timeout",
+                str(full_timeout),
+                "-o",
+                str(work / "full.svg"),
+            ],
+            full_timeout + 60,
+        )
+        row["full_svg"] = _summary(drawn) | {"nodes": _nodes(drawn["stderr"])}
     dot_text = work / "full.dot"
     made = measured([*xlarun, "render", str(path), "--full", "--limit", "0", "-f", "dot", "-o", str(dot_text)], 600)
     row["full_nodes"] = _nodes(made["stderr"])
@@ -120,6 +132,31 @@ def _nodes(stderr: str) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def measure_sizes(sizes: list[int], repeats: int, plain_timeout: float) -> dict:
+    """``python -m bench``'s part: the mixed synthetic module at each size, drawn by ``render`` (SVG and PNG) and by
+    plain ``dot -Tsvg`` (stopped after ``plain_timeout`` seconds); no ``--full`` render, no transformer step."""
+    work = Path(tempfile.mkdtemp(prefix="xlarun-bench-render-"))
+    results: dict = {"target_s": TARGET_S, "png_max_pixels": PNG_MAX_PIXELS, "full_timeout_s": plain_timeout, "cases": []}
+    try:
+        for n in sorted(sizes):
+            path = work / f"module_{n:04d}.synthetic_mixed_{n}.before_optimizations.txt"
+            path.write_text(synthetic_module(n, "mixed"))
+            row = {"case": f"synthetic mixed, {n} instructions", "instructions": n}
+            row |= render_case(path, work, repeats, plain_timeout, full=False)
+            row["met"] = _met(row)
+            results["cases"].append(row)
+            print(f"[render] {format_row(row)}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def _met(row: dict) -> bool:
+    """Both drawings within the time target, the PNG within the pixel cap."""
+    fast = all(row[f]["exit"] == 0 and row[f]["median_s"] <= TARGET_S for f in ("svg", "png"))
+    return fast and bool(row["png"].get("pixels") and max(row["png"]["pixels"]) <= PNG_MAX_PIXELS)
 
 
 def real_modules(work: Path, stages: tuple[str, ...] = ("before_optimizations", "after_optimizations")) -> list[tuple[str, Path]]:
@@ -182,9 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"case": label, "instructions": n or _instructions(path)} | render_case(
                 path, work, args.repeats, args.full_timeout
             )
-            row["met"] = all(row[f]["exit"] == 0 and row[f]["median_s"] <= TARGET_S for f in ("svg", "png")) and bool(
-                row["png"].get("pixels") and max(row["png"]["pixels"]) <= PNG_MAX_PIXELS
-            )
+            row["met"] = _met(row)
             results["cases"].append(row)
             print(format_row(row), flush=True)
             results["total_s"] = round(time.perf_counter() - started, 1)
@@ -217,7 +252,7 @@ def format_row(row: dict) -> str:
     pixels = "x".join(map(str, png.get("pixels") or [])) or "-"
     return (
         f"{row['case']}: render {row['svg'].get('nodes')} nodes svg {_cell(row['svg'])}, png {_cell(png)} ({pixels} px, "
-        f"scaling said: {png.get('scaling_said')}); --full ({row.get('full_nodes')} nodes) {_cell(row['full_svg'])}; "
+        f"scaling said: {png.get('scaling_said')}); --full ({row.get('full_nodes')} nodes) {_cell(row.get('full_svg'))}; "
         f"plain dot {_cell(row.get('plain_dot_svg'))}; target met: {row['met']}"
     )
 
@@ -235,7 +270,7 @@ def format_markdown(results: dict) -> str:
             f"| {row['case']} | {row['instructions']} | {row['svg'].get('nodes')}"
             f"{' (condensed)' if row['svg'].get('condensed') else ' (overview)' if row['svg'].get('overview') else ''} | "
             f"{_cell(row['svg'])} | {_cell(png)} ({pixels}, {'yes' if png.get('scaling_said') else 'no'}) | "
-            f"{row.get('full_nodes')}, {_cell(row['full_svg'])} | {_cell(row.get('plain_dot_svg'))} | "
+            f"{row.get('full_nodes')}, {_cell(row.get('full_svg'))} | {_cell(row.get('plain_dot_svg'))} | "
             f"{'yes' if row['met'] else 'no'} |"
         )
     return "\n".join(lines)

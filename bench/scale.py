@@ -144,6 +144,31 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
     return result
 
 
+READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain")
+
+
+def measure_scale(sizes: list[int], repeats: int, workdir: Path) -> dict:
+    """Grow one store through ``sizes`` (ascending) and time the reading commands at each; the stores stay in
+    ``workdir`` (the caller removes it)."""
+    results: dict = {"sizes": {}, "repeats": repeats, "template": "an import of 8 modules, each before and after optimizations"}
+    store_root, template = template_store(workdir)
+    run_ids = [template]
+    for size in sorted(sizes):
+        started = time.perf_counter()
+        run_ids = grow(store_root, template, size)
+        grown = round(time.perf_counter() - started, 1)
+        print(f"[scale] {size} runs (grown in {grown} s); timing...", file=sys.stderr, flush=True)
+        results["sizes"][str(size)] = row = measure(store_root, run_ids, repeats, workdir) | {"grow_s": grown}
+        print(
+            f"{size:>7} runs: "
+            + ", ".join(f"{k} {row[k]['median_s']:.3f}s" for k in READING_COMMANDS)
+            + f"; python -c pass {row['python_c_pass_s']:.3f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="1000,10000,100000", help="store sizes, comma-separated")
@@ -151,27 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary folder, removed)")
     add_output_options(parser, "scale")
     args = parser.parse_args(argv)
-    sizes = sorted(int(n) for n in args.runs.split(","))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="xlarun-bench-scale-"))
-    results: dict = {"sizes": {}, "template": "an import of 8 modules, each before and after optimizations"}
     try:
-        store_root, template = template_store(workdir)
-        run_ids = [template]
-        for size in sizes:
-            started = time.perf_counter()
-            run_ids = grow(store_root, template, size)
-            grown = round(time.perf_counter() - started, 1)
-            print(f"[scale] {size} runs (grown in {grown} s); timing...", file=sys.stderr, flush=True)
-            results["sizes"][str(size)] = measure(store_root, run_ids, args.repeats, workdir) | {"grow_s": grown}
-            row = results["sizes"][str(size)]
-            print(
-                f"{size:>7} runs: "
-                + ", ".join(
-                    f"{k} {row[k]['median_s']:.3f}s" for k in ("runs", "modules", "show", "cat", "find", "files", "explain")
-                )
-                + f"; python -c pass {row['python_c_pass_s']:.3f}s",
-                flush=True,
-            )
+        results = measure_scale([int(n) for n in args.runs.split(",")], args.repeats, workdir)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

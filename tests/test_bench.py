@@ -19,7 +19,19 @@ import pytest
 # Marked per test: runs the whole quick benchmark (python -m bench --quick): minutes
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = ("meta", "workload", "capture", "archive", "synthetic_store", "search", "navigation", "replay", "targets")
+SECTIONS = (
+    "meta",
+    "workload",
+    "capture",
+    "archive",
+    "synthetic_store",
+    "search",
+    "navigation",
+    "scale",
+    "render",
+    "replay",
+    "targets",
+)
 
 
 def _numbers(value) -> list[float]:
@@ -74,6 +86,24 @@ def test_quick_mode_measures_each_comparison(quick_results):
     assert search["opcode"]["xlarun_find"]["median_s"] > 0
     for command in ("help", "python_c_pass", "modules", "show"):
         assert nav[command]["median_s"] > 0, command
+
+
+@pytest.mark.slow
+def test_quick_mode_measures_issue_27s_figures(quick_results):
+    """Capture's fixed cost, the reading commands on a store of 1,000 runs, a small graph drawn against plain dot."""
+    trivial = quick_results["capture"]["trivial"]
+    assert trivial["capture"]["median_s"] > trivial["direct"]["median_s"] > 0
+    assert trivial["fixed_cost_s"] == pytest.approx(trivial["capture"]["median_s"] - trivial["direct"]["median_s"], abs=1e-3)
+    at = quick_results["scale"]["sizes"]["1000"]
+    assert at["runs_in_store"] == 1000
+    for command in ("runs", "modules", "show", "cat", "find", "files", "explain"):
+        assert at[command]["median_s"] > 0, command
+    (case,) = quick_results["render"]["cases"]
+    assert case["instructions"] == 100 and case["svg"]["exit"] == 0 and case["plain_dot_svg"]["s"] > 0
+    targets = {t["what"]: t for t in quick_results["targets"]}
+    assert targets["fixed cost: a trivial job captured - run directly"]["target"] == "<= 0.25 s"
+    assert targets["archive+index / cat (read floor)"]["target"] == "<= 4x"
+    assert targets["  xlarun show (1,000 runs) / bare SQLite query"]["target"] == "<= 0.15 s"  # held to 10,000 runs' target
 
 
 @pytest.mark.slow
