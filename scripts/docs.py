@@ -179,22 +179,44 @@ def _render_section(render: dict | None) -> str:
 
 
 def zoo_table_in_readme() -> str:
-    """README.md with the zoo table between its markers made from bench/zoo-results.json (scripts/zoo.py's table)."""
+    """README.md with its generated tables between their markers: the zoo's, made from bench/zoo-results.json
+    (scripts/zoo.py's table), and the benchmark targets, made from bench/results/main.json."""
     import importlib.util
     import json
 
     readme = (ROOT / "README.md").read_text()
     results = ROOT / "bench" / "zoo-results.json"
-    if not results.exists() or "<!-- zoo table -->" not in readme:
-        return readme
-    spec = importlib.util.spec_from_file_location("zoo_for_docs", ROOT / "scripts" / "zoo.py")
-    assert spec and spec.loader
-    zoo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(zoo)
-    table = zoo.table(json.loads(results.read_text())).strip()
-    head, rest = readme.split("<!-- zoo table -->", 1)
-    _old, tail = rest.split("<!-- /zoo table -->", 1)
-    return f"{head}<!-- zoo table -->\n{table}\n<!-- /zoo table -->{tail}"
+    if results.exists() and "<!-- zoo table -->" in readme:
+        spec = importlib.util.spec_from_file_location("zoo_for_docs", ROOT / "scripts" / "zoo.py")
+        assert spec and spec.loader
+        zoo = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(zoo)
+        readme = _between(readme, "zoo table", zoo.table(json.loads(results.read_text())).strip())
+    main = ROOT / "bench" / "results" / "main.json"
+    if main.exists() and "<!-- bench table -->" in readme:
+        readme = _between(readme, "bench table", bench_targets_table(json.loads(main.read_text())))
+    return readme
+
+
+def _between(text: str, marker: str, table: str) -> str:
+    head, rest = text.split(f"<!-- {marker} -->", 1)
+    _old, tail = rest.split(f"<!-- /{marker} -->", 1)
+    return f"{head}<!-- {marker} -->\n{table}\n<!-- /{marker} -->{tail}"
+
+
+def bench_targets_table(results: dict) -> str:
+    """Each target `python -m bench` holds, as its last recorded run measured it."""
+    lines = [
+        f"Recorded by `python -m bench --record`, {_measured_on(results)}:",
+        "",
+        "| comparison | xlarun | alternative | target | met |",
+        "|---|---|---|---|---|",
+    ]
+    for row in results.get("targets") or []:
+        met = "yes" if row.get("met") else "**no**" if row.get("met") is False else ""
+        cells = [row.get("what", ""), row.get("ours", ""), row.get("theirs", ""), row.get("target", ""), met]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def generated() -> dict[Path, str]:
