@@ -92,7 +92,7 @@ def _instruction_search(store: Path, ref: str) -> dict:
     step's first algsimp against the step before it: the same two replays with every value exposed."""
     from xlarun.bisect.bisect_options import BisectOptions
     from xlarun.bisect.first_move import find_first_move
-    from xlarun.bisect.replay_mode import _Replayer
+    from xlarun.bisect.replayer import StepReplayer
     from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
     from xlarun.store.facade import Store
@@ -101,7 +101,7 @@ def _instruction_search(store: Path, ref: str) -> dict:
     module = resolve_module(opened.index, ref)
     steps = pass_steps(module)
     index = next(i for i, s in enumerate(steps) if s.after_pass == "algsimp" and i > 0)
-    replayer = _Replayer(opened, module, BisectOptions(), {}, lambda _line: None)
+    replayer = StepReplayer(opened, module, BisectOptions(), {}, lambda _line: None)
     started = time.perf_counter()
     try:
         found = find_first_move(
@@ -115,6 +115,8 @@ def _instruction_search(store: Path, ref: str) -> dict:
         "values_compared": found.compared,
         "values_new": found.unpaired,
         "first_to_move": found.moved.name if found.moved else None,
+        "first_past_tolerance": found.visible.name if found.visible else None,
+        "notes": found.notes,
     }
 
 

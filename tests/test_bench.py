@@ -135,3 +135,18 @@ def test_replay_section_has_numbers_or_says_why_not(quick_results):
         assert len(_numbers(replay)) > 2
     else:
         assert replay["note"]
+
+
+def test_every_library_name_the_benchmarks_import_exists():
+    """The benchmarks import library internals inside functions (to time them in a fresh state): a rename in src/
+    must fail here, not in a benchmark run an hour later (bench.bisect's instruction search once did)."""
+    import ast
+    import importlib
+
+    missing = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xlarun"):
+                module = importlib.import_module(node.module)
+                missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if not hasattr(module, a.name)]
+    assert missing == []
