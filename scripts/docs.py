@@ -113,6 +113,15 @@ def benchmarks_page() -> str:
         lines.append(
             f"| rerun, bf16 case | {rerun.get('seconds')} | {rerun.get('reruns')} reruns | {rerun.get('culprit') or 'none'} | {rerun.get('exit')} |"
         )
+        ops = bisect.get("ops")
+        if ops:
+            lines += [
+                "",
+                f"The instruction search (`--ops`) on the step {ops.get('step')} against the step before it, both run with "
+                f"every value exposed: {ops.get('seconds')} s, {ops.get('values_compared')} values compared, "
+                f"{ops.get('values_new')} new in the step; first to move: {ops.get('first_to_move') or 'none'}, first past "
+                f"the tolerance: {ops.get('first_past_tolerance') or 'none'}.",
+            ]
         parts.append("\n".join(lines) + "\n")
     else:
         parts.append("Not recorded yet: `python -m bench.bisect --record`.\n")
