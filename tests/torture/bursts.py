@@ -60,8 +60,21 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     try:
         proc.communicate(timeout=hang_s)
     except subprocess.TimeoutExpired:
+        try:  # what a hang looked like, for whoever reads the failure: the threads' states, the signals pending
+            status = [
+                line
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                if line.startswith(("State", "Threads", "Sig", "ShdPnd"))
+            ]
+        except OSError as exc:
+            status = [str(exc)]
         proc.kill()
-        proc.communicate()
+        out, err = proc.communicate()
+        print(
+            f"[burst hung] {folder.name}: sent {[s.name for s in burst]}, job {job_pid} alive={_alive(job_pid) if job_pid else None}, "
+            f"{status}; stdout ...{out[-300:]!r}; stderr ...{err[-1200:]!r}",
+            file=sys.stderr,
+        )
         return "hung"
     if job_pid is not None:
         deadline = time.monotonic() + 5
