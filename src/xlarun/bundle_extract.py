@@ -40,7 +40,11 @@ class ModuleFiles:
     def stem(self) -> Path:
         path = self.text or self.snapshot
         assert path is not None
-        return Path(str(path).removesuffix(".hlo.txt").removesuffix(".snapshot.pb"))
+        return _stem(path)
+
+
+def _stem(path: str | Path) -> Path:
+    return Path(str(path).removesuffix(".hlo.txt").removesuffix(".snapshot.pb"))
 
 
 def is_module_file(ref: str) -> bool:
@@ -51,7 +55,7 @@ def is_module_file(ref: str) -> bool:
 def module_files(path: str | Path) -> ModuleFiles:
     """The extract (or HLO text and snapshot) that ``path`` is one of: ``STEM.hlo.txt`` and ``STEM.snapshot.pb``."""
     path = Path(path)
-    stem = Path(str(path).removesuffix(".hlo.txt").removesuffix(".snapshot.pb"))
+    stem = _stem(path)
     text = Path(f"{stem}.hlo.txt") if Path(f"{stem}.hlo.txt").is_file() else None
     snapshot = Path(f"{stem}.snapshot.pb") if Path(f"{stem}.snapshot.pb").is_file() else None
     if text is None and snapshot is None:
