@@ -122,6 +122,46 @@ def test_4_a_bug_prints_the_traceback_and_writes_a_crash_log(cli, tmp_path, monk
     assert json.loads(as_json.stdout)["exit_code"] == 4 and "please report it" in json.loads(as_json.stdout)["hint"]
 
 
+@pytest.mark.parametrize("kind", ["chained", "pydantic"])
+def test_130_a_ctrl_c_a_library_wrapped_is_an_interruption_not_a_bug(cli, tmp_path, monkeypatch, kind):
+    """A Ctrl-C while pydantic-core builds a model's validators comes out as its SchemaError naming the
+    KeyboardInterrupt (seen when a Ctrl-C reached xlarun as a capture began); a library may also re-raise one
+    as its own error. Either is exit 130 "interrupted", no traceback, no crash log."""
+    from pydantic_core import SchemaError
+
+    def interrupted(self):
+        if kind == "pydantic":
+            raise SchemaError('Error building "literal" validator:\n  KeyboardInterrupt: ')
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("the library stopped") from exc
+
+    store = tmp_path / "store"
+    archive_run(Store.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(Store, "run_ids", interrupted)
+    out = cli("runs", "--store", store)
+    assert out.exit_code == ExitCode.INTERRUPTED == 130
+    assert out.stderr.strip().splitlines()[-1].endswith("interrupted") and "Traceback" not in out.stderr
+    assert not (tmp_path / "cache" / "xlarun").exists()
+
+
+def test_130_python_m_xlarun_interrupted_while_it_loads(tmp_path):
+    """``python -m xlarun`` stopped by a Ctrl-C while its modules load exited 1 with a traceback (Python's
+    exit for an uncaught KeyboardInterrupt under -m); now 130 like every interrupted command."""
+    stub = tmp_path / "stub"
+    (stub / "xlarun").mkdir(parents=True)
+    (stub / "xlarun" / "cli.py").write_text("raise KeyboardInterrupt\n")  # the Ctrl-C, as the import sees it
+    (stub / "xlarun" / "__init__.py").write_text("")
+    main = Path(__import__("xlarun").__file__).with_name("__main__.py")
+    (stub / "xlarun" / "__main__.py").write_text(main.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "xlarun", "runs"], cwd=stub, env=dict(os.environ, PYTHONPATH=str(stub)), capture_output=True, text=True
+    )
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow
 def test_124_the_job_ran_past_its_timeout(cli, tmp_path):
     store = tmp_path / "store"

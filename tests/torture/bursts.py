@@ -1,6 +1,14 @@
 """Bursts of stop signals sent to ``xlarun capture`` of a cheap job (no JAX): the tests in test_signals.py
 and `python -m tests.torture.bursts 500` (the long run) use it. A burst is 2 to 6 signals, SIGINT, SIGTERM and SIGHUP mixed, 0 to 5 ms
-apart, sent once the job runs (or, at random, while xlarun is still starting)."""
+apart, sent once the job runs (or, at random, while xlarun is still starting); one in five reaches xlarun
+while it is stopped (SIGSTOP before, SIGCONT after), so its signals arrive at once, as under load.
+
+xlarun runs here as a user runs it: without the suite's coverage start-up hook. That hook (a ``.pth`` file that
+coverage's ``patch = subprocess`` installs) imports coverage inside a bare ``try/except``, so a Ctrl-C landing
+there during start-up is swallowed and the capture goes on as if no signal was sent: under load, where the few
+SIGINTs of a burst reach Python as one, that was the one hang a CI run saw in 100 bursts (then the job ran out
+its 60 s). A signal that lands in Python's own start-up, before any xlarun code, ends it as Python decides: a
+KeyboardInterrupt raised while ``site`` is imported exits 1 with its traceback, which counts as clean here."""
 
 from __future__ import annotations
 
@@ -29,13 +37,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
+#: The variables that make a Python process start coverage (see the module doc): not passed to xlarun here.
+COVERAGE_HOOKS = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
+
+
+def burst_env(store: Path) -> dict[str, str]:
+    """The environment xlarun runs in for a burst: the caller's, with ``store``, minus coverage's start-up hook."""
+    env = {key: value for key, value in os.environ.items() if key not in COVERAGE_HOOKS}
+    env.update(XLARUN_STORE=str(store), PYTHONUNBUFFERED="1")
+    return env
+
+
+def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
+    """Python itself ended on a KeyboardInterrupt before running any xlarun code (exit 1, a traceback through
+    ``site``'s start-up and none of xlarun's frames)."""
+    return returncode == 1 and "KeyboardInterrupt" in stderr and "<frozen site>" in stderr and f"{os.sep}xlarun{os.sep}" not in stderr
+
+
 def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     """Run one capture, send it one burst; returns ``clean``, ``hung`` (killed after ``hang_s``),
     ``orphaned`` (the job outlived xlarun) or ``lost`` (a bad exit code or a staging folder left behind)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "job.py").write_text(CHEAP_JOB)
     (folder / "spec.yaml").write_text("name: burst\nscript: job.py\n")
-    env = dict(os.environ, XLARUN_STORE=str(folder / "s"), PYTHONUNBUFFERED="1")
+    env = burst_env(folder / "s")
     proc = subprocess.Popen(
         [sys.executable, "-m", "xlarun", "capture", str(folder / "spec.yaml")],
         env=env,
@@ -51,14 +76,24 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
         if line.startswith("ready"):
             job_pid = int(line.split()[1])
     burst = [rng.choice(STOPS) for _ in range(rng.randint(2, 6))]
+    # some bursts reach xlarun while it is not running (SIGSTOP ... SIGCONT), as on a loaded machine: the
+    # signals then arrive together and Python runs its handler once for each kind
+    frozen = rng.random() < 0.2
+    if frozen:
+        proc.send_signal(signal.SIGSTOP)
     for sig in burst:
         try:
             proc.send_signal(sig)
         except ProcessLookupError:
             break
         time.sleep(rng.uniform(0, 0.005))
+    if frozen:
+        try:
+            proc.send_signal(signal.SIGCONT)
+        except ProcessLookupError:
+            pass
     try:
-        proc.communicate(timeout=hang_s)
+        _, err = proc.communicate(timeout=hang_s)
     except subprocess.TimeoutExpired:
         try:  # what a hang looked like, for whoever reads the failure: the threads' states, the signals pending
             status = [
@@ -71,7 +106,7 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
         proc.kill()
         out, err = proc.communicate()
         print(
-            f"[burst hung] {folder.name}: sent {[s.name for s in burst]}, job {job_pid} alive={_alive(job_pid) if job_pid else None}, "
+            f"[burst hung] {folder.name}: sent {[s.name for s in burst]}{' while stopped' if frozen else ''}, job {job_pid} alive={_alive(job_pid) if job_pid else None}, "
             f"{status}; stdout ...{out[-300:]!r}; stderr ...{err[-1200:]!r}",
             file=sys.stderr,
         )
@@ -87,7 +122,7 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     left = [p for p in staging.iterdir()] if staging.is_dir() else []
     # the exit code a shell expects for one of the signals sent (the first acted on, or the one that killed it)
     expected = {128 + int(s) for s in burst} | {-int(s) for s in burst}
-    if proc.returncode not in expected or left:
+    if left or (proc.returncode not in expected and not _stopped_in_python_startup(proc.returncode, err)):
         return "lost"
     return "clean"
 
