@@ -83,11 +83,25 @@ def test_plain_strings_build_no_adapter_and_everything_else_is_still_coerced(mon
     assert bad.exit_code == 2 and "Invalid value for '--count'" in bad.output  # typer's own usage error, as before
 
 
+def test_a_bounded_int_is_still_checked_by_typer():
+    app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+
+    @app.command()
+    def last(n: Annotated[int, typer.Option(min=0)] = 50) -> None:
+        print(n)
+
+    assert CliRunner().invoke(app, ["--n", "-1"]).exit_code == 2
+    assert CliRunner().invoke(app, ["--n", "7"]).stdout.strip() == "7"
+    assert CliRunner().invoke(app, []).stdout.strip() == "50"
+
+
 def test_a_path_with_checks_still_gets_typers_checks_and_messages(tmp_path):
     app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
 
     @app.command()
-    def read(where: Annotated[Path, typer.Argument(exists=True)], out: Annotated[Path, typer.Option(dir_okay=False)] = Path("o")) -> None:
+    def read(
+        where: Annotated[Path, typer.Argument(exists=True)], out: Annotated[Path, typer.Option(dir_okay=False)] = Path("o")
+    ) -> None:
         print(type(where).__name__, where, out)
 
     missing = CliRunner().invoke(app, [str(tmp_path / "nope")])

@@ -157,7 +157,11 @@ def test_130_python_m_xlarun_interrupted_while_it_loads(tmp_path):
     main = Path(__import__("xlarun").__file__).with_name("__main__.py")
     (stub / "xlarun" / "__main__.py").write_text(main.read_text())
     proc = subprocess.run(
-        [sys.executable, "-m", "xlarun", "runs"], cwd=stub, env=dict(os.environ, PYTHONPATH=str(stub)), capture_output=True, text=True
+        [sys.executable, "-m", "xlarun", "runs"],
+        cwd=stub,
+        env=dict(os.environ, PYTHONPATH=str(stub)),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
 

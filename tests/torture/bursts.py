@@ -51,7 +51,12 @@ def burst_env(store: Path) -> dict[str, str]:
 def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
     """Python itself ended on a KeyboardInterrupt before running any xlarun code (exit 1, a traceback through
     ``site``'s start-up and none of xlarun's frames)."""
-    return returncode == 1 and "KeyboardInterrupt" in stderr and "<frozen site>" in stderr and f"{os.sep}xlarun{os.sep}" not in stderr
+    return (
+        returncode == 1
+        and "KeyboardInterrupt" in stderr
+        and "<frozen site>" in stderr
+        and f"{os.sep}xlarun{os.sep}" not in stderr
+    )
 
 
 def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:

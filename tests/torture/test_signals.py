@@ -233,10 +233,15 @@ def test_a_ctrl_c_while_xlarun_starts_never_lets_the_capture_go_on(tmp_path, fig
         except subprocess.TimeoutExpired:
             hung += 1
             status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-            os.system(f"/tmp/pyspy/py-spy dump --pid {proc.pid} >&2")
             proc.kill()
             out, err = proc.communicate()
-            print("[hung]", [line for line in status if line.startswith(("State", "Sig", "Shd", "Threads"))], out[-300:], err[-1500:], file=sys.stderr)
+            print(
+                "[hung]",
+                [line for line in status if line.startswith(("State", "Sig", "Shd", "Threads"))],
+                out[-300:],
+                err[-1500:],
+                file=sys.stderr,
+            )
             continue
         outcomes.append(proc.returncode)
         wanted = proc.returncode in (ExitCode.INTERRUPTED, -signal.SIGINT) or _stopped_in_python_startup(proc.returncode, err)

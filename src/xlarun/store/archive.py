@@ -328,7 +328,7 @@ class OutputArchiver:
         ]
         if alone:
             tasks.append(lambda: self._store_series(None, sorted(alone), total, running))
-        if not parallel:
+        if not parallel or len(tasks) < 2:  # one series (a small job's dump): no pool to start
             for task in tasks:
                 task()
             return

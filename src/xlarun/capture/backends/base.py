@@ -55,6 +55,9 @@ class Job:
     #: Set by the caller to stop the job (a batch's Ctrl-C arrives in the main thread, jobs run in others);
     #: a backend that sees it set stops the job and reports INTERRUPTED.
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: Called once in the launching thread as soon as the job has started (the caller gets ready for what
+    #: follows the job while it runs: with a short job, this is time the capture would otherwise add).
+    while_running: Callable[[], None] | None = None
 
 
 @dataclass

@@ -7,6 +7,7 @@ process beside the job SIGKILLs the whole set when xlarun ends without doing so 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -94,16 +95,54 @@ def _start_watchdog(run_dir: Path) -> subprocess.Popen | None:
         return None  # the job still runs; only the kill -9 guard is missing
 
 
+#: Watchdogs told to end (their stdin closed) and not yet reaped: each ends on its own after one look at
+#: /proc; the next launch reaps those that have, so a process capturing many runs keeps none.
+_ENDING: list[subprocess.Popen] = []
+
+
 def _end_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Tell the watchdog the job is over (close its stdin); it is not waited for (that cost a capture ~10 ms)."""
+    _reap_watchdogs()
     if watchdog is None:
         return
     if watchdog.stdin is not None:
         watchdog.stdin.close()
-    try:
-        watchdog.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        watchdog.kill()
-        watchdog.wait()
+    _ENDING.append(watchdog)
+
+
+def _reap_watchdogs() -> None:
+    _ENDING[:] = [w for w in _ENDING if w.poll() is None]
+
+
+class _ExitWatch:
+    """Waits for the job's main process to exit, waking the moment it does: a pidfd polled where Linux has
+    them (``subprocess.wait(timeout)`` polls with sleeps of up to 50 ms, which a short job paid in full)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self._poll = None
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # not Linux 5.3+, or not allowed: plain waiting
+            return
+        self._fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+
+    def exited(self, timeout_s: float) -> bool:
+        """Whether the job exited (and was reaped) within ``timeout_s``."""
+        if self._poll is not None and not self._poll.poll(timeout_s * 1000):
+            return False
+        try:
+            self.proc.wait(timeout=None if self._poll is not None else timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._poll is not None:
+            os.close(self._fd)
+            self._poll = None
 
 
 class LocalBackend:
@@ -141,23 +180,27 @@ class LocalBackend:
             pump.start()
         deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
         status = None
+        watch = _ExitWatch(proc)
         try:
-            while True:
+            if job.while_running is not None:
                 try:
-                    proc.wait(timeout=0.2)
+                    job.while_running()
+                except Exception:  # only getting ready: whatever failed fails again, and is reported, after the job
+                    pass
+            while not watch.exited(0.2):
+                if job.cancel.is_set():
+                    status = RunStatus.INTERRUPTED
+                    _stop(proc, job.run_dir)
                     break
-                except subprocess.TimeoutExpired:
-                    if job.cancel.is_set():
-                        status = RunStatus.INTERRUPTED
-                        _stop(proc, job.run_dir)
-                        break
-                    if deadline is not None and time.monotonic() >= deadline:
-                        status = RunStatus.TIMED_OUT
-                        _stop(proc, job.run_dir)
-                        break
+                if deadline is not None and time.monotonic() >= deadline:
+                    status = RunStatus.TIMED_OUT
+                    _stop(proc, job.run_dir)
+                    break
         except KeyboardInterrupt:
             status = RunStatus.INTERRUPTED
             _stop(proc, job.run_dir)
+        finally:
+            watch.close()
         details: dict[str, object] = {"pid": proc.pid}
         if status is None and _stop_leftovers(proc, job.run_dir):
             details["stopped_leftovers"] = (

@@ -122,7 +122,7 @@ class ProcessGroupBackend:
             own = job.run_dir / PROCESS_LOGS / process_dir(process)
             logs.append(_ProcessLogs(own, process, sink))
             env = process_env(job.env, paths, process, self.count, coordinator)
-            jobs.append(replace(job, env=env, run_dir=own, cancel=threading.Event()))
+            jobs.append(replace(job, env=env, run_dir=own, cancel=threading.Event(), while_running=None))  # called once, below
         results: list[LaunchResult | None] = [None] * self.count
         first_failure: list[int] = []
         ended = threading.Condition()
@@ -143,6 +143,11 @@ class ProcessGroupBackend:
         for thread in threads:
             thread.start()
         try:
+            if job.while_running is not None:
+                try:
+                    job.while_running()
+                except Exception:  # only getting ready (see Job.while_running)
+                    pass
             with ended:
                 while not all(results) and not first_failure and not job.cancel.is_set():
                     ended.wait(timeout=0.2)
