@@ -154,8 +154,9 @@ def test_130_python_m_xlarun_interrupted_while_it_loads(tmp_path):
     (stub / "xlarun").mkdir(parents=True)
     (stub / "xlarun" / "cli.py").write_text("raise KeyboardInterrupt\n")  # the Ctrl-C, as the import sees it
     (stub / "xlarun" / "__init__.py").write_text("")
-    main = Path(__import__("xlarun").__file__).with_name("__main__.py")
-    (stub / "xlarun" / "__main__.py").write_text(main.read_text())
+    package = Path(__import__("xlarun").__file__).parent
+    for real in ("__main__.py", "interrupts.py"):
+        (stub / "xlarun" / real).write_text((package / real).read_text())
     proc = subprocess.run(
         [sys.executable, "-m", "xlarun", "runs"],
         cwd=stub,

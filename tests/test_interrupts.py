@@ -7,6 +7,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from xlarun.errors import ExitCode
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 
@@ -108,3 +110,43 @@ def test_the_processes_of_a_many_process_job_are_found_by_their_run_and_each_apa
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_ctrl_c_swallowed_before_the_capture_still_stops_it():
+    """Issue 24: a Ctrl-C while xlarun starts raises KeyboardInterrupt wherever Python is; a library that
+    catches it (coverage's start-up hook did, pydantic may while it builds a model) used to leave the capture
+    running as if nothing was sent. The CLI remembers it, and the capture's signal routing acts on it at once."""
+    from xlarun.interrupts import _EARLY, remember_early_interrupts
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        remember_early_interrupts()
+        with pytest.raises(KeyboardInterrupt):  # still Python's behaviour for whoever does not swallow it
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass  # a library swallowing it
+        request = StopRequest()
+        with stop_on_signals(request):
+            assert request.cancel.is_set() and request.signal_name == "SIGINT"
+        assert _EARLY == []  # acted on once
+        fresh = StopRequest()
+        with stop_on_signals(fresh):  # the next capture of this process starts clean
+            assert not fresh.cancel.is_set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _EARLY.clear()
+
+
+def test_remembering_leaves_an_ignored_ctrl_c_ignored():
+    from xlarun.interrupts import remember_early_interrupts
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # nohup, a background job
+    try:
+        remember_early_interrupts()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

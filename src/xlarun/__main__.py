@@ -1,6 +1,18 @@
-try:
-    from xlarun.cli import main
-except KeyboardInterrupt:  # Ctrl-C while xlarun loads: the exit code of any other interrupted command
-    raise SystemExit(130) from None
+"""The program: ``python -m xlarun`` and the ``xlarun`` console script (``pyproject.toml`` points it here)."""
 
-main()
+
+def run() -> None:
+    """From the first line, a Ctrl-C is remembered as well as raised (a library may swallow the KeyboardInterrupt
+    while xlarun loads; the capture that follows still stops), and one while xlarun loads exits 130."""
+    from xlarun.interrupts import remember_early_interrupts  # the standard library only
+
+    remember_early_interrupts()
+    try:
+        from xlarun.cli import main
+    except KeyboardInterrupt:  # the exit code of any other interrupted command
+        raise SystemExit(130) from None
+    main()
+
+
+if __name__ == "__main__":
+    run()

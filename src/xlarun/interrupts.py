@@ -113,6 +113,24 @@ def _watch(read_fd: int, request: StopRequest) -> None:
                 request.on_signal(signum)
 
 
+#: Ctrl-Cs received before :func:`stop_on_signals` routed them (see :func:`remember_early_interrupts`).
+_EARLY: list[int] = []
+
+
+def _remembered_interrupt(signum: int, _frame) -> None:
+    _EARLY.append(signum)
+    raise KeyboardInterrupt  # what Python's own handler does
+
+
+def remember_early_interrupts() -> None:
+    """From the CLI's first line: a Ctrl-C still raises KeyboardInterrupt, as Python's handler does, and is also
+    remembered, so that one a library swallows on the way (pydantic building a model, coverage's start-up
+    hook) still stops the capture that follows: :func:`stop_on_signals` acts on it at once. A Ctrl-C ignored
+    (``nohup``) or routed elsewhere is left alone."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _remembered_interrupt)
+
+
 @contextmanager
 def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     """Route SIGINT, SIGTERM and SIGHUP to ``request`` while inside (from the main thread; elsewhere a no-op).
@@ -136,6 +154,9 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
             if current is signal.SIG_IGN:
                 continue  # nohup, or a background job: the user asked for this signal to be ignored
             previous[sig] = signal.signal(sig, _noted)
+        if _EARLY and signal.SIGINT in previous:  # a Ctrl-C before now that did not stop xlarun: it stops the job
+            request.on_signal(_EARLY[0])
+        _EARLY.clear()
         yield request
     finally:
         for sig, handler in previous.items():

@@ -8,7 +8,9 @@ coverage's ``patch = subprocess`` installs) imports coverage inside a bare ``try
 there during start-up is swallowed and the capture goes on as if no signal was sent: under load, where the few
 SIGINTs of a burst reach Python as one, that was the one hang a CI run saw in 100 bursts (then the job ran out
 its 60 s). A signal that lands in Python's own start-up, before any xlarun code, ends it as Python decides: a
-KeyboardInterrupt raised while ``site`` is imported exits 1 with its traceback, which counts as clean here."""
+KeyboardInterrupt raised while ``site`` or ``runpy`` is imported exits 1 with its traceback, which counts as
+clean here. One that some library swallows later is remembered by the CLI and still stops the capture
+(``xlarun.interrupts.remember_early_interrupts``)."""
 
 from __future__ import annotations
 
@@ -49,14 +51,10 @@ def burst_env(store: Path) -> dict[str, str]:
 
 
 def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
-    """Python itself ended on a KeyboardInterrupt before running any xlarun code (exit 1, a traceback through
-    ``site``'s start-up and none of xlarun's frames)."""
-    return (
-        returncode == 1
-        and "KeyboardInterrupt" in stderr
-        and "<frozen site>" in stderr
-        and f"{os.sep}xlarun{os.sep}" not in stderr
-    )
+    """Python itself ended on a KeyboardInterrupt before running any xlarun code: exit 1 and a traceback
+    through its own start-up (``site``, or ``runpy`` finding the module for ``-m``) without one xlarun frame."""
+    own = f"{os.sep}xlarun{os.sep}" in stderr
+    return returncode == 1 and "KeyboardInterrupt" in stderr and ("<frozen site>" in stderr or "runpy" in stderr) and not own
 
 
 def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:

@@ -155,6 +155,8 @@ class LocalBackend:
 
     def launch(self, job: Job, sink: OutputSink) -> LaunchResult:
         started = utc_now()
+        if job.cancel.is_set():  # stopped before it began (a Ctrl-C while xlarun started): nothing is run
+            return LaunchResult(RunStatus.INTERRUPTED, None, started, started, error="stopped before the job started")
         watchdog = _start_watchdog(job.run_dir)
         try:
             proc = subprocess.Popen(
