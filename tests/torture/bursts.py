@@ -57,6 +57,22 @@ def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
     return returncode == 1 and "KeyboardInterrupt" in stderr and ("<frozen site>" in stderr or "runpy" in stderr) and not own
 
 
+def report_hang(proc: subprocess.Popen, what: str) -> None:
+    """Kill a hung xlarun and print what the hang looked like, for whoever reads the failure: its threads'
+    states, the signals pending, the ends of its output."""
+    try:
+        status = [
+            line
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            if line.startswith(("State", "Threads", "Sig", "ShdPnd"))
+        ]
+    except OSError as exc:
+        status = [str(exc)]
+    proc.kill()
+    out, err = proc.communicate()
+    print(f"[hung] {what}; {status}; stdout ...{out[-300:]!r}; stderr ...{err[-1500:]!r}", file=sys.stderr)
+
+
 def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     """Run one capture, send it one burst; returns ``clean``, ``hung`` (killed after ``hang_s``),
     ``orphaned`` (the job outlived xlarun) or ``lost`` (a bad exit code or a staging folder left behind)."""
@@ -98,21 +114,8 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     try:
         _, err = proc.communicate(timeout=hang_s)
     except subprocess.TimeoutExpired:
-        try:  # what a hang looked like, for whoever reads the failure: the threads' states, the signals pending
-            status = [
-                line
-                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                if line.startswith(("State", "Threads", "Sig", "ShdPnd"))
-            ]
-        except OSError as exc:
-            status = [str(exc)]
-        proc.kill()
-        out, err = proc.communicate()
-        print(
-            f"[burst hung] {folder.name}: sent {[s.name for s in burst]}{' while stopped' if frozen else ''}, job {job_pid} alive={_alive(job_pid) if job_pid else None}, "
-            f"{status}; stdout ...{out[-300:]!r}; stderr ...{err[-1200:]!r}",
-            file=sys.stderr,
-        )
+        sent = f"sent {[s.name for s in burst]}{' while stopped' if frozen else ''}, job {job_pid} alive={_alive(job_pid) if job_pid else None}"
+        report_hang(proc, f"{folder.name}: {sent}")
         return "hung"
     if job_pid is not None:
         deadline = time.monotonic() + 5

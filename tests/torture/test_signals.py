@@ -207,7 +207,7 @@ def test_a_ctrl_c_while_xlarun_starts_never_lets_the_capture_go_on(tmp_path, fig
     bare ``except`` swallows the KeyboardInterrupt, which is why the bursts run xlarun without it."""
     import random
 
-    from .bursts import CHEAP_JOB, _stopped_in_python_startup, burst_env
+    from .bursts import CHEAP_JOB, _stopped_in_python_startup, burst_env, report_hang
 
     (tmp_path / "job.py").write_text(CHEAP_JOB)
     (tmp_path / "spec.yaml").write_text("name: starting\nscript: job.py\n")
@@ -232,16 +232,7 @@ def test_a_ctrl_c_while_xlarun_starts_never_lets_the_capture_go_on(tmp_path, fig
             _, err = proc.communicate(timeout=30)  # a stopped job is gone in well under 10 s
         except subprocess.TimeoutExpired:
             hung += 1
-            status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-            proc.kill()
-            out, err = proc.communicate()
-            print(
-                "[hung]",
-                [line for line in status if line.startswith(("State", "Sig", "Shd", "Threads"))],
-                out[-300:],
-                err[-1500:],
-                file=sys.stderr,
-            )
+            report_hang(proc, "a start stopped and sent three SIGINTs")
             continue
         outcomes.append(proc.returncode)
         wanted = proc.returncode in (ExitCode.INTERRUPTED, -signal.SIGINT) or _stopped_in_python_startup(proc.returncode, err)

@@ -59,6 +59,15 @@ class Job:
     #: follows the job while it runs: with a short job, this is time the capture would otherwise add).
     while_running: Callable[[], None] | None = None
 
+    def get_ready(self) -> None:
+        """Call :attr:`while_running`, once the job runs (backends call this). Only getting ready: whatever
+        failed in it fails again, and is reported, after the job, so nothing here stops the job."""
+        if self.while_running is not None:
+            try:
+                self.while_running()
+            except Exception:
+                pass
+
 
 @dataclass
 class LaunchResult:

@@ -184,11 +184,7 @@ class LocalBackend:
         status = None
         watch = _ExitWatch(proc)
         try:
-            if job.while_running is not None:
-                try:
-                    job.while_running()
-                except Exception:  # only getting ready: whatever failed fails again, and is reported, after the job
-                    pass
+            job.get_ready()
             while not watch.exited(0.2):
                 if job.cancel.is_set():
                     status = RunStatus.INTERRUPTED

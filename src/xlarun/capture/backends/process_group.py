@@ -143,11 +143,7 @@ class ProcessGroupBackend:
         for thread in threads:
             thread.start()
         try:
-            if job.while_running is not None:
-                try:
-                    job.while_running()
-                except Exception:  # only getting ready (see Job.while_running)
-                    pass
+            job.get_ready()  # once for all the processes
             with ended:
                 while not all(results) and not first_failure and not job.cancel.is_set():
                     ended.wait(timeout=0.2)
