@@ -92,3 +92,32 @@ def test_many_launches_leave_no_watchdog_unreaped(tmp_path, monkeypatch):
         watchdog.wait(timeout=30)
     local._reap_watchdogs()
     assert local._ENDING == [] and not {w.pid for w in started} & set(_zombie_children())
+
+
+def test_a_job_stopped_before_it_starts_is_never_run(tmp_path):
+    """A Ctrl-C or SIGTERM that lands while xlarun is still getting ready (a batch cell about to launch): the
+    job is not started at all, and the result says it never started (the capture then says "nothing ran")."""
+    marker = tmp_path / "ran"
+    job = _job(tmp_path, f"open({str(marker)!r}, 'w').close()\n")
+    job.cancel.set()
+    result = local.LocalBackend().launch(job, lambda stream, text: None)
+    assert result.status == RunStatus.INTERRUPTED and result.exit_code is None
+    assert result.details == {"started": False} and not marker.exists()
+
+
+def test_a_capture_stopped_before_its_job_starts_is_archived_saying_nothing_ran(tmp_path):
+    from xlarun.capture.launch import capture
+    from xlarun.interrupts import StopRequest
+    from xlarun.store.facade import Store
+
+    from .conftest import write_spec
+
+    spec = write_spec(tmp_path, "name: early\nscript: job.py\n", f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    stop = StopRequest()
+    stop.received.append(15)  # SIGTERM, as the signal watcher records it
+    stop.cancel.set()
+    store = Store.open(tmp_path / "s")
+    result = capture(spec, store, stop=stop)
+    assert result.status == RunStatus.INTERRUPTED and not (tmp_path / "ran").exists()
+    assert "stopped by SIGTERM before the job started: nothing ran" in result.warnings
+    assert store.run_ids() == [result.run_id] and store.manifest(result.run_id)["signal"] == "SIGTERM"

@@ -164,22 +164,35 @@ def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, fig
     figures(signals=3, exit_code=proc.returncode, recovered_files=run["files"], runs_lost=0, exit4_crashes=0, hangs=0)
 
 
+def _jobs_ready(store_root: Path) -> list[Path]:
+    """The staging folders whose job has printed its ``ready`` line (it runs)."""
+    ready = []
+    for log in (store_root / "staging").glob("2*/stdout.log"):
+        try:
+            if "ready" in log.read_text(errors="replace"):
+                ready.append(log.parent)
+        except OSError:  # committed meanwhile
+            pass
+    return ready
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
     script = "import sys, time\nprint('ready', sys.argv[1], flush=True)\ntime.sleep(120)\n"
     spec = write_spec(tmp_path, "name: cells\nscript: job.py\nargs: ['${matrix.n}']\nmatrix:\n  n: [1, 2]\n", script)
-    proc = xlarun("batch", str(spec), "--jobs", "2", store=tmp_path / "s")
-    time.sleep(0.5)
-    deadline = time.monotonic() + 60
+    proc = xlarun("batch", str(spec), "--jobs", "2", "--json", store=tmp_path / "s")
     store_root = tmp_path / "s"
-    while time.monotonic() < deadline and len(list((store_root / "staging").glob("2*"))) < 2:
-        time.sleep(0.1)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_jobs_ready(store_root)) < 2 and proc.poll() is None:
+        time.sleep(0.05)
+    assert len(_jobs_ready(store_root)) == 2, f"the two jobs never both ran: {proc.poll()}"
     proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == ExitCode.TERMINATED, err
+    out, err = proc.communicate(timeout=60)
+    said = f"exit {proc.returncode}; stderr: {err[-2000:]}; stdout: {out[-2000:]}"
+    assert proc.returncode == ExitCode.TERMINATED, said
+    assert [c["status"] for c in json.loads(out)["cells"]] == ["interrupted", "interrupted"], said
     state = assert_sound(store_root)
-    assert sorted(state.statuses.values()) == ["interrupted", "interrupted"]
+    assert sorted(state.statuses.values()) == ["interrupted", "interrupted"] and state.leftovers == 0, said
     store = Store.open(store_root)
     assert {store.manifest(r)["signal"] for r in state.runs} == {"SIGTERM"}
 

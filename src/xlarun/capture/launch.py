@@ -316,7 +316,9 @@ def _capture(
             if result.details.get(said):
                 warnings.append(str(result.details[said]))
         signal_name = stop.signal_name
-        if signal_name and result.status == RunStatus.INTERRUPTED:
+        if result.status == RunStatus.INTERRUPTED and result.details.get("started") is False:
+            warnings.append(f"stopped{f' by {signal_name}' if signal_name else ''} before the job started: nothing ran")
+        elif signal_name and result.status == RunStatus.INTERRUPTED:
             warnings.append(
                 f"stopped by {signal_name}: the job's process group was stopped, and what it wrote until then is archived"
             )

@@ -155,12 +155,12 @@ class DockerBackend:
         spec = translate_job(job, self.options, self.kind, host)
         started = _utc_now()
         if getattr(job, "cancel", None) is not None and job.cancel.is_set():
-            return LaunchResult(RunStatus.INTERRUPTED, None, started, started, error="cancelled before the job started")
+            return LaunchResult(RunStatus.INTERRUPTED, None, started, started, details={"started": False})
         try:
             client = images.connect_docker()
             image = images.require_image(client, spec.image, pull=self.options.pull, kind=self.kind)
         except KeyboardInterrupt:
-            return LaunchResult(RunStatus.INTERRUPTED, None, started, _utc_now(), error="interrupted before the job started")
+            return LaunchResult(RunStatus.INTERRUPTED, None, started, _utc_now(), details={"started": False})
         run_dir = Path(job.run_dir)
         _open_run_dir(run_dir, spec.user, host)
         try:

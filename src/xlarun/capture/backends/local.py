@@ -98,6 +98,7 @@ def _start_watchdog(run_dir: Path) -> subprocess.Popen | None:
 #: Watchdogs told to end (their stdin closed) and not yet reaped: each ends on its own after one look at
 #: /proc; the next launch reaps those that have, so a process capturing many runs keeps none.
 _ENDING: list[subprocess.Popen] = []
+_ENDING_LOCK = threading.Lock()  # a batch's cells launch and end their jobs in threads of one process
 
 
 def _end_watchdog(watchdog: subprocess.Popen | None) -> None:
@@ -107,11 +108,13 @@ def _end_watchdog(watchdog: subprocess.Popen | None) -> None:
         return
     if watchdog.stdin is not None:
         watchdog.stdin.close()
-    _ENDING.append(watchdog)
+    with _ENDING_LOCK:
+        _ENDING.append(watchdog)
 
 
 def _reap_watchdogs() -> None:
-    _ENDING[:] = [w for w in _ENDING if w.poll() is None]
+    with _ENDING_LOCK:
+        _ENDING[:] = [w for w in _ENDING if w.poll() is None]
 
 
 class _ExitWatch:
@@ -156,7 +159,7 @@ class LocalBackend:
     def launch(self, job: Job, sink: OutputSink) -> LaunchResult:
         started = utc_now()
         if job.cancel.is_set():  # stopped before it began (a Ctrl-C while xlarun started): nothing is run
-            return LaunchResult(RunStatus.INTERRUPTED, None, started, started, error="stopped before the job started")
+            return LaunchResult(RunStatus.INTERRUPTED, None, started, started, details={"started": False})
         watchdog = _start_watchdog(job.run_dir)
         try:
             proc = subprocess.Popen(
