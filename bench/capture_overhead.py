@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from .timing import Timing, cli_env, ratio, run_command, xlarun_argv
+from .timing import TYPER_AND_PYDANTIC_START, Timing, cli_env, ratio, run_command, xlarun_argv
 from .workloads import SCRIPT, WorkloadSize
 
 #: The trivial job: no framework imported, one module dumped before and after optimizations where
@@ -120,7 +120,9 @@ def trivial_spec(folder: Path) -> Path:
 def measure_fixed_cost(workdir: Path, repeats: int) -> dict:
     """The trivial job captured and run directly, ``repeats`` times each, alternating which goes first (one
     untimed round first: the bytecode cache and the page cache warm); the fixed cost is the difference of medians.
-    Both sides run with Python's bytecode cache on, as installed software runs (:func:`cli_env`)."""
+    Beside them, the floor no capture can go under: ``python -c pass`` and the start-up of the stack xlarun is fixed
+    to (typer, and a pydantic model validated). Everything runs with Python's bytecode cache on, as installed
+    software runs (:func:`cli_env`)."""
     spec = trivial_spec(workdir / "trivial")
     cached = cli_env(workdir)
     out_dir, store = workdir / "trivial" / "direct", workdir / "trivial" / "store"  # emptied after each round
@@ -130,8 +132,10 @@ def measure_fixed_cost(workdir: Path, repeats: int) -> dict:
     sides = [
         ([], partial(run_command, [sys.executable, str(spec.parent / "trivial_job.py")], env=env, cwd=spec.parent)),
         ([], partial(_captured_run, spec, store, cached)),
+        ([], partial(run_command, [sys.executable, "-c", "pass"], env=cached)),
+        ([], partial(run_command, [sys.executable, "-c", TYPER_AND_PYDANTIC_START], env=cached)),
     ]
-    (direct, _), (captured, _) = sides
+    (direct, _), (captured, _), (bare, _), (stack, _) = sides
     for i in range(repeats + 1):
         for samples, timed in sides[:: -1 if i % 2 else 1]:
             took = timed()
@@ -139,9 +143,13 @@ def measure_fixed_cost(workdir: Path, repeats: int) -> dict:
                 samples.append(took)
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(store, ignore_errors=True)
-    t_direct, t_capture = Timing(direct), Timing(captured)
+    t_direct, t_capture, t_bare, t_stack = Timing(direct), Timing(captured), Timing(bare), Timing(stack)
     return {
         "direct": t_direct.to_dict(),
         "capture": t_capture.to_dict(),
         "fixed_cost_s": round(t_capture.median - t_direct.median, 4),
+        # what the stack xlarun is fixed to costs any CLI before its first line: the fixed cost cannot be less
+        "python_c_pass": t_bare.to_dict(),
+        "typer_and_pydantic": t_stack.to_dict(),
+        "stack_floor_s": round(t_stack.median - t_bare.median, 4),
     }

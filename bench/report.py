@@ -81,6 +81,16 @@ def build_rows(results: dict) -> list[Row]:
                     None,
                 )
             )
+            if trivial.get("stack_floor_s") is not None:  # recorded since 2026-11-28
+                rows.append(
+                    Row(
+                        "capture",
+                        "  floor: typer + a pydantic model validated, over python -c pass",
+                        _secs(trivial["stack_floor_s"]),
+                        _secs(_get(trivial, "python_c_pass", "median_s")),
+                        None,
+                    )
+                )
         rows.append(
             Row(
                 "capture",
@@ -311,6 +321,10 @@ def _scale_rows(scale: dict) -> list[Row]:
     for size, at in sorted(scale.get("sizes", {}).items(), key=lambda kv: int(kv[0])):
         runs, limit = int(size), reading_target(int(size))
         rows.append(Row("reading", f"store of {runs:,} runs: python -c pass", _secs(at.get("python_c_pass_s")), "", None))
+        if at.get("typer_import_s") is not None:  # recorded since 2026-11-28
+            rows.append(
+                Row("reading", "  python -c 'import typer' (the floor of a typer CLI)", _secs(at["typer_import_s"]), "", None)
+            )
         for command in READING_COMMANDS:
             value = _get(at, command, "median_s")
             floor = _get(at, command, "bare_sqlite_s")

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .results_files import add_output_options, output_path, write_results
+from .timing import TYPER_START
 
 NEEDLE = "scale_needle_op"
 MODULE = """HloModule jit_{name}, entry_computation_layout={{(f32[64,64]{{1,0}})->f32[64,64]{{1,0}}}}
@@ -135,6 +136,8 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         "runs_in_store": len(run_ids),
         "load_1m_before": round(os.getloadavg()[0], 2),  # other work on the machine slows every figure alike
         "python_c_pass_s": time_argv([sys.executable, "-c", "pass"], repeats, env),
+        # typer's import: the floor of any typer CLI's start-up, which a reading command's target includes
+        "typer_import_s": time_argv([sys.executable, "-c", TYPER_START], repeats, env),
     }
     for label, argv in commands.items():
         result[label] = {"median_s": round(time_argv(argv, repeats, env), 4)}
@@ -162,7 +165,7 @@ def measure_scale(sizes: list[int], repeats: int, workdir: Path) -> dict:
         print(
             f"{size:>7} runs: "
             + ", ".join(f"{k} {row[k]['median_s']:.3f}s" for k in READING_COMMANDS)
-            + f"; python -c pass {row['python_c_pass_s']:.3f}s",
+            + f"; python -c pass {row['python_c_pass_s']:.3f}s, import typer {row['typer_import_s']:.3f}s",
             file=sys.stderr,
             flush=True,
         )

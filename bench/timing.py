@@ -76,6 +76,14 @@ def time_command(
     return Timing(samples)
 
 
+#: What any command-line tool built on the stack xlarun is fixed to (typer for the CLI, pydantic for its specs) pays
+#: before its first line of work, as ``python -c`` code: the floors its start-up targets are read against.
+TYPER_START = "import typer"
+TYPER_AND_PYDANTIC_START = (
+    "import typer\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    name: str = ''\nSpec.model_validate({'name': 'x'})"
+)
+
+
 def cli_env(workdir: Path) -> dict[str, str]:
     """The environment CLI start-up is timed in: Python's bytecode cache on, as for installed software.
 

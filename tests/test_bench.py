@@ -94,14 +94,26 @@ def test_quick_mode_measures_issue_27s_figures(quick_results):
     trivial = quick_results["capture"]["trivial"]
     assert trivial["capture"]["median_s"] > trivial["direct"]["median_s"] > 0
     assert trivial["fixed_cost_s"] == pytest.approx(trivial["capture"]["median_s"] - trivial["direct"]["median_s"], abs=1e-3)
+    # the floor read beside it: the start-up of typer with a pydantic model, over a bare Python's
+    assert trivial["typer_and_pydantic"]["median_s"] > trivial["python_c_pass"]["median_s"] > 0
+    assert trivial["stack_floor_s"] == pytest.approx(
+        trivial["typer_and_pydantic"]["median_s"] - trivial["python_c_pass"]["median_s"], abs=1e-3
+    )
     at = quick_results["scale"]["sizes"]["1000"]
-    assert at["runs_in_store"] == 1000
+    assert at["runs_in_store"] == 1000 and at["typer_import_s"] > at["python_c_pass_s"] > 0
     for command in ("runs", "modules", "show", "cat", "find", "files", "explain"):
         assert at[command]["median_s"] > 0, command
     (case,) = quick_results["render"]["cases"]
     assert case["instructions"] == 100 and case["svg"]["exit"] == 0 and case["plain_dot_svg"]["s"] > 0
     targets = {t["what"]: t for t in quick_results["targets"]}
     assert targets["fixed cost: a trivial job captured - run directly"]["target"] == "<= 0.25 s"
+    from bench.report import build_rows
+
+    shown = {row.what for row in build_rows(quick_results)}  # the floors are shown beside the targets, not held to one
+    assert {
+        "  floor: typer + a pydantic model validated, over python -c pass",
+        "  python -c 'import typer' (the floor of a typer CLI)",
+    } <= shown
     assert targets["archive+index / cat (read floor)"]["target"] == "<= 4x"
     assert targets["  xlarun show (1,000 runs) / bare SQLite query"]["target"] == "<= 0.15 s"  # held to 10,000 runs' target
 

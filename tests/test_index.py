@@ -297,3 +297,55 @@ def test_a_reader_lists_the_runs_only_when_runs_or_the_index_changed(tmp_path, m
     shutil.rmtree(store.runs_dir / NEW)  # by hand
     assert reader_sees() == ([OLD], True)
     assert reader_sees() == ([OLD], True)  # runs/ changed a moment ago: not noted (racy), listed again
+
+
+def test_threads_opening_a_new_index_at_once_all_get_it(tmp_path):
+    """Switching a new SQLite file to WAL takes a lock SQLite does not wait for: two cells of a batch opening a fresh
+    store's index together failed one of them with "database is locked" (about one pair in twelve; CI lost a
+    batch cell's commit to it). Each open now waits the lock out."""
+    import threading
+
+    from xlarun.store.index import Index
+
+    failures: list[str] = []
+    for pair in range(60):
+        path = tmp_path / f"index-{pair}.sqlite"
+        start = threading.Barrier(2)
+
+        def open_it(path=path, start=start):
+            start.wait()
+            try:
+                Index.open(path).close()
+            except XlarunError as exc:
+                failures.append(exc.one_line())
+
+        threads = [threading.Thread(target=open_it) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
+
+
+def test_index_trouble_at_the_commit_never_stops_it(tmp_path, monkeypatch):
+    """The index is derived data: a capture that cannot open it still commits its run, says so, and the next
+    command's first look at the index indexes the run."""
+    from xlarun.capture.launch import capture
+    from xlarun.errors import StoreError
+
+    from .conftest import write_spec
+
+    spec = write_spec(tmp_path, "name: unindexed\nscript: job.py\n", "print('hi')\n")
+    store = Store.open(tmp_path / "s")
+
+    def locked(self):
+        raise StoreError(f"cannot open the index {self.root / 'index.sqlite'}: database is locked", "try again")
+
+    monkeypatch.setattr(Store, "open_index", locked)
+    monkeypatch.setattr(Store, "ingest", lambda self, run_id: locked(self))
+    result = capture(spec, store)
+    assert result.status.value == "succeeded" and result.modules == []
+    assert any(f"run {result.run_id} is committed but not yet indexed (cannot open the index" in w for w in result.warnings)
+    monkeypatch.undo()
+    again = Store.open(tmp_path / "s")
+    assert [r.run_id for r in again.index.runs()] == [result.run_id] == again.run_ids()

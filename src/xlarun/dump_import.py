@@ -102,19 +102,19 @@ def import_dump(
             metadata["manifest.json"] = manifest.to_json()
             if origin.get("manifest_text"):
                 metadata["origin-manifest.json"] = origin["manifest_text"]
-            store.open_index()  # before the commit: this run is ingested once, below
             shutil.rmtree(incoming, ignore_errors=True)
-            store.commit_run(run_id, staging, files, metadata)
+            _run_dir, unindexed = store.commit_indexed(run_id, staging, files, metadata)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         trouble = write_trouble(exc, f"importing {source.name} into {store.root} failed")
         if isinstance(exc, OSError | sqlite3.Error) and trouble is not None:
             raise trouble from None  # said as such, nothing kept
         raise
-    try:
-        store.ingest(run_id)
-    except (sqlite3.Error, StoreError) as exc:  # a full disk: the run is committed; the index catches up when next opened
-        warnings.append(f"run {run_id} is imported but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room")
+    if unindexed is not None:  # a full disk: the run is committed; the index catches up when next opened
+        warnings.append(
+            f"run {run_id} is imported but not yet indexed ({unindexed}); the next xlarun command indexes it, "
+            "or `xlarun reindex` once the index can be written"
+        )
     t3 = time.monotonic()
     bundle = origin.get("bundle") or {}
     try:

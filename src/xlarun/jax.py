@@ -304,10 +304,8 @@ def _commit(
         kind=RUN_KIND,
         tags={"function": facts.qualname, "source_file": facts.source_file or "", "source_line": str(facts.source_line or "")},
     )
-    lib.open_index()  # before the commit: this run is ingested once, below
-    lib.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
-    lib.ingest(run_id)
-    return the_store.run(run_id)
+    lib.commit_indexed(run_id, staging, files, {"manifest.json": manifest.to_json()})
+    return the_store.run(run_id)  # an index still in trouble says so here; the run is committed either way
 
 
 @dataclass

@@ -356,16 +356,14 @@ def _capture(
             signal=signal_name,
             file_notes=[note.to_json() for note in archiver.notes],
         )
-        store.open_index()  # before the commit: this run is ingested once, below
         try:
-            run_dir = store.commit_run(run_id, staging, files, {"manifest.json": manifest.to_json()})
+            run_dir, unindexed = store.commit_indexed(run_id, staging, files, {"manifest.json": manifest.to_json()})
         except OSError as exc:
             raise _not_committed(run_id, staging, exc) from None
-        try:
-            store.ingest(run_id)
-        except sqlite3.Error as exc:  # a full disk: the run is committed; the index catches up when next opened
+        if unindexed is not None:
             warnings.append(
-                f"run {run_id} is committed but not yet indexed ({exc}); `xlarun reindex` indexes it once there is room"
+                f"run {run_id} is committed but not yet indexed ({unindexed}); the next xlarun command indexes it, "
+                "or `xlarun reindex` once the index can be written"
             )
             return CaptureResult(
                 run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name, stderr_tail

@@ -103,9 +103,7 @@ def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> Recovere
         manifest.update(
             file_notes=sorted(notes, key=lambda n: n["path"]), files=len(files), dump_bytes=sum(f.size for f in files)
         )
-    store.open_index()  # before the commit: this run is ingested once, below
-    store.commit_run(folder.name, folder, files, {"manifest.json": json.dumps(manifest, indent=2)})
-    store.ingest(folder.name)
+    store.commit_indexed(folder.name, folder, files, {"manifest.json": json.dumps(manifest, indent=2)})
     return RecoveredRun(folder.name, manifest.get("status"), len(files), leftover.what)
 
 
@@ -164,9 +162,7 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
                 "recovered": manifest.recovered,
             }
         )
-    store.open_index()  # before the commit: this run is ingested once, below
-    store.commit_run(folder.name, folder, files, {"manifest.json": manifest.to_json()})
-    store.ingest(folder.name)
+    store.commit_indexed(folder.name, folder, files, {"manifest.json": manifest.to_json()})
     return RecoveredRun(folder.name, manifest.status, len(files), leftover.what, notes=notes)
 
 

@@ -137,10 +137,11 @@ def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = 
                     (staging / name).write_bytes(content)
             for sub in OUTPUT_DIRS:  # begin_run made them for a job's outputs; a received run has none
                 (staging / sub).rmdir()
-            store.open_index()  # before the commit: this run is ingested once, below
-            run_dir = store.commit_run(run_id, staging, shipment.files, {"manifest.json": json.dumps(manifest, indent=2)})
+            # an index in trouble does not stop the commit: the driver's next look at the index indexes the run
+            run_dir, _unindexed = store.commit_indexed(
+                run_id, staging, shipment.files, {"manifest.json": json.dumps(manifest, indent=2)}
+            )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    store.ingest(run_id)
     return Received(run_id, run_dir, new=True, files_sent=len(blobs), bytes_written=written)

@@ -143,6 +143,30 @@ class Store(RunStore):
         the others' runs ran past the torture test's 5 minutes on 2 CPUs)."""
         return self.index
 
+    def commit_indexed(
+        self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str]
+    ) -> tuple[Path, str | None]:
+        """Commit a run (:meth:`commit_run`) and index it: the index is opened before the commit, so the run is
+        ingested once, after it (see :meth:`open_index`). The index is derived data: trouble with it (a full disk, a
+        lock held past every retry) never stops the commit. Returns the run's folder and that trouble in words (None
+        once indexed); the next command that opens the index indexes the run."""
+        import sqlite3
+
+        trouble: Exception | None = None
+        try:
+            self.open_index()
+        except (StoreError, sqlite3.Error) as exc:
+            trouble = exc
+        run_dir = self.commit_run(run_id, staging, files, metadata)
+        try:
+            self.ingest(run_id)  # also when opening failed: it may open now, and its reconcile then indexes the run
+            trouble = None
+        except (StoreError, sqlite3.Error) as exc:
+            trouble = exc
+        if trouble is None:
+            return run_dir, None
+        return run_dir, trouble.message if isinstance(trouble, StoreError) else str(trouble)
+
     def _forget(self, run_id: str) -> None:
         self.index.forget_run(run_id)
 

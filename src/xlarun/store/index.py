@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
-from xlarun.store.pack_table import cannot_write
+from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.records import (
     FileInfo,
     FindHit,
@@ -94,10 +94,7 @@ class Index:
     @classmethod
     def open(cls, path: Path) -> Index:
         try:
-            conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(SCHEMA)
+            conn = open_wal(path, lambda c: c.executescript(SCHEMA))  # a new file's WAL switch waits out a lock
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from xlarun.errors import StoreError, write_trouble
@@ -31,6 +31,42 @@ def cannot_write(path: Path) -> str | None:
     if st.f_bavail * st.f_frsize < (1 << 20):
         return "the disk is full"
     return None if os.access(path.parent, os.W_OK) else "the store is read-only"
+
+
+#: Switching a new database file to WAL takes a lock SQLite does not wait for (its busy timeout does not apply):
+#: two connections doing it at once, two threads of a batch or two captures, fail one with "database is locked".
+WAL_SWITCH_TRIES = 50
+WAL_SWITCH_WAIT_S = 0.1
+
+
+def open_wal(path: Path, setup: Callable[[sqlite3.Connection], object]) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` (made if missing) in WAL mode, ``setup(conn)`` run on it (tables
+    made if missing). A lock met on the way is waited out, for :data:`WAL_SWITCH_TRIES` tries; any other
+    ``sqlite3.OperationalError`` (or the lock after the last try) is raised, the connection closed."""
+    for attempt in range(WAL_SWITCH_TRIES):
+        conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            setup(conn)
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "locked" not in str(exc) or attempt == WAL_SWITCH_TRIES - 1:
+                raise
+            time.sleep(WAL_SWITCH_WAIT_S)
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _make_members_table(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
 
 
 class _CheckedConnection:
@@ -94,33 +130,19 @@ class PackTable:
         return conn
 
     def _connect(self) -> sqlite3.Connection:
-        for attempt in range(50):
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            try:
-                # switching a new file to WAL takes a lock SQLite does not wait for: another process may hold it
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS members (sha256 TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
-                )
-                conn.execute("CREATE INDEX IF NOT EXISTS members_pack ON members(pack)")
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                return conn
-            except sqlite3.OperationalError as exc:
-                conn.close()
-                if "locked" not in str(exc) and (why := cannot_write(self.path)):  # reading needs no side files: read-only
-                    try:
-                        conn = sqlite3.connect(
-                            f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
-                        )
-                        conn.execute("SELECT 1 FROM members LIMIT 1").fetchone()
-                        return conn
-                    except sqlite3.DatabaseError:
-                        raise StoreError(f"cannot open {self.path}: {why}", "free space on that disk, then try again") from None
-                if "locked" not in str(exc) or attempt == 49:
-                    raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
-                time.sleep(0.1)
-        raise AssertionError("unreachable")
+        try:
+            return open_wal(self.path, _make_members_table)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and (why := cannot_write(self.path)):  # reading needs no side files: read-only
+                try:
+                    conn = sqlite3.connect(
+                        f"file:{self.path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+                    )
+                    conn.execute("SELECT 1 FROM members LIMIT 1").fetchone()
+                    return conn
+                except sqlite3.DatabaseError:
+                    raise StoreError(f"cannot open {self.path}: {why}", "free space on that disk, then try again") from None
+            raise StoreError(f"cannot open {self.path}: {exc}", "another xlarun may hold it; try again") from None
 
     def _rebuild_if_new(self, conn: _CheckedConnection) -> None:
         if conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():
