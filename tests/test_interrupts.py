@@ -62,6 +62,26 @@ def test_a_signal_while_archiving_is_held_and_said(tmp_path, capsys):
     )
 
 
+def test_a_burst_while_archiving_is_one_request_and_a_later_signal_stops_at_once(tmp_path, monkeypatch, capsys):
+    """Ctrl-C mashed while a run is committed: the first signal holds the commit and says so, the rest of the burst
+    is the same request (a burst once left runs uncommitted in staging/); a signal sent after the note stops at once."""
+    from xlarun import interrupts
+
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    request = StopRequest()
+    with request.archiving("20261128-000000-abcd", tmp_path / "s" / "staging" / "20261128-000000-abcd"):
+        for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            request.on_signal(sig)
+        assert exits == [] and request.cancel.is_set() and request.signal_name == "SIGINT"
+        time.sleep(interrupts.SAME_REQUEST_S + 0.05)
+        request.on_signal(signal.SIGTERM)
+    assert exits == [143]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "finishing the commit first" in lines[0]
+    assert "SIGTERM: stopped while archiving; run 20261128-000000-abcd is not committed" in lines[1]
+
+
 def test_a_burst_of_signals_never_deadlocks_the_handler():
     """Ctrl-C mashed, SIGINT and SIGTERM microseconds apart: the handler only writes to the wakeup pipe and
     one thread acts, so nothing re-enters ``Event.set`` or a lock, and it all ends."""

@@ -4,8 +4,9 @@ scheduler) and SIGHUP (the terminal went away).
 While the job runs, a stop signal sets :attr:`StopRequest.cancel`: the backend stops the job's whole
 process group and the run is archived as ``interrupted``, with the signal's name in its manifest. While
 runs are being archived (:meth:`StopRequest.archiving`), a signal is held: the commit finishes first, and
-a one-line note says so; one more signal then stops xlarun at once, saying which staging folders are left
-and that ``xlarun recover`` makes them runs (nothing is corrupted: a commit is one atomic rename).
+a one-line note says so; one more signal, sent at least :data:`SAME_REQUEST_S` later (the rest of a burst is
+the same request), then stops xlarun at once, saying which staging folders are left and that ``xlarun
+recover`` makes them runs (nothing is corrupted: a commit is one atomic rename).
 A signal that was ignored when xlarun started (``nohup``, a background job) stays ignored.
 """
 
@@ -15,12 +16,18 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 #: What stops a capture, in the order a user is likely to send them.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Signals within this many seconds of the one that put a commit on hold are the same request (Ctrl-C mashed,
+#: or ``kill`` then ``kill -HUP`` from a script): they never escalate to stopping at once, so a burst cannot leave
+#: a run uncommitted. One sent later, after the note that says so, stops xlarun at once.
+SAME_REQUEST_S = 0.5
 
 
 def exit_code_for(signal_name: str | None) -> int:
@@ -39,7 +46,7 @@ class StopRequest:
         self.received: list[int] = []
         self._archiving: dict[str, Path] = {}  # run id -> staging folder, while committing
         self._lock = threading.Lock()
-        self._held = False
+        self._held_at: float | None = None  # when a signal first arrived while a commit was under way
 
     @property
     def signal_name(self) -> str | None:
@@ -68,14 +75,16 @@ class StopRequest:
             self.cancel.set()
             return
         name = signal.Signals(signum).name
-        if not self._held:
-            self._held = True
+        if self._held_at is None:
+            self._held_at = time.monotonic()
             _say(
                 f"xlarun: {name} while archiving run {', '.join(left)}: finishing the commit first "
                 f"(send it again to stop now; what is not committed then stays in staging/ for `xlarun recover`)"
             )
             self.cancel.set()
             return
+        if time.monotonic() - self._held_at < SAME_REQUEST_S:
+            return  # part of the burst that put the commit on hold
         for run_id, staging in left.items():
             _say(
                 f"xlarun: {name}: stopped while archiving; run {run_id} is not committed, its files are in {staging}: "
@@ -210,8 +219,6 @@ def job_processes(run_dir: Path | str) -> list[int]:
 
 def kill_job_processes(run_dir: Path | str, grace_s: float) -> list[int]:
     """SIGTERM the job's whole process set, then SIGKILL what is left after ``grace_s``; returns who was signalled."""
-    import time
-
     pids = job_processes(run_dir)
     for pid in pids:
         _kill(pid, signal.SIGTERM)

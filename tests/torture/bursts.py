@@ -129,6 +129,11 @@ def one_burst(folder: Path, rng: random.Random, hang_s: float = 60) -> str:
     # the exit code a shell expects for one of the signals sent (the first acted on, or the one that killed it)
     expected = {128 + int(s) for s in burst} | {-int(s) for s in burst}
     if left or (proc.returncode not in expected and not _stopped_in_python_startup(proc.returncode, err)):
+        sent = f"sent {[s.name for s in burst]}{' while stopped' if frozen else ''}"
+        print(
+            f"[lost] {folder.name}: {sent}; exit {proc.returncode}; left {[p.name for p in left]}; stderr ...{err[-1500:]!r}",
+            file=sys.stderr,
+        )
         return "lost"
     return "clean"
 

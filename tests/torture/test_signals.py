@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.errors import ExitCode
+from xlarun.interrupts import SAME_REQUEST_S
 from xlarun.store.facade import Store
 
 from ..conftest import write_spec
@@ -149,6 +150,7 @@ def test_a_third_signal_stops_at_once_and_says_how_to_recover(tmp_path, cli, fig
     proc, _hold = _held_in_archiving(tmp_path, spec)
     proc.send_signal(signal.SIGTERM)
     _stderr_until(proc, "while archiving run")
+    time.sleep(SAME_REQUEST_S + 0.1)  # a signal sent after the note, not the rest of the burst that held the commit
     proc.send_signal(signal.SIGTERM)  # the third: xlarun stops at once, its hold never released
     _out, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if "stopped while archiving" in line]

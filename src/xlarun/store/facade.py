@@ -144,7 +144,7 @@ class Store(RunStore):
         return self.index
 
     def commit_indexed(
-        self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str]
+        self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]
     ) -> tuple[Path, str | None]:
         """Commit a run (:meth:`commit_run`) and index it: the index is opened before the commit, so the run is
         ingested once, after it (see :meth:`open_index`). The index is derived data: trouble with it (a full disk, a
