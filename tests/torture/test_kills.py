@@ -185,7 +185,8 @@ def test_recover_refuses_a_folder_whose_job_still_runs(tmp_path):
         if p.name.isdigit() and b"XLARUN_JOB_DIR" in _read(p / "cmdline") and _ppid(p) == proc.pid
     ]
     assert len(watchdogs) == 1
-    for pid in (proc.pid, *watchdogs):
+    # the watchdog first: killed after xlarun, it can wake on xlarun's end between the two kills and do its job
+    for pid in (*watchdogs, proc.pid):
         os.kill(pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     try:
