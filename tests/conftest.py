@@ -73,6 +73,23 @@ def tf1_run(tmp_path_factory):
     return _capture(CONFIGS / "tf1-autojit.yaml", tmp_path_factory.mktemp("tf1") / "store")
 
 
+def at_once(target, count: int) -> None:
+    """Call ``target()`` in ``count`` threads released together by one barrier (a race made likely); wait for all."""
+    import threading
+
+    start = threading.Barrier(count)
+
+    def run() -> None:
+        start.wait()
+        target()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def write_spec(folder: Path, text: str, script: str | None = None, script_name: str = "job.py") -> Path:
     """A spec file (and its script) in ``folder``; returns the spec path."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -303,27 +303,21 @@ def test_threads_opening_a_new_index_at_once_all_get_it(tmp_path):
     """Switching a new SQLite file to WAL takes a lock SQLite does not wait for: two cells of a batch opening a fresh
     store's index together failed one of them with "database is locked" (about one pair in twelve; CI lost a
     batch cell's commit to it). Each open now waits the lock out."""
-    import threading
-
     from xlarun.store.index import Index
+
+    from .conftest import at_once
 
     failures: list[str] = []
     for pair in range(60):
         path = tmp_path / f"index-{pair}.sqlite"
-        start = threading.Barrier(2)
 
-        def open_it(path=path, start=start):
-            start.wait()
+        def open_it(path=path):
             try:
                 Index.open(path).close()
             except XlarunError as exc:
                 failures.append(exc.one_line())
 
-        threads = [threading.Thread(target=open_it) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        at_once(open_it, 2)
     assert failures == []
 
 

@@ -273,6 +273,8 @@ def test_captures_that_draw_the_same_run_id_at_once_each_get_their_own_folder(tm
 
     import xlarun.store.runs as runstore
 
+    from .conftest import at_once
+
     store = Store.open(tmp_path / "s")
     draws = iter(["20261123-000000-0000"] * 8 + [f"20261123-000001-{i:04x}" for i in range(100)])
     lock = threading.Lock()
@@ -282,18 +284,8 @@ def test_captures_that_draw_the_same_run_id_at_once_each_get_their_own_folder(tm
             return next(draws)
 
     monkeypatch.setattr(runstore, "new_run_id", drawn)
-    start = threading.Barrier(8)
     got: list[tuple[str, object]] = []
-
-    def begin():
-        start.wait()
-        got.append(store.begin_run())
-
-    threads = [threading.Thread(target=begin) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(lambda: got.append(store.begin_run()), 8)
     ids = [run_id for run_id, _staging in got]
     assert len(ids) == 8 and len(set(ids)) == 8 and "20261123-000000-0000" in ids
     assert sorted(p.name for p in store.staging_dir.iterdir()) == sorted(ids)  # no draft left behind

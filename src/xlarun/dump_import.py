@@ -111,10 +111,7 @@ def import_dump(
             raise trouble from None  # said as such, nothing kept
         raise
     if unindexed is not None:  # a full disk: the run is committed; the index catches up when next opened
-        warnings.append(
-            f"run {run_id} is imported but not yet indexed ({unindexed}); the next xlarun command indexes it, "
-            "or `xlarun reindex` once the index can be written"
-        )
+        warnings.append(f"run {run_id} is imported but not yet indexed ({unindexed}); {store.NOT_YET_INDEXED_ADVICE}")
     t3 = time.monotonic()
     bundle = origin.get("bundle") or {}
     try:

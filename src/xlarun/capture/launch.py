@@ -361,10 +361,7 @@ def _capture(
         except OSError as exc:
             raise _not_committed(run_id, staging, exc) from None
         if unindexed is not None:
-            warnings.append(
-                f"run {run_id} is committed but not yet indexed ({unindexed}); the next xlarun command indexes it, "
-                "or `xlarun reindex` once the index can be written"
-            )
+            warnings.append(f"run {run_id} is committed but not yet indexed ({unindexed}); {store.NOT_YET_INDEXED_ADVICE}")
             return CaptureResult(
                 run_id, result.status, result.exit_code, run_dir, manifest, [], warnings, rejection, stop.signal_name, stderr_tail
             )

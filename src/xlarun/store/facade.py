@@ -143,6 +143,9 @@ class Store(RunStore):
         the others' runs ran past the torture test's 5 minutes on 2 CPUs)."""
         return self.index
 
+    #: What a writer says of a run :meth:`commit_indexed` committed but could not index.
+    NOT_YET_INDEXED_ADVICE = "the next xlarun command indexes it, or `xlarun reindex` once the index can be written"
+
     def commit_indexed(
         self, run_id: str, staging: Path, files: list[StoredFile], metadata: dict[str, str | bytes]
     ) -> tuple[Path, str | None]:
