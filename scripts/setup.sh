@@ -18,8 +18,10 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing system packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    bash scripts/wait-for-apt.sh
+    # and should another one start between the wait and apt-get, apt waits for it too
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "setup: please install these system packages (as root): ${missing[*]}" >&2
   fi

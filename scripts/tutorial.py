@@ -27,6 +27,8 @@ VOLATILE = [
     (re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{4}\b"), "<run>"),
     (re.compile(r"\b\d+(\.\d+)? ?(s|ms|µs)\b"), "<time>"),
     (re.compile(r"snapshot\.-?\d+"), "snapshot.<n>"),
+    # a dump embeds the folder it was made in, so sizes grow with the clone's path
+    (re.compile(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB|kB|KB|MB|GB)\b"), "<size>"),
 ]
 
 

@@ -101,6 +101,7 @@ def write_spec(folder: Path, text: str, script: str | None = None, script_name: 
 
 
 # real-Docker fixtures (docker_engine, docker_client, base_image, cpu_image) for every test module
+from .corpus_support import xla_corpus  # noqa: E402,F401
 from .docker_support import base_image, cpu_image, docker_client, docker_engine  # noqa: E402,F401
 
 

@@ -21,7 +21,8 @@ import pytest
 from xlarun.errors import InputError
 from xlarun.hlo import parse_hlo_text
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo"
+from .corpus_support import XLA_CORPUS as CORPUS
+
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 KNOWN_DIFFERENCES = FIXTURES / "corpus_known_differences.txt"
 #: XLA's signatures of the few modules whose constants XLA takes 30 s or more to build (written by
@@ -31,9 +32,7 @@ WORKERS = 2
 SHOWN = 20
 
 pytestmark = [
-    pytest.mark.skipif(
-        not (CORPUS / "accepted.jsonl").is_file(), reason=f"XLA's HLO corpus is not at {CORPUS} (CI checks it out there)"
-    ),
+    pytest.mark.usefixtures("xla_corpus"),
     pytest.mark.slow,  # a sweep of XLA's corpus
 ]
 

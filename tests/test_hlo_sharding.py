@@ -11,7 +11,8 @@ import pytest
 from xlarun.hlo import load_hlo
 from xlarun.hlo.sharding import COLLECTIVES, shape_bytes, sharding_of_text
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
+from .corpus_support import ACCEPTED as CORPUS
+
 ZOO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "zoo" / "sharded" / "spec.yaml"
 
 
@@ -25,7 +26,7 @@ def test_a_one_device_module_says_nothing():
     assert not found.partitioned and found.lines() == []
 
 
-@pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}")
+@pytest.mark.usefixtures("xla_corpus")
 def test_xlas_partitioned_test_modules_agree_with_the_full_parser():
     """Each of XLA's modules with num_partitions and collectives: the partitions are the header's, and the collectives
     counted by kind are the instructions the full parser reads with those opcodes (-start counted, -done not)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,8 @@ from xlarun.hlo import parse_hlo_text
 from xlarun.render import RenderOptions, render_bytes
 from xlarun.render.overview import hlo_overview
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
+from .corpus_support import ACCEPTED as CORPUS
+from .corpus_support import require_corpus
 
 LOOP = """HloModule loop
 
@@ -68,8 +68,7 @@ def test_over_the_limit_the_overview_is_drawn_and_with_full_the_module_is_refuse
 @pytest.mark.slow
 def test_a_corpus_module_of_4000_instructions_renders_as_an_overview_in_seconds():
     """XLA's own module (shared/corpus) whose full drawing (3,041 nodes) ran past graphviz's 60 s limit."""
-    if not CORPUS.exists():
-        pytest.skip("../shared/corpus is not beside the checkout")
+    require_corpus()
     text = next(row["text"] for row in map(json.loads, CORPUS.open()) if row["id"] == "d1403dbe97c30d0e")
     rendered = render_bytes(text.encode(), "module_0000.big.before_optimizations.txt", RenderOptions(format="svg", timeout_s=120))
     assert rendered.data.startswith(b"<?xml") and rendered.nodes < 1000

@@ -26,7 +26,8 @@ from xlarun.errors import XlarunError
 from xlarun.replay import ReplayOptions
 from xlarun.replay.worker import ReplayWorker
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
+from .corpus_support import ACCEPTED as CORPUS
+
 SAMPLE = 200
 MAX_INSTRUCTIONS = 200
 #: Per module; the sample also refuses fake data over 64 MB so that it stays fast (the full sweep uses the default).
@@ -34,7 +35,7 @@ SAMPLE_TIMEOUT_S, SAMPLE_MAX_DATA = 5.0, 64 << 20
 DOCUMENTED = {0: "match or ran", 1: "mismatch", 2: "refused", 3: "engine error"}
 
 pytestmark = [
-    pytest.mark.skipif(not CORPUS.is_file(), reason=f"XLA's HLO corpus is not at {CORPUS}"),
+    pytest.mark.usefixtures("xla_corpus"),
     pytest.mark.slow,
 ]  # a sweep of XLA's corpus
 

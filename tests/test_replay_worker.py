@@ -21,8 +21,6 @@ from xlarun.replay.limits import format_size, parse_size, text_nesting
 from xlarun.replay.literals import Shape, primitive_type
 from xlarun.replay.worker import ReplayWorker
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "xla-hlo" / "accepted.jsonl"
-
 
 def _module(tmp_path: Path, text: str, name: str = "m.hlo") -> Path:
     path = tmp_path / name

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -51,10 +52,16 @@ def burst_env(store: Path) -> dict[str, str]:
 
 
 def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
-    """Python itself ended on a KeyboardInterrupt before running any xlarun code: exit 1 and a traceback
-    through its own start-up (``site``, or ``runpy`` finding the module for ``-m``) without one xlarun frame."""
+    """Python itself ended on a KeyboardInterrupt before running any xlarun code, in one of the two ways it has:
+    a traceback through its own start-up (``site``, or ``runpy`` finding the module for ``-m``), exit 1; or a
+    fatal error while it initializes (``Fatal Python error: init_sys_streams: ...``, ``init_import_site``,
+    ``init_fs_encoding``), exit 1 or aborted. Never with one xlarun frame in the traceback."""
     own = f"{os.sep}xlarun{os.sep}" in stderr
-    return returncode == 1 and "KeyboardInterrupt" in stderr and ("<frozen site>" in stderr or "runpy" in stderr) and not own
+    if own or "KeyboardInterrupt" not in stderr:
+        return False
+    traceback = returncode == 1 and ("<frozen site>" in stderr or "runpy" in stderr)
+    fatal = returncode in (1, -signal.SIGABRT) and re.search(r"^Fatal Python error: init_\w+: ", stderr, re.M) is not None
+    return traceback or fatal
 
 
 def report_hang(proc: subprocess.Popen, what: str) -> None:

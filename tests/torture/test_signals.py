@@ -263,3 +263,54 @@ def test_a_ctrl_c_while_xlarun_starts_never_lets_the_capture_go_on(tmp_path, fig
         staging_left=len(left),
     )
     assert hung == 0 and left == []
+
+
+FATAL_STARTS = Path(__file__).resolve().parent.parent / "fixtures" / "python_startup_interrupts"
+
+
+def test_pythons_own_deaths_of_an_early_ctrl_c_count_as_stopped_in_its_start_up():
+    """The two fatal errors this Python printed when a Ctrl-C landed while it initialized (kept as it wrote them)
+    count as stopped in Python's start-up; the same text with an xlarun frame, or another exit, does not."""
+    from .bursts import _stopped_in_python_startup
+
+    recorded = sorted(FATAL_STARTS.glob("*.txt"))
+    assert [p.stem for p in recorded] == ["init_import_site", "init_sys_streams"]
+    for path in recorded:
+        text = path.read_text()
+        assert _stopped_in_python_startup(1, text), path.name
+        assert _stopped_in_python_startup(-signal.SIGABRT, text), path.name
+        assert not _stopped_in_python_startup(0, text) and not _stopped_in_python_startup(130, text)
+        framed = text.replace('File "<string>"', 'File "/venv/lib/python3.11/site-packages/xlarun/cli.py"')
+        assert framed == text or not _stopped_in_python_startup(1, framed)
+    assert not _stopped_in_python_startup(1, "Fatal Python error: init_sys_streams: can't initialize\nMemoryError\n")
+
+
+@pytest.mark.slow
+def test_an_early_ctrl_c_ends_python_only_in_the_ways_the_torture_rule_accepts(figures):
+    """Python started and sent SIGINT within its first 12 ms, 300 times: each ends killed by SIGINT, cleanly,
+    or as the rule for "stopped in Python's start-up" accepts; never another way."""
+    import random
+
+    from .bursts import _stopped_in_python_startup
+
+    rng, outcomes, other = random.Random(31), {"sigint": 0, "clean": 0, "startup": 0}, []
+    for _ in range(300):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "pass"],
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        time.sleep(rng.uniform(0.0, 0.012))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode == -signal.SIGINT:
+            outcomes["sigint"] += 1
+        elif proc.returncode == 0 and not err:
+            outcomes["clean"] += 1
+        elif _stopped_in_python_startup(proc.returncode, err):
+            outcomes["startup"] += 1
+        else:
+            other.append((proc.returncode, err[-400:]))
+    figures(tried=300, **outcomes, other=len(other))
+    assert other == []
