@@ -104,10 +104,18 @@ def test_bundle_replays_in_a_fresh_store_in_another_process(bundled, tmp_path):
     verdict = json.loads(replayed.stdout)
     assert verdict["verdict"] == "match" and verdict["arguments"] == "snapshot"
     assert verdict["max_abs_error"] == 0
+    assert verdict["module"] == str(path)  # what the user gave, not the temporary store's run
     assert not (tmp_path / "fresh").exists()  # replayed without importing
     shown = _xlarun("show", str(path), "--json", store=tmp_path / "fresh", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["name"] == "jit_train_step"
+    document = json.loads(shown.stdout)
+    assert (document["name"], document["bundle"], document["run_id"]) == ("jit_train_step", str(path), None)
+    text = _xlarun("show", str(path), store=tmp_path / "fresh", cwd=tmp_path).stdout.splitlines()
+    assert text[0] == f"module_0012.jit_train_step in bundle {path}"
+    assert text[1].split() == ["ref", str(path)]
+    printed = _xlarun("cat", str(path), store=tmp_path / "fresh", cwd=tmp_path)
+    assert printed.returncode == 0 and printed.stdout.startswith("HloModule jit_train_step")
+    assert printed.stderr.startswith(f"# {path}/")
 
 
 def test_unzipped_bundle_imports_and_replays_in_another_process(bundled, tmp_path):

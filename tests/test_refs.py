@@ -291,3 +291,20 @@ def test_an_ambiguous_or_unknown_batch_ref_is_a_usage_error_of_runs(store, cli):
     assert f"batch REF 'b2026110' is ambiguous: {BATCH_1}, {BATCH_2}" in ambiguous.stderr
     unknown = cli("runs", "--batch", "b1999", "--store", store.root)
     assert unknown.exit_code == ExitCode.USAGE and "no batch matches 'b1999'" in unknown.stderr
+
+
+def test_a_bare_name_other_runs_also_have_says_which_run_it_took(store, cli, capsys):
+    assert _where(resolve_module(store.index, "jit_sweep")) == (LATEST, 2, "jit_sweep")
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        f"note: 'jit_sweep' taken from run {LATEST} (module_0002.jit_sweep), the newest that has it; 2 other run(s) have "
+        f"a module named so (newest {SWEEP_2}): name one as RUN/jit_sweep"
+    )
+    for quiet in (("jit_sweep", LATEST), ("jit_old_only", None), ("2", None)):  # a run named, one run only, an id
+        resolve_module(store.index, quiet[0], run=quiet[1])
+        assert capsys.readouterr().err == ""
+    shown = cli("show", "sweep", "--store", store.root, "--json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["notes"] == [
+        said.removeprefix("note: ").replace("'jit_sweep'", "'sweep'").replace("RUN/jit_sweep", "RUN/sweep")
+    ]
+    assert said.replace("jit_sweep'", "sweep'").split("taken")[0] in "note: " + shown.stderr

@@ -253,6 +253,9 @@ def _root(
     ),
 ) -> None:
     """Capture, archive, index, navigate and replay XLA dumps."""
+    from xlarun.console import forget_notes
+
+    forget_notes()  # each command's --json carries its own notes only (many commands run in one process in tests)
 
 
 _BUILD_SETTINGS = {

@@ -210,9 +210,29 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+#: What ``note`` said since the last JSON document: the next one carries it as ``notes`` (a script reads there
+#: what a person reads on stderr, e.g. which run a bare module name was taken from).
+_notes: list[str] = []
+
+
+def note(text: str) -> None:
+    """One line on stderr about a choice xlarun made for the user; also in the next ``--json`` document."""
+    _notes.append(text)
+    _record(LineBlock(f"note: {text}", "warning"))
+    sys.stderr.write(f"note: {text}\n")
+
+
+def forget_notes() -> None:
+    _notes.clear()
+
+
 def print_json(value: Any) -> None:
+    value = to_jsonable(value)
+    if _notes and isinstance(value, dict):
+        value = {**value, "notes": [*value.get("notes", []), *_notes]}
+    _notes.clear()
     # default=str: a YAML date, set or binary value a spec's matrix carries prints as text instead of failing
-    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
 
 
 #: Above this many rows a table is printed as plain aligned text: rich takes ~0.4 ms a row, which made

@@ -87,13 +87,14 @@ def module_sharding(store, module):
     return sharding_of_text(store.read_file(module.run_id, text.path)) if text else Sharding()
 
 
-def print_module(store, module, files: bool = False) -> None:
-    """``xlarun show``: one module's facts, files, pass timeline, and its replays and bisections."""
-    say(f"[bold]{module.label}[/bold] in run {module.run_id}")
+def print_module(store, module, files: bool = False, bundle: str | None = None) -> None:
+    """``xlarun show``: one module's facts, files, pass timeline, and its replays and bisections; ``bundle``: the
+    bundle it was read from, named instead of the temporary run it was imported into."""
+    say(f"[bold]{module.label}[/bold] in " + (f"bundle {bundle}" if bundle else f"run {module.run_id}"))
     top_ops = ", ".join(f"{op} {n}" for op, n in sorted(module.opcodes_before.items(), key=lambda kv: -kv[1])[:8])
     print_pairs(
         [
-            ("ref", module.ref),
+            ("ref", bundle or module.ref),
             ("backend", module.backend),
             ("stages", ", ".join(module.stages)),
             (

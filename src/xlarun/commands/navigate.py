@@ -173,15 +173,17 @@ def show(
 ) -> None:
     """Show one module: its stages and files, the pass timeline, instruction counts and opcodes."""
     from xlarun.commands.share import bundle_or_ref
-    from xlarun.console import print_json
+    from xlarun.console import print_json, to_jsonable
     from xlarun.present import print_module
 
+    given = ref
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
+    bundle = given if ref != given else None  # named as the user gave it: the temporary store's run id names nothing
     module = front_door(store).module(ref, run=run)
     if as_json:
-        print_json(module.info)
+        print_json({**to_jsonable(module.info), "run_id": None, "bundle": bundle} if bundle else module.info)
         return
-    print_module(module.store.store, module.info, files)
+    print_module(module.store.store, module.info, files, bundle=bundle)
 
 
 def cat(
@@ -202,10 +204,14 @@ def cat(
     store: StoreOption = None,
     run: RunOption = None,
 ) -> None:
-    """Print a module's dump at a stage or after a pass (the exact archived bytes)."""
+    """Print a module's dump at a stage or after a pass (the exact archived bytes); REF may be a bundle .zip."""
+    from xlarun.commands.share import bundle_or_ref
+
+    given = ref
+    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: read from a temporary store
     module = front_door(store).module(ref, run=run)
     chosen = module.file(stage, pass_name=pass_name, step=step, format=fmt)
-    typer.echo(f"# {module.run_id}/{chosen.path}", err=True)
+    typer.echo(f"# {given if ref != given else module.run_id}/{chosen.path}", err=True)
     data = module.read(chosen)
     sys.stdout.buffer.write(data)
     sys.stdout.flush()

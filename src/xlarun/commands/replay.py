@@ -172,17 +172,18 @@ def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: boo
         the_store = open_store(store)
         module = resolve_module(the_store.index, ref, run=run)
         record = replay_stored_module(the_store, module, options, sink, file=file)
-        _report(record.result, None if from_bundle else record.replay_id, module, as_json)
+        _report(record.result, None if from_bundle else record.replay_id, module, as_json, bundle=given if from_bundle else None)
         result = record.result
     return int(result.exit_code)
 
 
-def _report(result, replay_id: str | None, module, as_json: bool) -> None:
+def _report(result, replay_id: str | None, module, as_json: bool, bundle: str | None = None) -> None:
     from xlarun.console import print_json
     from xlarun.present import print_replay
 
     if as_json:
-        print_json({"replay_id": replay_id, "module": module.ref if module else None, "hint": None, **result.to_dict()})
+        named = bundle or (module.ref if module else None)  # a bundle's temporary run id names nothing afterwards
+        print_json({"replay_id": replay_id, "module": named, "hint": None, **result.to_dict()})
     else:
         print_replay(result, replay_id, module)
 

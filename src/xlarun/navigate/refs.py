@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from xlarun import console
 from xlarun.errors import RefError
 from xlarun.hlo.names import decode_dump_name
 from xlarun.store.index import Index
@@ -141,6 +142,8 @@ def resolve_module(
             if hits:
                 break
     if len(hits) == 1:
+        if run is None:
+            _say_which_run(index, ref, hits[0])
         return index.module(hits[0].run_id, hits[0].module_id)
     if not hits:
         if (damage := index.damage()) is not None:  # a NULL name in a damaged row matches nothing: say why
@@ -149,6 +152,18 @@ def resolve_module(
         raise RefError(f"no module matches {ref!r} in {where}", "`xlarun modules [RUN]` lists modules")
     candidates = _list(f"{m.ref} ({m.name or 'unnamed'})" for m in hits)
     raise RefError(f"module REF {ref!r} is ambiguous: {candidates}", "use one of those RUN/module_NNNN forms")
+
+
+def _say_which_run(index: Index, ref: str, chosen: ModuleInfo) -> None:
+    """A bare name that other runs' modules also have: one line saying which run it was taken from."""
+    if ref.isdigit() or ref.startswith("module_"):
+        return  # an id names a module of the newest run only by design; ids differ between runs
+    others = [r for r in index.user_runs_with_module_named(ref) if r != chosen.run_id]
+    if others:
+        console.note(
+            f"{ref!r} taken from run {chosen.run_id} ({chosen.label}), the newest that has it; {len(others)} other "
+            f"run(s) have a module named so (newest {others[-1]}): name one as RUN/{ref}"
+        )
 
 
 def resolve_batch(index: Index, ref: str) -> str:

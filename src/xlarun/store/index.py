@@ -293,6 +293,15 @@ class Index:
         """The newest ``limit`` runs, newest first (one indexed read, however many runs there are)."""
         return [run_from_row(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id DESC LIMIT ?", (limit,))]
 
+    def user_runs_with_module_named(self, fragment: str) -> list[str]:
+        """Ids of the runs the user made (not bisect reruns) with a module whose name contains ``fragment``."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT m.run_id FROM modules m JOIN runs r ON r.run_id = m.run_id"
+            " WHERE instr(m.name, ?) > 0 AND instr(COALESCE(r.tags, ''), '\"bisect\"') = 0 ORDER BY m.run_id",
+            (fragment,),
+        )
+        return [row[0] for row in rows]
+
     def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunInfo]:
         """Runs whose id starts with ``prefix`` (at most ``limit``), oldest first, by the primary key's order."""
         rows = self.conn.execute(
