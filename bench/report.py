@@ -17,6 +17,8 @@ READ_FLOOR_X = 4.0
 #: the reading commands' median, by the store's size: at most 0.15 s up to 10,000 runs (a smaller store is
 #: held to the target of the larger: reading gets no faster as a store grows), 0.5 s up to 100,000; none beyond
 READING_S = ((10_000, 0.15), (100_000, 0.5))
+#: a Tab that completes a run, module or stage from the index: at most 0.2 s at 10,000 runs.
+COMPLETION_S = ((10_000, 0.2),)
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,7 @@ def reading_target(runs: int) -> float | None:
 
 def _scale_rows(scale: dict) -> list[Row]:
     """The reading commands at each store size (bench/scale.py), beside a bare SQLite query of the same rows."""
-    from .scale import READING_COMMANDS
+    from .scale import COMPLETIONS, READING_COMMANDS
 
     rows = []
     for size, at in sorted(scale.get("sizes", {}).items(), key=lambda kv: int(kv[0])):
@@ -337,6 +339,21 @@ def _scale_rows(scale: dict) -> list[Row]:
                     round(value / floor, 3) if value and floor else None,
                     f"<= {limit:g} s" if limit else "",
                     _check(value, lambda v, limit=limit: v <= limit) if limit else None,
+                )
+            )
+        tab_limit = next((seconds for most, seconds in COMPLETION_S if runs <= most), None)
+        for label in COMPLETIONS:
+            if (value := _get(at, label, "median_s")) is None:
+                continue  # recorded since 2026-11-28
+            rows.append(
+                Row(
+                    "reading",
+                    f"  Tab in bash: {at[label].get('line', label)} ({runs:,} runs)",
+                    _secs(value),
+                    "",
+                    None,
+                    f"<= {tab_limit:g} s" if tab_limit else "",
+                    _check(value, lambda v, limit=tab_limit: v <= limit) if tab_limit else None,
                 )
             )
     return rows

@@ -143,11 +143,23 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         result[label] = {"median_s": round(time_argv(argv, repeats, env), 4)}
         if label in floors:
             result[label]["bare_sqlite_s"] = round(time_query(db, *floors[label], repeats), 4)
+    # a Tab in bash: the script bash's completion function runs, as it runs it
+    tabs = {
+        "complete_module": "xlarun show jit_st",
+        "complete_run": f"xlarun modules {middle[:9]}",
+        "complete_stage": "xlarun cat jit_step3 --stage cpu",
+    }
+    for label, line in tabs.items():
+        words = line.split()
+        asked = {**env, "_XLARUN_COMPLETE": "complete_bash", "COMP_WORDS": line, "COMP_CWORD": str(len(words) - 1)}
+        result[label] = {"median_s": round(time_argv([xlarun], repeats, asked), 4), "line": line}
     result["load_1m_after"] = round(os.getloadavg()[0], 2)
     return result
 
 
 READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain")
+#: A Tab where a module REF, a run REF and a stage are typed (xlarun.navigate.complete).
+COMPLETIONS = ("complete_module", "complete_run", "complete_stage")
 
 
 def measure_scale(sizes: list[int], repeats: int, workdir: Path) -> dict:

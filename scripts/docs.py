@@ -49,7 +49,10 @@ def front_page() -> str:
     """README.md (its zoo table current) with its links into docs/ made relative to the site."""
     readme = zoo_table_in_readme()
     readme = re.sub(r"\]\(docs/", "](", readme)
-    readme = re.sub(r"\]\((ARCHITECTURE\.md|bench/README\.md|containers/README\.md)\)", r"](https://example.invalid/\1)", readme)
+    # files of the repository that are not pages of the site: named as paths in the checkout, not linked
+    readme = re.sub(
+        r"\[([^\]]+)\]\((ARCHITECTURE\.md|bench/README\.md|containers/README\.md)\)", r"`\2` in the repository", readme
+    )
     return readme
 
 

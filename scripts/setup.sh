@@ -9,7 +9,7 @@ dev=0
 [ "${1:-}" = "--dev" ] && dev=1
 
 apt_packages=(graphviz)
-[ "$dev" = 1 ] && apt_packages+=(docker.io debootstrap chromium chromium-driver ripgrep zstd hyperfine zsh fish)
+[ "$dev" = 1 ] && apt_packages+=(docker.io debootstrap chromium chromium-driver ripgrep zstd hyperfine zsh fish bash-completion)
 
 missing=()
 for pkg in "${apt_packages[@]}"; do

@@ -53,10 +53,10 @@ def test_a_plain_table_is_written_as_rich_draws_it(monkeypatch, capsys):
     out, _, skipped = _both(monkeypatch, capsys, lambda: console.print_table(headers, rows, title="Runs", right=("modules",)))
     assert skipped
     assert out.splitlines() == [
-        "Runs".ljust(48),
+        "Runs",
         "run                   name        modules  batch",
-        "20261125-101459-3cba  scale             8       ",
-        "20261125-101500-0001  train step       12       ",
+        "20261125-101459-3cba  scale             8",
+        "20261125-101500-0001  train step       12",
     ]
 
 

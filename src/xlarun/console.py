@@ -80,14 +80,14 @@ def _tone_of(markup: str) -> str:
     return next((tone for prefix, tone in _TONES if head.startswith(prefix)), "")
 
 
-def _console(stderr: bool = False):
+def _console(stderr: bool = False, file=None):
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     # piped output (grep, less, files) should not be folded to 80 columns
-    width = None if stream.isatty() else 240
+    width = 240 if file is not None or not stream.isatty() else None
     # force_jupyter=False: in a notebook too, text goes to stdout (where the API's recording captures it)
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, force_jupyter=False)
+    return Console(stderr=stderr, file=file, highlight=False, soft_wrap=False, width=width, force_jupyter=False)
 
 
 # --- what rich would print, written without rich ---------------------------------------------------------------
@@ -170,8 +170,8 @@ def _write_as_rich(lines: Sequence[str], stderr: bool = False) -> bool:
 
 
 def _table_as_rich(headers: Sequence[str], rows: list[list[str]], title: str | None, right: Sequence[str]) -> list[str] | None:
-    """print_table's table as rich draws it (no box, no edge padding, columns two spaces apart, every line padded
-    to the table's width), or None where rich has work to do (markup, wrapping, wide characters...)."""
+    """print_table's table as rich draws it (no box, no edge padding, columns two spaces apart), each line without
+    the spaces rich pads it with, or None where rich has work to do (markup, wrapping, wide characters...)."""
     if not headers or any(len(row) != len(headers) for row in rows):
         return None
     if not all(_no_markup(cell) for cell in (*headers, *(c for row in rows for c in row))):
@@ -188,9 +188,9 @@ def _table_as_rich(headers: Sequence[str], rows: list[list[str]], title: str | N
     aligned = [str.rjust if h in right else str.ljust for h in headers]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(align(c, w) for c, w, align in zip(cells, widths, aligned, strict=True))
+        return "  ".join(align(c, w) for c, w, align in zip(cells, widths, aligned, strict=True)).rstrip()
 
-    return ([title.ljust(total)] if title else []) + [line(headers)] + [line(row) for row in rows]
+    return ([title] if title else []) + [line(headers)] + [line(row) for row in rows]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -273,7 +273,15 @@ def print_table(
         table.add_column(header, justify="right" if header in right else "left", overflow="fold")
     for row in cells:
         table.add_row(*row)
-    _console().print(table)
+    if _rich_styles(sys.stdout):
+        _console().print(table)
+        return
+    import io
+
+    drawn_by_rich = io.StringIO()  # off a terminal, drawn into text whose lines end without rich's padding
+    _console(file=drawn_by_rich).print(table)
+    sys.stdout.write("".join(f"{line.rstrip()}\n" for line in drawn_by_rich.getvalue().splitlines()))
+    sys.stdout.flush()
 
 
 def print_pairs(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> None:

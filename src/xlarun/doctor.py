@@ -33,7 +33,7 @@ def check_python_packages() -> list[Check]:
     out = []
     for name, dist, fix in (
         ("jax", "jax", "pip install 'xlarun[jax]' (or pip install jax jaxlib)"),
-        ("jaxlib (replay engine)", "jaxlib", "pip install jaxlib: the built-in replay engine runs on it"),
+        ("jaxlib (replay engine)", "jaxlib", "pip install 'xlarun[jax]': the built-in replay engine runs on its jaxlib"),
         ("tensorflow", None, "pip install 'xlarun[tf]' (tensorflow-cpu) to capture TensorFlow programs"),
         ("torch_xla", "torch_xla", "pip install torch_xla to capture PyTorch/XLA programs (pulls CUDA wheels)"),
     ):
@@ -165,7 +165,7 @@ def check_replay_engine() -> Check:
     """Prove the built-in engine by replaying a tiny module, so "ok" means a replay would work."""
     name = "built-in replay engine (PJRT)"
     if importlib.util.find_spec("jaxlib") is None:
-        return Check(name, False, "jaxlib missing", "pip install jaxlib")
+        return Check(name, False, "jaxlib missing", "pip install 'xlarun[jax]'")
     try:
         from xlarun.replay.engine import prove_engine
         from xlarun.replay.pjrt import SUPPORTED_RANGE, available_platforms, jaxlib_version

@@ -172,6 +172,17 @@ def print_process_report(report) -> None:
         say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
 
 
+def print_main_module(items) -> None:
+    """After a capture: the module ranked first, in one line, and how to list them all."""
+    main = items[0]
+    code = {True: "your code", False: "the framework's code"}.get(main.own_code, "code of unknown origin")
+    say(
+        f"main module: {main.module_id} [bold]{main.name or '(name not in file names)'}[/bold] ({code}, "
+        f"{count_or_blank(main.instr_before) or '?'} instructions before optimizations, {count_or_blank(main.instr_after) or '?'} after); "
+        f"`xlarun modules` lists all {len(items)}"
+    )
+
+
 def print_modules(items, more: int = 0) -> None:
     """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many."""
     with_process = any(m.process is not None for m in items)

@@ -12,6 +12,39 @@ from typing import Annotated
 
 import typer
 
+
+def _store_of(ctx: typer.Context) -> Path:
+    """The store a command line being completed names (--store typed before the Tab, else $XLARUN_STORE or ./.xlarun)."""
+    from xlarun.store.runs import default_store_path
+
+    given = ctx.params.get("store")
+    return Path(given) if given else default_store_path()
+
+
+def complete_run_ref(ctx: typer.Context, incomplete: str) -> list[str]:
+    from xlarun.navigate.complete import complete_runs
+
+    return complete_runs(_store_of(ctx), incomplete)
+
+
+def complete_module_ref(ctx: typer.Context, incomplete: str) -> list[str]:
+    from xlarun.navigate.complete import complete_modules
+
+    return complete_modules(_store_of(ctx), incomplete)
+
+
+def complete_stage(ctx: typer.Context, incomplete: str) -> list[str]:
+    from xlarun.navigate.complete import complete_stages
+
+    return complete_stages(_store_of(ctx), incomplete)
+
+
+def complete_pass(ctx: typer.Context, incomplete: str) -> list[str]:
+    from xlarun.navigate.complete import complete_passes
+
+    return complete_passes(_store_of(ctx), incomplete)
+
+
 # a str, not a Path: typer coerces Path parameters through pydantic, too slow to import for every command
 StoreOption = Annotated[
     str | None,
@@ -20,7 +53,10 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
-RunOption = Annotated[str | None, typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.")]
+RunOption = Annotated[
+    str | None,
+    typer.Option("--run", "-r", help="Run id, unique id prefix, spec name, or 'latest'.", autocompletion=complete_run_ref),
+]
 # --stage/--pass/--step/--format are read by xlarun.navigate.select, the same for every command
 StageOption = Annotated[
     str | None,
@@ -28,6 +64,7 @@ StageOption = Annotated[
         "--stage",
         "-s",
         help="before (before_optimizations, the default) or after (after_optimizations, cpu_after_optimizations, optimized).",
+        autocompletion=complete_stage,
     ),
 ]
 PassOption = Annotated[
@@ -36,6 +73,7 @@ PassOption = Annotated[
         "--pass",
         "-p",
         help="The dump right after this pass (its first run that changed the module, else its first run; PIPELINE/PASS narrows it).",
+        autocompletion=complete_pass,
     ),
 ]
 StepOption = Annotated[

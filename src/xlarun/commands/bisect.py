@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, json_on_failure, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -23,7 +23,12 @@ def register(app: typer.Typer) -> None:
 
 def bisect(
     target: Annotated[
-        str, typer.Argument(help="Module REF (replay mode), or a spec file with --check (rerun mode).", show_default=False)
+        str,
+        typer.Argument(
+            autocompletion=complete_module_ref,
+            help="Module REF (replay mode), or a spec file with --check (rerun mode).",
+            show_default=False,
+        ),
     ],
     check: Annotated[
         str | None,
@@ -169,7 +174,12 @@ def _failure_document(target: str, exc: BaseException) -> dict:
 
 
 def extract(
-    ref: Annotated[str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006).", show_default=False)],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            autocompletion=complete_module_ref, help="Module REF (module_0006, jit_f, RUN/module_0006).", show_default=False
+        ),
+    ],
     instruction: Annotated[str, typer.Argument(help="The instruction's name (mul.2, %fusion.3).", show_default=False)],
     hops: Annotated[
         int, typer.Option("--hops", "-k", min=0, help="Keep operands this many hops back (0: the instruction alone).")

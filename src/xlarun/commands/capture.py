@@ -31,14 +31,20 @@ def capture(
         bool, typer.Option("--quiet", "-q", help="Don't echo the job's output (it is still kept in the run's logs).")
     ] = False,
     as_json: JsonOption = False,
-    top: Annotated[int, typer.Option("--top", help="How many modules to list after the capture (0 = none).")] = 10,
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top", help="List this many modules after the capture, as `xlarun modules` does (0: name the main one only)."
+        ),
+    ] = 0,
 ) -> None:
     """Run SPEC's script with its dump flags, then archive and index everything it wrote.
 
     The job's output streams to this terminal and into the run's logs. A job that fails, times out
     or is interrupted (Ctrl-C) is archived all the same, and xlarun exits non-zero. Afterwards the
-    run's modules are listed, the main program first (your code before the framework's, then most
-    compute ops, as `xlarun modules` ranks them). A spec with a `matrix`
+    run's main module is named (your code before the framework's, then most
+    compute ops, as `xlarun modules` ranks them): the main one in a line, or a table of
+    --top N. A spec with a `matrix`
     runs every cell, as `xlarun batch` does.
 
     Example: xlarun capture configs/jax-cpu.yaml
@@ -93,11 +99,14 @@ def capture(
             f"[{colour}]{result.status.value}[/{colour}] run [bold]{result.run_id}[/bold] in {manifest.duration_s:.1f} s: "
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
-        if result.modules and top:
+        if result.modules:
             from xlarun.navigate.desync import compare_processes
-            from xlarun.present import print_modules, print_process_report
+            from xlarun.present import print_main_module, print_modules, print_process_report
 
-            print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
+            if top:
+                print_modules(result.modules[:top], more=max(0, len(result.modules) - top))
+            else:
+                print_main_module(result.modules)
             print_process_report(compare_processes(result.modules))
     if failure is not None:
         raise failure

@@ -18,12 +18,21 @@ def register(app: typer.Typer) -> None:
 def completion(shell: Annotated[Literal["bash", "zsh", "fish"], typer.Argument(help="bash, zsh or fish.")]) -> None:
     """Print the script that makes SHELL complete xlarun's commands, options and values.
 
-    bash: xlarun completion bash > ~/.local/share/bash-completion/completions/xlarun
-    zsh:  xlarun completion zsh > "${fpath[1]}/_xlarun"   (then start a new shell)
-    fish: xlarun completion fish > ~/.config/fish/completions/xlarun.fish
+    Values come from the store's index: run ids and spec names (--run, run REFs), module names (module REFs, also
+    RUN/NAME), stages (--stage) and the pass names of the newest runs (--pass). Install it once per shell:
 
-    Or for this shell only: eval "$(xlarun completion bash)". The script asks xlarun itself at each Tab, so it
-    follows the installed version's commands.
+    \b
+    bash:  mkdir -p ~/.local/share/bash-completion/completions
+           xlarun completion bash > ~/.local/share/bash-completion/completions/xlarun
+    zsh:   mkdir -p ~/.zfunc && xlarun completion zsh > ~/.zfunc/_xlarun
+           (and in ~/.zshrc, before compinit: fpath=(~/.zfunc $fpath))
+    fish:  xlarun completion fish > ~/.config/fish/completions/xlarun.fish
+
+    \b
+    bash without the bash-completion package (which loads that folder), or this shell only:
+           eval "$(xlarun completion bash)"      (in ~/.bashrc, or typed once)
+
+    The script asks xlarun itself at each Tab, so it follows the installed version's commands.
     """
     from typer.completion import completion_init, get_completion_script
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, StoreOption, open_store
+from xlarun.commands import JsonOption, StoreOption, complete_run_ref, open_store
 from xlarun.errors import ExitCode
 
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def rm(
-    runs: Annotated[list[str], typer.Argument(help="Run REFs to delete.", show_default=False)],
+    runs: Annotated[list[str], typer.Argument(autocompletion=complete_run_ref, help="Run REFs to delete.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
     store: StoreOption = None,
 ) -> None:

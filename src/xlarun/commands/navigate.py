@@ -8,12 +8,24 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, PassOption, RunOption, StepOption, StoreOption, front_door, open_store
+from xlarun.commands import (
+    JsonOption,
+    PassOption,
+    RunOption,
+    StepOption,
+    StoreOption,
+    complete_module_ref,
+    complete_run_ref,
+    complete_stage,
+    front_door,
+    open_store,
+)
 from xlarun.errors import ExitCode, XlarunError
 
 RefArgument = Annotated[
     str,
     typer.Argument(
+        autocompletion=complete_module_ref,
         help="Module REF: module_0006, 6, jit_f (a name or unique prefix), RUN/module_0006, or a dump file name.",
         show_default=False,
     ),
@@ -71,7 +83,9 @@ def runs(
 
 
 def files(
-    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    run: Annotated[
+        str | None, typer.Argument(autocompletion=complete_run_ref, help="Run REF (default: latest).", show_default=False)
+    ] = None,
     kind: Annotated[
         list[str] | None,
         typer.Option("--kind", "-k", help="Only these kinds (hlo, pass, tf-graph, jax-ir, snapshot, codegen, unknown, ...)."),
@@ -114,7 +128,10 @@ def files(
 
 def modules(
     run: Annotated[
-        str | None, typer.Argument(help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False)
+        str | None,
+        typer.Argument(
+            autocompletion=complete_run_ref, help="Run id, unique prefix, spec name or 'latest' (default).", show_default=False
+        ),
     ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
@@ -194,6 +211,7 @@ def cat(
             "--stage",
             "-s",
             help="before (before_optimizations, the default), after (after_optimizations, cpu_after_optimizations), a report (buffer-assignment, memory-usage-report, live-range...) or a file name as show --files lists it.",
+            autocompletion=complete_stage,
         ),
     ] = None,
     pass_name: PassOption = None,
@@ -292,7 +310,9 @@ def _binary_dump_holds(path: Path) -> str | None:
 
 
 def logs(
-    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    run: Annotated[
+        str | None, typer.Argument(autocompletion=complete_run_ref, help="Run REF (default: latest).", show_default=False)
+    ] = None,
     stream: Annotated[str, typer.Option("--stream", help="stdout, stderr or both.")] = "both",
     process: Annotated[
         int | None,
@@ -313,7 +333,12 @@ def logs(
 
 
 def export(
-    run: Annotated[str, typer.Argument(help="Run REF (a module REF with --format model-explorer).", show_default=False)],
+    run: Annotated[
+        str,
+        typer.Argument(
+            autocompletion=complete_run_ref, help="Run REF (a module REF with --format model-explorer).", show_default=False
+        ),
+    ],
     dest: Annotated[
         Path, typer.Argument(help="A new or empty folder (a .json file with --format model-explorer).", show_default=False)
     ],
@@ -329,6 +354,7 @@ def export(
         typer.Option(
             "--stage",
             help="With model-explorer: before (before_optimizations) or after (after_optimizations, cpu_after_optimizations).",
+            autocompletion=complete_stage,
         ),
     ] = "before_optimizations",
     store: StoreOption = None,

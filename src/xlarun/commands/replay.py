@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, json_on_failure, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
@@ -24,7 +24,12 @@ def register(app: typer.Typer) -> None:
 
 def replay(
     ref: Annotated[
-        str, typer.Argument(help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.", show_default=False)
+        str,
+        typer.Argument(
+            autocompletion=complete_module_ref,
+            help="Module REF (module_0006, jit_f, RUN/module_0006) or a path to a dump file.",
+            show_default=False,
+        ),
     ],
     engine: Annotated[
         str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")

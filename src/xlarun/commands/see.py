@@ -9,12 +9,25 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, PassOption, RunOption, StageOption, StepOption, StoreOption, front_door, open_store
+from xlarun.commands import (
+    JsonOption,
+    PassOption,
+    RunOption,
+    StageOption,
+    StepOption,
+    StoreOption,
+    complete_module_ref,
+    complete_run_ref,
+    front_door,
+    open_store,
+)
 
 ModuleRefArgument = Annotated[
     str,
     typer.Argument(
-        help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.", show_default=False
+        autocompletion=complete_module_ref,
+        help="Module REF (module_0006, jit_f, RUN/module_0006), a run REF with --file, or a file on disk.",
+        show_default=False,
     ),
 ]
 
@@ -174,10 +187,11 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
 
 
 def diff(
-    ref: Annotated[str, typer.Argument(help="Module REF.", show_default=False)],
+    ref: Annotated[str, typer.Argument(autocompletion=complete_module_ref, help="Module REF.", show_default=False)],
     other: Annotated[
         str | None,
         typer.Argument(
+            autocompletion=complete_module_ref,
             help="A second module REF (or a run REF: the module of the same name there), to compare across runs.",
             show_default=False,
         ),
@@ -233,7 +247,9 @@ def diff(
 
 
 def report(
-    run: Annotated[str | None, typer.Argument(help="Run REF (default: latest).", show_default=False)] = None,
+    run: Annotated[
+        str | None, typer.Argument(autocompletion=complete_run_ref, help="Run REF (default: latest).", show_default=False)
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Folder to write the site into (default ./xlarun-report-RUN).")
     ] = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, open_store
+from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, open_store
 
 IMPORT_EPILOG = (
     "Refused (exit 2, nothing imported): names with '..', absolute paths or control characters (a NUL included), "
@@ -78,6 +78,7 @@ def bundle(
     ref: Annotated[
         str,
         typer.Argument(
+            autocompletion=complete_module_ref,
             help="Module REF (jit_train_step, module_0006, RUN/module_0006), or a module file: the STEM.hlo.txt or STEM.snapshot.pb `xlarun extract` wrote.",
             show_default=False,
         ),

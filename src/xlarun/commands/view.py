@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import RunOption, StoreOption, open_store
+from xlarun.commands import RunOption, StoreOption, complete_module_ref, complete_stage, open_store
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +16,11 @@ def register(app: typer.Typer) -> None:
 def view(
     ref: Annotated[
         str,
-        typer.Argument(help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.", show_default=False),
+        typer.Argument(
+            autocompletion=complete_module_ref,
+            help="Module REF (jit_train_step, module_0006, RUN/module_0006) or a bundle .zip.",
+            show_default=False,
+        ),
     ],
     stage: Annotated[
         str,
@@ -24,6 +28,7 @@ def view(
             "--stage",
             "-s",
             help="before (before_optimizations: the framework's graph) or after (after_optimizations, cpu_after_optimizations: fusions).",
+            autocompletion=complete_stage,
         ),
     ] = "before_optimizations",
     port: Annotated[int | None, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = None,

@@ -56,7 +56,7 @@ def resolve_engine(options: ReplayOptions) -> str:
             return runner
     raise EnvironmentProblem(
         "no replay engine: jaxlib is not installed and neither run_hlo_module nor hlo_runner_main was found",
-        "pip install jax jaxlib, or put an XLA runner on PATH (or set XLARUN_RUN_HLO_MODULE)",
+        "pip install 'xlarun[jax]' (jax and jaxlib), or put an XLA runner on PATH (or set XLARUN_RUN_HLO_MODULE)",
     )
 
 

@@ -88,7 +88,7 @@ def bindings() -> _Bindings:
     if version is None:
         raise EnvironmentProblem(
             "the built-in replay engine needs jaxlib, which is not installed",
-            "pip install jax jaxlib, or use --engine run_hlo_module / hlo_runner_main",
+            "pip install 'xlarun[jax]' (jax and jaxlib), or use --engine run_hlo_module / hlo_runner_main",
         )
     try:
         from jax._src.lib import xla_client
