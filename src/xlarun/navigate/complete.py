@@ -59,12 +59,12 @@ def complete_modules(store: Path, incomplete: str) -> list[str]:
         if len(runs) != 1:
             return []
         low, high = _prefix_range(name)
-        found = _query(
+        in_run = _query(
             store,
             "SELECT DISTINCT name FROM modules WHERE run_id = ? AND name >= ? AND name < ? ORDER BY name LIMIT ?",
             (runs[0], low, high, LIMIT),
         )
-        return [f"{runs[0]}/{n}" for n in found]
+        return [f"{runs[0]}/{n}" for n in in_run]
     found: list[str] = []
     for prefix in (incomplete, f"jit_{incomplete}") if incomplete and not incomplete.startswith("jit_") else (incomplete,):
         low, high = _prefix_range(prefix)
