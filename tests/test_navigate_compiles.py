@@ -4,28 +4,13 @@ step compiled four ways (as first called, other shapes, donating its parameters,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_spec
 from xlarun.navigate.compiles import differences, facts_of_text
 
-PROGRAM = """
-import jax, jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-def step(w, x):
-    return w - 0.1 * jnp.tanh(x @ w).mean(0), jnp.sum(x)
-
-mesh = Mesh(jax.devices(), ("data",))
-w, x = jnp.ones((8, 8)), jnp.ones((16, 8))
-plain = jax.jit(step)
-plain(w, x)
-plain(w, jnp.ones((32, 8)))
-jax.jit(step, donate_argnums=0)(jnp.ones((8, 8)), x)
-plain(w, jax.device_put(x, NamedSharding(mesh, P("data"))))
-"""
-SPEC = "name: compiles\nscript: job.py\nframework: jax\ndump:\n  formats: [text]\n  extra_xla_flags: ['--xla_force_host_platform_device_count=4']\n"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "recompiles" / "spec.yaml"  # docs/navigate.md captures it too
 
 
 def test_the_same_hlo_compiled_again_is_said_so():
@@ -40,7 +25,7 @@ def test_the_same_hlo_compiled_again_is_said_so():
 def test_four_compiles_of_one_step_are_told_apart(cli, tmp_path):
     pytest.importorskip("jax")
     store = tmp_path / "store"
-    assert cli("capture", write_spec(tmp_path, SPEC, PROGRAM), "--store", store, "-q").exit_code == 0
+    assert cli("capture", EXAMPLE, "--store", store, "-q").exit_code == 0
     data = json.loads(cli("modules", "--json", "--store", store).stdout)
     steps = sorted(m["module_id"] for m in data["modules"] if m["name"] == "jit_step")
     told = {r["module_id"]: r["differences"] for r in data["recompiles"] if r["name"] == "jit_step"}
