@@ -185,8 +185,9 @@ class Store(RunStore):
         return report
 
     def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
-        """:meth:`RunStore.gc`, refused while a committed run's file list is damaged (its blobs would look unused),
-        and keeping every blob the index still names."""
+        """:func:`xlarun.store.gc.collect_garbage`: (folders, packs, bytes freed). Refused while a committed run's
+        file list is damaged (its blobs would look unused), and keeping every blob the index still names."""
+        from xlarun.store.gc import collect_garbage
         from xlarun.store.integrity import file_list_problems, indexed_digests
 
         problems = file_list_problems(self, self.index)
@@ -196,7 +197,7 @@ class Store(RunStore):
                 f"gc refuses to run: {len(problems)} run(s) have a damaged file list (run {first['run']}: {first['problem']})",
                 "nothing was deleted; `xlarun check` lists them: restore the file, or `xlarun rm RUN` to give the run up",
             )
-        return super().gc(discard_recoverable, keep=keep | frozenset(indexed_digests(self.index)))
+        return collect_garbage(self, discard_recoverable, keep | frozenset(indexed_digests(self.index)))
 
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""

@@ -18,7 +18,8 @@ Layout of a store folder (default ``./.xlarun``)::
 A run becomes visible only by an atomic ``rename`` of its finished staging folder into ``runs/``,
 so a crash or kill while archiving never leaves half a run and never touches earlier runs. The staging
 folder of a killed capture is a :class:`Leftover`: ``xlarun recover`` (:func:`xlarun.capture.recover.recover_runs`)
-makes it a run marked ``incomplete``; ``gc`` keeps it (and the blobs it names) unless told to discard it.
+makes it a run marked ``incomplete``; ``gc`` (:mod:`xlarun.store.gc`) keeps it (and the blobs it names) unless told
+to discard it.
 """
 
 from __future__ import annotations
@@ -330,20 +331,9 @@ class RunStore:
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
 
-    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
-        """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
-        what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
-        Blobs a recoverable staging folder lists, and those in ``keep``, are kept."""
-        with self.lock(exclusive=True):
-            doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
-            for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
-                shutil.rmtree(folder, ignore_errors=True)
-            for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
-                tmp.unlink(missing_ok=True)
-            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
-            live |= self.live_in_staging() | keep
-            removed, freed = self.blobs.collect(live)
-            return len(doomed), removed, freed
+    def trash_folders(self) -> list[Path]:
+        """Folders of raw files a deletion left in staging (a killed ``rm``, or one still running in the background)."""
+        return sorted(self.staging_dir.glob(f"{_TRASH_PREFIX}*"))
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
