@@ -153,6 +153,14 @@ def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
     return StoreError(f"{doing}: {why}", _WRITE_HINTS[why]) if why else None
 
 
+def os_error_words(exc: OSError) -> str:
+    """An OSError met reading or removing a store's file, in words: a permission problem is named as one, with the
+    user; a read-only file system as such."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied to user {current_user()}"
+    return "the store is read-only" if exc.errno == errno.EROFS else (exc.strerror or str(exc))
+
+
 def current_user() -> str:
     """The name of the user this process runs as (its uid where it has no name): permission problems name it."""
     import pwd

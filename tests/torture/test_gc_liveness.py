@@ -182,6 +182,31 @@ def test_a_damaged_file_list_or_pack_that_check_names_stops_gc(one_run_store, tm
     assert (read, lost) == (expected, [])
 
 
+def test_a_killed_captures_damaged_archived_list_stops_gc_until_recovered_or_discarded(one_run_store, tmp_path, cli, figures):
+    """The files a killed capture archived are named only by its ``archived.json``: one that cannot be read stops gc."""
+    store = _copy(one_run_store, tmp_path / "store")
+    expected, _ = read_back(store)
+    (run_id,) = os.listdir(store / "runs")
+    leftover = store / "staging" / "20260101-000000-cccc"
+    leftover.mkdir()
+    (leftover / "owner.pid").write_text("999999999")
+    listed = [
+        {"path": e["path"], "digest": e["digest"], "size": e["size"]}
+        for e in json.loads((store / "runs" / run_id / "files.json").read_text())
+    ]
+    (leftover / "archived.json").write_text(json.dumps({"files": listed, "notes": []})[:-40])  # cut short
+    packs = _pack_files(store)
+    gc = cli("gc", "--store", store)
+    line = _one_error(gc)
+    assert gc.exit_code == 3 and "archived.json cannot be read or is damaged" in line and "xlarun recover" in line, gc.output
+    assert leftover.is_dir() and _pack_files(store) == packs
+    dropped = cli("gc", "--discard-recoverable", "--store", store)
+    assert dropped.exit_code == 0 and "removed 1 abandoned staging folder(s)" in dropped.stdout, dropped.output
+    read, lost = read_back(store)
+    figures(tried=1, files=read, lost=len(lost), refusals=1)
+    assert (read, lost) == (expected, [])
+
+
 AS_NOBODY = r"""
 import os, sys
 import pwd, sqlite3, json, shutil, errno, typer, rich.console, rich.markup, rich.text  # imported while root: the interpreter's files are root's alone
@@ -246,8 +271,9 @@ def test_a_pack_another_user_cannot_read_is_never_deleted_by_their_gc(one_run_st
 
 
 def test_gc_on_a_store_it_cannot_write_says_what_it_could_not_remove(one_run_store, shared_folder, cli, figures):
-    """A recoverable leftover in a store nobody may not write: `gc --discard-recoverable` names the folder and the
-    permission, exit 3, and never says it removed what is still there."""
+    """Killed captures' leftovers in a store nobody may not write: a leftover nobody cannot read stops their gc (what
+    it lists is unknown), and `gc --discard-recoverable` names the folder, the permission and the user, exit 3, and
+    never says it removed what is still there."""
     store = _copy(one_run_store, shared_folder / "store")
     expected, _ = read_back(store)
     leftover = store / "staging" / "20260101-000000-aaaa"
@@ -258,13 +284,20 @@ def test_gc_on_a_store_it_cannot_write_says_what_it_could_not_remove(one_run_sto
     _settle(store)
     plain = _as_nobody("gc", "--store", store)  # nothing to delete: a read-only store is no obstacle
     assert plain.returncode == 0 and "removed 0 abandoned staging folder(s) and 0 unused pack(s)" in plain.stdout, plain.stderr
+    private = store / "staging" / "20260101-000000-bbbb"  # a leftover nobody cannot even look into
+    private.mkdir(mode=0o700)
+    (private / "owner.pid").write_text("999999999")
+    unknown = _as_nobody("gc", "--store", store)  # what it lists is unknown: every pack may be in use
+    line = _error_line(unknown.stderr)
+    assert unknown.returncode == 3 and f"{private}: permission denied to user nobody" in line, line
     done = _as_nobody("gc", "--discard-recoverable", "--store", store)
     line = _error_line(done.stderr)
-    assert done.returncode == 3 and "removed 0 of 1 abandoned staging folder(s)" in line, done.stderr
+    assert done.returncode == 3 and "removed 0 of 2 abandoned staging folder(s)" in line, done.stderr
     assert "permission denied to user nobody" in line and str(leftover) in line, line
-    assert "removed 1" not in done.stdout and leftover.is_dir()
+    assert "removed 1" not in done.stdout and leftover.is_dir() and private.is_dir()
     dropped = cli("gc", "--discard-recoverable", "--store", store)  # the owner may
-    assert dropped.exit_code == 0 and "removed 1 abandoned staging folder(s)" in dropped.stdout and not leftover.exists()
+    assert dropped.exit_code == 0 and "removed 2 abandoned staging folder(s)" in dropped.stdout, dropped.output
+    assert not leftover.exists() and not private.exists()
     read, lost = read_back(store)
-    figures(tried=2, files=read, lost=len(lost), refusals=1)
+    figures(tried=4, files=read, lost=len(lost), refusals=2)
     assert (read, lost) == (expected, [])

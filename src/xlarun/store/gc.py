@@ -9,13 +9,15 @@ and what gc reports removed is what it removed: a folder or pack it could not re
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
-from xlarun.store.runs import RunStore
+from xlarun.store.records import Leftover
+from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
 
 
 def collect_garbage(
@@ -27,9 +29,10 @@ def collect_garbage(
     deleted) while a run's list, a pack's header, or a folder holding them cannot be read, or while the pack
     table disagrees with the headers (see :meth:`BlobStore.collect`)."""
     with store.lock(exclusive=True):
-        named = digests_runs_name(store)
-        store.blobs.collectable(named | store.live_in_staging() | keep, named)  # refuse before deleting anything
-        doomed = [lo.path for lo in store.leftovers() if discard_recoverable or not lo.recoverable]
+        named, leftovers = digests_runs_name(store), store.leftovers()
+        staged = set() if discard_recoverable else digests_staging_lists(leftovers)  # discarded folders keep nothing
+        store.blobs.collectable(named | staged | keep, named)  # refuse before deleting anything
+        doomed = [lo.path for lo in leftovers if discard_recoverable or not lo.recoverable]
         trash = store.trash_folders()
         failures = [why for folder in doomed + trash if (why := _remove_folder(folder))]
         failures += [why for tmp in store.blobs.root.glob("*/.tmp-*") if (why := _remove_file(tmp))]  # a killed writer's
@@ -40,8 +43,7 @@ def collect_garbage(
                 f"{len(failures)} path(s) could not be removed, the first {failures[0]}",
                 "give this user write access to the store (or run gc as its owner), then run gc again",
             )
-        live = named | store.live_in_staging() | keep
-        removed_packs, freed = store.blobs.collect(live, named)
+        removed_packs, freed = store.blobs.collect(named | staged | keep, named)
         return len(doomed), removed_packs, freed
 
 
@@ -63,6 +65,39 @@ def digests_runs_name(store: RunStore) -> set[str]:
         except StoreError as exc:
             raise StoreError(f"gc refuses to run: {exc.message}", f"nothing was deleted; {exc.hint}") from None
     return named
+
+
+def digests_staging_lists(leftovers: list[Leftover]) -> set[str]:
+    """Every digest a killed capture's ``archived.json`` or ``files.json`` lists (kept for ``xlarun recover``);
+    StoreError when its folder or one of those lists cannot be read: what it names is then unknown."""
+    live: set[str] = set()
+    for leftover in leftovers:
+        if leftover.path.name.startswith("."):
+            continue  # a folder being made or deleted: it lists nothing
+        try:
+            present = set(os.listdir(leftover.path))
+        except OSError as exc:
+            raise _staging_refusal(f"{removal_failure(leftover.path, exc)}") from None
+        if ARCHIVED_LIST in present:
+            listed = read_archived_list(leftover.path)
+            if listed is None:
+                raise _staging_refusal(f"{leftover.path / ARCHIVED_LIST} cannot be read or is damaged")
+            live.update(entry.digest for entry in listed[0])
+        if "files.json" in present:
+            try:
+                live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
+            except OSError as exc:
+                raise _staging_refusal(removal_failure(leftover.path / "files.json", exc)) from None
+            except (ValueError, KeyError, TypeError):
+                raise _staging_refusal(f"{leftover.path / 'files.json'} is damaged") from None
+    return live
+
+
+def _staging_refusal(what: str) -> StoreError:
+    return StoreError(
+        f"gc refuses to run: a killed capture's {what}",
+        "nothing was deleted; `xlarun recover` keeps what it holds (as its owner), `xlarun gc --discard-recoverable` gives it up",
+    )
 
 
 def _remove_folder(folder: Path) -> str | None:

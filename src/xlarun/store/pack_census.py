@@ -8,7 +8,7 @@ import errno
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.errors import StoreError, current_user
+from xlarun.errors import StoreError, os_error_words
 
 _NOTHING_DELETED = "nothing was deleted"
 
@@ -60,7 +60,7 @@ class PackCensus:
         count = f"{len(self.unread)} pack(s) cannot be read, the first"
         if isinstance(why, OSError) and why.errno in (errno.EACCES, errno.EPERM):
             return StoreError(
-                f"gc refuses to run: {count} {path}: {why_not(why)}",
+                f"gc refuses to run: {count} {path}: {os_error_words(why)}",
                 f"{_NOTHING_DELETED}; run gc as a user who can read every pack, or make the packs readable to this one",
             )
         problem = why.message if isinstance(why, StoreError) else (why.strerror if isinstance(why, OSError) else None)
@@ -71,20 +71,13 @@ class PackCensus:
         )
 
 
-def why_not(exc: OSError) -> str:
-    """An OSError in words; a permission problem is named as one, with the user."""
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied to user {current_user()}"
-    return "the store is read-only" if exc.errno == errno.EROFS else (exc.strerror or str(exc))
-
-
 def unlisted_folder_refusal(folder: Path, exc: OSError) -> StoreError:
     """gc's refusal when a folder it must read whole (the packs', the runs') cannot be listed."""
     return StoreError(
-        f"gc refuses to run: {folder} cannot be listed: {why_not(exc)}", f"{_NOTHING_DELETED}; run gc as the store's owner"
+        f"gc refuses to run: {folder} cannot be listed: {os_error_words(exc)}", f"{_NOTHING_DELETED}; run gc as the store's owner"
     )
 
 
 def removal_failure(path: Path, exc: OSError) -> str:
     """Why ``path`` could not be removed (or read), in words."""
-    return f"{path}: {why_not(exc)}"
+    return f"{path}: {os_error_words(exc)}"

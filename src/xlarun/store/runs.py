@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.errors import InputError, RefError, StoreError, check_room, write_trouble
+from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
@@ -298,20 +298,6 @@ class RunStore:
         """What killed captures left in staging, oldest first, each saying whether it can be recovered."""
         return [describe_leftover(folder) for folder in sorted(self.stale_staging(), key=lambda p: p.name)]
 
-    def live_in_staging(self) -> set[str]:
-        """Digests that recoverable staging folders list as archived: gc keeps them for ``xlarun recover``."""
-        live: set[str] = set()
-        for leftover in self.leftovers():
-            listed = read_archived_list(leftover.path) if leftover.recoverable else None
-            if listed is not None:
-                live.update(f.digest for f in listed[0])
-            if leftover.recoverable and (leftover.path / "files.json").exists():
-                try:
-                    live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
-                except (OSError, ValueError, KeyError, TypeError):
-                    pass
-        return live
-
     def delete_run(self, run_id: str) -> None:
         """Remove a run, a damaged one too (its blobs go at the next gc, if no other run uses them)."""
         path = self.runs_dir / run_id
@@ -426,7 +412,15 @@ def _read_pid(path: Path) -> int | None:
 
 
 def describe_leftover(folder: Path) -> Leftover:
-    """Whether a killed capture's staging folder holds anything of the job's, and what."""
+    """Whether a killed capture's staging folder holds anything of the job's, and what. One that cannot be read is
+    recoverable: what it holds is unknown, so gc keeps it unless told to discard it."""
+    try:
+        return _describe_leftover(folder)
+    except OSError as exc:
+        return Leftover(folder, True, f"cannot be read: {os_error_words(exc)}")
+
+
+def _describe_leftover(folder: Path) -> Leftover:
     if folder.name.startswith("."):
         return Leftover(folder, False, "a folder being made or deleted")
     if (folder / "files.json").exists() and (folder / "manifest.json").exists():
