@@ -270,6 +270,27 @@ def test_a_pack_another_user_cannot_read_is_never_deleted_by_their_gc(one_run_st
     assert (read, lost) == (expected, []) and private.exists()
 
 
+def test_a_run_another_user_cannot_read_stops_their_gc(one_run_store, shared_folder, cli, figures):
+    """A run folder of mode 700 in a shared store: what it lists is unknown to the other user, whose gc refuses
+    naming the run, the permission and the user."""
+    store = _copy(one_run_store, shared_folder / "store")
+    _import(cli, store, "jax-0.11.2")
+    expected, _ = read_back(store)
+    assert cli("runs", "--store", store).exit_code == 0
+    _settle(store)
+    subprocess.run(["chmod", "-R", "a+rwX", str(store)], check=True)
+    private = sorted((store / "runs").iterdir())[0]
+    private.chmod(0o700)
+    packs = _pack_files(store)
+    done = _as_nobody("gc", "--store", store)
+    line = _error_line(done.stderr)
+    assert done.returncode == 3 and f"run {private.name}: files.json cannot be read: permission denied to user nobody" in line
+    assert "nothing was deleted" in line and _pack_files(store) == packs
+    read, lost = read_back(store)
+    figures(tried=1, files=read, lost=len(lost), refusals=1)
+    assert (read, lost) == (expected, [])
+
+
 def test_gc_on_a_store_it_cannot_write_says_what_it_could_not_remove(one_run_store, shared_folder, cli, figures):
     """Killed captures' leftovers in a store nobody may not write: a leftover nobody cannot read stops their gc (what
     it lists is unknown), and `gc --discard-recoverable` names the folder, the permission and the user, exit 3, and

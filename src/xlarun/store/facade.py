@@ -188,9 +188,15 @@ class Store(RunStore):
         """:func:`xlarun.store.gc.collect_garbage`: (folders, packs, bytes freed). Refused while a committed run's
         file list is damaged (its blobs would look unused), and keeping every blob the index still names."""
         from xlarun.store.gc import collect_garbage
-        from xlarun.store.integrity import file_list_problems, indexed_digests
+        from xlarun.store.integrity import UNREADABLE_LIST, file_list_problems, indexed_digests
 
         problems = file_list_problems(self, self.index)
+        if unreadable := [p for p in problems if p["problem"].startswith(UNREADABLE_LIST)]:  # permissions, not damage
+            first = unreadable[0]
+            raise StoreError(
+                f"gc refuses to run: {len(unreadable)} run(s) cannot be read (run {first['run']}: {first['problem']})",
+                "nothing was deleted; run gc as a user who can read every run",
+            )
         if problems:
             first = problems[0]
             raise StoreError(
