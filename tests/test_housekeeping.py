@@ -55,7 +55,7 @@ def test_reindex_and_gc_keep_a_capture_whole(cli, store_copy):
     before = {f.path: store.read_file(result.run_id, f.path) for f in store.stored_files(result.run_id)}
     assert cli("reindex", "--store", store.root).stdout.strip() == "reindexed 1 run(s)"
     out = cli("gc", "--store", store.root)
-    assert out.exit_code == 0 and "0 unused blob(s)" in out.stdout
+    assert out.exit_code == 0 and "0 unused pack(s)" in out.stdout
     fresh = Store.open(store.root)
     assert {p: fresh.read_file(result.run_id, p) for p in before} == before
     assert cli("check", "--store", store.root).exit_code == 0

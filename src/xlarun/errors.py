@@ -153,6 +153,24 @@ def write_trouble(exc: BaseException, doing: str) -> StoreError | None:
     return StoreError(f"{doing}: {why}", _WRITE_HINTS[why]) if why else None
 
 
+def os_error_words(exc: OSError) -> str:
+    """An OSError met reading or removing a store's file, in words: a permission problem is named as one, with the
+    user; a read-only file system as such."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied to user {current_user()}"
+    return "the store is read-only" if exc.errno == errno.EROFS else (exc.strerror or str(exc))
+
+
+def current_user() -> str:
+    """The name of the user this process runs as (its uid where it has no name): permission problems name it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 def check_room(where: Path, need: int, what: str, hint: str = "free space on that disk, or write somewhere else") -> None:
     """Refuse (StoreError, exit 3) to start writing ``need`` bytes below ``where`` (a folder, made or not) into a
     disk with less free: better than a full disk half-way through. Where the disk cannot be asked, nothing is said."""

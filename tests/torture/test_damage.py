@@ -151,7 +151,7 @@ def test_rm_gives_up_a_run_whose_file_list_is_gone_and_gc_then_frees_its_blobs(s
     (store / "runs" / run_id / "files.json").unlink()
     assert cli("rm", run_id, "--yes", "--store", store).exit_code == 0
     gc = cli("gc", "--store", store)
-    assert gc.exit_code == 0 and "removed 0 abandoned staging folder(s) and 0 unused blob(s)" not in gc.stdout, gc.output
+    assert gc.exit_code == 0 and "removed 0 abandoned staging folder(s) and 0 unused pack(s)" not in gc.stdout, gc.output
     assert not list((store / "runs").iterdir())
 
 

@@ -48,6 +48,9 @@ def gc(
 
     A killed capture's staging folder that holds what its job wrote is kept (and the blobs it lists):
     `xlarun recover` makes it a run marked incomplete; `--discard-recoverable` deletes it instead.
+
+    What each pack holds is read from the pack's own header: gc deletes nothing (exit 3, saying what to do) while
+    a run's file list or a pack cannot be read, or while the pack table disagrees with the packs.
     """
     from xlarun.console import human_bytes, warn
 
@@ -60,7 +63,7 @@ def gc(
             "`xlarun gc --discard-recoverable` deletes them"
         )
     folders, blobs, freed = the_store.gc(discard_recoverable=discard_recoverable)
-    typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused blob(s), freed {human_bytes(freed)}")
+    typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused pack(s), freed {human_bytes(freed)}")
 
 
 def recover(

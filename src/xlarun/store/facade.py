@@ -185,18 +185,25 @@ class Store(RunStore):
         return report
 
     def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
-        """:meth:`RunStore.gc`, refused while a committed run's file list is damaged (its blobs would look unused),
-        and keeping every blob the index still names."""
-        from xlarun.store.integrity import file_list_problems, indexed_digests
+        """:func:`xlarun.store.gc.collect_garbage`: (folders, packs, bytes freed). Refused while a committed run's
+        file list is damaged (its blobs would look unused), and keeping every blob the index still names."""
+        from xlarun.store.gc import collect_garbage
+        from xlarun.store.integrity import UNREADABLE_LIST, file_list_problems, indexed_digests
 
         problems = file_list_problems(self, self.index)
+        if unreadable := [p for p in problems if p["problem"].startswith(UNREADABLE_LIST)]:  # permissions, not damage
+            first = unreadable[0]
+            raise StoreError(
+                f"gc refuses to run: {len(unreadable)} run(s) cannot be read (run {first['run']}: {first['problem']})",
+                "nothing was deleted; run gc as a user who can read every run",
+            )
         if problems:
             first = problems[0]
             raise StoreError(
                 f"gc refuses to run: {len(problems)} run(s) have a damaged file list (run {first['run']}: {first['problem']})",
                 "nothing was deleted; `xlarun check` lists them: restore the file, or `xlarun rm RUN` to give the run up",
             )
-        return super().gc(discard_recoverable, keep=keep | frozenset(indexed_digests(self.index)))
+        return collect_garbage(self, discard_recoverable, keep | frozenset(indexed_digests(self.index)))
 
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""

@@ -11,9 +11,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from xlarun.errors import os_error_words
+
 if TYPE_CHECKING:
     from xlarun.store.index import Index
     from xlarun.store.runs import RunStore
+
+
+#: How a file list this user may not read is named (a permission problem, not damage).
+UNREADABLE_LIST = "files.json cannot be read"
 
 
 def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
@@ -31,6 +37,10 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
             listed = len(files)
         except FileNotFoundError:
             problems.append({"run": run_id, "path": "files.json", "problem": "files.json is missing"})
+            continue
+        except PermissionError as exc:
+            why = f"{UNREADABLE_LIST}: {os_error_words(exc)}"
+            problems.append({"run": run_id, "path": "files.json", "problem": why})
             continue
         except (OSError, ValueError) as exc:
             problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is unreadable ({exc})"})

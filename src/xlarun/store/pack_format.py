@@ -113,3 +113,25 @@ def read_pack_members(handle: IO[bytes]) -> list[tuple[str, int, int]]:
     if len(raw) < end:
         raise damaged("a pack's header (the pack is cut short)")
     return pack_members(raw)
+
+
+def read_headers(packs_dir: Path) -> tuple[dict[str, list[tuple[str, int, int]]], dict[str, Exception]]:
+    """Every pack's members from its own header (by pack name), and why each pack whose header could not be read
+    could not (a StoreError: damage; an OSError: permissions, a disk error). A pack gone since the listing is left
+    out. OSError when ``packs_dir`` itself cannot be listed."""
+    held: dict[str, list[tuple[str, int, int]]] = {}
+    unread: dict[str, Exception] = {}
+    try:
+        with os.scandir(packs_dir) as entries:  # scandir, not glob: a folder that cannot be listed is an error
+            names = sorted(e.name[:-4] for e in entries if e.name.endswith(".zst") and not e.name.startswith("."))
+    except FileNotFoundError:
+        return held, unread
+    for name in names:
+        try:
+            with open_pack(packs_dir / f"{name}.zst") as handle:  # its header only: a pack may be large
+                held[name] = read_pack_members(handle)
+        except FileNotFoundError:
+            continue
+        except (StoreError, OSError) as exc:
+            unread[name] = exc
+    return held, unread

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from xlarun.errors import StoreError, write_trouble
-from xlarun.store.pack_format import open_pack, read_pack_members
+from xlarun.store.pack_format import read_headers
 
 
 def _damaged_table(path: Path, exc: Exception) -> StoreError:
@@ -150,16 +150,17 @@ class PackTable:
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
-                for pack in sorted(self.packs_dir.glob("*.zst")) if self.packs_dir.is_dir() else []:
-                    try:
-                        with open_pack(pack) as handle:  # its header only: a pack may be large, or not a pack
-                            members = read_pack_members(handle)
-                    except (StoreError, OSError):
-                        continue  # a damaged pack: `xlarun check` reports it
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack.name[:-4], o, n) for s, o, n in members]
-                    )
-                conn.execute("INSERT INTO meta VALUES ('built', '1')")
+                try:
+                    held, unread = read_headers(self.packs_dir)
+                    # a damaged pack stays unlisted (`xlarun check` names it); one this user cannot read leaves the
+                    # table unfinished, so the next opener who can read it completes it
+                    complete = not any(isinstance(why, OSError) for why in unread.values())
+                except OSError:  # the folder cannot be listed: nothing to build from, yet
+                    held, complete = {}, False
+                for pack, members in held.items():
+                    conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
+                if complete:
+                    conn.execute("INSERT INTO meta VALUES ('built', '1')")
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
@@ -206,11 +207,10 @@ class PackTable:
                 raise trouble from None
             raise
 
-    def packs_holding(self, digests: set[str]) -> set[str]:
+    def rows(self) -> list[tuple]:
+        """Every row as it is: (digest, pack, offset, length), whatever their types (gc compares them with the headers)."""
         conn = self._conn()
-        if conn is None:
-            return set()
-        return {pack for digest, pack in conn.execute("SELECT sha256, pack FROM members") if digest in digests}
+        return conn.execute("SELECT sha256, pack, offset, length FROM members").fetchall() if conn else []
 
     def forget_packs(self, packs: list[str]) -> None:
         conn = self._conn()

@@ -18,8 +18,8 @@ table: rebuilt from the pack headers when it is missing. A pack is named by the 
 and its compressed frame (hashing the members again would double the cost of hashing). It holds about
 ``PACK_BYTES`` of members, so reading one file cold decodes at most that much (tens of milliseconds).
 
-A pack outlives the files decoded from it: :meth:`BlobStore.collect` (``xlarun gc``) keeps it while a live
-file is in it.
+A pack outlives the files decoded from it: :meth:`BlobStore.collect` (``xlarun gc``) keeps it while its own
+header lists a live file.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from blake3 import blake3
 from xlarun.errors import StoreError
 from xlarun.killpoints import kill_point
 from xlarun.store.buffers import DecodedCache, give_buffer, take_buffer
+from xlarun.store.pack_census import PackCensus, removal_failure, unlisted_folder_refusal
 from xlarun.store.pack_format import (
     PACK_BYTES,
     PACK_NAME_PREFIX,
@@ -45,6 +46,7 @@ from xlarun.store.pack_format import (
     pack_header,
     pack_header_size,
     pack_params,
+    read_headers,
     read_pack_members,
 )
 from xlarun.store.pack_table import PackTable
@@ -251,20 +253,48 @@ class BlobStore:
             return []
         return sorted(p.name[:-4] for p in self.packs_dir.glob("*.zst"))
 
-    def collect(self, live: set[str]) -> tuple[int, int]:
-        """Remove the packs that hold no file in ``live``; returns (packs removed, bytes freed). The caller
-        holds the store's exclusive lock."""
-        live_packs = self._table.packs_holding(live)
-        dead_packs = [name for name in self.pack_names() if name not in live_packs]
-        self._table.forget_packs(dead_packs)  # first: a crash must never leave the table naming a deleted pack
+    def census(self) -> PackCensus:
+        """Every pack's members read from its own header (StoreError when the packs' folder cannot be listed)."""
+        try:
+            held, unread = read_headers(self.packs_dir)
+        except OSError as exc:
+            raise unlisted_folder_refusal(self.packs_dir, exc) from None
+        return PackCensus(self.packs_dir, held, unread)
+
+    def collectable(self, live: set[str], named: set[str]) -> PackCensus:
+        """The census of the packs, once it is safe to collect with ``live`` (else its refusal, a StoreError)."""
+        census = self.census()
+        refusal = census.refusal(live, named, self._table.rows(), self._table.path)
+        if refusal is not None:
+            raise refusal
+        return census
+
+    def collect(self, live: set[str], named: set[str] | None = None) -> tuple[int, int]:
+        """Remove the packs whose own header lists no file in ``live``; returns (packs removed, bytes freed). The
+        headers decide, never ``packs.sqlite``: gc refuses (StoreError, nothing deleted) while a pack cannot be
+        read, a digest of ``named`` (those runs list) is in no pack, or the table disagrees with the headers. A
+        pack that cannot be removed is a StoreError naming it, after the others are. The caller holds the
+        store's exclusive lock."""
+        census = self.collectable(live, named or set())
+        dead = census.dead_packs(live)
+        self._table.forget_packs(dead)  # first: a crash must never leave the table naming a deleted pack
         removed = freed = 0
-        for path in map(self.pack_path, dead_packs):
+        failures = []
+        for path in map(self.pack_path, dead):
             try:
-                freed += path.stat().st_size
+                size = path.stat().st_size
                 path.unlink()
-                removed += 1
             except FileNotFoundError:
-                pass
+                continue
+            except OSError as exc:
+                failures.append(removal_failure(path, exc))
+                continue
+            removed, freed = removed + 1, freed + size
+        if failures:
+            raise StoreError(
+                f"gc removed {removed} of {len(dead)} unused pack(s); {len(failures)} could not be removed: {failures[0]}",
+                f"give this user write access to {self.packs_dir} (or run gc as the store's owner), then run gc again",
+            )
         return removed, freed
 
     def disk_usage(self) -> int:

@@ -18,7 +18,8 @@ Layout of a store folder (default ``./.xlarun``)::
 A run becomes visible only by an atomic ``rename`` of its finished staging folder into ``runs/``,
 so a crash or kill while archiving never leaves half a run and never touches earlier runs. The staging
 folder of a killed capture is a :class:`Leftover`: ``xlarun recover`` (:func:`xlarun.capture.recover.recover_runs`)
-makes it a run marked ``incomplete``; ``gc`` keeps it (and the blobs it names) unless told to discard it.
+makes it a run marked ``incomplete``; ``gc`` (:mod:`xlarun.store.gc`) keeps it (and the blobs it names) unless told
+to discard it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.errors import InputError, RefError, StoreError, check_room, write_trouble
+from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
@@ -297,20 +298,6 @@ class RunStore:
         """What killed captures left in staging, oldest first, each saying whether it can be recovered."""
         return [describe_leftover(folder) for folder in sorted(self.stale_staging(), key=lambda p: p.name)]
 
-    def live_in_staging(self) -> set[str]:
-        """Digests that recoverable staging folders list as archived: gc keeps them for ``xlarun recover``."""
-        live: set[str] = set()
-        for leftover in self.leftovers():
-            listed = read_archived_list(leftover.path) if leftover.recoverable else None
-            if listed is not None:
-                live.update(f.digest for f in listed[0])
-            if leftover.recoverable and (leftover.path / "files.json").exists():
-                try:
-                    live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
-                except (OSError, ValueError, KeyError, TypeError):
-                    pass
-        return live
-
     def delete_run(self, run_id: str) -> None:
         """Remove a run, a damaged one too (its blobs go at the next gc, if no other run uses them)."""
         path = self.runs_dir / run_id
@@ -330,20 +317,9 @@ class RunStore:
     def _forget(self, run_id: str) -> None:
         """Called while a deleted run is being removed (the index layer forgets it there)."""
 
-    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
-        """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``,
-        what could be recovered too), and blobs no run refers to; returns (folders, blobs, bytes freed).
-        Blobs a recoverable staging folder lists, and those in ``keep``, are kept."""
-        with self.lock(exclusive=True):
-            doomed = [lo.path for lo in self.leftovers() if discard_recoverable or not lo.recoverable]
-            for folder in doomed + list(self.staging_dir.glob(f"{_TRASH_PREFIX}*")):
-                shutil.rmtree(folder, ignore_errors=True)
-            for tmp in self.blobs.root.glob("*/.tmp-*"):  # a killed writer's: no writer runs now
-                tmp.unlink(missing_ok=True)
-            live = {entry.digest for run_id in self.run_ids() for entry in self.stored_files(run_id)}
-            live |= self.live_in_staging() | keep
-            removed, freed = self.blobs.collect(live)
-            return len(doomed), removed, freed
+    def trash_folders(self) -> list[Path]:
+        """Folders of raw files a deletion left in staging (a killed ``rm``, or one still running in the background)."""
+        return sorted(self.staging_dir.glob(f"{_TRASH_PREFIX}*"))
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Read back every file of every run and every pack, and say what is missing or damaged."""
@@ -436,7 +412,15 @@ def _read_pid(path: Path) -> int | None:
 
 
 def describe_leftover(folder: Path) -> Leftover:
-    """Whether a killed capture's staging folder holds anything of the job's, and what."""
+    """Whether a killed capture's staging folder holds anything of the job's, and what. One that cannot be read is
+    recoverable: what it holds is unknown, so gc keeps it unless told to discard it."""
+    try:
+        return _describe_leftover(folder)
+    except OSError as exc:
+        return Leftover(folder, True, f"cannot be read: {os_error_words(exc)}")
+
+
+def _describe_leftover(folder: Path) -> Leftover:
     if folder.name.startswith("."):
         return Leftover(folder, False, "a folder being made or deleted")
     if (folder / "files.json").exists() and (folder / "manifest.json").exists():
