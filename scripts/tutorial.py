@@ -52,6 +52,7 @@ VOLATILE = [
     (re.compile(r"(127\.0\.0\.1|localhost):\d+"), r"\1:<port>"),
     (re.compile(r"\bpid \d+"), "pid <n>"),
     (re.compile(r"\b\d+ Killed\b"), "<pid> Killed"),
+    (re.compile(r"\b\d+ (pack\(s\)|packs)\b"), r"<n> \1"),  # small files share packs as archiving threads meet them
 ]
 
 
