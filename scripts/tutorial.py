@@ -9,6 +9,7 @@ How a page marks a block, on the lines just above its fence:
 
     <!-- tutorial setup: COMMAND -->     zero or more: run first (bash, in the page's work folder), output unseen
     <!-- tutorial -->                   run each ``$`` line and compare what it prints
+    <!-- tutorial volatile: REGEX -->   what varies in this block beyond the usual (a table's timings)
     <!-- unchecked: REASON -->          not run: REASON says why (a GPU, a second machine...)
 
 A console block with neither marker fails ``check``. Each page runs in a work folder of its own (``configs/`` and
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- tutorial -->"
 SETUP = re.compile(r"^<!-- tutorial setup: (.+) -->$")
 UNCHECKED = re.compile(r"^<!-- unchecked: (.+) -->$")
+VOLATILE_MARK = re.compile(r"^<!-- tutorial volatile: (.+) -->$")
 VERSION_MARK = re.compile(r"<!-- tutorial output made with jax (\S+) -->")
 LINKED = ("configs", "examples")
 #: A page that begins from no store at all (the README: the quick start's own capture is its first block).
@@ -61,6 +63,7 @@ class Block:
     start: int  # first line of the body (after the opening fence)
     end: int  # the closing fence's line
     setup: list[str] = field(default_factory=list)
+    volatile: list[str] = field(default_factory=list)  # this block's own patterns of what varies (a table of timings)
     checked: bool = False
     unchecked_why: str | None = None
 
@@ -86,6 +89,8 @@ def blocks(text: str) -> list[Block]:
                 block.checked = True
             elif match := SETUP.match(marker):
                 block.setup.insert(0, match.group(1))
+            elif match := VOLATILE_MARK.match(marker):
+                block.volatile.append(match.group(1))
             elif match := UNCHECKED.match(marker):
                 block.unchecked_why = match.group(1)
             k -= 1
@@ -98,6 +103,7 @@ def _environment(work: Path, store: Path) -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for name in ("XLA_FLAGS", "FORCE_COLOR", "TTY_COMPATIBLE"):
         env.pop(name, None)
+    env.setdefault("XLARUN_XLA_CORPUS", str(ROOT.parent / "shared" / "corpus" / "xla-hlo"))  # see.md draws one of its modules
     return env
 
 
@@ -162,10 +168,10 @@ def regenerate(chosen: list[Path]) -> dict[Path, list[tuple[Block, str]]]:
     return made
 
 
-def normalized(text: str) -> str:
-    for pattern, replacement in VOLATILE:
+def normalized(text: str, volatile: tuple[str, ...] | list[str] = ()) -> str:
+    for pattern, replacement in [*VOLATILE, *((re.compile(v), "<v>") for v in volatile)]:
         text = pattern.sub(replacement, text)
-    return "\n".join(line.rstrip() for line in text.splitlines())
+    return "\n".join(re.sub(r"\s+", " ", line.strip()) for line in text.splitlines())
 
 
 def jax_version() -> str:
@@ -216,7 +222,7 @@ def check(names: list[str]) -> int:
     for page, outputs in regenerate(_chosen(names)).items():
         lines = page.read_text().splitlines()
         for block, body in outputs:
-            if normalized("\n".join(lines[block.start : block.end])) != normalized(body):
+            if normalized("\n".join(lines[block.start : block.end]), block.volatile) != normalized(body, block.volatile):
                 problems.append(f"{page.relative_to(ROOT)}:{block.start}: output changed: {lines[block.start]}  (python scripts/tutorial.py write)")
     for problem in problems:
         print(problem, file=sys.stderr)

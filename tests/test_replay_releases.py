@@ -7,26 +7,16 @@ jaxlib 0.4.30, 0.8.3 and 0.10.2 (by up to 3e-7), well within replay's default bo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.compat_support import require_compat
-from tests.conftest import write_spec
 
 pytest.importorskip("jax")
 
-PROGRAM = """
-import jax, jax.numpy as jnp
-from jax.scipy.special import erf
-
-@jax.jit
-def transcendental(x):
-    return jnp.stack([jnp.tanh(x), jnp.exp(x), jnp.log1p(jnp.abs(x)), erf(x), jax.nn.gelu(x), jnp.sin(x * 30.0)])
-
-x = jnp.linspace(-4, 4, 4096, dtype=jnp.float32)
-print("result", float(transcendental(x).sum()))
-"""
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transcendental" / "spec.yaml"  # docs/replay.md replays it too
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +25,8 @@ def transcendental_store(tmp_path_factory):
     from xlarun.store.facade import Store
 
     folder = tmp_path_factory.mktemp("releases")
-    spec = write_spec(
-        folder,
-        "name: transcendental\nscript: job.py\nframework: jax\ndump:\n  formats: [text, proto]\n  snapshots: true\n",
-        PROGRAM,
-    )
     store = Store.open(folder / "store", create=True)
-    assert capture(spec, store).ok
+    assert capture(EXAMPLE, store).ok
     return folder / "store"
 
 
