@@ -1,7 +1,8 @@
 """Reading a file within fixed bounds: a regular file only, never waited on, never read past a limit.
 
 Every read of a file in a store (a run's ``files.json``, ``manifest.json`` and logs, a staging folder's
-``archived.json``, a recorded bisection or replay) and of a run spec goes through here. The file is opened with
+``archived.json``, a recorded bisection or replay, what export copies and a shipment carries) and of a run spec
+goes through here. The file is opened with
 ``O_NONBLOCK`` (a FIFO put in its place is refused at once, not waited on) and, for store files, ``O_NOFOLLOW``
 (a symbolic link, to ``/dev/zero`` or anywhere, is refused); anything but a regular file is refused after
 ``fstat``; and at most ``limit`` bytes are read (a log is read from its end: its last ``limit`` bytes). A
@@ -26,16 +27,14 @@ from xlarun.errors import ExitCode, StoreError
 MAX_LIST_BYTES = 64 << 20
 #: The largest manifest read (its file notes included; a real one is a few KB, one with every file noted some MB).
 MAX_MANIFEST_BYTES = 32 << 20
-#: The largest small record read (a spec, a recorded bisection or replay, a process's id).
+#: The largest small record read (a recorded bisection or replay, a cached list of flag names).
 MAX_RECORD_BYTES = 16 << 20
 #: How much of a log is read to be shown: its last 32 MiB (what came before is said, with the file that holds it).
 LOG_TAIL_BYTES = 32 << 20
-#: How much of a log is read to be shipped whole to another store: its last 256 MiB.
+#: How much of a log is copied (by ``export``, into a shipment to another store): its last 256 MiB.
 MAX_LOG_BYTES = 256 << 20
 
 _CHUNK = 1 << 16
-
-
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
