@@ -79,7 +79,9 @@ def test_every_console_block_is_checked_or_says_why_not():
 @pytest.mark.slow
 def test_the_tutorial_output_is_what_the_commands_print():
     """Every console block of the README and the docs marked `<!-- tutorial -->`, run for real, page by page."""
-    proc = subprocess.run([sys.executable, "scripts/tutorial.py", "check"], cwd=REPO, capture_output=True, text=True, timeout=2400)
+    proc = subprocess.run(
+        [sys.executable, "scripts/tutorial.py", "check"], cwd=REPO, capture_output=True, text=True, timeout=2400
+    )
     if proc.returncode == 2 and os.environ.get("CI", "").lower() != "true":
         pytest.skip(proc.stderr.strip())  # made with another jax: regenerate with `scripts/tutorial.py write`
     assert proc.returncode == 0, proc.stderr[-5000:]

@@ -27,11 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xlarun import __version__
+from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, read_regular, read_store_json
 from xlarun.capture.flags import redact_env
 from xlarun.dump_import import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.errors import InputError
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.runner_argv import PLATFORMS, runner_command
+from xlarun.safe_names import checked_relative_path, relative_path_problem
 from xlarun.store.facade import Store
 from xlarun.store.records import FileInfo, ModuleInfo
 
@@ -206,7 +208,7 @@ def _write_zip(output: Path, contents: list[tuple[BundleEntry, bytes]]) -> None:
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
             for entry, data in contents:
-                info = zipfile.ZipInfo(entry.path, date_time=time.gmtime()[:6])
+                info = zipfile.ZipInfo(checked_relative_path(entry.path, "a bundle entry"), date_time=time.gmtime()[:6])
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = (stat.S_IFREG | 0o644) << 16
                 archive.writestr(info, data)
@@ -280,19 +282,22 @@ def _read_spec(run_dir: Path) -> bytes:
 
 
 def _read_resolved(run_dir: Path) -> bytes:
-    path = run_dir / "spec.resolved.json"
-    if not path.is_file():
-        return b""
-    resolved = json.loads(path.read_text(encoding="utf-8"))
+    resolved = _resolved_spec(run_dir)
     if isinstance(resolved.get("spec"), dict):
         resolved["spec"] = _redact_spec_env(resolved["spec"])
-    return json.dumps(resolved, indent=2).encode()
+    return json.dumps(resolved, indent=2).encode() if resolved else b""
+
+
+def _resolved_spec(run_dir: Path) -> dict:
+    """The run's ``spec.resolved.json``, read within bounds ({} when there is none, or it holds no object)."""
+    path = run_dir / "spec.resolved.json"
+    resolved = read_store_json(path, MAX_MANIFEST_BYTES) if path.exists() else {}
+    return resolved if isinstance(resolved, dict) else {}
 
 
 def _path_redactor(manifest: dict, run_dir: Path):
-    """A function that replaces the home and work folders in bytes by placeholders of the same length
-    (so binary protos stay well-formed)."""
-    resolved = json.loads((run_dir / "spec.resolved.json").read_text()) if (run_dir / "spec.resolved.json").is_file() else {}
+    """A function that replaces the home and work folders in bytes by same-length placeholders (protos stay well-formed)."""
+    resolved = _resolved_spec(run_dir)
     folders = {str(Path.home()): "HOME"}
     for value in (manifest.get("cwd"), resolved.get("workdir"), (manifest.get("git") or {}).get("root"), os.getcwd()):
         if value:
@@ -329,13 +334,15 @@ def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, b
     out, notes = [], []
     for name in sorted(names):
         path = Path(name)
-        if not path.is_file():
+        if relative_path_problem(str(path).lstrip("/")):  # '..' in it would leave the bundle's sources/ folder
+            notes.append(f"source {name!r} named by the metadata is no path a bundle can hold: left out")
+            continue
+        try:
+            out.append((str(path).lstrip("/"), read_regular(path, _SOURCE_LIMIT, follow_links=True)))  # no FIFO, no /dev/zero
+        except FileRefused as exc:
+            notes.append(f"source {name} {exc.reason if exc.kind else 'is over 1 MiB'}: left out")
+        except OSError:
             notes.append(f"source {name} named by the metadata is not on this machine: left out")
-            continue
-        if path.stat().st_size > _SOURCE_LIMIT:
-            notes.append(f"source {name} is over 1 MiB: left out")
-            continue
-        out.append((str(path).lstrip("/"), path.read_bytes()))
     if not names:
         notes.append("the module's metadata names no source files")
     return out, notes

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xlarun.bounded_read import FileRefused, read_regular
 from xlarun.errors import InputError, StoreError, write_trouble
 from xlarun.hlo.process_dirs import MAX_PROCESSES, process_dir, process_of_dir
 from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
@@ -228,10 +229,7 @@ def _kept_text(path: Path, out: dict[str, Any]) -> str:
     """A spec or log of an export, read into memory: a log over :data:`_MAX_KEPT_BYTES` keeps its end, said in its
     first line and in the import's warnings."""
     size = path.stat().st_size
-    with open(path, "rb") as stream:
-        if size > _MAX_KEPT_BYTES:
-            stream.seek(size - _MAX_KEPT_BYTES)
-        text = stream.read(_MAX_KEPT_BYTES).decode("utf-8", errors="replace")
+    text = read_regular(path, _MAX_KEPT_BYTES, tail=True).decode("utf-8", errors="replace")
     if size <= _MAX_KEPT_BYTES:
         return text
     out.setdefault("warnings", []).append(f"{META_DIR}/{path.name} is {size} bytes: only its last {_MAX_KEPT_BYTES} were kept")
@@ -253,9 +251,10 @@ def _refused(source: Path, name: str, problem: str) -> InputError:
 
 def _read_json(path: Path, name: str, source: Path) -> tuple[str, Any]:
     """The file's text and JSON value (None when it is not JSON: a raw dump may hold anything under that name)."""
-    if path.stat().st_size > _MAX_JSON_BYTES:
-        raise _refused(source, name, f"is over {_MAX_JSON_BYTES >> 20} MiB")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = read_regular(path, _MAX_JSON_BYTES).decode("utf-8", errors="replace")
+    except FileRefused as exc:
+        raise _refused(source, name, f"is over {_MAX_JSON_BYTES >> 20} MiB" if exc.kind is None else exc.reason) from None
     try:
         value = json.loads(text)
     except RecursionError:

@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
+from xlarun.bounded_read import FileRefused, open_regular
 from xlarun.errors import InputError, check_room
 from xlarun.filetypes import file_type
+from xlarun.safe_names import relative_path_problem
 
 #: Archive kinds by file-name ending, longest first.
 ARCHIVE_SUFFIXES = (
@@ -49,7 +51,6 @@ ARCHIVE_SUFFIXES = (
     (".zip", "zip"),
 )
 _CHUNK = 1 << 20
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -98,13 +99,10 @@ def clean_member_name(name: str, limits: UnpackLimits) -> str:
         raise ValueError("control character in name")
     if "\\" in name:
         raise ValueError("backslash in name (a Windows path?)")
-    if name.startswith("/") or _DRIVE.match(name):
-        raise ValueError("absolute path")
+    problem = relative_path_problem(name)  # the one check of where a name lands (absolute, '..', empty)
+    if problem:
+        raise ValueError(problem)
     parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError("path traversal ('..')")
-    if not parts:
-        raise ValueError("empty name")
     if len(encoded) > limits.max_name_bytes or any(len(p.encode()) > 255 for p in parts):
         raise ValueError("name too long")
     if len(parts) > limits.max_depth:
@@ -298,13 +296,14 @@ def _copy_folder(source: Path, writer: _Writer) -> None:
         raise writer.refuse_whole(f"its files hold {total} bytes, over {writer.limits.max_total_bytes}")
     check_room(Path(writer.dest), total, writer.source.name, _STORE_ROOM)
     for name, clean, path, st in listed:
-        try:  # O_NOFOLLOW: a file swapped for a link since it was listed is refused, not followed (nor a FIFO waited on)
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:  # a file swapped for a link or FIFO since it was listed is refused, not followed nor waited on
+            fd, now = open_regular(path)
+        except FileRefused:
+            raise writer.refuse(name, "was replaced while being imported") from None
         except OSError as exc:
             raise writer.refuse(name, f"cannot be read: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as stream:
-            now = os.fstat(fd)
-            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise writer.refuse(name, "was replaced while being imported")
             writer.write(name, clean, stream, st.st_size)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_result import BisectResult
+from xlarun.bounded_read import MAX_RECORD_BYTES, read_store_json
 from xlarun.errors import InputError
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def record_json(record: BisectRecord) -> dict:
 
 
 def load_record(path: Path) -> BisectRecord:
-    data = json.loads(Path(path).read_text())
+    data = read_store_json(Path(path), MAX_RECORD_BYTES)  # a FIFO or link there: StoreError, never waited on
     return BisectRecord(data["bisect_id"], data["started"], data.get("options", {}), BisectResult.from_dict(data["result"]))
 
 

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from xlarun.bounded_read import MAX_RECORD_BYTES, read_regular
+
 #: Bump when the scan's rule changes: older cache entries are then ignored.
 SCAN_VERSION = 1
 #: A flag every XLA registry since 2019 has and that no proto stores as a C string: marks a registry.
@@ -140,7 +142,7 @@ class FlagNameCache:
         key = f"{SCAN_VERSION}\0{os.path.abspath(library)}\0{info.st_size}\0{info.st_mtime_ns}"
         entry = self.folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
         try:
-            stored = json.loads(entry.read_text(encoding="utf-8"))
+            stored = json.loads(read_regular(entry, MAX_RECORD_BYTES))  # a FIFO or link there: scanned again
             if stored.get("key") == key:
                 return frozenset(stored["names"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

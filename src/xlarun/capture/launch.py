@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
 from xlarun.capture.flags import (
@@ -174,10 +175,8 @@ def _flag_rejection(
 
 def _log_tail(path: Path, limit: int = 256 * 1024) -> str:
     """The end of a log: XLA's fatal flag error is the last thing a job aborting on it writes."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - limit))
-            return handle.read().decode("utf-8", errors="replace")
+    try:  # the job could have put a FIFO or a link there: never waited on, never followed
+        return read_regular(path, limit, tail=True).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from xlarun.bounded_read import MAX_MANIFEST_BYTES, read_store_file, read_store_json
 from xlarun.capture.launch import file_note_warnings
 from xlarun.interrupts import job_processes
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
-from xlarun.store.records import Leftover, RunStatus, StoredFile
+from xlarun.store.records import Leftover, RunStatus, StoredFile, read_file_list
 from xlarun.store.runs import describe_leftover
 
 
@@ -90,7 +91,7 @@ _LOST = "listed as archived by the killed capture, but its blob is missing"
 
 def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
     """A capture killed between writing its metadata and its rename: it is whole; commit it as it was."""
-    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest = read_store_json(folder / "manifest.json", MAX_MANIFEST_BYTES)
     manifest["recovered"] = {"at": _now(), "found": leftover.what, "by": list(sys.argv)}
     files = store_files_of(folder / "files.json")
     lost = _check_blobs(store, files)
@@ -167,7 +168,7 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
 
 
 def store_files_of(path: Path) -> list[StoredFile]:
-    return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(path.read_text())]
+    return read_file_list(path)
 
 
 def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
@@ -178,10 +179,12 @@ def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
 
 
 def _read_json(path: Path) -> dict:
+    """The JSON object in a staging file, or {} when there is none or it is not one (a FIFO or link: StoreError)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_store_file(path, MAX_MANIFEST_BYTES))
+    except (FileNotFoundError, ValueError, RecursionError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _now() -> str:

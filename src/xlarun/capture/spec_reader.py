@@ -10,13 +10,12 @@ error that meets it.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from xlarun.bounded_read import FileRefused, read_regular
 from xlarun.errors import SpecError
 
 #: The largest spec file read (1 MiB: a real spec is a few KB).
@@ -32,51 +31,25 @@ MAX_MATRIX_VALUES = 250_000
 #: The most characters all the cells of a matrix spec may hold together.
 MAX_MATRIX_CHARS = 16 * MAX_CHARS
 
-_FILE_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
 
 def read_spec_file(path: Path) -> str:
     """The text of the spec at ``path``: a regular UTF-8 file of at most :data:`MAX_SPEC_BYTES` (never blocks on a FIFO)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # O_NONBLOCK: opening a FIFO does not wait
+        data = read_regular(path, MAX_SPEC_BYTES, follow_links=True)  # a spec may be a link to one
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file", "check the path; `ls configs/` shows the bundled examples") from None
+    except FileRefused as exc:
+        if exc.kind is None:
+            too_big = f"{path}: larger than {MAX_SPEC_BYTES // (1 << 20)} MiB, the most a spec may be"
+            raise SpecError(too_big, "a spec is a few keys") from None
+        hint = "give the path of a .yaml file" if exc.kind == "a folder" else "a spec is read from a regular .yaml file"
+        raise SpecError(f"{path}: is {exc.kind}, not a spec file", hint) from None
     except (OSError, ValueError) as exc:
         raise SpecError(f"{path}: cannot open the spec: {_reason(exc)}", "give the path of a readable .yaml file") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise SpecError(f"{path}: is a folder, not a spec file", "give the path of a .yaml file")
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-            raise SpecError(f"{path}: is {kind}, not a spec file", "a spec is read from a regular .yaml file")
-        data = _read_at_most(fd, MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read the spec: {_reason(exc)}", "check the file's permissions") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // (1 << 20)} MiB, the most a spec may be", "a spec is a few keys")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})", "save the spec as UTF-8") from None
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _reason(exc: BaseException) -> str:

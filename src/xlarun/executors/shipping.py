@@ -17,13 +17,16 @@ from pathlib import Path
 
 import zstandard
 
+from xlarun.bounded_read import read_store_files
 from xlarun.errors import StoreError
+from xlarun.safe_names import checked_member_name, checked_relative_path, checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.packs import content_digest
 from xlarun.store.records import OUTPUT_DIRS, StoredFile
+from xlarun.store.runs import RUN_METADATA
 
 #: The run folder's files that travel with a run (files.json is rebuilt from the file list).
-METADATA_FILES = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
+METADATA_FILES = RUN_METADATA
 
 
 @dataclass
@@ -60,7 +63,7 @@ def pack_run(store: Store, run_id: str, only: set[str] | None = None, level: int
     """A shipment of ``run_id`` from ``store`` with the bytes of the files whose digest is in ``only`` (all when None)."""
     files = store.stored_files(run_id)
     run_dir = store.run_path(run_id)
-    metadata = {name: (run_dir / name).read_bytes() for name in METADATA_FILES if (run_dir / name).exists()}
+    metadata = read_store_files(run_dir, METADATA_FILES)  # within bounds: a FIFO or link there is refused
     sent: list[tuple[str, int]] = []
     chunks: list[bytes] = []
     seen: set[str] = set()
@@ -103,16 +106,35 @@ def lacking(store: Store, digests: list[str]) -> set[str]:
     return set(unique) - store.blobs.stored_of(unique)
 
 
+def checked_shipment(shipment: Shipment) -> dict:
+    """The shipment's manifest, once every name in it is one this store may write under: its run id, the names of
+    its metadata files (those of :data:`METADATA_FILES`) and every file path (relative, no ``..``). Anything else
+    is a StoreError naming the bad name; nothing is written."""
+    checked_run_id(shipment.run_id, "a shipment from a node", StoreError)
+    source = f"the shipment of run {shipment.run_id}"
+    for name in shipment.metadata:
+        checked_member_name(name, source, METADATA_FILES, StoreError)
+    for entry in shipment.files:
+        checked_relative_path(entry.path, source, StoreError)
+    try:
+        manifest = json.loads(shipment.metadata["manifest.json"])
+    except (KeyError, ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{source} arrived without a manifest (a JSON object)", "nothing was written; run the cell again")
+    return manifest
+
+
 def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = None) -> Received:
     """Verify a shipment and commit its run into ``store`` under the same run id, then index it (see the module
     docstring). ``manifest_extra`` is merged into the manifest's ``backend_details`` (where the run was made).
     A run already committed is left as it is (``new`` False). Raises StoreError when the shipment is damaged or
     lacks a file the store does not hold."""
+    manifest = checked_shipment(shipment)
     blobs = unpack_payload(shipment)
     final = store.runs_dir / shipment.run_id
     if (final / "files.json").exists():
         return Received(shipment.run_id, final, new=False)
-    manifest = json.loads(shipment.metadata["manifest.json"])
     if manifest_extra:
         manifest.setdefault("backend_details", {}).update(manifest_extra)
     with store.lock():  # shared, as for a capture: gc cannot take the run's blobs before its commit

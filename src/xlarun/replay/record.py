@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xlarun.bounded_read import MAX_RECORD_BYTES, read_store_json
 from xlarun.replay.choose import choose_replay_input
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import ReplayResult
@@ -153,7 +154,7 @@ def replays_for(store: Store, run_id: str, module_id: int) -> list[ReplayRecord]
 
 
 def load_record(path: Path) -> ReplayRecord:
-    data = json.loads(Path(path).read_text())
+    data = read_store_json(Path(path), MAX_RECORD_BYTES)  # a FIFO or link there: StoreError, never waited on
     return ReplayRecord(
         data["replay_id"],
         data.get("run_id"),

@@ -34,6 +34,7 @@ from xlarun.errors import InputError
 from xlarun.report.bisections import bisection_blocks
 from xlarun.report.gather import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
 from xlarun.report.graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
+from xlarun.safe_names import checked_run_id, store_damage
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
@@ -315,7 +316,8 @@ def build_batch_report(
     for number, run in enumerate(runs, 1):
         if progress:
             progress(f"run {number}/{len(runs)}: {run.run_id}")
-        built = build_run_report(store, run.run_id, out / "runs" / run.run_id, options, progress)
+        folder = out / "runs" / checked_run_id(run.run_id, "the index", store_damage)  # a folder below out/, never beside it
+        built = build_run_report(store, run.run_id, folder, options, progress)
         pages, graphs, files = pages + built.pages, graphs + built.graphs, files + built.files
         main = store.index.modules(run.run_id)[:1]
         rows.append({"run": run, "href": f"runs/{run.run_id}/index.html", "main": main[0] if main else None})

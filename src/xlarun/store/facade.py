@@ -175,11 +175,12 @@ class Store(RunStore):
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Every file and pack read back (:meth:`RunStore.check`), and every run's file list checked against its
-        manifest and the index: a list emptied, deleted or cut short is damage, named with its run."""
-        from xlarun.store.integrity import file_list_problems
+        manifest and the index: a list emptied, deleted or cut short is damage, named with its run, as is a FIFO,
+        link or folder in place of its manifest or logs."""
+        from xlarun.store.integrity import file_list_problems, metadata_problems
 
         report = super().check(progress)
-        report.damaged[:0] = file_list_problems(self, self.index)
+        report.damaged[:0] = file_list_problems(self, self.index) + metadata_problems(self)
         if (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived data: reindex mends it
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})
         return report

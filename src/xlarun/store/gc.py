@@ -9,14 +9,13 @@ and what gc reports removed is what it removed: a folder or pack it could not re
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
-from xlarun.store.records import Leftover
+from xlarun.store.records import Leftover, read_file_list
 from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
 
 
@@ -78,18 +77,20 @@ def digests_staging_lists(leftovers: list[Leftover]) -> set[str]:
             present = set(os.listdir(leftover.path))
         except OSError as exc:
             raise _staging_refusal(f"{removal_failure(leftover.path, exc)}") from None
-        if ARCHIVED_LIST in present:
-            listed = read_archived_list(leftover.path)
-            if listed is None:
-                raise _staging_refusal(f"{leftover.path / ARCHIVED_LIST} cannot be read or is damaged")
-            live.update(entry.digest for entry in listed[0])
-        if "files.json" in present:
-            try:
-                live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
-            except OSError as exc:
-                raise _staging_refusal(removal_failure(leftover.path / "files.json", exc)) from None
-            except (ValueError, KeyError, TypeError):
-                raise _staging_refusal(f"{leftover.path / 'files.json'} is damaged") from None
+        try:  # both read within bounds, never waited on (a FIFO, a link, /dev/zero in their place is refused)
+            if ARCHIVED_LIST in present:
+                listed = read_archived_list(leftover.path)
+                if listed is None:
+                    raise _staging_refusal(f"{leftover.path / ARCHIVED_LIST} cannot be read or is damaged")
+                live.update(entry.digest for entry in listed[0])
+            if "files.json" in present:
+                live.update(entry.digest for entry in read_file_list(leftover.path / "files.json"))
+        except FileNotFoundError:
+            continue  # removed since it was listed: a capture that ended, or recover
+        except StoreError as exc:
+            if exc.message.startswith("gc refuses"):
+                raise
+            raise _staging_refusal(exc.message) from None
     return live
 
 

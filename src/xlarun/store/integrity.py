@@ -8,10 +8,13 @@ while any run is damaged and keeps every blob that a list or the index still nam
 
 from __future__ import annotations
 
-import json
+import os
 from typing import TYPE_CHECKING
 
-from xlarun.errors import os_error_words
+from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, open_regular, read_store_json
+from xlarun.errors import ExitCode, StoreError
+from xlarun.store.records import read_file_list
+from xlarun.store.runs import RUN_METADATA
 
 if TYPE_CHECKING:
     from xlarun.store.index import Index
@@ -30,24 +33,20 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
     for run_id in store.run_ids():
         folder = store.runs_dir / run_id
         listing = folder / "files.json"
-        try:
-            files = json.loads(listing.read_text())
-            if not isinstance(files, list):
-                raise ValueError("not a list")
-            listed = len(files)
+        try:  # bounded, no links, no FIFOs; every path checked to stay below the run
+            listed = len(read_file_list(listing))
         except FileNotFoundError:
             problems.append({"run": run_id, "path": "files.json", "problem": "files.json is missing"})
             continue
-        except PermissionError as exc:
-            why = f"{UNREADABLE_LIST}: {os_error_words(exc)}"
-            problems.append({"run": run_id, "path": "files.json", "problem": why})
-            continue
-        except (OSError, ValueError) as exc:
-            problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is unreadable ({exc})"})
+        except StoreError as exc:
+            if exc.exit_code == ExitCode.ENVIRONMENT:  # this user may not read it: a permission problem, not damage
+                problems.append({"run": run_id, "path": "files.json", "problem": f"{UNREADABLE_LIST}: {exc.message}"})
+            else:
+                problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is damaged ({exc.message})"})
             continue
         try:
-            recorded = json.loads((folder / "manifest.json").read_text()).get("files")
-        except (OSError, ValueError, AttributeError):
+            recorded = read_store_json(folder / "manifest.json", MAX_MANIFEST_BYTES).get("files")
+        except (OSError, StoreError, AttributeError):
             recorded = None
         for source, count in (("its manifest", recorded), ("the index", indexed.get(run_id))):
             if isinstance(count, int) and count != listed:
@@ -55,6 +54,26 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
                     {"run": run_id, "path": "files.json", "problem": f"files.json lists {listed} file(s), {source} {count}"}
                 )
                 break
+    return problems
+
+
+def metadata_problems(store: RunStore) -> list[dict]:
+    """One ``{run, path, problem}`` per metadata file of a committed run that is not a regular file (a FIFO, a
+    link, a folder), cannot be opened, or (but for a log) is larger than xlarun reads: opened without waiting or
+    following links, never read."""
+    problems = []
+    for run_id in store.run_ids():
+        for name in RUN_METADATA:
+            try:
+                fd, st = open_regular(store.runs_dir / run_id / name)
+                os.close(fd)
+                if st.st_size > MAX_MANIFEST_BYTES and not name.endswith(".log"):
+                    raise FileRefused(name, f"is larger than {MAX_MANIFEST_BYTES >> 20} MiB, the most xlarun reads of it")
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                why = exc.reason if isinstance(exc, FileRefused) else f"cannot be read ({exc.strerror or exc})"
+                problems.append({"run": run_id, "path": name, "problem": f"{name} {why}"})
     return problems
 
 

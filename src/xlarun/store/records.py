@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from xlarun.bounded_read import MAX_LIST_BYTES, read_store_json
 from xlarun.errors import StoreError
+from xlarun.safe_names import checked_relative_path, store_damage
 
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
@@ -39,6 +41,26 @@ class StoredFile:
     path: str
     digest: str
     size: int
+
+
+def read_file_list(path: Path) -> list[StoredFile]:
+    """The files a run's (or a staging folder's) ``files.json`` lists, read within bounds (no link, no FIFO, at most
+    :data:`~xlarun.bounded_read.MAX_LIST_BYTES`) and checked; FileNotFoundError when there is none, else StoreError."""
+    hint = "restore it from a backup, or `xlarun rm RUN_ID` gives the run up"
+    return listed_files(read_store_json(path, MAX_LIST_BYTES, hint=hint), str(path))
+
+
+def listed_files(items: object, source: str) -> list[StoredFile]:
+    """The files a parsed ``files.json`` (or ``archived.json``'s ``files``) lists, each path checked to stay below
+    the run's folder; StoreError (exit 1, damage) naming ``source`` and the bad entry otherwise."""
+    if not isinstance(items, list):
+        raise store_damage(f"{source} is damaged: not a list of files", "restore it from a backup, or `xlarun rm` the run")
+    try:
+        return [StoredFile(checked_relative_path(i["path"], source, store_damage), i["digest"], i["size"]) for i in items]
+    except (KeyError, TypeError) as exc:
+        raise store_damage(
+            f"{source} is damaged ({type(exc).__name__}: {exc})", "it was changed by hand; `xlarun rm RUN_ID` removes the run"
+        ) from None
 
 
 @dataclass(frozen=True)

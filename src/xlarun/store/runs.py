@@ -36,11 +36,12 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile, listed_files, read_file_list
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -52,6 +53,8 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 
 #: Written into staging once every file is archived, before the raw files are deleted.
 ARCHIVED_LIST = "archived.json"
+#: A run folder's own files beside its file list (each a regular file, or absent), as export and shipping copy them.
+RUN_METADATA = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -199,18 +202,12 @@ class RunStore:
         return path
 
     def stored_files(self, run_id: str) -> list[StoredFile]:
-        listing = self.run_path(run_id) / "files.json"
-        try:
-            return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(
-                f"{listing} is damaged ({type(exc).__name__}: {exc})",
-                "it was changed by hand; `xlarun rm RUN_ID` removes the run",
-            ) from None
+        """The run's file list, read within bounds and every path checked (StoreError naming the damage)."""
+        return read_file_list(self.run_path(run_id) / "files.json")
 
     def manifest(self, run_id: str) -> dict:
         path = self.run_path(run_id) / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return bounded_read.read_store_json(path, bounded_read.MAX_MANIFEST_BYTES) if path.exists() else {}
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
@@ -222,26 +219,24 @@ class RunStore:
         return self.blobs.get(files[path])
 
     def read_log(self, run_id: str, stream: str) -> str:
-        path = self.run_path(run_id) / f"{stream}.log"
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        return bounded_read.read_store_log(self.run_path(run_id) / f"{stream}.log")
 
     def export(self, run_id: str, dest: str | Path, with_logs: bool = True) -> int:
         """Write the run's files back with their original names below ``dest``; returns the file count."""
-        dest, entries = Path(dest), self.stored_files(run_id)
+        dest, entries = Path(dest), self.stored_files(run_id)  # every path checked to stay below dest
         if dest.exists() and any(dest.iterdir()):
             raise InputError(f"{dest} is not empty", "export into a new or empty folder")
+        # read first: a FIFO or link in place of one of them is refused before anything is written
+        metadata = bounded_read.read_store_files(self.run_path(run_id), RUN_METADATA) if with_logs else {}
         check_room(dest, sum(entry.size for entry in entries), f"exporting run {run_id}")
         for entry in entries:
             target = dest / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(self.blobs.get(entry.digest))
         if with_logs:
-            meta = dest / "_xlarun"
-            meta.mkdir(parents=True, exist_ok=True)
-            for name in ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log"):
-                source = self.run_path(run_id) / name
-                if source.exists():
-                    shutil.copy2(source, meta / name)
+            (dest / "_xlarun").mkdir(parents=True, exist_ok=True)
+            for name, data in metadata.items():
+                (dest / "_xlarun" / name).write_bytes(data)
         return len(entries)
 
     # --- housekeeping ------------------------------------------------------------------------
@@ -359,15 +354,12 @@ class RunStore:
 
 
 def _read_version(path: Path) -> str:
-    """What a store's VERSION file says: its first 64 bytes, every byte decoded (odd ones are shown escaped)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO reads as empty: never waited on
-        try:
-            return os.read(fd, 64).decode("latin-1").strip()
-        finally:
-            os.close(fd)
+    """What a store's VERSION file says (at most 64 bytes), every byte decoded (odd ones are shown escaped)."""
+    try:  # a FIFO, link or folder there is refused, never waited on
+        return bounded_read.read_regular(path, 64).decode("latin-1").strip()
     except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror or exc}", "restore the store's VERSION file") from None
+        why = exc.reason if isinstance(exc, bounded_read.FileRefused) else exc.strerror or str(exc)
+        raise StoreError(f"cannot read {path}: {why}", "restore the store's VERSION file") from None
 
 
 def _open_lock(path: Path) -> int:
@@ -406,7 +398,7 @@ def _check_format(root: Path, version: str) -> None:
 
 def _read_pid(path: Path) -> int | None:
     try:
-        return int(path.read_text())
+        return int(bounded_read.read_regular(path, 64))  # a FIFO or link there is no owner: never waited on
     except (OSError, ValueError):
         return None
 
@@ -472,12 +464,14 @@ def write_archived_list(staging: Path, files: list[StoredFile], notes: list[File
 
 
 def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]] | None:
-    """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
+    """What ``archived.json`` in a staging folder lists, or None when there is none (or it is not such a list). A
+    FIFO, link or folder in its place, or one past :data:`MAX_LIST_BYTES`: StoreError naming it (never waited on)."""
+    path = staging / ARCHIVED_LIST
     try:
-        data = json.loads((staging / ARCHIVED_LIST).read_text())
-        return (
-            [StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
-            [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]],
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(bounded_read.read_store_file(path, bounded_read.MAX_LIST_BYTES))
+        files, notes = data["files"], [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]]
+    except FileNotFoundError:
         return None
+    except (ValueError, RecursionError, KeyError, TypeError):  # written atomically: this is no list to recover from
+        return None
+    return listed_files(files, str(path)), notes  # a path that leaves the run: StoreError

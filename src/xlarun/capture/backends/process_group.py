@@ -32,6 +32,7 @@ PROCESS_LOGS = "processes"
 
 def process_log(run_dir: Path, process: int, stream: str) -> str:
     """Process ``process``'s ``stdout`` or ``stderr`` in a committed run folder; InputError when it has no such process."""
+    from xlarun.bounded_read import read_store_log
     from xlarun.errors import InputError
 
     path = run_dir / PROCESS_LOGS / process_dir(process) / f"{stream}.log"
@@ -39,7 +40,7 @@ def process_log(run_dir: Path, process: int, stream: str) -> str:
         kept = sorted(p.name for p in (run_dir / PROCESS_LOGS).glob("process-*")) if (run_dir / PROCESS_LOGS).is_dir() else []
         has = f"its processes are {', '.join(k.split('-')[1] for k in kept)}" if kept else "it ran as one process"
         raise InputError(f"run {run_dir.name} has no process {process}: {has}", "leave out --process for the run's own logs")
-    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return read_store_log(path)
 
 
 def free_loopback_port() -> int:
