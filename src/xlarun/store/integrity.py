@@ -40,7 +40,8 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
             continue
         except StoreError as exc:
             if exc.exit_code == ExitCode.ENVIRONMENT:  # this user may not read it: a permission problem, not damage
-                problems.append({"run": run_id, "path": "files.json", "problem": f"{UNREADABLE_LIST}: {exc.message}"})
+                why = exc.message.rsplit(": ", 1)[-1]  # "permission denied to user NAME"
+                problems.append({"run": run_id, "path": "files.json", "problem": f"{UNREADABLE_LIST}: {why}"})
             else:
                 problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is damaged ({exc.message})"})
             continue
