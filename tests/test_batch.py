@@ -121,3 +121,26 @@ def test_batch_on_local_and_docker_cpu_gives_matching_fingerprints(cli, tmp_path
     # the same modules, by fingerprint, on both backends
     prints = [{m.fingerprint for m in store.index.modules(r.run_id)} for r in runs.values()]
     assert prints[0] == prints[1]
+
+
+def test_a_batch_exits_as_capture_would_for_its_cells():
+    """A store it cannot write (every cell: exit 3, as capture), failures alike (their code), failures that differ
+    (3 when one is the store's or a component's, else 1), a signal (its code)."""
+    from xlarun.batch import BatchResult, CellOutcome
+    from xlarun.errors import ExitCode
+
+    def cells(*codes: ExitCode | None) -> list[CellOutcome]:
+        return [
+            CellOutcome(i, {"n": i}, state="error", error="why", error_exit=code)
+            if code is not None
+            else CellOutcome(i, {"n": i}, state="skipped")
+            for i, code in enumerate(codes)
+        ]
+
+    read_only = BatchResult("b", cells(ExitCode.ENVIRONMENT, ExitCode.ENVIRONMENT))
+    assert read_only.exit_code == 3 and cells(ExitCode.ENVIRONMENT)[0].exit_code == 3
+    assert BatchResult("b", cells(ExitCode.TIMEOUT, None)).exit_code == 124  # the one that failed, fail-fast skipped the rest
+    assert BatchResult("b", cells(ExitCode.TIMEOUT, ExitCode.FAILED)).exit_code == 1
+    assert BatchResult("b", cells(ExitCode.FAILED, ExitCode.ENVIRONMENT)).exit_code == 3
+    assert BatchResult("b", cells(ExitCode.FAILED), interrupted=True, signal="SIGTERM").exit_code == 143
+    assert BatchResult("b", []).exit_code == 0

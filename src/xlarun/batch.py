@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from xlarun.capture.launch import CaptureResult, capture
+from xlarun.capture.launch import CaptureResult, capture, exit_status_error
 from xlarun.capture.spec_yaml import LoadedSpec
-from xlarun.errors import XlarunError
+from xlarun.errors import ExitCode, XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
 from xlarun.store.facade import Store
 from xlarun.store.records import RunStatus
@@ -37,6 +37,7 @@ class CellOutcome:
     node: str | None = None  # where the cell ran, for executors that spread cells over machines (ray)
     attempts: list[str] = field(default_factory=list)  # why earlier attempts failed (a node lost mid-cell)
     shipped_bytes: int | None = None  # bytes sent back from the node to this store (ray)
+    error_exit: ExitCode = ExitCode.FAILED  # with ``error``: the exit code of the XlarunError that said it
 
     @property
     def label(self) -> str:
@@ -52,6 +53,14 @@ class CellOutcome:
     def ok(self) -> bool:
         return self.result is not None and self.result.ok
 
+    @property
+    def exit_code(self) -> int:
+        """What ``xlarun capture`` of this cell alone would have exited with (0: captured; one not run: 0)."""
+        if self.result is not None:
+            failure = exit_status_error(self.result)
+            return int(failure.exit_code) if failure is not None else 0
+        return int(self.error_exit) if self.error is not None else 0
+
 
 @dataclass
 class BatchResult:
@@ -63,6 +72,25 @@ class BatchResult:
     @property
     def ok(self) -> bool:
         return not self.interrupted and all(c.ok for c in self.cells)
+
+    @property
+    def exit_code(self) -> int:
+        """The batch's exit code, in ``capture``'s terms: the signal's when one stopped it (130, 143, 129); 0 when
+        every cell captured; else the code its failed cells share (3 for a store that cannot be written, 124 for
+        timeouts, 1 for jobs that failed), and where they differ, 3 when any cell failed for the store or a
+        component (that needs fixing before any cell can work), else 1. Cells a ``fail_fast`` stopped do not count."""
+        if self.interrupted:
+            from xlarun.interrupts import exit_code_for
+
+            return exit_code_for(self.signal)
+        if self.ok:
+            return 0
+        codes = {
+            cell.exit_code for cell in self.cells if not (cell.result is not None and cell.result.status == RunStatus.INTERRUPTED)
+        } - {0}
+        if ExitCode.ENVIRONMENT in codes:
+            return int(ExitCode.ENVIRONMENT)
+        return codes.pop() if len(codes) == 1 else int(ExitCode.FAILED)
 
 
 class CellSkipped(Exception):
@@ -137,7 +165,7 @@ def run_batch(
             notify(outcome)
             return
         except XlarunError as exc:
-            outcome.error = exc.one_line()
+            outcome.error, outcome.error_exit = exc.one_line(), exc.exit_code
             outcome.state = "error"
         except Exception as exc:  # a bug or an SDK error: the other cells go on, the cell says why it failed
             outcome.error = f"{type(exc).__name__}: {exc}"

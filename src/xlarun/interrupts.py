@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -193,8 +193,9 @@ def process_alive(pid: int | None) -> bool:
     return state not in ("Z", "X")
 
 
-#: Set in a local job's environment to its staging folder: every process the job starts inherits it (also one
-#: in a new session, which the job's process group does not hold), so the job's whole process set can be found.
+#: Set in a local job's environment to its staging folder: every process the job starts inherits it unless it
+#: clears its environment. How ``xlarun recover`` tells a folder whose job still runs, and how a local job's
+#: processes are found where its keeper cannot hold them (see :mod:`xlarun.capture.backends.job_keeper`).
 JOB_MARK = "XLARUN_JOB_DIR"
 
 
@@ -217,17 +218,25 @@ def job_processes(run_dir: Path | str) -> list[int]:
     return found
 
 
-def kill_job_processes(run_dir: Path | str, grace_s: float) -> list[int]:
-    """SIGTERM the job's whole process set, then SIGKILL what is left after ``grace_s``; returns who was signalled."""
-    pids = job_processes(run_dir)
+def stop_processes(find: Callable[[], list[int]], grace_s: float) -> list[int]:
+    """SIGTERM every process ``find`` names, then, after ``grace_s`` or once they are gone, SIGKILL whatever it
+    still names (one started meanwhile too), until it names none; returns the processes that got the SIGTERM."""
+    pids = find()
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while pids and time.monotonic() < deadline:
+    left = pids
+    while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        pids = [pid for pid in pids if process_alive(pid)]
-    for pid in job_processes(run_dir):
-        _kill(pid, signal.SIGKILL)
+        left = [pid for pid in left if process_alive(pid)]
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        left = find()
+        if not left:
+            break
+        for pid in left:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
     return pids
 
 
@@ -236,24 +245,3 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-#: The watchdog a local job runs beside: it waits for its stdin to close (xlarun ended, also by kill -9), then
-#: SIGKILLs every process that still carries the job's mark. Self-contained: python -c, no xlarun import.
-WATCHDOG = r"""
-import os, signal, sys
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN)
-needle = ("\0%s=%s\0" % (sys.argv[1], sys.argv[2])).encode()
-while sys.stdin.buffer.read(65536):
-    pass
-for rounds in range(3):
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open("/proc/%s/environ" % name, "rb") as f:
-                    if needle in b"\0" + f.read():
-                        os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-"""

@@ -152,7 +152,7 @@ def _gone_within(pid: int, seconds: float) -> bool:
 def test_nothing_a_job_started_outlives_a_stopped_or_killed_capture(tmp_path, how, figures):
     """Issue 24, item 5: a child in a new session used to keep running after SIGTERM/SIGHUP (xlarun waited
     20 s for its pipes) and after kill -9 of xlarun. Now it is stopped with the job, and after kill -9 the
-    watchdog beside the job stops it within seconds."""
+    keeper the job runs below stops it within seconds."""
 
     spec = write_spec(tmp_path, "name: escaping\nscript: job.py\n", ESCAPING_CHILD)
     proc = xlarun("capture", str(spec), store=tmp_path / "s")
@@ -173,20 +173,20 @@ def test_nothing_a_job_started_outlives_a_stopped_or_killed_capture(tmp_path, ho
 
 @pytest.mark.slow
 def test_recover_refuses_a_folder_whose_job_still_runs(tmp_path):
-    """kill -9 of xlarun and its watchdog together leaves the job running: recover must not commit a run
+    """kill -9 of xlarun and the job's keeper together leaves the job running: recover must not commit a run
     that is still being written; once the job is gone it recovers."""
 
     spec = write_spec(tmp_path, "name: escaping\nscript: job.py\n", ESCAPING_CHILD)
     proc = xlarun("capture", str(spec), store=tmp_path / "s")
     child = int(wait_for_line(proc, "ready")[-1].split()[1])
-    watchdogs = [
+    keepers = [
         int(p.name)
         for p in Path("/proc").iterdir()
         if p.name.isdigit() and b"XLARUN_JOB_DIR" in _read(p / "cmdline") and _ppid(p) == proc.pid
     ]
-    assert len(watchdogs) == 1
-    # the watchdog first: killed after xlarun, it can wake on xlarun's end between the two kills and do its job
-    for pid in (*watchdogs, proc.pid):
+    assert len(keepers) == 1
+    # the keeper first: killed after xlarun, it can wake on xlarun's end between the two kills and do its job
+    for pid in (*keepers, proc.pid):
         os.kill(pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     try:

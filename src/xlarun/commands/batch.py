@@ -109,11 +109,11 @@ def run_and_report(
     retries: int = 0,
     ship: str = "auto",
 ) -> None:
-    """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured.
+    """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured
+    (:attr:`~xlarun.batch.BatchResult.exit_code`: the code ``capture`` would give).
     ``executor`` None: the spec's (``executor:``), else local."""
     from xlarun.batch import cell_summary
     from xlarun.console import print_json, say
-    from xlarun.errors import ExitCode
     from xlarun.executors import executor_of, run_batch_on
     from xlarun.present import print_comparison
 
@@ -154,12 +154,8 @@ def run_and_report(
         )
     else:
         print_comparison(result)
-    if result.interrupted:
-        from xlarun.interrupts import exit_code_for
-
-        raise typer.Exit(exit_code_for(result.signal))  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
-    if not result.ok:
-        raise typer.Exit(int(ExitCode.FAILED))
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)  # capture's codes: 130 Ctrl-C, 143 SIGTERM, 3 a store it cannot write...
 
 
 class _ProgressView:

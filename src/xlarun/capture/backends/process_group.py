@@ -1,7 +1,7 @@
 """Many processes, one run: the job launched as N local processes of one distributed program.
 
 Each process is a local job of its own (:class:`~xlarun.capture.backends.local.LocalBackend`: its own process
-group, watchdog and mark), with three variables that tell it its place, and its XLA dump in a folder of its own::
+group, keeper and mark), with three variables that tell it its place, and its XLA dump in a folder of its own::
 
     XLARUN_PROCESS_ID     0 .. N-1
     XLARUN_NUM_PROCESSES  N
@@ -119,7 +119,7 @@ class ProcessGroupBackend:
         coordinator = f"127.0.0.1:{free_loopback_port()}"
         jobs, logs = [], []
         for process in range(self.count):
-            # its own run_dir: the mark its processes carry, so that stopping one process's leftovers spares the others
+            # its own run_dir and keeper: stopping one process's leftovers spares the others
             own = job.run_dir / PROCESS_LOGS / process_dir(process)
             logs.append(_ProcessLogs(own, process, sink))
             env = process_env(job.env, paths, process, self.count, coordinator)
