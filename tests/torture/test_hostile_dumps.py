@@ -80,3 +80,25 @@ def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cl
     assert len(MAKERS) >= 20
     assert (lost, crashes, hangs) == (0, 0, 0)
     assert len(state.runs) == len(MAKERS)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\x1b", "\x7f"])
+def test_bytes_dot_cannot_take_in_an_hlo_name_are_drawn_escaped(tmp_path, cli, char, figures):
+    """A NUL (or another control byte) in an instruction's name and op_name reaches dot escaped as \\xNN, never as a
+    byte that ends dot's string ("syntax error", exit 3)."""
+    import shutil
+
+    if shutil.which("dot") is None:
+        pytest.skip("graphviz is not installed (scripts/setup.sh installs it)")
+    name = f"add{char}evil"
+    text = (
+        "HloModule hostile\n\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4]{0} parameter(0)\n"
+        f'  ROOT %{name} = f32[4]{{0}} add(f32[4]{{0}} %p, f32[4]{{0}} %p), metadata={{op_name="jit(f)/{char}x"}}\n}}\n'
+    )
+    module = tmp_path / "module_0000.hostile.before_optimizations.txt"
+    module.write_bytes(text.encode())
+    out = cli("render", module, "-f", "svg", "-o", tmp_path / "h.svg")
+    figures(char=f"\\x{ord(char):02x}", exit_code=out.exit_code)
+    assert out.exit_code == 0, out.stderr
+    svg = (tmp_path / "h.svg").read_text()
+    assert f"add\\x{ord(char):02x}evil" in svg and char not in svg

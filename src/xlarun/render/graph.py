@@ -6,6 +6,8 @@ neighbourhood (``--around``) and the DOT writer work on that model, so they are 
 
 from __future__ import annotations
 
+import re
+
 import zlib
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -165,9 +167,13 @@ def _with_hidden(tooltip: str, hidden: int) -> str:
 _EDGE_STYLE = {"data": {}, "control": {"style": "dotted", "color": "#888888"}, "call": {"style": "dashed", "color": "#7b5ea7"}}
 
 
+#: Characters dot cannot take in a quoted string (it reads C strings: a NUL ends one), shown as \\xNN instead.
+_UNDRAWABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def _text(value: str) -> str:
     # escape() keeps backslashes and <...> literal: user text never becomes an HTML label or an escape
-    return graphviz.escape(value)
+    return graphviz.escape(_UNDRAWABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", value))
 
 
 def _label(value: str) -> str:
