@@ -7,7 +7,6 @@ neighbourhood (``--around``) and the DOT writer work on that model, so they are 
 from __future__ import annotations
 
 import re
-
 import zlib
 from collections import deque
 from dataclasses import dataclass, field, replace
