@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xlarun.capture.launch import file_note_warnings
+from xlarun.errors import StoreError
 from xlarun.interrupts import job_processes
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
@@ -26,6 +27,7 @@ from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
 from xlarun.store.records import Leftover, RunStatus, StoredFile
 from xlarun.store.runs import describe_leftover
+from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
 
 
 @dataclass
@@ -90,9 +92,15 @@ _LOST = "listed as archived by the killed capture, but its blob is missing"
 
 def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
     """A capture killed between writing its metadata and its rename: it is whole; commit it as it was."""
-    manifest = json.loads((folder / "manifest.json").read_text())
+    try:
+        manifest = checked_manifest(parse_store_json((folder / "manifest.json").read_text()))
+        files = store_files_of(folder / "files.json")
+    except (ValueError, IsADirectoryError) as exc:  # not UTF-8, not JSON, too deep, not what xlarun writes
+        raise StoreError(
+            f"a killed capture's staging folder {folder} is damaged: {exc}",
+            "`xlarun gc --discard-recoverable` gives it up; nothing was changed",
+        ) from None
     manifest["recovered"] = {"at": _now(), "found": leftover.what, "by": list(sys.argv)}
-    files = store_files_of(folder / "files.json")
     lost = _check_blobs(store, files)
     if lost:  # as for an incomplete capture: the run keeps what the store holds, and says what it lost
         notes = [
@@ -153,21 +161,25 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     )
     written = _read_json(folder / "manifest.json")  # killed while committing: the capture's own manifest is the better one
     if written.get("run_id") == folder.name:  # commit_run writes it only once every file is archived
-        manifest = Manifest.model_validate(
-            {
-                **written,
-                "files": manifest.files,
-                "dump_bytes": manifest.dump_bytes,
-                "file_notes": manifest.file_notes,
-                "recovered": manifest.recovered,
-            }
-        )
+        try:
+            manifest = Manifest.model_validate(
+                {
+                    **written,
+                    "files": manifest.files,
+                    "dump_bytes": manifest.dump_bytes,
+                    "file_notes": manifest.file_notes,
+                    "recovered": manifest.recovered,
+                }
+            )
+        except ValueError:  # damaged: the manifest made from the spec stands
+            pass
     store.commit_indexed(folder.name, folder, files, {"manifest.json": manifest.to_json()})
     return RecoveredRun(folder.name, manifest.status, len(files), leftover.what, notes=notes)
 
 
 def store_files_of(path: Path) -> list[StoredFile]:
-    return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(path.read_text())]
+    """What a staging folder's ``files.json`` lists; ValueError (:class:`StoreJsonDamage`) when it is damaged."""
+    return [StoredFile(*entry) for entry in checked_file_entries(parse_store_json(path.read_text()))]
 
 
 def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
@@ -179,9 +191,10 @@ def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        found = parse_store_json(path.read_text())
     except (OSError, ValueError):
         return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _now() -> str:

@@ -9,7 +9,6 @@ and what gc reports removed is what it removed: a folder or pack it could not re
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -18,6 +17,7 @@ from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
 from xlarun.store.records import Leftover
 from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
+from xlarun.store.store_json import checked_file_entries, parse_store_json
 
 
 def collect_garbage(
@@ -85,10 +85,11 @@ def digests_staging_lists(leftovers: list[Leftover]) -> set[str]:
             live.update(entry.digest for entry in listed[0])
         if "files.json" in present:
             try:
-                live.update(item["digest"] for item in json.loads((leftover.path / "files.json").read_text()))
+                text = (leftover.path / "files.json").read_text()
+                live.update(digest for _path, digest, _size in checked_file_entries(parse_store_json(text)))
             except OSError as exc:
                 raise _staging_refusal(removal_failure(leftover.path / "files.json", exc)) from None
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 raise _staging_refusal(f"{leftover.path / 'files.json'} is damaged") from None
     return live
 

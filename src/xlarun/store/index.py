@@ -12,12 +12,14 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
+from xlarun.store.index_health import DamagedIndex, IndexConnection, missing_columns, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.records import (
     FileInfo,
@@ -94,7 +96,9 @@ class Index:
     @classmethod
     def open(cls, path: Path) -> Index:
         try:
-            conn = open_wal(path, lambda c: c.executescript(SCHEMA))  # a new file's WAL switch waits out a lock
+            refuse_foreign_wal(path)  # before any connection that could checkpoint its pages into the index
+            conn = open_wal(path, lambda c: c.executescript(SCHEMA), IndexConnection)  # a new file's WAL switch waits out a lock
+            conn.index_path = path  # type: ignore[attr-defined]
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -102,7 +106,14 @@ class Index:
                 conn.close()
                 path.unlink()  # derived data: rebuild from runs/
                 return cls.open(path)
-        except sqlite3.DatabaseError as exc:
+            if (missing := missing_columns(conn, SCHEMA)) is not None:
+                conn.close()
+                raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
+            if conn.execute("SELECT value FROM meta WHERE key='index_id'").fetchone() is None:
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('index_id', ?)", (os.urandom(8).hex(),))
+        except (sqlite3.DatabaseError, DamagedIndex) as exc:
+            if isinstance(exc, DamagedIndex) and not cannot_write(path):
+                raise
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
             if why := cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
@@ -117,9 +128,7 @@ class Index:
                 index = cls(conn, path)
                 index.read_only = True
                 return index
-            raise StoreError(
-                f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
-            ) from None
+            raise DamagedIndex(f"cannot open the index {path}: {exc}") from None
         conn.row_factory = sqlite3.Row
         return cls(conn, path)
 
@@ -373,6 +382,14 @@ class Index:
             return exc
         return None
 
+    def unreadable_pages(self) -> str | None:
+        """What SQLite's own check (``PRAGMA quick_check``) finds wrong with the index file's pages, or None."""
+        try:
+            found = [row[0] for row in self.conn.execute("PRAGMA quick_check(3)")]
+        except DamagedIndex as exc:
+            return exc.message
+        return None if found == ["ok"] else "; ".join(found)
+
     def run_files(self, run_id: str) -> list[FileInfo]:
         return [file_from_row(r) for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))]
 
@@ -467,6 +484,9 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb):
         if not exc_type:
+            # every transaction rewrites the page of the index's id (a new value beside it: SQLite skips a write that
+            # changes nothing), so every log xlarun writes holds the id (refuse_foreign_wal)
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', hex(randomblob(4)))")
             self.conn.execute("COMMIT")
             return False
         if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it

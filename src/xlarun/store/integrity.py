@@ -8,10 +8,11 @@ while any run is damaged and keeps every blob that a list or the index still nam
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from xlarun.errors import os_error_words
+from xlarun.store.records import DamagedRun
+from xlarun.store.store_json import checked_file_entries, parse_store_json
 
 if TYPE_CHECKING:
     from xlarun.store.index import Index
@@ -31,10 +32,8 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
         folder = store.runs_dir / run_id
         listing = folder / "files.json"
         try:
-            files = json.loads(listing.read_text())
-            if not isinstance(files, list):
-                raise ValueError("not a list")
-            listed = len(files)
+            text = listing.read_text()
+            listed = len(checked_file_entries(parse_store_json(text)))
         except FileNotFoundError:
             problems.append({"run": run_id, "path": "files.json", "problem": "files.json is missing"})
             continue
@@ -43,11 +42,14 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
             problems.append({"run": run_id, "path": "files.json", "problem": why})
             continue
         except (OSError, ValueError) as exc:
-            problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is unreadable ({exc})"})
+            problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is damaged ({exc})"})
             continue
         try:
-            recorded = json.loads((folder / "manifest.json").read_text()).get("files")
-        except (OSError, ValueError, AttributeError):
+            recorded = store.manifest(run_id).get("files")
+        except DamagedRun as exc:
+            problems.append({"run": run_id, "path": "manifest.json", "problem": exc.why})
+            continue
+        except PermissionError:  # what it records is unknown: the list is checked against the index alone
             recorded = None
         for source, count in (("its manifest", recorded), ("the index", indexed.get(run_id))):
             if isinstance(count, int) and count != listed:

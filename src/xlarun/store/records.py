@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xlarun.errors import StoreError
+from xlarun.store.store_json import parse_store_json
 
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
@@ -202,6 +203,18 @@ def json_or_none(text: str | None):
     return json.loads(text) if text else None
 
 
+class DamagedRun(StoreError):
+    """A committed run's manifest or file list cannot be read or is not what xlarun writes: named with its run and
+    the fix. The index leaves such a run out (``reindex`` and every reconcile name it) until it is mended or removed."""
+
+    def __init__(self, run_id: str, name: str, why: str):
+        super().__init__(
+            f"run {run_id} is damaged: its {name} is {why}",
+            f"restore runs/{run_id}/{name} from a backup, or `xlarun rm {run_id}` removes the run",
+        )
+        self.run_id, self.why = run_id, f"its {name} is {why}"
+
+
 class IndexDamage(StoreError):
     """A row of the index holds what xlarun never writes (a NULL, text where a number belongs, broken JSON): the
     index is derived data, rebuilt from the runs on disk by ``xlarun reindex``."""
@@ -233,8 +246,8 @@ def _checked(row: sqlite3.Row, table: str) -> None:
 
 def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str):
     try:
-        value = json.loads(row[column] or empty)
-    except (ValueError, TypeError, RecursionError):
+        value = parse_store_json(row[column] or empty)
+    except (ValueError, TypeError):
         raise IndexDamage(table, column, row[column], row) from None
     if not isinstance(value, kind):
         raise IndexDamage(table, column, row[column], row)

@@ -40,7 +40,8 @@ from xlarun.errors import InputError, RefError, StoreError, check_room, os_error
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile
+from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, checked_manifest, parse_store_json
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -190,27 +191,46 @@ class RunStore:
         with os.scandir(self.runs_dir) as entries:
             return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
+    def holds_run_folder(self, run_id: str) -> bool:
+        """Whether ``runs/`` holds a folder of exactly that name: ``rm`` removes it by its id, damaged or unindexed."""
+        return "/" not in run_id and not run_id.startswith(".") and (self.runs_dir / run_id).is_dir()
+
     def run_path(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
             if path.is_dir():
-                raise StoreError(f"run {run_id} is damaged: its files.json is missing", "`xlarun check` lists what is damaged")
+                raise DamagedRun(run_id, "files.json", "missing")
             raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         return path
 
     def stored_files(self, run_id: str) -> list[StoredFile]:
+        """What a run's ``files.json`` lists; :class:`DamagedRun` when it cannot be read or is not what xlarun writes."""
         listing = self.run_path(run_id) / "files.json"
         try:
-            return [StoredFile(item["path"], item["digest"], item["size"]) for item in json.loads(listing.read_text())]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(
-                f"{listing} is damaged ({type(exc).__name__}: {exc})",
-                "it was changed by hand; `xlarun rm RUN_ID` removes the run",
-            ) from None
+            text = listing.read_text()
+        except PermissionError:  # another user's run: a permission problem, named as one by the caller
+            raise
+        except (OSError, ValueError) as exc:
+            raise DamagedRun(run_id, "files.json", _unreadable_words(exc)) from None
+        try:
+            return [StoredFile(*entry) for entry in checked_file_entries(parse_store_json(text))]
+        except StoreJsonDamage as exc:
+            raise DamagedRun(run_id, "files.json", str(exc)) from None
 
     def manifest(self, run_id: str) -> dict:
+        """A run's ``manifest.json`` ({} where it has none); :class:`DamagedRun` when it cannot be read or a key the
+        index reads has a type xlarun never writes."""
         path = self.run_path(run_id) / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        try:
+            text = path.read_text() if path.exists() else "{}"
+        except PermissionError:  # another user's run: a permission problem, named as one by the caller
+            raise
+        except (OSError, ValueError) as exc:
+            raise DamagedRun(run_id, "manifest.json", _unreadable_words(exc)) from None
+        try:
+            return checked_manifest(parse_store_json(text))
+        except StoreJsonDamage as exc:
+            raise DamagedRun(run_id, "manifest.json", str(exc)) from None
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
@@ -328,7 +348,7 @@ class RunStore:
         for run_id in runs:
             try:
                 listed = self.stored_files(run_id)
-            except StoreError:  # a damaged list: Store.check names it with what it disagrees with
+            except (StoreError, PermissionError):  # a damaged or unreadable list: Store.check names it
                 continue
             for entry in listed:
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
@@ -443,6 +463,15 @@ def _describe_leftover(folder: Path) -> Leftover:
     return Leftover(folder, True, ", ".join(parts))
 
 
+def _unreadable_words(exc: OSError | ValueError) -> str:
+    """Why a run's JSON file could not be read, in words (a permission problem names the user)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    if isinstance(exc, IsADirectoryError):
+        return "a folder, not a file"
+    return f"unreadable ({os_error_words(exc)})" if isinstance(exc, OSError) else f"unreadable ({exc})"
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -474,9 +503,9 @@ def write_archived_list(staging: Path, files: list[StoredFile], notes: list[File
 def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]] | None:
     """What ``archived.json`` in a staging folder lists, or None when there is none (or it is unreadable)."""
     try:
-        data = json.loads((staging / ARCHIVED_LIST).read_text())
+        data = parse_store_json((staging / ARCHIVED_LIST).read_text())
         return (
-            [StoredFile(f["path"], f["digest"], f["size"]) for f in data["files"]],
+            [StoredFile(*entry) for entry in checked_file_entries(data["files"])],
             [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]],
         )
     except (OSError, ValueError, KeyError, TypeError):

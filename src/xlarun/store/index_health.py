@@ -1,0 +1,159 @@
+"""Whether the index file can be used as it is: its tables have the columns the schema gives them, and the
+write-ahead log beside it is its own. Either failing is :class:`DamagedIndex`: the index is derived data, and
+``xlarun reindex`` moves it aside (with its side files) and rebuilds it from the runs."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from xlarun.errors import StoreError
+
+
+class DamagedIndex(StoreError):
+    """The index file cannot be used as it is (SQLite cannot read it, its tables lack columns, a write-ahead log of
+    another database lies beside it): derived data, moved aside and rebuilt by ``xlarun reindex``."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "`xlarun reindex` moves it aside and rebuilds it from the runs")
+
+
+def missing_columns(conn: sqlite3.Connection, schema: str) -> str | None:
+    """What the tables of ``conn`` lack of the columns ``schema`` (SQL) gives them (a table altered by hand), or None."""
+    model = sqlite3.connect(":memory:")
+    try:
+        model.executescript(schema)
+        tables = [r[0] for r in model.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            wanted = [r[1] for r in model.execute(f"PRAGMA table_info({table})")]
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            if lacking := [c for c in wanted if c not in have]:
+                return f"its table {table} has no column {', '.join(lacking)}"
+    finally:
+        model.close()
+    return None
+
+
+def refuse_foreign_wal(path: Path) -> None:
+    """Raise :class:`DamagedIndex` when the write-ahead log beside the index (``index.sqlite-wal``) is another
+    database's: the index's ``index_id`` (made once, never changed, and rewritten by every transaction, so every
+    log xlarun writes holds it) read from the main file alone differs from what the file and the log say together.
+    SQLite itself would read the other database's pages as this one's (wrong answers, then damage)."""
+    wal = Path(f"{path}-wal")
+    try:
+        if wal.stat().st_size <= 32:  # no log, or only its header: nothing of another database to read
+            return
+    except OSError:
+        return
+    alone = _index_id(f"file:{path}?immutable=1")  # the main file, the log ignored
+    if alone is None:
+        return  # a new index whose every row is still in its log, or an older one with no id yet
+    try:
+        together = _index_id(f"file:{path}?mode=ro", strict=True)  # read-only: closing it never checkpoints the log
+    except sqlite3.DatabaseError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return
+        together = f"unreadable ({exc})"
+    if together != alone:
+        raise DamagedIndex(
+            f"the store's index {path} has another database's write-ahead log beside it ({wal.name}: index id "
+            f"{together}, the index's own {alone})"
+        )
+
+
+def _index_id(uri: str, strict: bool = False) -> str | None:
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5)
+    except sqlite3.DatabaseError:
+        if strict:
+            raise
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key='index_id'").fetchone()
+    except sqlite3.DatabaseError:
+        if strict:
+            raise
+        return None
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
+#: SQLite's words for a table or column that is not there: the schema was changed by hand.
+_SCHEMA_WORDS = ("no such table", "no such column")
+
+
+def as_index_damage(exc: sqlite3.DatabaseError, path: Path) -> sqlite3.DatabaseError | DamagedIndex:
+    """A SQLite error met using the index, as :class:`DamagedIndex` where it says the file is damaged ('database disk
+    image is malformed', a table or column gone); a lock, a full or read-only disk pass through as they are."""
+    if type(exc) is sqlite3.DatabaseError or (
+        isinstance(exc, sqlite3.OperationalError) and any(words in str(exc) for words in _SCHEMA_WORDS)
+    ):
+        return DamagedIndex(f"the store's index {path} is damaged: {exc}")
+    return exc
+
+
+class IndexConnection(sqlite3.Connection):
+    """A connection to the index whose every statement and row fetched turns damage into :class:`DamagedIndex`
+    (:func:`as_index_damage`): a page SQLite cannot read is named with the fix wherever a command meets it."""
+
+    index_path = Path("index.sqlite")
+
+    def execute(self, sql: str, parameters=(), /) -> sqlite3.Cursor:  # type: ignore[override]
+        return self.cursor(IndexCursor).execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters, /) -> sqlite3.Cursor:  # type: ignore[override]
+        return self.cursor(IndexCursor).executemany(sql, parameters)
+
+    def executescript(self, script: str, /) -> sqlite3.Cursor:  # type: ignore[override]
+        return self.cursor(IndexCursor).executescript(script)
+
+
+class IndexCursor(sqlite3.Cursor):
+    """:class:`IndexConnection`'s cursor."""
+
+    def _damage(self, exc: sqlite3.DatabaseError) -> sqlite3.DatabaseError | DamagedIndex:
+        connection = self.connection
+        return as_index_damage(exc, getattr(connection, "index_path", Path("index.sqlite")))
+
+    def execute(self, sql: str, parameters=(), /) -> IndexCursor:  # type: ignore[override]
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def executemany(self, sql: str, parameters, /) -> IndexCursor:  # type: ignore[override]
+        try:
+            return super().executemany(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def executescript(self, script: str, /) -> IndexCursor:  # type: ignore[override]
+        try:
+            return super().executescript(script)
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def fetchone(self):
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def fetchmany(self, size: int | None = None):
+        try:
+            return super().fetchmany(self.arraysize if size is None else size)
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def fetchall(self):
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            raise self._damage(exc) from None
