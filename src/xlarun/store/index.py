@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
-from xlarun.store.index_health import DamagedIndex, IndexConnection, missing_columns, refuse_foreign_wal
+from xlarun.store.index_health import DamagedIndex, IndexConnection, missing_columns, missing_tables, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.records import (
     FileInfo,
@@ -85,6 +85,14 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
+def _make_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """The schema's tables, made in a new index; in one that has its schema row, a table gone is damage (made
+    again empty, it would answer "none" for every run)."""
+    if (missing := missing_tables(conn, SCHEMA)) is not None:
+        raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
+    conn.executescript(SCHEMA)
+
+
 class Index:
     """The index database of one store."""
 
@@ -97,7 +105,7 @@ class Index:
     def open(cls, path: Path) -> Index:
         try:
             refuse_foreign_wal(path)  # before any connection that could checkpoint its pages into the index
-            conn = open_wal(path, lambda c: c.executescript(SCHEMA), IndexConnection)  # a new file's WAL switch waits out a lock
+            conn = open_wal(path, lambda c: _make_tables(c, path), IndexConnection)  # a new file's WAL switch waits out a lock
             conn.index_path = path  # type: ignore[attr-defined]
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:

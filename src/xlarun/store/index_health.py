@@ -34,6 +34,22 @@ def missing_columns(conn: sqlite3.Connection, schema: str) -> str | None:
     return None
 
 
+def missing_tables(conn: sqlite3.Connection, schema: str) -> str | None:
+    """The tables ``schema`` makes that an index holding its schema row lacks (dropped by hand), or None (a new
+    index, or every table there)."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    if "meta" not in have or conn.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None:
+        return None
+    model = sqlite3.connect(":memory:")
+    try:
+        model.executescript(schema)
+        wanted = [r[0] for r in model.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+    finally:
+        model.close()
+    lacking = [name for name in wanted if name not in have]
+    return f"it has no table {', '.join(lacking)}" if lacking else None
+
+
 def refuse_foreign_wal(path: Path) -> None:
     """Raise :class:`DamagedIndex` when the write-ahead log beside the index (``index.sqlite-wal``) is another
     database's: the index's ``index_id`` (made once, never changed, and rewritten by every transaction, so every
@@ -99,13 +115,13 @@ class IndexConnection(sqlite3.Connection):
 
     index_path = Path("index.sqlite")
 
-    def execute(self, sql: str, parameters=(), /) -> sqlite3.Cursor:  # type: ignore[override]
+    def execute(self, sql: str, parameters=(), /) -> sqlite3.Cursor:
         return self.cursor(IndexCursor).execute(sql, parameters)
 
-    def executemany(self, sql: str, parameters, /) -> sqlite3.Cursor:  # type: ignore[override]
+    def executemany(self, sql: str, parameters, /) -> sqlite3.Cursor:
         return self.cursor(IndexCursor).executemany(sql, parameters)
 
-    def executescript(self, script: str, /) -> sqlite3.Cursor:  # type: ignore[override]
+    def executescript(self, script: str, /) -> sqlite3.Cursor:
         return self.cursor(IndexCursor).executescript(script)
 
 
@@ -116,21 +132,24 @@ class IndexCursor(sqlite3.Cursor):
         connection = self.connection
         return as_index_damage(exc, getattr(connection, "index_path", Path("index.sqlite")))
 
-    def execute(self, sql: str, parameters=(), /) -> IndexCursor:  # type: ignore[override]
+    def execute(self, sql: str, parameters=(), /) -> IndexCursor:
         try:
-            return super().execute(sql, parameters)
+            super().execute(sql, parameters)
+            return self
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def executemany(self, sql: str, parameters, /) -> IndexCursor:  # type: ignore[override]
+    def executemany(self, sql: str, parameters, /) -> IndexCursor:
         try:
-            return super().executemany(sql, parameters)
+            super().executemany(sql, parameters)
+            return self
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def executescript(self, script: str, /) -> IndexCursor:  # type: ignore[override]
+    def executescript(self, script: str, /) -> IndexCursor:
         try:
-            return super().executescript(script)
+            super().executescript(script)
+            return self
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
