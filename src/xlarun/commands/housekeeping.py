@@ -27,7 +27,8 @@ def rm(
     from xlarun.navigate.refs import resolve_run
 
     the_store = open_store(store)
-    ids = [ref if the_store.holds_run_folder(ref) else resolve_run(the_store.index, ref).run_id for ref in runs]
+    on_disk = set(the_store.run_ids())  # a run's exact id removes it, damaged or left out of the index too
+    ids = [ref if ref in on_disk else resolve_run(the_store.index, ref).run_id for ref in runs]
     if not yes and not typer.confirm(f"delete {len(ids)} run(s): {', '.join(ids)}?"):
         raise typer.Exit(int(ExitCode.FAILED))
     for run_id in ids:

@@ -113,7 +113,7 @@ class Store(RunStore):
             from xlarun.store.ingest import reconcile
 
             added, left_out = reconcile(index, self, self.facts)
-            self._reconciled_ids = set(added)
+            self._reconciled_ids, index.left_out = set(added), left_out
             for run_id, why in left_out.items():
                 note(f"run {run_id} is left out of the index: {why} ({_mend_advice(run_id, why)})")
             return  # the next reader checks again, and notes the agreement
@@ -212,11 +212,12 @@ class Store(RunStore):
     def check(self, progress: Callable[[int, int], None] | None = None) -> CheckReport:
         """Every file and pack read back (:meth:`RunStore.check`), and every run's file list checked against its
         manifest and the index: a list emptied, deleted or cut short is damage, named with its run."""
+        from xlarun.store.index_health import unreadable_pages
         from xlarun.store.integrity import file_list_problems
 
         report = super().check(progress)
         report.damaged[:0] = file_list_problems(self, self.index)
-        if (pages := self.index.unreadable_pages()) is not None:
+        if (pages := unreadable_pages(self.index.conn)) is not None:
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": f"{pages} (`xlarun reindex` rebuilds it)"})
         elif (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived: reindex mends it
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})

@@ -12,14 +12,14 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
-from xlarun.store.index_health import DamagedIndex, IndexConnection, missing_columns, missing_tables, refuse_foreign_wal
+from xlarun.store import index_health
+from xlarun.store.index_health import DamagedIndex, IndexConnection, check_columns_and_id, make_tables, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.records import (
     FileInfo,
@@ -85,14 +85,6 @@ CREATE VIEW IF NOT EXISTS terms AS
 TERM_KINDS = ("opcode", "name", "op_name", "source")
 
 
-def _make_tables(conn: sqlite3.Connection, path: Path) -> None:
-    """The schema's tables, made in a new index; in one that has its schema row, a table gone is damage (made
-    again empty, it would answer "none" for every run)."""
-    if (missing := missing_tables(conn, SCHEMA)) is not None:
-        raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
-    conn.executescript(SCHEMA)
-
-
 class Index:
     """The index database of one store."""
 
@@ -100,12 +92,14 @@ class Index:
         self.conn = conn
         self.path = path
         self.read_only = False  # opened read-only (the disk is full): reading works, writing says why not
+        self.left_out: dict[str, str] = {}  # runs on disk the last reconcile could not index, and why
 
     @classmethod
     def open(cls, path: Path) -> Index:
         try:
             refuse_foreign_wal(path)  # before any connection that could checkpoint its pages into the index
-            conn = open_wal(path, lambda c: _make_tables(c, path), IndexConnection)  # a new file's WAL switch waits out a lock
+            # a new file's WAL switch waits out a lock; a table dropped by hand is not made again empty
+            conn = open_wal(path, lambda c: make_tables(c, path, SCHEMA), IndexConnection)
             conn.index_path = path  # type: ignore[attr-defined]
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
@@ -114,11 +108,7 @@ class Index:
                 conn.close()
                 path.unlink()  # derived data: rebuild from runs/
                 return cls.open(path)
-            if (missing := missing_columns(conn, SCHEMA)) is not None:
-                conn.close()
-                raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
-            if conn.execute("SELECT value FROM meta WHERE key='index_id'").fetchone() is None:
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('index_id', ?)", (os.urandom(8).hex(),))
+            check_columns_and_id(conn, path, SCHEMA)
         except (sqlite3.DatabaseError, DamagedIndex) as exc:
             if isinstance(exc, DamagedIndex) and not cannot_write(path):
                 raise
@@ -390,14 +380,6 @@ class Index:
             return exc
         return None
 
-    def unreadable_pages(self) -> str | None:
-        """What SQLite's own check (``PRAGMA quick_check``) finds wrong with the index file's pages, or None."""
-        try:
-            found = [row[0] for row in self.conn.execute("PRAGMA quick_check(3)")]
-        except DamagedIndex as exc:
-            return exc.message
-        return None if found == ["ok"] else "; ".join(found)
-
     def run_files(self, run_id: str) -> list[FileInfo]:
         return [file_from_row(r) for r in self.conn.execute("SELECT * FROM files WHERE run_id=? ORDER BY path", (run_id,))]
 
@@ -492,9 +474,7 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb):
         if not exc_type:
-            # every transaction rewrites the page of the index's id (a new value beside it: SQLite skips a write that
-            # changes nothing), so every log xlarun writes holds the id (refuse_foreign_wal)
-            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', hex(randomblob(4)))")
+            index_health.rewrite_index_id_page(self.conn)
             self.conn.execute("COMMIT")
             return False
         if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it

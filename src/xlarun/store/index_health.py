@@ -4,6 +4,7 @@ write-ahead log beside it is its own. Either failing is :class:`DamagedIndex`: t
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -16,6 +17,39 @@ class DamagedIndex(StoreError):
 
     def __init__(self, message: str):
         super().__init__(message, "`xlarun reindex` moves it aside and rebuilds it from the runs")
+
+
+def make_tables(conn: sqlite3.Connection, path: Path, schema: str) -> None:
+    """The tables of ``schema`` (SQL), made in a new index; in one that has its schema row, a table gone is damage
+    (made again empty, it would answer "none" for every run)."""
+    if (missing := missing_tables(conn, schema)) is not None:
+        raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
+    conn.executescript(schema)
+
+
+def check_columns_and_id(conn: sqlite3.Connection, path: Path, schema: str) -> None:
+    """Raise :class:`DamagedIndex` (the connection closed) for a column ``schema`` gives that the index lacks; give an
+    index with no ``index_id`` its id (:func:`refuse_foreign_wal` reads it)."""
+    if (missing := missing_columns(conn, schema)) is not None:
+        conn.close()
+        raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
+    if conn.execute("SELECT value FROM meta WHERE key='index_id'").fetchone() is None:
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('index_id', ?)", (os.urandom(8).hex(),))
+
+
+def rewrite_index_id_page(conn: sqlite3.Connection) -> None:
+    """(In a transaction.) Rewrite the page that holds the index's id (a new value beside it: SQLite skips a write
+    that changes nothing), so every write-ahead log xlarun writes holds the id (:func:`refuse_foreign_wal`)."""
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', hex(randomblob(4)))")
+
+
+def unreadable_pages(conn: sqlite3.Connection) -> str | None:
+    """What SQLite's own check (``PRAGMA quick_check``) finds wrong with the pages of ``conn``'s file, or None."""
+    try:
+        found = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+    except DamagedIndex as exc:
+        return exc.message
+    return None if found == ["ok"] else "; ".join(found)
 
 
 def missing_columns(conn: sqlite3.Connection, schema: str) -> str | None:
@@ -37,9 +71,13 @@ def missing_columns(conn: sqlite3.Connection, schema: str) -> str | None:
 def missing_tables(conn: sqlite3.Connection, schema: str) -> str | None:
     """The tables ``schema`` makes that an index holding its schema row lacks (dropped by hand), or None (a new
     index, or every table there)."""
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    if "meta" not in have or conn.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None:
+    listed = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+    if "meta" not in {r[0] for r in conn.execute(listed)}:
+        return None  # a new index
+    # the schema row before the tables: it is written once every table is made (by another process, too)
+    if conn.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None:
         return None
+    have = {r[0] for r in conn.execute(listed)}
     model = sqlite3.connect(":memory:")
     try:
         model.executescript(schema)

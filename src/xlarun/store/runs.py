@@ -35,13 +35,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
 from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile
-from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, checked_manifest, parse_store_json
+from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, checked_manifest, parse_store_json, unreadable_words
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -53,6 +54,8 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 
 #: Written into staging once every file is archived, before the raw files are deleted.
 ARCHIVED_LIST = "archived.json"
+
+T = TypeVar("T")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -191,10 +194,6 @@ class RunStore:
         with os.scandir(self.runs_dir) as entries:
             return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
-    def holds_run_folder(self, run_id: str) -> bool:
-        """Whether ``runs/`` holds a folder of exactly that name: ``rm`` removes it by its id, damaged or unindexed."""
-        return "/" not in run_id and not run_id.startswith(".") and (self.runs_dir / run_id).is_dir()
-
     def run_path(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
@@ -206,31 +205,13 @@ class RunStore:
     def stored_files(self, run_id: str) -> list[StoredFile]:
         """What a run's ``files.json`` lists; :class:`DamagedRun` when it cannot be read or is not what xlarun writes."""
         listing = self.run_path(run_id) / "files.json"
-        try:
-            text = listing.read_text()
-        except PermissionError:  # another user's run: a permission problem, named as one by the caller
-            raise
-        except (OSError, ValueError) as exc:
-            raise DamagedRun(run_id, "files.json", _unreadable_words(exc)) from None
-        try:
-            return [StoredFile(*entry) for entry in checked_file_entries(parse_store_json(text))]
-        except StoreJsonDamage as exc:
-            raise DamagedRun(run_id, "files.json", str(exc)) from None
+        return [StoredFile(*entry) for entry in _judged_json(run_id, "files.json", listing.read_text, checked_file_entries)]
 
     def manifest(self, run_id: str) -> dict:
         """A run's ``manifest.json`` ({} where it has none); :class:`DamagedRun` when it cannot be read or a key the
         index reads has a type xlarun never writes."""
         path = self.run_path(run_id) / "manifest.json"
-        try:
-            text = path.read_text() if path.exists() else "{}"
-        except PermissionError:  # another user's run: a permission problem, named as one by the caller
-            raise
-        except (OSError, ValueError) as exc:
-            raise DamagedRun(run_id, "manifest.json", _unreadable_words(exc)) from None
-        try:
-            return checked_manifest(parse_store_json(text))
-        except StoreJsonDamage as exc:
-            raise DamagedRun(run_id, "manifest.json", str(exc)) from None
+        return _judged_json(run_id, "manifest.json", path.read_text if path.exists() else lambda: "{}", checked_manifest)
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
@@ -463,13 +444,19 @@ def _describe_leftover(folder: Path) -> Leftover:
     return Leftover(folder, True, ", ".join(parts))
 
 
-def _unreadable_words(exc: OSError | ValueError) -> str:
-    """Why a run's JSON file could not be read, in words (a permission problem names the user)."""
-    if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 (byte {exc.start})"
-    if isinstance(exc, IsADirectoryError):
-        return "a folder, not a file"
-    return f"unreadable ({os_error_words(exc)})" if isinstance(exc, OSError) else f"unreadable ({exc})"
+def _judged_json(run_id: str, name: str, read: Callable[[], str], check: Callable[[Any], T]) -> T:
+    """What ``read`` returns, parsed within bounds and checked; :class:`DamagedRun` naming the run and ``name`` when
+    it cannot be read or is not what xlarun writes (a permission problem is the caller's to name)."""
+    try:
+        text = read()
+    except PermissionError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(run_id, name, unreadable_words(exc)) from None
+    try:
+        return check(parse_store_json(text))
+    except StoreJsonDamage as exc:
+        raise DamagedRun(run_id, name, str(exc)) from None
 
 
 def _size(path: Path) -> int:

@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from xlarun.errors import os_error_words
+
 #: Deeper than anything xlarun writes (a manifest's matrix or backend details nest a few levels), far below the
 #: parser's recursion limit.
 MAX_DEPTH = 64
@@ -114,6 +116,15 @@ def checked_file_entries(data: Any) -> list[tuple[str, str, int]]:
         seen.add(path)
         entries.append((path, digest, size))
     return entries
+
+
+def unreadable_words(exc: OSError | ValueError) -> str:
+    """Why a store's JSON file could not be read, in words (a permission problem names the user)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    if isinstance(exc, IsADirectoryError):
+        return "a folder, not a file"
+    return f"unreadable ({os_error_words(exc)})" if isinstance(exc, OSError) else f"unreadable ({exc})"
 
 
 def _json_type(value: Any) -> str:
