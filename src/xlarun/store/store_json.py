@@ -89,8 +89,10 @@ def checked_manifest(data: Any) -> dict:
     if not isinstance(data, dict):
         raise StoreJsonDamage(f"a JSON {_json_type(data)}, not an object")
     for key, types in _MANIFEST_TYPES.items():
-        if key in data and (type(data[key]) not in types or (type(data[key]) is int and abs(data[key]) > MAX_INT)):
+        if key in data and type(data[key]) not in types:
             raise StoreJsonDamage(f"its {key!r} is a JSON {_json_type(data[key])}")
+        if key in data and type(data[key]) is int and abs(data[key]) > MAX_INT:
+            raise StoreJsonDamage(f"its {key!r} is a number past what the index stores: {str(data[key])[:24]}")
     tags = data.get("tags") or {}
     if not all(isinstance(v, str) for v in tags.values()):
         raise StoreJsonDamage("its 'tags' hold a value that is not text")
