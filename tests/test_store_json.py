@@ -59,3 +59,15 @@ def test_a_file_list_with_a_path_twice_or_an_impossible_size_is_damage():
     ):
         with pytest.raises(StoreJsonDamage, match=words):
             checked_file_entries(bad)
+
+
+def test_a_store_file_that_is_not_an_object_is_a_store_error_naming_it(tmp_path):
+    from xlarun.errors import StoreError
+    from xlarun.store.store_json import judged_object
+
+    path = tmp_path / "spec.resolved.json"
+    assert judged_object('{"workdir": "/w"}', path) == {"workdir": "/w"}
+    for text, words in (("[1]", "a JSON array, not an object"), ("[" * 5000, "nested deeper than")):
+        with pytest.raises(StoreError, match=words) as raised:
+            judged_object(text, path)
+        assert str(path) in raised.value.message and raised.value.exit_code == 3

@@ -34,6 +34,7 @@ from xlarun.replay.options import ReplayOptions
 from xlarun.replay.runner_argv import PLATFORMS, runner_command
 from xlarun.store.facade import Store
 from xlarun.store.records import FileInfo, ModuleInfo
+from xlarun.store.store_json import judged_object
 
 #: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
 WARN_BYTES = 25 * 1000 * 1000
@@ -279,11 +280,16 @@ def _read_spec(run_dir: Path) -> bytes:
     return ("# secrets redacted by xlarun bundle\n" + yaml.safe_dump(_redact_spec_env(spec), sort_keys=False)).encode()
 
 
-def _read_resolved(run_dir: Path) -> bytes:
+def _resolved_spec(run_dir: Path) -> dict | None:
+    """A run's ``spec.resolved.json`` (None where it has none) within the store's JSON bounds, or StoreError."""
     path = run_dir / "spec.resolved.json"
-    if not path.is_file():
+    return judged_object(path.read_text(encoding="utf-8", errors="replace"), path) if path.is_file() else None
+
+
+def _read_resolved(run_dir: Path) -> bytes:
+    resolved = _resolved_spec(run_dir)
+    if resolved is None:
         return b""
-    resolved = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(resolved.get("spec"), dict):
         resolved["spec"] = _redact_spec_env(resolved["spec"])
     return json.dumps(resolved, indent=2).encode()
@@ -292,7 +298,7 @@ def _read_resolved(run_dir: Path) -> bytes:
 def _path_redactor(manifest: dict, run_dir: Path):
     """A function that replaces the home and work folders in bytes by placeholders of the same length
     (so binary protos stay well-formed)."""
-    resolved = json.loads((run_dir / "spec.resolved.json").read_text()) if (run_dir / "spec.resolved.json").is_file() else {}
+    resolved = _resolved_spec(run_dir) or {}
     folders = {str(Path.home()): "HOME"}
     for value in (manifest.get("cwd"), resolved.get("workdir"), (manifest.get("git") or {}).get("root"), os.getcwd()):
         if value:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
-from xlarun.errors import os_error_words
+from xlarun.errors import StoreError, os_error_words
 
 #: Deeper than anything xlarun writes (a manifest's matrix or backend details nest a few levels), far below the
 #: parser's recursion limit.
@@ -82,6 +83,17 @@ _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "recovered": (dict, type(None)),
     "imported_from": (dict, type(None)),
 }
+
+
+def judged_object(text: str, path: Path) -> dict:
+    """The JSON object a store file at ``path`` holds (``text``), or StoreError naming the file and the damage."""
+    try:
+        value = parse_store_json(text)
+    except StoreJsonDamage as exc:
+        raise StoreError(f"{path} is damaged: {exc}", "restore it from a backup") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{path} is damaged: a JSON {_json_type(value)}, not an object", "restore it from a backup")
+    return value
 
 
 def checked_manifest(data: Any) -> dict:
