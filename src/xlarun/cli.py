@@ -202,7 +202,8 @@ class _XlarunGroup(typer.core.TyperGroup):
             if _interrupted_inside(exc):
                 error_line("interrupted")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-            if (trouble := _disk_trouble(exc)) is not None:  # a full or read-only disk is the machine's, not a bug
+            if (trouble := _machine_trouble(exc)) is not None:  # a full disk, a limit: the machine's, not a bug
+                _let_go(exc)  # out of memory: what filled it is freed before printing needs any
                 error_line(trouble.one_line())
                 if wants_json and not json_reported(exc):
                     from xlarun.console import print_json
@@ -280,8 +281,64 @@ def _interrupted_inside(exc: BaseException) -> bool:
     return False
 
 
-def _disk_trouble(exc: BaseException) -> XlarunError | None:
-    """A file that could not be written for a full disk, a quota or a read-only file system, as one line."""
+def _let_go(exc: BaseException) -> None:
+    """Drop the frames ``exc`` and the errors it was raised while handling hold (their locals: a module that filled
+    the memory), and collect them."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    import gc
+
+    gc.collect()
+
+
+def _machine_trouble(exc: BaseException) -> XlarunError | None:
+    """:func:`_refusal` of ``exc``; out of memory also when ``exc`` was raised while handling a MemoryError (the
+    handler itself found no memory)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, MemoryError):
+            return _refusal(link)
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return _refusal(exc)
+
+
+def _refusal(exc: BaseException) -> XlarunError | None:
+    """What the machine refused, as one line: a file not written for a full disk, a quota or a read-only file system;
+    too many open files or too little memory (the process's limits); a file this user may not read."""
+    if isinstance(exc, MemoryError):
+        return EnvironmentProblem(
+            "out of memory: the machine or this process's limit (ulimit -v, a cgroup) has too little for this command",
+            "raise the limit, or ask for less (a smaller module, fewer runs); nothing was changed in the store",
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return EnvironmentProblem(
+            f"too many open files (this process may open {soft}, `ulimit -n`)",
+            "raise the limit, e.g. `ulimit -n 1024`, and run the command again",
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        from xlarun.errors import InputError
+
+        name = str(exc.filename or "")
+        return InputError(
+            f"a name too long for the file system ({len(name)} characters): {name[:60]}…",
+            "give a shorter REF or path",
+        )
+    if isinstance(exc, PermissionError):
+        from xlarun.errors import current_user
+
+        return EnvironmentProblem(
+            f"cannot read or write {exc.filename or 'a file'}: permission denied to user {current_user()}",
+            "run the command as a user who may, or ask the store's owner for access",
+        )
     if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         return None
     why = "the file system is read-only" if exc.errno == errno.EROFS else "the disk is full"

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.bounded_read import MAX_MANIFEST_BYTES, read_store_file, read_store_json
+from xlarun.bounded_read import MAX_MANIFEST_BYTES, read_store_file
 from xlarun.capture.launch import file_note_warnings
+from xlarun.errors import StoreError
 from xlarun.interrupts import job_processes
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
@@ -27,6 +28,7 @@ from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
 from xlarun.store.records import Leftover, RunStatus, StoredFile, read_file_list
 from xlarun.store.runs import describe_leftover
+from xlarun.store.store_json import checked_manifest, parse_store_json
 
 
 @dataclass
@@ -91,9 +93,16 @@ _LOST = "listed as archived by the killed capture, but its blob is missing"
 
 def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
     """A capture killed between writing its metadata and its rename: it is whole; commit it as it was."""
-    manifest = read_store_json(folder / "manifest.json", MAX_MANIFEST_BYTES)
+    try:  # read within bounds (a FIFO or link: StoreError), parsed within a depth bound, checked
+        manifest = checked_manifest(parse_store_json(read_store_file(folder / "manifest.json", MAX_MANIFEST_BYTES)))
+        files = store_files_of(folder / "files.json")
+    except (ValueError, StoreError) as exc:  # not UTF-8, not JSON, too deep, not what xlarun writes
+        why = exc.message if isinstance(exc, StoreError) else str(exc)
+        raise StoreError(
+            f"a killed capture's staging folder {folder} is damaged: {why}",
+            "`xlarun gc --discard-recoverable` gives it up; nothing was changed",
+        ) from None
     manifest["recovered"] = {"at": _now(), "found": leftover.what, "by": list(sys.argv)}
-    files = store_files_of(folder / "files.json")
     lost = _check_blobs(store, files)
     if lost:  # as for an incomplete capture: the run keeps what the store holds, and says what it lost
         notes = [
@@ -154,20 +163,24 @@ def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> Recove
     )
     written = _read_json(folder / "manifest.json")  # killed while committing: the capture's own manifest is the better one
     if written.get("run_id") == folder.name:  # commit_run writes it only once every file is archived
-        manifest = Manifest.model_validate(
-            {
-                **written,
-                "files": manifest.files,
-                "dump_bytes": manifest.dump_bytes,
-                "file_notes": manifest.file_notes,
-                "recovered": manifest.recovered,
-            }
-        )
+        try:
+            manifest = Manifest.model_validate(
+                {
+                    **written,
+                    "files": manifest.files,
+                    "dump_bytes": manifest.dump_bytes,
+                    "file_notes": manifest.file_notes,
+                    "recovered": manifest.recovered,
+                }
+            )
+        except ValueError:  # damaged: the manifest made from the spec stands
+            pass
     store.commit_indexed(folder.name, folder, files, {"manifest.json": manifest.to_json()})
     return RecoveredRun(folder.name, manifest.status, len(files), leftover.what, notes=notes)
 
 
 def store_files_of(path: Path) -> list[StoredFile]:
+    """What a staging folder's ``files.json`` lists (read and checked as a run's is: StoreError when damaged)."""
     return read_file_list(path)
 
 
@@ -181,8 +194,8 @@ def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
 def _read_json(path: Path) -> dict:
     """The JSON object in a staging file, or {} when there is none or it is not one (a FIFO or link: StoreError)."""
     try:
-        data = json.loads(read_store_file(path, MAX_MANIFEST_BYTES))
-    except (FileNotFoundError, ValueError, RecursionError):
+        data = parse_store_json(read_store_file(path, MAX_MANIFEST_BYTES))
+    except (FileNotFoundError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -27,7 +27,8 @@ def rm(
     from xlarun.navigate.refs import resolve_run
 
     the_store = open_store(store)
-    ids = [resolve_run(the_store.index, ref).run_id for ref in runs]
+    on_disk = set(the_store.run_ids())  # a run's exact id removes it, damaged or left out of the index too
+    ids = [ref if ref in on_disk else resolve_run(the_store.index, ref).run_id for ref in runs]
     if not yes and not typer.confirm(f"delete {len(ids)} run(s): {', '.join(ids)}?"):
         raise typer.Exit(int(ExitCode.FAILED))
     for run_id in ids:
@@ -108,10 +109,22 @@ def recover(
 def reindex(store: StoreOption = None) -> None:
     """Rebuild the index from the runs on disk (after an upgrade, or if the index was deleted)."""
     the_store = open_store(store)
-    moved = the_store.rebuild_index()
-    if moved is not None:
-        typer.echo(f"the index could not be read: moved it aside to {moved}")
-    typer.echo(f"reindexed {len(the_store.run_ids())} run(s)")
+    done = the_store.rebuild_index()
+    if done.moved is not None:
+        typer.echo(f"the index could not be used: moved it aside to {done.moved}")
+    typer.echo(f"reindexed {done.indexed} run(s)")
+    if done.left_out:
+        from xlarun.errors import StoreError
+
+        for run_id, why in done.left_out.items():
+            typer.echo(f"left out run {run_id}: {why}")
+        first = next(iter(done.left_out))
+        raise StoreError(
+            f"{len(done.left_out)} run(s) left out of the index (run {first}: {done.left_out[first]})",
+            f"every other command works; restore a damaged file from a backup or `xlarun rm {first}` removes the run; "
+            "a run another user owns is indexed by a user who can read it",
+            exit_code=ExitCode.FAILED,
+        )
 
 
 def check(store: StoreOption = None, as_json: JsonOption = False) -> None:

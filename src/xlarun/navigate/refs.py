@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from xlarun import console
-from xlarun.errors import RefError
+from xlarun.errors import RefError, StoreError
 from xlarun.hlo.names import decode_dump_name
 from xlarun.store.index import Index
 from xlarun.store.records import ModuleInfo, RunInfo
@@ -64,6 +64,11 @@ def resolve_run(index: Index, ref: str | None) -> RunInfo:
         )
     if len(by_prefix) > 1:
         raise RefError(f"run REF {ref!r} is ambiguous: {_list(r.run_id for r in by_prefix)}", "type more of the run id")
+    if ref in index.left_out:  # on disk, but damaged or unreadable: say so, not "no run"
+        raise StoreError(
+            f"run {ref} is left out of the index: {index.left_out[ref]}",
+            f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {ref}` removes the run",
+        )
     raise RefError(f"no run matches {ref!r}", "`xlarun runs` lists run ids and names")
 
 

@@ -28,6 +28,7 @@ from xlarun.render.graph import DEFAULT_NODE_LIMIT, Graph, GraphTooBig, check_no
 from xlarun.render.graphdef import graphdef_graph
 from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
 from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
+from xlarun.render.memory import refuse_too_big_for_memory
 from xlarun.render.overview import FAST_LAYOUT, OVERVIEW_ABOVE, OVERVIEW_MAX_NODES, hlo_overview, without_wide_inputs
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
         return graph
     if kind == "dot":
         raise InputError(f"{name} is already DOT", "use render_bytes to lay it out as it is")
+    refuse_too_big_for_memory(len(data), name)
     module = load_hlo(data, name)
     if options.around:
         graph = hlo_neighbourhood(module, options.around, options.depth, expand=options.expand, title=title)

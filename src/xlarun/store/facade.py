@@ -13,13 +13,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xlarun.console import note
 from xlarun.errors import StoreError
-from xlarun.store.index import Index
+from xlarun.store.index import DamagedIndex, Index
 from xlarun.store.records import CheckReport, StoredFile
 from xlarun.store.runs import (
     RunStore,
@@ -35,6 +37,21 @@ _AGREED = "runs_agreed"
 #: a stamp is noted only once ``runs/`` has not changed for this long: a run committed within the same tick of the
 #: file system's clock as the listing would leave the stamp as it was (git's "racily clean" index entries)
 _SETTLED_NS = 2_000_000_000
+
+
+@dataclass
+class Reindexed:
+    """What ``reindex`` did: the runs indexed, where a damaged index was moved, and the runs left out with why."""
+
+    indexed: int
+    moved: Path | None
+    left_out: dict[str, str]
+
+
+def _mend_advice(run_id: str, why: str) -> str:
+    if why.startswith("it cannot be read"):  # a permission problem, not damage
+        return "a user who can read it indexes it"
+    return f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {run_id}` removes the run"
 
 
 def _folder_stamp(folder: Path) -> str | None:
@@ -95,7 +112,10 @@ class Store(RunStore):
         if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
             from xlarun.store.ingest import reconcile
 
-            self._reconciled_ids = set(reconcile(index, self, self.facts))
+            added, left_out = reconcile(index, self, self.facts)
+            self._reconciled_ids, index.left_out = set(added), left_out
+            for run_id, why in left_out.items():
+                note(f"run {run_id} is left out of the index: {why} ({_mend_advice(run_id, why)})")
             return  # the next reader checks again, and notes the agreement
         mtime_ns = int(stamp.split()[0]) if stamp else 0
         if stamp is not None and time.time_ns() - mtime_ns > _SETTLED_NS and _folder_stamp(self.runs_dir) == stamp:
@@ -112,28 +132,44 @@ class Store(RunStore):
             return
         ingest_run(index, self, run_id, self.facts)
 
-    def rebuild_index(self) -> Path | None:
-        """Rebuild the index from ``runs/``; an index SQLite cannot read is moved aside first (returned), since it
-        is derived data. Every run is ingested again."""
-        path = self.root / "index.sqlite"
-        moved = None
+    def rebuild_index(self) -> Reindexed:
+        """Rebuild the index from ``runs/``; an index SQLite cannot read (met opening it or while rebuilding) is moved
+        aside first with its side files, since it is derived data. Every run is ingested again; one whose manifest or
+        file list is damaged is left out, named in the result."""
+        self._reconciled = True  # every run is ingested below: the opening reconcile would do it twice
         try:
-            index = self.index
-        except StoreError as exc:
-            if "cannot open the index" not in exc.message or "locked" in exc.message:
-                raise
-            moved = path.with_name(f"index.sqlite.damaged-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
-            os.replace(path, moved)
-            for side in ("-wal", "-shm"):
-                Path(f"{path}{side}").unlink(missing_ok=True)
-            index = self.index
-        from xlarun.store.ingest import ingest_run
+            return self._ingest_every_run(None)
+        except DamagedIndex:
+            return self._ingest_every_run(self._move_index_aside())
 
+    def _ingest_every_run(self, moved: Path | None) -> Reindexed:
+        from xlarun.store.ingest import ingest_unless_damaged
+
+        index = self.index
         on_disk = self.run_ids()
         for gone in (index.run_ids() - set(on_disk)) | {None}:  # rows of no run, or of a damaged (NULL) run id
             index.forget_run(gone)
+        left_out = {}
         for run_id in on_disk:
-            ingest_run(index, self, run_id, self.facts)
+            why = ingest_unless_damaged(index, self, run_id, self.facts)
+            if why is not None:
+                index.forget_run(run_id)  # rows from before its damage would answer for a run the store cannot read
+                left_out[run_id] = why
+        return Reindexed(len(on_disk) - len(left_out), moved, left_out)
+
+    def _move_index_aside(self) -> Path:
+        """Close this thread's index connection and move the index file and its side files aside; returns where."""
+        index = getattr(self._indexes, "index", None)
+        if index is not None:
+            index.close()
+            self._open_indexes.remove(index)
+            del self._indexes.index
+        path = self.root / "index.sqlite"
+        moved = path.with_name(f"index.sqlite.damaged-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+        os.replace(path, moved)
+        for side in ("-wal", "-shm"):
+            if os.path.lexists(f"{path}{side}"):
+                os.replace(f"{path}{side}", f"{moved}{side}")
         return moved
 
     def open_index(self) -> Index:
@@ -177,11 +213,14 @@ class Store(RunStore):
         """Every file and pack read back (:meth:`RunStore.check`), and every run's file list checked against its
         manifest and the index: a list emptied, deleted or cut short is damage, named with its run, as is a FIFO,
         link or folder in place of its manifest or logs."""
+        from xlarun.store.index_health import unreadable_pages
         from xlarun.store.integrity import file_list_problems, metadata_problems
 
         report = super().check(progress)
         report.damaged[:0] = file_list_problems(self, self.index) + metadata_problems(self)
-        if (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived data: reindex mends it
+        if (pages := unreadable_pages(self.index.conn)) is not None:
+            report.damaged.append({"run": None, "path": "index.sqlite", "problem": f"{pages} (`xlarun reindex` rebuilds it)"})
+        elif (damage := self.index.damage(("runs", "modules", "passes", "files"))) is not None:  # derived: reindex mends it
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})
         return report
 
@@ -191,7 +230,7 @@ class Store(RunStore):
         from xlarun.store.gc import collect_garbage
         from xlarun.store.integrity import UNREADABLE_LIST, file_list_problems, indexed_digests
 
-        problems = file_list_problems(self, self.index)
+        problems = [p for p in file_list_problems(self, self.index) if p["path"] == "files.json"]  # what names blobs
         if unreadable := [p for p in problems if p["problem"].startswith(UNREADABLE_LIST)]:  # permissions, not damage
             first = unreadable[0]
             raise StoreError(

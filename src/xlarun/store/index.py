@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.errors import StoreError, XlarunError
+from xlarun.store import index_health
+from xlarun.store.index_health import DamagedIndex, IndexConnection, check_columns_and_id, make_tables, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.records import (
     FileInfo,
@@ -90,11 +92,15 @@ class Index:
         self.conn = conn
         self.path = path
         self.read_only = False  # opened read-only (the disk is full): reading works, writing says why not
+        self.left_out: dict[str, str] = {}  # runs on disk the last reconcile could not index, and why
 
     @classmethod
     def open(cls, path: Path) -> Index:
         try:
-            conn = open_wal(path, lambda c: c.executescript(SCHEMA))  # a new file's WAL switch waits out a lock
+            refuse_foreign_wal(path)  # before any connection that could checkpoint its pages into the index
+            # a new file's WAL switch waits out a lock; a table dropped by hand is not made again empty
+            conn = open_wal(path, lambda c: make_tables(c, path, SCHEMA), IndexConnection)
+            conn.index_path = path  # type: ignore[attr-defined]
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -102,7 +108,10 @@ class Index:
                 conn.close()
                 path.unlink()  # derived data: rebuild from runs/
                 return cls.open(path)
-        except sqlite3.DatabaseError as exc:
+            check_columns_and_id(conn, path, SCHEMA)
+        except (sqlite3.DatabaseError, DamagedIndex) as exc:
+            if isinstance(exc, DamagedIndex) and not cannot_write(path):
+                raise
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
             if why := cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
@@ -117,9 +126,7 @@ class Index:
                 index = cls(conn, path)
                 index.read_only = True
                 return index
-            raise StoreError(
-                f"cannot open the index {path}: {exc}", "`xlarun reindex` moves it aside and rebuilds it from the runs"
-            ) from None
+            raise DamagedIndex(f"cannot open the index {path}: {exc}") from None
         conn.row_factory = sqlite3.Row
         return cls(conn, path)
 
@@ -467,6 +474,7 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb):
         if not exc_type:
+            index_health.rewrite_index_id_page(self.conn)
             self.conn.execute("COMMIT")
             return False
         if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from xlarun.errors import StoreError
+from xlarun.errors import StoreError, os_error_words
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import Index
-from xlarun.store.records import StoredFile
+from xlarun.store.records import DamagedRun, StoredFile
 from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
 
@@ -56,20 +56,36 @@ def tie_to_named_modules(decoded: list[tuple[StoredFile, DumpName]]) -> list[tup
     return tied
 
 
-def reconcile(index: Index, store: RunStore, facts: FactsCache) -> list[str]:
-    """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed."""
+def reconcile(index: Index, store: RunStore, facts: FactsCache) -> tuple[list[str], dict[str, str]]:
+    """Index committed runs the index lacks, forget runs that are gone; returns the ids indexed, and the runs left
+    out (:func:`ingest_unless_damaged`) with why."""
     on_disk = set(store.run_ids())
     indexed = index.run_ids()
     for gone in indexed - on_disk:
         index.forget_run(gone)
-    added = []
+    added, left_out = [], {}
     for run_id in sorted(on_disk - indexed):
         try:
-            ingest_run(index, store, run_id, facts)
-        except StoreError:  # its file list is damaged: left unindexed, and `xlarun check` names it
+            why = ingest_unless_damaged(index, store, run_id, facts)
+        except StoreError:  # the index cannot be written (a full disk): the next command tries again
             continue
-        added.append(run_id)
-    return added
+        if why is None:
+            added.append(run_id)
+        else:
+            left_out[run_id] = why
+    return added, left_out
+
+
+def ingest_unless_damaged(index: Index, store: RunStore, run_id: str, facts: FactsCache) -> str | None:
+    """Index one run (:func:`ingest_run`), or leave out a run whose manifest or file list is damaged or that this user
+    cannot read, saying why (None once indexed): one damaged run never stops the others being indexed."""
+    try:
+        ingest_run(index, store, run_id, facts)
+    except DamagedRun as exc:
+        return exc.why
+    except PermissionError as exc:
+        return f"it cannot be read ({os_error_words(exc)})"
+    return None
 
 
 def decode_run_files(files: list[StoredFile]) -> list[tuple[StoredFile, DumpName]]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, open_regular, read_store_json
+from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, open_regular
 from xlarun.errors import ExitCode, StoreError
-from xlarun.store.records import read_file_list
+from xlarun.store.records import DamagedRun, read_file_list
 from xlarun.store.runs import RUN_METADATA
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
     for run_id in store.run_ids():
         folder = store.runs_dir / run_id
         listing = folder / "files.json"
-        try:  # bounded, no links, no FIFOs; every path checked to stay below the run
+        try:  # bounded, no links, no FIFOs; every entry checked, every path below the run
             listed = len(read_file_list(listing))
         except FileNotFoundError:
             problems.append({"run": run_id, "path": "files.json", "problem": "files.json is missing"})
@@ -46,8 +46,11 @@ def file_list_problems(store: RunStore, index: Index | None) -> list[dict]:
                 problems.append({"run": run_id, "path": "files.json", "problem": f"files.json is damaged ({exc.message})"})
             continue
         try:
-            recorded = read_store_json(folder / "manifest.json", MAX_MANIFEST_BYTES).get("files")
-        except (OSError, StoreError, AttributeError):
+            recorded = store.manifest(run_id).get("files")
+        except DamagedRun as exc:
+            problems.append({"run": run_id, "path": "manifest.json", "problem": exc.why})
+            continue
+        except (PermissionError, StoreError):  # what it records is unknown: the list is checked against the index alone
             recorded = None
         for source, count in (("its manifest", recorded), ("the index", indexed.get(run_id))):
             if isinstance(count, int) and count != listed:

@@ -39,12 +39,14 @@ WAL_SWITCH_TRIES = 50
 WAL_SWITCH_WAIT_S = 0.1
 
 
-def open_wal(path: Path, setup: Callable[[sqlite3.Connection], object]) -> sqlite3.Connection:
+def open_wal(
+    path: Path, setup: Callable[[sqlite3.Connection], object], factory: type[sqlite3.Connection] = sqlite3.Connection
+) -> sqlite3.Connection:
     """A connection to the SQLite file ``path`` (made if missing) in WAL mode, ``setup(conn)`` run on it (tables
     made if missing). A lock met on the way is waited out, for :data:`WAL_SWITCH_TRIES` tries; any other
     ``sqlite3.OperationalError`` (or the lock after the last try) is raised, the connection closed."""
     for attempt in range(WAL_SWITCH_TRIES):
-        conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False, factory=factory)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xlarun.bounded_read import MAX_LIST_BYTES, read_store_json
+from xlarun.bounded_read import MAX_LIST_BYTES, read_store_file
 from xlarun.errors import StoreError
 from xlarun.safe_names import checked_relative_path, store_damage
+from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, parse_store_json
 
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
@@ -45,22 +46,25 @@ class StoredFile:
 
 def read_file_list(path: Path) -> list[StoredFile]:
     """The files a run's (or a staging folder's) ``files.json`` lists, read within bounds (no link, no FIFO, at most
-    :data:`~xlarun.bounded_read.MAX_LIST_BYTES`) and checked; FileNotFoundError when there is none, else StoreError."""
+    :data:`~xlarun.bounded_read.MAX_LIST_BYTES`), parsed within a depth bound and checked (types, sizes, no path twice,
+    none leaving the run); FileNotFoundError when there is none, else StoreError naming the damage."""
     hint = "restore it from a backup, or `xlarun rm RUN_ID` gives the run up"
-    return listed_files(read_store_json(path, MAX_LIST_BYTES, hint=hint), str(path))
+    data = read_store_file(path, MAX_LIST_BYTES, hint=hint)
+    try:
+        items = parse_store_json(data)
+    except ValueError as exc:  # not UTF-8, not JSON, nested past the bound
+        raise store_damage(f"{path} is damaged: {exc}", hint) from None
+    return listed_files(items, str(path))
 
 
 def listed_files(items: object, source: str) -> list[StoredFile]:
-    """The files a parsed ``files.json`` (or ``archived.json``'s ``files``) lists, each path checked to stay below
-    the run's folder; StoreError (exit 1, damage) naming ``source`` and the bad entry otherwise."""
-    if not isinstance(items, list):
-        raise store_damage(f"{source} is damaged: not a list of files", "restore it from a backup, or `xlarun rm` the run")
+    """The files a parsed ``files.json`` (or ``archived.json``'s ``files``) lists: each entry of the types xlarun
+    writes, no path twice, each path below the run's folder; StoreError (exit 1, damage) naming ``source`` otherwise."""
     try:
-        return [StoredFile(checked_relative_path(i["path"], source, store_damage), i["digest"], i["size"]) for i in items]
-    except (KeyError, TypeError) as exc:
-        raise store_damage(
-            f"{source} is damaged ({type(exc).__name__}: {exc})", "it was changed by hand; `xlarun rm RUN_ID` removes the run"
-        ) from None
+        entries = checked_file_entries(items)
+    except StoreJsonDamage as exc:
+        raise store_damage(f"{source} is damaged: {exc}", "it was changed by hand; `xlarun rm RUN_ID` removes the run") from None
+    return [StoredFile(checked_relative_path(path, source, store_damage), digest, size) for path, digest, size in entries]
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,18 @@ def json_or_none(text: str | None):
     return json.loads(text) if text else None
 
 
+class DamagedRun(StoreError):
+    """A committed run's manifest or file list cannot be read or is not what xlarun writes: named with its run and
+    the fix. The index leaves such a run out (``reindex`` and every reconcile name it) until it is mended or removed."""
+
+    def __init__(self, run_id: str, name: str, why: str):
+        super().__init__(
+            f"run {run_id} is damaged: its {name} is {why}",
+            f"restore runs/{run_id}/{name} from a backup, or `xlarun rm {run_id}` removes the run",
+        )
+        self.run_id, self.why = run_id, f"its {name} is {why}"
+
+
 class IndexDamage(StoreError):
     """A row of the index holds what xlarun never writes (a NULL, text where a number belongs, broken JSON): the
     index is derived data, rebuilt from the runs on disk by ``xlarun reindex``."""
@@ -255,8 +271,8 @@ def _checked(row: sqlite3.Row, table: str) -> None:
 
 def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str):
     try:
-        value = json.loads(row[column] or empty)
-    except (ValueError, TypeError, RecursionError):
+        value = parse_store_json(row[column] or empty)
+    except (ValueError, TypeError):
         raise IndexDamage(table, column, row[column], row) from None
     if not isinstance(value, kind):
         raise IndexDamage(table, column, row[column], row)

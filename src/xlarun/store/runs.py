@@ -35,13 +35,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS, CheckReport, FileNote, Leftover, StoredFile, listed_files, read_file_list
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files
+from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, checked_manifest, parse_store_json, unreadable_words
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -55,6 +57,8 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 ARCHIVED_LIST = "archived.json"
 #: A run folder's own files beside its file list (each a regular file, or absent), as export and shipping copy them.
 RUN_METADATA = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
+
+T = TypeVar("T")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -197,17 +201,23 @@ class RunStore:
         path = self.runs_dir / run_id
         if not (path / "files.json").exists():
             if path.is_dir():
-                raise StoreError(f"run {run_id} is damaged: its files.json is missing", "`xlarun check` lists what is damaged")
+                raise DamagedRun(run_id, "files.json", "missing")
             raise RefError(f"no run {run_id} in {self.root}", "`xlarun runs` lists the runs")
         return path
 
     def stored_files(self, run_id: str) -> list[StoredFile]:
-        """The run's file list, read within bounds and every path checked (StoreError naming the damage)."""
-        return read_file_list(self.run_path(run_id) / "files.json")
+        """What a run's ``files.json`` lists, read within bounds (no link, no FIFO) and checked (types, sizes, no path
+        twice, none leaving the run); :class:`DamagedRun` or StoreError naming the damage."""
+        listing = self.run_path(run_id) / "files.json"
+        entries = _judged_json(run_id, "files.json", lambda: _bounded(listing, bounded_read.MAX_LIST_BYTES), checked_file_entries)
+        return listed_files([{"path": p, "digest": d, "size": n} for p, d, n in entries], str(listing))
 
     def manifest(self, run_id: str) -> dict:
+        """A run's ``manifest.json`` ({} where it has none); :class:`DamagedRun` when it cannot be read or a key the
+        index reads has a type xlarun never writes."""
         path = self.run_path(run_id) / "manifest.json"
-        return bounded_read.read_store_json(path, bounded_read.MAX_MANIFEST_BYTES) if path.exists() else {}
+        read = (lambda: _bounded(path, bounded_read.MAX_MANIFEST_BYTES)) if path.exists() else (lambda: b"{}")
+        return _judged_json(run_id, "manifest.json", read, checked_manifest)
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
@@ -323,7 +333,7 @@ class RunStore:
         for run_id in runs:
             try:
                 listed = self.stored_files(run_id)
-            except StoreError:  # a damaged list: Store.check names it with what it disagrees with
+            except (StoreError, PermissionError):  # a damaged or unreadable list: Store.check names it
                 continue
             for entry in listed:
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
@@ -435,6 +445,26 @@ def _describe_leftover(folder: Path) -> Leftover:
     return Leftover(folder, True, ", ".join(parts))
 
 
+def _bounded(path: Path, limit: int) -> bytes:
+    """A store file's bytes, read within ``limit`` (no link, no FIFO: StoreError naming it)."""
+    return bounded_read.read_store_file(path, limit)
+
+
+def _judged_json(run_id: str, name: str, read: Callable[[], str | bytes], check: Callable[[Any], T]) -> T:
+    """What ``read`` returns, parsed within bounds and checked; :class:`DamagedRun` naming the run and ``name`` when
+    it cannot be read or is not what xlarun writes (a permission problem is the caller's to name)."""
+    try:
+        text = read()
+    except PermissionError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(run_id, name, unreadable_words(exc)) from None
+    try:
+        return check(parse_store_json(text))
+    except StoreJsonDamage as exc:
+        raise DamagedRun(run_id, name, str(exc)) from None
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -468,7 +498,7 @@ def read_archived_list(staging: Path) -> tuple[list[StoredFile], list[FileNote]]
     FIFO, link or folder in its place, or one past :data:`MAX_LIST_BYTES`: StoreError naming it (never waited on)."""
     path = staging / ARCHIVED_LIST
     try:
-        data = json.loads(bounded_read.read_store_file(path, bounded_read.MAX_LIST_BYTES))
+        data = parse_store_json(bounded_read.read_store_file(path, bounded_read.MAX_LIST_BYTES))
         files, notes = data["files"], [FileNote(n["path"], n["archived"], n["why"]) for n in data["notes"]]
     except FileNotFoundError:
         return None
