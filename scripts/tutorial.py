@@ -157,9 +157,13 @@ def regenerate(chosen: list[Path]) -> dict[Path, list[tuple[Block, str]]]:
             print(f"{page.relative_to(ROOT)}: {len(wanted)} block(s)", file=sys.stderr, flush=True)
             for block in wanted:
                 for command in block.setup:
-                    proc = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+                    proc = subprocess.run(
+                        ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=1800
+                    )
                     if proc.returncode != 0:
-                        raise SystemExit(f"{page.relative_to(ROOT)}:{block.start}: setup {command!r} failed:\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+                        raise SystemExit(
+                            f"{page.relative_to(ROOT)}:{block.start}: setup {command!r} failed:\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+                        )
                 body = []
                 for line in lines[block.start : block.end]:
                     if line.startswith("$ "):
@@ -218,12 +222,17 @@ def check(names: list[str]) -> int:
     if recorded and recorded != {jax_version()}:
         print(f"the pages were made with jax {', '.join(sorted(recorded))}, this is {jax_version()}: run write", file=sys.stderr)
         return 2
-    problems = [f"{where}: a console block neither checked (<!-- tutorial -->) nor saying why not (<!-- unchecked: ... -->)" for where in unmarked()]
+    problems = [
+        f"{where}: a console block neither checked (<!-- tutorial -->) nor saying why not (<!-- unchecked: ... -->)"
+        for where in unmarked()
+    ]
     for page, outputs in regenerate(_chosen(names)).items():
         lines = page.read_text().splitlines()
         for block, body in outputs:
             if normalized("\n".join(lines[block.start : block.end]), block.volatile) != normalized(body, block.volatile):
-                problems.append(f"{page.relative_to(ROOT)}:{block.start}: output changed: {lines[block.start]}  (python scripts/tutorial.py write)")
+                problems.append(
+                    f"{page.relative_to(ROOT)}:{block.start}: output changed: {lines[block.start]}  (python scripts/tutorial.py write)"
+                )
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from xlarun import console
-from xlarun.errors import RefError, StoreError
+from xlarun.errors import ExitCode, RefError, StoreError, XlarunError
 from xlarun.hlo.names import decode_dump_name
 from xlarun.store.index import Index
 from xlarun.store.records import ModuleInfo, RunInfo
@@ -36,7 +36,7 @@ def resolve_run(index: Index, ref: str | None) -> RunInfo:
             return mine
         if len(newest) < _NEWEST:  # every run is xlarun's own (or there is none)
             if not newest:
-                raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+                raise _nothing_indexed(index)
             return newest[0]
     else:
         by_prefix = index.runs_by_id_prefix(ref, 2)
@@ -47,9 +47,15 @@ def resolve_run(index: Index, ref: str | None) -> RunInfo:
             named = user_runs(index.runs(name=ref))
             if named:
                 return named[-1]  # the latest run of that spec
+    if ref in index.left_out:  # on disk, but damaged or unreadable: say so, not "no run"
+        raise StoreError(
+            f"run {ref} is left out of the index: {index.left_out[ref]}",
+            f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {ref}` removes the run",
+            exit_code=ExitCode.FAILED,
+        )
     runs = index.runs()
     if not runs:
-        raise RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+        raise _nothing_indexed(index)
     yours = user_runs(runs)
     if ref in (None, "", "latest", "last", "@"):
         return (yours or runs)[-1]  # the newest run of the user's; xlarun's own only when there is nothing else
@@ -64,12 +70,19 @@ def resolve_run(index: Index, ref: str | None) -> RunInfo:
         )
     if len(by_prefix) > 1:
         raise RefError(f"run REF {ref!r} is ambiguous: {_list(r.run_id for r in by_prefix)}", "type more of the run id")
-    if ref in index.left_out:  # on disk, but damaged or unreadable: say so, not "no run"
-        raise StoreError(
-            f"run {ref} is left out of the index: {index.left_out[ref]}",
-            f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {ref}` removes the run",
-        )
     raise RefError(f"no run matches {ref!r}", "`xlarun runs` lists run ids and names")
+
+
+def _nothing_indexed(index: Index) -> XlarunError:
+    """No run is indexed: the store is new, or every run on disk is left out as damaged (then say which)."""
+    if not index.left_out:
+        return RefError("the store has no runs yet", "capture one with `xlarun capture SPEC`")
+    damaged = _list(f"{run_id} ({why})" for run_id, why in index.left_out.items())
+    return StoreError(
+        f"no run can be read: every run on disk is left out of the index as damaged: {damaged}",
+        "`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm RUN` removes a run",
+        exit_code=ExitCode.FAILED,
+    )
 
 
 def user_runs(runs: list[RunInfo]) -> list[RunInfo]:

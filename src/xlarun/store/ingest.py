@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from xlarun.errors import StoreError, os_error_words
+from xlarun.errors import ExitCode, StoreError, os_error_words
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import Index
@@ -85,6 +85,12 @@ def ingest_unless_damaged(index: Index, store: RunStore, run_id: str, facts: Fac
         return exc.why
     except PermissionError as exc:
         return f"it cannot be read ({os_error_words(exc)})"
+    except StoreError as exc:  # what the bounded reader refused (a FIFO, a link, a folder, a path leaving the run)
+        if exc.exit_code == ExitCode.FAILED:
+            return exc.message
+        if exc.message.startswith("cannot read "):  # this user may not read it
+            return f"it cannot be read ({exc.message.rsplit(': ', 1)[-1]})"
+        raise  # the index cannot be written (a full disk): not the run's damage
     return None
 
 
