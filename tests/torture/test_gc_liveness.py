@@ -19,7 +19,6 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "compat"
 NOBODY = 65534
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +99,7 @@ def _one_error(result) -> str:
     return _error_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_a_stale_table_restored_from_a_backup_is_refused_and_rebuilt(one_run_store, tmp_path, cli, figures):
     store = _copy(one_run_store, tmp_path / "store")
     backup = tmp_path / "packs.sqlite.backup"
@@ -123,6 +123,7 @@ def test_a_stale_table_restored_from_a_backup_is_refused_and_rebuilt(one_run_sto
     assert (read, lost) == (expected, [])
 
 
+@pytest.mark.slow
 def test_garbled_rows_in_the_table_are_refused_never_read_as_unused_packs(one_run_store, tmp_path, cli, figures):
     store = _copy(one_run_store, tmp_path / "store")
     expected, _ = read_back(store)
@@ -149,6 +150,7 @@ def test_garbled_rows_in_the_table_are_refused_never_read_as_unused_packs(one_ru
     assert (read, lost, len(_pack_files(store))) == (expected, [], packs)
 
 
+@pytest.mark.slow
 def test_a_damaged_file_list_or_pack_that_check_names_stops_gc(one_run_store, tmp_path, cli, figures):
     store = _copy(one_run_store, tmp_path / "store")
     _import(cli, store, "jax-0.11.2")
@@ -182,6 +184,7 @@ def test_a_damaged_file_list_or_pack_that_check_names_stops_gc(one_run_store, tm
     assert (read, lost) == (expected, [])
 
 
+@pytest.mark.slow
 def test_a_killed_captures_damaged_archived_list_stops_gc_until_recovered_or_discarded(one_run_store, tmp_path, cli, figures):
     """The files a killed capture archived are named only by its ``archived.json``: one that cannot be read stops gc."""
     store = _copy(one_run_store, tmp_path / "store")
@@ -249,6 +252,7 @@ def _error_line(stderr: str) -> str:
     return " ".join(stderr.split())
 
 
+@pytest.mark.slow
 def test_a_pack_another_user_cannot_read_is_never_deleted_by_their_gc(one_run_store, shared_folder, cli, figures):
     """A store shared by two users: a pack of mode 600 is unreadable to the other, whose rebuilt table lacks its
     files; that user's gc refuses, naming the pack, the permission and the user, and the owner reads every file."""
@@ -270,6 +274,7 @@ def test_a_pack_another_user_cannot_read_is_never_deleted_by_their_gc(one_run_st
     assert (read, lost) == (expected, []) and private.exists()
 
 
+@pytest.mark.slow
 def test_a_run_another_user_cannot_read_stops_their_gc(one_run_store, shared_folder, cli, figures):
     """A run folder of mode 700 in a shared store: what it lists is unknown to the other user, whose gc refuses
     naming the run, the permission and the user."""
@@ -291,6 +296,7 @@ def test_a_run_another_user_cannot_read_stops_their_gc(one_run_store, shared_fol
     assert (read, lost) == (expected, [])
 
 
+@pytest.mark.slow
 def test_gc_on_a_store_it_cannot_write_says_what_it_could_not_remove(one_run_store, shared_folder, cli, figures):
     """Killed captures' leftovers in a store nobody may not write: a leftover nobody cannot read stops their gc (what
     it lists is unknown), and `gc --discard-recoverable` names the folder, the permission and the user, exit 3, and
