@@ -207,7 +207,7 @@ class Module(display.Shown):
 
         The keywords are ``xlarun replay``'s options (``timeout`` in seconds, ``max_data_size`` as ``"4G"`` or bytes)."""
         from xlarun.replay.options import keywords_for, replay_options
-        from xlarun.replay.record import replay_stored_module
+        from xlarun.replay.resolve import replay_stored_module
 
         options = replay_options(**keywords_for(replay_options, locals()))
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)

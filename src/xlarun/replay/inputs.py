@@ -71,7 +71,9 @@ def _global_arguments(plan: ReplayPlan, placed: Placed) -> list:
         plan.options.max_data_bytes,
     )
     arguments = fake_arguments(placed.global_parameters, plan.options.seed or 0)
-    plan.log(f"compiled {placed.source.path.name} for {devices} devices of {plan.platform.describe()} in {placed.module.compile_s:.3f} s")
+    plan.log(
+        f"compiled {placed.source.path.name} for {devices} devices of {plan.platform.describe()} in {placed.module.compile_s:.3f} s"
+    )
     return arguments
 
 
