@@ -239,7 +239,7 @@ class Module(display.Shown):
     ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
         from xlarun.bisect.bisect_options import bisect_options
-        from xlarun.bisect.recorded import bisect_and_record
+        from xlarun.bisect.replay_mode import bisect_and_record
         from xlarun.replay.options import keywords_for
 
         options = bisect_options(**keywords_for(bisect_options, locals()))
