@@ -23,6 +23,7 @@ def test_every_module_imports_only_from_the_layers_below_it():
     proc = subprocess.run([_lint_imports(), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "xlarun's layers KEPT" in proc.stdout and "the hlo package's layers KEPT" in proc.stdout
+    assert "the replay package's layers KEPT" in proc.stdout
 
 
 def test_every_module_is_in_a_layer():
@@ -44,7 +45,7 @@ def test_every_module_is_in_a_layer():
     assert layered - modules == set(), "these layers name modules that no longer exist"
 
 
-@pytest.mark.parametrize("package", ["store", "capture", "hlo"])
+@pytest.mark.parametrize("package", ["store", "capture", "hlo", "replay"])
 def test_every_module_of_a_layered_package_is_in_its_layers(package):
     import tomllib
 

@@ -1,4 +1,4 @@
-"""Partitioned modules replayed on their N devices (replay/partitioned.py, partitioned_engine.py, multidevice.py).
+"""Partitioned modules replayed on their N devices (replay/partitioned.py, placed.py, run.py, reference.py, multidevice.py).
 
 Real captures: a 4-device step sharded with NamedSharding over a 2 x 2 mesh, and a 4-device shard_map step
 with psum, dumped by jax with --xla_force_host_platform_device_count=4. The optimized module of each is

@@ -25,7 +25,7 @@ SLIGHT, PAST = LEVELS[1][0], LEVELS[3][0]
 def bisected_report(bisect_store, tmp_path_factory):
     """A real bisection of the algsimp capture (its instruction search included), then the run's report."""
     from xlarun.bisect.bisect_options import bisect_options
-    from xlarun.bisect.recorded import bisect_and_record
+    from xlarun.bisect.replay_mode import bisect_and_record
     from xlarun.navigate.refs import resolve_module
 
     store = Store.open(bisect_store)

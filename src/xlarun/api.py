@@ -14,16 +14,18 @@ named as the CLI names things. Each prints as the CLI prints it and shows as HTM
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlarun import display
-from xlarun.api_module import Module, ModuleList
-from xlarun.api_results import Batch, Bisection, Diff, Found, Graph, Replay
+from xlarun.api_module import Module, ModuleList, Replay, Run, RunList
+from xlarun.api_results import Bisection, Diff, Graph
+from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store as _LibraryStore
-    from xlarun.store.records import FileInfo, RunInfo
+    from xlarun.store.records import FindHit
 
 __all__ = [
     "Batch",
@@ -152,114 +154,6 @@ class Store(display.Shown):
         return repr(self)
 
 
-class Run(display.Shown):
-    """One run of the store: its facts (``id``, ``name``, ``kind``, ``status``...), ``modules()``, ``files()``,
-    ``logs()``, ``manifest``, ``report()``, ``export()``. Prints as ``xlarun modules RUN``."""
-
-    def __init__(self, store: Store, info: RunInfo):
-        self._store = store
-        self.info = info
-
-    id = property(lambda self: self.info.run_id, doc="The run id (``20261122-103555-391d``).")
-    name = property(lambda self: self.info.name, doc="The spec's name (or the function's, for an in-process capture).")
-    kind = property(lambda self: self.info.kind, doc="capture, import, inline (xlarun.jax.capture), replay...")
-    status = property(lambda self: self.info.status)
-    backend = property(lambda self: self.info.backend)
-    framework = property(lambda self: self.info.framework)
-    started = property(lambda self: self.info.started)
-    duration_s = property(lambda self: self.info.duration_s)
-    n_modules = property(lambda self: self.info.n_modules)
-    n_files = property(lambda self: self.info.n_files)
-    dump_bytes = property(lambda self: self.info.dump_bytes)
-    batch_id = property(lambda self: self.info.batch_id)
-    tags = property(lambda self: self.info.tags)
-
-    @property
-    def ok(self) -> bool:
-        """The job succeeded and dumped something."""
-        return self.status == "succeeded" and self.n_files > 0
-
-    @property
-    def store(self) -> Store:
-        return self._store
-
-    def modules(self) -> ModuleList:
-        """The run's modules, the main program first."""
-        return ModuleList(self._store, [Module(self._store, m) for m in self._store.store.index.modules(self.id)], self)
-
-    def module(self, ref: str) -> Module:
-        return self._store.module(ref, run=self)
-
-    @property
-    def main(self) -> Module:
-        """The main program: the first module ``xlarun modules`` lists."""
-        modules = self.modules()
-        if not modules:
-            from xlarun.errors import InputError
-
-            raise InputError(f"run {self.id} has no modules", "`xlarun files RUN` lists what it wrote")
-        return modules[0]
-
-    def files_outside_modules(self) -> list[tuple[str, int]]:
-        """(kind, count) of the run's files that belong to no module (logs, TF graphs, reports...)."""
-        return self._store.store.index.files_outside_modules(self.id)
-
-    def files(self, kind: str | None = None) -> list[FileInfo]:
-        """Every file the run wrote with what its name means (``xlarun files``); ``kind``: hlo, pass, snapshot..."""
-        return [f for f in self._store.store.index.run_files(self.id) if kind is None or f.kind == kind]
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """What was recorded: command, flags, versions, host, times, status."""
-        return self._store.store.manifest(self.id)
-
-    def logs(self, stream: str = "stdout", process: int | None = None) -> str:
-        """The job's ``stdout`` or ``stderr``; ``process``: that process's own (a run of many processes)."""
-        if process is None:
-            return self._store.store.read_log(self.id, stream)
-        from xlarun.capture.backends.process_group import process_log
-
-        return process_log(self._store.store.run_path(self.id), process, stream)
-
-    def processes(self):
-        """In a run of many processes, its modules across them: which were compiled alike, which are in desync
-        (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
-        from xlarun.navigate.desync import compare_processes
-
-        return compare_processes([m.summary for m in self.modules()])
-
-    def report(self, out: str | Path = "report") -> Path:
-        """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""
-        from xlarun.report import build_run_report
-
-        return build_run_report(self._store.store, self.id, out).index_html
-
-    def export(self, dest: str | Path, with_logs: bool = True) -> int:
-        """``xlarun export``: the run's files back under their original names; returns how many."""
-        return self._store.store.export(self.id, dest, with_logs=with_logs)
-
-    def _printed(self) -> display.Printed:
-        from xlarun.present import print_run_modules
-
-        return display.capture_printed(
-            print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
-        )
-
-
-class RunList(display.ShownList[Run]):
-    """Runs, oldest first; prints as ``xlarun runs``."""
-
-    def __init__(self, store: Store, runs: list[Run], batch: str | None = None, name: str | None = None):
-        super().__init__(runs)
-        self._store, self._batch, self._name = store, batch, name
-        self.total = len(runs)  # all the runs asked for, where only the newest were read (``last``)
-
-    def _printed(self) -> display.Printed:
-        from xlarun.present import print_runs
-
-        return display.capture_printed(print_runs, [run.info for run in self])
-
-
 def capture(spec: str | Path, store: Store | str | Path | None = None, *, echo: bool = False) -> Run:
     """``xlarun capture SPEC``: run the spec's job with its dump environment, archive and index what it wrote.
 
@@ -304,3 +198,47 @@ def batch(
         ship=ship,
     )
     return Batch(the_store, result)
+
+
+class Found(display.Shown, Sequence["FindHit"]):
+    """What ``find`` found: one hit per module and kind; prints as ``xlarun find``."""
+
+    def __init__(self, store: Store, text: str, hits: list[FindHit]):
+        self._store, self.text, self.hits = store, text, hits
+
+    def __getitem__(self, i):
+        return self.hits[i]
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def modules(self) -> list[Module]:
+        """The modules hit, each once."""
+        seen = dict.fromkeys((h.run_id, h.module_id) for h in self.hits)
+        return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present import print_found
+
+        if not self.hits:
+            return display.Printed(f"no module contains {self.text!r}", [LineBlock(f"no module contains {self.text!r}")])
+        return display.capture_printed(print_found, self.hits)
+
+
+class Batch(display.Shown):
+    """A batch (``xlarun batch``): ``batch_id``, ``runs``, ``ok``; prints the CLI's comparison of the cells."""
+
+    def __init__(self, store: Store, result: Any):
+        self._store, self.result = store, result
+
+    batch_id = property(lambda self: self.result.batch_id)
+    ok = property(lambda self: self.result.ok)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present import print_comparison
+
+        return display.capture_printed(print_comparison, self.result)

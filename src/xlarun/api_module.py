@@ -1,26 +1,38 @@
-"""The front door's :class:`Module`: one module of a run, its facts, files and passes, and the verbs the CLI has
-for a module (``diff``, ``render``, ``replay``, ``bisect``, ``bundle``); :class:`ModuleList`, a run's modules."""
+"""The front door's :class:`Run` and :class:`Module`: one run of the store and its modules; a module's facts, files
+and passes, and the verbs the CLI has for a module (``diff``, ``render``, ``replay``, ``bisect``, ``bundle``);
+:class:`RunList`, :class:`ModuleList`; :class:`Replay`, what ``Module.replay`` returns."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Replay
+from xlarun.api_results import Bisection, Diff, Graph
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from xlarun.api import Run, Store
-    from xlarun.store.records import FileInfo, ModuleInfo, PassInfo
+    from xlarun.replay.result import ReplayResult
+    from xlarun.store.facade import Store as LibraryStore
+    from xlarun.store.records import FileInfo, ModuleInfo, PassInfo, RunInfo
+
+
+class FrontStore(Protocol):
+    """What a run and a module ask of the front door's store that holds them (:class:`xlarun.api.Store`)."""
+
+    store: LibraryStore
+
+    def run(self, ref: str | None = None) -> Run: ...
+
+    def module(self, ref: str, run: str | Run | None = None) -> Module: ...
 
 
 class ModuleList(display.ShownList["Module"]):
     """A run's modules, the main program first; prints as ``xlarun modules``' table."""
 
-    def __init__(self, store: Store, modules: list[Module], run: Run | None = None):
+    def __init__(self, store: FrontStore, modules: list[Module], run: Run | None = None):
         super().__init__(modules)
         self._store, self.run = store, run
 
@@ -34,7 +46,7 @@ class Module(display.Shown):
     """One module of a run: its facts, ``text(stage=...)``, ``files``, ``passes``, and the verbs
     ``diff``, ``render``, ``replay``, ``bisect``, ``bundle``. Prints as ``xlarun show``; in Jupyter adds its graph."""
 
-    def __init__(self, store: Store, info: ModuleInfo):
+    def __init__(self, store: FrontStore, info: ModuleInfo):
         self._store = store
         self._summary = info  # a run's module list carries no files: they are read on first use (``info``)
 
@@ -76,7 +88,7 @@ class Module(display.Shown):
         return self._store.run(self.run_id)
 
     @property
-    def store(self) -> Store:
+    def store(self) -> FrontStore:
         return self._store
 
     @property
@@ -133,8 +145,6 @@ class Module(display.Shown):
         return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
 
     def _other(self, other: str | Module | Run) -> Module:
-        from xlarun.api import Run
-
         if isinstance(other, Module):
             return other
         ref = other.id if isinstance(other, Run) else other
@@ -207,7 +217,7 @@ class Module(display.Shown):
 
         The keywords are ``xlarun replay``'s options (``timeout`` in seconds, ``max_data_size`` as ``"4G"`` or bytes)."""
         from xlarun.replay.options import keywords_for, replay_options
-        from xlarun.replay.record import replay_stored_module
+        from xlarun.replay.resolve import replay_stored_module
 
         options = replay_options(**keywords_for(replay_options, locals()))
         record = replay_stored_module(self._store.store, self.info, options, None, file=file)
@@ -229,7 +239,7 @@ class Module(display.Shown):
     ) -> Bisection:
         """``xlarun bisect`` (replay mode): the first pass of the timeline whose output leaves the reference; recorded."""
         from xlarun.bisect.bisect_options import bisect_options
-        from xlarun.bisect.recorded import bisect_and_record
+        from xlarun.bisect.replay_mode import bisect_and_record
         from xlarun.replay.options import keywords_for
 
         options = bisect_options(**keywords_for(bisect_options, locals()))
@@ -263,3 +273,131 @@ class Module(display.Shown):
             )
         except XlarunError as exc:  # too big, graphviz missing, no HLO text: the tables still show
             return display.note_html(f"graph not drawn: {exc.one_line()}")
+
+
+class Run(display.Shown):
+    """One run of the store: its facts (``id``, ``name``, ``kind``, ``status``...), ``modules()``, ``files()``,
+    ``logs()``, ``manifest``, ``report()``, ``export()``. Prints as ``xlarun modules RUN``."""
+
+    def __init__(self, store: FrontStore, info: RunInfo):
+        self._store = store
+        self.info = info
+
+    id = property(lambda self: self.info.run_id, doc="The run id (``20261122-103555-391d``).")
+    name = property(lambda self: self.info.name, doc="The spec's name (or the function's, for an in-process capture).")
+    kind = property(lambda self: self.info.kind, doc="capture, import, inline (xlarun.jax.capture), replay...")
+    status = property(lambda self: self.info.status)
+    backend = property(lambda self: self.info.backend)
+    framework = property(lambda self: self.info.framework)
+    started = property(lambda self: self.info.started)
+    duration_s = property(lambda self: self.info.duration_s)
+    n_modules = property(lambda self: self.info.n_modules)
+    n_files = property(lambda self: self.info.n_files)
+    dump_bytes = property(lambda self: self.info.dump_bytes)
+    batch_id = property(lambda self: self.info.batch_id)
+    tags = property(lambda self: self.info.tags)
+
+    @property
+    def ok(self) -> bool:
+        """The job succeeded and dumped something."""
+        return self.status == "succeeded" and self.n_files > 0
+
+    @property
+    def store(self) -> FrontStore:
+        return self._store
+
+    def modules(self) -> ModuleList:
+        """The run's modules, the main program first."""
+        return ModuleList(self._store, [Module(self._store, m) for m in self._store.store.index.modules(self.id)], self)
+
+    def module(self, ref: str) -> Module:
+        return self._store.module(ref, run=self)
+
+    @property
+    def main(self) -> Module:
+        """The main program: the first module ``xlarun modules`` lists."""
+        modules = self.modules()
+        if not modules:
+            from xlarun.errors import InputError
+
+            raise InputError(f"run {self.id} has no modules", "`xlarun files RUN` lists what it wrote")
+        return modules[0]
+
+    def files_outside_modules(self) -> list[tuple[str, int]]:
+        """(kind, count) of the run's files that belong to no module (logs, TF graphs, reports...)."""
+        return self._store.store.index.files_outside_modules(self.id)
+
+    def files(self, kind: str | None = None) -> list[FileInfo]:
+        """Every file the run wrote with what its name means (``xlarun files``); ``kind``: hlo, pass, snapshot..."""
+        return [f for f in self._store.store.index.run_files(self.id) if kind is None or f.kind == kind]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What was recorded: command, flags, versions, host, times, status."""
+        return self._store.store.manifest(self.id)
+
+    def logs(self, stream: str = "stdout", process: int | None = None) -> str:
+        """The job's ``stdout`` or ``stderr``; ``process``: that process's own (a run of many processes)."""
+        if process is None:
+            return self._store.store.read_log(self.id, stream)
+        from xlarun.capture.backends.process_group import process_log
+
+        return process_log(self._store.store.run_path(self.id), process, stream)
+
+    def processes(self):
+        """In a run of many processes, its modules across them: which were compiled alike, which are in desync
+        (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
+        from xlarun.navigate.desync import compare_processes
+
+        return compare_processes([m.summary for m in self.modules()])
+
+    def report(self, out: str | Path = "report") -> Path:
+        """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""
+        from xlarun.report import build_run_report
+
+        return build_run_report(self._store.store, self.id, out).index_html
+
+    def export(self, dest: str | Path, with_logs: bool = True) -> int:
+        """``xlarun export``: the run's files back under their original names; returns how many."""
+        return self._store.store.export(self.id, dest, with_logs=with_logs)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present import print_run_modules
+
+        return display.capture_printed(
+            print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
+        )
+
+
+class RunList(display.ShownList[Run]):
+    """Runs, oldest first; prints as ``xlarun runs``."""
+
+    def __init__(self, store: FrontStore, runs: list[Run], batch: str | None = None, name: str | None = None):
+        super().__init__(runs)
+        self._store, self._batch, self._name = store, batch, name
+        self.total = len(runs)  # all the runs asked for, where only the newest were read (``last``)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present import print_runs
+
+        return display.capture_printed(print_runs, [run.info for run in self])
+
+
+class Replay(display.Shown):
+    """A recorded replay: ``verdict`` (match, mismatch, ran, engine-error), ``result`` with errors and timings."""
+
+    def __init__(self, result: ReplayResult, replay_id: str | None, module: Module | None):
+        self.result, self.replay_id, self.module = result, replay_id, module
+
+    verdict = property(lambda self: self.result.verdict)
+    max_abs_error = property(lambda self: self.result.max_abs_error)
+    max_rel_error = property(lambda self: self.result.max_rel_error)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.verdict in ("match", "ran")
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present import print_replay
+
+        return display.capture_printed(print_replay, self.result, self.replay_id, self.module.info if self.module else None)

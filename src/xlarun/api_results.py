@@ -1,50 +1,19 @@
-"""What the front door's verbs return: a find's hits, a diff, a rendered graph, a replay, a bisection, a
-batch. Each prints as the CLI prints it and displays as HTML in Jupyter (see :mod:`xlarun.display`)."""
+"""What the front door's verbs return that holds no store, run or module: a diff, a rendered graph, a bisection.
+Each prints as the CLI prints it and displays as HTML in Jupyter (see :mod:`xlarun.display`); a find's hits and a
+batch are in :mod:`xlarun.api`, a replay in :mod:`xlarun.api_module`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlarun import display
-from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
-    from xlarun.api import Module, Run, Store
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
-    from xlarun.replay.result import ReplayResult
-    from xlarun.store.records import FindHit
 
-__all__ = ["Batch", "Bisection", "Diff", "Found", "Graph", "Replay"]
-
-
-class Found(display.Shown, Sequence["FindHit"]):
-    """What ``find`` found: one hit per module and kind; prints as ``xlarun find``."""
-
-    def __init__(self, store: Store, text: str, hits: list[FindHit]):
-        self._store, self.text, self.hits = store, text, hits
-
-    def __getitem__(self, i):
-        return self.hits[i]
-
-    def __len__(self) -> int:
-        return len(self.hits)
-
-    def modules(self) -> list[Module]:
-        """The modules hit, each once."""
-        from xlarun.api import Module
-
-        seen = dict.fromkeys((h.run_id, h.module_id) for h in self.hits)
-        return [Module(self._store, self._store.store.index.module(r, m)) for r, m in seen]
-
-    def _printed(self) -> display.Printed:
-        from xlarun.present import print_found
-
-        if not self.hits:
-            return display.Printed(f"no module contains {self.text!r}", [LineBlock(f"no module contains {self.text!r}")])
-        return display.capture_printed(print_found, self.hits)
+__all__ = ["Bisection", "Diff", "Graph"]
 
 
 class Diff(display.Shown):
@@ -89,26 +58,6 @@ class Graph:
         return f"<xlarun.Graph {self.format}: {self.nodes} nodes, from {self.source}>"
 
 
-class Replay(display.Shown):
-    """A recorded replay: ``verdict`` (match, mismatch, ran, engine-error), ``result`` with errors and timings."""
-
-    def __init__(self, result: ReplayResult, replay_id: str | None, module: Module | None):
-        self.result, self.replay_id, self.module = result, replay_id, module
-
-    verdict = property(lambda self: self.result.verdict)
-    max_abs_error = property(lambda self: self.result.max_abs_error)
-    max_rel_error = property(lambda self: self.result.max_rel_error)
-
-    @property
-    def ok(self) -> bool:
-        return self.result.verdict in ("match", "ran")
-
-    def _printed(self) -> display.Printed:
-        from xlarun.present import print_replay
-
-        return display.capture_printed(print_replay, self.result, self.replay_id, self.module.info if self.module else None)
-
-
 class Bisection(display.Shown):
     """A recorded bisection: ``verdict``, ``culprit_pass``, the error at every replayed step (``result``)."""
 
@@ -122,22 +71,3 @@ class Bisection(display.Shown):
         from xlarun.present_bisection import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
-
-
-class Batch(display.Shown):
-    """A batch (``xlarun batch``): ``batch_id``, ``runs``, ``ok``; prints the CLI's comparison of the cells."""
-
-    def __init__(self, store: Store, result: Any):
-        self._store, self.result = store, result
-
-    batch_id = property(lambda self: self.result.batch_id)
-    ok = property(lambda self: self.result.ok)
-
-    @property
-    def runs(self) -> list[Run]:
-        return [self._store.run(c.result.run_id) for c in self.result.cells if c.result is not None]
-
-    def _printed(self) -> display.Printed:
-        from xlarun.present import print_comparison
-
-        return display.capture_printed(print_comparison, self.result)

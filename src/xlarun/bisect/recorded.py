@@ -20,8 +20,6 @@ from xlarun.bounded_read import MAX_RECORD_BYTES, read_store_json
 from xlarun.errors import InputError
 
 if TYPE_CHECKING:
-    from xlarun.bisect.bisect_options import BisectOptions
-    from xlarun.bisect.replay_mode import Log
     from xlarun.render.error_colours import ValueErrors
     from xlarun.store.facade import Store
     from xlarun.store.records import FileInfo, ModuleInfo
@@ -37,17 +35,6 @@ class BisectRecord:
     started: str
     options: dict
     result: BisectResult
-
-
-def bisect_and_record(
-    store: Store, module: ModuleInfo, options: BisectOptions, sink: Log | None = None
-) -> tuple[BisectResult, BisectRecord]:
-    """``xlarun bisect REF`` and ``Module.bisect()``: bisect ``module`` by replay and record the result with its run."""
-    from xlarun.bisect.replay_mode import bisect_module
-
-    started = now()
-    result = bisect_module(store, module, options, sink)
-    return result, record_bisection(store, result, options.to_dict(), started)
 
 
 def record_bisection(store: Store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:

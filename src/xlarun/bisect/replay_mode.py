@@ -19,6 +19,7 @@ from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.kept import measure_kept_passes
+from xlarun.bisect.recorded import BisectRecord, now, record_bisection
 from xlarun.bisect.replayer import StepReplayer
 from xlarun.bisect.search import binary_search, linear_search
 from xlarun.bisect.sharded_replayer import (
@@ -80,6 +81,15 @@ def refuse_unbisectable(module: ModuleInfo, steps: list[PassStep]) -> None:
             f"{module.label} was dumped without large constants: its {{...}} constants would be replayed as garbage",
             "set dump.large_constants: true in the spec and capture again",
         )
+
+
+def bisect_and_record(
+    store: Store, module: ModuleInfo, options: BisectOptions, sink: Log | None = None
+) -> tuple[BisectResult, BisectRecord]:
+    """``xlarun bisect REF`` and ``Module.bisect()``: bisect ``module`` by replay and record the result with its run."""
+    started = now()
+    result = bisect_module(store, module, options, sink)
+    return result, record_bisection(store, result, options.to_dict(), started)
 
 
 def bisect_module(

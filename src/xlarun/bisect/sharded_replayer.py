@@ -25,8 +25,7 @@ from xlarun.bisect.replayer import Log, StepReplayer
 from xlarun.errors import EngineError, EnvironmentProblem, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.deoptimize import deoptimize_hlo_text
-from xlarun.replay.partitioned import Partitioning, rewrite_for_devices
-from xlarun.replay.partitioned_engine import COLLECTIVE_OPCODES
+from xlarun.replay.partitioned import COLLECTIVE_OPCODES, Partitioning, rewrite_for_devices
 from xlarun.replay.sources import entry_parameter_shapes, entry_result_shape, module_opcodes
 
 if TYPE_CHECKING:

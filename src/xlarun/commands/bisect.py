@@ -147,7 +147,7 @@ def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
 
 
 def _replay_mode(target: str, check, options, sink, store, run):
-    from xlarun.bisect.recorded import bisect_and_record
+    from xlarun.bisect.replay_mode import bisect_and_record
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module
 

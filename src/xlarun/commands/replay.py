@@ -153,7 +153,7 @@ def replay(
 def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
     from xlarun.commands.share import bundle_or_ref
     from xlarun.replay import replay_file
-    from xlarun.replay.record import replay_and_record_file, replay_stored_module
+    from xlarun.replay.resolve import replay_and_record_file, replay_stored_module
 
     given = ref
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: replayed from a temporary store

@@ -12,22 +12,17 @@ XLA's parser and printer run in a child process (:class:`.worker.ReplayWorker`) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlarun.errors import InputError
 from xlarun.replay import pjrt
 from xlarun.replay.limits import check_text_nesting
+from xlarun.replay.result import Converted
 from xlarun.replay.sources import ELIDED_WARNING, load_source
 
+__all__ = ["FORMATS", "Converted", "convert_hlo"]
+
 FORMATS = ("text", "proto")
-
-
-@dataclass
-class Converted:
-    data: bytes  # UTF-8 text, or a serialized HloModuleProto
-    module_name: str | None
-    warnings: list[str] = field(default_factory=list)
 
 
 def convert_hlo(

@@ -42,6 +42,21 @@ _MODULE_DEVICE_ASSIGNMENT, _ASSIGNMENT_REPLICAS, _ASSIGNMENT_COMPUTATIONS = 15, 
 #: Collectives XLA's combiners merge into one tuple-shaped instruction; each operand is independent of the others.
 _SPLITTABLE = ("all-reduce", "all-gather", "reduce-scatter")
 _LINE = re.compile(r"^(?P<indent>\s*)(?P<root>ROOT )?(?P<name>%?[\w.\-]+) = (?P<rest>.*)$")
+#: Opcodes that run across devices (or ask which device they run on): a module holding one is per-device code.
+COLLECTIVE_OPCODES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "all-reduce-start",
+    "all-gather-start",
+    "collective-permute-start",
+    "partition-id",
+    "replica-id",
+)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Replays are runs too: replay a stored module, and keep a record of every replay.
+"""Replays are runs too: the record stage keeps a record of every replay.
 
 Each replay's full :class:`ReplayResult` is written as JSON into the store, the truth, next to
 the run whose module it replayed (``runs/<run>/replays/<replay id>.json``; replays of files
@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun.bounded_read import MAX_RECORD_BYTES, read_store_json
-from xlarun.replay.choose import choose_replay_input
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import ReplayResult
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
 
 REPLAYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS replays (
@@ -74,48 +70,6 @@ class ReplayRecord:
     duration_s: float
     options: dict
     result: ReplayResult
-
-
-def replay_stored_module(
-    store: Store, module: ModuleInfo, options: ReplayOptions, sink=None, file: str | None = None
-) -> ReplayRecord:
-    """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
-    from xlarun.replay import replay_file
-
-    def read(path: str) -> bytes:
-        return store.read_file(module.run_id, path)
-
-    choice = choose_replay_input([(f.path, f) for f in module.files], read=read)
-    path = file or choice.path
-    if file is not None and file not in {f.path for f in module.files}:
-        from xlarun.errors import InputError
-
-        raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
-    unoptimized = choice.unoptimized if choice.unoptimized != path else None
-    started, clock = _now(), time.perf_counter()
-    result = replay_file(
-        path,
-        options,
-        sink,
-        data=read(path),
-        unoptimized=unoptimized,
-        unoptimized_data=read(unoptimized) if unoptimized else None,
-    )
-    if file is None:
-        result.warnings = _unique(choice.warnings + result.warnings)
-    result.module_name = result.module_name or module.name
-    return record_replay(store, result, options, started, time.perf_counter() - clock, module.run_id, module.module_id)
-
-
-def replay_and_record_file(
-    store: Store, path: str | Path, options: ReplayOptions, sink=None, snapshot: str | Path | None = None
-) -> ReplayRecord:
-    """Replay a dump file that is not in the store, and record the replay in the store."""
-    from xlarun.replay import replay_file
-
-    started, clock = _now(), time.perf_counter()
-    result = replay_file(path, options, sink, snapshot=snapshot)
-    return record_replay(store, result, options, started, time.perf_counter() - clock)
 
 
 def record_replay(
@@ -228,11 +182,3 @@ def _record_json(record: ReplayRecord) -> dict:
         "options": record.options,
         "result": record.result.to_dict(),
     }
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _unique(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))

@@ -111,3 +111,12 @@ class ReplayResult:
             if values.get(key) == "inf":
                 values[key] = math.inf
         return cls(**values)
+
+
+@dataclass
+class Converted:
+    """What ``xlarun convert`` made (:func:`.convert.convert_hlo`)."""
+
+    data: bytes  # UTF-8 text, or a serialized HloModuleProto
+    module_name: str | None
+    warnings: list[str] = field(default_factory=list)

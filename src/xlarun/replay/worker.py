@@ -2,7 +2,7 @@
 
 XLA answers some inputs with a ``CHECK`` failure (an abort), a segfault or a wait that never ends
 (a module reading infeed). :class:`ReplayWorker` runs the built-in engine in a child process
-(``python -m xlarun.replay.worker``) under an address-space limit and a time limit; a child that dies
+(``python -m xlarun.replay.worker_child``, :mod:`.worker_child`) under an address-space limit and a time limit; a child that dies
 becomes a :class:`ReplayResult` with verdict ``engine-error``, the step it died in and how
 (``failed_step``, ``crash``), and the next request starts a fresh child. One worker serves request
 after request, so a batch of replays costs one Python start and one jax import, not one per module.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,10 +25,10 @@ from pathlib import Path
 from xlarun import errors
 from xlarun.errors import EngineError, XlarunError
 from xlarun.hlo.names import snapshot_file
-from xlarun.replay.child import Child, serve
+from xlarun.replay.child import Child
 from xlarun.replay.limits import address_space_limit
 from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
-from xlarun.replay.result import ReplayResult
+from xlarun.replay.result import Converted, ReplayResult
 
 Sink = Callable[[str], None]
 _STEPS = {
@@ -55,7 +54,7 @@ class ReplayWorker:
         #: Host devices the child's CPU client has: a partitioned module needs its N (``xla_force_host_platform_device_count``).
         self._devices = 1
         self._tmp = tempfile.TemporaryDirectory(prefix="xlarun-worker-")
-        self._child = Child("xlarun.replay.worker", self._tmp.name)
+        self._child = Child("xlarun.replay.worker_child", self._tmp.name)
 
     @property
     def starts(self) -> int:
@@ -122,8 +121,6 @@ class ReplayWorker:
 
     def convert(self, path: str | Path, to: str, data: bytes | None = None, timeout_s: float | None = None):
         """:func:`xlarun.replay.convert.convert_hlo` in the child; EngineError when XLA dies doing it."""
-        from xlarun.replay.convert import Converted
-
         output = os.path.join(self._tmp.name, "converted")
         request = {"kind": "convert", "path": str(path), "to": to, "data_file": self._spill("data", data), "output": output}
         answer, _step, crash = self._ask(request, None, timeout_s or DEFAULT_ENGINE_TIMEOUT_S, lambda line: None)
@@ -263,44 +260,3 @@ def _crashed_result(path: Path, options: ReplayOptions, step: str, crash: _Crash
         crash=crash.kind,
         log="\n".join(lines),
     )
-
-
-# ---- the child's side ----
-
-
-def _handle(request: dict, send: Callable[[dict], None]) -> dict:
-    def read(key: str) -> bytes | None:
-        return Path(request[key]).read_bytes() if request.get(key) else None
-
-    if request["kind"] == "convert":
-        from xlarun.replay.convert import convert_hlo
-
-        send({"stage": "convert"})
-        converted = convert_hlo(request["path"], request["to"], read("data_file"), in_process=True)
-        Path(request["output"]).write_bytes(converted.data)
-        return {"converted": {"module_name": converted.module_name, "warnings": converted.warnings}}
-    from xlarun.replay import replay_here
-
-    options = ReplayOptions(**{**request["options"], "isolate": "never"})
-    result = replay_here(
-        Path(request["path"]),
-        options,
-        lambda line: send({"log": line}),
-        data=read("data_file"),
-        unoptimized=request["unoptimized"],
-        unoptimized_data=read("unoptimized_data_file"),
-        snapshot=request["snapshot"],
-        snapshot_data=read("snapshot_data_file"),
-        stage=lambda name: send({"stage": name}),
-        optimized_failure=request["optimized_failure"],
-    )
-    return {"result": result.to_dict()}
-
-
-def _main(argv: list[str]) -> int:
-    """``python -m xlarun.replay.worker ADDRESS_SPACE_LIMIT PARENT_PID``."""
-    return serve(_handle, parent=int(argv[-1]), address_space=int(argv[0]))
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

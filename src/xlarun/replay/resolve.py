@@ -1,0 +1,224 @@
+"""The entry of a replay: which engine (``resolve_engine``), which files (a stored module's most faithful one, its
+before_optimizations dump, a snapshot), and where it runs: the worker's child process, this process, or one of
+XLA's runners (:mod:`.drivers`). A replay of a stored module, or of a file into a store, is recorded last
+(:mod:`.record`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xlarun.errors import EnvironmentProblem, InputError
+from xlarun.replay.choose import choose_replay_input
+from xlarun.replay.options import ReplayOptions
+from xlarun.replay.record import ReplayRecord, record_replay
+from xlarun.replay.result import ReplayResult
+
+if TYPE_CHECKING:
+    from xlarun.store.facade import Store
+    from xlarun.store.records import ModuleInfo
+
+Sink = Callable[[str], None]
+
+
+def resolve_engine(options: ReplayOptions) -> str:
+    """The engine ``options.engine`` means here: ``auto`` becomes pjrt when jaxlib imports, else a runner."""
+    if options.engine != "auto":
+        return options.engine
+    from xlarun.replay import drivers, pjrt
+
+    if pjrt.jaxlib_version() is not None:
+        return "pjrt"
+    for runner in drivers.RUNNERS:
+        if drivers.runner_available(runner):
+            return runner
+    raise EnvironmentProblem(
+        "no replay engine: jaxlib is not installed and neither run_hlo_module nor hlo_runner_main was found",
+        "pip install 'xlarun[jax]' (jax and jaxlib), or put an XLA runner on PATH (or set XLARUN_RUN_HLO_MODULE)",
+    )
+
+
+def replay_file(
+    path: str | Path,
+    options: ReplayOptions | None = None,
+    sink: Sink | None = None,
+    *,
+    data: bytes | None = None,
+    unoptimized: str | Path | None = None,
+    unoptimized_data: bytes | None = None,
+    snapshot: str | Path | None = None,
+    snapshot_data: bytes | None = None,
+) -> ReplayResult:
+    """Replay one dump file and return what happened; ``sink`` receives log lines as they come.
+
+    ``data``: the file's bytes when it does not live at ``path`` (a file read from the store).
+    ``unoptimized``: the module's ``before_optimizations`` dump, replayed instead when ``path`` is
+    an optimized module that cannot be recompiled (found beside ``path`` on disk when omitted).
+    ``snapshot``: an HloSnapshot whose arguments and recorded result the module is replayed with
+    and compared to (e.g. after editing the module's text); built-in engine only.
+    The built-in engine runs in a child process (:mod:`.worker`) unless ``options.isolate`` is
+    ``never``: XLA aborting, crashing or hanging, or the child running out of memory or time, comes
+    back as verdict ``engine-error`` with ``failed_step`` and ``crash`` set.
+    Raises InputError for unreadable input or a module refused by a limit (:mod:`.limits`), and
+    EnvironmentProblem for a missing engine or platform; compile and run failures come back as
+    verdict ``engine-error``.
+    """
+    options = (options or ReplayOptions()).validate()
+    engine = resolve_engine(options)
+    if engine == "pjrt" and options.isolate != "never":
+        from xlarun.replay.worker import ReplayWorker
+
+        with ReplayWorker() as worker:
+            return worker.replay(
+                path,
+                options,
+                sink,
+                data=data,
+                unoptimized=unoptimized,
+                unoptimized_data=unoptimized_data,
+                snapshot=snapshot,
+                snapshot_data=snapshot_data,
+            )
+    if engine == "pjrt":
+        return replay_here(
+            Path(path),
+            options,
+            sink,
+            data=data,
+            unoptimized=unoptimized,
+            unoptimized_data=unoptimized_data,
+            snapshot=snapshot,
+            snapshot_data=snapshot_data,
+        )
+    from xlarun.replay.drivers import run_runner
+
+    if snapshot is not None:
+        raise InputError(f"--snapshot works with the pjrt engine only, not {engine}", "give the runner the snapshot file itself")
+    if data is None:
+        return run_runner(engine, path, options, sink)
+    with tempfile.TemporaryDirectory(prefix="xlarun-replay-") as tmp:
+        local = Path(tmp) / Path(path).name
+        local.write_bytes(data)
+        result = run_runner(engine, local, options, sink)
+        result.source = str(path)
+        return result
+
+
+def replay_here(
+    path: Path,
+    options: ReplayOptions,
+    sink: Sink | None = None,
+    *,
+    data: bytes | None = None,
+    unoptimized: str | Path | None = None,
+    unoptimized_data: bytes | None = None,
+    snapshot: str | Path | None = None,
+    snapshot_data: bytes | None = None,
+    stage: Sink = lambda name: None,
+    optimized_failure: str | None = None,
+) -> ReplayResult:
+    """:func:`replay_file` on the built-in engine in this process (what the worker's child runs).
+
+    ``stage`` and ``optimized_failure``: see :func:`.engine.replay_with_pjrt`.
+    """
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if sink:
+            sink(line)
+
+    snapshot_source = _load_snapshot(snapshot, snapshot_data) if snapshot is not None else None
+    result = _replay_pjrt(
+        Path(path), options, log, data, unoptimized, unoptimized_data, snapshot_source, stage, optimized_failure
+    )
+    result.log = "\n".join(lines)
+    return result
+
+
+def _load_snapshot(path: str | Path, data: bytes | None):
+    from xlarun.replay.sources import SNAPSHOT, load_source
+
+    snapshot = load_source(Path(path), data)
+    if snapshot.file_format != SNAPSHOT:
+        raise InputError(
+            f"{Path(path).name} is not an HloSnapshot", "snapshots are dumped as *.snapshot.*.pb with --xla_dump_hlo_snapshots"
+        )
+    return snapshot
+
+
+def _replay_pjrt(
+    path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure
+) -> ReplayResult:
+    from xlarun.replay import engine
+    from xlarun.replay.sources import load_source, unoptimized_sibling
+
+    source = load_source(path, data)
+    if snapshot is not None:
+        source.arguments, source.result = snapshot.arguments, snapshot.result
+        source.warnings.append(f"arguments and expected result taken from {snapshot.path.name}")
+
+    def load_unoptimized():
+        if unoptimized is not None:
+            return load_source(Path(unoptimized), unoptimized_data)
+        sibling = unoptimized_sibling(path) if data is None and os.path.exists(path) else None
+        return load_source(sibling) if sibling else None
+
+    if unoptimized is None and (data is not None or not os.path.exists(path)):
+        looked = "the module was read from the store, and its stored files hold none"
+    else:
+        looked = f"none was given, and none lies beside {path.name} in {path.parent}"
+    return engine.replay_with_pjrt(
+        source, options, log, load_unoptimized, stage=stage, optimized_failure=optimized_failure, looked=looked
+    )
+
+
+def replay_stored_module(
+    store: Store, module: ModuleInfo, options: ReplayOptions, sink=None, file: str | None = None
+) -> ReplayRecord:
+    """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
+
+    def read(path: str) -> bytes:
+        return store.read_file(module.run_id, path)
+
+    choice = choose_replay_input([(f.path, f) for f in module.files], read=read)
+    path = file or choice.path
+    if file is not None and file not in {f.path for f in module.files}:
+        raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
+    unoptimized = choice.unoptimized if choice.unoptimized != path else None
+    started, clock = _now(), time.perf_counter()
+    result = replay_file(
+        path,
+        options,
+        sink,
+        data=read(path),
+        unoptimized=unoptimized,
+        unoptimized_data=read(unoptimized) if unoptimized else None,
+    )
+    if file is None:
+        result.warnings = _unique(choice.warnings + result.warnings)
+    result.module_name = result.module_name or module.name
+    return record_replay(store, result, options, started, time.perf_counter() - clock, module.run_id, module.module_id)
+
+
+def replay_and_record_file(
+    store: Store, path: str | Path, options: ReplayOptions, sink=None, snapshot: str | Path | None = None
+) -> ReplayRecord:
+    """Replay a dump file that is not in the store, and record the replay in the store."""
+    started, clock = _now(), time.perf_counter()
+    result = replay_file(path, options, sink, snapshot=snapshot)
+    return record_replay(store, result, options, started, time.perf_counter() - clock)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _unique(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
