@@ -1,0 +1,177 @@
+"""Op times from a run's profile (the spec's ``profile:``), in the index: tables, their rows, and queries.
+
+A profiled run archives JAX's trace (``*.xplane.pb``, below ``xlarun-profile/``). :func:`index_profiles` reads
+it with :func:`xlarun.hlo.xspace.read_op_events` (no jaxlib needed) and writes, per module and device, how often
+it ran and how long its ops kept the machine busy (``module_times``), and per op its count, total and self time
+(``op_times``). A trace names a module by ``hlo_module`` and ``program_id``: the run's module with that id and
+name, else the one module of that name; a module the dump lacks is kept under its name with no id.
+Both tables are additive (created when missing, rows dropped with their run by ``Index.forget_run``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass
+
+from xlarun.hlo.names import DumpName
+from xlarun.hlo.process_dirs import process_of_dir, run_module_id
+from xlarun.hlo.protowire import ProtoDecodeError
+from xlarun.hlo.xspace import OpEvent, read_op_events
+from xlarun.store.records import StoredFile
+from xlarun.store.runs import RunStore
+
+PROFILE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS module_times (
+    run_id TEXT, module_id INTEGER, module_name TEXT, device INTEGER,
+    executions INTEGER, busy_ns REAL, wall_ns REAL, events INTEGER
+);
+CREATE INDEX IF NOT EXISTS module_times_run ON module_times(run_id);
+CREATE TABLE IF NOT EXISTS op_times (
+    run_id TEXT, module_id INTEGER, module_name TEXT, device INTEGER, op TEXT,
+    count INTEGER, total_ns REAL, self_ns REAL
+);
+CREATE INDEX IF NOT EXISTS op_times_module ON op_times(run_id, module_id);
+"""
+
+#: The end of a profile's file name: JAX's and TensorFlow's profilers write one XSpace per host.
+TRACE_SUFFIX = ".xplane.pb"
+
+
+@dataclass(frozen=True)
+class ModuleTime:
+    """A module's measured time in a run: how often it ran and how long its ops kept the machine busy."""
+
+    module_id: int | None  # None: the trace names a module the dump lacks
+    name: str
+    executions: int
+    busy_ns: float  # the ops' self times added up (every device)
+    wall_ns: float  # first op's start to last op's end, per execution, added up
+    events: int
+    devices: int
+    share_of_run: float  # of every module's busy time
+
+    @property
+    def mean_ns(self) -> float:
+        return self.busy_ns / self.executions if self.executions else 0.0
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One op of a module, timed: how often it ran, its total (with what is nested in it) and self time."""
+
+    op: str
+    count: int
+    total_ns: float
+    self_ns: float
+    devices: int
+    share_of_module: float  # of the module's busy time (self times)
+    share_of_run: float
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.count if self.count else 0.0
+
+
+def ensure_profile_tables(conn: sqlite3.Connection) -> None:
+    """Create the profile tables where the index lacks them (an index made before they existed); statement by
+    statement: ``executescript`` would commit the caller's transaction."""
+    for statement in PROFILE_SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def trace_files(decoded: list[tuple[StoredFile, DumpName]]) -> list[StoredFile]:
+    """The run's profiler traces."""
+    return [stored for stored, _name in decoded if stored.path.endswith(TRACE_SUFFIX)]
+
+
+def index_profiles(conn: sqlite3.Connection, store: RunStore, run_id: str, decoded: list[tuple[StoredFile, DumpName]]) -> int:
+    """Write the op times of the run's traces (inside the caller's transaction); returns the events read. A trace
+    that cannot be read is left out: the run stays indexed, with no times."""
+    traces = trace_files(decoded)
+    if not traces:
+        return 0
+    modules = {(name.module_id, name.module_name) for _stored, name in decoded if name.module_id is not None and name.module_name}
+    ensure_profile_tables(conn)
+    events: list[tuple[OpEvent, int | None]] = []
+    for stored in traces:
+        try:
+            read = read_op_events(store.read_file(run_id, stored.path))
+        except (ProtoDecodeError, OSError, ValueError):
+            continue
+        process = next((p for part in stored.path.split("/") if (p := process_of_dir(part)) is not None), None)
+        events += [(event, _module_id(event, process, modules)) for event in read]
+    _write(conn, run_id, events)
+    return len(events)
+
+
+def _module_id(event: OpEvent, process: int | None, modules: set[tuple[int, str]]) -> int | None:
+    if event.program_id is not None:
+        candidate = run_module_id(process or 0, event.program_id)
+        if (candidate, event.module) in modules:
+            return candidate
+    named = [module_id for module_id, name in modules if name == event.module]
+    return named[0] if len(named) == 1 else None
+
+
+def _write(conn: sqlite3.Connection, run_id: str, events: list[tuple[OpEvent, int | None]]) -> None:
+    ops: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    spans: dict[tuple, list[float]] = {}  # (module, device, execution) -> [start, end, busy, events]
+    for event, module_id in events:
+        op = ops[(module_id, event.module, event.device, event.op)]
+        op[0] += 1
+        op[1] += event.duration_ps / 1000
+        op[2] += event.self_ps / 1000
+        key = (module_id, event.module, event.device, event.run_id)
+        end = event.start_ps + event.duration_ps
+        span = spans.setdefault(key, [event.start_ps, end, 0.0, 0])
+        span[0], span[1] = min(span[0], event.start_ps), max(span[1], end)
+        span[2] += event.self_ps / 1000
+        span[3] += 1
+    per_module: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+    for (module_id, name, device, _execution), (start, end, busy, count) in spans.items():
+        row = per_module[(module_id, name, device)]
+        row[0] += 1
+        row[1] += busy
+        row[2] += (end - start) / 1000
+        row[3] += count
+    conn.executemany(
+        "INSERT INTO module_times VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, *key, int(n), busy, wall, int(count)) for key, (n, busy, wall, count) in per_module.items()],
+    )
+    conn.executemany(
+        "INSERT INTO op_times VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, *key, int(n), total, own) for key, (n, total, own) in ops.items()],
+    )
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='op_times'").fetchone() is not None
+
+
+def module_times(conn: sqlite3.Connection, run_id: str) -> list[ModuleTime]:
+    """The run's modules by measured busy time, most first; empty when the run has no profile."""
+    if not _has_tables(conn):
+        return []
+    rows = conn.execute(
+        "SELECT module_id, module_name, max(executions), sum(busy_ns), sum(wall_ns), sum(events), count(*) "
+        "FROM module_times WHERE run_id = ? GROUP BY module_id, module_name ORDER BY sum(busy_ns) DESC, module_name",
+        (run_id,),
+    ).fetchall()
+    run_busy = sum(row[3] for row in rows) or 1.0
+    return [ModuleTime(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[3] / run_busy) for row in rows]
+
+
+def op_times(conn: sqlite3.Connection, run_id: str, module_id: int | None, module_name: str) -> list[OpTime]:
+    """One module's ops by self time, most first (``module_id`` None: the module the trace names and the dump lacks)."""
+    if not _has_tables(conn):
+        return []
+    run_busy = conn.execute("SELECT sum(busy_ns) FROM module_times WHERE run_id = ?", (run_id,)).fetchone()[0] or 1.0
+    rows = conn.execute(
+        "SELECT op, sum(count), sum(total_ns), sum(self_ns), count(*) FROM op_times "
+        "WHERE run_id = ? AND module_id IS ? AND module_name = ? GROUP BY op ORDER BY sum(self_ns) DESC, op",
+        (run_id, module_id, module_name),
+    ).fetchall()
+    module_busy = sum(row[3] for row in rows) or 1.0
+    return [OpTime(row[0], row[1], row[2], row[3], row[4], row[3] / module_busy, row[3] / run_busy) for row in rows]
