@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from xlarun import display
 from xlarun.api_module import Module, ModuleList
-from xlarun.api_results import Batch, Bisection, Diff, Found, Graph, Replay
+from xlarun.api_results import Batch, Bisection, Diff, Found, Graph, Replay, Times
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store as _LibraryStore
@@ -189,6 +189,13 @@ class Run(display.Shown):
 
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)
+
+    def times(self) -> Times:
+        """The run's modules by measured time, most first (``xlarun modules --by time``); the run must have been
+        captured with ``profile:`` (else :class:`~xlarun.navigate.profile.NoProfile`)."""
+        from xlarun.navigate.profile import run_times
+
+        return Times(run_times(self._store.store, self.id))
 
     @property
     def main(self) -> Module:

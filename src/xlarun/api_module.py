@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Replay
+from xlarun.api_results import Bisection, Diff, Graph, Profile, Replay
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -236,6 +236,20 @@ class Module(display.Shown):
         result, record = bisect_and_record(self._store.store, self.info, options)
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection
         return Bisection(result, record.bisect_id)
+
+    def profile(self, top: int | None = None) -> Profile:
+        """The module's ops by measured time (``xlarun profile REF``), each with what it holds, its sources, flops,
+        bytes and achieved rates; ``top``: how many it prints (all are in ``ops``)."""
+        from xlarun.navigate.profile import module_profile
+
+        return Profile(module_profile(self._store.store, self.info), top)
+
+    @property
+    def time(self):
+        """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
+        from xlarun.navigate.profile import module_time
+
+        return module_time(self._store.store, self.info)
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""

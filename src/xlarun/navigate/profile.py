@@ -88,7 +88,7 @@ def run_times(store: Store, run_id: str) -> RunTimes:
     times = module_times(store.index.conn, run_id)
     if not times:
         raise _no_profile(run_id)
-    refs = {m.module_id: m.ref for m in store.index.modules(run_id)}
+    refs: dict[int | None, str] = {m.module_id: m.ref for m in store.index.modules(run_id)}
     modules = [TimedModule(t.module_id, t.name, refs.get(t.module_id), t) for t in times]
     return RunTimes(run_id, store.index.run(run_id).duration_s, modules)
 

@@ -50,10 +50,7 @@ class ModuleTime:
     events: int
     devices: int
     share_of_run: float  # of every module's busy time
-
-    @property
-    def mean_ns(self) -> float:
-        return self.busy_ns / self.executions if self.executions else 0.0
+    mean_ns: float  # busy time per execution
 
 
 @dataclass(frozen=True)
@@ -67,10 +64,7 @@ class OpTime:
     devices: int
     share_of_module: float  # of the module's busy time (self times)
     share_of_run: float
-
-    @property
-    def mean_ns(self) -> float:
-        return self.total_ns / self.count if self.count else 0.0
+    mean_ns: float  # total time per execution of the op
 
 
 def ensure_profile_tables(conn: sqlite3.Connection) -> None:
@@ -124,7 +118,7 @@ def _write(conn: sqlite3.Connection, run_id: str, events: list[tuple[OpEvent, in
         op[1] += event.duration_ps / 1000
         op[2] += event.self_ps / 1000
         key = (module_id, event.module, event.device, event.run_id)
-        end = event.start_ps + event.duration_ps
+        end: float = event.start_ps + event.duration_ps
         span = spans.setdefault(key, [event.start_ps, end, 0.0, 0])
         span[0], span[1] = min(span[0], event.start_ps), max(span[1], end)
         span[2] += event.self_ps / 1000
@@ -160,7 +154,7 @@ def module_times(conn: sqlite3.Connection, run_id: str) -> list[ModuleTime]:
         (run_id,),
     ).fetchall()
     run_busy = sum(row[3] for row in rows) or 1.0
-    return [ModuleTime(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[3] / run_busy) for row in rows]
+    return [ModuleTime(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[3] / run_busy, r[3] / r[2] if r[2] else 0.0) for r in rows]
 
 
 def op_times(conn: sqlite3.Connection, run_id: str, module_id: int | None, module_name: str) -> list[OpTime]:
@@ -174,4 +168,4 @@ def op_times(conn: sqlite3.Connection, run_id: str, module_id: int | None, modul
         (run_id, module_id, module_name),
     ).fetchall()
     module_busy = sum(row[3] for row in rows) or 1.0
-    return [OpTime(row[0], row[1], row[2], row[3], row[4], row[3] / module_busy, row[3] / run_busy) for row in rows]
+    return [OpTime(r[0], r[1], r[2], r[3], r[4], r[3] / module_busy, r[3] / run_busy, r[2] / r[1] if r[1] else 0.0) for r in rows]
