@@ -205,7 +205,7 @@ class ProfileSpec(_Strict):
     def _shorthand(cls, value: Any) -> Any:
         if isinstance(value, bool):  # profile: true
             return {"enabled": value}
-        if isinstance(value, dict) and "enabled" not in value:  # profile: {duration: 10s} means on
+        if isinstance(value, dict) and value and "enabled" not in value:  # profile: {duration: 10s} means on
             return {**value, "enabled": True}
         return value
 

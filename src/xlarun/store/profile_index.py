@@ -84,6 +84,9 @@ def index_profiles(conn: sqlite3.Connection, store: RunStore, run_id: str, decod
     """Write the op times of the run's traces (inside the caller's transaction); returns the events read. A trace
     that cannot be read is left out: the run stays indexed, with no times."""
     traces = trace_files(decoded)
+    if _has_tables(conn):  # indexed again (reindex): its rows are written anew
+        for table in ("module_times", "op_times"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
     if not traces:
         return 0
     modules = {(name.module_id, name.module_name) for _stored, name in decoded if name.module_id is not None and name.module_name}

@@ -1,0 +1,222 @@
+"""Profiles: the spec's ``profile:``, the job run under JAX's profiler, the trace read (hlo/xspace.py) and indexed
+(store/profile_index.py), and asked for (``modules --by time``, ``profile``, ``show``).
+
+The fast tests read a real trace checked in (``fixtures/profile/tiny.xplane.pb``: ``tiny.py`` run under the
+bootstrap, with its optimized module beside it); the slow ones capture the bundled MLP with ``profile: true`` and
+hold every number against JAX's own reader of the trace (``jax.profiler.ProfileData``), read independently here.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xlarun.capture.profile_job import PROFILE_DIR, profiled_argv
+from xlarun.capture.spec import ProfileSpec, RunSpec
+from xlarun.hlo import load_hlo
+from xlarun.hlo.cost import op_costs
+from xlarun.hlo.xspace import read_op_events
+
+from .conftest import CONFIGS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "profile"
+
+
+# --- the spec -------------------------------------------------------------------------------------
+
+
+def test_profile_is_off_unless_asked():
+    assert RunSpec(name="a", script="x.py").profile.enabled is False
+
+
+@pytest.mark.parametrize(
+    ("given", "enabled", "duration"),
+    [(True, True, None), (False, False, None), ({"duration": "90s"}, True, 90.0), ({"enabled": False, "duration": 5}, False, 5)],
+)
+def test_profile_takes_a_bool_or_a_mapping(given, enabled, duration):
+    profile = RunSpec(name="a", script="x.py", profile=given).profile
+    assert (profile.enabled, profile.duration) == (enabled, duration)
+
+
+def test_a_profile_duration_that_is_no_duration_is_refused():
+    with pytest.raises(ValueError, match="not a duration"):
+        RunSpec(name="a", script="x.py", profile={"duration": "soon"})
+
+
+def test_the_profiled_command_runs_the_script_under_the_bootstrap_into_the_dump_folder():
+    argv = profiled_argv(["python3", "/w/train.py", "--steps", "3"], "/run/dump", ProfileSpec(enabled=True, duration=30))
+    assert argv[:2] == ["python3", "-c"]
+    assert argv[3:] == [f"/run/dump/{PROFILE_DIR}", "30.0", "0", "/w/train.py", "--steps", "3"]
+
+
+# --- reading a trace ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def loop_events():
+    return [e for e in read_op_events((FIXTURES / "tiny.xplane.pb").read_bytes()) if e.module == "jit_step"]
+
+
+def test_every_executed_op_is_read_with_its_module_and_execution(loop_events):
+    counts = Counter(e.op for e in loop_events)
+    # 3 executions; the loop body (sine_add_fusion, wrapped_add) runs 4 times in each
+    assert counts["ynn_fusion"] == counts["while.5"] == counts["wrapped_reduce"] == 3
+    assert counts["sine_add_fusion"] == counts["wrapped_add"] == 12
+    assert {e.program_id for e in loop_events} == {4}  # module_0004.jit_step in the dump
+    assert len({e.run_id for e in loop_events}) == 3
+
+
+def test_an_op_nested_in_a_loop_is_taken_out_of_the_loops_self_time(loop_events):
+    for loop in (e for e in loop_events if e.op == "while.5"):
+        inside = [e for e in loop_events if e.run_id == loop.run_id and e.op in ("sine_add_fusion", "wrapped_add")]
+        assert all(loop.start_ps <= e.start_ps and e.start_ps + e.duration_ps <= loop.start_ps + loop.duration_ps for e in inside)
+        assert loop.self_ps == loop.duration_ps - sum(e.duration_ps for e in inside) > 0
+
+
+def test_bytes_that_are_no_trace_are_refused():
+    from xlarun.hlo.protowire import ProtoDecodeError
+
+    with pytest.raises(ProtoDecodeError):
+        read_op_events(b"\x0a\xff\xff\xff")
+
+
+def test_what_an_op_holds_and_the_work_its_shapes_say():
+    module = load_hlo((FIXTURES / "module_0004.jit_step.cpu_after_optimizations.txt").read_bytes())
+    costs = op_costs(module)
+    dot = costs["ynn_fusion"]  # x @ x.T on f32[16,16]
+    assert dot.fused_opcodes == ["dot"] and dot.flops == 2 * 16 * 16 * 16
+    assert dot.bytes == 2 * 16 * 16 * 4  # one operand and the result
+    assert dot.sources and dot.sources[0].endswith("tiny.py:6")
+    assert "sine" in costs["sine_add_fusion"].fused_opcodes and costs["sine_add_fusion"].flops == 3 * 16 * 16
+
+
+# --- a real profiled capture ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """configs/jax-cpu.yaml with ``profile: true``, captured for real: (store path, store, CaptureResult)."""
+    pytest.importorskip("jax")
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    folder = tmp_path_factory.mktemp("profiled")
+    text = (CONFIGS / "jax-cpu.yaml").read_text().replace("examples/jax_mlp.py", str(CONFIGS / "examples" / "jax_mlp.py"))
+    spec = folder / "spec.yaml"
+    spec.write_text(text + "profile: true\n")
+    store = Store.open(folder / "store")
+    return folder / "store", store, capture(spec, store)
+
+
+def _trace_counts(store, run_id: str) -> Counter:
+    """(module, op) -> executions, read with JAX's own reader of the archived trace."""
+    from jax.profiler import ProfileData
+
+    counts: Counter = Counter()
+    traces = [f for f in store.index.run_files(run_id) if f.path.endswith(".xplane.pb")]
+    assert len(traces) == 1 and traces[0].path.startswith(f"{PROFILE_DIR}/")
+    for plane in ProfileData.from_serialized_xspace(store.read_file(run_id, traces[0].path)).planes:
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                if "hlo_op" in stats:
+                    counts[(stats["hlo_module"], stats["hlo_op"])] += 1
+    return counts
+
+
+@pytest.mark.slow
+def test_the_users_step_takes_most_time_and_the_time_column_says_so(profiled, cli):
+    path, _store, result = profiled
+    assert result.ok
+    shown = cli("modules", "--store", path, "--by", "time", "--json")
+    assert shown.exit_code == 0, shown.output
+    found = json.loads(shown.stdout)
+    first = found["modules"][0]
+    assert first["name"] == "jit_train_step" and first["time"]["busy_ns"] > 0 and first["time"]["executions"] == 3
+    assert first["time"]["busy_ns"] > max(m["time"]["busy_ns"] for m in found["modules"][1:])
+    table = cli("modules", "--store", path, "--by", "time")
+    assert table.stdout.splitlines()[2].split()[:2] == ["module_0012", "jit_train_step"]
+
+
+@pytest.mark.slow
+def test_each_op_is_counted_as_often_as_the_trace_saw_it_run(profiled, cli):
+    path, store, result = profiled
+    seen = _trace_counts(store, result.run_id)
+    shown = json.loads(cli("profile", "jit_train_step", "--store", path, "--json").stdout)
+    counts = {op["op"]: op["time"]["count"] for op in shown["ops"]}
+    assert counts == {op: n for (module, op), n in seen.items() if module == "jit_train_step"}
+    kinds = {op["opcode"] for op in shown["ops"]}
+    assert "fusion" in kinds and ("dot" in kinds or any("dot" in op["fused_opcodes"] for op in shown["ops"]))
+    with_dot = [op for op in shown["ops"] if op["opcode"] == "dot" or "dot" in op["fused_opcodes"]]
+    assert all(op["flops"] > 0 and op["gflops_per_s"] > 0 for op in with_dot)
+    assert any(source.endswith("jax_mlp.py:23") for op in shown["ops"] for source in op["sources"])
+
+
+@pytest.mark.slow
+def test_a_modules_op_times_fit_in_the_jobs_wall_time(profiled):
+    _path, store, result = profiled
+    from xlarun.navigate.profile import run_times
+
+    times = run_times(store, result.run_id)
+    assert 0 < times.busy_ns < times.job_wall_s * 1e9
+    for module in times.modules:
+        assert 0 < module.time.busy_ns <= module.time.wall_ns * 1.0001 or module.time.events == 1
+
+
+@pytest.mark.slow
+def test_the_json_the_table_and_the_python_front_door_give_the_same_numbers(profiled, cli):
+    path, _store, result = profiled
+    import xlarun
+
+    step = xlarun.open_store(path).run(result.run_id).module("jit_train_step")
+    profile = step.profile()
+    shown = json.loads(cli("profile", "jit_train_step", "--store", path, "--json").stdout)
+    assert [(o.op, o.time.count, o.time.total_ns) for o in profile.ops] == [
+        (o["op"], o["time"]["count"], o["time"]["total_ns"]) for o in shown["ops"]
+    ]
+    assert shown["time"]["busy_ns"] == pytest.approx(sum(o.time.self_ns for o in profile.ops))
+    assert sum(o["time"]["share_of_module"] for o in shown["ops"]) == pytest.approx(1.0)
+    table = cli("profile", "jit_train_step", "--store", path, "-n", "3").stdout
+    assert table.splitlines()[2].split()[0] == profile.ops[0].op and "more op(s)" in table
+    show = cli("show", "jit_train_step", "--store", path)
+    assert "  time " in show.stdout and "execution(s)" in show.stdout
+    assert json.loads(cli("show", "jit_train_step", "--store", path, "--json").stdout)["time"]["executions"] == 3
+
+
+@pytest.mark.slow
+def test_reindexing_gives_the_same_times(profiled, cli):
+    path, _store, result = profiled
+
+    def rows():
+        with sqlite3.connect(path / "index.sqlite") as conn:
+            return sorted(conn.execute("SELECT module_id, op, count, total_ns FROM op_times WHERE run_id = ?", (result.run_id,)))
+
+    before = rows()
+    assert before and cli("reindex", "--store", path).exit_code == 0
+    assert rows() == before
+
+
+@pytest.mark.slow
+def test_a_run_without_a_profile_says_how_to_get_one(jax_run, cli):
+    store, _result = jax_run
+    shown = cli("modules", "--store", store.root, "--by", "time", "--json")
+    assert shown.exit_code == 2
+    error = json.loads(shown.stdout)
+    assert "has no profile" in error["error"] and "profile: true" in error["hint"]
+
+
+def test_the_bootstrap_runs_a_script_as_python_would(tmp_path):
+    """Without JAX imported nothing is traced, and the script sees its own argv, path and __main__."""
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text("import sys\nprint(sys.argv, sys.path[0] == __import__('os').path.dirname(__file__), __name__)\n")
+    argv = profiled_argv([sys.executable, str(script), "a", "b"], str(tmp_path / "dump"), ProfileSpec(enabled=True))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert out.strip() == f"{[str(script), 'a', 'b']} True __main__"
+    assert not (tmp_path / "dump").exists()
