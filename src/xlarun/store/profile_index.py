@@ -99,7 +99,7 @@ def index_profiles(conn: sqlite3.Connection, store: RunStore, run_id: str, decod
             continue
         process = next((p for part in stored.path.split("/") if (p := process_of_dir(part)) is not None), None)
         events += [(event, _module_id(event, process, modules)) for event in read]
-    _write(conn, run_id, events)
+    write_op_times(conn, run_id, events)
     return len(events)
 
 
@@ -112,7 +112,8 @@ def _module_id(event: OpEvent, process: int | None, modules: set[tuple[int, str]
     return named[0] if len(named) == 1 else None
 
 
-def _write(conn: sqlite3.Connection, run_id: str, events: list[tuple[OpEvent, int | None]]) -> None:
+def write_op_times(conn: sqlite3.Connection, run_id: str, events: list[tuple[OpEvent, int | None]]) -> None:
+    """Write op and module times of ``events`` (each with the module id it joins, or None)."""
     ops: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     spans: dict[tuple, list[float]] = {}  # (module, device, execution) -> [start, end, busy, events]
     for event, module_id in events:
