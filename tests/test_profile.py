@@ -220,3 +220,25 @@ def test_the_bootstrap_runs_a_script_as_python_would(tmp_path):
     out = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert out.strip() == f"{[str(script), 'a', 'b']} True __main__"
     assert not (tmp_path / "dump").exists()
+
+
+@pytest.mark.slow
+def test_an_inline_capture_profiles_the_function_it_compiles(tmp_path):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import xlarun
+    import xlarun.jax
+
+    def f(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    run = xlarun.jax.capture(f, jnp.ones((32, 32)), store=xlarun.open_store(tmp_path / "store"), profile=4)
+    times = run.times()
+    assert [m.name for m in times.modules] == ["jit_f"] and times.modules[0].time.executions == 4
+    ops = run.main.profile().ops
+    assert ops and all(op.time.count == 4 for op in ops)
+    assert any("dot" in op.fused_opcodes or op.opcode == "dot" for op in ops)
+    assert jax.profiler  # the caller's profiler is free again: a trace of its own starts and stops
+    jax.profiler.start_trace(str(tmp_path / "mine"))
+    jax.profiler.stop_trace()
