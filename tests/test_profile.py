@@ -131,8 +131,9 @@ def _trace_counts(store, run_id: str) -> Counter:
 
 @pytest.mark.slow
 def test_the_users_step_takes_most_time_and_the_time_column_says_so(profiled, cli):
-    path, _store, result = profiled
+    path, store, result = profiled
     assert result.ok
+    assert store.manifest(result.run_id)["command"][1].endswith("jax_mlp.py")  # the user's command, not the bootstrap
     shown = cli("modules", "--store", path, "--by", "time", "--json")
     assert shown.exit_code == 0, shown.output
     found = json.loads(shown.stdout)

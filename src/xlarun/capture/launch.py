@@ -263,6 +263,7 @@ def _capture(
         script_dir=loaded.script.parent,
     )
     job.cancel = stop.cancel
+    user_command = list(job.argv)  # the manifest's: what the spec runs, not the profiler's bootstrap around it
     profile_warning = _run_under_profiler(job, loaded, framework, paths.dump_dir)
     (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
     resolved = {
@@ -346,7 +347,7 @@ def _capture(
             ended=result.ended,
             duration_s=round(duration, 3),
             spec_path=str(loaded.path),
-            command=job.argv,
+            command=user_command,
             xlarun_command=list(sys.argv),
             cwd=str(job.cwd),
             backend=backend.kind,
