@@ -78,6 +78,24 @@ def test_an_op_nested_in_a_loop_is_taken_out_of_the_loops_self_time(loop_events)
         assert loop.self_ps == loop.duration_ps - sum(e.duration_ps for e in inside) > 0
 
 
+def test_the_index_keeps_counts_totals_and_the_first_execution_apart(loop_events):
+    from xlarun.store.profile_index import ensure_profile_tables, module_times, op_times, write_op_times
+
+    conn = sqlite3.connect(":memory:")
+    ensure_profile_tables(conn)
+    write_op_times(conn, "r", [(event, 4) for event in loop_events])
+    [module] = module_times(conn, "r")
+    assert (module.module_id, module.name, module.executions, module.devices) == (4, "jit_step", 3, 1)
+    assert module.busy_ns == pytest.approx(sum(e.self_ps for e in loop_events) / 1000)
+    assert module.first_ns + 2 * module.steady_mean_ns == pytest.approx(module.busy_ns)
+    ops = {op.op: op for op in op_times(conn, "r", 4, "jit_step")}
+    body = ops["sine_add_fusion"]
+    assert (body.count, body.first_count, body.steady_count) == (12, 4, 8)
+    assert body.total_ns == pytest.approx(sum(e.duration_ps for e in loop_events if e.op == "sine_add_fusion") / 1000)
+    assert sum(op.share_of_module for op in ops.values()) == pytest.approx(1.0)
+    assert ops["while.5"].self_ns < ops["while.5"].total_ns  # its body's time is the body's rows'
+
+
 def test_bytes_that_are_no_trace_are_refused():
     from xlarun.hlo.protowire import ProtoDecodeError
 

@@ -36,7 +36,14 @@ def time_line(time: ModuleTime | None) -> str | None:
     if time is None:
         return None
     return (
-        f"{duration_words(time.busy_ns)} in {time.executions} execution(s), {duration_words(time.mean_ns)} each; "
+        f"{duration_words(time.busy_ns)} in {time.executions} execution(s)"
+        + (
+            f", the first {duration_words(time.first_ns)}, then {duration_words(time.steady_mean_ns)} each"
+            if time.executions > 1
+            else ""
+        )
+        + (f" (on {time.devices} devices)" if time.devices > 1 else "")
+        + "; "
         f"{_percent(time.share_of_run)} of the run's measured time (`xlarun profile` lists its ops)"
     )
 
@@ -45,8 +52,9 @@ def print_run_times(found: RunTimes) -> None:
     """``xlarun modules --by time``: the run's modules, most measured time first."""
     wall = f"; the job ran {found.job_wall_s:.2f} s" if found.job_wall_s else ""
     say(f"run [bold]{found.run_id}[/bold]: {len(found.modules)} modules ran, {duration_words(found.busy_ns)} measured{wall}")
+    devices = any(m.time.devices > 1 for m in found.modules)
     print_table(
-        ["module", "name", "time", "share", "runs", "mean", "wall"],
+        ["module", "name", "time", "share", "runs", "first", "then each", "wall", *(["devices"] if devices else [])],
         [
             [
                 m.ref.rpartition("/")[2] if m.ref else "(not dumped)",
@@ -54,12 +62,14 @@ def print_run_times(found: RunTimes) -> None:
                 duration_words(m.time.busy_ns),
                 _percent(m.time.share_of_run),
                 m.time.executions,
-                duration_words(m.time.mean_ns),
+                duration_words(m.time.first_ns),
+                duration_words(m.time.steady_mean_ns) if m.time.executions > 1 else "",
                 duration_words(m.time.wall_ns),
+                *([m.time.devices] if devices else []),
             ]
             for m in found.modules
         ],
-        right=["time", "share", "runs", "mean", "wall"],
+        right=["time", "share", "runs", "first", "then each", "wall", "devices"],
     )
 
 
@@ -71,14 +81,15 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
     say(f"[bold]{found.name}[/bold] in run {found.run_id}: {time_line(found.time)}")
     shown = found.ops if not top else found.ops[:top]
     print_table(
-        ["op", "holds", "count", "total", "mean", "share", "GFLOP/s", "GB/s", "source"],
+        ["op", "holds", "count", "total", "first", "then each", "share", "GFLOP/s", "GB/s", "source"],
         [
             [
                 o.op,
                 ", ".join(o.fused_opcodes[:4]) + (", ..." if len(o.fused_opcodes) > 4 else "") or (o.opcode or ""),
                 o.time.count,
                 duration_words(o.time.total_ns),
-                duration_words(o.time.mean_ns),
+                duration_words(o.time.first_ns) if o.time.first_count else "",
+                duration_words(o.time.steady_mean_ns) if o.time.steady_count else "",
                 _percent(o.time.share_of_module),
                 _rate(o.gflops_per_s),
                 _rate(o.gbytes_per_s),
@@ -86,7 +97,7 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
             ]
             for o in shown
         ],
-        right=["count", "total", "mean", "share", "GFLOP/s", "GB/s"],
+        right=["count", "total", "first", "then each", "share", "GFLOP/s", "GB/s"],
     )
     if len(shown) < len(found.ops):
         echo(f"{len(found.ops) - len(shown)} more op(s): --top 0 lists all")

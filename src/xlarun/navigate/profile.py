@@ -59,7 +59,7 @@ class ProfiledOp:
     op_name: str | None = None
     flops: int | None = None  # per execution
     bytes: int | None = None  # per execution: operands and result
-    gflops_per_s: float | None = None  # flops * count / total time
+    gflops_per_s: float | None = None  # flops / time per execution, after the module's first execution where it ran again
     gbytes_per_s: float | None = None
 
 
@@ -133,8 +133,16 @@ def _profiled(timed: OpTime, cost: OpCost | None) -> ProfiledOp:
         return op
     op.opcode, op.fused_opcodes, op.sources, op.op_name = cost.opcode, cost.fused_opcodes, cost.sources, cost.op_name
     op.flops, op.bytes = cost.flops, cost.bytes
-    seconds = timed.total_ns / 1e9
+    # the rates of the executions after the module's first (which may carry one-time set-up), where there are any
+    calls, seconds = (
+        (timed.steady_count, timed.steady_mean_ns * timed.steady_count / 1e9)
+        if timed.steady_count
+        else (
+            timed.count,
+            timed.total_ns / 1e9,
+        )
+    )
     if seconds > 0:
-        op.gflops_per_s = None if cost.flops is None else cost.flops * timed.count / seconds / 1e9
-        op.gbytes_per_s = cost.bytes * timed.count / seconds / 1e9
+        op.gflops_per_s = None if cost.flops is None else cost.flops * calls / seconds / 1e9
+        op.gbytes_per_s = cost.bytes * calls / seconds / 1e9
     return op

@@ -24,12 +24,12 @@ from xlarun.store.runs import RunStore
 PROFILE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS module_times (
     run_id TEXT, module_id INTEGER, module_name TEXT, device INTEGER,
-    executions INTEGER, busy_ns REAL, wall_ns REAL, events INTEGER
+    executions INTEGER, busy_ns REAL, wall_ns REAL, events INTEGER, first_ns REAL
 );
 CREATE INDEX IF NOT EXISTS module_times_run ON module_times(run_id);
 CREATE TABLE IF NOT EXISTS op_times (
     run_id TEXT, module_id INTEGER, module_name TEXT, device INTEGER, op TEXT,
-    count INTEGER, total_ns REAL, self_ns REAL
+    count INTEGER, total_ns REAL, self_ns REAL, first_count INTEGER, first_ns REAL
 );
 CREATE INDEX IF NOT EXISTS op_times_module ON op_times(run_id, module_id);
 """
@@ -51,6 +51,8 @@ class ModuleTime:
     devices: int
     share_of_run: float  # of every module's busy time
     mean_ns: float  # busy time per execution
+    first_ns: float  # the first execution's busy time (it may include one-time set-up)
+    steady_mean_ns: float  # busy time per execution after the first (the mean when it ran once)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,21 @@ class OpTime:
     share_of_module: float  # of the module's busy time (self times)
     share_of_run: float
     mean_ns: float  # total time per execution of the op
+    first_count: int  # its executions in the module's first execution (which may carry one-time set-up)
+    first_ns: float  # their total time
+    steady_mean_ns: float  # total time per execution after the module's first (the mean when that was all)
+
+    @property
+    def steady_count(self) -> int:
+        return self.count - self.first_count
 
 
 def ensure_profile_tables(conn: sqlite3.Connection) -> None:
     """Create the profile tables where the index lacks them (an index made before they existed); statement by
     statement: ``executescript`` would commit the caller's transaction."""
+    if _columns(conn) and "first_count" not in _columns(conn):  # tables of an earlier xlarun: derived data, made anew
+        conn.execute("DROP TABLE module_times")
+        conn.execute("DROP TABLE op_times")
     for statement in PROFILE_SCHEMA.split(";"):
         if statement.strip():
             conn.execute(statement)
@@ -114,38 +126,53 @@ def _module_id(event: OpEvent, process: int | None, modules: set[tuple[int, str]
 
 def write_op_times(conn: sqlite3.Connection, run_id: str, events: list[tuple[OpEvent, int | None]]) -> None:
     """Write op and module times of ``events`` (each with the module id it joins, or None)."""
-    ops: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    first_run: dict[tuple, tuple[int, int | None]] = {}  # (module, device) -> (start, run id) of its first execution
+    for event, module_id in events:
+        where = (module_id, event.module, event.device)
+        if where not in first_run or event.start_ps < first_run[where][0]:
+            first_run[where] = (event.start_ps, event.run_id)
+    ops: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0, 0.0])
     spans: dict[tuple, list[float]] = {}  # (module, device, execution) -> [start, end, busy, events]
     for event, module_id in events:
         op = ops[(module_id, event.module, event.device, event.op)]
         op[0] += 1
         op[1] += event.duration_ps / 1000
         op[2] += event.self_ps / 1000
+        if first_run[(module_id, event.module, event.device)][1] == event.run_id:
+            op[3] += 1
+            op[4] += event.duration_ps / 1000
         key = (module_id, event.module, event.device, event.run_id)
         end: float = event.start_ps + event.duration_ps
         span = spans.setdefault(key, [event.start_ps, end, 0.0, 0])
         span[0], span[1] = min(span[0], event.start_ps), max(span[1], end)
         span[2] += event.self_ps / 1000
         span[3] += 1
-    per_module: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+    per_module: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0, float("inf"), 0.0])
     for (module_id, name, device, _execution), (start, end, busy, count) in spans.items():
         row = per_module[(module_id, name, device)]
         row[0] += 1
         row[1] += busy
         row[2] += (end - start) / 1000
         row[3] += count
+        if start < row[4]:  # the first execution so far: its busy time
+            row[4], row[5] = start, busy
     conn.executemany(
-        "INSERT INTO module_times VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [(run_id, *key, int(n), busy, wall, int(count)) for key, (n, busy, wall, count) in per_module.items()],
+        "INSERT INTO module_times VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, *key, int(n), busy, wall, int(count), first) for key, (n, busy, wall, count, _, first) in per_module.items()],
     )
     conn.executemany(
-        "INSERT INTO op_times VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [(run_id, *key, int(n), total, own) for key, (n, total, own) in ops.items()],
+        "INSERT INTO op_times VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, *key, int(n), total, own, int(n1), first) for key, (n, total, own, n1, first) in ops.items()],
     )
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(op_times)")}
 
 
 def _has_tables(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='op_times'").fetchone() is not None
+    """Whether the index has the profile tables as this version writes them (an earlier one's: `xlarun reindex`)."""
+    return "first_count" in _columns(conn)
 
 
 def module_times(conn: sqlite3.Connection, run_id: str) -> list[ModuleTime]:
@@ -153,12 +180,19 @@ def module_times(conn: sqlite3.Connection, run_id: str) -> list[ModuleTime]:
     if not _has_tables(conn):
         return []
     rows = conn.execute(
-        "SELECT module_id, module_name, max(executions), sum(busy_ns), sum(wall_ns), sum(events), count(*) "
+        "SELECT module_id, module_name, max(executions), sum(busy_ns), sum(wall_ns), sum(events), count(*), sum(first_ns) "
         "FROM module_times WHERE run_id = ? GROUP BY module_id, module_name ORDER BY sum(busy_ns) DESC, module_name",
         (run_id,),
     ).fetchall()
     run_busy = sum(row[3] for row in rows) or 1.0
-    return [ModuleTime(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[3] / run_busy, r[3] / r[2] if r[2] else 0.0) for r in rows]
+    return [_module_time(row, run_busy) for row in rows]
+
+
+def _module_time(row: sqlite3.Row | tuple, run_busy: float) -> ModuleTime:
+    module_id, name, executions, busy, wall, events, devices, first = row
+    mean = busy / executions if executions else 0.0
+    steady = (busy - first) / (executions - 1) if executions > 1 else mean
+    return ModuleTime(module_id, name, executions, busy, wall, events, devices, busy / run_busy, mean, first, steady)
 
 
 def op_times(conn: sqlite3.Connection, run_id: str, module_id: int | None, module_name: str) -> list[OpTime]:
@@ -167,9 +201,16 @@ def op_times(conn: sqlite3.Connection, run_id: str, module_id: int | None, modul
         return []
     run_busy = conn.execute("SELECT sum(busy_ns) FROM module_times WHERE run_id = ?", (run_id,)).fetchone()[0] or 1.0
     rows = conn.execute(
-        "SELECT op, sum(count), sum(total_ns), sum(self_ns), count(*) FROM op_times "
+        "SELECT op, sum(count), sum(total_ns), sum(self_ns), count(*), sum(first_count), sum(first_ns) FROM op_times "
         "WHERE run_id = ? AND module_id IS ? AND module_name = ? GROUP BY op ORDER BY sum(self_ns) DESC, op",
         (run_id, module_id, module_name),
     ).fetchall()
     module_busy = sum(row[3] for row in rows) or 1.0
-    return [OpTime(r[0], r[1], r[2], r[3], r[4], r[3] / module_busy, r[3] / run_busy, r[2] / r[1] if r[1] else 0.0) for r in rows]
+    return [_op_time(row, module_busy, run_busy) for row in rows]
+
+
+def _op_time(row: sqlite3.Row | tuple, module_busy: float, run_busy: float) -> OpTime:
+    op, count, total, own, devices, first_count, first = row
+    mean = total / count if count else 0.0
+    steady = (total - first) / (count - first_count) if count > first_count else mean
+    return OpTime(op, count, total, own, devices, own / module_busy, own / run_busy, mean, first_count, first, steady)
