@@ -12,7 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xlarun.hlo.protowire import as_bytes, as_int, as_signed64, as_str, encode_varint, iter_fields
+from xlarun.hlo.protowire import (
+    FIXED32,
+    FIXED64,
+    LENGTH_DELIMITED,
+    VARINT,
+    ProtoDecodeError,
+    as_bytes,
+    as_int,
+    as_signed64,
+    as_str,
+    encode_varint,
+    iter_fields,
+    read_varint,
+)
 
 _NUMBER_STATS = {3: "uint64", 4: "int64"}
 
@@ -79,17 +92,29 @@ def _metadata_entry(entry: bytes) -> tuple[int, str]:
 
 def _line_events(line: bytes, plane: str, marker: bytes, stat_names: dict[int, str]) -> list[OpEvent]:
     name, timestamp_ns, raw = "", 0, []
-    for number, _wire, value in iter_fields(line):
-        if number == 2:
-            name = as_str(value) or ""
-        elif number == 3:
-            timestamp_ns = as_signed64(as_int(value))
-        elif number == 4:
-            raw.append(as_bytes(value))
+    pos, end = 0, len(line)
+    while pos < end:  # the line's fields walked by hand: most events name no op, and are skipped uncopied
+        key, pos = read_varint(line, pos)
+        number, wire = key >> 3, key & 7
+        if wire == LENGTH_DELIMITED:
+            length, pos = read_varint(line, pos)
+            if pos + length > end:
+                raise ProtoDecodeError("truncated protobuf length-delimited field", "the trace is cut short")
+            if number == 2:
+                name = line[pos : pos + length].decode("utf-8", errors="replace")
+            elif number == 4 and line.find(marker, pos, pos + length) != -1:
+                raw.append(line[pos : pos + length])
+            pos += length
+        elif wire == VARINT:
+            value, pos = read_varint(line, pos)
+            if number == 3:
+                timestamp_ns = as_signed64(value)
+        elif wire in (FIXED64, FIXED32):
+            pos += 8 if wire == FIXED64 else 4
+        else:
+            raise ProtoDecodeError(f"unexpected protobuf wire type {wire} in a trace line", "the file is not an XSpace")
     timed: list[tuple[int, int, dict[str, int | str]]] = []
     for event in raw:
-        if marker not in event:
-            continue
         offset_ps, duration_ps, stats = 0, 0, {}
         for number, _wire, value in iter_fields(event):
             if number == 2:
