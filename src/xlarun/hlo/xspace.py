@@ -106,9 +106,9 @@ def _line_events(line: bytes, plane: str, marker: bytes, stat_names: dict[int, s
                 raw.append(line[pos : pos + length])
             pos += length
         elif wire == VARINT:
-            value, pos = read_varint(line, pos)
+            varint, pos = read_varint(line, pos)
             if number == 3:
-                timestamp_ns = as_signed64(value)
+                timestamp_ns = as_signed64(varint)
         elif wire in (FIXED64, FIXED32):
             pos += 8 if wire == FIXED64 else 4
         else:
