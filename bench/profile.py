@@ -5,7 +5,8 @@
 Overhead: the bundled example's train step (configs/examples/jax_mlp.py) timed step by step by the job itself
 (after one warm-up step that compiles), in rounds of plain steps and steps under ``jax.profiler`` with the options
 the bootstrap of ``profile: true`` uses (:mod:`xlarun.capture.profile_job`: no Python tracer), in one process so
-that only the profiler differs. Two sizes: the example's own (hidden 128, batch 32: a step of a fraction of a
+that only the profiler differs; the CPU time the process spends per step (every thread, the profiler's included)
+is reported beside the wall times, as it moves less with what else the machine runs. Two sizes: the example's own (hidden 128, batch 32: a step of a fraction of a
 millisecond, the worst case, since the profiler's cost is per op) and a larger one (hidden 1024, batch 256).
 Indexing: a trace of those rounds, read (:func:`xlarun.hlo.xspace.read_op_events`) and written into an index's
 tables, per 1,000 op events.
@@ -41,29 +42,33 @@ x = jax.random.normal(jax.random.PRNGKey(1), (batch, 64))
 y = jax.nn.one_hot(jax.random.randint(jax.random.PRNGKey(2), (batch,), 0, 10), 10)
 params, loss = jax_mlp.train_step(params, x, y, 0.1)
 jax.block_until_ready(loss)
-def timed(n):
+cpu = {"plain": 0.0, "profiled": 0.0}
+def timed(n, side):
     global params
     times = []
+    c0 = time.process_time()
     for _ in range(n):
         t0 = time.perf_counter()
         params, loss = jax_mlp.train_step(params, x, y, 0.1)
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - t0)
+    cpu[side] += time.process_time() - c0
     return times
 plain, profiled, start_stop = [], [], []
 for r in range(rounds):
-    plain += timed(steps)
+    plain += timed(steps, "plain")
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0
     t0 = time.perf_counter()
     jax.profiler.start_trace(f"{out}/round-{r}", profiler_options=options)
-    profiled += timed(steps)
+    profiled += timed(steps, "profiled")
     t1 = time.perf_counter()
     jax.profiler.stop_trace()
     start_stop.append(time.perf_counter() - t1)
 med = lambda v: sorted(v)[len(v) // 2]
 print(json.dumps({"plain_step_s": med(plain), "profiled_step_s": med(profiled), "plain_mean_s": sum(plain) / len(plain),
-                  "profiled_mean_s": sum(profiled) / len(profiled), "stop_trace_s": med(start_stop)}))
+                  "profiled_mean_s": sum(profiled) / len(profiled), "stop_trace_s": med(start_stop),
+                  "plain_cpu_s": cpu["plain"] / len(plain), "profiled_cpu_s": cpu["profiled"] / len(profiled)}))
 """
 
 SIZES = {"example (hidden 128, batch 32)": (128, 32), "larger (hidden 1024, batch 256)": (1024, 256)}
@@ -113,16 +118,20 @@ def main() -> None:
             index = _index_time(trace)
         overhead = (found["profiled_step_s"] - found["plain_step_s"]) / found["plain_step_s"]
         mean_overhead = (found["profiled_mean_s"] - found["plain_mean_s"]) / found["plain_mean_s"]
+        cpu_overhead = (found["profiled_cpu_s"] - found["plain_cpu_s"]) / found["plain_cpu_s"]
         results["sizes"][label] = {
             "step_s": {"plain": round(found["plain_step_s"], 6), "profiled": round(found["profiled_step_s"], 6)},
             "step_overhead_pct": round(100 * overhead, 1),
             "mean_step_overhead_pct": round(100 * mean_overhead, 1),
+            "cpu_per_step_s": {"plain": round(found["plain_cpu_s"], 6), "profiled": round(found["profiled_cpu_s"], 6)},
+            "cpu_overhead_pct": round(100 * cpu_overhead, 1),
             "stop_trace_s": round(found["stop_trace_s"], 3),
             "index": index,
         }
         print(
             f"{label}: median step {1000 * found['plain_step_s']:.3f} ms plain, {1000 * found['profiled_step_s']:.3f} ms "
-            f"profiled ({100 * overhead:+.1f}%; means {100 * mean_overhead:+.1f}%; target <= 10%); writing the trace at "
+            f"profiled ({100 * overhead:+.1f}%; means {100 * mean_overhead:+.1f}%; CPU time per step "
+            f"{100 * cpu_overhead:+.1f}%; target <= 10%); writing the trace at "
             f"stop {found['stop_trace_s']:.2f} s; indexing {index['events']} op events: {index['total_ms_per_1000']:.1f} ms "
             f"per 1,000 (read {index['read_ms_per_1000']:.1f}, write {index['write_ms_per_1000']:.1f})"
         )
