@@ -261,3 +261,20 @@ def test_an_inline_capture_profiles_the_function_it_compiles(tmp_path):
     assert jax.profiler  # the caller's profiler is free again: a trace of its own starts and stops
     jax.profiler.start_trace(str(tmp_path / "mine"))
     jax.profiler.stop_trace()
+
+
+def test_only_a_jax_job_is_run_under_the_profiler(tmp_path):
+    from xlarun.capture.backends.base import Job
+    from xlarun.capture.launch import _run_under_profiler
+    from xlarun.capture.spec_yaml import load_spec
+
+    (tmp_path / "job.py").write_text("print('hi')\n")
+    for framework, wrapped in (("jax", True), ("tensorflow", False)):
+        spec = tmp_path / f"{framework}.yaml"
+        spec.write_text(f"name: p\nscript: job.py\nframework: {framework}\nprofile: true\n")
+        job = Job(argv=[sys.executable, str(tmp_path / "job.py")], env={}, cwd=tmp_path, run_dir=tmp_path)
+        warning = _run_under_profiler(job, load_spec(spec), framework, str(tmp_path / "dump"))
+        assert (job.argv[1] == "-c") is wrapped
+        assert (warning is None) is wrapped
+        if not wrapped:
+            assert "only JAX jobs are profiled" in warning
