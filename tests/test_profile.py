@@ -278,3 +278,25 @@ def test_only_a_jax_job_is_run_under_the_profiler(tmp_path):
         assert (warning is None) is wrapped
         if not wrapped:
             assert "only JAX jobs are profiled" in warning
+
+
+@pytest.mark.slow
+def test_each_process_of_a_many_process_job_is_profiled_and_joined_to_its_modules(tmp_path):
+    """The trace starts after the script's jax.distributed.initialize (start_trace would make the backends first)."""
+    pytest.importorskip("jax")
+    from xlarun.capture.launch import capture
+    from xlarun.hlo.process_dirs import PROCESS_STRIDE
+    from xlarun.navigate.profile import run_times
+    from xlarun.store.facade import Store
+
+    example = CONFIGS.parent / "examples" / "multiprocess"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        (example / "spec.yaml").read_text().replace("script: program.py", f"script: {example}/program.py") + "profile: true\n"
+    )
+    store = Store.open(tmp_path / "store")
+    result = capture(spec, store)
+    assert result.ok, result.warnings
+    steps = {m.module_id: m for m in run_times(store, result.run_id).modules if m.name == "jit_train_step"}
+    assert set(steps) == {2, PROCESS_STRIDE + 2}  # module_0002 of process 0 and of process 1
+    assert all(m.time.devices == 2 and m.time.executions >= 1 for m in steps.values())

@@ -2,9 +2,9 @@
 
 The job's command ``python SCRIPT ARGS`` becomes ``python -c BOOTSTRAP DIR DURATION TRACER SCRIPT ARGS``: the
 bootstrap runs the script with :mod:`runpy` as ``__main__`` (its ``sys.argv`` and ``sys.path[0]`` as Python gives
-them), starts ``jax.profiler.start_trace(DIR)`` the moment the script's own ``import jax`` is done (so whatever
-the script sets in ``os.environ`` before importing JAX still counts) and stops it at exit, or after DURATION
-seconds. ``-c`` and not a module file: the job's interpreter may be another Python, or one in a container,
+them), starts ``jax.profiler.start_trace(DIR)`` once the script's own use of JAX has made its backends (so that
+whatever the script sets before, ``os.environ`` or ``jax.distributed.initialize``, still counts: ``start_trace``
+makes the backends itself) and stops it at exit, or DURATION seconds after it started. ``-c`` and not a module file: the job's interpreter may be another Python, or one in a container,
 that cannot import xlarun. DIR lies in the run's dump folder, so the trace (``*.xplane.pb``) is archived
 content-addressed like every dump file, and indexed by :mod:`xlarun.store.profile_index`.
 """
@@ -51,6 +51,27 @@ def start():
         timer.daemon = True
         timer.start()
 
+def start_with_backends():
+    # start_trace initialises JAX's backends: started at import, it would come before the script's own set-up
+    # (jax.distributed.initialize must come first); so it starts once the script's first use has made them
+    try:
+        import jax._src.xla_bridge as bridge
+        original = bridge.backends
+        if bridge.backends_are_initialized():
+            raise LookupError
+    except Exception:
+        start()
+        return
+
+    def backends(*args, **kwargs):
+        made = original(*args, **kwargs)
+        if bridge.backends is backends:
+            bridge.backends = original
+            start()
+        return made
+
+    bridge.backends = backends
+
 class AfterJax(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != "jax":
@@ -64,7 +85,7 @@ class AfterJax(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            start()
+            start_with_backends()
 
         spec.loader.exec_module = exec_module
         return spec
