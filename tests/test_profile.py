@@ -43,9 +43,10 @@ def test_profile_takes_a_bool_or_a_mapping(given, enabled, duration):
     assert (profile.enabled, profile.duration) == (enabled, duration)
 
 
-def test_a_profile_duration_that_is_no_duration_is_refused():
-    with pytest.raises(ValueError, match="not a duration"):
-        RunSpec(name="a", script="x.py", profile={"duration": "soon"})
+@pytest.mark.parametrize("duration", ["soon", True, -1])
+def test_a_profile_duration_that_is_no_duration_is_refused(duration):
+    with pytest.raises(ValueError, match=r"not a duration|greater than 0"):
+        RunSpec(name="a", script="x.py", profile={"duration": duration})
 
 
 def test_the_profiled_command_runs_the_script_under_the_bootstrap_into_the_dump_folder():
@@ -300,3 +301,25 @@ def test_each_process_of_a_many_process_job_is_profiled_and_joined_to_its_module
     steps = {m.module_id: m for m in run_times(store, result.run_id).modules if m.name == "jit_train_step"}
     assert set(steps) == {2, PROCESS_STRIDE + 2}  # module_0002 of process 0 and of process 1
     assert all(m.time.devices == 2 and m.time.executions >= 1 for m in steps.values())
+
+
+@pytest.mark.slow
+def test_a_duration_stops_the_trace_while_the_job_goes_on(tmp_path):
+    pytest.importorskip("jax")
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import time, jax, jax.numpy as jnp\n"
+        "f = jax.jit(lambda x: x * 2)\n"
+        "t0 = time.time()\n"
+        "while time.time() - t0 < 2:\n"
+        "    f(jnp.ones(4)).block_until_ready()\n"
+        "print('done')\n"
+    )
+    argv = profiled_argv([sys.executable, str(script)], str(tmp_path / "dump"), ProfileSpec(enabled=True, duration=0.5))
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    [trace] = (tmp_path / "dump" / PROFILE_DIR).rglob("*.xplane.pb")
+    starts = [e.start_ps for e in read_op_events(trace.read_bytes()) if e.module == "jit__lambda"]
+    assert starts and (max(starts) - min(starts)) / 1e12 < 1.0  # traced for 0.5 s of the job's 2 s, not to its end

@@ -212,6 +212,8 @@ class ProfileSpec(_Strict):
     @field_validator("duration", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # a bool is an int to Python: true would be 1 s
+            raise ValueError(f"{str(value).lower()} is not a duration: use seconds or a number with ms, s, m or h")
         return parse_duration(value) if isinstance(value, str) else value
 
 
