@@ -80,13 +80,27 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
         return
     say(f"[bold]{found.name}[/bold] in run {found.run_id}: {time_line(found.time)}")
     shown = found.ops if not top else found.ops[:top]
+    devices = any(o.time.devices > 1 for o in found.ops)  # a sharded module: count and times are of every device
     print_table(
-        ["op", "holds", "count", "total", "first", "then each", "share", "GFLOP/s", "GB/s", "source"],
+        [
+            "op",
+            "holds",
+            "count",
+            *(["devices"] if devices else []),
+            "total",
+            "first",
+            "then each",
+            "share",
+            "GFLOP/s",
+            "GB/s",
+            "source",
+        ],
         [
             [
                 o.op,
                 ", ".join(o.fused_opcodes[:4]) + (", ..." if len(o.fused_opcodes) > 4 else "") or (o.opcode or ""),
                 o.time.count,
+                *([o.time.devices] if devices else []),
                 duration_words(o.time.total_ns),
                 duration_words(o.time.first_ns) if o.time.first_count else "",
                 duration_words(o.time.steady_mean_ns) if o.time.steady_count else "",
@@ -97,7 +111,7 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
             ]
             for o in shown
         ],
-        right=["count", "total", "first", "then each", "share", "GFLOP/s", "GB/s"],
+        right=["count", "devices", "total", "first", "then each", "share", "GFLOP/s", "GB/s"],
     )
     if len(shown) < len(found.ops):
         echo(f"{len(found.ops) - len(shown)} more op(s): --top 0 lists all")
