@@ -323,3 +323,9 @@ def test_a_duration_stops_the_trace_while_the_job_goes_on(tmp_path):
     [trace] = (tmp_path / "dump" / PROFILE_DIR).rglob("*.xplane.pb")
     starts = [e.start_ps for e in read_op_events(trace.read_bytes()) if e.module == "jit__lambda"]
     assert starts and (max(starts) - min(starts)) / 1e12 < 1.0  # traced for 0.5 s of the job's 2 s, not to its end
+
+
+def test_an_order_modules_does_not_know_is_refused_in_json_too(cli, tmp_path):
+    shown = cli("modules", "--store", tmp_path / "store", "--by", "size", "--json")
+    assert shown.exit_code == 2
+    assert json.loads(shown.stdout)["hint"] == "--by program (the default) or --by time"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -135,7 +135,7 @@ def modules(
     ] = None,
     store: StoreOption = None,
     by: Annotated[
-        Literal["program", "time"],
+        str,  # checked below: a Literal would make typer import pydantic, which costs more than the command
         typer.Option(
             "--by",
             help="program: the main program first (the default); time: most measured time first, with a time column "
@@ -162,6 +162,10 @@ def modules(
     from xlarun.navigate.desync import compare_processes
     from xlarun.present import print_process_report, print_run_modules
 
+    if by not in ("program", "time"):
+        from xlarun.errors import InputError
+
+        raise InputError(f"--by {by!r}: no such order", "--by program (the default) or --by time")
     the_run = front_door(store).run(run)
     if by == "time":
         _modules_by_time(the_run, as_json)
