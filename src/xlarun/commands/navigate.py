@@ -138,6 +138,7 @@ def modules(
         str,  # checked below: a Literal would make typer import pydantic, which costs more than the command
         typer.Option(
             "--by",
+            metavar="<program|time>",
             help="program: the main program first (the default); time: most measured time first, with a time column "
             "(a run captured with `profile: true`).",
         ),
