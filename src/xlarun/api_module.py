@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph
+from xlarun.api_results import Bisection, Diff, Graph, Profile, Times
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -247,6 +247,20 @@ class Module(display.Shown):
         self.__dict__.pop("_shown", None)  # `show` lists the new bisection
         return Bisection(result, record.bisect_id)
 
+    def profile(self, top: int | None = None) -> Profile:
+        """The module's ops by measured time (``xlarun profile REF``), each with what it holds, its sources, flops,
+        bytes and achieved rates; ``top``: how many it prints (all are in ``ops``)."""
+        from xlarun.navigate.profile import module_profile
+
+        return Profile(module_profile(self._store.store, self.info), top)
+
+    @property
+    def time(self):
+        """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
+        from xlarun.navigate.profile import module_time
+
+        return module_time(self._store.store, self.info)
+
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""
         from xlarun.bundle import BundleOptions, make_bundle
@@ -309,6 +323,13 @@ class Run(display.Shown):
     def modules(self) -> ModuleList:
         """The run's modules, the main program first."""
         return ModuleList(self._store, [Module(self._store, m) for m in self._store.store.index.modules(self.id)], self)
+
+    def times(self) -> Times:
+        """The run's modules by measured time, most first (``xlarun modules --by time``); the run must have been
+        captured with ``profile:`` (else :class:`~xlarun.navigate.profile.NoProfile`)."""
+        from xlarun.navigate.profile import run_times
+
+        return Times(run_times(self._store.store, self.id))
 
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)

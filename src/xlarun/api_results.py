@@ -12,8 +12,9 @@ from xlarun import display
 if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
+    from xlarun.navigate.profile import ModuleProfile, RunTimes
 
-__all__ = ["Bisection", "Diff", "Graph"]
+__all__ = ["Bisection", "Diff", "Graph", "Profile", "Times"]
 
 
 class Diff(display.Shown):
@@ -71,3 +72,36 @@ class Bisection(display.Shown):
         from xlarun.present_bisection import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
+
+
+class Times(display.Shown):
+    """A profiled run's modules by measured time, most first (``xlarun modules --by time``); ``times.modules``
+    holds each module's ``time`` (executions, busy_ns, wall_ns, share_of_run)."""
+
+    def __init__(self, found: RunTimes):
+        self.found = found
+
+    run_id = property(lambda self: self.found.run_id)
+    modules = property(lambda self: self.found.modules)
+    job_wall_s = property(lambda self: self.found.job_wall_s)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present_profile import print_run_times
+
+        return display.capture_printed(print_run_times, self.found)
+
+
+class Profile(display.Shown):
+    """One module's ops by measured time (``xlarun profile REF``): ``profile.ops``, each with its ``time``
+    (count, total_ns, self_ns, shares), what it holds, its sources, flops, bytes and achieved rates."""
+
+    def __init__(self, found: ModuleProfile, top: int | None = None):
+        self.found, self.top = found, top
+
+    ops = property(lambda self: self.found.ops)
+    time = property(lambda self: self.found.time)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present_profile import DEFAULT_TOP_OPS, print_module_profile
+
+        return display.capture_printed(print_module_profile, self.found, DEFAULT_TOP_OPS if self.top is None else self.top)

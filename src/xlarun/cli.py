@@ -29,6 +29,7 @@ COMMANDS = {
     "batch": "batch",
     "runs": "navigate", "modules": "navigate", "files": "navigate", "show": "navigate", "cat": "navigate",
     "find": "navigate", "explain": "navigate", "logs": "navigate", "export": "navigate",
+    "profile": "profile",
     "replay": "replay", "convert": "replay",
     "bisect": "bisect", "extract": "bisect",
     "rm": "housekeeping", "gc": "housekeeping", "recover": "housekeeping", "reindex": "housekeeping",

@@ -188,6 +188,7 @@ def capture(
     extra_xla_flags: tuple[str, ...] = (),
     kwargs: dict[str, Any] | None = None,
     batch_id: str | None = None,
+    profile: bool | int = False,
     **jit_kwargs: Any,
 ) -> Run:
     """Compile ``f(*args)`` with XLA dumps for that compilation only, and archive it as a run of kind ``inline``.
@@ -196,7 +197,9 @@ def capture(
     to record its real arguments and result; donated arguments are copied first, so the caller's arrays are left as
     they were, and a jaxlib before 0.10, whose XLA aborts on such a snapshot, is refused with an InputError), ``formats`` and ``large_constants``
     mean what they mean in a spec's ``dump:``. ``jit_kwargs`` go to ``jax.jit`` (``static_argnums``...);
-    ``kwargs`` are keyword arguments of ``f``. Returns the run; ``run.main`` is the function's module."""
+    ``kwargs`` are keyword arguments of ``f``. ``profile`` (True: 3 calls, or a number of calls) runs the compiled
+    function that often under ``jax.profiler`` after a warm-up call, and archives and indexes the trace with the
+    dump (``run.times()``, ``run.main.profile()``). Returns the run; ``run.main`` is the function's module."""
     from xlarun import api
 
     the_store = store if isinstance(store, api.Store) else api.open_store(store)
@@ -221,6 +224,8 @@ def capture(
 
                 call_args, call_kwargs = _undonated(compiled, args, kwargs or {})
                 jax.block_until_ready(compiled(*call_args, **call_kwargs))
+            if profile:
+                _profiled_calls(compiled, args, kwargs or {}, staging / "dump", 3 if profile is True else int(profile))
     except BaseException as exc:
         from xlarun.errors import XlarunError
 
@@ -234,6 +239,28 @@ def capture(
     return _commit(
         the_store, run_id, staging, name or facts.qualname.rsplit(".", 1)[-1], facts, options, started, took, error, batch_id
     )
+
+
+def _profiled_calls(compiled, args: tuple, kwargs: dict, dump_dir: Path, calls: int) -> None:
+    """Call ``compiled`` ``calls`` times under JAX's profiler (after one call outside it: first-call set-up is not
+    the function's time), the trace written where a spec's ``profile:`` writes it, so it is indexed the same way."""
+    import jax
+
+    from xlarun.capture.profile_job import PROFILE_DIR
+
+    def call() -> None:
+        call_args, call_kwargs = _undonated(compiled, args, kwargs)  # the caller's donated arrays are left as they were
+        jax.block_until_ready(compiled(*call_args, **call_kwargs))
+
+    call()
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    jax.profiler.start_trace(str(dump_dir / PROFILE_DIR), profiler_options=options)
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        jax.profiler.stop_trace()
 
 
 def _begin_run(lib) -> tuple[str, Path]:

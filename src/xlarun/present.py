@@ -87,7 +87,7 @@ def module_sharding(store, module):
     return sharding_of_text(store.read_file(module.run_id, text.path)) if text else Sharding()
 
 
-def print_module(store, module, files: bool = False, bundle: str | None = None) -> None:
+def print_module(store, module, files: bool = False, bundle: str | None = None, time: str | None = None) -> None:
     """``xlarun show``: one module's facts, files, pass timeline, and its replays and bisections; ``bundle``: the
     bundle it was read from, named instead of the temporary run it was imported into."""
     say(f"[bold]{module.label}[/bold] in " + (f"bundle {bundle}" if bundle else f"run {module.run_id}"))
@@ -114,6 +114,7 @@ def print_module(store, module, files: bool = False, bundle: str | None = None) 
             ("parse error", module.parse_error),
             *module_sharding(store, module).lines(),
             *_process_lines(store, module),
+            ("time", time),  # measured, when the run was profiled (present_profile.time_line)
         ]
     )
     bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files

@@ -20,7 +20,6 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "compat"
 NOBODY = 65534
 
 
-
 @pytest.fixture(scope="module")
 def one_run_store(tmp_path_factory):
     from typer.testing import CliRunner

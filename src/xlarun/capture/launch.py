@@ -25,6 +25,7 @@ from xlarun.capture.flags import (
     where_flag_comes_from,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.profile_job import profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
@@ -145,6 +146,16 @@ def job_framework(loaded: LoadedSpec) -> str:
     return detect_framework(loaded.script) or "unknown"
 
 
+def _run_under_profiler(job: Job, loaded: LoadedSpec, framework: str, dump_dir: str) -> str | None:
+    """Run the job under JAX's profiler when the spec asks (``profile:``); the warning when it cannot be."""
+    if not loaded.spec.profile.enabled:
+        return None
+    if framework != "jax":
+        return f"profile: only JAX jobs are profiled, and this one is {framework}: no profile recorded"
+    job.argv = profiled_argv(job.argv, dump_dir, loaded.spec.profile)
+    return None
+
+
 def probe_job_xla_flags(loaded: LoadedSpec, base_env: dict[str, str], cache: FlagNameCache | None = None) -> KnownXlaFlags | None:
     """The XLA flags the job's framework knows, read from its library as the job's interpreter finds it;
     None when that cannot be told, and then every flag is kept."""
@@ -252,6 +263,8 @@ def _capture(
         script_dir=loaded.script.parent,
     )
     job.cancel = stop.cancel
+    user_command = list(job.argv)  # the manifest's: what the spec runs, not the profiler's bootstrap around it
+    profile_warning = _run_under_profiler(job, loaded, framework, paths.dump_dir)
     (staging / "spec.yaml").write_text(loaded.text or "", encoding="utf-8")
     resolved = {
         "spec": loaded.spec.model_dump(mode="json"),
@@ -288,7 +301,7 @@ def _capture(
     duration = time.monotonic() - t0
 
     kill_point("job-ended")
-    warnings = list(composed.warnings)
+    warnings = list(composed.warnings) + ([profile_warning] if profile_warning else [])
     # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
     with stop.archiving(run_id, staging), store.lock():
         try:
@@ -334,7 +347,7 @@ def _capture(
             ended=result.ended,
             duration_s=round(duration, 3),
             spec_path=str(loaded.path),
-            command=job.argv,
+            command=user_command,
             xlarun_command=list(sys.argv),
             cwd=str(job.cwd),
             backend=backend.kind,

@@ -190,6 +190,33 @@ class PoplarSpec(_Strict):
     )
 
 
+class ProfileSpec(_Strict):
+    """A profile of the job (JAX's profiler), archived and indexed with the dump: ``profile: true`` traces the
+    whole script; ``profile: {duration: 30s}`` stops the trace that long after it started."""
+
+    enabled: bool = Field(False, description="Record a profile of the job (JAX only; the script is not changed).")
+    duration: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Stop the trace this long after it started ('30s'); default: at exit."
+    )
+    python_tracer: bool = Field(False, description="Also trace every Python call (many events: slows the job down).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # profile: true
+            return {"enabled": value}
+        if isinstance(value, dict) and value and "enabled" not in value:  # profile: {duration: 10s} means on
+            return {**value, "enabled": True}
+        return value
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # a bool is an int to Python: true would be 1 s
+            raise ValueError(f"{str(value).lower()} is not a duration: use seconds or a number with ms, s, m or h")
+        return parse_duration(value) if isinstance(value, str) else value
+
+
 class BackendSpec(DockerOptions):
     """Where the job runs. ``local`` runs a subprocess; the docker kinds run a container, configured by
     the container options beside ``kind`` (image, user, gpus, shm_size, ipu_device_id, mem_limit, ...)."""
@@ -244,6 +271,11 @@ class RunSpec(_Strict):
     jax: JaxSpec = Field(default_factory=JaxSpec)
     torch_xla: TorchXlaSpec = Field(default_factory=TorchXlaSpec)
     poplar: PoplarSpec = Field(default_factory=PoplarSpec)
+    profile: ProfileSpec = Field(
+        default_factory=ProfileSpec,
+        description="true, or {duration: 30s, python_tracer: false}: also record a JAX profile of the job "
+        "(op times per module, `xlarun profile`); off by default.",
+    )
     matrix: dict[str, Any] | None = Field(
         None,
         description="Run the spec once per cell: axes of values (product), plus 'include' and 'exclude' lists as in GitHub Actions. "

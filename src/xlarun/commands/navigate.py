@@ -134,9 +134,18 @@ def modules(
         ),
     ] = None,
     store: StoreOption = None,
+    by: Annotated[
+        str,  # checked below: a Literal would make typer import pydantic, which costs more than the command
+        typer.Option(
+            "--by",
+            metavar="<program|time>",
+            help="program: the main program first (the default); time: most measured time first, with a time column "
+            "(a run captured with `profile: true`).",
+        ),
+    ] = "program",
     as_json: JsonOption = False,
 ) -> None:
-    """List a run's modules, the main program first.
+    """List a run's modules, the main program first (--by time: the most measured time first).
 
     Modules whose code lives in your files come first ("yours" in the code column), then those xlarun
     cannot place, then those of only the framework's own code ("framework": jax.random, jnp.linspace...
@@ -154,7 +163,14 @@ def modules(
     from xlarun.navigate.desync import compare_processes
     from xlarun.present import print_process_report, print_run_modules
 
+    if by not in ("program", "time"):
+        from xlarun.errors import InputError
+
+        raise InputError(f"--by {by!r}: no such order", "--by program (the default) or --by time")
     the_run = front_door(store).run(run)
+    if by == "time":
+        _modules_by_time(the_run, as_json)
+        return
     listed = the_run.modules()
     items = [module.summary for module in listed]
     by_id = {module.module_id: module for module in listed}
@@ -170,6 +186,17 @@ def modules(
         for r in recompiles:
             say(f"  {r.name} {r.line()}")
     print_process_report(processes)
+
+
+def _modules_by_time(the_run, as_json: bool) -> None:
+    from xlarun.console import print_json
+    from xlarun.present_profile import print_run_times
+
+    times = the_run.times()
+    if as_json:
+        print_json({"run_id": times.run_id, "by": "time", "job_wall_s": times.job_wall_s, "modules": times.modules})
+        return
+    print_run_times(times.found)
 
 
 def _before_text(module) -> str | None:
@@ -192,15 +219,18 @@ def show(
     from xlarun.commands.share import bundle_or_ref
     from xlarun.console import print_json, to_jsonable
     from xlarun.present import print_module
+    from xlarun.present_profile import time_line
 
     given = ref
     store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
     bundle = given if ref != given else None  # named as the user gave it: the temporary store's run id names nothing
     module = front_door(store).module(ref, run=run)
+    time = module.time  # measured, when the run was profiled
     if as_json:
-        print_json({**to_jsonable(module.info), "run_id": None, "bundle": bundle} if bundle else module.info)
+        shown = {**to_jsonable(module.info), "run_id": None, "bundle": bundle} if bundle else to_jsonable(module.info)
+        print_json({**shown, "time": time})
         return
-    print_module(module.store.store, module.info, files, bundle=bundle)
+    print_module(module.store.store, module.info, files, bundle=bundle, time=time_line(time))
 
 
 def cat(

@@ -16,6 +16,7 @@ from xlarun.errors import ExitCode, StoreError, os_error_words
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import Index
+from xlarun.store.profile_index import index_profiles
 from xlarun.store.records import DamagedRun, StoredFile
 from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
@@ -134,4 +135,5 @@ def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) ->
             index.write_module(run_id, summary)
             terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
         terms.flush()
+        index_profiles(index.conn, store, run_id, decoded)  # op times, when the run was profiled
         index.remember_text_counts({digest: n for digest, n in counts.items() if digest not in known})
