@@ -16,8 +16,6 @@ import pytest
 from .sweep import FIXTURES, build_two_run_store, commands, copy_store, settle, sweep
 from .test_gc_liveness import read_back
 
-pytestmark = pytest.mark.slow
-
 
 def _zero_last_page(store: Path) -> None:
     path = store / "index.sqlite"
@@ -96,6 +94,7 @@ def _sweep_then_repair(damage_name, store, runs, tmp_path, cli, figures, expecte
     return swept
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(INDEX_DAMAGE))
 def test_a_damaged_index_is_named_and_reindex_mends_it(damage, two_runs, tmp_path, cli, figures):
     source, runs = two_runs
@@ -105,6 +104,7 @@ def test_a_damaged_index_is_named_and_reindex_mends_it(damage, two_runs, tmp_pat
     _sweep_then_repair(damage, store, runs, tmp_path, cli, figures, expected)
 
 
+@pytest.mark.slow
 def test_another_stores_write_ahead_log_is_named_never_read(two_runs, tmp_path, cli, figures):
     """SQLite would read the other index's pages as this one's ("no module matches", no modules, "all sound"): the
     index's id, kept in its main file and rewritten by every transaction, tells the log apart."""

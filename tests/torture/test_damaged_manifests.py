@@ -16,8 +16,6 @@ import pytest
 from .sweep import build_two_run_store, commands, copy_store, sweep
 from .test_gc_liveness import read_back
 
-pytestmark = pytest.mark.slow
-
 
 def _deep(levels: int) -> str:
     return "[" * levels + "]" * levels
@@ -64,6 +62,7 @@ def two_runs(tmp_path_factory):
     return root, build_two_run_store(root)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", ["kept", "missing"])
 @pytest.mark.parametrize("damage", sorted(RUN_DAMAGE))
 def test_a_damaged_run_is_named_left_out_and_removable(damage, index, two_runs, tmp_path, cli, figures):
@@ -94,6 +93,7 @@ def test_a_damaged_run_is_named_left_out_and_removable(damage, index, two_runs, 
     assert lost == [] and read == expected - 16  # the damaged run's 16 files went with it, every other reads back
 
 
+@pytest.mark.slow
 def test_a_reconcile_names_a_damaged_run_in_a_note(two_runs, tmp_path, cli):
     source, (damaged, _sound) = two_runs
     store = copy_store(source, tmp_path / "store")
@@ -106,6 +106,7 @@ def test_a_reconcile_names_a_damaged_run_in_a_note(two_runs, tmp_path, cli):
     assert f"`xlarun rm {damaged}`" in stderr
 
 
+@pytest.mark.slow
 def test_a_killed_captures_deep_archived_list_is_a_refusal_not_a_recursion(two_runs, tmp_path, cli, figures):
     source, _runs = two_runs
     store = copy_store(source, tmp_path / "store")
@@ -135,6 +136,7 @@ sys.exit(xlarun.cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_parts_of_a_shared_store_another_user_cannot_read_are_refusals(two_runs, cli, figures):
     """A run folder of mode 700 and a manifest of mode 600, the index gone: nobody's check, reindex, gc and recover
     end with exit 1 or 3 naming the permission and the user, never a crash; the owner reads every file back."""

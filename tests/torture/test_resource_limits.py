@@ -14,8 +14,6 @@ import pytest
 
 from .sweep import FIXTURES
 
-pytestmark = pytest.mark.slow
-
 
 def _xlarun(*args, files: int | None = None, memory: int | None = None, cwd: Path | None = None):
     def limit() -> None:
@@ -46,6 +44,7 @@ def store(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_too_few_file_descriptors_is_a_refusal_naming_the_limit(store, tmp_path, figures):
     tried = [
         (24, _xlarun("report", "--store", store, "-o", tmp_path / "report-24", files=24)),
@@ -58,6 +57,7 @@ def test_too_few_file_descriptors_is_a_refusal_naming_the_limit(store, tmp_path,
             assert f"too many open files (this process may open {limit}" in _refused(done)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["render", "replay", "cat", "show", "export"])
 def test_a_ref_longer_than_any_file_name_is_a_usage_error(command, store, tmp_path):
     ref = "m" * 100_000
@@ -79,6 +79,7 @@ def _big_module(path: Path, instructions: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_render_refuses_a_module_too_big_for_its_memory(tmp_path, figures):
     """100,000 instructions (5.7 MB of text) need about 400 MB to draw: under a 300 MB address-space limit render
     refuses before parsing, naming what it needs and the limit; with room it draws the module's overview."""
