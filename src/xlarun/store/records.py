@@ -6,14 +6,18 @@ from __future__ import annotations
 import enum
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 from xlarun.bounded_read import MAX_LIST_BYTES, read_store_file
 from xlarun.errors import StoreError
 from xlarun.safe_names import checked_relative_path, store_damage
-from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, parse_store_json
+from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, parse_store_json, unreadable_words
+
+T = TypeVar("T")
 
 #: Sub-folders of a run folder that hold what the job wrote (all archived, all indexed).
 OUTPUT_DIRS = ("dump", "tf_graphs", "jax_ir", "torch_xla", "poplar")
@@ -238,6 +242,22 @@ class DamagedRun(StoreError):
             f"restore runs/{run_id}/{name} from a backup, or `xlarun rm {run_id}` removes the run",
         )
         self.run_id, self.why = run_id, f"its {name} is {why}"
+
+
+def run_json(run_id: str, path: Path, limit: int, check: Callable[[Any], T]) -> T:
+    """A committed run's JSON file (its manifest or file list), read within ``limit`` (no link, no FIFO: StoreError
+    naming it), parsed within a depth bound and checked; :class:`DamagedRun` naming the run and the file when it is
+    not what xlarun writes (a permission problem is the caller's to name)."""
+    try:
+        data = read_store_file(path, limit)
+    except PermissionError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(run_id, path.name, unreadable_words(exc)) from None
+    try:
+        return check(parse_store_json(data))
+    except StoreJsonDamage as exc:
+        raise DamagedRun(run_id, path.name, str(exc)) from None
 
 
 class IndexDamage(StoreError):

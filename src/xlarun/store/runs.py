@@ -35,15 +35,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
 
 from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files
-from xlarun.store.store_json import StoreJsonDamage, checked_file_entries, checked_manifest, parse_store_json, unreadable_words
+from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
+from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -57,8 +56,6 @@ _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its ow
 ARCHIVED_LIST = "archived.json"
 #: A run folder's own files beside its file list (each a regular file, or absent), as export and shipping copy them.
 RUN_METADATA = ("manifest.json", "spec.yaml", "spec.resolved.json", "stdout.log", "stderr.log")
-
-T = TypeVar("T")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -209,15 +206,14 @@ class RunStore:
         """What a run's ``files.json`` lists, read within bounds (no link, no FIFO) and checked (types, sizes, no path
         twice, none leaving the run); :class:`DamagedRun` or StoreError naming the damage."""
         listing = self.run_path(run_id) / "files.json"
-        entries = _judged_json(run_id, "files.json", lambda: _bounded(listing, bounded_read.MAX_LIST_BYTES), checked_file_entries)
+        entries = run_json(run_id, listing, bounded_read.MAX_LIST_BYTES, checked_file_entries)
         return listed_files([{"path": p, "digest": d, "size": n} for p, d, n in entries], str(listing))
 
     def manifest(self, run_id: str) -> dict:
         """A run's ``manifest.json`` ({} where it has none); :class:`DamagedRun` when it cannot be read or a key the
         index reads has a type xlarun never writes."""
         path = self.run_path(run_id) / "manifest.json"
-        read = (lambda: _bounded(path, bounded_read.MAX_MANIFEST_BYTES)) if path.exists() else (lambda: b"{}")
-        return _judged_json(run_id, "manifest.json", read, checked_manifest)
+        return run_json(run_id, path, bounded_read.MAX_MANIFEST_BYTES, checked_manifest) if path.exists() else {}
 
     def read_file(self, run_id: str, path: str) -> bytes:
         """The exact bytes of one archived file of a run."""
@@ -443,26 +439,6 @@ def _describe_leftover(folder: Path) -> Leftover:
     if not parts:
         return Leftover(folder, False, "nothing the job wrote")
     return Leftover(folder, True, ", ".join(parts))
-
-
-def _bounded(path: Path, limit: int) -> bytes:
-    """A store file's bytes, read within ``limit`` (no link, no FIFO: StoreError naming it)."""
-    return bounded_read.read_store_file(path, limit)
-
-
-def _judged_json(run_id: str, name: str, read: Callable[[], str | bytes], check: Callable[[Any], T]) -> T:
-    """What ``read`` returns, parsed within bounds and checked; :class:`DamagedRun` naming the run and ``name`` when
-    it cannot be read or is not what xlarun writes (a permission problem is the caller's to name)."""
-    try:
-        text = read()
-    except PermissionError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise DamagedRun(run_id, name, unreadable_words(exc)) from None
-    try:
-        return check(parse_store_json(text))
-    except StoreJsonDamage as exc:
-        raise DamagedRun(run_id, name, str(exc)) from None
 
 
 def _size(path: Path) -> int:
