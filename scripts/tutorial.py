@@ -98,11 +98,16 @@ def blocks(text: str) -> list[Block]:
     return found
 
 
-def _environment(work: Path, store: Path) -> dict[str, str]:
-    env = {**os.environ, "XLARUN_STORE": str(store), "COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
+#: The caller's variables a reader would not have set (a test runner's, coverage's, a framework's settings): the
+#: commands run without them, so the pages read the same whoever regenerates or checks them.
+_NOT_PASSED = ("XLA_", "TF_", "JAX_", "COV_", "COVERAGE_", "PYTEST_", "PYTHON", "XLARUN_", "FORCE_COLOR", "TTY_COMPATIBLE")
+
+
+def _environment(store: Path, tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED) or k == "XLARUN_XLA_CORPUS"}
+    env.update(XLARUN_STORE=str(store), COLUMNS="120", NO_COLOR="1", TERM="dumb")
+    env["XDG_CACHE_HOME"] = str(tmp / "cache")  # xlarun's flag-name cache: one fresh for the whole run
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    for name in ("XLA_FLAGS", "FORCE_COLOR", "TTY_COMPATIBLE"):
-        env.pop(name, None)
     env.setdefault("XLARUN_XLA_CORPUS", str(ROOT.parent / "shared" / "corpus" / "xla-hlo"))  # see.md draws one of its modules
     return env
 
@@ -126,7 +131,7 @@ def run_line(command: str, work: Path, env: dict[str, str]) -> str:
 def _quick_start_store(tmp: Path) -> Path:
     """The store the quick start leaves: one capture of configs/jax-cpu.yaml (copied for each page)."""
     store = tmp / "quick-start-store"
-    env = _environment(ROOT, store)
+    env = _environment(store, tmp)
     proc = subprocess.run(
         ["xlarun", "capture", "configs/jax-cpu.yaml", "-q"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )
@@ -152,7 +157,7 @@ def regenerate(chosen: list[Path]) -> dict[Path, list[tuple[Block, str]]]:
             store = work / ".xlarun"
             if EMPTY_STORE not in text:
                 shutil.copytree(template, store, symlinks=True)
-            env = _environment(work, store)
+            env = _environment(store, tmp)
             lines = text.splitlines()
             print(f"{page.relative_to(ROOT)}: {len(wanted)} block(s)", file=sys.stderr, flush=True)
             for block in wanted:
