@@ -355,13 +355,21 @@ def _crash_log(exc: BaseException) -> Path:
 
     from xlarun import __version__
 
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"crash-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
-    with path.open("w") as log:
-        log.write(f"xlarun {__version__} on Python {sys.version}\nargv: {sys.argv}\n\n")
-        traceback.print_exception(exc, file=log)
-    return path
+    import tempfile
+
+    name = f"crash-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
+    folders = [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun", Path(tempfile.gettempdir())]
+    for folder in folders:  # the cache may be another user's or read-only: the log goes where it can
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            with path.open("w") as log:
+                log.write(f"xlarun {__version__} on Python {sys.version}\nargv: {sys.argv}\n\n")
+                traceback.print_exception(exc, file=log)
+            return path
+        except OSError:
+            continue
+    return Path(os.devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -214,6 +214,7 @@ import os, sys
 import pwd, sqlite3, json, shutil, errno, typer, rich.console, rich.markup, rich.text  # imported while root: the interpreter's files are root's alone
 import xlarun.cli, xlarun.commands.housekeeping, xlarun.store.facade, xlarun.store.gc, xlarun.store.integrity
 import xlarun.store.index, xlarun.store.ingest, xlarun.store.summaries, xlarun.console, xlarun.errors
+import html, xlarun.api, xlarun.display, xlarun.present, xlarun.commands.navigate
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
@@ -229,7 +230,7 @@ def _as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
         cwd="/tmp",
-        env={**env, "HOME": "/tmp", "NO_COLOR": "1", "COLUMNS": "400"},
+        env={**env, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp", "NO_COLOR": "1", "COLUMNS": "400"},
     )
 
 
@@ -327,3 +328,22 @@ def test_gc_on_a_store_it_cannot_write_says_what_it_could_not_remove(one_run_sto
     read, lost = read_back(store)
     figures(tried=4, files=read, lost=len(lost), refusals=2)
     assert (read, lost) == (expected, [])
+
+
+@pytest.mark.slow
+def test_an_index_another_user_cannot_read_is_named_as_a_permission_not_damage(one_run_store, shared_folder, cli, figures):
+    """index.sqlite of mode 600 in a shared store: the other user's commands say it is a permission problem, with the
+    path and the user, never "unable to open database file" with advice to reindex."""
+    store = _copy(one_run_store, shared_folder / "store")
+    subprocess.run(["chmod", "-R", "a+rwX", str(store)], check=True)
+    (store / "index.sqlite").chmod(0o600)
+    codes = {}
+    for command in (("runs",), ("modules",), ("check",)):
+        done = _as_nobody(*command, "--store", store)
+        codes[command[0]] = done.returncode
+        line = _error_line(done.stderr)
+        assert done.returncode == 3, done.stderr
+        assert f"cannot open the index {store / 'index.sqlite'}: permission denied to user nobody" in line, line
+        assert "reindex" not in line and "unable to open database file" not in line
+    figures(tried=len(codes), **codes)
+    assert cli("runs", "--store", store).exit_code == 0  # the owner reads it as before
