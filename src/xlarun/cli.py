@@ -350,12 +350,11 @@ def _refusal(exc: BaseException) -> XlarunError | None:
 
 
 def _crash_log(exc: BaseException) -> Path:
+    import tempfile
     import traceback
     from datetime import datetime, timezone
 
     from xlarun import __version__
-
-    import tempfile
 
     name = f"crash-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
     folders = [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlarun", Path(tempfile.gettempdir())]
