@@ -13,7 +13,8 @@ apt_packages=(graphviz)
 
 missing=()
 for pkg in "${apt_packages[@]}"; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  # installed, not merely known: a package removed without purging still answers `dpkg -s`
+  [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
