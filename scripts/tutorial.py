@@ -219,7 +219,8 @@ def write(names: list[str]) -> int:
         text = VERSION_MARK.sub(stamp, text) if VERSION_MARK.search(text) else text.replace(MARK, stamp + "\n" + MARK, 1)
         page.write_text(text)
         print(f"wrote {len(outputs)} block(s) of {page.relative_to(ROOT)}")
-    return 0
+    # docs/index.md is made from the README: made again with it, so the site never lags the pages
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "docs.py"), "write"], cwd=ROOT, check=False).returncode
 
 
 def check(names: list[str]) -> int:
