@@ -13,7 +13,7 @@ How a page marks a block, on the lines just above its fence:
     <!-- unchecked: REASON -->          not run: REASON says why (a GPU, a second machine...)
 
 A console block with neither marker fails ``check``. Each page runs in a work folder of its own (``configs/`` and
-``examples/`` linked in) with a store that begins as the quick start's capture left it (or empty, on a page that
+``examples/`` copied in) with a store that begins as the quick start's capture left it (or empty, on a page that
 says ``<!-- tutorial store: empty -->``), so pages are independent;
 the blocks of a page share that store, in order. A ``$`` line runs in bash with this venv's ``xlarun`` first on PATH;
 ``| head -N`` / ``| tail -N`` after it cut its output (stdout and stderr together) as a reader would. ``check``
@@ -142,7 +142,8 @@ def _quick_start_store(tmp: Path) -> Path:
 
 def regenerate(chosen: list[Path]) -> dict[Path, list[tuple[Block, str]]]:
     made: dict[Path, list[tuple[Block, str]]] = {}
-    with tempfile.TemporaryDirectory(prefix="xlarun-tutorial-") as name:
+    # under /tmp whatever TMPDIR says: a path's length decides where a long line wraps, so it must not vary
+    with tempfile.TemporaryDirectory(prefix="xlarun-tutorial-", dir="/tmp") as name:
         tmp = Path(name)
         template = _quick_start_store(tmp)
         for page in chosen:
@@ -152,8 +153,8 @@ def regenerate(chosen: list[Path]) -> dict[Path, list[tuple[Block, str]]]:
                 continue
             work = tmp / page.stem
             work.mkdir()
-            for linked in LINKED:
-                (work / linked).symlink_to(ROOT / linked)
+            for linked in LINKED:  # copies, not links: the programs' paths (in their HLO's metadata) stay below `work`
+                shutil.copytree(ROOT / linked, work / linked, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
             store = work / ".xlarun"
             if EMPTY_STORE not in text:
                 shutil.copytree(template, store, symlinks=True)

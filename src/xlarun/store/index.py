@@ -12,13 +12,12 @@ committed run the index lacks (after a crash between commit and indexing) and dr
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlarun.errors import StoreError, XlarunError, current_user
+from xlarun.errors import StoreError, XlarunError
 from xlarun.store import index_health
 from xlarun.store.index_health import DamagedIndex, IndexConnection, check_columns_and_id, make_tables, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
@@ -115,11 +114,6 @@ class Index:
                 raise
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreError(f"cannot open the index {path}: {exc}", "another xlarun may hold it; try again") from None
-            if (path.exists() and not os.access(path, os.R_OK)) or not os.access(path.parent, os.R_OK | os.X_OK):
-                raise StoreError(  # a permission, not damage: reindex would not help
-                    f"cannot open the index {path}: permission denied to user {current_user()}",
-                    "its owner can make it readable (a shared group, chmod g+r), or use a store of your own",
-                ) from None
             if why := cannot_write(path):  # not damage: SQLite cannot make its side files; reading needs none
                 try:
                     conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)

@@ -8,7 +8,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from xlarun.errors import StoreError
+from xlarun.errors import StoreError, current_user
 
 
 class DamagedIndex(StoreError):
@@ -93,6 +93,7 @@ def refuse_foreign_wal(path: Path) -> None:
     database's: the index's ``index_id`` (made once, never changed, and rewritten by every transaction, so every
     log xlarun writes holds it) read from the main file alone differs from what the file and the log say together.
     SQLite itself would read the other database's pages as this one's (wrong answers, then damage)."""
+    refuse_unreadable(path)  # a permission, not damage: reindex would not help
     wal = Path(f"{path}-wal")
     try:
         if wal.stat().st_size <= 32:  # no log, or only its header: nothing of another database to read
@@ -214,3 +215,13 @@ class IndexCursor(sqlite3.Cursor):
             return super().__next__()
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
+
+
+def refuse_unreadable(path: Path) -> None:
+    """StoreError naming the path and the user when the index, or its folder, is not this user's to read."""
+    folder = path.parent
+    if (path.exists() and not os.access(path, os.R_OK)) or (folder.exists() and not os.access(folder, os.R_OK | os.X_OK)):
+        raise StoreError(
+            f"cannot open the index {path}: permission denied to user {current_user()}",
+            "its owner can make it readable (a shared group, chmod g+r), or use a store of your own",
+        )
