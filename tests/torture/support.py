@@ -106,6 +106,14 @@ def assert_sound(root: Path) -> StoreState:
         store.close()
 
 
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, or one gone, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def wait_gone(pids: list[int], timeout: float = 30) -> None:
     """Wait until the jobs a killed xlarun orphaned have ended (they finish on their own)."""
     deadline = time.monotonic() + timeout

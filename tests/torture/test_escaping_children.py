@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import write_spec
+from .support import alive as _alive
 from .support import wait_for_line, xlarun
 
 #: Two escapees, then (with an argument) a long wait: the job is then stopped, not ended.
@@ -33,13 +34,6 @@ print("ready", by_setsid.pid, by_hand, flush=True)
 if len(sys.argv) > 1:
     time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _all_gone_within(pids: list[int], seconds: float) -> list[int]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from .sweep import settle as _settle
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "compat"
 NOBODY = 65534
 
@@ -36,16 +38,6 @@ def _copy(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     _settle(target)
     return target
-
-
-def _settle(store: Path) -> None:
-    """Every SQLite file's write-ahead log folded into it and removed: one file each, as a backup would copy."""
-    for path in store.rglob("*.sqlite"):
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
-    for side in store.rglob("*.sqlite-*"):
-        side.unlink()
 
 
 def _import(cli, store: Path, fixture: str) -> None:

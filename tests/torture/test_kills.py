@@ -25,6 +25,7 @@ from xlarun.store.facade import Store
 
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
+from .support import alive as _alive
 
 # Marked per test: torture: kills, signals, damaged stores, hostile inputs
 
@@ -131,13 +132,6 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
 print("ready", child.pid, flush=True)
 time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
