@@ -52,16 +52,28 @@ def burst_env(store: Path) -> dict[str, str]:
 
 
 def _stopped_in_python_startup(returncode: int, stderr: str) -> bool:
-    """Python itself ended on a KeyboardInterrupt before running any xlarun code, in one of the two ways it has:
-    a traceback through its own start-up (``site``, or ``runpy`` finding the module for ``-m``), exit 1; or a
+    """Python itself met a KeyboardInterrupt before running any xlarun code, in one of the three ways it has:
+    a traceback through its own start-up (``site``, or ``runpy`` finding the module for ``-m``), exit 1; a
     fatal error while it initializes (``Fatal Python error: init_sys_streams: ...``, ``init_import_site``,
-    ``init_fs_encoding``), exit 1 or aborted. Never with one xlarun frame in the traceback."""
+    ``init_fs_encoding``), exit 1 or aborted; or the interrupt raised inside a callback of its import machinery,
+    which Python reports as ``Exception ignored in: ...`` and swallows, so the program then runs to its end
+    (exit 0: the signal was lost by Python, nothing of xlarun's ran under it). Never with one xlarun frame."""
     own = f"{os.sep}xlarun{os.sep}" in stderr
     if own or "KeyboardInterrupt" not in stderr:
         return False
     traceback = returncode == 1 and ("<frozen site>" in stderr or "runpy" in stderr)
     fatal = returncode in (1, -signal.SIGABRT) and re.search(r"^Fatal Python error: init_\w+: ", stderr, re.M) is not None
-    return traceback or fatal
+    return traceback or fatal or (returncode == 0 and SWALLOWED.search(stderr) is not None)
+
+
+# an interrupt Python raised in a callback of its own frozen import machinery and then ignored
+SWALLOWED = re.compile(
+    r"^Exception ignored in: <function _\w+(?:\.<locals>\.\w+)? at 0x[0-9a-f]+>\n"
+    r"Traceback \(most recent call last\):\n"
+    r"(?:  File \"<frozen [\w.]+>\", line \d+, in \w+\n)+"
+    r"KeyboardInterrupt: ?$",
+    re.M,
+)
 
 
 def report_hang(proc: subprocess.Popen, what: str) -> None:
