@@ -60,7 +60,7 @@ SPECS: dict[str, bytes | str] = {
     + "]\n",
     "image-injection": "name: t\nscript: {job}\nbackend: docker-cpu\nimage: 'x; rm -rf /'\n",
     "python-missing": "name: t\nscript: {job}\npython: /nonexistent/bin/python\n",
-    # issue 24: readers bounded in alias expansions, depth and bytes; bad values refused before anything is staged
+    # readers bounded in alias expansions, depth and bytes; bad values refused before anything is staged
     "alias-bomb-8-levels": "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "lol"] * 9) + "]\n" for i in range(8))
     + "name: t\nscript: {job}\n",
     "alias-bomb-characters": "a: &a " + "x" * 200_000 + "\nname: t\nscript: {job}\nargs: [*a, *a, *a, *a, *a, *a]\n",

@@ -1,4 +1,4 @@
-"""xlarun extract (issue 26, item 5): an instruction and its K-hop operands as a standalone module carrying the
+"""xlarun extract: an instruction and its K-hop operands as a standalone module carrying the
 values a real run computed, on the bisect examples' captures (tests/conftest.py's bisect_store)."""
 
 from __future__ import annotations

@@ -166,8 +166,8 @@ def test_a_stable_program_has_no_first_move_to_report(cli, bisect_store):
 
 @pytest.mark.slow
 def test_a_pass_that_must_stay_on_is_still_named_when_it_moves_the_numbers(cli, bisect_store):
-    """Issue 26, item 2: bf16 dots compile on CPU only through float-normalization-bf16, so every replay keeps it on
-    and no step can diverge; it used to say "no step diverges" while excess precision moved the result by 0.015."""
+    """bf16 dots compile on CPU only through float-normalization-bf16, so every replay keeps it on and no step can
+    diverge; bisect must still name it, not say "no step diverges", while excess precision moves the result by 0.015."""
     code, data = _bisect_json(cli, "attention", "--store", bisect_store)
     assert data["kept_passes"] == ["float-normalization-bf16"]
     assert code == 1 and data["verdict"] == "diverged" and data["culprit_pass"] == "float-normalization-bf16"

@@ -1,4 +1,4 @@
-"""xlarun bundle FILE (issue 26, item 5): what `xlarun extract` wrote, or any HLO text with a snapshot beside it,
+"""xlarun bundle FILE: what `xlarun extract` wrote, or any HLO text with a snapshot beside it,
 becomes a bug-report bundle of a few kilobytes that replays to the value the run computed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""capture and donated arguments with snapshots (issue 23): warned before the job, explained after its abort.
+"""capture and donated arguments with snapshots: warned before the job, explained after its abort.
 
 jaxlib before 0.10 aborts a job (SIGABRT) writing a snapshot of a call whose arguments are donated; donation is only
 known once the job compiles, so the warning goes by the job's jaxlib (read by the pre-run flag probe).

@@ -50,7 +50,7 @@ def test_wide_ids_are_numbered_from_one_with_operands_and_root_following():
 
 @pytest.mark.parametrize("damage", ["a number where a computation belongs", "a number where an instruction belongs"])
 def test_a_proto_of_the_wrong_shape_is_an_input_error_not_a_crash(damage):
-    """A field holding a number where a sub-message belongs used to raise TypeError (a crash, exit 4)."""
+    """A field holding a number where a sub-message belongs is refused, never a TypeError (a crash, exit 4)."""
     if damage == "a number where a computation belongs":
         module = _field(3, 5)
     else:

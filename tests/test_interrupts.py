@@ -133,9 +133,9 @@ def test_the_processes_of_a_many_process_job_are_found_by_their_run_and_each_apa
 
 
 def test_a_ctrl_c_swallowed_before_the_capture_still_stops_it():
-    """Issue 24: a Ctrl-C while xlarun starts raises KeyboardInterrupt wherever Python is; a library that
-    catches it (coverage's start-up hook did, pydantic may while it builds a model) used to leave the capture
-    running as if nothing was sent. The CLI remembers it, and the capture's signal routing acts on it at once."""
+    """A Ctrl-C while xlarun starts raises KeyboardInterrupt wherever Python is, and a library may catch it
+    (coverage's start-up hook does, pydantic may while it builds a model): the capture must not then run as if
+    nothing was sent. The CLI remembers it, and the capture's signal routing acts on it at once."""
     from xlarun.interrupts import _EARLY, remember_early_interrupts
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)

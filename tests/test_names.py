@@ -609,7 +609,7 @@ def test_long_names_decode_quickly():
     ("name", "kind", "fmt", "holds"),
     [
         ("module_0001.jit_f.snapshot.0.pb", "snapshot", "pb", "snapshot"),
-        ("module_0001.jit_f.snapshot.-7.pb.gz", "snapshot", "pb.gz", "snapshot"),  # issue 22: was 'unknown'
+        ("module_0001.jit_f.snapshot.-7.pb.gz", "snapshot", "pb.gz", "snapshot"),  # a negative snapshot number
         ("module_0003.jit_f.execution_2.hlo_snapshot.pb.gz", "snapshot", "pb.gz", "snapshot"),
         ("module_cluster_1.execution_0.hlo_snapshot.pb.gz", "snapshot", "pb.gz", "snapshot"),  # TF's, gzipped
         ("module_0001.jit_f.execution_1.hlo_unoptimized_snapshot.txt", "snapshot", "pbtxt", "unoptimized"),

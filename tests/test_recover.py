@@ -12,7 +12,7 @@ from xlarun.store.records import StoredFile
 
 
 def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
-    """It used to vanish from the run without a note: the list was filtered before the notes were made from it."""
+    """It is left out of the run with a note naming it, never dropped silently."""
     store = Store.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     (staging / "spec.resolved.json").write_text(json.dumps({"spec": {"name": "killed"}, "script": "/x/job.py"}))
@@ -35,8 +35,8 @@ def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
 
 
 def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tmp_path):
-    """A capture killed just before its commit used to be committed listing a file whose blob was missing:
-    the check for it ran and its answer was dropped."""
+    """A capture killed just before its commit is never committed listing a file whose blob is missing: the
+    file is left out, and the run says so."""
     store = Store.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     (staging / "dump" / "kept.txt").write_bytes(b"kept")

@@ -1,4 +1,4 @@
-"""Donated arguments and snapshots, end to end (issue 23): a snapshot that recorded no result is never a mismatch.
+"""Donated arguments and snapshots, end to end: a snapshot that recorded no result is never a mismatch.
 
 ``jax.jit(step, donate_argnums=0)``, as Flax/optax training loops write it, with ``--xla_dump_hlo_snapshots``: jaxlib
 before 0.10 aborts the job after writing the first snapshot (which has arguments but no result); 0.10 and later run,

@@ -154,7 +154,7 @@ def test_wrong_value_count_is_an_input_error():
         decode_literal(literal)
 
 
-_DAMAGED = {  # each of these used to escape as IndexError, ValueError, TypeError or OverflowError (a crash, exit 4)
+_DAMAGED = {  # each of these must be refused, never escape as IndexError, ValueError, TypeError or OverflowError (exit 4)
     "a layout naming a dimension the shape lacks": _ld(1, _shape(11, (2, 3), (0, 5))) + _ld(8, np.zeros(6, "<f4").tobytes()),
     "a layout naming a dimension twice": _ld(1, _shape(11, (2, 3), (0, 0))) + _ld(8, np.zeros(6, "<f4").tobytes()),
     "packed floats cut inside a value": _ld(1, _shape(11, (2,), (0,))) + _ld(8, np.zeros(2, "<f4").tobytes()[:7]),

@@ -245,7 +245,7 @@ def test_the_zoo_8_device_step_replays_and_bisects_on_8_devices(cli, tmp_path):
     assert any("does not run on one device" in line for line in result["log"].splitlines())
     shown = cli("show", "jit_sharded_step", "--store", store)
     assert "cpu x8" in shown.stdout  # the recorded replay says it ran on 8 devices
-    # bisect replays its pass steps on the 8 devices too (issue 25 item 4): nothing moves on this stable step
+    # bisect replays its pass steps on the 8 devices too: nothing moves on this stable step
     bisected = cli("bisect", "jit_sharded_step", "--json", "--store", store)
     found = json.loads(bisected.stdout)
     assert bisected.exit_code == 0 and (found["verdict"], found["culprit_pass"]) == ("no-divergence", None), found

@@ -1,4 +1,4 @@
-"""One module replayed on several jaxlib releases side by side (``xlarun replay REF --jaxlib``, issue 26 item 3).
+"""One module replayed on several jaxlib releases side by side (``xlarun replay REF --jaxlib``).
 
 The module: tanh, exp, log1p, erf, gelu and sin over 4,096 points, captured with a snapshot by this venv's jax.
 XLA's CPU approximations of these functions changed between releases: the outputs differ bit for bit between

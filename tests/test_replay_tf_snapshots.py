@@ -1,4 +1,4 @@
-"""TensorFlow snapshots replay as snapshots (issue 23): a TF 2 conv net trained with GradientTape and SGD under
+"""TensorFlow snapshots replay as snapshots: a TF 2 conv net trained with GradientTape and SGD under
 ``tf.function(jit_compile=True)``. Its snapshot's HloProto carries a buffer assignment with aliases, which was once
 read as a bare module, so replay failed ("Failed to deserialize HloModuleProto") and --json printed the module name as
 protobuf bytes. Dumped by TF 2.21 (this venv) and TF 2.16.2 (its compat venv), replayed here on the built-in engine.

@@ -54,8 +54,8 @@ def test_two_thousand_runs_archived_in_one_process_under_ulimit_256_hold_descrip
     seen = report["seen"]
     assert report["listed"] == 2000 and len(seen) == 20
     # the store opens its files lazily over the first runs (a write-ahead log's -shm may come and go); from then on
-    # nothing grows with the runs: within 3 descriptors of run 200's count up to run 2,000 (before the fix: two
-    # more descriptors per run, 4,000 at the end), and the same threads
+    # nothing grows with the runs: within 3 descriptors of run 200's count up to run 2,000 (a
+    # descriptor kept per run would make 4,000 at the end), and the same threads
     after = [s["fds"] for s in seen[1:]]
     assert max(after) - min(after) <= 3 and seen[-1]["fds"] < 32, seen
     assert {s["threads"] for s in seen} == {seen[0]["threads"]}, seen

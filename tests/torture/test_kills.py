@@ -144,9 +144,8 @@ def _gone_within(pid: int, seconds: float) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_nothing_a_job_started_outlives_a_stopped_or_killed_capture(tmp_path, how, figures):
-    """Issue 24, item 5: a child in a new session used to keep running after SIGTERM/SIGHUP (xlarun waited
-    20 s for its pipes) and after kill -9 of xlarun. Now it is stopped with the job, and after kill -9 the
-    keeper the job runs below stops it within seconds."""
+    """A child the job started in a new session is stopped with the job on SIGTERM/SIGHUP (xlarun does not
+    wait on its pipes), and after kill -9 of xlarun the keeper the job runs below stops it within seconds."""
 
     spec = write_spec(tmp_path, "name: escaping\nscript: job.py\n", ESCAPING_CHILD)
     proc = xlarun("capture", str(spec), store=tmp_path / "s")

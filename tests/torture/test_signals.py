@@ -201,8 +201,8 @@ def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
 
 @pytest.mark.slow
 def test_bursts_of_stop_signals_never_hang_a_capture(tmp_path, figures):
-    """Issue 24, item 2: SIGINT, SIGTERM and SIGHUP a few ms apart (Ctrl-C mashed) used to re-enter the
-    handler inside ``Event.set`` and hang xlarun for good. 100 randomized bursts against a cheap job: every
+    """SIGINT, SIGTERM and SIGHUP a few ms apart (Ctrl-C mashed) must never re-enter the handler inside
+    ``Event.set`` and hang xlarun. 100 randomized bursts against a cheap job: every
     capture ends with a signal's exit code, its job gone, nothing left in staging. (500 and more:
     ``python -m tests.torture.bursts 500``.)"""
     from .bursts import run_bursts
