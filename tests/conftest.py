@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,28 @@ def pytest_collection_modifyitems(config, items):
             item.get_closest_marker(m) for m in ("docker", "browser", "tf")
         ):
             item.add_marker(pytest.mark.slow)
+
+
+#: Skips that say a test does not apply to this host (it has what the test checks the absence of); every other
+#: skip under ``CI=true`` is a failure: the CI installs everything the suite needs, so a skip there hides a broken set-up.
+_SKIPS_THAT_APPLY_EVERYWHERE = ("this Docker host has the NVIDIA runtime", "this host has IPUs")
+
+
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (_under_ci() and report.skipped and not hasattr(report, "wasxfail")):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if any(allowed in reason for allowed in _SKIPS_THAT_APPLY_EVERYWHERE):
+        return
+    report.outcome = "failed"
+    report.longrepr = f"skipped under CI=true, where nothing the suite needs may be missing: {reason}"
 
 
 @pytest.fixture(scope="session")

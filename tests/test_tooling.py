@@ -64,3 +64,28 @@ def test_the_slow_tier_is_marked_per_test():
         if path.name not in sweeps and re.search(r"^pytestmark\b[^\n]*slow", path.read_text(encoding="utf-8"), re.M)
     ]
     assert whole_modules == []
+
+
+def test_a_skip_under_ci_is_a_failure_unless_the_test_does_not_apply_to_the_host(tmp_path):
+    """CI installs everything the suite needs, so there a skip for something missing fails (with its reason);
+    off CI it stays a skip, and a test that does not apply to the host (it has IPUs) skips everywhere."""
+    import os
+
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_makereport  # noqa: F401\n")
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\n"
+        "def test_missing():\n    pytest.skip('needs frob')\n"
+        "@pytest.mark.skipif(True, reason='needs grault')\ndef test_marked():\n    pass\n"
+        "def test_not_here():\n    pytest.skip('this host has IPUs')\n"
+    )
+
+    def run(ci: str) -> str:
+        env = {**os.environ, "CI": ci, "PYTHONPATH": str(REPO)}
+        argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:cov", str(tmp_path)]
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120).stdout
+
+    on_ci, off_ci = run("true"), run("")
+    assert "FAILED test_three.py::test_missing - skipped under CI=true" in on_ci and "needs frob" in on_ci
+    assert "ERROR test_three.py::test_marked - skipped under CI=true" in on_ci and "needs grault" in on_ci
+    assert "SKIPPED [1] test_three.py:8: this host has IPUs" in on_ci
+    assert "3 skipped" in off_ci and "failed" not in off_ci
