@@ -7,7 +7,7 @@ fusions, while loops, a long chain, a wide fan-out) and, when JAX is installed, 
 Each render runs as a user runs it (a new ``xlarun render FILE`` process); its wall time and peak memory (the larger
 of xlarun's process and dot's) are measured. Side by side: ``render`` as it is (the overview above 1,500 nodes), SVG
 and PNG; ``render --full`` (every node, as on request); and plain ``dot -Tsvg`` on the DOT text ``render --full -f dot``
-writes (the same graph and attributes, without xlarun's process). The full layouts run under ``--full-timeout`` seconds. Targets (issue 27): any
+writes (the same graph and attributes, without xlarun's process). The full layouts run under ``--full-timeout`` seconds. Targets: any
 module renders in seconds (here: under 30 s on this 2-CPU machine), a PNG at most 8,000 pixels a side, and said so.
 """
 

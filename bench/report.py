@@ -1,6 +1,6 @@
 """The benchmark's table and its targets: each a ratio or a median measured in the same run.
 
-The targets are issue 27's ("Fast at any size"): capture's fixed cost at most 0.25 s over running the job;
+The targets are the speed targets ("Fast at any size"): capture's fixed cost at most 0.25 s over running the job;
 archive + index of the large pass-by-pass dump within 4x the read-everything floor; the reading commands at
 most 0.15 s median on a store of 10,000 runs and 0.5 s at 100,000; big graphs drawn in seconds (under
 bench/render.py's TARGET_S), beside plain dot on the same graph. The older ones (tar czf, rg, --help) stay.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: issue 27's targets
+#: the speed targets
 FIXED_COST_S = 0.25
 READ_FLOOR_X = 4.0
 #: the reading commands' median, by the store's size: at most 0.15 s up to 10,000 runs (a smaller store is

@@ -159,7 +159,7 @@ def test_large_tables_print_as_plain_aligned_text(capsys):
 
 
 def test_runs_shows_the_newest_fifty_and_says_how_many_are_older(cli, tmp_path):
-    """Issue 27: a table of 10,000 runs is no answer; the newest 50 are read alone (LIMIT in SQL), --last N / 0 for more."""
+    """A table of 10,000 runs is no answer; the newest 50 are read alone (LIMIT in SQL), --last N / 0 for more."""
     from tests.synthetic_store import archive_run, module_dumps
     from xlarun.store.facade import Store
 

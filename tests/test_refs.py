@@ -67,7 +67,7 @@ def test_a_run_ref_is_an_id_a_unique_prefix_or_a_spec_name(store, ref, run_id):
 
 @pytest.mark.parametrize(("ref", "run_id"), [(None, LATEST), (MLP_OLD, MLP_OLD), ("20261103-120001", SWEEP_2), ("mlp", MLP_NEW)])
 def test_the_common_run_refs_never_read_every_run(store, ref, run_id, monkeypatch):
-    """Issue 27: at 100,000 runs, reading every run row cost `modules`, `show` and `cat` 2 s each; latest, an id, a
+    """At 100,000 runs, reading every run row cost `modules`, `show` and `cat` 2 s each; latest, an id, a
     unique prefix and a spec name are answered by indexed reads (the module REF's newest run too)."""
 
     def every_run(*args, **kwargs):

@@ -140,7 +140,7 @@ def test_model_explorer_renders_the_module_in_chromium(train_step, tmp_path):
     ids=["sigint", "sigint-at-once", "sigterm", "sighup"],
 )
 def test_view_cli_serves_on_loopback_until_stopped(train_step, tmp_path, sig, code, browse_first):
-    """Issue 24, item 8: whatever stops `view`, Model Explorer stops listening and the temp folder goes."""
+    """Whatever stops `view`, Model Explorer stops listening and the temp folder goes."""
     pytest.importorskip("model_explorer", reason="needs the view extra (pip install ai-edge-model-explorer)")
     store, _module = train_step
     temp = tmp_path / "tmp"

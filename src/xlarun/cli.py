@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 import typer.core
 
-from xlarun.errors import EnvironmentProblem, ExitCode, XlarunError, error_document, json_reported
+from xlarun.errors import EnvironmentProblem, ExitCode, XlarunError, disk_trouble, error_document, json_reported
 
 #: Every command, in the order ``xlarun --help`` lists it, and the module of ``xlarun.commands`` that registers it
 #: (tests/test_cli_lazy.py holds this table to what the modules register).
@@ -340,12 +340,12 @@ def _refusal(exc: BaseException) -> XlarunError | None:
             f"cannot read or write {exc.filename or 'a file'}: permission denied to user {current_user()}",
             "run the command as a user who may, or ask the store's owner for access",
         )
-    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+    why = disk_trouble(exc) if isinstance(exc, OSError) else None
+    if why is None:
         return None
-    why = "the file system is read-only" if exc.errno == errno.EROFS else "the disk is full"
-    where = exc.filename or "a file"
+    where = exc.filename or "a file"  # type: ignore[attr-defined]
     return EnvironmentProblem(
-        f"cannot write {where}: {why}", "write somewhere else" if exc.errno == errno.EROFS else "free space on that disk"
+        f"cannot write {where}: {why}", "free space on that disk" if why == "the disk is full" else "write somewhere else"
     )
 
 

@@ -136,15 +136,26 @@ _WRITE_HINTS = {
 }
 
 
-def write_trouble_words(exc: BaseException) -> str | None:
-    """'the disk is full', 'the store is read-only' or 'no permission to write into the store' for an error met
-    writing into the store (an OSError's errno, SQLite's words); None for any other error."""
+def disk_trouble(exc: BaseException) -> str | None:
+    """'the disk is full' (no space, a quota) or 'the file system is read-only' for an error met writing, from an
+    OSError's errno or SQLite's words; None for any other error. The one place a full disk is recognised."""
     number, text = getattr(exc, "errno", None), str(exc)
     if number in (errno.ENOSPC, errno.EDQUOT) or "database or disk is full" in text or "the disk is full" in text:
         return "the disk is full"
-    if number == errno.EROFS or "readonly database" in text or "read-only" in text:
+    if number == errno.EROFS or "readonly database" in text or "read-only file system" in text:
+        return "the file system is read-only"
+    return None
+
+
+def write_trouble_words(exc: BaseException) -> str | None:
+    """'the disk is full', 'the store is read-only' or 'no permission to write into the store' for an error met
+    writing into the store; None for any other error."""
+    why = disk_trouble(exc)
+    if why == "the disk is full":
+        return why
+    if why or "read-only" in str(exc):
         return "the store is read-only"
-    return "no permission to write into the store" if number in (errno.EACCES, errno.EPERM) else None
+    return "no permission to write into the store" if getattr(exc, "errno", None) in (errno.EACCES, errno.EPERM) else None
 
 
 def write_trouble(exc: BaseException, doing: str) -> StoreError | None:

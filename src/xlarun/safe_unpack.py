@@ -21,7 +21,6 @@ may lie). A refusal leaves partial output in ``dest``: callers unpack into a fol
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 import re
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from xlarun.bounded_read import FileRefused, open_regular
-from xlarun.errors import InputError, check_room
+from xlarun.errors import InputError, check_room, disk_trouble
 from xlarun.filetypes import file_type
 from xlarun.safe_names import relative_path_problem
 
@@ -240,7 +239,7 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
         zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError,
         _zstd_error(),
     ) as exc:  # fmt: skip
-        if isinstance(exc, OSError) and exc.errno in _NOT_THE_ARCHIVES_FAULT:
+        if isinstance(exc, OSError) and disk_trouble(exc):  # said as such by the caller, never blamed on the archive
             raise
         raise InputError(
             f"cannot read {source.name} as a {kind} archive: {exc}", "is it complete and really that kind of archive?"
@@ -249,9 +248,6 @@ def unpack_dump_source(source: Path, dest: Path, limits: UnpackLimits | None = N
 
 
 _STORE_ROOM = "free space on the store's disk (`xlarun rm` and `xlarun gc` free the store's own)"
-#: A full disk, a quota, a read-only store: said as such by the caller, never blamed on the archive (an archive
-#: xlarun may not read is: 'cannot read x.zip as a zip archive: Permission denied').
-_NOT_THE_ARCHIVES_FAULT = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _zstd_error() -> type[Exception]:

@@ -109,7 +109,7 @@ LISTING_DAMAGE = {
 
 @pytest.mark.slow
 def test_a_damaged_file_list_is_named_by_check_and_gc_deletes_none_of_its_blobs(sound_store, tmp_path, cli, figures):
-    """Issue 24.1: a committed run whose files.json was emptied or deleted is damage `check` names with the run,
+    """A committed run whose files.json was emptied or deleted is damage `check` names with the run,
     and `gc` refuses (saying why) rather than delete the blobs only that run used; restoring the file list, or
     `rm` of the run, ends it, and every file of the run reads back again."""
     tried = clean = lost = crashes = 0
@@ -179,7 +179,7 @@ STORE_FILE_DAMAGE = {
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(STORE_FILE_DAMAGE))
 def test_a_damaged_version_or_lock_file_is_a_one_line_error_not_a_crash_or_a_hang(damage, sound_store, tmp_path, cli, figures):
-    """Issue 24.6: garbage in VERSION, and `lock` replaced by a folder, a FIFO or a link, end every command
+    """Garbage in VERSION, and `lock` replaced by a folder, a FIFO or a link, end every command
     that needs them with exit 2 or 3 and one line naming the file and what to do; none waits on a FIFO."""
     store = tmp_path / "store"
     shutil.copytree(sound_store, store)

@@ -1,4 +1,4 @@
-"""Issue 24.6: `render` of a module whose computations call each other 100,000 deep drew them as nested clusters,
+"""`render` of a module whose computations call each other 100,000 deep drew them as nested clusters,
 recursing once per call until RecursionError (exit 4). Clusters now stop at MAX_NESTING calls deep: the drawing
 is made (exit 0) and says what was left out; asking for a part that is not drawn is exit 2 with the reason."""
 

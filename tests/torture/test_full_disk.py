@@ -88,7 +88,7 @@ def test_a_full_disk_fails_cleanly_and_loses_nothing(tmp_path, small_tmpfs, real
 
 @pytest.mark.slow
 def test_reading_commands_work_on_a_full_disk_and_writers_say_it_is_full(small_tmpfs, cli, figures):
-    """Issue 24.4: with the store's disk full (and no SQLite side files left, as after a reboot), the reading
+    """With the store's disk full (and no SQLite side files left, as after a reboot), the reading
     commands answer from the index as it is; `reindex` and `rm` end with exit 3 saying the disk is full, never
     exit 4, and `reindex` leaves the healthy index where it is."""
     store = small_tmpfs / "store"
@@ -130,7 +130,7 @@ def test_reading_commands_work_on_a_full_disk_and_writers_say_it_is_full(small_t
 
 @pytest.mark.slow
 def test_a_read_only_store_answers_reading_commands_and_refuses_writes_in_one_line(tmp_path, cli, figures):
-    """Issue 24.6: a store on a read-only mount: reading commands work; reindex, rm (and gc, when it has
+    """A store on a read-only mount: reading commands work; reindex, rm (and gc, when it has
     something to delete) end with exit 3 saying the store is read-only, never exit 4."""
     store, view = tmp_path / "store", tmp_path / "ro"
     fixture = Path(__file__).resolve().parent.parent / "fixtures" / "compat" / "jax-0.10.2" / "dumps.tar.gz"

@@ -1,4 +1,4 @@
-"""Issue 24.4: writing outside the store onto a full disk (`export`, `render`, `bundle`, `report`) crashed with an
+"""Writing outside the store onto a full disk (`export`, `render`, `bundle`, `report`) crashed with an
 ENOSPC traceback (exit 4). Where the size is known (`export`, `render`) it is checked before a byte is written;
 anything else a full disk stops ends with exit 3 saying the disk is full; no half drawing is left; the store is
 untouched."""
@@ -46,7 +46,7 @@ def test_outputs_onto_a_full_disk_end_in_exit_3_saying_so(tmp_path, small_disk, 
 
 @pytest.mark.slow
 def test_the_pack_table_on_a_full_disk_says_so_not_cannot_rollback(small_disk, figures):
-    """Issue 24.4: an ENOSPC while archiving was reported as "cannot rollback - no transaction is active" (SQLite
+    """An ENOSPC while archiving was reported as "cannot rollback - no transaction is active" (SQLite
     had rolled back itself, and the second ROLLBACK masked the first error)."""
     from xlarun.errors import StoreError
     from xlarun.store.pack_table import PackTable

@@ -1,4 +1,4 @@
-"""Issue 24 (items 4, 6, 7): hostile archives, exports and bundles given to `xlarun import` (and read directly by
+"""Hostile archives, exports and bundles given to `xlarun import` (and read directly by
 `show` / `replay`), each built here with zipfile, tarfile and zstandard: every one ends with exit 2 and a one-line
 reason naming what is wrong, never exit 4; nothing is left in staging and the store stays sound."""
 
@@ -253,7 +253,7 @@ def test_import_into_a_full_disk_says_so_and_keeps_nothing(tmp_path, small_disk,
 
 @pytest.mark.slow
 def test_capture_and_import_into_a_read_only_store_say_so_in_one_line(tmp_path, cli, figures):
-    """Issue 24.6: a store on a read-only mount: `capture` and `import` end with exit 3 saying the store is read-only
+    """A store on a read-only mount: `capture` and `import` end with exit 3 saying the store is read-only
     (never exit 4), and the store is as it was."""
     import subprocess
 

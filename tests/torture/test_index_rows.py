@@ -1,4 +1,4 @@
-"""Issue 24.6: rows of index.sqlite holding what xlarun never writes (NULLs where the schema expects values, text
+"""Rows of index.sqlite holding what xlarun never writes (NULLs where the schema expects values, text
 in number columns, broken JSON) crashed reading commands (exit 4) or made them answer wrongly ("no module
 matches"). Every reading command now ends with exit 3 naming `xlarun reindex` (or reads what it can), `check` names
 the damage, and `reindex` mends it: the same commands then answer as before."""

@@ -214,7 +214,7 @@ def test_bursts_of_stop_signals_never_hang_a_capture(tmp_path, figures):
 
 @pytest.mark.slow
 def test_a_ctrl_c_while_xlarun_starts_never_lets_the_capture_go_on(tmp_path, figures):
-    """Issue 24, item 2, the hang CI saw once in 100 bursts: xlarun stopped (SIGSTOP) at 30 points of its
+    """The hang CI saw once in 100 bursts: xlarun stopped (SIGSTOP) at 30 points of its
     start-up, three SIGINTs sent, then SIGCONT: the SIGINTs reach Python as one, as on a loaded machine. Each
     start ends at once -- 130 (also when the job had started: it is stopped and archived), killed by SIGINT,
     or Python's own exit 1 when the Ctrl-C lands in ``site`` before any xlarun code -- and never goes on to
