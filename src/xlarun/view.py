@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.hlo import HloComputation, HloInstruction, HloModule, load_hlo
 from xlarun.store.facade import Store
@@ -159,9 +159,7 @@ class ModelExplorerServer:
             "--no_open_in_browser",
         ]
         # its own session: stop() ends it and the threads it starts, nothing else
-        process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True
-        )
+        process = deadline.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
         server = cls(graph_file, port, process, viewer_url(port, graph_file))
         server._wait_until_serving()
         return server
@@ -197,15 +195,7 @@ class ModelExplorerServer:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, 15)
-            except ProcessLookupError:
-                pass
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait()
+            deadline.stop_group(self.process, grace_s=10)
 
     def __enter__(self) -> ModelExplorerServer:
         return self

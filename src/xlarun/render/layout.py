@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 
+from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, InputError
 
 #: Output formats ``render`` writes; ``dot`` is the DOT text itself (no layout).
@@ -66,13 +67,11 @@ def layout_with_notes(source: str, fmt: str = "svg", timeout_s: float = DEFAULT_
     if fmt == "png":
         inches = PNG_MAX_PIXELS / _PNG_DPI
         command += [f"-Gdpi={_PNG_DPI}", f"-Gsize={inches:g},{inches:g}"]
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = deadline.start(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _limit_memory(proc.pid)
-    try:
-        stdout, stderr = proc.communicate(source.encode("utf-8"), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    done = deadline.communicate_within(proc, timeout_s, source.encode("utf-8"))
+    stdout, stderr = done.stdout, done.stderr
+    if done.timed_out:
         raise LayoutTimeout(
             f"graphviz took more than {timeout_s:g} s to lay out the graph and was stopped",
             "draw a neighbourhood with --around NAME --depth 2, or allow more time with --timeout",
