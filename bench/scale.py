@@ -1,5 +1,6 @@
-"""Reading commands on big stores: ``runs``, ``modules``, ``show``, ``cat``, ``find``, ``files`` and ``explain`` at
-1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a bare SQLite query of the same rows.
+"""Reading commands on big stores: ``runs``, ``modules``, ``show``, ``cat``, ``find``, ``files``, ``explain``,
+``profile`` and ``modules --by time`` at 1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a
+bare SQLite query of the same rows.
 
     python -m bench.scale [--runs 1000,10000,100000] [--repeats 5] [--record]
 
@@ -7,8 +8,8 @@ A store of N runs is grown from one real run (an import of a dump of 8 modules, 
 optimizations, as XLA names them): its run folder is laid again under N new run ids (hard links) and its index rows
 are copied under each id in one transaction, which is what N imports of the same dump would leave, without paying
 an import per run. One run carries a term no other has, so ``find`` answers one module. Commands run as a user runs
-them (a new process each, the bytecode cache warm), their output thrown away; medians over repeats. Targets (issue
-27): at most 0.15 s at 10,000 runs and 0.5 s at 100,000.
+them (a new process each, the bytecode cache warm), their output thrown away; medians over repeats. Targets:
+at most 0.15 s at 10,000 runs and 0.5 s at 100,000.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ENTRY main.6 {{
   ROOT add.4 = f32[64,64]{{1,0}} add(tanh.3, Arg_0.1)
 }}
 """
-CLONED_TABLES = ("files", "modules", "passes", "module_terms")
+CLONED_TABLES = ("files", "modules", "passes", "module_terms", "module_times", "op_times")
 
 
 def template_store(root: Path) -> tuple[Path, str]:
@@ -54,7 +55,33 @@ def template_store(root: Path) -> tuple[Path, str]:
     store = xlarun.open_store(root / "store")
     run = store.import_dump(dump, name="scale")
     store.close()
+    add_profile(root / "store" / "index.sqlite", run.id)
     return root / "store", run.id
+
+
+def add_profile(db: Path, run_id: str) -> None:
+    """Index rows of a profile for the template run, as a profiled capture leaves them: each module executed 10
+    times, its three ops timed (so ``profile`` and ``modules --by time`` read what they read on a real run)."""
+    from xlarun.store.profile_index import ensure_profile_tables
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    ensure_profile_tables(conn)
+    ops = {"dot.2": 40_000.0, "tanh.3": 9_000.0, "add.4": 3_000.0}  # ns per execution
+    conn.execute("BEGIN")
+    for i in range(8):
+        busy = sum(ops.values()) * 10 * (i + 1)
+        conn.execute(
+            "INSERT INTO module_times VALUES (?, ?, ?, 0, 10, ?, ?, 30, ?)",
+            (run_id, i, f"jit_step{i}", busy, busy * 1.2, busy / 5),
+        )
+        for op, ns in ops.items():
+            total = ns * 10 * (i + 1)
+            conn.execute(
+                "INSERT INTO op_times VALUES (?, ?, ?, 0, ?, 10, ?, ?, 1, ?)",
+                (run_id, i, f"jit_step{i}", op, total, total, total / 5),
+            )
+    conn.execute("COMMIT")
+    conn.close()
 
 
 def grow(store_root: Path, template: str, runs: int) -> list[str]:
@@ -124,6 +151,8 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         "find": [xlarun, "find", NEEDLE],
         "files": [xlarun, "files", middle],  # a run REF is files' argument (--run was a usage error, timed as one)
         "explain": [xlarun, "explain", "module_0003.jit_step3.cpu_after_optimizations.txt"],
+        "profile": [xlarun, "profile", ref],
+        "modules_by_time": [xlarun, "modules", "--by", "time"],
     }
     floors = {
         "runs": ("SELECT * FROM runs ORDER BY started", ()),
@@ -157,7 +186,7 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
     return result
 
 
-READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain")
+READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain", "profile", "modules_by_time")
 #: A Tab where a module REF, a run REF and a stage are typed (xlarun.navigate.complete).
 COMPLETIONS = ("complete_module", "complete_run", "complete_stage")
 

@@ -84,11 +84,16 @@ def _coerce_plain_strings_without_pydantic() -> None:
             strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
             if plain and self.annotation == list[str] and strings:
                 return list(value)
-            unbounded = getattr(info, "min", None) is None and getattr(info, "max", None) is None
-            if plain and unbounded and self.annotation in (int, bool, float) and type(value) is self.annotation:
+            low, high = getattr(info, "min", None), getattr(info, "max", None)
+            clamps = getattr(info, "clamp", False)
+
+            def inside(number) -> bool:  # within the option's bounds, so typer would take it as it is
+                return not clamps and (low is None or number >= low) and (high is None or number <= high)
+
+            if plain and self.annotation in (int, bool, float) and type(value) is self.annotation and inside(value):
                 return value  # a default, or a flag click already made a bool
-            if plain and unbounded and self.annotation is int and isinstance(value, str) and _DECIMAL.fullmatch(value):
-                return int(value)  # what pydantic makes of it; anything else (and any bound) gets typer's own message
+            if plain and self.annotation is int and isinstance(value, str) and _DECIMAL.fullmatch(value) and inside(int(value)):
+                return int(value)  # what pydantic makes of it; anything else (and out of bounds) gets typer's own message
             if plain and self.annotation is Path and isinstance(value, str) and _plain_path(info, value):
                 return Path(value)
             return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
