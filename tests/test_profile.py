@@ -52,7 +52,7 @@ def test_a_profile_duration_that_is_no_duration_is_refused(duration):
 def test_the_profiled_command_runs_the_script_under_the_bootstrap_into_the_dump_folder():
     argv = profiled_argv(["python3", "/w/train.py", "--steps", "3"], "/run/dump", ProfileSpec(enabled=True, duration=30))
     assert argv[:2] == ["python3", "-c"]
-    assert argv[3:] == [f"/run/dump/{PROFILE_DIR}", "30.0", "0", "/w/train.py", "--steps", "3"]
+    assert argv[3:] == [f"/run/dump/{PROFILE_DIR}", "30.0", "0", "jax", "/w/train.py", "--steps", "3"]
 
 
 # --- reading a trace ------------------------------------------------------------------------------
@@ -264,21 +264,23 @@ def test_an_inline_capture_profiles_the_function_it_compiles(tmp_path):
     jax.profiler.stop_trace()
 
 
-def test_only_a_jax_job_is_run_under_the_profiler(tmp_path):
+def test_only_a_jax_or_tensorflow_job_is_run_under_the_profiler(tmp_path):
     from xlarun.capture.backends.base import Job
     from xlarun.capture.launch import _run_under_profiler
     from xlarun.capture.spec_yaml import load_spec
 
     (tmp_path / "job.py").write_text("print('hi')\n")
-    for framework, wrapped in (("jax", True), ("tensorflow", False)):
+    for framework, wrapped in (("jax", True), ("tensorflow", True), ("torch_xla", False)):
         spec = tmp_path / f"{framework}.yaml"
         spec.write_text(f"name: p\nscript: job.py\nframework: {framework}\nprofile: true\n")
         job = Job(argv=[sys.executable, str(tmp_path / "job.py")], env={}, cwd=tmp_path, run_dir=tmp_path)
         warning = _run_under_profiler(job, load_spec(spec), framework, str(tmp_path / "dump"))
         assert (job.argv[1] == "-c") is wrapped
         assert (warning is None) is wrapped
-        if not wrapped:
-            assert "only JAX jobs are profiled" in warning
+        if wrapped:
+            assert job.argv[6] == framework  # the bootstrap's FRAMEWORK argument
+        else:
+            assert "only JAX and TensorFlow jobs are profiled" in warning
 
 
 @pytest.mark.slow

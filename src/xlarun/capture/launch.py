@@ -25,7 +25,7 @@ from xlarun.capture.flags import (
     where_flag_comes_from,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
-from xlarun.capture.profile_job import profiled_argv
+from xlarun.capture.profile_job import PROFILED, profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
@@ -147,12 +147,12 @@ def job_framework(loaded: LoadedSpec) -> str:
 
 
 def _run_under_profiler(job: Job, loaded: LoadedSpec, framework: str, dump_dir: str) -> str | None:
-    """Run the job under JAX's profiler when the spec asks (``profile:``); the warning when it cannot be."""
+    """Run the job under its framework's profiler when the spec asks (``profile:``); the warning when it cannot be."""
     if not loaded.spec.profile.enabled:
         return None
-    if framework != "jax":
-        return f"profile: only JAX jobs are profiled, and this one is {framework}: no profile recorded"
-    job.argv = profiled_argv(job.argv, dump_dir, loaded.spec.profile)
+    if framework not in PROFILED:
+        return f"profile: only JAX and TensorFlow jobs are profiled, and this one is {framework}: no profile recorded"
+    job.argv = profiled_argv(job.argv, dump_dir, loaded.spec.profile, framework)
     return None
 
 

@@ -191,10 +191,10 @@ class PoplarSpec(_Strict):
 
 
 class ProfileSpec(_Strict):
-    """A profile of the job (JAX's profiler), archived and indexed with the dump: ``profile: true`` traces the
+    """A profile of the job (JAX's or TensorFlow's profiler), archived and indexed with the dump: ``profile: true`` traces the
     whole script; ``profile: {duration: 30s}`` stops the trace that long after it started."""
 
-    enabled: bool = Field(False, description="Record a profile of the job (JAX only; the script is not changed).")
+    enabled: bool = Field(False, description="Record a profile of the job (JAX or TensorFlow; the script is not changed).")
     duration: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="Stop the trace this long after it started ('30s'); default: at exit."
     )

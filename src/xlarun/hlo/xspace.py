@@ -10,7 +10,7 @@ ops' self times add up to the busy time and nothing is counted twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xlarun.hlo.protowire import (
     FIXED32,
@@ -52,7 +52,28 @@ def read_op_events(data: bytes) -> list[OpEvent]:
     for number, _wire, value in iter_fields(data):
         if number == 1:  # XSpace.planes
             events.extend(_plane_events(as_bytes(value)))
-    return events
+    return _numbered_executions(events)
+
+
+def _numbered_executions(events: list[OpEvent]) -> list[OpEvent]:
+    """Events with no execution number (TensorFlow's runs of an XLA cluster carry ``run_id`` -1) numbered by
+    execution: the op that starts first is a top-level op of the entry computation, which runs once per execution,
+    so each time it starts again a new execution begins (numbered -1, -2, ... per module and device)."""
+    unnumbered = [i for i, e in enumerate(events) if e.run_id is None or e.run_id < 0]
+    if not unnumbered:
+        return events
+    numbered = list(events)
+    streams: dict[tuple[str, int | None], list[int]] = {}
+    for i in unnumbered:
+        streams.setdefault((events[i].module, events[i].device), []).append(i)
+    for indexes in streams.values():
+        indexes.sort(key=lambda i: events[i].start_ps)
+        opener, execution = events[indexes[0]].op, 0
+        for i in indexes:
+            if events[i].op == opener:
+                execution -= 1
+            numbered[i] = replace(events[i], run_id=execution)
+    return numbered
 
 
 def _plane_events(plane: bytes) -> list[OpEvent]:
