@@ -34,6 +34,7 @@ from xlarun.errors import InputError
 from xlarun.report.bisections import bisection_blocks
 from xlarun.report.gather import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
 from xlarun.report.graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
+from xlarun.report.profiles import module_chart, run_profile
 from xlarun.safe_names import checked_run_id, store_damage
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class _RunReport:
         manifest = self.store.manifest(self.run_id)
         modules = [index.module(self.run_id, m.module_id) for m in index.modules(self.run_id)]
         self.say(f"report of run {self.run_id} ({info.name}): {len(modules)} modules -> {self.out}")
+        self.profile = run_profile(self.store, self.run_id)
         pages = [self._module_page(number, len(modules), module) for number, module in enumerate(modules, 1)]
         in_modules = {f.path for page in pages for f in page["module"].files}
         run_files = [f for f in index.run_files(self.run_id) if f.path not in in_modules]
@@ -149,6 +151,7 @@ class _RunReport:
             "replay_columns": replay_columns,
             "replays": replays,
             "svg": _inline,
+            "profile": self.profile,
         }
         for page in pages:
             page_context = {**_common(self.options, "../"), "info": info, **page, "svg": _inline}
@@ -194,6 +197,8 @@ class _RunReport:
             "replays": replays,
             "bisections": bisections,
             "opcodes": _opcode_rows(module.opcodes_before, module.opcodes_after),
+            "time": self.profile.times.get(module.module_id) if self.profile else None,
+            "time_chart": module_chart(self.store, module) if self.profile and module.module_id in self.profile.times else None,
         }
 
     def _write_svgs(self) -> None:
