@@ -55,6 +55,8 @@ from xlarun.store.pack_table import PackTable
 STREAM_BYTES = 4 * PACK_BYTES
 #: Chunk size when streaming a large file (read, hash and compress a chunk at a time).
 _STREAM_CHUNK = 4 << 20
+#: The first write buffer of a pack; it doubles as files come (a capture of a 466-byte dump allocated 32 MB).
+FIRST_BUFFER_BYTES = 64 << 10
 #: Decoded files and packs kept in memory: reading a module's dumps in order decodes each pack once.
 CACHE_BYTES = 128 << 20
 _thread_local = threading.local()
@@ -366,14 +368,25 @@ class PackWriter:
         return digest, data, got, (st.st_size, st.st_mtime_ns)
 
     def _reserve(self, size: int) -> memoryview:
-        """Room for ``size`` bytes after the open pack's members."""
-        capacity = len(self._buffer) if self._buffer is not None else 0
-        if self.size + size > capacity and self._members:
+        """Room for ``size`` bytes after the open pack's members. The buffer starts small and doubles as the pack
+        fills (a run of a few small files never touches a pack-sized buffer); past twice a pack's size the open
+        pack is written first."""
+        if self.size + size > 2 * PACK_BYTES and self._members:
             self.flush()
-        if self._buffer is None or size > capacity - self.size:  # no buffer yet (even for an empty file), or too small
-            self._release_buffer()
-            self._buffer = take_buffer(max(2 * PACK_BYTES, size))
+        capacity = len(self._buffer) if self._buffer is not None else 0
+        if self._buffer is None or self.size + size > capacity:  # no buffer yet (even for an empty file), or too small
+            self._grow(self.size + size, capacity)
+        assert self._buffer is not None, "_grow gives the buffer"
         return memoryview(self._buffer)[self.size : self.size + size]
+
+    def _grow(self, need: int, capacity: int) -> None:
+        """A buffer of at least ``need`` bytes (double the last, at most twice a pack's size unless one file needs
+        more), the open pack's members copied into it."""
+        bigger = take_buffer(max(need, min(2 * PACK_BYTES, max(FIRST_BUFFER_BYTES, 2 * capacity))))
+        if self._buffer is not None and self.size:
+            bigger[: self.size] = memoryview(self._buffer)[: self.size]
+        self._release_buffer()
+        self._buffer = bigger
 
     def _commit(self, size: int) -> tuple[str, memoryview]:
         buffer, start = self._buffer, self.size
