@@ -164,14 +164,21 @@ class Module(display.Shown):
         depth: int = 3,
         expand: Sequence[str] = (),
         expand_fusions: bool = False,
-        limit: int | None = None,
+        limit: int = 1500,
+        full: bool = False,
+        timeout_s: float = 60.0,
         error_from: str | None = None,
+        time: bool = False,
+        xla_dot: bool = False,
     ) -> Graph:
         """``xlarun render``: the module drawn with graphviz (SVG by default); written to ``output`` if given.
-        ``error_from`` (a recorded bisection's id, or ``"latest"``) colours it by each value's error, drawing the
-        bisection's culprit step unless ``stage``, ``pass_name`` or ``step`` say otherwise."""
+        A module over ``limit`` nodes (or 500, if fewer) is drawn as its overview unless ``full``; ``limit=0``
+        draws every node. ``error_from`` (a recorded bisection's id, or ``"latest"``) colours it by each value's
+        error, drawing the bisection's culprit step unless ``stage``, ``pass_name`` or ``step`` say otherwise;
+        ``time`` colours it by each op's measured time (a profiled run), drawing the optimized module unless they
+        say otherwise. ``xla_dot`` lays out XLA's own .dot dump instead."""
         from xlarun.navigate.select import select_file
-        from xlarun.render import DEFAULT_NODE_LIMIT, RenderOptions, render_stored_file
+        from xlarun.render import RenderOptions, render_stored_file
 
         options = RenderOptions(
             format=format,
@@ -179,19 +186,26 @@ class Module(display.Shown):
             depth=depth,
             expand=tuple(expand),
             expand_all=expand_fusions,
-            limit=limit or DEFAULT_NODE_LIMIT,
+            limit=limit or None,
+            timeout_s=timeout_s,
+            full=full,
         )
-        chosen = select_file(self.info, stage, pass_name, step, purpose="graph")
+        chosen_stage = "after_optimizations" if time and stage is None and pass_name is None and step is None else stage
+        chosen = select_file(self.info, chosen_stage, pass_name, step, purpose="dot" if xla_dot else "graph")
         if error_from:
             from xlarun.bisect.recorded import error_colouring
 
             options.errors, culprit = error_colouring(self._store.store, self.info, error_from)
             if culprit and stage is None and pass_name is None and step is None:
                 chosen = culprit
+        if time:
+            from xlarun.navigate.profile import op_self_times
+
+            options.times = op_self_times(self._store.store, self.info)
         rendered = render_stored_file(self._store.store, self.run_id, chosen, options)
         if output is not None:
             Path(output).write_bytes(rendered.data)
-        return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes))
+        return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes), rendered.kind)
 
     def replay(
         self,

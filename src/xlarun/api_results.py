@@ -41,8 +41,9 @@ class Diff(display.Shown):
 class Graph:
     """A rendered graph (``data`` in ``format``); shows itself as SVG in Jupyter."""
 
-    def __init__(self, data: bytes, format: str, source: str, nodes: int, notes: list[str]):
+    def __init__(self, data: bytes, format: str, source: str, nodes: int, notes: list[str], kind: str = "hlo"):
         self.data, self.format, self.source, self.nodes, self.notes = data, format, source, nodes, notes
+        self.kind = kind  # "hlo" (xlarun's drawing), "xla-dot" (XLA's own .dot) or "graphdef"
 
     def save(self, path: str | Path) -> Path:
         Path(path).write_bytes(self.data)

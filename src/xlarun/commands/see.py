@@ -88,6 +88,14 @@ def render(
             "'latest'); draws its culprit step unless --stage/--pass/--step say otherwise.",
         ),
     ] = None,
+    by_time: Annotated[
+        bool,
+        typer.Option(
+            "--time",
+            help="Colour the nodes by each op's measured time (a run captured with `profile: true`): a heat map, the "
+            "5 ops that took most marked; draws the optimized module unless --stage/--pass/--step say otherwise.",
+        ),
+    ] = False,
     open_it: Annotated[bool, typer.Option("--open", help="Open the result with the desktop's viewer.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
@@ -104,43 +112,52 @@ def render(
     Examples: xlarun render train_step -s after_optimizations -o step.svg;
     xlarun render init_params --around add.577 --depth 2;
     xlarun render tf1-autojit --file mark_for_compilation_annotated_1.pbtxt -f png;
-    xlarun render residual --error-from latest
+    xlarun render residual --error-from latest;
+    xlarun render train_step --time  (a profiled run: a heat map of measured time)
     """
     from xlarun.render import FORMATS, RenderOptions, render_path, render_stored_file
 
     fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
-    options = RenderOptions(
-        format=fmt,
-        around=around,
-        depth=depth,
-        limit=limit or None,
-        expand=tuple(expand or ()),
-        expand_all=expand_fusions,
-        timeout_s=timeout,
-        full=full,
-    )
-    if Path(ref).is_file() and not file:
-        rendered = render_path(ref, options)
-        stem = Path(ref).name
-    else:
-        the_store = open_store(store)
+    if (Path(ref).is_file() and not file) or file:  # a file on disk, or an archived file of a run: drawn as it is
+        options = RenderOptions(
+            format=fmt,
+            around=around,
+            depth=depth,
+            limit=limit or None,
+            expand=tuple(expand or ()),
+            expand_all=expand_fusions,
+            timeout_s=timeout,
+            full=full,
+        )
         if file:
+            the_store = open_store(store)
             run_id, chosen = _stored_file(the_store, ref, run, file)
+            rendered = render_stored_file(the_store, run_id, chosen, options)
         else:
-            from xlarun.navigate.refs import resolve_module
-            from xlarun.navigate.select import select_file
-
-            module = resolve_module(the_store.index, ref, run=run)
-            run_id, chosen = module.run_id, select_file(module, stage, pass_name, step, purpose="dot" if xla_dot else "graph")
-            if error_from:
-                from xlarun.bisect.recorded import error_colouring
-
-                options.errors, culprit = error_colouring(the_store, module, error_from)
-                if culprit and stage is None and pass_name is None and step is None:
-                    chosen = culprit
-        rendered = render_stored_file(the_store, run_id, chosen, options)
-        stem = Path(chosen.path).name
-    _write_rendered(rendered, stem, output, around, open_it)
+            rendered = render_path(ref, options)
+        _write_rendered(rendered, Path(rendered.source).name, output, around, open_it)
+        return
+    drawn = (
+        front_door(store)
+        .module(ref, run=run)
+        .render(
+            stage=stage,
+            pass_name=pass_name,
+            step=step,
+            format=fmt,
+            around=around,
+            depth=depth,
+            expand=expand or (),
+            expand_fusions=expand_fusions,
+            limit=limit,
+            full=full,
+            timeout_s=timeout,
+            error_from=error_from,
+            time=by_time,
+            xla_dot=xla_dot,
+        )
+    )
+    _write_rendered(drawn, Path(drawn.source).name, output, around, open_it)
 
 
 def _stored_file(store, ref: str, run: str | None, path: str):

@@ -146,3 +146,18 @@ def _profiled(timed: OpTime, cost: OpCost | None) -> ProfiledOp:
         op.gflops_per_s = None if cost.flops is None else cost.flops * calls / seconds / 1e9
         op.gbytes_per_s = cost.bytes * calls / seconds / 1e9
     return op
+
+
+def op_self_times(store: Store, module: ModuleInfo) -> dict[str, float]:
+    """Each op of the module -> its own measured time (ns, every execution added up): what ``render --time``
+    colours by. :class:`NoProfile` when the run was not profiled; an InputError when the module never ran while
+    the trace was on."""
+    if not module_times(store.index.conn, module.run_id):
+        raise _no_profile(module.run_id)
+    rows = op_times(store.index.conn, module.run_id, module.module_id, module.name or "")
+    if not rows:
+        raise InputError(
+            f"{module.label} did not run while the run's trace was on: no op of it was timed",
+            "`xlarun modules --by time` lists the modules that ran",
+        )
+    return {row.op: row.self_ns for row in rows}

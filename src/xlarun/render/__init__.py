@@ -30,6 +30,7 @@ from xlarun.render.hlo_graph import hlo_graph, hlo_neighbourhood
 from xlarun.render.layout import DEFAULT_TIMEOUT_S, FORMATS, LayoutTimeout, count_dot_nodes, layout, layout_with_notes
 from xlarun.render.memory import refuse_too_big_for_memory
 from xlarun.render.overview import FAST_LAYOUT, OVERVIEW_ABOVE, OVERVIEW_MAX_NODES, hlo_overview, without_wide_inputs
+from xlarun.render.time_colours import colour_by_time
 
 if TYPE_CHECKING:
     from xlarun.store.records import FileInfo
@@ -63,6 +64,8 @@ class RenderOptions:
     full: bool = False
     #: Colour an HLO module by its values' errors (a bisection's instruction search) instead of by opcode.
     errors: ValueErrors | None = None
+    #: Colour an HLO module by each op's measured time (instruction name -> its own time, ns) instead of by opcode.
+    times: dict[str, float] | None = None
     overview_above: int = OVERVIEW_ABOVE
 
 
@@ -136,6 +139,8 @@ def graph_of(data: bytes, name: str, options: RenderOptions, title: str | None =
                 graph = without_wide_inputs(graph)
     if options.errors is not None:
         colour_by_error(graph, options.errors, module.entry.name)
+    if options.times is not None:
+        colour_by_time(graph, options.times)
     return graph
 
 
