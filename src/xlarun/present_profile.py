@@ -173,6 +173,6 @@ def print_time_diff(found: RunTimeDiff) -> None:
     else:
         echo("no op moved beyond the noise")
     echo(
-        f"each: the median of a module's executions after its first; spread: half the middle half's width; a change "
-        f"counts beyond {100 * found.min_change:.0f}% and when the middle halves of A's and B's executions are apart"
+        f"each: the median of a module's executions after its first; spread: half the width of their middle half; a "
+        f"change counts when the middle halves of A's and B's executions lie more than {100 * found.min_change:.0f}% apart"
     )

@@ -7,11 +7,12 @@ pair of modules. Each side's times are the executions the trace recorded, read a
 per execution of a module, its busy time (its ops' self times added up) and each op's self time in it. The
 module's first execution, which carries one-time set-up, is left out when there are others.
 
-The noise is the spread those repeated executions show. A module or op counts as **slower** only when the
-median of B's executions is more than ``min_change`` (10%) above A's *and* the middle halves of the two samples do
-not overlap (B's 25th percentile above A's 75th); **faster** the other way round; else **same** within noise. With
-fewer than two executions on a side there is no spread to measure (``noise_measured`` False): only a factor of two or
-more counts then.
+The noise is the spread those repeated executions show, taken as each side's middle half (25th to 75th percentile).
+A module or op counts as **slower** only when the two middle halves lie apart by more than ``min_change`` (10%):
+B's 25th percentile (its faster executions) above A's 75th (its slower ones) times 1.1; **faster** the other way
+round; else **same** within noise, whatever the ratio of medians (which is reported: a run whose executions fell
+into a fast and a slow group has its median in one of them). With fewer than two executions on a side there is no
+spread to measure (``noise_measured`` False): only a factor of two or more counts then.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from xlarun.store.facade import Store
     from xlarun.store.records import ModuleInfo
 
-#: A change smaller than this (a ratio of medians within 1 ± 10%) is never counted, however tight the spread.
+#: How far apart (a ratio) the middle halves of A's and B's executions must lie for a change to count.
 DEFAULT_MIN_CHANGE = 0.10
 #: Where a side ran once (after its first execution) there is no spread to hold a change against: only a factor of
 #: two or more counts.
@@ -230,7 +231,7 @@ def pair_modules(a: list, b: list) -> list[tuple]:
 
 
 def time_change(a: list[float] | None, b: list[float] | None, min_change: float) -> TimeChange:
-    """A's and B's execution times compared: the ratio of medians, and the verdict the module docstring defines."""
+    """A's and B's execution times compared: the ratio of their medians, and the verdict the module docstring defines."""
     spread_a, spread_b = (Spread.of(a) if a else None), (Spread.of(b) if b else None)
     if spread_a is None or spread_b is None:
         return TimeChange(spread_a, spread_b, None, ONLY_B if spread_a is None else ONLY_A, False)
@@ -238,11 +239,11 @@ def time_change(a: list[float] | None, b: list[float] | None, min_change: float)
     if not spread_a.median_ns:
         return TimeChange(spread_a, spread_b, None, SAME if not spread_b.median_ns else SLOWER, measured)
     ratio = spread_b.median_ns / spread_a.median_ns
-    bar = min_change if measured else max(min_change, UNMEASURED_MIN_CHANGE)
+    bar = 1 + (min_change if measured else max(min_change, UNMEASURED_MIN_CHANGE))
     verdict = SAME
-    if ratio > 1 + bar and spread_b.low_ns > spread_a.high_ns:
+    if spread_b.low_ns > spread_a.high_ns * bar:  # even B's faster executions are slower than A's slower ones
         verdict = SLOWER
-    elif ratio < 1 / (1 + bar) and spread_b.high_ns < spread_a.low_ns:
+    elif spread_b.high_ns * bar < spread_a.low_ns:
         verdict = FASTER
     return TimeChange(spread_a, spread_b, ratio, verdict, measured)
 
