@@ -131,6 +131,10 @@ def _spread(spread: Spread | None) -> str:
     return f"±{50 * spread.relative:.0f}%" if spread.count > 1 else "1 exec"
 
 
+def _signed(ns: float) -> str:
+    return ("+" if ns >= 0 else "-") + duration_words(abs(ns))
+
+
 def _verdict(change: TimeChange) -> str:
     ratio = "" if change.ratio is None else f" x{change.ratio:.3g}"
     words = {"same": "same within noise", "slower": f"slower{ratio}", "faster": f"faster{ratio}"}.get(
@@ -165,10 +169,13 @@ def print_time_diff(found: RunTimeDiff) -> None:
     )
     if found.moved_ops:
         print_table(
-            ["module", "op", "A each", "B each", "verdict"],
-            [[name, op.op, _median(op.change.a), _median(op.change.b), _verdict(op.change)] for name, op in found.moved_ops],
-            title="ops that moved most (time per execution of their module)",
-            right=["A each", "B each"],
+            ["module", "op", "A each", "B each", "moved", "verdict"],
+            [
+                [name, op.op, _median(op.change.a), _median(op.change.b), _signed(op.change.moved_ns), _verdict(op.change)]
+                for name, op in found.moved_ops
+            ],
+            title="ops that moved most (each: per execution of their module; moved: over all those executions)",
+            right=["A each", "B each", "moved"],
         )
     else:
         echo("no op moved beyond the noise")

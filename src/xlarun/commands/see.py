@@ -217,7 +217,12 @@ def diff(
         ),
     ] = False,
     min_change: Annotated[
-        float, typer.Option("--min-change", min=0.0, help="With --time: the smallest change counted (0.1: 10%).")
+        float,
+        typer.Option(
+            "--min-change",
+            min=0.0,
+            help="With --time: how far apart (0.1: 10%) the middle halves of two runs' executions must lie to count.",
+        ),
     ] = 0.1,
     top: Annotated[int, typer.Option("--top", "-n", min=0, help="With --time: how many moved ops to list (0: all).")] = 10,
     store: StoreOption = None,

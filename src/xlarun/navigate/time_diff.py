@@ -79,6 +79,12 @@ class TimeChange:
         """B's median less A's, per execution (a side it is missing from counts 0)."""
         return (self.b.median_ns if self.b else 0.0) - (self.a.median_ns if self.a else 0.0)
 
+    @property
+    def moved_ns(self) -> float:
+        """What the change comes to over the executions counted: ``delta_ns`` times the larger sample (the ranking of
+        moved ops: a step's op that moved a little, every step, before a one-off's that moved much)."""
+        return self.delta_ns * max(self.a.count if self.a else 0, self.b.count if self.b else 0)
+
 
 @dataclass
 class OpTimeDiff:
@@ -112,7 +118,7 @@ class RunTimeDiff:
     busy_ns_a: float
     busy_ns_b: float
     modules: list[ModuleTimeDiff] = field(default_factory=list)
-    moved_ops: list[tuple[str, OpTimeDiff]] = field(default_factory=list)  # (module name, op): the ops that moved most
+    moved_ops: list[tuple[str, OpTimeDiff]] = field(default_factory=list)  # (module name, op): most ``moved_ns`` first
 
     def to_dict(self) -> dict:
         return {
@@ -156,7 +162,7 @@ def compare_run_times(
         found.modules.append(_module_diff(a, b, paired_by, min_change))
     found.modules.sort(key=lambda m: -max(_total(m.change.a), _total(m.change.b)))
     moved = [(m.name, op) for m in found.modules for op in m.ops if op.change.verdict != SAME]
-    found.moved_ops = sorted(moved, key=lambda pair: -abs(pair[1].change.delta_ns))[: top or None]
+    found.moved_ops = sorted(moved, key=lambda pair: -abs(pair[1].change.moved_ns))[: top or None]
     return found
 
 
@@ -280,6 +286,7 @@ def _change_dict(change: TimeChange) -> dict:
         "verdict": change.verdict,
         "noise_measured": change.noise_measured,
         "delta_ns": change.delta_ns,
+        "moved_ns": change.moved_ns,
     }
 
 
