@@ -192,6 +192,7 @@ def test_the_cli_prints_the_table_and_the_json(matmul_runs, cli):
     assert found["moved_ops"][0]["module"] == "jit_step"
     table = cli("diff", a, b, "--time", "--store", path)
     assert table.exit_code == 0, table.output
+    assert str(runs["128"].diff_time(runs["512"])).splitlines()[1] == table.stdout.splitlines()[1]  # the same header
     line = next(line for line in table.stdout.splitlines() if line.startswith("jit_step"))
     assert "slower x" in line and "name" in line
     wrong = cli("diff", a, b, "--time", "--pass", "fusion", "--store", path)

@@ -53,8 +53,9 @@ class Spread:
 
     @classmethod
     def of(cls, times: list[float]) -> Spread:
-        if len(times) < 2:
-            return cls(len(times), times[0] if times else 0.0, times[0] if times else 0.0, times[0] if times else 0.0)
+        """The spread of ``times`` (one or more)."""
+        if len(times) == 1:
+            return cls(1, times[0], times[0], times[0])
         low, median, high = statistics.quantiles(times, n=4, method="inclusive")
         return cls(len(times), median, low, high)
 
