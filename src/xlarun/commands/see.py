@@ -251,7 +251,10 @@ def diff(
         if other is None or pass_name or to_step is not None or from_step is not None or stage or run:
             raise InputError("--time compares two runs: give two run REFs, without --pass, --from, --to, --stage or --run")
         timed = front_door(store).run(ref).diff_time(other, min_change=min_change, top=top)
-        print_json(timed.to_dict()) if as_json else print_time_diff(timed.found)
+        if as_json:
+            print_json(timed.to_dict())
+        else:
+            print_time_diff(timed.found)
         return
     module = front_door(store).module(ref, run=run)
     if other is not None and (pass_name or to_step is not None or from_step is not None):
