@@ -1,7 +1,8 @@
 """diff --time (navigate/time_diff.py): two profiled runs compared by measured time.
 
 The rule (a change counts when the middle halves of the two samples lie more than ``min_change`` apart) and the
-pairing are held first on their own; then real profiled runs of a matmul: two cells of a batch (n=128 and n=512), a
+pairing are held first on their own, and the checked-in trace of tiny.py, imported twice, for how an op's times are
+gathered per execution of its module; then real profiled runs of a matmul: two cells of a batch (n=128 and n=512), a
 job of n=128 that compiles one more jit first, and one step captured twice in this process. The bigger matmul is
 slower, the same program is the same within noise although its module has another number, and the medians are held
 against JAX's own reader of the archived traces.
@@ -18,7 +19,8 @@ import pytest
 
 from xlarun.navigate.time_diff import FASTER, ONLY_A, ONLY_B, SAME, SLOWER, pair_modules, time_change
 
-SCRIPT = Path(__file__).parent / "fixtures" / "profile" / "matmul.py"
+FIXTURES = Path(__file__).parent / "fixtures" / "profile"
+SCRIPT = FIXTURES / "matmul.py"
 
 
 # --- the rule -------------------------------------------------------------------------------------
@@ -68,6 +70,40 @@ def test_modules_pair_by_fingerprint_before_name_never_by_number():
     pairs = {(x and x.module_id, y and y.module_id, how) for x, y, how in pair_modules(a, b)}
     # jit_f of A is B's module 6 (same HLO), not B's module 2; jit_g changed its HLO: paired by name
     assert pairs == {(2, 6, "fingerprint"), (4, 8, "name"), (None, 2, None)}
+
+
+def test_an_ops_times_are_taken_per_execution_of_its_module(tmp_path):
+    """The checked-in trace of tiny.py (3 executions of jit_step, a loop body of 4 ops in each), imported twice."""
+    from collections import defaultdict
+
+    import xlarun
+    from xlarun.hlo.xspace import read_op_events
+
+    dump = tmp_path / "dump"
+    (dump / "xlarun-profile" / "plugins" / "profile" / "1").mkdir(parents=True)
+    (dump / "xlarun-profile" / "plugins" / "profile" / "1" / "host.xplane.pb").write_bytes(
+        (FIXTURES / "tiny.xplane.pb").read_bytes()
+    )
+    (dump / "module_0004.jit_step.cpu_after_optimizations.txt").write_bytes(
+        (FIXTURES / "module_0004.jit_step.cpu_after_optimizations.txt").read_bytes()
+    )
+    store = xlarun.open_store(tmp_path / "store")
+    first, second = store.import_dump(dump), store.import_dump(dump, name="again")
+    found = first.diff_time(second)
+    step = next(m for m in found.modules if m.name == "jit_step")
+    assert (step.ref_a, step.paired_by, step.executions_a) == (f"{first.id}/module_0004", "name", 3)
+    assert {m.name: m.ref_a for m in found.modules if m.name != "jit_step"} == {
+        "jit_broadcast_in_dim": None,  # the trace names them, the dump has no file of theirs
+        "jit_convert_element_type": None,
+    }
+    per_execution: dict[int, float] = defaultdict(float)
+    for event in read_op_events((FIXTURES / "tiny.xplane.pb").read_bytes()):
+        if event.module == "jit_step" and event.op == "sine_add_fusion":
+            per_execution[event.run_id] += event.self_ps / 1000
+    _first, *steady = [per_execution[run] for run in sorted(per_execution)]  # run ids count up with the executions
+    body = next(op for op in step.ops if op.op == "sine_add_fusion").change
+    assert body.a.count == 2 and body.a.median_ns == pytest.approx(statistics.median(steady))
+    assert all(m.change.verdict == SAME and m.change.ratio == 1.0 for m in found.modules)  # one trace, twice
 
 
 # --- real profiled runs ---------------------------------------------------------------------------
