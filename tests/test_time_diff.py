@@ -193,7 +193,7 @@ def test_a_four_times_bigger_matmul_is_slower_beyond_the_noise(matmul_runs):
 def test_the_same_program_is_the_same_within_noise_though_its_module_has_another_number(twice_in_process):
     _store, first, second = twice_in_process
     # this machine is shared: ten such pairs had their middle halves up to 15% apart, the same program both times,
-    # so the bar is raised above that; the 4x matmul (x30 and more) stands out with the default 10% as with 50%
+    # so the bar is raised above that; the 4x matmul (x42 when measured) stands out with the default 10% as with 50%
     [step] = first.diff_time(second, min_change=0.5).modules
     assert step.paired_by == "fingerprint" and step.change.noise_measured and step.change.a.count == 29
     assert step.ref_a.rpartition("/")[2] != step.ref_b.rpartition("/")[2]  # XLA numbered the second compile anew
