@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Profile, Times
+from xlarun.api_results import Bisection, Diff, Graph, Profile, TimeDiff, Times
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -344,6 +344,23 @@ class Run(display.Shown):
         from xlarun.navigate.profile import run_times
 
         return Times(run_times(self._store.store, self.id))
+
+    def diff_time(self, other: str | Run, *, min_change: float | None = None, top: int | None = None) -> TimeDiff:
+        """``xlarun diff RUN RUN_B --time``: which modules and ops got slower or faster from this run to ``other`` (a
+        Run or a run REF), beyond the spread of their repeated executions; both runs captured with ``profile:``.
+        ``min_change``: the smallest ratio counted (0.1: 10%); ``top``: how many moved ops are listed (0: all)."""
+        from xlarun.navigate.time_diff import DEFAULT_MIN_CHANGE, DEFAULT_TOP_MOVED, compare_run_times
+
+        second = other if isinstance(other, Run) else self._store.run(other)
+        return TimeDiff(
+            compare_run_times(
+                self._store.store,
+                self.id,
+                second.id,
+                DEFAULT_MIN_CHANGE if min_change is None else min_change,
+                DEFAULT_TOP_MOVED if top is None else top,
+            )
+        )
 
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
     from xlarun.navigate.profile import ModuleProfile, RunTimes
+    from xlarun.navigate.time_diff import RunTimeDiff
 
-__all__ = ["Bisection", "Diff", "Graph", "Profile", "Times"]
+__all__ = ["Bisection", "Diff", "Graph", "Profile", "TimeDiff", "Times"]
 
 
 class Diff(display.Shown):
@@ -106,3 +107,22 @@ class Profile(display.Shown):
         from xlarun.present_profile import DEFAULT_TOP_OPS, print_module_profile
 
         return display.capture_printed(print_module_profile, self.found, DEFAULT_TOP_OPS if self.top is None else self.top)
+
+
+class TimeDiff(display.Shown):
+    """Two profiled runs compared by measured time (``xlarun diff A B --time``): ``modules`` (each with its
+    ``change``: medians, ratio, verdict, and its ``ops``) and ``moved_ops``, the ops that moved most."""
+
+    def __init__(self, found: RunTimeDiff):
+        self.found = found
+
+    modules = property(lambda self: self.found.modules)
+    moved_ops = property(lambda self: self.found.moved_ops)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.found.to_dict()
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present_profile import print_time_diff
+
+        return display.capture_printed(print_time_diff, self.found)

@@ -9,6 +9,7 @@ from xlarun.console import echo, print_table, say
 
 if TYPE_CHECKING:
     from xlarun.navigate.profile import ModuleProfile, RunTimes
+    from xlarun.navigate.time_diff import RunTimeDiff, Spread, TimeChange
     from xlarun.store.profile_index import ModuleTime
 
 #: Ops listed by ``xlarun profile`` unless told (--top).
@@ -117,3 +118,68 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
         echo(f"{len(found.ops) - len(shown)} more op(s): --top 0 lists all")
     if found.hlo_note:
         echo(found.hlo_note)
+
+
+def _median(spread: Spread | None) -> str:
+    return duration_words(spread.median_ns) if spread else ""
+
+
+def _spread(spread: Spread | None) -> str:
+    """The middle half of the executions as a share of their median: ``±12%`` (half its width), ``1 exec``."""
+    if spread is None:
+        return ""
+    return f"±{50 * spread.relative:.0f}%" if spread.count > 1 else "1 exec"
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns >= 0 else "-") + duration_words(abs(ns))
+
+
+def _verdict(change: TimeChange) -> str:
+    ratio = "" if change.ratio is None else f" x{change.ratio:.3g}"
+    words = {"same": "same within noise", "slower": f"slower{ratio}", "faster": f"faster{ratio}"}.get(
+        change.verdict, change.verdict
+    )
+    return words + ("" if change.noise_measured or change.verdict.startswith("only") else " (1 execution: no spread)")
+
+
+def print_time_diff(found: RunTimeDiff) -> None:
+    """``xlarun diff RUN_A RUN_B --time``: each module's median time per execution in A and B, and the ops that moved."""
+    say(
+        f"run [bold]{found.run_a}[/bold] (A) against [bold]{found.run_b}[/bold] (B): "
+        f"{duration_words(found.busy_ns_a)} measured in A, {duration_words(found.busy_ns_b)} in B"
+    )
+    print_table(
+        ["module", "in A", "in B", "paired by", "A each", "B each", "spread A", "spread B", "verdict"],
+        [
+            [
+                m.name,
+                (m.ref_a or "").rpartition("/")[2],
+                (m.ref_b or "").rpartition("/")[2],
+                m.paired_by or "",
+                _median(m.change.a),
+                _median(m.change.b),
+                _spread(m.change.a),
+                _spread(m.change.b),
+                _verdict(m.change),
+            ]
+            for m in found.modules
+        ],
+        right=["A each", "B each", "spread A", "spread B"],
+    )
+    if found.moved_ops:
+        print_table(
+            ["module", "op", "A each", "B each", "moved", "verdict"],
+            [
+                [name, op.op, _median(op.change.a), _median(op.change.b), _signed(op.change.moved_ns), _verdict(op.change)]
+                for name, op in found.moved_ops
+            ],
+            title="ops that moved most (each: per execution of their module; moved: over all those executions)",
+            right=["A each", "B each", "moved"],
+        )
+    else:
+        echo("no op moved beyond the noise")
+    echo(
+        f"each: the median of a module's executions after its first; spread: half the width of their middle half; a "
+        f"change counts when the middle halves of A's and B's executions lie more than {100 * found.min_change:.0f}% apart"
+    )

@@ -204,12 +204,15 @@ def _write_rendered(rendered, stem: str, output: Path | None, around: str | None
 
 
 def diff(
-    ref: Annotated[str, typer.Argument(autocompletion=complete_module_ref, help="Module REF.", show_default=False)],
+    ref: Annotated[
+        str, typer.Argument(autocompletion=complete_module_ref, help="Module REF (a run REF with --time).", show_default=False)
+    ],
     other: Annotated[
         str | None,
         typer.Argument(
             autocompletion=complete_module_ref,
-            help="A second module REF (or a run REF: the module of the same name there), to compare across runs.",
+            help="A second module REF (or a run REF: the module of the same name there), to compare across runs; "
+            "with --time, the second run.",
             show_default=False,
         ),
     ] = None,
@@ -224,6 +227,21 @@ def diff(
     keep_metadata: Annotated[
         bool, typer.Option("--keep-metadata", help="Across runs: keep op_name/source metadata in the text diff.")
     ] = False,
+    by_time: Annotated[
+        bool,
+        typer.Option(
+            "--time", help="Compare two profiled runs (REF and REF_B are runs) by measured time: which modules and ops moved."
+        ),
+    ] = False,
+    min_change: Annotated[
+        float,
+        typer.Option(
+            "--min-change",
+            min=0.0,
+            help="With --time: how far apart (0.1: 10%) the middle halves of two runs' executions must lie to count.",
+        ),
+    ] = 0.1,
+    top: Annotated[int, typer.Option("--top", "-n", min=0, help="With --time: how many moved ops to list (0: all).")] = 10,
     store: StoreOption = None,
     run: RunOption = None,
     as_json: JsonOption = False,
@@ -233,13 +251,28 @@ def diff(
     Prints a structural summary (instructions added, removed, changed and fused by opcode, the
     fusions formed, the opcode count changes) and a unified diff of the HLO text.
 
+    With --time, REF and REF_B are two runs captured with `profile: true` (two cells of a batch too): each module's
+    median time per execution in both, paired by fingerprint then name (not module number), the ratio, and whether
+    it got slower or faster beyond the spread of its repeated executions; then the ops that moved most.
+
     Examples: xlarun diff train_step --pass fusion; xlarun diff train_step --from 7 --to 9;
-    xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step
+    xlarun diff RUN_A/jit_train_step RUN_B/jit_train_step; xlarun diff RUN_A RUN_B --time
     """
     from xlarun.console import print_json
     from xlarun.errors import InputError
     from xlarun.present import print_module_diff
 
+    if by_time:
+        from xlarun.present_profile import print_time_diff
+
+        if other is None or pass_name or to_step is not None or from_step is not None or stage or run:
+            raise InputError("--time compares two runs: give two run REFs, without --pass, --from, --to, --stage or --run")
+        timed = front_door(store).run(ref).diff_time(other, min_change=min_change, top=top)
+        if as_json:
+            print_json(timed.to_dict())
+        else:
+            print_time_diff(timed.found)
+        return
     module = front_door(store).module(ref, run=run)
     if other is not None and (pass_name or to_step is not None or from_step is not None):
         raise InputError("--pass, --from and --to compare steps of one module; give one REF with them")

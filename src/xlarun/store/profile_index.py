@@ -103,16 +103,25 @@ def index_profiles(conn: sqlite3.Connection, store: RunStore, run_id: str, decod
         return 0
     modules = {(name.module_id, name.module_name) for _stored, name in decoded if name.module_id is not None and name.module_name}
     ensure_profile_tables(conn)
-    events: list[tuple[OpEvent, int | None]] = []
-    for stored in traces:
-        try:
-            read = read_op_events(store.read_file(run_id, stored.path))
-        except (ProtoDecodeError, OSError, ValueError):
-            continue
-        process = next((p for part in stored.path.split("/") if (p := process_of_dir(part)) is not None), None)
-        events += [(event, _module_id(event, process, modules)) for event in read]
+    events = joined_trace_events(store, run_id, [stored.path for stored in traces], modules)
     write_op_times(conn, run_id, events)
     return len(events)
+
+
+def joined_trace_events(
+    store: RunStore, run_id: str, paths: list[str], modules: set[tuple[int, str]]
+) -> list[tuple[OpEvent, int | None]]:
+    """The op events of the run's traces at ``paths``, each with the id of the module of ``modules`` (id, name) it
+    joins, or None (a module the dump lacks); a trace that cannot be read is left out."""
+    events: list[tuple[OpEvent, int | None]] = []
+    for path in paths:
+        try:
+            read = read_op_events(store.read_file(run_id, path))
+        except (ProtoDecodeError, OSError, ValueError):
+            continue
+        process = next((p for part in path.split("/") if (p := process_of_dir(part)) is not None), None)
+        events += [(event, _module_id(event, process, modules)) for event in read]
+    return events
 
 
 def _module_id(event: OpEvent, process: int | None, modules: set[tuple[int, str]]) -> int | None:
