@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Profile, Times
+from xlarun.api_results import Bisection, Diff, Graph, Memory, Profile, Times
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -254,6 +254,13 @@ class Module(display.Shown):
 
         return Profile(module_profile(self._store.store, self.info), top)
 
+    def memory(self, top: int | None = None) -> Memory:
+        """What fills the module's memory (``xlarun memory REF``): its peak, parameters, outputs, temporaries and
+        aliased (donated) bytes, and the biggest buffers live at the peak; ``top``: how many (None: all)."""
+        from xlarun.navigate.memory import module_memory
+
+        return Memory(module_memory(self._store.store, self.info, top))
+
     @property
     def time(self):
         """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
@@ -330,6 +337,12 @@ class Run(display.Shown):
         from xlarun.navigate.profile import run_times
 
         return Times(run_times(self._store.store, self.id))
+
+    def peaks(self) -> dict[int, int]:
+        """The peak bytes of each module whose buffer assignment was dumped, by module id (``modules``' peak column)."""
+        from xlarun.navigate.memory import run_peaks
+
+        return run_peaks(self._store.store, self._store.store.index.modules(self.id))
 
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)

@@ -12,9 +12,10 @@ from xlarun import display
 if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
+    from xlarun.navigate.memory import ModuleMemory
     from xlarun.navigate.profile import ModuleProfile, RunTimes
 
-__all__ = ["Bisection", "Diff", "Graph", "Profile", "Times"]
+__all__ = ["Bisection", "Diff", "Graph", "Memory", "Profile", "Times"]
 
 
 class Diff(display.Shown):
@@ -105,3 +106,19 @@ class Profile(display.Shown):
         from xlarun.present_profile import DEFAULT_TOP_OPS, print_module_profile
 
         return display.capture_printed(print_module_profile, self.found, DEFAULT_TOP_OPS if self.top is None else self.top)
+
+
+class Memory(display.Shown):
+    """What fills one module's memory (``xlarun memory REF``): ``peak_bytes`` and its breakdown, and ``buffers``,
+    the biggest live at the peak, each with its instruction, shape, size and source lines (``found`` holds all)."""
+
+    def __init__(self, found: ModuleMemory):
+        self.found = found
+
+    peak_bytes = property(lambda self: self.found.peak_bytes)
+    buffers = property(lambda self: self.found.buffers)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present_memory import print_module_memory
+
+        return display.capture_printed(print_module_memory, self.found)
