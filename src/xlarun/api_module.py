@@ -338,11 +338,13 @@ class Run(display.Shown):
 
         return Times(run_times(self._store.store, self.id))
 
-    def peaks(self) -> dict[int, int]:
-        """The peak bytes of each module whose buffer assignment was dumped, by module id (``modules``' peak column)."""
-        from xlarun.navigate.memory import run_peaks
+    def peaks(self, module_ids: set[int] | None = None) -> dict[int, int]:
+        """The peak bytes of each module (of ``module_ids``; None: all) whose buffer assignment was dumped, by
+        module id: ``modules``' peak column (``Module.memory()`` tells what makes one up)."""
+        from xlarun.store.memory_index import run_peaks
 
-        return run_peaks(self._store.store, self._store.store.index.modules(self.id))
+        store = self._store.store
+        return run_peaks(store.index.conn, store, self.id, module_ids)
 
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)

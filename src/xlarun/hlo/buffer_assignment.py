@@ -205,11 +205,29 @@ def parse_buffer_assignment(text: str, label: str = "buffer assignment") -> Buff
             found.skipped_lines += 1
             current = None if not line.startswith(" ") else current
     if not found.allocations and not text.lstrip().startswith("BufferAssignment"):
-        raise DumpFormatError(
-            f"{label} is not a buffer assignment XLA wrote (no 'allocation N: size S' line)",
-            "give a *-buffer-assignment.txt file of an optimized module",
-        )
+        raise _not_buffer_assignment(label)
     return found
+
+
+_ALLOCATION_LINE = re.compile(r"^allocation [^\n]*", re.M)
+
+
+def parse_allocations(text: str, label: str = "buffer assignment") -> BufferAssignment:
+    """The allocation lines only (no values): enough for the peak and its breakdown, several times faster than
+    :func:`parse_buffer_assignment` on a big module. Raises :class:`DumpFormatError` as it does."""
+    found = BufferAssignment()
+    for match in _ALLOCATION_LINE.finditer(text):
+        found.allocations.append(_allocation(match.group(0), label, text.count("\n", 0, match.start()) + 1))
+    if not found.allocations and not text.lstrip().startswith("BufferAssignment"):
+        raise _not_buffer_assignment(label)
+    return found
+
+
+def _not_buffer_assignment(label: str) -> DumpFormatError:
+    return DumpFormatError(
+        f"{label} is not a buffer assignment XLA wrote (no 'allocation N: size S' line)",
+        "give a *-buffer-assignment.txt file of an optimized module",
+    )
 
 
 def _allocation(line: str, label: str, number: int) -> Allocation:

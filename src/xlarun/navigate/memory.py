@@ -2,8 +2,8 @@
 
 :func:`module_memory` is ``xlarun memory REF``. It reads XLA's buffer assignment of the optimized module
 (:mod:`xlarun.hlo.buffer_assignment`), the live ranges where dumped, and joins each buffer with the instruction
-of the optimized module that defines it (its opcode, what it computes and its source lines). :func:`run_peaks`
-is the peak column of ``xlarun modules``: the buffer assignment's allocation lines only, for the listed modules.
+of the optimized module that defines it (its opcode, what it computes and its source lines). The peak column
+of ``xlarun modules`` is in the index (:mod:`xlarun.store.memory_index`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from xlarun.hlo.buffer_assignment import (
     parse_buffer_assignment,
     parse_live_ranges,
 )
-from xlarun.store.report_files import report_paths
 
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
@@ -183,22 +182,3 @@ def _costs(store: Store, module: ModuleInfo, found: ModuleMemory) -> dict[str, O
 def _describe(buffer: PeakBuffer, cost: OpCost | None) -> None:
     if cost is not None:
         buffer.opcode, buffer.op_name, buffer.sources = cost.opcode, cost.op_name, cost.sources
-
-
-def run_peaks(store: Store, modules: list[ModuleInfo]) -> dict[int, int]:
-    """The peak bytes of each listed module whose buffer assignment was dumped (``xlarun modules``' column):
-    one query for the run's buffer-assignment files, then their allocation lines only."""
-    if not modules:
-        return {}
-    run_id = modules[0].run_id
-    wanted = {m.module_id for m in modules}
-    rows = report_paths(store.index.conn, run_id, BUFFER_ASSIGNMENT)
-    peaks: dict[int, int] = {}
-    for module_id, path in rows:
-        if module_id in wanted and module_id not in peaks:
-            try:
-                text = store.read_file(run_id, path).decode("utf-8", errors="replace")
-                peaks[module_id] = parse_buffer_assignment(text, path).peak_bytes
-            except XlarunError:
-                continue  # a damaged file leaves the cell blank; `xlarun memory` says why
-    return peaks
