@@ -136,13 +136,22 @@ class Module(display.Shown):
             if pass_name or to_step is not None or from_step is not None:
                 raise InputError("pass_name, from_step and to_step compare steps of one module; give no other module with them")
             second = self._other(other)
-            return Diff(run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context))
+            found = run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context)
+            peaks = [self._peak(), second._peak()]
+            found.peak_bytes = peaks if any(p is not None for p in peaks) else None
+            return Diff(found)
         if not pass_name and to_step is None:
             raise InputError(
                 "say what to compare: pass_name=NAME, from_step/to_step, or another module",
                 "module.passes lists the pass timeline",
             )
         return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
+
+    def _peak(self) -> int | None:
+        from xlarun.store.memory_index import run_peaks
+
+        store = self._store.store
+        return run_peaks(store.index.conn, store, self.run_id, {self.module_id}).get(self.module_id)
 
     def _other(self, other: str | Module | Run) -> Module:
         if isinstance(other, Module):
