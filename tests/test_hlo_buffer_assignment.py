@@ -100,7 +100,11 @@ def test_lines_a_release_adds_are_skipped_and_counted():
     newer = "\n".join([lines[0], "Memory Space: default (color=0)", *lines[1:], "", "SomethingNew:", " with: details"])
     plain, more = parse_buffer_assignment(text), parse_buffer_assignment(newer)
     assert more.skipped_lines == 3 and plain.skipped_lines == 0
-    assert (more.peak_bytes, more.aliased_bytes, len(more.allocations)) == (plain.peak_bytes, plain.aliased_bytes, len(plain.allocations))
+    assert (more.peak_bytes, more.aliased_bytes, len(more.allocations)) == (
+        plain.peak_bytes,
+        plain.aliased_bytes,
+        len(plain.allocations),
+    )
 
 
 def test_an_older_releases_layout_reads_the_same():
@@ -153,4 +157,6 @@ def test_tensorflows_single_file_holds_allocations_total_and_live_ranges():
     assert found.parameter_bytes == sum(map(shape_bytes, ["f32[32,10]", "f32[10]", "f32[16,32]", "f32[16,10]"]))
     live = parse_live_ranges(text)
     assert live.peak_instruction in live.sequence and live.live_at_peak
-    assert {b.instruction for b in live.live_at_peak} >= {v.instruction for a in found.allocations if a.parameter is not None for v in a.values}
+    assert {b.instruction for b in live.live_at_peak} >= {
+        v.instruction for a in found.allocations if a.parameter is not None for v in a.values
+    }

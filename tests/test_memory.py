@@ -80,7 +80,10 @@ def test_donated_arguments_are_counted_as_aliased(imported, cli):
     path, _mlp, donated = imported
     found = json.loads(cli("memory", "jit_step", "--store", path, "--run", donated, "--json").stdout)
     assert found["aliased_bytes"] > 0
-    assert found["peak_bytes"] == found["parameter_bytes"] + found["output_bytes"] + found["temporary_bytes"] - found["aliased_bytes"]
+    assert (
+        found["peak_bytes"]
+        == found["parameter_bytes"] + found["output_bytes"] + found["temporary_bytes"] - found["aliased_bytes"]
+    )
     assert "donated" in {b["kind"] for b in found["buffers"]}
 
 
@@ -113,7 +116,10 @@ def test_a_diff_across_runs_compares_the_peaks(tmp_path, cli):
     assert f"peak memory: {peaks[0] / 1024:.1f} KiB -> {peaks[1]} B ({change})" in shown.stdout
     found = json.loads(cli("diff", f"{a.id}/jit_train_step", b.id, "--stage", "after", "--store", path, "--json").stdout)
     assert found["peak_bytes"] == [peaks[0], None]
-    assert "peak memory: 262.6 KiB -> not dumped" in cli("diff", f"{a.id}/jit_train_step", b.id, "-s", "after", "--store", path).stdout
+    assert (
+        "peak memory: 262.6 KiB -> not dumped"
+        in cli("diff", f"{a.id}/jit_train_step", b.id, "-s", "after", "--store", path).stdout
+    )
 
 
 def test_a_module_without_a_buffer_assignment_says_how_to_capture_one(tmp_path, cli):
@@ -131,7 +137,12 @@ def test_a_module_without_a_buffer_assignment_says_how_to_capture_one(tmp_path, 
 
 
 def test_a_damaged_buffer_assignment_is_a_one_line_error(tmp_path, cli):
-    cut = _dump(tmp_path / "d", "donated_step", "module_0008.jit_step", damage=lambda t: t.replace("allocation 3: size 16,", "allocation 3: si"))
+    cut = _dump(
+        tmp_path / "d",
+        "donated_step",
+        "module_0008.jit_step",
+        damage=lambda t: t.replace("allocation 3: size 16,", "allocation 3: si"),
+    )
     store = xlarun.open_store(tmp_path / "store")
     run = store.import_dump(cut)
     store.close()
@@ -181,7 +192,7 @@ def test_the_peak_of_the_captured_train_step_is_what_jax_says_it_needs(jax_run):
 
 @pytest.mark.slow
 def test_a_captured_step_with_donated_arguments_shows_what_jax_says_is_aliased(tmp_path):
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     spec = write_spec(tmp_path, f"name: donated\nscript: {DONATED_PROGRAM}\nframework: jax\ndump:\n  formats: [text]\n")
     store = xlarun.open_store(tmp_path / "store")
     run = store.capture(spec)
@@ -189,6 +200,8 @@ def test_a_captured_step_with_donated_arguments_shows_what_jax_says_is_aliased(t
 
     namespace: dict = {}
     exec(compile(DONATED_PROGRAM.read_text().split("for _ in range")[0], str(DONATED_PROGRAM), "exec"), namespace)
-    arguments, outputs, temporaries, aliased = _memory_analysis(namespace["step"].lower(namespace["params"], namespace["x"]).compile())
+    arguments, outputs, temporaries, aliased = _memory_analysis(
+        namespace["step"].lower(namespace["params"], namespace["x"]).compile()
+    )
     assert aliased > 0 and found.aliased_bytes == aliased
     assert found.peak_bytes == arguments + outputs + temporaries - aliased

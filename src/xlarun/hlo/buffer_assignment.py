@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from xlarun.errors import InputError
 
 _ALLOCATION = re.compile(r"^allocation (?P<index>\d+):(?: 0x[0-9a-fA-F]+,)? size (?P<size>\d+)(?P<rest>.*?):?\s*$")
-_PARAMETER = re.compile(r"(?:entry computation )?parameter (?P<number>\d+)(?:, shape \|(?P<shape>[^|]*)\|)?(?: at ShapeIndex (?P<index>\{[\d,]*\}))?")
+_PARAMETER = re.compile(
+    r"(?:entry computation )?parameter (?P<number>\d+)(?:, shape \|(?P<shape>[^|]*)\|)?(?: at ShapeIndex (?P<index>\{[\d,]*\}))?"
+)
 _OUTPUT = re.compile(r"output shape is \|(?P<shape>[^|]*)\|")
 _VALUE = re.compile(
     r"^\s*value: <(?P<id>\d+) (?P<name>[^\s{>]+)(?P<index>\{[\d,]*\})?(?P<phi> \(phi\))?(?: @(?P<pos>\d+))?>"
@@ -29,7 +31,9 @@ _VALUE = re.compile(
 )
 _TOTAL = re.compile(r"^Total bytes(?: used)?: (?P<bytes>\d+)")
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (?P<position>\d+) \(peak\):\s*$")
-_PEAK_ENTRY = re.compile(r"^\s*(?P<name>[^\s{:]+)(?P<index>\{[\d,]*\})?: (?P<size>\d+) bytes \(cumulative: (?P<cumulative>\d+) bytes\)")
+_PEAK_ENTRY = re.compile(
+    r"^\s*(?P<name>[^\s{:]+)(?P<index>\{[\d,]*\})?: (?P<size>\d+) bytes \(cumulative: (?P<cumulative>\d+) bytes\)"
+)
 _SEQUENCE_ENTRY = re.compile(r"^\s*(?P<position>\d+):(?P<name>\S+)\s*$")
 _RANGE_ENTRY = re.compile(r"^\s*(?P<name>[^\s{:]+)(?P<index>\{[\d,]*\})?:(?P<start>\d+)-(?P<end>\d+)\s*$")
 
