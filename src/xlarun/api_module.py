@@ -266,7 +266,7 @@ class Module(display.Shown):
     def memory(self, top: int | None = None) -> Memory:
         """What fills the module's memory (``xlarun memory REF``): its peak, parameters, outputs, temporaries and
         aliased (donated) bytes, and the biggest buffers live at the peak; ``top``: how many (None: all)."""
-        from xlarun.navigate.memory import module_memory
+        from xlarun.navigate.peak_memory import module_memory
 
         return Memory(module_memory(self._store.store, self.info, top))
 

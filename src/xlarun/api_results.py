@@ -12,7 +12,7 @@ from xlarun import display
 if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
-    from xlarun.navigate.memory import ModuleMemory
+    from xlarun.navigate.peak_memory import ModuleMemory
     from xlarun.navigate.profile import ModuleProfile, RunTimes
 
 __all__ = ["Bisection", "Diff", "Graph", "Memory", "Profile", "Times"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from xlarun.console import echo, human_bytes, print_pairs, print_table, say
 
 if TYPE_CHECKING:
-    from xlarun.navigate.memory import ModuleMemory
+    from xlarun.navigate.peak_memory import ModuleMemory
 
 #: Buffers listed by ``xlarun memory`` unless told (--top).
 DEFAULT_TOP_BUFFERS = 15
