@@ -17,6 +17,7 @@ import pytest
 
 import xlarun
 from xlarun.hlo import load_hlo
+from xlarun.hlo.buffer_assignment import report_total_bytes
 
 from .conftest import CONFIGS, write_spec
 
@@ -33,6 +34,8 @@ def _dump(folder: Path, program: str, module: str, with_assignment: bool = True,
         text = (FIXTURES / f"{program}.buffer-assignment.txt").read_text()
         (folder / f"{stem}-buffer-assignment.txt").write_text(damage(text) if damage else text)
         shutil.copy(FIXTURES / f"{program}.live-range.txt", folder / f"{stem}-live-range.txt")
+        if (report := FIXTURES / f"{program}.memory-usage-report.txt").exists():
+            shutil.copy(report, folder / f"{stem}-memory-usage-report.txt")
     return folder
 
 
@@ -62,6 +65,20 @@ def test_memory_lists_the_biggest_buffers_live_at_the_peak_with_their_instructio
     assert biggest["sources"] == [f"{instruction.source_file}:{instruction.source_line}"]
     assert found["peak_bytes"] == found["parameter_bytes"] + found["output_bytes"] + found["temporary_bytes"]
     assert found["aliased_bytes"] == 0
+    assert found["notes"] == []  # the allocations add up to the total XLA's memory-usage report prints
+
+
+def test_a_buffer_assignment_cut_at_a_line_end_is_told_by_xlas_total(tmp_path, cli):
+    """A file cut between two allocations reads as a whole one: the total XLA's memory-usage report printed
+    for the module tells."""
+    cut = _dump(tmp_path / "d", "mlp_train_step", "module_0012.jit_train_step", damage=lambda t: t[: t.index("allocation 39:")])
+    store = xlarun.open_store(tmp_path / "store")
+    run = store.import_dump(cut)
+    found = store.module("jit_train_step", run=run.id).memory().found
+    total = report_total_bytes((FIXTURES / "mlp_train_step.memory-usage-report.txt").read_text())
+    assert found.allocated_bytes < total
+    assert len(found.notes) == 1 and f"XLA's total is {total:,} B but the allocations read add up to" in found.notes[0]
+    assert found.notes[0].endswith("`xlarun check` verifies the stored files)")
 
 
 def test_the_table_says_the_peak_its_parts_and_where_each_buffer_comes_from(imported, cli):

@@ -37,7 +37,7 @@ def print_module_memory(found: ModuleMemory) -> None:
             ("aliased", f"{_bytes(found.aliased_bytes)}: donated parameters reused for outputs"),
             ("constants", f"{_bytes(found.constant_bytes)}: the executable's, not counted in the peak"),
             ("live values", f"{_bytes(found.live_peak_bytes)}{at}" if found.live_peak_bytes is not None else None),
-            ("allocations", found.allocations),
+            ("allocations", f"{found.allocations}, {_bytes(found.allocated_bytes)} in all"),
         ]
     )
     heading = "buffers live at the peak" if found.buffers_at_peak else "biggest buffers"

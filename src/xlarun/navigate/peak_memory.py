@@ -18,6 +18,7 @@ from xlarun.hlo.buffer_assignment import (
     has_live_ranges,
     parse_buffer_assignment,
     parse_live_ranges,
+    report_total_bytes,
 )
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 BUFFER_ASSIGNMENT = "buffer-assignment"
 LIVE_RANGE = "live-range"
+MEMORY_REPORT = "memory-usage-report"
 
 
 class NoBufferAssignment(InputError):
@@ -70,6 +72,7 @@ class ModuleMemory:
     constant_bytes: int
     thread_local_bytes: int
     allocations: int
+    allocated_bytes: int  # every allocation, constants and thread-local ones included (XLA's "Total bytes")
     live_peak_bytes: int | None = None
     peak_position: int | None = None
     peak_instruction: str | None = None
@@ -116,8 +119,10 @@ def module_memory(store: Store, module: ModuleInfo, top: int | None = None) -> M
         output_bytes=assignment.output_bytes, temporary_bytes=assignment.temporary_bytes,
         aliased_bytes=assignment.aliased_bytes, constant_bytes=assignment.constant_bytes,
         thread_local_bytes=assignment.thread_local_bytes, allocations=len(assignment.allocations),
+        allocated_bytes=sum(a.size for a in assignment.allocations),
         files=[chosen.path],
     )  # fmt: skip
+    _check_total(store, module, assignment.total_bytes, found)
     live = _live_ranges(store, module, text, found)
     costs = _costs(store, module, found)
     if live is not None and live.peak_position is not None:
@@ -132,6 +137,19 @@ def module_memory(store: Store, module: ModuleInfo, top: int | None = None) -> M
         _describe(buffer, costs.get(buffer.instruction))
         found.buffers.append(buffer)
     return found
+
+
+def _check_total(store: Store, module: ModuleInfo, printed: int | None, found: ModuleMemory) -> None:
+    """XLA prints the total of the allocations (in the buffer assignment, or its memory-usage report): a
+    different sum of the lines read means a file was cut or damaged."""
+    report = _report(module, MEMORY_REPORT)
+    if printed is None and report is not None:
+        printed = report_total_bytes(_text(store, module, report))
+    if printed is not None and printed != found.allocated_bytes:
+        found.notes.append(
+            f"XLA's total is {printed:,} B but the allocations read add up to {found.allocated_bytes:,} B: "
+            "the buffer assignment may be cut (`xlarun check` verifies the stored files)"
+        )
 
 
 def _live_ranges(store: Store, module: ModuleInfo, assignment_text: str, found: ModuleMemory) -> LiveRanges | None:
