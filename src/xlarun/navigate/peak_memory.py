@@ -20,13 +20,13 @@ from xlarun.hlo.buffer_assignment import (
     parse_live_ranges,
     report_total_bytes,
 )
+from xlarun.store.memory_index import BUFFER_ASSIGNMENT
 
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
     from xlarun.store.facade import Store
     from xlarun.store.records import FileInfo, ModuleInfo
 
-BUFFER_ASSIGNMENT = "buffer-assignment"
 LIVE_RANGE = "live-range"
 MEMORY_REPORT = "memory-usage-report"
 
