@@ -409,9 +409,8 @@ class Run(display.Shown):
     def _printed(self) -> display.Printed:
         from xlarun.present import print_run_modules
 
-        return display.capture_printed(
-            print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
-        )
+        summaries = [m.summary for m in self.modules()]
+        return display.capture_printed(print_run_modules, self.info, summaries, self.files_outside_modules(), self.peaks())
 
 
 class RunList(display.ShownList[Run]):
