@@ -108,8 +108,8 @@ def test_lines_a_release_adds_are_skipped_and_counted():
 
 
 def test_an_older_releases_layout_reads_the_same():
-    """jaxlib 0.4 and TF 2.x print a pointer after each allocation's colon, values without a position, and end
-    with the total and the stats; their live ranges follow in the same file."""
+    """Older XLA printed a pointer after each allocation's colon and values without a position, and ended with the
+    total and the stats, the live ranges following in the same file."""
     text = _read("donated_step.buffer-assignment.txt")
     older = re.sub(r"^(allocation \d+:) ", r"\1 0x55d0c0ffee00, ", text, flags=re.M)
     older = re.sub(r" @0>", ">", older)

@@ -1,13 +1,14 @@
 """XLA's buffer assignment of an optimized module, read from the text files it dumps next to it.
 
-Three files, as jaxlib 0.4 to 0.10 and TensorFlow's XLA write them (older releases put all in the first):
+Three files, as jaxlib 0.10 writes them (TensorFlow 2.21's XLA puts all of them in the first):
 
 - ``*-buffer-assignment.txt``: ``allocation N: size S, parameter P, shape |f32[8]| at ShapeIndex {}, maybe-live-out:``
-  lines, each followed by the ``value: <id name{index} @pos> (size=..,offset=..): shape`` lines it holds; older
-  releases add a pointer after the colon and a ``Total bytes used`` / ``BufferAssignment stats`` section.
-- ``*-live-range.txt``: ``HloLiveRange``: the program order, each buffer's live range and, since 2023, the
+  lines, each followed by the ``value: <id name{index} @pos> (size=..,offset=..): shape`` lines it holds; in TF's
+  single file a ``Total bytes used`` line and the used values follow, and older XLA printed a pointer after the colon.
+- ``*-live-range.txt``: ``HloLiveRange``: the program order, each buffer's live range and the
   ``Live ranges at N (peak):`` section listing the buffers live at the heap simulator's peak.
-- ``*-memory-usage-report.txt``: ``Total bytes: N`` (``Total bytes used: N`` before) and allocations by size.
+- ``*-memory-usage-report.txt``: ``Total bytes: N`` (``Total bytes used: N`` in other releases) and
+  allocations by size.
 
 Lines a release adds that this reader does not know are skipped; a line that starts like an allocation, a value
 or a peak entry and does not read as one is an error naming the line (a cut or damaged file).
