@@ -5,7 +5,7 @@ bare SQLite query of the same rows.
     python -m bench.scale [--runs 1000,10000,100000] [--repeats 5] [--record]
 
 A store of N runs is grown from one real run (an import of a dump of 8 modules, each dumped before and after
-optimizations, as XLA names them): its run folder is laid again under N new run ids (hard links) and its index rows
+optimizations, with its buffer assignment, as XLA names them): its run folder is laid again under N new run ids (hard links) and its index rows
 are copied under each id in one transaction, which is what N imports of the same dump would leave, without paying
 an import per run. One run carries a term no other has, so ``find`` answers one module. Commands run as a user runs
 them (a new process each, the bytecode cache warm), their output thrown away; medians over repeats. Targets:
@@ -40,7 +40,17 @@ ENTRY main.6 {{
   ROOT add.4 = f32[64,64]{{1,0}} add(tanh.3, Arg_0.1)
 }}
 """
-CLONED_TABLES = ("files", "modules", "passes", "module_terms", "module_times", "op_times")
+#: XLA's buffer assignment of the optimized module, as it dumps one beside it (``modules``' peak column reads it).
+BUFFER_ASSIGNMENT = """BufferAssignment:
+allocation 0: size 16384, parameter 0, shape |f32[64,64]| at ShapeIndex {}:
+ value: <0 Arg_0.1 @0> (size=16384,offset=0): f32[64,64]{1,0}
+allocation 1: size 16384, output shape is |f32[64,64]|, maybe-live-out:
+ value: <3 add.4 @0> (size=16384,offset=0): f32[64,64]{1,0}
+allocation 2: size 32768, preallocated-temp:
+ value: <1 dot.2 @0> (size=16384,offset=0): f32[64,64]{1,0}
+ value: <2 tanh.3 @0> (size=16384,offset=16384): f32[64,64]{1,0}
+"""
+CLONED_TABLES = ("files", "modules", "passes", "module_terms", "module_memory", "module_times", "op_times")
 
 
 def template_store(root: Path) -> tuple[Path, str]:
@@ -52,6 +62,7 @@ def template_store(root: Path) -> tuple[Path, str]:
     for i in range(8):
         for stage in ("before_optimizations", "cpu_after_optimizations"):
             (dump / f"module_{i:04d}.jit_step{i}.{stage}.txt").write_text(MODULE.format(name=f"step{i}", line=10 + i))
+        (dump / f"module_{i:04d}.jit_step{i}.cpu_after_optimizations-buffer-assignment.txt").write_text(BUFFER_ASSIGNMENT)
     store = xlarun.open_store(root / "store")
     run = store.import_dump(dump, name="scale")
     store.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Profile, TimeDiff, Times
+from xlarun.api_results import Bisection, Diff, Graph, Memory, Profile, TimeDiff, Times
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -136,13 +136,22 @@ class Module(display.Shown):
             if pass_name or to_step is not None or from_step is not None:
                 raise InputError("pass_name, from_step and to_step compare steps of one module; give no other module with them")
             second = self._other(other)
-            return Diff(run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context))
+            found = run_diff(store, self.info, second.info, stage=stage, keep_metadata=keep_metadata, context=context)
+            peaks = [self._peak(), second._peak()]
+            found.peak_bytes = peaks if any(p is not None for p in peaks) else None
+            return Diff(found)
         if not pass_name and to_step is None:
             raise InputError(
                 "say what to compare: pass_name=NAME, from_step/to_step, or another module",
                 "module.passes lists the pass timeline",
             )
         return Diff(pass_diff(store, self.info, pass_name, from_step, to_step, context=context))
+
+    def _peak(self) -> int | None:
+        from xlarun.store.memory_index import run_peaks
+
+        store = self._store.store
+        return run_peaks(store.index.conn, store, self.run_id, {self.module_id}).get(self.module_id)
 
     def _other(self, other: str | Module | Run) -> Module:
         if isinstance(other, Module):
@@ -268,6 +277,13 @@ class Module(display.Shown):
 
         return Profile(module_profile(self._store.store, self.info), top)
 
+    def memory(self, top: int | None = None) -> Memory:
+        """What fills the module's memory (``xlarun memory REF``): its peak, parameters, outputs, temporaries and
+        aliased (donated) bytes, and the biggest buffers live at the peak; ``top``: how many (None: all)."""
+        from xlarun.navigate.peak_memory import module_memory
+
+        return Memory(module_memory(self._store.store, self.info, top))
+
     @property
     def time(self):
         """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
@@ -362,6 +378,14 @@ class Run(display.Shown):
             )
         )
 
+    def peaks(self, module_ids: set[int] | None = None) -> dict[int, int]:
+        """The peak bytes of each module (of ``module_ids``; None: all) whose buffer assignment was dumped, by
+        module id: ``modules``' peak column (``Module.memory()`` tells what makes one up)."""
+        from xlarun.store.memory_index import run_peaks
+
+        store = self._store.store
+        return run_peaks(store.index.conn, store, self.id, module_ids)
+
     def module(self, ref: str) -> Module:
         return self._store.module(ref, run=self)
 
@@ -416,9 +440,8 @@ class Run(display.Shown):
     def _printed(self) -> display.Printed:
         from xlarun.present import print_run_modules
 
-        return display.capture_printed(
-            print_run_modules, self.info, [m.summary for m in self.modules()], self.files_outside_modules()
-        )
+        summaries = [m.summary for m in self.modules()]
+        return display.capture_printed(print_run_modules, self.info, summaries, self.files_outside_modules(), self.peaks())
 
 
 class RunList(display.ShownList[Run]):

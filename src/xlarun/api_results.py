@@ -12,10 +12,11 @@ from xlarun import display
 if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
     from xlarun.diff import ModuleDiff
+    from xlarun.navigate.peak_memory import ModuleMemory
     from xlarun.navigate.profile import ModuleProfile, RunTimes
     from xlarun.navigate.time_diff import RunTimeDiff
 
-__all__ = ["Bisection", "Diff", "Graph", "Profile", "TimeDiff", "Times"]
+__all__ = ["Bisection", "Diff", "Graph", "Memory", "Profile", "TimeDiff", "Times"]
 
 
 class Diff(display.Shown):
@@ -126,3 +127,19 @@ class TimeDiff(display.Shown):
         from xlarun.present_profile import print_time_diff
 
         return display.capture_printed(print_time_diff, self.found)
+
+
+class Memory(display.Shown):
+    """What fills one module's memory (``xlarun memory REF``): ``peak_bytes`` and its breakdown, and ``buffers``,
+    the biggest live at the peak, each with its instruction, shape, size and source lines (``found`` holds all)."""
+
+    def __init__(self, found: ModuleMemory):
+        self.found = found
+
+    peak_bytes = property(lambda self: self.found.peak_bytes)
+    buffers = property(lambda self: self.found.buffers)
+
+    def _printed(self) -> display.Printed:
+        from xlarun.present_memory import print_module_memory
+
+        return display.capture_printed(print_module_memory, self.found)

@@ -30,6 +30,7 @@ COMMANDS = {
     "runs": "navigate", "modules": "navigate", "files": "navigate", "show": "navigate", "cat": "navigate",
     "find": "navigate", "explain": "navigate", "logs": "navigate", "export": "navigate",
     "profile": "profile",
+    "memory": "memory",
     "replay": "replay", "convert": "replay",
     "bisect": "bisect", "extract": "bisect",
     "rm": "housekeeping", "gc": "housekeeping", "recover": "housekeeping", "reindex": "housekeeping",

@@ -121,6 +121,8 @@ class ModuleDiff:
     unified: list[str]
     summary: StructuralSummary
     notes: list[str] = field(default_factory=list)
+    #: Across runs: each side's peak memory in bytes (``xlarun memory``), None where no buffer assignment was dumped.
+    peak_bytes: list[int | None] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlarun.console import count_or_blank, diff_line, echo, human_bytes, print_pairs, print_table, say, short_time, warn
+from xlarun.console import (
+    count_or_blank,
+    diff_line,
+    echo,
+    human_bytes,
+    print_pairs,
+    print_table,
+    say,
+    short_time,
+    to_jsonable,
+    warn,
+)
 
 
 def _escape(text: str) -> str:
@@ -70,10 +81,11 @@ def print_found(hits) -> None:
     )
 
 
-def print_run_modules(info, items, others: list[tuple[str, int]]) -> None:
-    """``xlarun modules``: the run, its modules (main first), and what else it holds."""
+def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[int, int] | None = None) -> None:
+    """``xlarun modules``: the run, its modules (main first), and what else it holds; ``peaks``: the peak memory
+    column, by module id."""
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
-    print_modules(items)
+    print_modules(items, peaks=peaks)
     if others:
         echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
 
@@ -184,9 +196,16 @@ def print_main_module(items) -> None:
     )
 
 
-def print_modules(items, more: int = 0) -> None:
-    """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many."""
+def with_peaks(items, peaks: dict[int, int]) -> list[dict]:
+    """``modules --json``: each module with its ``peak_bytes`` (None: no buffer assignment dumped)."""
+    return [to_jsonable(m) | {"peak_bytes": peaks.get(m.module_id)} for m in items]
+
+
+def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> None:
+    """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many, and one
+    for the peak memory where ``peaks`` has any."""
     with_process = any(m.process is not None for m in items)
+    with_peak = bool(peaks)
     rows = [
         (
             *((m.process,) if with_process else ()),
@@ -197,6 +216,7 @@ def print_modules(items, more: int = 0) -> None:
             m.n_pass_dumps or "",
             count_or_blank(m.instr_before),
             count_or_blank(m.instr_after),
+            *((human_bytes(peaks.get(m.module_id)),) if peaks else ()),
             _short_signature(m.entry_signature),
         )
         for m in items
@@ -211,10 +231,11 @@ def print_modules(items, more: int = 0) -> None:
             "passes",
             "instr before",
             "instr after",
+            *(("peak",) if with_peak else ()),
             "signature",
         ),
         rows,
-        right=("process", "id", "passes", "instr before", "instr after"),
+        right=("process", "id", "passes", "instr before", "instr after", "peak"),
     )
     if more:
         echo(f"... and {more} more (`xlarun modules` lists all)")
@@ -341,10 +362,20 @@ def print_module_diff(result, summary_only: bool = False) -> None:
     say(f"[bold]{result.after}[/bold]\n  against {result.before}")
     for line in result.summary.lines():
         echo(f"  {line}")
+    if result.peak_bytes:
+        echo(f"  {_peak_change(*result.peak_bytes)}")
     for note in result.notes:
         echo(f"  note: {note}")
     if not summary_only:
         _print_unified(result.unified)
+
+
+def _peak_change(before: int | None, after: int | None) -> str:
+    """``peak memory: 262.6 KiB -> 300.0 KiB (+14.2%)`` (`xlarun memory REF` tells what makes each up)."""
+    shown = f"peak memory: {human_bytes(before) or 'not dumped'} -> {human_bytes(after) or 'not dumped'}"
+    if before and after is not None:
+        shown += f" ({100 * (after - before) / before:+.1f}%)"
+    return shown
 
 
 def _print_unified(lines: list[str]) -> None:

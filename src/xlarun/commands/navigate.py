@@ -161,7 +161,7 @@ def modules(
     from xlarun.console import print_json, say
     from xlarun.navigate.compiles import tell_compiles_apart
     from xlarun.navigate.desync import compare_processes
-    from xlarun.present import print_process_report, print_run_modules
+    from xlarun.present import print_process_report, print_run_modules, with_peaks
 
     if by not in ("program", "time"):
         from xlarun.errors import InputError
@@ -176,11 +176,12 @@ def modules(
     by_id = {module.module_id: module for module in listed}
     recompiles = tell_compiles_apart(items, lambda summary: _before_text(by_id[summary.module_id]))
     processes = compare_processes(items)  # as Run.processes() says it, from the modules already read
+    peaks = the_run.peaks(set(by_id))  # from the buffer assignments XLA dumped (`xlarun memory` tells more)
     if as_json:
-        found = {"run_id": the_run.id, "modules": items, "recompiles": recompiles}
+        found = {"run_id": the_run.id, "modules": with_peaks(items, peaks), "recompiles": recompiles}
         print_json(found | ({"processes": processes.to_json()} if processes else {}))
         return
-    print_run_modules(the_run.info, items, the_run.files_outside_modules())
+    print_run_modules(the_run.info, items, the_run.files_outside_modules(), peaks)
     if recompiles:
         say("compiled more than once (each against the function's first compile):")
         for r in recompiles:

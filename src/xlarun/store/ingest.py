@@ -16,6 +16,7 @@ from xlarun.errors import ExitCode, StoreError, os_error_words
 from xlarun.hlo.names import DumpName, decode_dump_name
 from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import Index
+from xlarun.store.memory_index import index_memory
 from xlarun.store.profile_index import index_profiles
 from xlarun.store.records import DamagedRun, StoredFile
 from xlarun.store.runs import RunStore
@@ -136,4 +137,5 @@ def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) ->
             terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
         terms.flush()
         index_profiles(index.conn, store, run_id, decoded)  # op times, when the run was profiled
+        index_memory(index.conn, store, run_id, decoded)  # peak memory, where the buffer assignment was dumped
         index.remember_text_counts({digest: n for digest, n in counts.items() if digest not in known})
