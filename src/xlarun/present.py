@@ -161,6 +161,8 @@ def _process_lines(store, module) -> list[tuple[str, str]]:
     lines = [("process", f"{module.process} ({alike})")]
     if group.desync:
         lines.append(("DESYNC", group.line()))
+    elif group.missing:
+        lines.append(("processes", group.line()))
     return lines
 
 
@@ -169,6 +171,8 @@ def print_process_report(report) -> None:
     if report is None:
         return
     say(report.summary())
+    for module in report.only_some:
+        say(f"  [yellow]extra[/yellow] {_escape(module.line())}")
     for module in report.desync:
         say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
 

@@ -17,6 +17,7 @@ from typing import Any
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
+from xlarun.capture.backends.process_failure import raised_line
 from xlarun.capture.flags import (
     compose_env,
     donation_abort_cause,
@@ -310,7 +311,7 @@ def _capture(
             raise _not_committed(run_id, staging, exc) from None
         failed = result.status == RunStatus.FAILED
         rejection = _flag_rejection(staging, loaded, base_env, known_xla_flags) if failed else None
-        stderr_tail = last_lines(_log_tail(staging / "stderr.log")) if failed and not files else ""
+        stderr_tail = (raised_line(result.details) or last_lines(_log_tail(staging / "stderr.log"))) if failed and not files else ""
         aborted = donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log")) if failed else None
         if aborted or (donation and not echo):
             warnings.append(aborted or donation or "")
