@@ -79,12 +79,19 @@ def print_run_modules(info, items, others: list[tuple[str, int]]) -> None:
 
 
 def module_sharding(store, module):
-    """The module's partitioning, read from its after-optimizations text (else its first text dump)."""
-    from xlarun.hlo.sharding import Sharding, sharding_of_text
+    """The module's partitioning, read from its after-optimizations text (else its first text dump); the mesh's
+    axis names from its before-optimizations text, where JAX wrote them (XLA drops them while optimizing)."""
+    from xlarun.hlo.sharding import Sharding, named_meshes, sharding_of_text
 
     texts = [f for f in module.files if f.kind == "hlo" and f.format == "text"]
     text = next((f for f in texts if (f.stage or "").endswith("after_optimizations")), texts[0] if texts else None)
-    return sharding_of_text(store.read_file(module.run_id, text.path)) if text else Sharding()
+    if text is None:
+        return Sharding()
+    found = sharding_of_text(store.read_file(module.run_id, text.path))
+    before = next((f for f in texts if f.stage == "before_optimizations"), None)
+    if found.partitioned and not found.named_meshes and before is not None and before is not text:
+        found.named_meshes = named_meshes(store.read_file(module.run_id, before.path).decode("utf-8", "replace"))
+    return found
 
 
 def print_module(store, module, files: bool = False, bundle: str | None = None, time: str | None = None) -> None:

@@ -21,8 +21,10 @@ from xlarun.capture.backends.process_failure import raised_line
 from xlarun.capture.flags import (
     compose_env,
     donation_abort_cause,
+    donation_noise_note,
     redact_env,
     snapshot_donation_warning,
+    without_donation_noise,
     where_flag_comes_from,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
@@ -75,6 +77,7 @@ class _LogSink:
         self.prefix = prefix
         self.lock = threading.Lock()
         self.error: str | None = None
+        self.hidden = 0  # XLA's donated-snapshot lines kept off the console (they are in the logs)
 
     def __call__(self, stream: str, text: str) -> None:
         with self.lock:
@@ -86,6 +89,8 @@ class _LogSink:
                     self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
                     self._close(stream)
             if self.echo:
+                text, hidden = without_donation_noise(text)
+                self.hidden += hidden
                 target = sys.stdout if stream == "stdout" else sys.stderr
                 if self.prefix:
                     text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
@@ -325,6 +330,8 @@ def _capture(
             warnings.append(result.error)
         if sink.error:
             warnings.append(sink.error)
+        if sink.hidden:
+            warnings.append(donation_noise_note(sink.hidden))
         for said in ("stopped_leftovers", "stopped"):  # what was stopped: leftovers, the other processes of a job
             if result.details.get(said):
                 warnings.append(str(result.details[said]))
