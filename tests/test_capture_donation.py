@@ -90,5 +90,5 @@ def test_xlas_donated_snapshot_lines_are_kept_off_the_console_and_in_the_logs(cl
     assert hidden >= 1  # XLA said it, once per donated argument of a snapshot, and the run's log keeps it
     assert logged.count("Failed to get literal for argument") == hidden
     assert "Failed to get literal for argument" not in out.output  # XLA's line itself is not on the console
-    assert f"{hidden} line(s) of XLA's \"ToLiteral() called on deleted or donated buffer\"" in out.stderr
+    assert f'{hidden} line(s) of XLA\'s "ToLiteral() called on deleted or donated buffer"' in out.stderr
     assert "kept in the run's stderr.log, not shown" in out.stderr

@@ -95,7 +95,10 @@ def test_a_module_only_some_processes_run_with_collectives_is_a_desync_a_hang():
     step.opcodes_after = {"all-reduce": 2, "dot": 1}
     report = compare_processes([module(1, "jit_init", "00", 0), module(1_000_001, "jit_init", "00", 1), step])
     (hang,) = report.desync
-    assert hang.line() == "module_0003.jit_step: only on process 0 (module 3), with 2 collective(s) that process 1 never join(s): a hang"
+    assert (
+        hang.line()
+        == "module_0003.jit_step: only on process 0 (module 3), with 2 collective(s) that process 1 never join(s): a hang"
+    )
     assert report.summary().endswith("; DESYNC in 1:") and report.only_some == []
 
 

@@ -34,6 +34,10 @@ def test_the_bootstrap_marks_an_uncaught_exception_and_prints_the_script_traceba
     script.write_text("import sys\nsys.exit(3)\n")
     mark.unlink()
     assert subprocess.run(marking_argv([sys.executable, str(script)], mark)).returncode == 3 and raised(mark) is None
+    # around another bootstrap (the profiler's: python -c CODE ARGS) it marks the same
+    code = "import sys\nraise KeyError(sys.argv[1:])"
+    assert subprocess.run(marking_argv([sys.executable, "-c", code, "x"], mark), capture_output=True).returncode == 1
+    assert raised(mark) == "KeyError: ['x']"
     assert raised_line({"processes": [{"process": 0}, {"process": 1, "raised": "ValueError: x"}]}) == "[process 1] ValueError: x"
 
 

@@ -272,7 +272,11 @@ def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
         ("jit_fit", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.fit")], False),
         # ...but Keras's train/test/predict step runs the user's model, loss and optimizer: the user's (model.fit)
         ("jit_train_step", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")], True),
-        ("jit_train_step", [("/home/u/job.py", "main"), (f"{_SITE}/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")], True),
+        (
+            "jit_train_step",
+            [("/home/u/job.py", "main"), (f"{_SITE}/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")],
+            True,
+        ),
         ("jit_predict_step", [(f"{_SITE}/keras/src/backend/jax/trainer.py", "JAXTrainer.predict_step")], True),
         # Keras's numpy helpers jitted on their own stay the framework's, as does a train_step of another package
         ("jit_mean", [("/home/u/job.py", "main"), (f"{_SITE}/keras/src/ops/numpy.py", "mean")], False),

@@ -24,8 +24,8 @@ from xlarun.capture.flags import (
     donation_noise_note,
     redact_env,
     snapshot_donation_warning,
-    without_donation_noise,
     where_flag_comes_from,
+    without_donation_noise,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.profile_job import profiled_argv
@@ -316,7 +316,9 @@ def _capture(
             raise _not_committed(run_id, staging, exc) from None
         failed = result.status == RunStatus.FAILED
         rejection = _flag_rejection(staging, loaded, base_env, known_xla_flags) if failed else None
-        stderr_tail = (raised_line(result.details) or last_lines(_log_tail(staging / "stderr.log"))) if failed and not files else ""
+        stderr_tail = (
+            (raised_line(result.details) or last_lines(_log_tail(staging / "stderr.log"))) if failed and not files else ""
+        )
         aborted = donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log")) if failed else None
         if aborted or (donation and not echo):
             warnings.append(aborted or donation or "")

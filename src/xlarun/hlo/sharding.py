@@ -41,7 +41,7 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _HEADER_NUMBER = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
 _MESH = re.compile(r"sharding=\{[^}]*?devices=\[([\d,]+)\][^}]*\}")
 _TILES = re.compile(r"devices=\[([\d,]+)\](?:<=\[([\d,]+)\])?")
-_SDY_MESH = re.compile(r'(\w+)\s*=\s*#sdy\.mesh<\[([^\]]*)\]')
+_SDY_MESH = re.compile(r"(\w+)\s*=\s*#sdy\.mesh<\[([^\]]*)\]")
 _SDY_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
 _INSTRUCTION = re.compile(r"^[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*([^\n]*?)\s+([a-z][a-z0-9\-]*)\(", re.M)
 

@@ -21,7 +21,10 @@ _FRAMEWORK_FILE = re.compile(
 #: ``evaluate`` and ``predict`` on JAX jit these. A module of one is the user's step, though its code is Keras's.
 _MODEL_STEP_FILE = re.compile(r"(?:^|/)keras/src/backend/jax/trainer\.py$")
 _MODEL_STEPS = frozenset(
-    f"{prefix}{kind}_{step}" for prefix in ("", "one_", "multi_") for kind in ("train", "test", "predict") for step in ("step", "steps")
+    f"{prefix}{kind}_{step}"
+    for prefix in ("", "one_", "multi_")
+    for kind in ("train", "test", "predict")
+    for step in ("step", "steps")
 )
 _TABLE = re.compile(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
 _LOCATION = re.compile(rb"file_name_id=(\d+) function_name_id=(\d+)")

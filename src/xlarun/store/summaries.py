@@ -231,7 +231,11 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
         module.has_elided_constants(),
         frozenset(terms),
         own_code(data) if name.format == "text" else None,
-        sum(1 for i in module.instructions() if i.opcode == "custom-call" and is_annotation_target(i.attributes.get("custom_call_target", ""))),
+        sum(
+            1
+            for i in module.instructions()
+            if i.opcode == "custom-call" and is_annotation_target(i.attributes.get("custom_call_target", ""))
+        ),
     )
 
 

@@ -47,7 +47,6 @@ sys.excepthook = hook
 if target == "-c":
     code = sys.argv[3]
     sys.argv = ["-c", *sys.argv[4:]]
-    del target, mark
     exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
 else:
     sys.argv = [target, *sys.argv[3:]]

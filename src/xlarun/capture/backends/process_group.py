@@ -141,7 +141,8 @@ class ProcessGroupBackend:
                 results[process] = result
                 # INTERRUPTED: stopped by us, after another's failure or a signal to xlarun; not a failure of its own
                 if result.status not in (RunStatus.SUCCEEDED, RunStatus.INTERRUPTED) and not first_failure:
-                    first_failure.append(_first_to_raise(jobs) if _first_to_raise(jobs) is not None else process)
+                    raised_first = _first_to_raise(jobs)  # it failed first, whoever ended first after it
+                    first_failure.append(process if raised_first is None else raised_first)
                 ended.notify_all()
 
         threads = [threading.Thread(target=run, args=(k,), name=f"xlarun-process-{k}", daemon=True) for k in range(self.count)]
