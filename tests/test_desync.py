@@ -140,7 +140,7 @@ def desync_runs(tmp_path_factory):
     store = Store.open(tmp_path_factory.mktemp("desync") / "store")
     extra = capture(EXAMPLE / "extra_jit.yaml", store)
     shapes = capture(EXAMPLE / "shape_desync.yaml", store)
-    hang_spec = (EXAMPLE / "spec.yaml").read_text().replace("timeout: 3m", "timeout: 15s")
+    hang_spec = (EXAMPLE / "spec.yaml").read_text().replace("timeout: 3m", "timeout: 20s")
     hang_spec = hang_spec.replace("script: program.py", f"script: {EXAMPLE / 'program.py'}")
     hang = capture(write_spec(tmp_path_factory.mktemp("hang"), hang_spec + 'args: ["--stall-on", "1"]\n'), store)
     return store, extra, shapes, hang
