@@ -201,8 +201,8 @@ def _raised_is_failed(result: LaunchResult, own_dir: Path) -> LaunchResult:
     if result.status == RunStatus.FAILED:
         return replace(result, error=f"raised {exception}", details=details)
     details["stopped"] = (
-        f"it raised ({exception}) and had not exited {RAISED_GRACE_S:g} s later (jax.distributed's exit hook waits "
-        f"for its peers): stopped, exit code {result.exit_code}"
+        f"it raised ({exception}) and was still running when the job was stopped (jax.distributed's exit hook waits "
+        f"for its peers); its exit code {result.exit_code} is the stop's, Python's after an uncaught exception is 1"
     )
     return replace(result, status=RunStatus.FAILED, exit_code=RAISED_EXIT_CODE, error=f"raised {exception}", details=details)
 
