@@ -163,6 +163,7 @@ def test_an_extra_jit_on_one_process_is_only_on_it_and_every_other_module_is_ali
         " 1 on some processes only (no collectives); no desync" in out
     )
     assert "extra module_0000.jit_norm: only on process 1" in out and "DESYNC" not in out
+    assert out.count(" extra module_") == 1 and out.count(" desync module_") == 0  # as many lines as the counts say
     shown = cli("show", f"{extra.run_id}/{log['module_ids']['1']}", "--store", store.root).stdout
     assert "only on process 1" in shown and "no other process compiled the same HLO" in shown
 
@@ -179,6 +180,7 @@ def test_a_shape_desync_is_one_module_in_desync_naming_each_process_shapes(desyn
     assert "other shapes: process 0 (f32[16,4], f32[16,16])" in step["line"]
     out = cli("modules", shapes.run_id, "--store", store.root).stdout.replace("\n", " ")
     assert "1 module(s) compiled alike by every process (same fingerprint); DESYNC in 1:" in out
+    assert out.count(" desync module_") == 1 and out.count(" extra module_") == 0
 
 
 @pytest.mark.slow
