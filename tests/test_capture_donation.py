@@ -74,3 +74,21 @@ def test_a_donated_step_with_snapshots_on_jaxlib_0_4_30_is_warned_and_explained(
     assert warned < out.index("called on deleted or donated buffer")  # before the job's own abort line
     assert "the job was killed by SIGABRT: XLA aborted writing a snapshot" in out
     assert "the job was killed by SIGABRT (signal 6)" in out and "exited with code -6" not in out  # the error names it too
+
+
+@pytest.mark.slow
+def test_xlas_donated_snapshot_lines_are_kept_off_the_console_and_in_the_logs(cli, tmp_path):
+    pytest.importorskip("jax")
+    from tests.conftest import write_spec
+
+    spec = write_spec(tmp_path, "name: donated\nscript: job.py\nframework: jax\ndump:\n  snapshots: true\n", PROGRAM.read_text())
+    out = cli("capture", spec, "--store", tmp_path / "store")
+    assert out.exit_code == 0, out.output
+    run_id = next(line.split("run ")[1].split()[0] for line in out.output.splitlines() if line.startswith("succeeded run "))
+    logged = (tmp_path / "store" / "runs" / run_id / "stderr.log").read_text()
+    hidden = logged.count("ToLiteral() called on deleted or donated buffer")
+    assert hidden >= 1  # XLA said it, once per donated argument of a snapshot, and the run's log keeps it
+    assert logged.count("Failed to get literal for argument") == hidden
+    assert "Failed to get literal for argument" not in out.output  # XLA's line itself is not on the console
+    assert f'{hidden} line(s) of XLA\'s "ToLiteral() called on deleted or donated buffer"' in out.stderr
+    assert "kept in the run's stderr.log, not shown" in out.stderr

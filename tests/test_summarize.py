@@ -235,6 +235,9 @@ def test_after_optimizations_facts_come_from_the_scan_and_equal_the_parsed_ones(
         summarize._facts_from(name, data, True)  # the fingerprint needs the parse
 
 
+_SITE = "/venv/lib/python3.11/site-packages"
+
+
 def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
     """Module text headed by JAX's stack-frame tables: one location per (file, function)."""
     files = dict.fromkeys(f for f, _ in frames)
@@ -265,8 +268,19 @@ def _framed(module: str, frames: list[tuple[str, str]]) -> bytes:
         # the user's step, nested in main, in a project folder named like a framework (the zoo's equinox/)
         ("jit_equinox_step", [("/home/u/equinox/program.py", "main.<locals>.equinox_step")], True),
         ("jit_train", [("/home/u/flax/train.py", "train")], True),
-        # a framework's source checkout (an editable install) is the framework's
-        ("jit_train_step", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")], False),
+        # a framework's source checkout (an editable install) is the framework's...
+        ("jit_fit", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.fit")], False),
+        # ...but Keras's train/test/predict step runs the user's model, loss and optimizer: the user's (model.fit)
+        ("jit_train_step", [("/src/keras/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")], True),
+        (
+            "jit_train_step",
+            [("/home/u/job.py", "main"), (f"{_SITE}/keras/src/backend/jax/trainer.py", "JAXTrainer.train_step")],
+            True,
+        ),
+        ("jit_predict_step", [(f"{_SITE}/keras/src/backend/jax/trainer.py", "JAXTrainer.predict_step")], True),
+        # Keras's numpy helpers jitted on their own stay the framework's, as does a train_step of another package
+        ("jit_mean", [("/home/u/job.py", "main"), (f"{_SITE}/keras/src/ops/numpy.py", "mean")], False),
+        ("jit_train_step", [(f"{_SITE}/somelib/_src/loop.py", "Loop.train_step")], False),
         ("jit_update", [("/src/optax/optax/_src/alias.py", "update")], False),
         ("jit_apply", [("/src/jax/jax/_src/api.py", "apply")], False),
     ],
@@ -291,3 +305,20 @@ def test_a_module_without_frame_tables_is_untold():
 
     old = b'HloModule jit_f\n\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1), metadata={source_file="/u/job.py" source_line=3}\n}\n'
     assert own_code(old) is None
+
+
+@pytest.mark.slow
+def test_keras_model_fit_on_jax_ranks_its_train_step_first_as_the_users(cli, tmp_path):
+    pytest.importorskip("keras")
+    import re
+
+    from .conftest import REPO, write_spec
+
+    program = (REPO / "examples" / "zoo" / "keras_jax" / "program.py").read_text()
+    spec = write_spec(tmp_path, "name: keras\nscript: job.py\nframework: jax\ndump:\n  formats: [text]\n", program)
+    store = tmp_path / "store"
+    assert cli("capture", spec, "--store", store, "-q").exit_code == 0
+    modules = json.loads(cli("modules", "--store", store, "--json").stdout)["modules"]
+    assert (modules[0]["name"], modules[0]["own_code"]) == ("jit_train_step", True)
+    assert all(m["own_code"] is False for m in modules[1:])  # jit__uniform (the initializers), casts...
+    assert re.search(r"jit_train_step +yours ", cli("modules", "--store", store).stdout)

@@ -91,12 +91,19 @@ def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[in
 
 
 def module_sharding(store, module):
-    """The module's partitioning, read from its after-optimizations text (else its first text dump)."""
-    from xlarun.hlo.sharding import Sharding, sharding_of_text
+    """The module's partitioning, read from its after-optimizations text (else its first text dump); the mesh's
+    axis names from its before-optimizations text, where JAX wrote them (XLA drops them while optimizing)."""
+    from xlarun.hlo.sharding import Sharding, named_meshes, sharding_of_text
 
     texts = [f for f in module.files if f.kind == "hlo" and f.format == "text"]
     text = next((f for f in texts if (f.stage or "").endswith("after_optimizations")), texts[0] if texts else None)
-    return sharding_of_text(store.read_file(module.run_id, text.path)) if text else Sharding()
+    if text is None:
+        return Sharding()
+    found = sharding_of_text(store.read_file(module.run_id, text.path))
+    before = next((f for f in texts if f.stage == "before_optimizations"), None)
+    if found.partitioned and not found.named_meshes and before is not None and before is not text:
+        found.named_meshes = named_meshes(store.read_file(module.run_id, before.path).decode("utf-8", "replace"))
+    return found
 
 
 def print_module(store, module, files: bool = False, bundle: str | None = None, time: str | None = None) -> None:
@@ -173,6 +180,8 @@ def _process_lines(store, module) -> list[tuple[str, str]]:
     lines = [("process", f"{module.process} ({alike})")]
     if group.desync:
         lines.append(("DESYNC", group.line()))
+    elif group.missing:
+        lines.append(("processes", group.line()))
     return lines
 
 
@@ -181,6 +190,8 @@ def print_process_report(report) -> None:
     if report is None:
         return
     say(report.summary())
+    for module in report.only_some:
+        say(f"  [yellow]extra[/yellow] {_escape(module.line())}")
     for module in report.desync:
         say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
 

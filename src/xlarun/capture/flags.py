@@ -359,3 +359,26 @@ def donation_abort_cause(exit_code: int | None, log_tail: str) -> str | None:
         '(its log says "called on deleted or donated buffer"); capture again with dump.snapshots off, or jit the step '
         "without donate_argnums for the capture, or use jaxlib 0.10 or later"
     )
+
+
+#: What XLA prints (one ``E... cpu_client.cc] Failed to get literal for argument`` line per argument) when it writes
+#: the snapshot of a call whose arguments were donated, on releases that write it without them: harmless, and noise
+#: on the user's console, so a capture keeps it in the run's logs only.
+_DONATED_SNAPSHOT_NOISE = "ToLiteral() called on deleted or donated buffer"
+
+
+def without_donation_noise(text: str) -> tuple[str, int]:
+    """Console output with XLA's donated-snapshot lines (see :data:`_DONATED_SNAPSHOT_NOISE`) left out, and how many."""
+    if _DONATED_SNAPSHOT_NOISE not in text:
+        return text, 0
+    lines = text.splitlines(keepends=True)
+    kept = [line for line in lines if _DONATED_SNAPSHOT_NOISE not in line]
+    return "".join(kept), len(lines) - len(kept)
+
+
+def donation_noise_note(hidden: int) -> str:
+    """The one line a capture says for the donated-snapshot lines it kept off the console."""
+    return (
+        f'{hidden} line(s) of XLA\'s "{_DONATED_SNAPSHOT_NOISE}" (it writes the snapshot of a call with donated '
+        "arguments without them; harmless) kept in the run's stderr.log, not shown"
+    )

@@ -17,12 +17,15 @@ from typing import Any
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
 from xlarun.capture.backends.base import Job, LaunchResult
+from xlarun.capture.backends.process_failure import raised_line
 from xlarun.capture.flags import (
     compose_env,
     donation_abort_cause,
+    donation_noise_note,
     redact_env,
     snapshot_donation_warning,
     where_flag_comes_from,
+    without_donation_noise,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.profile_job import PROFILED, profiled_argv
@@ -74,6 +77,7 @@ class _LogSink:
         self.prefix = prefix
         self.lock = threading.Lock()
         self.error: str | None = None
+        self.hidden = 0  # XLA's donated-snapshot lines kept off the console (they are in the logs)
 
     def __call__(self, stream: str, text: str) -> None:
         with self.lock:
@@ -85,6 +89,8 @@ class _LogSink:
                     self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
                     self._close(stream)
             if self.echo:
+                text, hidden = without_donation_noise(text)
+                self.hidden += hidden
                 target = sys.stdout if stream == "stdout" else sys.stderr
                 if self.prefix:
                     text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
@@ -310,7 +316,9 @@ def _capture(
             raise _not_committed(run_id, staging, exc) from None
         failed = result.status == RunStatus.FAILED
         rejection = _flag_rejection(staging, loaded, base_env, known_xla_flags) if failed else None
-        stderr_tail = last_lines(_log_tail(staging / "stderr.log")) if failed and not files else ""
+        stderr_tail = (
+            (raised_line(result.details) or last_lines(_log_tail(staging / "stderr.log"))) if failed and not files else ""
+        )
         aborted = donation_abort_cause(result.exit_code, _log_tail(staging / "stderr.log")) if failed else None
         if aborted or (donation and not echo):
             warnings.append(aborted or donation or "")
@@ -324,6 +332,8 @@ def _capture(
             warnings.append(result.error)
         if sink.error:
             warnings.append(sink.error)
+        if sink.hidden:
+            warnings.append(donation_noise_note(sink.hidden))
         for said in ("stopped_leftovers", "stopped"):  # what was stopped: leftovers, the other processes of a job
             if result.details.get(said):
                 warnings.append(str(result.details[said]))

@@ -149,8 +149,9 @@ def modules(
 
     Modules whose code lives in your files come first ("yours" in the code column), then those xlarun
     cannot place, then those of only the framework's own code ("framework": jax.random, jnp.linspace...
-    called from your code); within each, most compute ops (dot, convolution, collectives...), then most
-    instructions. Where its code lives is read from the stack-frame tables JAX 0.8 and later print in
+    called from your code; Keras's train step runs your model, so it is yours); within each, most compute
+    ops (dot, convolution, collectives...; sharding annotations such as custom_call_target="Sharding" do
+    not count), then most instructions. Where its code lives is read from the stack-frame tables JAX 0.8 and later print in
     the dumps (a module naming no source at all, such as a cast outside any jit, is the framework's);
     older JAX and TF runs leave the code column blank. After `xlarun reindex`, older runs get the rule
     of this version.

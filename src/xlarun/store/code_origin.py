@@ -1,7 +1,8 @@
 """Whose code a module is: the user's, or only the framework's. JAX 0.8.3 and later print stack-frame tables
 (FileNames, FunctionNames, FileLocations) at the top of a text dump; a module is the user's when its jitted
 function's name appears there with a file outside the framework's, the framework's when the tables hold only call
-sites or the framework's own files, and undecided (None) otherwise. ``modules`` ranks the user's first."""
+sites or the framework's own files, and undecided (None) otherwise. A framework's step that runs the user's model
+(Keras's ``train_step`` of ``model.fit``) is the user's. ``modules`` ranks the user's first."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ _FRAMEWORK_FILE = re.compile(
     r"|(?:^|/)(?:jax/_src|jax/experimental|jaxlib|tensorflow/python|tensorflow/compiler|keras/src|tf_keras/src"
     r"|flax/(?:nnx|linen|core|training)|optax/_src|equinox/(?:_\w+|nn|internal)|torch/(?:_\w+|nn|autograd)"
     r"|torch_xla/(?:core|_internal|distributed))(?:/|\.py$)"
+)
+#: A framework's own functions that run the user's model (its layers, loss and optimizer): Keras's ``fit``,
+#: ``evaluate`` and ``predict`` on JAX jit these. A module of one is the user's step, though its code is Keras's.
+_MODEL_STEP_FILE = re.compile(r"(?:^|/)keras/src/backend/jax/trainer\.py$")
+_MODEL_STEPS = frozenset(
+    f"{prefix}{kind}_{step}"
+    for prefix in ("", "one_", "multi_")
+    for kind in ("train", "test", "predict")
+    for step in ("step", "steps")
 )
 _TABLE = re.compile(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
 _LOCATION = re.compile(rb"file_name_id=(\d+) function_name_id=(\d+)")
@@ -46,9 +56,14 @@ def own_code(data: bytes) -> bool | None:
     for file_id, function_id in _LOCATION.findall(tables[b"FileLocations"]):
         path, function = files.get(file_id, ""), functions.get(function_id, "")
         simple = re.sub(r"\W", "_", function.rsplit(".", 1)[-1]).strip("_")  # "<lambda>": jit__lambda
-        if path and not is_framework_file(path) and simple == target.strip("_"):
+        if simple == target.strip("_") and path and (not is_framework_file(path) or _runs_the_users_model(path, simple)):
             return True
     return False
+
+
+def _runs_the_users_model(path: str, function: str) -> bool:
+    """A framework's step that runs the user's model (Keras's ``JAXTrainer.train_step``): the user's code."""
+    return function in _MODEL_STEPS and bool(_MODEL_STEP_FILE.search(path))
 
 
 def settle_own_code(decided: list[bool | None]) -> list[bool | None]:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from xlarun.errors import XlarunError
 from xlarun.hlo.lex import as_xla_prints
 from xlarun.hlo.names import DumpName
+from xlarun.hlo.sharding import count_annotation_calls, is_annotation_target
 from xlarun.store.code_origin import own_code
-from xlarun.store.records import PassInfo
+from xlarun.store.records import PassInfo, count_compute_ops
 
 if TYPE_CHECKING:
     from xlarun.store.records import StoredFile
@@ -62,6 +63,16 @@ class ModuleSummary:
     terms: set = field(default_factory=set)
     own_code: bool | None = None  # see :func:`own_code`
     process: int | None = None  # the job's process that compiled it (a run of many processes), else None
+    annotations_before: int = 0  # sharding-annotation custom-calls (``Sharding``, ``xla.sdy.*``...): no compute
+    annotations_after: int = 0
+
+    @property
+    def compute_ops(self) -> int:
+        """Its heavy compute and collectives (the ranking key), before optimizations where dumped, sharding
+        annotations left out: a 4-instruction reshard with two ``Sharding`` custom-calls computes nothing."""
+        if self.opcodes_before:
+            return max(0, count_compute_ops(self.opcodes_before) - self.annotations_before)
+        return max(0, count_compute_ops(self.opcodes_after) - self.annotations_after)
 
 
 _FORMAT_PREFERENCE = {"text": 0, "proto": 1, "proto.gz": 2}
@@ -99,6 +110,7 @@ class _StageFacts:
     elided_constants: bool
     terms: frozenset[tuple[str, str]]
     own_code: bool | None = None
+    annotations: int = 0  # custom-calls that only annotate sharding (not compute: see hlo.sharding)
 
 
 class FactsCache:
@@ -199,6 +211,7 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
                 scanned.elided_constants,
                 frozenset(found),
                 own_code(data),
+                count_annotation_calls(data),
             )
     module = _parse(name, data, summary=not with_fingerprint)  # the fingerprint needs the full parse
     terms: set[tuple[str, str]] = set()
@@ -218,6 +231,11 @@ def _facts_from(name: DumpName, data: bytes, with_fingerprint: bool) -> _StageFa
         module.has_elided_constants(),
         frozenset(terms),
         own_code(data) if name.format == "text" else None,
+        sum(
+            1
+            for i in module.instructions()
+            if i.opcode == "custom-call" and is_annotation_target(i.attributes.get("custom_call_target", ""))
+        ),
     )
 
 
@@ -430,6 +448,7 @@ def summarize_module(
             continue
         setattr(summary, f"instr_{attr}", facts.instructions)
         setattr(summary, f"opcodes_{attr}", facts.opcodes)
+        setattr(summary, f"annotations_{attr}", facts.annotations)
         if attr == "before" or summary.hlo_bytes == 0:
             summary.hlo_bytes = stored.size
         if attr == "before" or summary.entry_signature is None:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
 from xlarun.capture.backends.local import LocalBackend
+from xlarun.capture.backends.process_failure import RAISED_EXIT_CODE, RAISED_GRACE_S, RAISED_MARK, marking_argv, raised
 from xlarun.hlo.process_dirs import process_dir
 from xlarun.store.records import RunStatus
 
@@ -123,21 +125,24 @@ class ProcessGroupBackend:
             own = job.run_dir / PROCESS_LOGS / process_dir(process)
             logs.append(_ProcessLogs(own, process, sink))
             env = process_env(job.env, paths, process, self.count, coordinator)
-            jobs.append(replace(job, env=env, run_dir=own, cancel=threading.Event(), while_running=None))  # called once, below
+            argv = marking_argv(job.argv, own / RAISED_MARK)
+            # called once, below
+            jobs.append(replace(job, argv=argv, env=env, run_dir=own, cancel=threading.Event(), while_running=None))
         results: list[LaunchResult | None] = [None] * self.count
         first_failure: list[int] = []
         ended = threading.Condition()
 
         def run(process: int) -> None:
             try:
-                result = self.local.launch(jobs[process], logs[process])
+                result = _raised_is_failed(self.local.launch(jobs[process], logs[process]), jobs[process].run_dir)
             except BaseException as exc:  # reported as this process's error; the others are stopped
                 result = LaunchResult(RunStatus.ERROR, None, "", "", error=f"process {process}: {exc}")
             with ended:
                 results[process] = result
                 # INTERRUPTED: stopped by us, after another's failure or a signal to xlarun; not a failure of its own
                 if result.status not in (RunStatus.SUCCEEDED, RunStatus.INTERRUPTED) and not first_failure:
-                    first_failure.append(process)
+                    raised_first = _first_to_raise(jobs)  # it failed first, whoever ended first after it
+                    first_failure.append(process if raised_first is None else raised_first)
                 ended.notify_all()
 
         threads = [threading.Thread(target=run, args=(k,), name=f"xlarun-process-{k}", daemon=True) for k in range(self.count)]
@@ -148,6 +153,9 @@ class ProcessGroupBackend:
             with ended:
                 while not all(results) and not first_failure and not job.cancel.is_set():
                     ended.wait(timeout=0.2)
+                    hung = _hung_after_raising(jobs, results)
+                    if hung is not None and not first_failure:
+                        first_failure.append(hung)  # it raised and waits in its exit hooks for peers that wait for it
         except KeyboardInterrupt:
             job.cancel.set()
         if first_failure or job.cancel.is_set():
@@ -158,6 +166,45 @@ class ProcessGroupBackend:
         for log in logs:
             log.close()
         return _one_result([r for r in results if r is not None], first_failure, job.cancel.is_set(), coordinator)
+
+
+def _raised_at(job: Job) -> float | None:
+    """When the process of ``job`` raised (its mark's time), None when it has not."""
+    try:
+        return (job.run_dir / RAISED_MARK).stat().st_mtime
+    except OSError:
+        return None
+
+
+def _first_to_raise(jobs: list[Job]) -> int | None:
+    """The process that raised first, None when none has."""
+    times = [(t, k) for k, job in enumerate(jobs) if (t := _raised_at(job)) is not None]
+    return min(times)[1] if times else None
+
+
+def _hung_after_raising(jobs: list[Job], results: list[LaunchResult | None]) -> int | None:
+    """A process that raised more than RAISED_GRACE_S ago and is still running, None when there is none."""
+    now = time.time()
+    for k, job in enumerate(jobs):
+        at = _raised_at(job)
+        if results[k] is None and at is not None and now - at > RAISED_GRACE_S:
+            return k
+    return None
+
+
+def _raised_is_failed(result: LaunchResult, own_dir: Path) -> LaunchResult:
+    """A process that raised is failed with Python's exit 1, though it hung in its exit hooks and was stopped."""
+    exception = raised(own_dir / RAISED_MARK)
+    if exception is None or result.status in (RunStatus.SUCCEEDED, RunStatus.ERROR):
+        return result
+    details = dict(result.details, raised=exception)
+    if result.status == RunStatus.FAILED:
+        return replace(result, error=f"raised {exception}", details=details)
+    details["stopped"] = (
+        f"it raised ({exception}) and was still running when the job was stopped (jax.distributed's exit hook waits "
+        f"for its peers); its exit code {result.exit_code} is the stop's, Python's after an uncaught exception is 1"
+    )
+    return replace(result, status=RunStatus.FAILED, exit_code=RAISED_EXIT_CODE, error=f"raised {exception}", details=details)
 
 
 def _one_result(results: list[LaunchResult], first_failure: list[int], cancelled: bool, coordinator: str) -> LaunchResult:
