@@ -1,5 +1,5 @@
 """Reading commands on big stores: ``runs``, ``modules``, ``show``, ``cat``, ``find``, ``files``, ``explain``,
-``profile`` and ``modules --by time`` at 1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a
+``profile``, ``modules --by time`` and ``memory`` at 1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a
 bare SQLite query of the same rows.
 
     python -m bench.scale [--runs 1000,10000,100000] [--repeats 5] [--record]
@@ -163,6 +163,7 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
         "files": [xlarun, "files", middle],  # a run REF is files' argument (--run was a usage error, timed as one)
         "explain": [xlarun, "explain", "module_0003.jit_step3.cpu_after_optimizations.txt"],
         "profile": [xlarun, "profile", ref],
+        "memory": [xlarun, "memory", ref],
         "modules_by_time": [xlarun, "modules", "--by", "time"],
     }
     floors = {
@@ -197,7 +198,7 @@ def measure(store_root: Path, run_ids: list[str], repeats: int, workdir: Path) -
     return result
 
 
-READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain", "profile", "modules_by_time")
+READING_COMMANDS = ("runs", "modules", "show", "cat", "find", "files", "explain", "profile", "modules_by_time", "memory")
 #: A Tab where a module REF, a run REF and a stage are typed (xlarun.navigate.complete).
 COMPLETIONS = ("complete_module", "complete_run", "complete_stage")
 
