@@ -1,6 +1,6 @@
 """Reading commands on big stores: ``runs``, ``modules``, ``show``, ``cat``, ``find``, ``files``, ``explain``,
-``profile``, ``modules --by time`` and ``memory`` at 1,000, 10,000 and 100,000 runs, side by side with ``python -c pass`` and a
-bare SQLite query of the same rows.
+``profile``, ``modules --by time`` and ``memory`` at 1,000, 10,000 and 100,000 runs, side by side with
+``python -c pass`` and a bare SQLite query of the same rows.
 
     python -m bench.scale [--runs 1000,10000,100000] [--repeats 5] [--record]
 

@@ -35,7 +35,7 @@ class Diff(display.Shown):
         return self.diff.to_dict()
 
     def _printed(self) -> display.Printed:
-        from xlarun.present import print_module_diff
+        from xlarun.present_diff import print_module_diff
 
         return display.capture_printed(print_module_diff, self.diff)
 

@@ -260,7 +260,7 @@ def diff(
     """
     from xlarun.console import print_json
     from xlarun.errors import InputError
-    from xlarun.present import print_module_diff
+    from xlarun.present_diff import print_module_diff
 
     if by_time:
         from xlarun.present_profile import print_time_diff
