@@ -14,7 +14,7 @@ from xlarun.bisect.extract import extract_instruction
 def test_the_operands_within_k_hops_stay_and_the_rest_become_parameters():
     alone = extract_instruction(TEXT, "sum", hops=0)
     assert (alone.kept, alone.parameters) == (["zero", "sum"], ["div"])  # a constant operand always comes along
-    assert "ENTRY %extract_sum (div: f32[4]) -> f32[] {" in alone.text and "%add (a: f32[]" in alone.text
+    assert "ENTRY %extract_sum (div: f32[4]{0}) -> f32[] {" in alone.text and "%add (a: f32[]" in alone.text
     assert "  ROOT %sum = f32[] reduce(%div, %zero)" in alone.text
     two = extract_instruction(TEXT, "%sum", hops=2)
     assert (two.kept, two.parameters) == (["three", "b3", "div", "zero", "sum"], ["x"])  # parameters are never kept
