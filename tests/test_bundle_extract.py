@@ -39,7 +39,7 @@ def test_hlo_text_alone_is_bundled_and_the_readme_says_replays_run_on_generated_
         readme = archive.read("README.md").decode()
         kept = archive.read("dump/module_0000.jit_f.before_optimizations.txt").decode()
     assert kept == TEXT and not [n for n in names if "snapshot" in n]
-    assert "made from `f.hlo.txt`" in readme and "no snapshot was given: replays run on generated arguments" in readme
+    assert "made from `f.hlo.txt`" in readme and "No snapshot was given: replays run on generated arguments" in readme
     assert "run_hlo_module" in readme  # XLA's runner lines for the text
 
 

@@ -11,6 +11,7 @@ does by hand, tied to the values of a real run.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ from xlarun.bisect.first_move import RESULT_BOUND_KEYS, header_without
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.deoptimize import parse_instruction
 
+#: The file beside an extract that says where it was cut from (``STEM.extract.json``).
+ORIGIN_SUFFIX = "extract.json"
 __all__ = ["Extracted", "attach_values", "expose_named", "extract_from_store", "extract_instruction", "write_extract"]
 
 
@@ -92,6 +95,9 @@ def write_extract(extracted: Extracted, output: Path, module_proto: bytes | None
         if extracted.arguments is not None and module_proto is not None:
             written.append(f"{stem}.snapshot.pb")
             Path(written[1]).write_bytes(snapshot_bytes(extracted, module_proto))
+        if extracted.origin:  # read by `xlarun bundle STEM.snapshot.pb` for its README
+            written.append(f"{stem}.{ORIGIN_SUFFIX}")
+            Path(written[-1]).write_text(json.dumps(extracted.origin | {"instruction": extracted.instruction}, indent=2) + "\n")
     except OSError as exc:
         raise EnvironmentProblem(
             f"cannot write {stem}.*: {exc.strerror or exc}", "give --output a folder you can write"
@@ -144,6 +150,7 @@ def extract_from_store(
         attach_values(extracted, text, replayer.run_text, piece)
     finally:
         replayer.close()
+    extracted.origin = extract_origin(store, module, step, path)
     safe = re.sub(r"[^\w.-]", "_", extracted.instruction)
     write_extract(extracted, output or Path(f"extract_{safe}"), proto)
     return extracted
@@ -179,3 +186,41 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
         if first is not None
         else "capture with dump.pass_re '.*' so that the per-device steps are dumped",
     )
+
+
+def extract_origin(store, module, step: int | None, path: str) -> dict:
+    """Where an extract of ``module`` comes from, for its bundle's README: the run and module, the dump (step and
+    pass), the run's versions, host and XLA flags, and the culprit pass a recorded bisection of the module named."""
+    from xlarun.bisect.recorded import bisections_for
+    from xlarun.diff import pass_steps
+
+    manifest = store.manifest(module.run_id)
+    found = next((s for s in pass_steps(module) if s.step == step), None) if step is not None else None
+    versions = {k: v for k, v in (manifest.get("versions") or {}).items() if k not in ("python_executable", "probe_error")}
+    host = {k: v for k, v in (manifest.get("host") or {}).items() if k in ("platform", "machine", "cpus")}
+    culprits = [r for r in bisections_for(store, module.run_id, module.module_id) if r.result.culprit_pass]
+    culprit = None
+    if culprits:
+        result = culprits[-1].result
+        moved = (result.first_move or {}).get("moved") or {}
+        culprit = {
+            "pass": result.culprit_pass,
+            "step": result.culprit_step,
+            "bisect_id": culprits[-1].bisect_id,
+            "first_move": moved.get("name") if isinstance(moved, dict) else None,
+        }
+    return {
+        "run_id": module.run_id,
+        "module": module.ref,
+        "label": module.label,
+        "name": manifest.get("name"),
+        "framework": manifest.get("framework"),
+        "dump": path,
+        "step": step,
+        "after_pass": found.after_pass if found else None,
+        "pipeline": found.pipeline if found else None,
+        "versions": versions,
+        "host": host,
+        "xla_flags": [f for f in manifest.get("xla_flags") or [] if not f.startswith("--xla_dump")],
+        "culprit": culprit,
+    }

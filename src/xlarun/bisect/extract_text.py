@@ -33,7 +33,12 @@ _CALLS = {
     "scatter",
 }
 #: Custom-calls that move a value between global and per-device shapes: no meaning on one device, never kept.
-_SHAPE_CHANGING_TARGETS = ("SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape")
+_SHAPE_CHANGING_TARGETS = (
+    "SPMDFullToShardShape",
+    "SPMDShardToFullShape",
+    "xla.sdy.GlobalToLocalShape",
+    "xla.sdy.LocalToGlobalShape",
+)
 _STACK_FRAME = re.compile(r"\s*stack_frame_id=\d+")
 
 
@@ -50,6 +55,7 @@ class Extracted:
     files: list[str] = field(default_factory=list)
     instructions: int = 0  # instruction lines of the new module, in every computation it holds
     computations: list[str] = field(default_factory=list)  # the called computations it carries
+    origin: dict = field(default_factory=dict)  # where it was cut from: run, module, step, pass, versions, host, culprit
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -123,7 +129,9 @@ def _refuse_outside_entry(target: str, computations: list[_Computation], names: 
             break
         current = computation.name
         seen.add(current)
-    raise InputError(f"{target!r} is inside {holder.name}, which no entry instruction runs", "extract an instruction of the entry")
+    raise InputError(
+        f"{target!r} is inside {holder.name}, which no entry instruction runs", "extract an instruction of the entry"
+    )
 
 
 def _is_tuple(shape: str) -> bool:
@@ -132,7 +140,9 @@ def _is_tuple(shape: str) -> bool:
 
 def _unkept_boundary(instr: Instruction) -> bool:
     """Values that are never kept (read as parameters instead): per-device shape changes have no one-device form."""
-    return instr.opcode == "custom-call" and any(f'custom_call_target="{t}"' in a for a in instr.attributes for t in _SHAPE_CHANGING_TARGETS)
+    return instr.opcode == "custom-call" and any(
+        f'custom_call_target="{t}"' in a for a in instr.attributes for t in _SHAPE_CHANGING_TARGETS
+    )
 
 
 def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted:
@@ -196,11 +206,15 @@ def _kept(entry_lines: dict[str, tuple[int, Instruction]], target: str, hops: in
         reads_tuple = {
             n
             for n in keep - {target}
-            if any(o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape) for o in _operands(entry_lines[n][1]))
+            if any(
+                o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape) for o in _operands(entry_lines[n][1])
+            )
         }
         keep -= reads_tuple
         changed = bool(reads_tuple)
-    tuples = [o for o in _operands(entry_lines[target][1]) if o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape)]
+    tuples = [
+        o for o in _operands(entry_lines[target][1]) if o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape)
+    ]
     if tuples:
         raise InputError(
             f"{target!r} reads the tuple {tuples[0]!r}, which an extract cannot take as a parameter",
