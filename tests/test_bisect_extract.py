@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.test_bisect_first_move import TEXT  # the same small module
 from xlarun.bisect.extract import extract_instruction
+from xlarun.bisect.extract_text import computations_of, instructions_of
 
 
 def test_the_operands_within_k_hops_stay_and_the_rest_become_parameters():
@@ -26,6 +28,113 @@ def test_an_unknown_instruction_names_the_near_ones():
     with pytest.raises(InputError, match=r"no instruction 'div\.7'") as caught:
         extract_instruction(TEXT, "div.7")
     assert "did you mean: div" in caught.value.one_line()
+
+
+#: A training step's shape in small: donated arguments (aliasing, a donor), a while loop, a fusion, sharding
+#: annotations, a called computation nothing kept calls, stack frames the extract does not carry.
+STEP = """HloModule jit_step, input_output_alias={ {0}: (0, {}, may-alias) }, buffer_donor={ (1, {}) }, entry_computation_layout={(f32[4]{0}, f32[4]{0})->(f32[4]{0}, f32[])}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%unused (u: f32[]) -> f32[] {
+  ROOT %u = f32[] parameter(0)
+}
+
+%fused_mul (p0: f32[4], p1: f32[4]) -> f32[4] {
+  %p0 = f32[4]{0} parameter(0)
+  %p1 = f32[4]{0} parameter(1)
+  ROOT %m = f32[4]{0} multiply(%p0, %p1)
+}
+
+%cond (c: (s32[], f32[4])) -> pred[] {
+  %c = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (t: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %t = (s32[], f32[4]{0}) parameter(0)
+  %i.1 = s32[] get-tuple-element(%t), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i.1, %one)
+  %v = f32[4]{0} get-tuple-element(%t), index=1
+  %twice = f32[4]{0} add(%v, %v)
+  ROOT %out = (s32[], f32[4]{0}) tuple(%next, %twice)
+}
+
+ENTRY %main (w: f32[4], x: f32[4]) -> (f32[4], f32[]) {
+  %w = f32[4]{0} parameter(0), sharding={replicated}
+  %x = f32[4]{0} parameter(1), sharding={replicated}
+  %zero.i = s32[] constant(0)
+  %init = (s32[], f32[4]{0}) tuple(%zero.i, %x)
+  %loop = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body
+  %carried = f32[4]{0} get-tuple-element(%loop), index=1
+  %mul_fusion = f32[4]{0} fusion(%w, %carried), kind=kLoop, calls=%fused_mul, metadata={op_name="jit(step)/mul" stack_frame_id=3}
+  %annotated = f32[4]{0} custom-call(%mul_fusion), custom_call_target="Sharding", sharding={replicated}
+  %new_w = f32[4]{0} subtract(%w, %annotated), sharding={replicated}
+  %zero = f32[] constant(0)
+  %loss = f32[] reduce(%new_w, %zero), dimensions={0}, to_apply=%add
+  ROOT %result = (f32[4]{0}, f32[]) tuple(%new_w, %loss)
+}
+"""
+
+
+def _run_on_cpu(text: str, arguments: list) -> list:
+    from xlarun.replay import pjrt
+
+    compiled = pjrt.Platform("cpu").compile(pjrt.module_proto_to_stablehlo(pjrt.text_to_module_proto(text)), {})
+    raw, _ = compiled.run(compiled.upload(arguments))
+    return compiled.download(raw)
+
+
+def test_an_extract_of_a_training_step_carries_only_what_it_calls_and_a_header_of_its_own():
+    pytest.importorskip("jax")
+    cut = extract_instruction(STEP, "new_w", hops=2)
+    assert (cut.kept, cut.parameters) == (["mul_fusion", "annotated", "new_w"], ["w", "carried"])  # carried reads the loop
+    head = cut.text.splitlines()[0]
+    # the donated arguments' aliasing and the donor name the step's parameters and outputs, not the extract's
+    assert head == "HloModule extract_new_w, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}"
+    assert cut.computations == ["fused_mul"] and "%add" not in cut.text and "%body" not in cut.text  # only what it calls
+    assert "sharding=" not in cut.text and "stack_frame_id" not in cut.text and 'op_name="jit(step)/mul"' in cut.text
+    assert "%annotated = f32[4]{0} copy(%mul_fusion)" in cut.text  # the Sharding annotation is an identity on one device
+    assert "call(%w, %carried), to_apply=%fused_mul" in cut.text  # the fusion as a call: it compiles as given
+    assert cut.instructions == 3 + 3 + 2  # fused_mul's, the kept three, the two parameters
+    w, carried = np.arange(4, dtype=np.float32), np.full(4, 8, np.float32)
+    (new_w,) = _run_on_cpu(cut.text, [w, carried])
+    np.testing.assert_array_equal(new_w, w - w * carried)
+
+
+def test_a_loop_comes_along_with_its_computations_and_an_instruction_inside_one_is_refused_with_the_loop_named():
+    pytest.importorskip("jax")
+    from xlarun.errors import InputError
+
+    with pytest.raises(InputError, match=r"'carried' reads the tuple 'loop'") as caught:
+        extract_instruction(STEP, "carried", hops=1)
+    assert "extract with more --hops" in caught.value.one_line()
+    loop = extract_instruction(STEP, "carried", hops=2)  # the while and the tuple it starts from are kept
+    assert loop.parameters == ["x"] and loop.computations == ["body", "cond"]
+    x = np.array([1, -2, 3, 0.5], np.float32)
+    np.testing.assert_array_equal(_run_on_cpu(loop.text, [x])[0], x * 8)  # three iterations of doubling
+    with pytest.raises(InputError, match=r"'twice' is inside body, which loop \(while\) of the entry computation runs"):
+        extract_instruction(STEP, "twice")
+    with pytest.raises(InputError, match=r"'loop' has a \(s32\[\], f32\[4\]\{0\}\) value, not an array"):
+        extract_instruction(STEP, "loop")
+
+
+def test_the_values_run_drops_the_aliasing_of_donated_arguments():
+    from xlarun.bisect.extract import expose_named
+    from xlarun.bisect.first_move import expose_values
+
+    exposed = expose_named(STEP, ["carried", "mul_fusion"])
+    assert exposed.splitlines()[0] == "HloModule jit_step"
+    assert "ROOT %xlarun.extract_values = (f32[4]{0}, f32[4]{0}) tuple(%carried, %mul_fusion)" in exposed
+    everything, _names = expose_values(STEP)  # bisect's value-by-value step: the same header
+    assert everything.splitlines()[0] == "HloModule jit_step"
 
 
 @pytest.mark.slow
@@ -65,7 +174,6 @@ def _zoo_target(cli, store, run_id: str, program: str) -> tuple[str, str, list[s
     """(module REF, instruction, extra options): the biggest fusion of the step's last dump that has fusions,
     else (a program XLA folds to nothing to fuse) the ROOT of its before_optimizations module."""
     from tests.test_zoo import zoo
-    from xlarun.bisect.extract_text import _computations, _instructions
     from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
     from xlarun.store.facade import Store
@@ -75,18 +183,19 @@ def _zoo_target(cli, store, run_id: str, program: str) -> tuple[str, str, list[s
     opened = Store.open(store)
     module = resolve_module(opened.index, ref)
     for step in reversed(pass_steps(module)):
-        computations, by_name = _computations(opened.read_file(module.run_id, step.path).decode())
+        computations, by_name = computations_of(opened.read_file(module.run_id, step.path).decode())
         entry = next(c for c in computations if c.entry)
-        fusions = {
-            name: len(by_name[i.attributes[[a.split("=")[0] for a in i.attributes].index("calls")].split("=")[1].lstrip("%")].lines)
-            for name, (_, i) in _instructions(entry).items()
-            if i.opcode == "fusion"
+        fused = {  # fusion -> lines of the computation it calls
+            name: len(by_name[called].lines)
+            for name, (_, instr) in instructions_of(entry).items()
+            if instr.opcode == "fusion"
+            for called in [a.split("=", 1)[1].lstrip("%") for a in instr.attributes if a.startswith("calls=")]
         }
-        if fusions:
-            return ref, max(fusions, key=lambda n: fusions[n]), ["--step", str(step.step)]
-    before = opened.read_file(module.run_id, next(f.path for f in module.files if f.stage == "before_optimizations" and f.format == "text"))
-    entry = next(c for c in _computations(before.decode())[0] if c.entry)
-    return ref, next(n for n, (_, i) in _instructions(entry).items() if i.root), []
+        if fused:
+            return ref, max(fused, key=lambda n: fused[n]), ["--step", str(step.step)]
+    before = next(f.path for f in module.files if f.stage == "before_optimizations" and f.format == "text")
+    entry = next(c for c in computations_of(opened.read_file(module.run_id, before).decode())[0] if c.entry)
+    return ref, next(n for n, (_, instr) in instructions_of(entry).items() if instr.root), []
 
 
 def _zoo_extract(cli, zoo_runs, program: str, folder) -> dict:
@@ -98,7 +207,9 @@ def _zoo_extract(cli, zoo_runs, program: str, folder) -> dict:
     text = (folder / f"{program}.hlo.txt").read_text()
     replayed = cli("replay", folder / f"{program}.snapshot.pb", "--json", "--store", folder / "none")
     data |= {"text": text, "replay": json.loads(replayed.stdout), "replay_exit": replayed.exit_code, "target": target}
-    print(f"{program}: {target} {' '.join(options)}: {data['instructions']} instructions, {data['bytes']} bytes, replay exit {replayed.exit_code}")
+    print(
+        f"{program}: {target} {' '.join(options)}: {data['instructions']} instructions, {data['bytes']} bytes, replay exit {replayed.exit_code}"
+    )
     return data
 
 
@@ -119,9 +230,9 @@ def test_a_zoo_extract_is_a_few_kilobytes_and_replays_to_the_run_value(cli, zoo_
     assert data["bytes"] == len(text.encode()) < 10_000 and data["has_values"] and data["parameters"]
     # the header is the new signature's: no aliasing of the step's donated arguments, no stale entry layout
     assert "input_output_alias" not in text and "buffer_donor" not in text and "sharding=" not in text
-    assert text.startswith(f"HloModule extract_") and "entry_computation_layout={(" in text.splitlines()[0]
+    assert text.startswith("HloModule extract_") and "entry_computation_layout={(" in text.splitlines()[0]
     # only the computations the kept instructions call (fused bodies, reducers), not the rest of the module
-    called = {c.name for c in __import__("xlarun.bisect.extract_text", fromlist=["x"])._computations(text)[0] if not c.entry}
+    called = {c.name for c in computations_of(text)[0] if not c.entry}
     assert called == set(data["computations"])
     replay = data["replay"]
     assert data["replay_exit"] == 0 and replay["verdict"] == "match" and replay["arguments"] == "snapshot"

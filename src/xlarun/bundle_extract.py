@@ -142,7 +142,9 @@ def _about(files: ModuleFiles) -> str:
             "is the value the run computed for the instruction at that dump: a replay matches when this XLA computes what "
             "that step computed, so a match says the extract is faithful, not that the bug is gone."
         )
-    return f"A standalone module {what}made from {given} (what `xlarun extract` writes).{source} {values}" + (f" {_divergence(files, origin)}" if origin else "")
+    return f"A standalone module {what}made from {given} (what `xlarun extract` writes).{source} {values}" + (
+        f" {_divergence(files, origin)}" if origin else ""
+    )
 
 
 def _divergence(files: ModuleFiles, origin: dict) -> str:

@@ -64,20 +64,21 @@ class Extracted:
 
 
 @dataclass
-class _Computation:
+class Computation:
     name: str
     lines: list[str]  # the header line, the instruction lines, the closing brace
     entry: bool
 
 
-def _computations(text: str) -> tuple[list[_Computation], dict[str, _Computation]]:
-    found: list[_Computation] = []
-    current: _Computation | None = None
+def computations_of(text: str) -> tuple[list[Computation], dict[str, Computation]]:
+    """The module's computations in order (each with its lines, the entry marked), and by name."""
+    found: list[Computation] = []
+    current: Computation | None = None
     for line in logical_lines(text):
         if current is None:
             match = _COMPUTATION.match(line) if not line.startswith((" ", "HloModule")) else None
             if match:
-                current = _Computation(match["name"].lstrip("%"), [line], bool(match["entry"]))
+                current = Computation(match["name"].lstrip("%"), [line], bool(match["entry"]))
             continue
         current.lines.append(line)
         if line.startswith("}"):
@@ -86,7 +87,8 @@ def _computations(text: str) -> tuple[list[_Computation], dict[str, _Computation
     return found, {c.name: c for c in found}
 
 
-def _instructions(computation: _Computation) -> dict[str, tuple[int, Instruction]]:
+def instructions_of(computation: Computation) -> dict[str, tuple[int, Instruction]]:
+    """The computation's instructions by name: (position, the parsed line)."""
     parsed: dict[str, tuple[int, Instruction]] = {}
     for i, line in enumerate(computation.lines[1:-1]):
         instr = parse_instruction(line)
@@ -95,7 +97,7 @@ def _instructions(computation: _Computation) -> dict[str, tuple[int, Instruction
     return parsed
 
 
-def _called(instr: Instruction, names: dict[str, _Computation]) -> list[str]:
+def _called(instr: Instruction, names: dict[str, Computation]) -> list[str]:
     return [
         n
         for a in instr.attributes
@@ -105,14 +107,14 @@ def _called(instr: Instruction, names: dict[str, _Computation]) -> list[str]:
     ]
 
 
-def _refuse_outside_entry(target: str, computations: list[_Computation], names: dict[str, _Computation]) -> None:
+def _refuse_outside_entry(target: str, computations: list[Computation], names: dict[str, Computation]) -> None:
     """Refuse, naming the entry instruction to extract instead, when ``target`` lives in a called computation."""
-    holder = next((c for c in computations if not c.entry and target in _instructions(c)), None)
+    holder = next((c for c in computations if not c.entry and target in instructions_of(c)), None)
     if holder is None:
         return
-    callers: dict[str, tuple[_Computation, Instruction]] = {}
+    callers: dict[str, tuple[Computation, Instruction]] = {}
     for computation in computations:
-        for _, instr in _instructions(computation).values():
+        for _, instr in instructions_of(computation).values():
             for name in _called(instr, names):
                 callers.setdefault(name, (computation, instr))
     current, seen = holder.name, {holder.name}
@@ -149,11 +151,11 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
     """The module of ``instruction`` and its operands within ``hops`` of it, read from HLO ``text``."""
     if hops < 0:
         raise InputError(f"--hops must be 0 or more, not {hops}")
-    computations, names = _computations(text)
+    computations, names = computations_of(text)
     entry = next((c for c in computations if c.entry), None)
     if entry is None:
         raise InputError("the module text has no ENTRY computation")
-    entry_lines = _instructions(entry)
+    entry_lines = instructions_of(entry)
     target = instruction.lstrip("%")
     if target not in entry_lines:
         _refuse_outside_entry(target, computations, names)
@@ -164,7 +166,7 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
         )
     if _is_tuple(entry_lines[target][1].shape) or entry_lines[target][1].shape.startswith("token"):
         raise InputError(
-            f"{target!r} has a {entry_lines[target][1].shape.split()[0][:60]} value, not an array: an extract's result is one array",
+            f"{target!r} has a {entry_lines[target][1].shape[:80]} value, not an array: an extract's result is one array",
             f"extract one of its get-tuple-element users (`xlarun cat REF | grep '(%{target})'` lists them)",
         )
     keep = _kept(entry_lines, target, hops)
@@ -238,7 +240,7 @@ def _clean(line: str) -> str:
     return line if instr is None else _standalone(instr, root=instr.root, indent=instr.indent).render()
 
 
-def _reachable(kept: list[Instruction], names: dict[str, _Computation]) -> set[str]:
+def _reachable(kept: list[Instruction], names: dict[str, Computation]) -> set[str]:
     found: set[str] = set()
     todo = [n for instr in kept for n in _called(instr, names)]
     while todo:
@@ -246,7 +248,7 @@ def _reachable(kept: list[Instruction], names: dict[str, _Computation]) -> set[s
         if name in found:
             continue
         found.add(name)
-        todo += [n for _, instr in _instructions(names[name]).values() for n in _called(instr, names)]
+        todo += [n for _, instr in instructions_of(names[name]).values() for n in _called(instr, names)]
     return found
 
 
