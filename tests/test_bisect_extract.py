@@ -109,7 +109,7 @@ def test_an_extract_of_a_training_step_carries_only_what_it_calls_and_a_header_o
     np.testing.assert_array_equal(new_w, w - w * carried)
 
 
-def test_a_loop_comes_along_with_its_computations_and_an_instruction_inside_one_is_refused_with_the_loop_named():
+def test_a_loop_comes_along_with_its_computations_and_an_instruction_deeper_than_a_loop_body_is_refused():
     pytest.importorskip("jax")
     from xlarun.errors import InputError
 
@@ -120,10 +120,27 @@ def test_a_loop_comes_along_with_its_computations_and_an_instruction_inside_one_
     assert loop.parameters == ["x"] and loop.computations == ["body", "cond"]
     x = np.array([1, -2, 3, 0.5], np.float32)
     np.testing.assert_array_equal(_run_on_cpu(loop.text, [x])[0], x * 8)  # three iterations of doubling
-    with pytest.raises(InputError, match=r"'twice' is inside body, which loop \(while\) of the entry computation runs"):
-        extract_instruction(STEP, "twice")
+    with pytest.raises(InputError, match=r"'m' is inside fused_mul, which mul_fusion \(fusion\) of the entry computation runs"):
+        extract_instruction(STEP, "m")
+    with pytest.raises(InputError, match=r"'lt' is inside cond, which loop \(while\)"):
+        extract_instruction(STEP, "lt")
     with pytest.raises(InputError, match=r"'loop' has a \(s32\[\], f32\[4\]\{0\}\) value, not an array"):
         extract_instruction(STEP, "loop")
+
+
+def test_an_instruction_of_a_loop_body_is_extracted_with_the_carried_values_of_the_first_iteration():
+    pytest.importorskip("jax")
+    from xlarun.bisect.extract import attach_values
+
+    cut = extract_instruction(STEP, "twice", hops=1)
+    assert (cut.loop, cut.loop_body, cut.kept, cut.parameters) == ("loop", "body", ["twice"], ["v"])  # v reads the carry
+    assert cut.text.splitlines()[0] == "HloModule extract_twice, entry_computation_layout={(f32[4]{0})->f32[4]{0}}"
+    w, x = np.ones(4, np.float32), np.array([1, -2, 3, 0.5], np.float32)
+    attach_values(cut, STEP, lambda text: _run_on_cpu(text, [w, x]))  # the step itself, run with the body's values out
+    assert cut.arguments is not None
+    np.testing.assert_array_equal(cut.arguments[0], x)  # the carried value the loop starts from
+    np.testing.assert_array_equal(cut.result, 2 * x)
+    np.testing.assert_array_equal(_run_on_cpu(cut.text, cut.arguments)[0], cut.result)  # and the extract replays to it
 
 
 def test_the_values_run_drops_the_aliasing_of_donated_arguments():

@@ -134,6 +134,8 @@ def _about(files: ModuleFiles) -> str:
             else "its before_optimizations module"
         )
         source = f" It was cut from `{origin['module']}` of run `{origin.get('run_id')}` ({origin.get('name') or '?'}), {where}."
+        if origin.get("loop"):
+            source += f" The instruction is in the body of the loop `{origin['loop']}`: its values are the first iteration's."
     if files.snapshot is None:
         values = "No snapshot was given: replays run on generated arguments."
     else:

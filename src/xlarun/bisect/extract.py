@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from xlarun.bisect.extract_text import Extracted, extract_instruction
+from xlarun.bisect.extract_text import Extracted, computations_of, extract_instruction, instructions_of
 from xlarun.bisect.first_move import RESULT_BOUND_KEYS, header_without
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.deoptimize import parse_instruction
 
+_REFERENCE = re.compile(r"%([\w.\-]+)")
 #: The file beside an extract that says where it was cut from (``STEM.extract.json``).
 ORIGIN_SUFFIX = "extract.json"
 __all__ = ["Extracted", "attach_values", "expose_named", "extract_from_store", "extract_instruction", "write_extract"]
@@ -56,11 +57,56 @@ def expose_named(text: str, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def first_iteration(text: str, loop: str, names: list[str]) -> tuple[str, list[str]]:
+    """``text`` with the entry also running one iteration of ``loop``'s body on the loop's starting tuple (a copy of
+    the body that returns the values ``names``), and the names of the entry values that hold them."""
+    computations, by_name = computations_of(text)
+    entry = next(c for c in computations if c.entry)
+    runner = instructions_of(entry)[loop][1]
+    body_name = next(a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith("body="))
+    body = by_name[body_name]
+    inside = instructions_of(body)
+    copy_name = "xlarun.first_iteration"
+
+    def renamed(line: str) -> str:
+        return _REFERENCE.sub(lambda m: f"%{m[1]}.xlarun_first" if m[1] in inside else m[0], line)
+
+    shapes = [inside[n][1].shape for n in names]
+    tuple_shape = f"({', '.join(shapes)})"
+    head = body.lines[0].rpartition(" -> ")[0].replace(body_name, copy_name, 1)
+    copied = [f"{head} -> {tuple_shape} {{"]
+    for line in body.lines[1:-1]:
+        instr = parse_instruction(line)
+        if instr is not None and instr.root:
+            instr.root = False
+            line = instr.render()
+        copied.append(renamed(line))
+    copied += [
+        f"  ROOT %xlarun.first_iteration_values = {tuple_shape} tuple({', '.join(f'%{n}.xlarun_first' for n in names)})",
+        "}",
+        "",
+    ]
+    start = runner.operands.strip()
+    calls = [f"  %xlarun.first_iteration = {tuple_shape} call({start}), to_apply=%{copy_name}"]
+    picked = [f"xlarun.first.{i}" for i in range(len(names))]
+    calls += [
+        f"  %{p} = {shape} get-tuple-element(%xlarun.first_iteration), index={i}"
+        for i, (p, shape) in enumerate(zip(picked, shapes, strict=True))
+    ]
+    lines = text.splitlines()
+    at_entry = next(i for i, line in enumerate(lines) if line.startswith("ENTRY "))
+    closing = next(i for i in range(at_entry, len(lines)) if lines[i].startswith("}"))
+    lines = [*lines[:at_entry], *copied, *lines[at_entry:closing], *calls, *lines[closing:]]
+    return "\n".join(lines) + "\n", picked
+
+
 def attach_values(extracted: Extracted, original_text: str, run: Callable[[str], list | None], piece: int | None = None) -> None:
     """Run ``original_text`` with the extract's parameters and instruction made its outputs, and give the extract
     their values (``run`` takes HLO text, returns its outputs flattened; ``piece``: each output is the devices'
     pieces stacked, and this device's is taken)."""
     names = [*extracted.parameters, extracted.instruction]
+    if extracted.loop is not None:  # values inside a loop's body: its first iteration's, run as a call on the loop's start
+        original_text, names = first_iteration(original_text, extracted.loop, names)
     outputs = run(expose_named(original_text, names))
     if outputs is None or len(outputs) != len(names):
         raise InputError("the module did not give a value for each of the extract's parameters and its instruction")
@@ -144,6 +190,7 @@ def extract_from_store(
             f"{extracted.instruction}: {len(extracted.kept)} instructions of the entry kept, {len(extracted.parameters)} "
             f"parameters, {extracted.instructions} instructions in all, from {path}"
             + (f" (device {piece}'s values of the per-device code)" if piece is not None else "")
+            + (f" (inside {extracted.loop}'s body: the first iteration's values)" if extracted.loop else "")
         )
         proto = pjrt.text_to_module_proto(extracted.text)  # XLA's parser checks the extract before any run
         replayer.arguments = replayer._arguments(replayer.compilable_proto(before.path))
@@ -151,6 +198,8 @@ def extract_from_store(
     finally:
         replayer.close()
     extracted.origin = extract_origin(store, module, step, path)
+    if extracted.loop is not None:
+        extracted.origin |= {"loop": extracted.loop, "iteration": 0}
     safe = re.sub(r"[^\w.-]", "_", extracted.instruction)
     write_extract(extracted, output or Path(f"extract_{safe}"), proto)
     return extracted

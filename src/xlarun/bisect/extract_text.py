@@ -55,6 +55,8 @@ class Extracted:
     files: list[str] = field(default_factory=list)
     instructions: int = 0  # instruction lines of the new module, in every computation it holds
     computations: list[str] = field(default_factory=list)  # the called computations it carries
+    loop: str | None = None  # the entry's while whose body holds the instruction (its values: the first iteration's)
+    loop_body: str | None = None
     origin: dict = field(default_factory=dict)  # where it was cut from: run, module, step, pass, versions, host, culprit
 
     def to_dict(self) -> dict:
@@ -107,25 +109,33 @@ def _called(instr: Instruction, names: dict[str, Computation]) -> list[str]:
     ]
 
 
-def _refuse_outside_entry(target: str, computations: list[Computation], names: dict[str, Computation]) -> None:
-    """Refuse, naming the entry instruction to extract instead, when ``target`` lives in a called computation."""
+def _loop_body_of(target: str, computations: list[Computation], names: dict[str, Computation]) -> tuple[Computation, Instruction]:
+    """The ``while`` body of an entry loop that holds ``target``, and the loop; refused, naming the entry instruction to
+    extract instead, when ``target`` lives deeper (a loop in a loop, a fusion's body, a called computation)."""
     holder = next((c for c in computations if not c.entry and target in instructions_of(c)), None)
     if holder is None:
-        return
+        raise InputError(
+            f"no instruction {target!r} in the module", "`xlarun cat REF` prints the module with its instruction names"
+        )
     callers: dict[str, tuple[Computation, Instruction]] = {}
     for computation in computations:
         for _, instr in instructions_of(computation).values():
             for name in _called(instr, names):
                 callers.setdefault(name, (computation, instr))
+    if holder.name in callers:
+        computation, runner = callers[holder.name]
+        body = next((a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith("body=")), None)
+        if computation.entry and runner.opcode == "while" and body == holder.name:
+            return holder, runner
     current, seen = holder.name, {holder.name}
     while current in callers:  # up through the calls to the entry instruction that runs the computation
         computation, instr = callers[current]
         if computation.entry:
-            runner = instr.name.lstrip("%")
+            name = instr.name.lstrip("%")
             raise InputError(
-                f"{target!r} is inside {holder.name}, which {runner} ({instr.opcode}) of the entry computation runs: "
-                "an extract starts from an instruction of the entry computation",
-                f"extract {runner} itself, with its loop or call: xlarun extract REF {runner} --hops 0",
+                f"{target!r} is inside {holder.name}, which {name} ({instr.opcode}) of the entry computation runs: "
+                "an extract starts from an instruction of the entry computation or of an entry loop's body",
+                f"extract {name} itself, with its loop or call: xlarun extract REF {name} --hops 0",
             )
         if computation.name in seen:
             break
@@ -157,13 +167,16 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
         raise InputError("the module text has no ENTRY computation")
     entry_lines = instructions_of(entry)
     target = instruction.lstrip("%")
+    loop: Instruction | None = None
     if target not in entry_lines:
-        _refuse_outside_entry(target, computations, names)
-        near = sorted(n for n in entry_lines if n.split(".")[0] == target.split(".")[0])[:8]
-        raise InputError(
-            f"no instruction {target!r} in the entry computation",
-            f"did you mean: {', '.join(near)}" if near else "`xlarun cat REF` prints the module with its instruction names",
-        )
+        if not any(target in instructions_of(c) for c in computations):
+            near = sorted(n for n in entry_lines if n.split(".")[0] == target.split(".")[0])[:8]
+            raise InputError(
+                f"no instruction {target!r} in the module",
+                f"did you mean: {', '.join(near)}" if near else "`xlarun cat REF` prints the module with its instruction names",
+            )
+        body_computation, loop = _loop_body_of(target, computations, names)
+        entry_lines = instructions_of(body_computation)  # the body is the extract's host: its carried tuple is read
     if _is_tuple(entry_lines[target][1].shape) or entry_lines[target][1].shape.startswith("token"):
         raise InputError(
             f"{target!r} has a {entry_lines[target][1].shape[:80]} value, not an array: an extract's result is one array",
@@ -187,7 +200,10 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
     out += [f"ENTRY %{module_name} ({signature}) -> {result} {{", *body, "}", ""]
     standalone = deoptimize_hlo_text("\n".join(out)).text  # fusions become calls, layout bitcasts reshapes: it compiles as given
     count = sum(1 for line in standalone.splitlines() if parse_instruction(line) is not None)
-    return Extracted(standalone, target, order, parameters, instructions=count, computations=sorted(called))
+    found = Extracted(standalone, target, order, parameters, instructions=count, computations=sorted(called))
+    if loop is not None:
+        found.loop, found.loop_body = loop.name.lstrip("%"), body_computation.name
+    return found
 
 
 def _kept(entry_lines: dict[str, tuple[int, Instruction]], target: str, hops: int) -> set[str]:
