@@ -263,3 +263,30 @@ def test_a_zoo_extract_with_one_hop_is_under_50_instructions(cli, zoo_runs, prog
 
     assert data["instructions"] == sum(1 for line in data["text"].splitlines() if parse_instruction(line) is not None)
     assert data["instructions"] < 50
+
+
+@pytest.mark.slow
+def test_the_scan_programs_dot_inside_its_loop_body_is_extracted_with_the_first_iterations_values(cli, zoo_runs, tmp_path):
+    """Most of a scan/remat model's compute is inside its while body: the body's biggest fusion comes out small."""
+    store, run_id = zoo_runs("scan_remat")
+    ref, _target, options = _zoo_target(cli, store, run_id, "scan_remat")
+    from xlarun.diff import pass_steps
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
+
+    opened = Store.open(store)
+    module = resolve_module(opened.index, ref)
+    step = next(s for s in pass_steps(module) if s.step == int(options[1]))
+    computations, by_name = computations_of(opened.read_file(module.run_id, step.path).decode())
+    loop = next(i for _, i in instructions_of(next(c for c in computations if c.entry)).values() if i.opcode == "while")
+    body = by_name[next(a.split("=", 1)[1].lstrip("%") for a in loop.attributes if a.startswith("body="))]
+    dot = next(n for n, (_, i) in instructions_of(body).items() if i.opcode == "fusion" and "dot" in " ".join(i.attributes))
+    made = cli("extract", ref, dot, "--hops", "1", *options, "-o", tmp_path / "dot", "--json", "--store", store)
+    assert made.exit_code == 0, made.stdout
+    data = json.loads(made.stdout)
+    assert data["loop"] == loop.name.lstrip("%") and data["loop_body"] == body.name and data["has_values"]
+    assert data["instructions"] < 50 and data["bytes"] < 10_000
+    origin = json.loads((tmp_path / "dot.extract.json").read_text())
+    assert (origin["loop"], origin["iteration"], origin["step"]) == (data["loop"], 0, step.step)
+    replayed = json.loads(cli("replay", tmp_path / "dot.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
+    assert (replayed["verdict"], replayed["compared_with"], replayed["max_abs_error"]) == ("match", ["snapshot result"], 0)
