@@ -123,9 +123,8 @@ def make_bundle(
     about: str | None = None,
     recorded: dict | None = None,
 ) -> BundleResult:
-    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder); ``about``:
-    what the module is, said in the README instead of the run it came from (a module that was a file); ``recorded``:
-    manifest entries (versions, host, xla_flags) of the run it came from, over the store's own."""
+    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` here); ``about``: what the module
+    is, said in the README instead of its run (a module that was a file); ``recorded``: its run's versions, host, flags."""
     options = options or BundleOptions()
     t0 = time.monotonic()
     output = Path(output or f"{module.name or f'module_{module.module_id:04d}'}.bundle.zip")
