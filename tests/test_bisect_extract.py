@@ -133,7 +133,7 @@ def test_an_instruction_of_a_loop_body_is_extracted_with_the_carried_values_of_t
     from xlarun.bisect.extract import attach_values
 
     cut = extract_instruction(STEP, "twice", hops=1)
-    assert (cut.loop, cut.loop_body, cut.kept, cut.parameters) == ("loop", "body", ["twice"], ["v"])  # v reads the carry
+    assert (cut.called_by, cut.body, cut.kept, cut.parameters) == ("loop", "body", ["twice"], ["v"])  # v reads the carry
     assert cut.text.splitlines()[0] == "HloModule extract_twice, entry_computation_layout={(f32[4]{0})->f32[4]{0}}"
     w, x = np.ones(4, np.float32), np.array([1, -2, 3, 0.5], np.float32)
     attach_values(cut, STEP, lambda text: _run_on_cpu(text, [w, x]))  # the step itself, run with the body's values out
@@ -265,28 +265,45 @@ def test_a_zoo_extract_with_one_hop_is_under_50_instructions(cli, zoo_runs, prog
     assert data["instructions"] < 50
 
 
-@pytest.mark.slow
-def test_the_scan_programs_dot_inside_its_loop_body_is_extracted_with_the_first_iterations_values(cli, zoo_runs, tmp_path):
-    """Most of a scan/remat model's compute is inside its while body: the body's biggest fusion comes out small."""
-    store, run_id = zoo_runs("scan_remat")
-    ref, _target, options = _zoo_target(cli, store, run_id, "scan_remat")
+def _dot_in_a_body(store, ref: str, opcode: str) -> tuple[int, str, str, str]:
+    """(step, the entry's `opcode` instruction, its body, a dot in the body) of the last step that has one."""
     from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
     from xlarun.store.facade import Store
 
     opened = Store.open(store)
     module = resolve_module(opened.index, ref)
-    step = next(s for s in pass_steps(module) if s.step == int(options[1]))
-    computations, by_name = computations_of(opened.read_file(module.run_id, step.path).decode())
-    loop = next(i for _, i in instructions_of(next(c for c in computations if c.entry)).values() if i.opcode == "while")
-    body = by_name[next(a.split("=", 1)[1].lstrip("%") for a in loop.attributes if a.startswith("body="))]
-    dot = next(n for n, (_, i) in instructions_of(body).items() if i.opcode == "fusion" and "dot" in " ".join(i.attributes))
-    made = cli("extract", ref, dot, "--hops", "1", *options, "-o", tmp_path / "dot", "--json", "--store", store)
+    key = "body=" if opcode == "while" else "to_apply="
+    for step in reversed(pass_steps(module)):
+        computations, by_name = computations_of(opened.read_file(module.run_id, step.path).decode())
+        for _, runner in instructions_of(next(c for c in computations if c.entry)).values():
+            called = [a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith(key)]
+            if runner.opcode != opcode or not called:
+                continue
+            for name, (_, instr) in instructions_of(by_name[called[0]]).items():
+                fused = [a.split("=", 1)[1].lstrip("%") for a in instr.attributes if a.startswith("calls=")]
+                if instr.opcode == "dot" or (fused and " dot(" in "\n".join(by_name[fused[0]].lines)):
+                    return step.step, runner.name.lstrip("%"), called[0], name
+    raise AssertionError(f"no {opcode} body with a dot in {ref}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("program", "opcode"), [("scan_remat", "while"), ("sharded", "call")])
+def test_a_dot_inside_a_scan_or_shard_map_body_is_extracted_with_the_values_of_its_first_run(
+    cli, zoo_runs, program, opcode, tmp_path
+):
+    """Most of a scan/remat model's compute is inside its while body, a shard_map's inside the call of its body (on a
+    per-device step: device 0's values): the body's dot comes out small and replays."""
+    store, run_id = zoo_runs(program)
+    ref, _target, _options = _zoo_target(cli, store, run_id, program)
+    step, runner, body, dot = _dot_in_a_body(store, ref, opcode)
+    made = cli("extract", ref, dot, "--hops", "1", "--step", step, "-o", tmp_path / "dot", "--json", "--store", store)
     assert made.exit_code == 0, made.stdout
     data = json.loads(made.stdout)
-    assert data["loop"] == loop.name.lstrip("%") and data["loop_body"] == body.name and data["has_values"]
+    assert (data["called_by"], data["body"], data["has_values"]) == (runner, body, True)
     assert data["instructions"] < 50 and data["bytes"] < 10_000
     origin = json.loads((tmp_path / "dot.extract.json").read_text())
-    assert (origin["loop"], origin["iteration"], origin["step"]) == (data["loop"], 0, step.step)
+    assert (origin["called_by"], origin["iteration"], origin["step"]) == (runner, 0, step)
+    assert origin.get("device") == (0 if program == "sharded" else None)  # per-device code: device 0's values
     replayed = json.loads(cli("replay", tmp_path / "dot.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
     assert (replayed["verdict"], replayed["compared_with"], replayed["max_abs_error"]) == ("match", ["snapshot result"], 0)

@@ -134,8 +134,10 @@ def _about(files: ModuleFiles) -> str:
             else "its before_optimizations module"
         )
         source = f" It was cut from `{origin['module']}` of run `{origin.get('run_id')}` ({origin.get('name') or '?'}), {where}."
-        if origin.get("loop"):
-            source += f" The instruction is in the body of the loop `{origin['loop']}`: its values are the first iteration's."
+        if origin.get("device") is not None:
+            source += f" It is per-device code of a partitioned module: its values are device {origin['device']}'s."
+        if origin.get("called_by"):
+            source += f" The instruction is in the body of `{origin['called_by']}`: its values are its first iteration's."
     if files.snapshot is None:
         values = "No snapshot was given: replays run on generated arguments."
     else:

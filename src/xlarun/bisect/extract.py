@@ -57,13 +57,14 @@ def expose_named(text: str, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def first_iteration(text: str, loop: str, names: list[str]) -> tuple[str, list[str]]:
-    """``text`` with the entry also running one iteration of ``loop``'s body on the loop's starting tuple (a copy of
-    the body that returns the values ``names``), and the names of the entry values that hold them."""
+def first_iteration(text: str, called_by: str, names: list[str]) -> tuple[str, list[str]]:
+    """``text`` with the entry also running once the body of its while (or call) ``called_by`` on what that is given
+    (a loop's starting tuple; a copy of the body that returns the values ``names``), and the entry values holding them."""
     computations, by_name = computations_of(text)
     entry = next(c for c in computations if c.entry)
-    runner = instructions_of(entry)[loop][1]
-    body_name = next(a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith("body="))
+    runner = instructions_of(entry)[called_by][1]
+    key = "body=" if runner.opcode == "while" else "to_apply="
+    body_name = next(a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith(key))
     body = by_name[body_name]
     inside = instructions_of(body)
     copy_name = "xlarun.first_iteration"
@@ -105,8 +106,8 @@ def attach_values(extracted: Extracted, original_text: str, run: Callable[[str],
     their values (``run`` takes HLO text, returns its outputs flattened; ``piece``: each output is the devices'
     pieces stacked, and this device's is taken)."""
     names = [*extracted.parameters, extracted.instruction]
-    if extracted.loop is not None:  # values inside a loop's body: its first iteration's, run as a call on the loop's start
-        original_text, names = first_iteration(original_text, extracted.loop, names)
+    if extracted.called_by is not None:  # values inside a body: its first iteration's, run as a call on what it is given
+        original_text, names = first_iteration(original_text, extracted.called_by, names)
     outputs = run(expose_named(original_text, names))
     if outputs is None or len(outputs) != len(names):
         raise InputError("the module did not give a value for each of the extract's parameters and its instruction")
@@ -190,16 +191,16 @@ def extract_from_store(
             f"{extracted.instruction}: {len(extracted.kept)} instructions of the entry kept, {len(extracted.parameters)} "
             f"parameters, {extracted.instructions} instructions in all, from {path}"
             + (f" (device {piece}'s values of the per-device code)" if piece is not None else "")
-            + (f" (inside {extracted.loop}'s body: the first iteration's values)" if extracted.loop else "")
+            + (f" (inside {extracted.called_by}'s body: its first run's values)" if extracted.called_by else "")
         )
         proto = pjrt.text_to_module_proto(extracted.text)  # XLA's parser checks the extract before any run
         replayer.arguments = replayer._arguments(replayer.compilable_proto(before.path))
         attach_values(extracted, text, replayer.run_text, piece)
     finally:
         replayer.close()
-    extracted.origin = extract_origin(store, module, step, path)
-    if extracted.loop is not None:
-        extracted.origin |= {"loop": extracted.loop, "iteration": 0}
+    extracted.origin = extract_origin(store, module, step, path) | ({"device": piece} if piece is not None else {})
+    if extracted.called_by is not None:
+        extracted.origin |= {"called_by": extracted.called_by, "body": extracted.body, "iteration": 0}
     safe = re.sub(r"[^\w.-]", "_", extracted.instruction)
     write_extract(extracted, output or Path(f"extract_{safe}"), proto)
     return extracted

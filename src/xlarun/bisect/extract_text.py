@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from xlarun.errors import InputError
 from xlarun.replay.deoptimize import Instruction, deoptimize_hlo_text, logical_lines, parse_instruction
+from xlarun.replay.partitioned import COLLECTIVE_OPCODES
 
 _NAME = re.compile(r"%([\w.\-]+)")
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
@@ -55,8 +56,9 @@ class Extracted:
     files: list[str] = field(default_factory=list)
     instructions: int = 0  # instruction lines of the new module, in every computation it holds
     computations: list[str] = field(default_factory=list)  # the called computations it carries
-    loop: str | None = None  # the entry's while whose body holds the instruction (its values: the first iteration's)
-    loop_body: str | None = None
+    #: The entry's while (or call) whose body holds the instruction: the values are its first iteration's (its one run's).
+    called_by: str | None = None
+    body: str | None = None
     origin: dict = field(default_factory=dict)  # where it was cut from: run, module, step, pass, versions, host, culprit
 
     def to_dict(self) -> dict:
@@ -109,9 +111,9 @@ def _called(instr: Instruction, names: dict[str, Computation]) -> list[str]:
     ]
 
 
-def _loop_body_of(target: str, computations: list[Computation], names: dict[str, Computation]) -> tuple[Computation, Instruction]:
-    """The ``while`` body of an entry loop that holds ``target``, and the loop; refused, naming the entry instruction to
-    extract instead, when ``target`` lives deeper (a loop in a loop, a fusion's body, a called computation)."""
+def _body_of(target: str, computations: list[Computation], names: dict[str, Computation]) -> tuple[Computation, Instruction]:
+    """The body that holds ``target`` of an entry ``while`` or ``call``, and that instruction; refused, naming the entry
+    instruction to extract instead, when ``target`` lives elsewhere (a loop in a loop, a fusion's body, a condition)."""
     holder = next((c for c in computations if not c.entry and target in instructions_of(c)), None)
     if holder is None:
         raise InputError(
@@ -124,8 +126,9 @@ def _loop_body_of(target: str, computations: list[Computation], names: dict[str,
                 callers.setdefault(name, (computation, instr))
     if holder.name in callers:
         computation, runner = callers[holder.name]
-        body = next((a.split("=", 1)[1].lstrip("%") for a in runner.attributes if a.startswith("body=")), None)
-        if computation.entry and runner.opcode == "while" and body == holder.name:
+        key = {"while": "body=", "call": "to_apply="}.get(runner.opcode)
+        body = next((a.split("=", 1)[1].lstrip("%") for a in runner.attributes if key and a.startswith(key)), None)
+        if computation.entry and body == holder.name:
             return holder, runner
     current, seen = holder.name, {holder.name}
     while current in callers:  # up through the calls to the entry instruction that runs the computation
@@ -134,7 +137,7 @@ def _loop_body_of(target: str, computations: list[Computation], names: dict[str,
             name = instr.name.lstrip("%")
             raise InputError(
                 f"{target!r} is inside {holder.name}, which {name} ({instr.opcode}) of the entry computation runs: "
-                "an extract starts from an instruction of the entry computation or of an entry loop's body",
+                "an extract starts from an instruction of the entry or of the body of an entry while or call",
                 f"extract {name} itself, with its loop or call: xlarun extract REF {name} --hops 0",
             )
         if computation.name in seen:
@@ -151,7 +154,10 @@ def _is_tuple(shape: str) -> bool:
 
 
 def _unkept_boundary(instr: Instruction) -> bool:
-    """Values that are never kept (read as parameters instead): per-device shape changes have no one-device form."""
+    """Values that are never kept (read as parameters instead): collectives and per-device shape changes have no
+    one-device form."""
+    if instr.opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVE_OPCODES or instr.opcode == "partition-id":
+        return True
     return instr.opcode == "custom-call" and any(
         f'custom_call_target="{t}"' in a for a in instr.attributes for t in _SHAPE_CHANGING_TARGETS
     )
@@ -167,7 +173,7 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
         raise InputError("the module text has no ENTRY computation")
     entry_lines = instructions_of(entry)
     target = instruction.lstrip("%")
-    loop: Instruction | None = None
+    called_by: Instruction | None = None
     if target not in entry_lines:
         if not any(target in instructions_of(c) for c in computations):
             near = sorted(n for n in entry_lines if n.split(".")[0] == target.split(".")[0])[:8]
@@ -175,12 +181,17 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
                 f"no instruction {target!r} in the module",
                 f"did you mean: {', '.join(near)}" if near else "`xlarun cat REF` prints the module with its instruction names",
             )
-        body_computation, loop = _loop_body_of(target, computations, names)
-        entry_lines = instructions_of(body_computation)  # the body is the extract's host: its carried tuple is read
+        body_computation, called_by = _body_of(target, computations, names)
+        entry_lines = instructions_of(body_computation)  # the body is the extract's host: what it is given is read
     if _is_tuple(entry_lines[target][1].shape) or entry_lines[target][1].shape.startswith("token"):
         raise InputError(
             f"{target!r} has a {entry_lines[target][1].shape[:80]} value, not an array: an extract's result is one array",
             f"extract one of its get-tuple-element users (`xlarun cat REF | grep '(%{target})'` lists them)",
+        )
+    if _unkept_boundary(entry_lines[target][1]):
+        raise InputError(
+            f"{target!r} is a {entry_lines[target][1].opcode} between devices, which has no one-device extract",
+            "extract what it reads or what reads it (its value is then a parameter, as the run computed it)",
         )
     keep = _kept(entry_lines, target, hops)
     order = sorted(keep, key=lambda n: entry_lines[n][0])
@@ -201,8 +212,8 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
     standalone = deoptimize_hlo_text("\n".join(out)).text  # fusions become calls, layout bitcasts reshapes: it compiles as given
     count = sum(1 for line in standalone.splitlines() if parse_instruction(line) is not None)
     found = Extracted(standalone, target, order, parameters, instructions=count, computations=sorted(called))
-    if loop is not None:
-        found.loop, found.loop_body = loop.name.lstrip("%"), body_computation.name
+    if called_by is not None:
+        found.called_by, found.body = called_by.name.lstrip("%"), body_computation.name
     return found
 
 
