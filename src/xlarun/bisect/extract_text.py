@@ -6,6 +6,8 @@ parameters' and the result's shapes, no ``input_output_alias`` or ``buffer_donor
 and outputs). Sharding annotations are dropped (the extract runs on one device: a per-device step's values are one
 device's), a tuple-valued operand is not kept behind a ``get-tuple-element`` (the element becomes a parameter),
 and stack-frame ids, which point into tables the extract does not carry, are taken out of the metadata.
+Collectives are never kept (their value, as the run computed it, is a parameter). An instruction in the body of
+an entry ``while`` or ``call`` is cut from that body (its values: :func:`~xlarun.bisect.extract.first_iteration`).
 """
 
 from __future__ import annotations
@@ -171,39 +173,39 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
     entry = next((c for c in computations if c.entry), None)
     if entry is None:
         raise InputError("the module text has no ENTRY computation")
-    entry_lines = instructions_of(entry)
+    host_lines = instructions_of(entry)
     target = instruction.lstrip("%")
     called_by: Instruction | None = None
-    if target not in entry_lines:
+    if target not in host_lines:
         if not any(target in instructions_of(c) for c in computations):
-            near = sorted(n for n in entry_lines if n.split(".")[0] == target.split(".")[0])[:8]
+            near = sorted(n for n in host_lines if n.split(".")[0] == target.split(".")[0])[:8]
             raise InputError(
                 f"no instruction {target!r} in the module",
                 f"did you mean: {', '.join(near)}" if near else "`xlarun cat REF` prints the module with its instruction names",
             )
         body_computation, called_by = _body_of(target, computations, names)
-        entry_lines = instructions_of(body_computation)  # the body is the extract's host: what it is given is read
-    if _is_tuple(entry_lines[target][1].shape) or entry_lines[target][1].shape.startswith("token"):
+        host_lines = instructions_of(body_computation)  # the body hosts the extract: what it is given becomes parameters
+    if _is_tuple(host_lines[target][1].shape) or host_lines[target][1].shape.startswith("token"):
         raise InputError(
-            f"{target!r} has a {entry_lines[target][1].shape[:80]} value, not an array: an extract's result is one array",
+            f"{target!r} has a {host_lines[target][1].shape[:80]} value, not an array: an extract's result is one array",
             f"extract one of its get-tuple-element users (`xlarun cat REF | grep '(%{target})'` lists them)",
         )
-    if _unkept_boundary(entry_lines[target][1]):
+    if _unkept_boundary(host_lines[target][1]):
         raise InputError(
-            f"{target!r} is a {entry_lines[target][1].opcode} between devices, which has no one-device extract",
+            f"{target!r} is a {host_lines[target][1].opcode} between devices, which has no one-device extract",
             "extract what it reads or what reads it (its value is then a parameter, as the run computed it)",
         )
-    keep = _kept(entry_lines, target, hops)
-    order = sorted(keep, key=lambda n: entry_lines[n][0])
-    parameters = list(dict.fromkeys(o for n in order for o in _operands(entry_lines[n][1]) if o not in keep and o in entry_lines))
+    keep = _kept(host_lines, target, hops)
+    order = sorted(keep, key=lambda n: host_lines[n][0])
+    parameters = list(dict.fromkeys(o for n in order for o in _operands(host_lines[n][1]) if o not in keep and o in host_lines))
     module_name = re.sub(r"\W", "_", f"extract_{target}")
-    body = [f"  %{p} = {entry_lines[p][1].shape} parameter({i})" for i, p in enumerate(parameters)]
+    body = [f"  %{p} = {host_lines[p][1].shape} parameter({i})" for i, p in enumerate(parameters)]
     for name in order:
-        body.append(_standalone(entry_lines[name][1], root=name == target).render())
-    called = _reachable([entry_lines[n][1] for n in order], names)
-    signature = ", ".join(f"{p}: {entry_lines[p][1].shape}" for p in parameters)
-    result = entry_lines[target][1].shape
-    layout = f"({', '.join(entry_lines[p][1].shape for p in parameters)})->{result}"
+        body.append(_standalone(host_lines[name][1], root=name == target).render())
+    called = _reachable([host_lines[n][1] for n in order], names)
+    signature = ", ".join(f"{p}: {host_lines[p][1].shape}" for p in parameters)
+    result = host_lines[target][1].shape
+    layout = f"({', '.join(host_lines[p][1].shape for p in parameters)})->{result}"
     out = [f"HloModule {module_name}, entry_computation_layout={{{layout}}}", ""]
     for computation in computations:
         if computation.name in called:
@@ -217,32 +219,30 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
     return found
 
 
-def _kept(entry_lines: dict[str, tuple[int, Instruction]], target: str, hops: int) -> set[str]:
+def _kept(host_lines: dict[str, tuple[int, Instruction]], target: str, hops: int) -> set[str]:
     keep = {target}
     frontier = [target]
     for _ in range(hops):
-        frontier = [o for name in frontier for o in _operands(entry_lines[name][1]) if o in entry_lines and o not in keep]
+        frontier = [o for name in frontier for o in _operands(host_lines[name][1]) if o in host_lines and o not in keep]
         frontier = [
             o
             for o in dict.fromkeys(frontier)
-            if entry_lines[o][1].opcode != "parameter" and not _unkept_boundary(entry_lines[o][1])
+            if host_lines[o][1].opcode != "parameter" and not _unkept_boundary(host_lines[o][1])
         ]
         keep.update(frontier)
     for name in list(keep):  # constants read by what is kept come along: they cost nothing and need no value
-        keep.update(o for o in _operands(entry_lines[name][1]) if o in entry_lines and entry_lines[o][1].opcode == "constant")
+        keep.update(o for o in _operands(host_lines[name][1]) if o in host_lines and host_lines[o][1].opcode == "constant")
     changed = True
     while changed:  # a kept value reading a tuple that is not kept becomes a parameter itself: a tuple has no literal here
         reads_tuple = {
             n
             for n in keep - {target}
-            if any(
-                o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape) for o in _operands(entry_lines[n][1])
-            )
+            if any(o in host_lines and o not in keep and _is_tuple(host_lines[o][1].shape) for o in _operands(host_lines[n][1]))
         }
         keep -= reads_tuple
         changed = bool(reads_tuple)
     tuples = [
-        o for o in _operands(entry_lines[target][1]) if o in entry_lines and o not in keep and _is_tuple(entry_lines[o][1].shape)
+        o for o in _operands(host_lines[target][1]) if o in host_lines and o not in keep and _is_tuple(host_lines[o][1].shape)
     ]
     if tuples:
         raise InputError(
