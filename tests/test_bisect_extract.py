@@ -143,15 +143,25 @@ def test_an_instruction_of_a_loop_body_is_extracted_with_the_carried_values_of_t
     np.testing.assert_array_equal(_run_on_cpu(cut.text, cut.arguments)[0], cut.result)  # and the extract replays to it
 
 
-def test_the_values_run_drops_the_aliasing_of_donated_arguments():
+def test_the_values_run_drops_the_aliasing_of_donated_arguments_so_xla_compiles_it():
+    pytest.importorskip("jax")
     from xlarun.bisect.extract import expose_named
     from xlarun.bisect.first_move import expose_values
 
-    exposed = expose_named(STEP, ["carried", "mul_fusion"])
+    # the step's first value is a scalar: output {0} of a values run is no longer the size of donated argument 0
+    step = STEP.replace(
+        "  %zero.i = s32[] constant(0)\n",
+        "  %zero.i = s32[] constant(0)\n  %zero.f = f32[] constant(0)\n  %norm = f32[] reduce(%w, %zero.f), dimensions={0}, to_apply=%add\n",
+    )
+    w, x = np.array([1, 2, 3, 4], np.float32), np.ones(4, np.float32)
+    exposed = expose_named(step, ["norm", "carried", "mul_fusion"])
     assert exposed.splitlines()[0] == "HloModule jit_step"
-    assert "ROOT %xlarun.extract_values = (f32[4]{0}, f32[4]{0}) tuple(%carried, %mul_fusion)" in exposed
-    everything, _names = expose_values(STEP)  # bisect's value-by-value step: the same header
-    assert everything.splitlines()[0] == "HloModule jit_step"
+    assert "ROOT %xlarun.extract_values = (f32[], f32[4]{0}, f32[4]{0}) tuple(%norm, %carried, %mul_fusion)" in exposed
+    norm, carried, product = _run_on_cpu(exposed, [w, x])
+    assert norm == 10 and (carried == 8).all() and (product == 8 * w).all()
+    everything, names = expose_values(step)  # bisect's value-by-value step: the same header, and it compiles too
+    assert everything.splitlines()[0] == "HloModule jit_step" and names[0] == "norm"
+    assert _run_on_cpu(everything, [w, x])[0] == 10
 
 
 @pytest.mark.slow
