@@ -137,7 +137,10 @@ def _about(files: ModuleFiles) -> str:
         if origin.get("device") is not None:
             source += f" It is per-device code of a partitioned module: its values are device {origin['device']}'s."
         if origin.get("called_by"):
-            source += f" The instruction is in the body of `{origin['called_by']}`: its values are its first iteration's."
+            source += (
+                f" The instruction is in the body that `{origin['called_by']}` runs: its values are the body's first run's "
+                "(a loop's first iteration)."
+            )
     if files.snapshot is None:
         values = "No snapshot was given: replays run on generated arguments."
     else:
