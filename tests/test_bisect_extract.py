@@ -143,6 +143,39 @@ def test_an_instruction_of_a_loop_body_is_extracted_with_the_carried_values_of_t
     np.testing.assert_array_equal(_run_on_cpu(cut.text, cut.arguments)[0], cut.result)  # and the extract replays to it
 
 
+#: Per-device code after the SPMD partitioner (configs/bisect-sharded.yaml's step 4, cut short).
+PER_DEVICE = """HloModule jit_split_sum, entry_computation_layout={(f32[4]{0})->f32[]}, num_partitions=4
+
+%region_0.0 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+
+ENTRY %main.0_spmd (param: f32[4]) -> f32[] {
+  %param = f32[4]{0} parameter(0), sharding={devices=[4]<=[4]}
+  %constant.7 = s32[4]{0} constant({0, 4, 8, 12})
+  %partition-id = u32[] partition-id()
+  %dynamic-slice = s32[1]{0} dynamic-slice(%constant.7, %partition-id), dynamic_slice_sizes={1}
+  %reshape = s32[] reshape(%dynamic-slice)
+  %dynamic-slice.1 = f32[4]{0} dynamic-slice(%param, %reshape), dynamic_slice_sizes={4}, sharding={devices=[4]<=[4]}
+  %zero = f32[] constant(0), sharding={replicated}
+  %reduce = f32[] reduce(%dynamic-slice.1, %zero), dimensions={0}, to_apply=%region_0.0
+  ROOT %all-reduce = f32[] all-reduce(%reduce), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%region_0.0
+}
+"""
+
+
+def test_collectives_and_partition_ids_are_never_kept_and_a_collective_is_refused_as_the_instruction():
+    from xlarun.errors import InputError
+
+    cut = extract_instruction(PER_DEVICE, "reduce", hops=5)  # hops enough for everything: the partition id stays out
+    assert cut.parameters == ["partition-id", "param"] and "num_partitions" not in cut.text and "sharding" not in cut.text
+    assert cut.kept == ["constant.7", "dynamic-slice", "reshape", "dynamic-slice.1", "zero", "reduce"]
+    with pytest.raises(InputError, match=r"'all-reduce' is a collective \(all-reduce\) between devices"):
+        extract_instruction(PER_DEVICE, "all-reduce")
+
+
 def test_the_values_run_drops_the_aliasing_of_donated_arguments_so_xla_compiles_it():
     pytest.importorskip("jax")
     from xlarun.bisect.extract import expose_named

@@ -192,7 +192,7 @@ def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted
         )
     if _unkept_boundary(host_lines[target][1]):
         raise InputError(
-            f"{target!r} is a {host_lines[target][1].opcode} between devices, which has no one-device extract",
+            f"{target!r} is a collective ({host_lines[target][1].opcode}) between devices, which has no one-device extract",
             "extract what it reads or what reads it (its value is then a parameter, as the run computed it)",
         )
     keep = _kept(host_lines, target, hops)
