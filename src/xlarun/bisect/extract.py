@@ -1,12 +1,15 @@
 """Shrink a repro: ``xlarun extract REF INSTRUCTION --hops K``.
 
 The instruction and the operands within K hops of it (constants always, so the repro stays self-contained)
-become a standalone module; every other value they read becomes a parameter. The original module runs once on
-its arguments (the snapshot's, else seeded fake data) with every entry value made an output
-(:func:`~xlarun.bisect.first_move.expose_values`), so the new module's parameters get the values the run
-computed, and its expected result is the instruction's value: written as an HloSnapshot that ``xlarun replay``
-replays to a match, and ``bundle`` or a bug report carries in a few kilobytes. This is what XLA's hlo-extractor
-does by hand, tied to the values of a real run.
+become a standalone module (:mod:`~xlarun.bisect.extract_text` cuts the text); every other value they read
+becomes a parameter. The original module runs once on its arguments (the snapshot's, else seeded fake data)
+with those values and the instruction made its outputs (:func:`expose_named`; inside a loop's or call's body,
+one run of the body on what it is first given: :func:`first_iteration`), so the new module's parameters get the
+values the run computed, and its expected result is the instruction's value: written as an HloSnapshot that
+``xlarun replay`` replays to a match, and ``bundle`` or a bug report carries in a few kilobytes, with
+``STEM.extract.json`` saying where it was cut from. A per-device step of a partitioned module runs on its devices
+and the extract takes device 0's values. This is what XLA's hlo-extractor does by hand, tied to the values of a
+real run.
 """
 
 from __future__ import annotations
