@@ -130,6 +130,7 @@ _SLOW_FIXTURES = frozenset(
         "tf_run",
         "tf1_run",
         "bisect_store",
+        "zoo_runs",
         "captured",
         "raw_dump",
         "real_dump",
@@ -186,3 +187,25 @@ def bisect_store(tmp_path_factory):
         result = capture(CONFIGS / f"bisect-{name}.yaml", store)
         assert result.ok, result.warnings
     return path
+
+
+@pytest.fixture(scope="session")
+def zoo_runs(tmp_path_factory):
+    """The zoo's programs (examples/zoo), each captured once, on demand, into one store:
+    ``zoo_runs(name) -> (store path, run id)``; a program whose framework is missing is skipped."""
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    path = tmp_path_factory.mktemp("zoo") / "store"
+    runs: dict[str, str] = {}
+
+    def run_of(name: str) -> tuple[Path, str]:
+        pytest.importorskip("tensorflow" if name.startswith("tf") else "jax")
+        if name not in runs:
+            store = Store.open(path, create=True)
+            result = capture(REPO / "examples" / "zoo" / name / "spec.yaml", store)
+            assert result.ok, result.warnings
+            runs[name] = result.run_id
+        return path, runs[name]
+
+    return run_of

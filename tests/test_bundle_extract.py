@@ -39,7 +39,7 @@ def test_hlo_text_alone_is_bundled_and_the_readme_says_replays_run_on_generated_
         readme = archive.read("README.md").decode()
         kept = archive.read("dump/module_0000.jit_f.before_optimizations.txt").decode()
     assert kept == TEXT and not [n for n in names if "snapshot" in n]
-    assert "made from `f.hlo.txt`" in readme and "no snapshot was given: replays run on generated arguments" in readme
+    assert "made from `f.hlo.txt`" in readme and "No snapshot was given: replays run on generated arguments" in readme
     assert "run_hlo_module" in readme  # XLA's runner lines for the text
 
 
@@ -79,3 +79,30 @@ def test_an_extract_bundles_in_kilobytes_and_its_bundle_replays_to_the_run_value
     # the text names the same extract: bundling it gives the same module
     again = json.loads(cli("bundle", f"{stem}.hlo.txt", "-o", tmp_path / "again.zip", "--json").stdout)
     assert paths == {e["path"] for e in again["entries"]}
+
+
+@pytest.mark.slow
+def test_an_extract_bundle_names_the_culprit_pass_the_versions_and_host_and_how_to_see_the_divergence(
+    cli, bisect_store, tmp_path
+):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(bisect_store, store)  # the bisection is recorded with the run: not in the session's store
+    bisected = cli("bisect", "residual", "--json", "--store", store)
+    assert bisected.exit_code == 1 and json.loads(bisected.stdout)["culprit_pass"] == "algsimp"
+    made = cli("extract", "residual", "mul.2", "--step", "6", "-k", "0", "-o", tmp_path / "s6", "--json", "--store", store)
+    assert made.exit_code == 0, made.stdout
+    origin = json.loads((tmp_path / "s6.extract.json").read_text())
+    assert (origin["step"], origin["after_pass"], origin["culprit"]["pass"]) == (6, "algsimp", "algsimp")
+    bundled = cli("bundle", tmp_path / "s6.snapshot.pb", "-o", tmp_path / "bug.zip", "--json")
+    assert bundled.exit_code == 0, bundled.stderr
+    with zipfile.ZipFile(tmp_path / "bug.zip") as archive:
+        readme = archive.read("README.md").decode()
+    manifest = json.loads((store / "runs" / origin["run_id"] / "manifest.json").read_text())
+    assert f"- versions: xlarun {manifest['versions']['xlarun']}" in readme and f"jax {manifest['versions']['jax']}" in readme
+    assert f"- host: {manifest['host']['platform']}" in readme and "not recorded" not in readme and "host: ?" not in readme
+    assert f"cut from `{origin['module']}` of run `{origin['run_id']}`" in readme and "pass step 6 (after algsimp" in readme
+    assert "Culprit: pass `algsimp` at step 6, named by bisection" in readme
+    assert f"xlarun extract {origin['module']} mul.2 --step 5" in readme and "--xla_disable_hlo_passes=algsimp" in readme
+    assert "a replay that does not match shows the divergence" not in readme  # the recorded value is the step's own

@@ -121,15 +121,16 @@ def make_bundle(
     options: BundleOptions | None = None,
     *,
     about: str | None = None,
+    recorded: dict | None = None,
 ) -> BundleResult:
-    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` in the working folder);
-    ``about``: what the module is, said in the README instead of the run it came from (a module that was a file)."""
+    """Write ``module``'s bundle to ``output`` (default ``<module name>.bundle.zip`` here); ``about``: what the module
+    is, said in the README instead of its run (a module that was a file); ``recorded``: its run's versions, host, flags."""
     options = options or BundleOptions()
     t0 = time.monotonic()
     output = Path(output or f"{module.name or f'module_{module.module_id:04d}'}.bundle.zip")
     if output.suffix.lower() != ".zip":
         raise InputError(f"{output} does not end in .zip", "bundles are zip files (GitHub takes them as attachments)")
-    manifest = store.manifest(module.run_id)
+    manifest = store.manifest(module.run_id) | (recorded or {})
     run_dir = store.run_path(module.run_id)
     files, notes = pick_bundle_files(module, options)
     redact = _path_redactor(manifest, run_dir) if options.redact_paths else (lambda data: data)

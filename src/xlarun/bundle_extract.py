@@ -9,6 +9,7 @@ result, and the README says the module is an extract.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -35,6 +36,7 @@ class ModuleFiles:
     snapshot: Path | None
     module_name: str
     root: str | None  # the entry's ROOT instruction: for an extract, the instruction extracted
+    origin: dict | None = None  # STEM.extract.json: where `xlarun extract` cut it from
 
     @property
     def stem(self) -> Path:
@@ -77,7 +79,16 @@ def module_files(path: str | Path) -> ModuleFiles:
         entry = head[head.find("\nENTRY ") :] if "\nENTRY " in head else ""
         roots = _ROOT.findall(entry)
         root = roots[0] if roots else None
-    return ModuleFiles(text, snapshot, re.sub(r"[^\w.-]", "_", name) or "module", root)
+    return ModuleFiles(text, snapshot, re.sub(r"[^\w.-]", "_", name) or "module", root, _origin(stem))
+
+
+def _origin(stem: Path) -> dict | None:
+    """What ``STEM.extract.json`` says (``None``: no such file, or not one `xlarun extract` wrote)."""
+    try:
+        found = json.loads(Path(f"{stem}.extract.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def bundle_module_files(path: str | Path, output: str | Path | None = None, options: BundleOptions | None = None) -> BundleResult:
@@ -101,7 +112,9 @@ def bundle_module_files(path: str | Path, output: str | Path | None = None, opti
                     f"{path} holds no module xlarun can read", "give the .hlo.txt or .snapshot.pb that `xlarun extract` wrote"
                 )
             module = store.index.module(imported.run_id, imported.modules[0].module_id)
-            return make_bundle(store, module, output, options, about=_about(files))
+            origin = files.origin or {}
+            recorded = {k: origin[k] for k in ("versions", "host", "xla_flags", "framework") if origin.get(k)}
+            return make_bundle(store, module, output, options, about=_about(files), recorded=recorded)
         finally:
             store.close()
             store.wait_for_discards()
@@ -112,10 +125,60 @@ def bundle_module_files(path: str | Path, output: str | Path | None = None, opti
 def _about(files: ModuleFiles) -> str:
     given = ", ".join(f"`{p.name}`" for p in (files.text, files.snapshot) if p is not None)
     what = f"of one instruction, `{files.root}`, " if files.module_name.startswith("extract_") and files.root else ""
-    values = (
-        "its snapshot's arguments are the values the original run computed for the extract's parameters, and its "
-        "result is the value the run computed, so a replay that does not match shows the divergence in a few kilobytes."
-        if files.snapshot is not None
-        else "no snapshot was given: replays run on generated arguments."
+    origin = files.origin or {}
+    source = ""
+    if origin.get("module"):
+        where = (
+            f"pass step {origin['step']} (after {origin.get('after_pass') or '?'}, pipeline {origin.get('pipeline') or '?'})"
+            if origin.get("step") is not None
+            else "its before_optimizations module"
+        )
+        source = f" It was cut from `{origin['module']}` of run `{origin.get('run_id')}` ({origin.get('name') or '?'}), {where}."
+        if origin.get("device") is not None:
+            source += f" It is per-device code of a partitioned module: its values are device {origin['device']}'s."
+        if origin.get("called_by"):
+            source += (
+                f" The instruction is in the body that `{origin['called_by']}` runs: its values are the body's first run's "
+                "(a loop's first iteration)."
+            )
+    if files.snapshot is None:
+        values = "No snapshot was given: replays run on generated arguments."
+    else:
+        values = (
+            "Its snapshot's arguments are the values the original run computed for the extract's parameters, and its result "
+            "is the value the run computed for the instruction at that dump: a replay matches when this XLA computes what "
+            "that step computed, so a match says the extract is faithful, not that the bug is gone."
+        )
+    return f"A standalone module {what}made from {given} (what `xlarun extract` writes).{source} {values}" + (
+        f" {_divergence(files, origin)}" if origin else ""
     )
-    return f"A standalone module {what}made from {given} (what `xlarun extract` writes): {values}"
+
+
+def _divergence(files: ModuleFiles, origin: dict) -> str:
+    """How to see the divergence the extract was made for: the culprit pass, and the runs that show its effect."""
+    text = files.text.name if files.text is not None else "the .hlo.txt"
+    culprit = origin.get("culprit") or {}
+    instruction = files.root or "INSTRUCTION"
+    if not culprit.get("pass"):
+        hint = (
+            f"`xlarun bisect {origin['module']}` on the source run names it"
+            if origin.get("module")
+            else "`xlarun bisect` names it"
+        )
+        return f"No culprit pass was recorded for the source module ({hint})."
+    name, step = culprit["pass"], culprit.get("step")
+    said = f"Culprit: pass `{name}`" + (f" at step {step}" if step is not None else "")
+    said += f", named by bisection `{culprit.get('bisect_id')}`"
+    said += f" (first value to move: `{culprit['first_move']}`)." if culprit.get("first_move") else "."
+    lines = [said]
+    if step is not None and origin.get("module"):
+        lines.append(
+            f"To see the divergence, extract the same instruction from the step before the pass, `xlarun extract "
+            f"{origin['module']} {instruction} --step {step - 1}`: the two snapshots' results are its value before and "
+            "after the pass (`xlarun replay STEM.snapshot.pb --save-outputs STEM.npz` writes each);"
+        )
+    lines.append(
+        f"or, with XLA's runner, run `{text}` with the pass off and on: `run_hlo_module --platform=cpu --input_format=hlo "
+        f"--xla_disable_hlo_passes={name} {text}` against the same line without the flag."
+    )
+    return " ".join(lines)

@@ -23,9 +23,8 @@ import numpy as np
 
 from xlarun.errors import EngineError, InputError
 from xlarun.hlo import load_hlo
-from xlarun.hlo.lex import LineError, walk
 from xlarun.replay.compare import compare_outputs
-from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction
+from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction, split_top_level
 
 if TYPE_CHECKING:
     from xlarun.render.error_colours import ValueErrors
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 #: At most this many values are made outputs (the first ones in the module's order): memory stays bounded
 #: on a big step, and the first mover is almost always early.
 MAX_VALUES = 4000
-_LAYOUT_KEY = "entry_computation_layout={"
 
 
 @dataclass
@@ -158,18 +156,27 @@ def expose_values(text: str) -> tuple[str, list[str]]:
         raise CannotDeoptimize(f"cannot read the ENTRY signature: {lines[entry][:80]}")
     lines[entry] = f"{head} -> {tuple_shape} {{"
     for i, line in enumerate(lines[:entry]):
-        if line.startswith("HloModule") and _LAYOUT_KEY in line:
-            lines[i] = _without_entry_layout(line)
+        if line.startswith("HloModule"):
+            lines[i] = header_without(line, *RESULT_BOUND_KEYS)
     return "\n".join(lines) + "\n", names
 
 
-def _without_entry_layout(header: str) -> str:
-    start = header.index(_LAYOUT_KEY)
+#: Header attributes that describe the entry's parameters and result: stale once either changes (a donated
+#: argument aliased to output {M} fails to compile when output M is another value).
+RESULT_BOUND_KEYS = ("entry_computation_layout", "input_output_alias", "buffer_donor")
+
+
+def header_without(header: str, *keys: str) -> str:
+    """The ``HloModule NAME, key=value, ...`` line without the attributes ``keys``."""
+    name, comma, rest = header.partition(",")
+    if not comma:
+        return header
     try:
-        end = walk(header, start + len(_LAYOUT_KEY) - 1, False)
-    except LineError:
-        raise CannotDeoptimize("unbalanced entry_computation_layout in the module header") from None
-    return (header[:start].rstrip(", ") + header[end:]).rstrip(", ")
+        attributes = split_top_level(rest)
+    except CannotDeoptimize:
+        raise CannotDeoptimize("unbalanced brackets in the module header") from None
+    kept = [a for a in attributes if a.split("=", 1)[0].strip() not in keys]
+    return ", ".join([name, *kept])
 
 
 def find_first_move(

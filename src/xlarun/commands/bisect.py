@@ -185,7 +185,10 @@ def extract(
         int, typer.Option("--hops", "-k", min=0, help="Keep operands this many hops back (0: the instruction alone).")
     ] = 1,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write OUTPUT.hlo.txt and OUTPUT.snapshot.pb (default: ./extract_NAME).")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write OUTPUT.hlo.txt, OUTPUT.snapshot.pb and OUTPUT.extract.json (default: ./extract_NAME)."
+        ),
     ] = None,
     step: Annotated[
         int | None, typer.Option("--step", help="From this per-pass dump (show's pass timeline) instead of before_optimizations.")
@@ -200,12 +203,14 @@ def extract(
 ) -> None:
     """Shrink a repro: one instruction and its operands as a standalone module, with the run's values.
 
-    The instruction and the operands within --hops of it (constants always) become a module of their own;
-    every other value they read becomes a parameter. The module runs once on its snapshot's arguments (or
-    seeded fake data) with every value made an output, so the extract's parameters carry the values the
-    run computed and its expected result is the instruction's: OUTPUT.snapshot.pb replays to a match with
-    `xlarun replay`, and is a few kilobytes for a bug report. Bisect names the instruction to extract
-    ("first to move").
+    The instruction and the operands within --hops of it (constants always) become a module of their own,
+    with only the computations they call and a header written for the new parameters; every other value
+    they read becomes a parameter. The module runs once on its snapshot's arguments (or seeded fake data),
+    so the extract's parameters carry the values the run computed and its expected result is the
+    instruction's: OUTPUT.snapshot.pb replays to a match with `xlarun replay`, and is a few kilobytes for a
+    bug report; OUTPUT.extract.json says where it was cut from (its bundle's README reads it). A per-device
+    step of a partitioned module is extracted with device 0's values. Bisect names the instruction to
+    extract ("first to move").
 
     Examples: xlarun extract residual mul.2 · xlarun extract bf16_sum mul.2 --hops 2 -o repro --json
     """
@@ -231,7 +236,10 @@ def extract(
         return
     from xlarun.console import say
 
-    say(f"{extracted.instruction} of {module.ref}: {len(extracted.kept)} instructions, {len(extracted.parameters)} parameters")
+    say(
+        f"{extracted.instruction} of {module.ref}: {extracted.instructions} instructions ({len(extracted.kept)} of its entry), "
+        f"{len(extracted.parameters)} parameters, {len(extracted.text.encode())} bytes of text"
+    )
     for path in extracted.files:
         say(f"  wrote {path}")
     if len(extracted.files) > 1:

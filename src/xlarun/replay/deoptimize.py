@@ -214,7 +214,7 @@ def _check_custom_call(instr: Instruction) -> None:
 _QUOTED_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
-def _logical_lines(text: str) -> list[str]:
+def logical_lines(text: str) -> list[str]:
     """The text's lines with an instruction written over several lines (an open parenthesis, a trailing comma) joined
     into one, so that no attribute on a continuation line is lost."""
     joined: list[str] = []
@@ -236,7 +236,7 @@ def deoptimize_hlo_text(text: str) -> DeoptimizedModule:
     lines_out: list[str] = []
     counts = {"fusion": 0, "bitcast": 0, "backend_config": 0}
     shapes: dict[str, str] = {}  # instruction name -> shape, for the computation being read
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         if line.startswith("HloModule"):
             lines_out.append(re.sub(r",?\s*is_scheduled=true", "", line))
             continue
