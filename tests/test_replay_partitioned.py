@@ -221,7 +221,7 @@ def test_without_its_n_devices_the_replay_is_refused_naming_n(dump):
 
 
 def test_xla_runners_say_they_run_a_partitioned_module_on_one_device():
-    from xlarun.replay.drivers import result_from_run
+    from xlarun.replay.runner_verdict import result_from_run
 
     fixture = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.cpu_after_optimizations.txt"
     result = result_from_run("run_hlo_module", ["run_hlo_module", str(fixture)], 0, "", ReplayOptions(), fixture)
