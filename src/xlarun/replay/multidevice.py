@@ -126,8 +126,10 @@ class DeviceGroup:
         options.num_partitions, options.num_replicas = partitions, replicas
         build = options.executable_build_options
         build.use_spmd_partitioning = partitions > 1
-        # shard_map and jax's shardings arrive as xla.sdy.* attributes, which only Shardy's import reads
-        build.use_shardy_partitioner = partition
+        # shard_map and jax's shardings arrive as xla.sdy.* attributes, which only Shardy's import reads; a jaxlib
+        # without Shardy (0.4.30) has only the GSPMD partitioner, which reads the HLO's own sharding attributes
+        if hasattr(build, "use_shardy_partitioner"):
+            build.use_shardy_partitioner = partition
         ids = np.array([d.id for d in self.devices]).reshape(replicas, partitions)
         options.device_assignment = xc.DeviceAssignment.create(ids)
         start = time.perf_counter()
