@@ -28,7 +28,7 @@ from xlarun.replay.compare import compare_outputs
 from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction
 
 if TYPE_CHECKING:
-    from xlarun.bisect.plan import BisectPlan
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.render.error_colours import ValueErrors
 
 #: At most this many values are made outputs (the first ones in the module's order): memory stays bounded

@@ -18,7 +18,7 @@ from xlarun.bisect.first_move import find_first_move
 from xlarun.errors import EngineError, InputError
 
 if TYPE_CHECKING:
-    from xlarun.bisect.plan import BisectPlan
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.store.records import FileInfo
 
 #: Kept pass -> (the DebugOptions field that turns off what it does to the numbers, its value, what that means).

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_options import BisectOptions
+from xlarun.bisect.bisect_plan import BisectPlan, disable, plan_bisection
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.kept import measure_kept_passes
-from xlarun.bisect.plan import BisectPlan, disable, plan_bisection
 from xlarun.bisect.recorded import BisectRecord, now, record_bisection
 from xlarun.bisect.replayer import StepReplayer
 from xlarun.bisect.search import binary_search, linear_search

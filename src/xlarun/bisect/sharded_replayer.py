@@ -1,4 +1,4 @@
-"""Bisect a module partitioned for N devices: each pass step runs where its code belongs (:class:`.plan.DevicePlan`).
+"""Bisect a module partitioned for N devices: each pass step runs where its code belongs (:class:`.bisect_plan.DevicePlan`).
 
 A partitioned module's timeline has two kinds of step. Before the SPMD partitioner, a step is the whole
 program with sharding annotations (global shapes); from the partitioner on, it is per-device code (each
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xlarun.bisect.plan import PARTITIONER, DevicePlan
+from xlarun.bisect.bisect_plan import PARTITIONER, DevicePlan
 from xlarun.bisect.replayer import Log, StepReplayer
 from xlarun.errors import EngineError
 from xlarun.replay import pjrt
@@ -30,7 +30,7 @@ from xlarun.replay.sources import entry_parameter_shapes, entry_result_shape
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_options import BisectOptions
-    from xlarun.bisect.plan import BisectPlan
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.diff import PassStep
     from xlarun.store.facade import Store
     from xlarun.store.records import ModuleInfo
