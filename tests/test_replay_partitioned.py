@@ -310,6 +310,23 @@ def test_an_optimized_module_the_rewrite_cannot_express_falls_back_to_its_progra
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_an_optimized_module_and_a_before_dump_for_other_device_counts_are_refused_naming_both(tmp_path):
+    """The checked-in 2-device optimized module beside a before_optimizations dump made for 4 devices: not one compile's
+    dumps, so the replay is refused with both counts (exit 3), not a crash of the device assignment."""
+    fixtures = Path(__file__).parent / "fixtures" / "hlo" / "sharded"
+    optimized = tmp_path / "module_0006.jit_sharded.cpu_after_optimizations.txt"
+    optimized.write_bytes((fixtures / optimized.name).read_bytes())
+    before = (fixtures / "module_0006.jit_sharded.before_optimizations.txt").read_text()
+    assert ", num_partitions=2," in before.splitlines()[0]
+    (tmp_path / "module_0006.jit_sharded.before_optimizations.txt").write_text(
+        before.replace(", num_partitions=2,", ", num_partitions=4,", 1)
+    )
+    code, result = _replay(optimized)
+    assert (code, result["verdict"]) == (3, "engine-error")
+    assert "compiled for 2 devices (2 partitions)" in result["error"] and "for 4 (4 partitions)" in result["error"]
+
+
 def test_snapshot_inputs_are_refused_for_a_partitioned_module(dump):
     code, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"), "--inputs", "snapshot")
     assert code == 2 and "partitioned over 4 devices" in result["error"]

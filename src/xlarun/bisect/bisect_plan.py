@@ -2,7 +2,7 @@
 
 ``plan_bisection`` reads the module's pass timeline and its ``before_optimizations`` dump, refuses what a replay
 bisection cannot do, says which passes each step is recompiled without, and, for a module partitioned for N
-devices, where each step runs (:class:`DevicePlan`). The later stages read the plan, never the options again:
+devices, where each step runs (:class:`DevicePlan`). The later stages are handed the plan, which carries the options:
 the replayer (:mod:`.replayer`, :mod:`.sharded_replayer`) compiles and runs what it names, and every comparison
 of a step with the reference goes through :meth:`BisectPlan.compare`, the one place the tolerances apply.
 """

@@ -120,6 +120,11 @@ class DeviceGroup:
     ) -> MultiDeviceModule:
         """Compile for ``partitions x replicas`` devices; ``partition``: run XLA's SPMD partitioner on it.
         ``debug_options``: DebugOptions fields for this compile only (a bisection's disabled passes)."""
+        if partitions * replicas != len(self.devices):
+            raise EngineError(
+                f"a module for {partitions} partitions x {replicas} replicas cannot be compiled for the {len(self.devices)} "
+                f"{self.platform.name} devices this replay was planned on"
+            )
         b = pjrt.bindings()
         xc = b.xla_client
         options = pjrt.compile_options(b, debug_options or {})
