@@ -91,7 +91,7 @@ def test_json_on_failure(cli, bisect_store):
 
 
 def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_store):
-    from xlarun.bisect.replay_mode import refuse_unbisectable
+    from xlarun.bisect.bisect_plan import refuse_unbisectable
     from xlarun.diff import pass_steps
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module

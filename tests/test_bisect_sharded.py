@@ -33,7 +33,7 @@ def sharded_store(tmp_path_factory):
 
 
 def test_the_entry_layout_is_read_whole_and_steps_run_where_the_plan_says():
-    from xlarun.bisect.sharded_replayer import DevicePlan, _entry_layout
+    from xlarun.bisect.bisect_plan import DevicePlan, _entry_layout
     from xlarun.replay.partitioned import Partitioning
 
     line = "HloModule f, entry_computation_layout={(f32[16,4]{1,0}, f32[4,16]{1,0})->f32[]}, num_partitions=4\n"

@@ -22,14 +22,10 @@ import pytest
 from tests.runner_flags import fixtures
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay import ReplayOptions, replay_file
-from xlarun.replay.drivers import (
-    command_line,
-    find_runner,
-    input_format,
-    parse_execution_times,
-    result_from_run,
-    run_runner,
-)
+from xlarun.replay.drivers import command_line, run_runner
+from xlarun.replay.runner_argv import input_format
+from xlarun.replay.runner_site import find_runner
+from xlarun.replay.runner_verdict import parse_execution_times, result_from_run
 
 NEWEST = frozenset(fixtures("hlo_runner_main")[-1]["flags"])
 OLDEST = frozenset(fixtures("hlo_runner_main")[0]["flags"])

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 
 from xlarun.replay import ReplayOptions
+from xlarun.replay.fakedata import fake_arguments
 from xlarun.replay.multidevice import ShardingLayout
 from xlarun.replay.partitioned import Partitioning, assemble, partitioning_of_file, rewrite_for_devices, shard
+from xlarun.replay.sources import entry_parameter_shapes, load_source
 from xlarun.replay.worker import host_device_flags
 
 STEPS = """
@@ -170,6 +172,22 @@ def test_the_optimized_module_replays_on_its_4_devices_and_matches_the_program(d
 
 
 @pytest.mark.slow
+def test_the_saved_outputs_of_a_partitioned_replay_are_the_whole_values_the_program_computes(dump, tmp_path):
+    """--save-outputs writes each output whole, put back together from the 4 devices' pieces: named_step computed by
+    numpy on the replay's seeded global arguments."""
+    saved = tmp_path / "outputs.npz"
+    code, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"), "--save-outputs", str(saved))
+    assert (code, result["verdict"], result["devices"], result["arguments"]) == (0, "match", 4, "fake")
+    before = load_source(_file(dump, "jit_named_step", "before_optimizations.hlo.pb"))
+    w, x = fake_arguments(entry_parameter_shapes(before.module_proto), 0)
+    h = np.tanh(x @ w)
+    with np.load(saved) as outputs:
+        assert sorted(outputs.files) == ["output_0", "output_1"]
+        np.testing.assert_allclose(outputs["output_0"], w - np.float32(0.1) * (x.T @ h), atol=1e-5)
+        np.testing.assert_allclose(outputs["output_1"], np.sum(h * h), rtol=1e-5)
+
+
+@pytest.mark.slow
 def test_the_named_step_is_compared_with_the_program_on_one_device(dump):
     """Without shard_map the before_optimizations module runs unpartitioned on one device: the partitioner's check."""
     _, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"))
@@ -221,7 +239,7 @@ def test_without_its_n_devices_the_replay_is_refused_naming_n(dump):
 
 
 def test_xla_runners_say_they_run_a_partitioned_module_on_one_device():
-    from xlarun.replay.drivers import result_from_run
+    from xlarun.replay.runner_verdict import result_from_run
 
     fixture = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.cpu_after_optimizations.txt"
     result = result_from_run("run_hlo_module", ["run_hlo_module", str(fixture)], 0, "", ReplayOptions(), fixture)
@@ -292,6 +310,23 @@ def test_an_optimized_module_the_rewrite_cannot_express_falls_back_to_its_progra
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_an_optimized_module_and_a_before_dump_for_other_device_counts_are_refused_naming_both(tmp_path):
+    """The checked-in 2-device optimized module beside a before_optimizations dump made for 4 devices: not one compile's
+    dumps, so the replay is refused with both counts (exit 3), not a crash of the device assignment."""
+    fixtures = Path(__file__).parent / "fixtures" / "hlo" / "sharded"
+    optimized = tmp_path / "module_0006.jit_sharded.cpu_after_optimizations.txt"
+    optimized.write_bytes((fixtures / optimized.name).read_bytes())
+    before = (fixtures / "module_0006.jit_sharded.before_optimizations.txt").read_text()
+    assert ", num_partitions=2," in before.splitlines()[0]
+    (tmp_path / "module_0006.jit_sharded.before_optimizations.txt").write_text(
+        before.replace(", num_partitions=2,", ", num_partitions=4,", 1)
+    )
+    code, result = _replay(optimized)
+    assert (code, result["verdict"]) == (3, "engine-error")
+    assert "compiled for 2 devices (2 partitions)" in result["error"] and "for 4 (4 partitions)" in result["error"]
+
+
 def test_snapshot_inputs_are_refused_for_a_partitioned_module(dump):
     code, result = _replay(_file(dump, "jit_named_step", "cpu_after_optimizations.hlo.pb"), "--inputs", "snapshot")
     assert code == 2 and "partitioned over 4 devices" in result["error"]

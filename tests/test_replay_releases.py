@@ -16,6 +16,7 @@ from tests.compat_support import require_compat
 
 pytest.importorskip("jax")
 
+SHARDED = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.before_optimizations.txt"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transcendental" / "spec.yaml"  # docs/replay.md replays it too
 
 
@@ -83,6 +84,47 @@ def test_a_dump_file_on_releases_and_its_outputs_saved(cli, transcendental_store
     assert timed.exit_code == 0 and data["time_tolerance"] == 1000 and data["first_time_moved"] is None
     assert data["releases"][0]["time_vs_first"] == 1 and data["releases"][1]["time_vs_first"] > 0
     assert [r["time_moved"] for r in data["releases"]] == [False, False]
+
+
+@pytest.mark.slow
+def test_a_partitioned_module_on_releases_compares_its_outputs_or_says_in_one_line_why_not(cli):
+    """The checked-in 2-partition module replays on 2 devices under each release and its outputs are compared; jaxlib
+    0.4.30 (no Shardy, an HLO parser older than the module's attributes) gets a one-line reason, and exit 3."""
+    for key in ("jax-0.4.30", "jax-0.8.3"):
+        require_compat(key)
+    result = cli("replay", SHARDED, "--jaxlib", "0.8.3,current,0.4.30", "--json")
+    data = json.loads(result.stdout)
+    newer, current, oldest = data["releases"]
+    assert (newer["verdict"], current["verdict"]) == ("match", "match")
+    assert current["vs_first_abs"] is not None and current["vs_first_abs"] < 1e-5
+    assert oldest["verdict"] is None or oldest["verdict"] == "engine-error"
+    assert oldest["error"] and "\n" not in oldest["error"] and "Traceback" not in oldest["error"]
+    assert "use_shardy_partitioner" not in oldest["error"]
+    assert result.exit_code == 3
+
+
+HALVES = """HloModule jit_halves, entry_computation_layout={(f32[8]{0})->f32[8]{0}}, num_partitions=2
+
+ENTRY main.4 {
+  x = f32[8]{0} parameter(0), sharding={devices=[2]<=[2]}
+  t = f32[8]{0} tanh(x), sharding={devices=[2]<=[2]}
+  ROOT y = f32[8]{0} multiply(t, t), sharding={devices=[2]<=[2]}
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_module_split_over_2_devices_replays_on_jaxlib_0_4_30_which_has_no_shardy(cli, tmp_path):
+    """A module every release parses: 0.4.30 partitions it with GSPMD (its build options have no Shardy switch)
+    and gives the outputs the current release gives."""
+    require_compat("jax-0.4.30")
+    path = tmp_path / "module_0001.jit_halves.before_optimizations.txt"
+    path.write_text(HALVES)
+    result = cli("replay", path, "--jaxlib", "0.4.30,current", "--json")
+    data = json.loads(result.stdout)
+    assert [(r["jaxlib"], r["verdict"], r["error"]) for r in data["releases"][:1]] == [("0.4.30", "match", None)]
+    assert data["releases"][1]["verdict"] == "match" and data["releases"][1]["identical_to_first"] is True
+    assert result.exit_code == 0
 
 
 def test_the_first_release_whose_run_time_moved_past_the_tolerance_is_named():

@@ -142,7 +142,7 @@ def check_gpu_and_ipu() -> list[Check]:
 
 
 def check_runners() -> list[Check]:
-    from xlarun.replay.drivers import RUNNERS, find_runner
+    from xlarun.replay.runner_site import RUNNERS, find_runner
 
     out = []
     for runner, variable in RUNNERS.items():

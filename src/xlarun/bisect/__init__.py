@@ -13,8 +13,9 @@ Results are :class:`BisectResult` objects, recorded with the run (:mod:`.record`
 from __future__ import annotations
 
 from xlarun.bisect.bisect_options import BisectOptions
+from xlarun.bisect.bisect_plan import timeline_pass_names
 from xlarun.bisect.bisect_result import BisectResult, RerunTrial, StepError
-from xlarun.bisect.replay_mode import bisect_module, timeline_pass_names
+from xlarun.bisect.replay_mode import bisect_module
 
 __all__ = ["BisectOptions", "BisectResult", "RerunTrial", "StepError", "bisect_module", "bisect_rerun", "timeline_pass_names"]
 

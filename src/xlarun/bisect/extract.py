@@ -214,7 +214,8 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
     extract's (``None``: the run is on one device). A per-device step of a partitioned module runs on its devices;
     the extract, one device's code, gets device 0's values."""
     from xlarun.bisect.replayer import StepReplayer
-    from xlarun.bisect.sharded_replayer import ShardedReplayer, plan_devices
+    from xlarun.bisect.bisect_plan import plan_devices
+    from xlarun.bisect.sharded_replayer import ShardedReplayer
     from xlarun.diff import pass_steps
     from xlarun.replay.partitioned import partitioning_of_text
 

@@ -27,6 +27,7 @@ from xlarun.replay.compare import compare_outputs
 from xlarun.replay.deoptimize import CannotDeoptimize, parse_instruction, split_top_level
 
 if TYPE_CHECKING:
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.render.error_colours import ValueErrors
 
 #: At most this many values are made outputs (the first ones in the module's order): memory stays bounded
@@ -232,7 +233,7 @@ def find_first_move(
     return answer
 
 
-def locate_first_move(replayer, step, previous, options, log: Callable[[str], None]) -> dict:
+def locate_first_move(replayer, step, previous, plan: BisectPlan, log: Callable[[str], None]) -> dict:
     """:func:`find_first_move` for a bisection's culprit ``step`` (a PassStep) against ``previous`` (the step
     before it, or the before_optimizations FileInfo), run by the bisection's replayer; a failure is a note."""
     label = getattr(step, "label", "the culprit step")
@@ -242,8 +243,8 @@ def locate_first_move(replayer, step, previous, options, log: Callable[[str], No
             replayer.run_text,
             replayer.text(previous.path),
             replayer.text(step.path),
-            options.abs_tolerance,
-            options.rel_tolerance,
+            plan.options.abs_tolerance,
+            plan.options.rel_tolerance,
             f"step {step.step} ({label})",
             against,
         )

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import find_first_move
 from xlarun.errors import EngineError, InputError
-from xlarun.replay.compare import compare_outputs
 
 if TYPE_CHECKING:
-    from xlarun.diff import PassStep
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.store.records import FileInfo
 
 #: Kept pass -> (the DebugOptions field that turns off what it does to the numbers, its value, what that means).
@@ -32,11 +31,10 @@ SWITCHES: dict[str, tuple[str, bool, str]] = {
 }
 
 
-def measure_kept_passes(
-    replayer, before: FileInfo, steps: list[PassStep], expected: list, options, result: BisectResult, log: Callable[[str], None]
-) -> None:
+def measure_kept_passes(replayer, plan: BisectPlan, expected: list, result: BisectResult, log: Callable[[str], None]) -> None:
     """After a search that found nothing with ``result.kept_passes`` on: measure each kept pass that has a
     switch, and name it as the culprit when it moves the reference past the tolerance."""
+    before, steps = plan.before, plan.steps
     unmeasured = []
     for name in result.kept_passes:
         if name not in SWITCHES:
@@ -51,7 +49,7 @@ def measure_kept_passes(
             continue
         if outputs is None:
             continue
-        comparison = compare_outputs(expected, outputs, options.abs_tolerance, options.rel_tolerance, "reference")
+        comparison = plan.compare(expected, outputs, "reference")
         log(
             f"{name} kept on; with {field}={str(value).lower()} the reference moves by max abs "
             f"{comparison.max_abs_error:.3g}, rel {comparison.max_rel_error:.3g}"
@@ -81,8 +79,8 @@ def measure_kept_passes(
             f"{name} must stay on for the module to compile, so every step was replayed with it on; its own effect, "
             f"{meaning}, was measured by recompiling the reference with {field}={str(value).lower()}"
         )
-        if options.ops:
-            result.first_move = _first_move(replayer, switched, before, name, field, value, options, log)
+        if plan.options.ops:
+            result.first_move = _first_move(replayer, switched, before, name, field, value, plan, log)
         return
     if unmeasured:
         result.warnings.append(
@@ -100,15 +98,15 @@ def _run_with(replayer, debug_options: dict, text: str) -> list | None:
         replayer.debug_options = saved
 
 
-def _first_move(replayer, switched: dict, before: FileInfo, name: str, field: str, value: bool, options, log) -> dict:
+def _first_move(replayer, switched: dict, before: FileInfo, name: str, field: str, value: bool, plan: BisectPlan, log) -> dict:
     text = replayer.text(before.path)
     try:
         answer = find_first_move(
             replayer.run_text,
             text,
             text,
-            options.abs_tolerance,
-            options.rel_tolerance,
+            plan.options.abs_tolerance,
+            plan.options.rel_tolerance,
             "the reference as compiled",
             f"the reference with {field}={str(value).lower()}",
             run_before=lambda exposed: _run_with(replayer, switched, exposed),

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_options import BisectOptions
+from xlarun.bisect.bisect_plan import BisectPlan, disable, plan_bisection
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.kept import measure_kept_passes
@@ -23,64 +24,23 @@ from xlarun.bisect.recorded import BisectRecord, now, record_bisection
 from xlarun.bisect.replayer import StepReplayer
 from xlarun.bisect.search import binary_search, linear_search
 from xlarun.bisect.sharded_replayer import (
-    PARTITIONER_PASSES,
     ShardedReplayer,
     blame_partitioner,
     describe_devices,
     instruction_search_refusal,
-    plan_devices,
+    open_replayer,
 )
-from xlarun.diff import PassStep, pass_diff, pass_steps
+from xlarun.diff import PassStep, pass_diff
 from xlarun.errors import EngineError, InputError
 from xlarun.replay import pjrt
-from xlarun.replay.compare import compare_outputs
 from xlarun.replay.literals import flatten
-from xlarun.replay.partitioned import partitioning_of_text
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.records import ModuleInfo
 
 Log = Callable[[str], None]
-_NOT_PASSES = {"pipeline-start", "pipeline-end"}
-#: Passes a program cannot run without (measured, jax 0.10.2 CPU): without sharding-remover a JAX program
-#: calls a 'Sharding' custom call the host has no kernel for; without copy-insertion buffer assignment
-#: fails on parameters or constants that are outputs. They move no numbers, so they are never disabled.
-NEVER_DISABLED = ("sharding-remover", "copy-insertion", "flatten-call-graph", "layout-assignment")
 _MAX_DIFF_LINES = 400
-
-
-def timeline_pass_names(steps: list[PassStep]) -> list[str]:
-    """Every pass the timeline names (after or before a dump), in the order they first appear."""
-    names = []
-    for step in steps:
-        for name in (step.after_pass, step.before_pass):
-            if name and name not in _NOT_PASSES:
-                names.append(name)
-    return list(dict.fromkeys(names))
-
-
-def changing_pass_names(steps: list[PassStep]) -> list[str]:
-    """The passes that changed the module (their dump differs from the one before), in timeline order.
-
-    Only these can be a single culprit: the pipeline is deterministic, so disabling a pass that left
-    every module as it was changes nothing on its own.
-    """
-    return list(dict.fromkeys(s.after_pass for s in steps if s.changed and s.after_pass and s.after_pass not in _NOT_PASSES))
-
-
-def refuse_unbisectable(module: ModuleInfo, steps: list[PassStep]) -> None:
-    """Raise InputError when the module lacks what a replay bisection needs."""
-    if not steps:
-        raise InputError(
-            f"{module.label} was captured without per-pass dumps: there is no pass timeline to bisect",
-            "set dump.pass_re: '.*' and dump.formats: [text] in the spec (dump.large_constants: true and dump.snapshots: true help too), capture again",
-        )
-    if module.elided_constants:
-        raise InputError(
-            f"{module.label} was dumped without large constants: its {{...}} constants would be replayed as garbage",
-            "set dump.large_constants: true in the spec and capture again",
-        )
 
 
 def bisect_and_record(
@@ -99,36 +59,17 @@ def bisect_module(
     options = (options or BisectOptions()).validate()
     log = sink or (lambda _line: None)
     started = time.perf_counter()
-    steps = pass_steps(module)
-    refuse_unbisectable(module, steps)
-    before = next((f for f in module.files if f.kind == "hlo" and f.stage == "before_optimizations" and f.format == "text"), None)
-    if before is None:
-        raise InputError(f"{module.label} has no before_optimizations text dump", "capture with dump.formats including text")
-    partitioning = partitioning_of_text(store.read_file(module.run_id, before.path)[:4096].decode("utf-8", errors="replace"))
-    plan = plan_devices(store, module, steps, before, partitioning, options) if partitioning.devices > 1 else None
-    debug_options, disabled = _debug_options(options, steps, sharded=plan is not None)
-    if plan is not None:
-        replayer: StepReplayer = ShardedReplayer(store, module, options, debug_options, log, plan, steps)
-    else:
-        replayer = StepReplayer(store, module, options, debug_options, log)
+    plan = plan_bisection(store, module, options)
+    replayer = open_replayer(store, plan, log)
     try:
-        return _bisect(store, module, options, steps, before, replayer, debug_options, disabled, log, started)
+        return _bisect(store, plan, replayer, log, started)
     finally:
         replayer.close()
 
 
-def _bisect(
-    store: Store,
-    module: ModuleInfo,
-    options: BisectOptions,
-    steps: list[PassStep],
-    before: FileInfo,
-    replayer: StepReplayer,
-    debug_options: dict,
-    disabled: list[str],
-    log: Log,
-    started: float,
-) -> BisectResult:
+def _bisect(store: Store, plan: BisectPlan, replayer: StepReplayer, log: Log, started: float) -> BisectResult:
+    """The search over the plan's steps: the reference, then steps until the first that diverges, then what moved."""
+    module, options, steps, before, disabled = plan.module, plan.options, plan.steps, plan.before, plan.disabled
     kept: list[str] = []
     error = None
     if disabled:  # the reference's own run (kept for it), which says whether the module compiles this way
@@ -140,7 +81,7 @@ def _bisect(
         log(
             f"the before_optimizations module does not compile with {len(disabled)} passes disabled ({error}); finding the passes it needs"
         )
-        needed = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, _disable(off)))
+        needed = _passes_needed(disabled, lambda off: replayer.compile_error(before.path, disable(off)))
         if needed is None:
             raise EngineError(
                 f"the before_optimizations module does not compile with the timeline's passes disabled: {error}",
@@ -148,12 +89,12 @@ def _bisect(
             )
         kept = needed
         disabled = [n for n in disabled if n not in kept]
-        replayer.debug_options = _disable(disabled)
+        replayer.debug_options = disable(disabled)
         log(f"kept enabled, as the module does not compile without them: {', '.join(kept)}")
     result = BisectResult(
         "replay",
         module.ref,
-        reference=_reference_name(options),
+        reference=plan.reference_name,
         recompile=options.recompile,
         disabled_passes=disabled,
         abs_tolerance=options.abs_tolerance,
@@ -164,11 +105,11 @@ def _bisect(
         module_id=module.module_id,
         kept_passes=kept,
     )
-    plan = getattr(replayer, "plan", None)
-    if plan is not None:
-        describe_devices(result, plan, steps, log)
+    devices = plan.devices
+    if devices is not None:
+        describe_devices(result, devices, steps, log)
     log(f"{module.label}: {len(steps)} pass steps; recompiling each with {_describe_recompile(options, disabled)}")
-    expected, start_diverged = _reference_outputs(replayer, before, options, result, log)
+    expected, start_diverged = _reference_outputs(replayer, plan, result, log)
     result.arguments = (
         "snapshot" if replayer.snapshot() is not None and replayer.arguments is replayer.snapshot().arguments else "fake"
     )
@@ -183,9 +124,9 @@ def _bisect(
         entry = StepError(
             step.step, step.label, step.after_pass, step.pipeline, step.path, compile_s=compile_s, error=error, reused=reused
         )
-        entry.devices = plan.step_devices(index) if plan is not None else 1
+        entry.devices = devices.step_devices(index) if devices is not None else 1
         if outputs is not None:
-            comparison = compare_outputs(outputs, expected, options.abs_tolerance, options.rel_tolerance, result.reference)
+            comparison = plan.compare(outputs, expected, result.reference)
             entry.max_abs_error, entry.max_rel_error, entry.diverged = (
                 comparison.max_abs_error,
                 comparison.max_rel_error,
@@ -208,42 +149,26 @@ def _bisect(
     result.steps = result.steps + [errors[i] for i in sorted(errors)]
     result.replays = replayer.replays
     _conclude(store, module, steps, first, errors, result)
-    if plan is not None and first is not None and first == plan.first_per_device:
+    if devices is not None and first is not None and first == devices.first_per_device:
         blame_partitioner(result, steps, first)
-    if first is None and result.kept_passes and plan is None:
-        measure_kept_passes(replayer, before, steps, expected, options, result, log)
-    elif first is None and result.kept_passes and plan is not None:
+    if first is None and result.kept_passes and devices is None:
+        measure_kept_passes(replayer, plan, expected, result, log)
+    elif first is None and result.kept_passes and devices is not None:
         result.warnings.append(
             f"kept on, as the module does not compile without them: {', '.join(result.kept_passes)}; what they do to the "
-            f"numbers is not measured on {plan.devices} devices, so 'no step diverges' does not clear them"
+            f"numbers is not measured on {devices.devices} devices, so 'no step diverges' does not clear them"
         )
-    refusal = instruction_search_refusal(plan, first) if plan is not None and first is not None else None
+    refusal = instruction_search_refusal(devices, first) if devices is not None and first is not None else None
     if options.ops and refusal is not None:
         result.warnings.append(refusal)
     elif options.ops and first is not None:
         if isinstance(replayer, ShardedReplayer):  # past the partitioner (else refused above): values are per-device
-            replayer.texts_per_device = plan is not None and plan.first_per_device is not None and first > plan.first_per_device
-        result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, options, log)
+            replayer.texts_per_device = (
+                devices is not None and devices.first_per_device is not None and first > devices.first_per_device
+            )
+        result.first_move = locate_first_move(replayer, steps[first], steps[first - 1] if first else before, plan, log)
     result.wall_s = time.perf_counter() - started
     return result
-
-
-def _debug_options(options: BisectOptions, steps: list[PassStep], sharded: bool = False) -> tuple[dict, list[str]]:
-    if options.recompile == "all":
-        if sharded:  # the partitioner is an HLO pass too: without it no global step is split over the devices
-            raise InputError(
-                "--recompile all disables the SPMD partitioner, which a partitioned module's steps need",
-                "use --recompile timeline (the partitioner's passes are kept on) or --recompile full",
-            )
-        return {"xla_disable_all_hlo_passes": True}, []
-    never = NEVER_DISABLED + (PARTITIONER_PASSES if sharded else ())
-    disabled = [n for n in timeline_pass_names(steps) if n not in never] if options.recompile == "timeline" else []
-    disabled = list(dict.fromkeys(disabled + list(options.extra_disabled)))
-    return ({"xla_disable_hlo_passes": ",".join(disabled)} if disabled else {}), disabled
-
-
-def _disable(passes: list[str]) -> dict:
-    return {"xla_disable_hlo_passes": ",".join(passes)} if passes else {}
 
 
 #: At most this many passes are kept enabled for the module to compile; past it the search gives up.
@@ -285,16 +210,9 @@ def _describe_recompile(options: BisectOptions, disabled: list[str]) -> str:
     return f"{len(disabled)} passes disabled" if disabled else "the full pipeline (passes may apply again)"
 
 
-def _reference_name(options: BisectOptions) -> str:
-    if options.reference == "snapshot":
-        return "snapshot result"
-    return f"before_optimizations on {options.reference_platform}" if options.reference_platform else "before_optimizations"
-
-
-def _reference_outputs(
-    replayer: StepReplayer, before: FileInfo, options: BisectOptions, result: BisectResult, log: Log
-) -> tuple[list, bool]:
+def _reference_outputs(replayer: StepReplayer, plan: BisectPlan, result: BisectResult, log: Log) -> tuple[list, bool]:
     """The outputs each step is compared with, and whether the before_optimizations module already differs from them."""
+    options, before = plan.options, plan.before
     platform = pjrt.Platform(options.reference_platform) if options.reference_platform else None
     outputs, _, error = replayer.run(before.digest, before.path, platform)
     if outputs is None:
@@ -312,7 +230,7 @@ def _reference_outputs(
     if replayer.arguments is not snapshot.arguments:
         raise InputError("the snapshot's arguments do not fit the module", "use --reference before")
     expected = flatten(snapshot.result)
-    start = compare_outputs(outputs, expected, options.abs_tolerance, options.rel_tolerance, "snapshot result")
+    start = plan.compare(outputs, expected, "snapshot result")
     entry = StepError(
         -1, "before_optimizations", None, None, before.path, start.max_abs_error, start.max_rel_error, not start.matched
     )

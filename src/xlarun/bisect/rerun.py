@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xlarun.bisect.bisect_plan import NEVER_DISABLED, changing_pass_names
 from xlarun.bisect.bisect_result import BisectResult, RerunTrial
-from xlarun.bisect.replay_mode import NEVER_DISABLED, changing_pass_names
 from xlarun.errors import InputError, XlarunError
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Bisect a module partitioned for N devices: each pass step runs where its code belongs.
+"""Bisect a module partitioned for N devices: each pass step runs where its code belongs (:class:`.bisect_plan.DevicePlan`).
 
 A partitioned module's timeline has two kinds of step. Before the SPMD partitioner, a step is the whole
 program with sharding annotations (global shapes); from the partitioner on, it is per-device code (each
@@ -18,121 +18,29 @@ partitioner's passes kept on), and the result says the partitioner itself is par
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xlarun.bisect.bisect_plan import PARTITIONER, DevicePlan
 from xlarun.bisect.replayer import Log, StepReplayer
-from xlarun.errors import EngineError, EnvironmentProblem, InputError
+from xlarun.errors import EngineError
 from xlarun.replay import pjrt
 from xlarun.replay.deoptimize import deoptimize_hlo_text
-from xlarun.replay.partitioned import COLLECTIVE_OPCODES, Partitioning, rewrite_for_devices
-from xlarun.replay.sources import entry_parameter_shapes, entry_result_shape, module_opcodes
+from xlarun.replay.partitioned import rewrite_for_devices
+from xlarun.replay.sources import entry_parameter_shapes, entry_result_shape
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_options import BisectOptions
+    from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.diff import PassStep
     from xlarun.store.facade import Store
-    from xlarun.store.records import FileInfo, ModuleInfo
-
-#: Passes without which a global module is not split over its N devices: kept on when one is compiled for N.
-PARTITIONER_PASSES = ("shardy-xla", "sharding-propagation", "spmd-partitioning", "spmd-cleanup")
-#: The partitioner's pass, and the nested pipeline it runs on the module it has just made per-device.
-_PARTITIONER, _PARTITIONER_CLEANUP = "spmd-partitioning", "spmd-cleanup"
-_LAYOUT_KEY = "entry_computation_layout={"
+    from xlarun.store.records import ModuleInfo
 
 
-@dataclass
-class DevicePlan:
-    """Where each step of a partitioned module's bisection runs."""
-
-    partitioning: Partitioning
-    #: Index (in the timeline) of the first per-device step; ``None``: the timeline never reaches the partitioner.
-    first_per_device: int | None
-    #: Devices the reference and the global steps run on: 1 (the program's meaning) or N.
-    reference_devices: int
-    #: Why the reference runs there (for the result's warnings when it is N).
-    why: str = ""
-
-    @property
-    def devices(self) -> int:
-        return self.partitioning.devices
-
-    def step_devices(self, index: int) -> int:
-        """How many devices timeline step ``index`` runs on (-1: the before_optimizations module)."""
-        per_device = self.first_per_device is not None and index >= self.first_per_device
-        return self.devices if per_device else self.reference_devices
-
-
-def plan_devices(
-    store: Store, module: ModuleInfo, steps: list[PassStep], before: FileInfo, partitioning: Partitioning, options: BisectOptions
-) -> DevicePlan:
-    """Which steps are per-device code and where the reference runs; refuses what a sharded bisection cannot do."""
-    if partitioning.replicas > 1:
-        raise InputError(
-            f"{module.label} is compiled for {partitioning.describe()}: a replay bisection runs a module over partitions, not replicas",
-            "rerun mode (`xlarun bisect SPEC --check ...`) bisects by running the job itself",
-        )
-    if options.reference != "before" or options.reference_platform:
-        raise InputError(
-            f"{module.label} is partitioned for {partitioning.devices} devices: its snapshot (if any) holds one device's "
-            "values, and the reference runs where the steps run",
-            "use --reference before, without --reference-platform",
-        )
-    _require_devices(options.platform, partitioning.devices, module.label)
-    before_text = store.read_file(module.run_id, before.path).decode("utf-8", errors="replace")
-    collectives = sorted(op for op in module_opcodes(pjrt.text_to_module_proto(before_text)) if op in COLLECTIVE_OPCODES)
-    first = _first_per_device(store, module, steps, _entry_layout(before_text))
-    if not collectives:
-        return DevicePlan(partitioning, first, 1)
-    why = (
-        f"the before_optimizations module holds per-device code ({', '.join(collectives)}), so it has no one-device form: "
-        f"the reference and the steps before the partitioner ran partitioned by XLA on {partitioning.devices} devices, "
-        "and what the partitioner does to the numbers is part of the reference"
-    )
-    return DevicePlan(partitioning, first, partitioning.devices, why)
-
-
-def _require_devices(platform: str, count: int, label: str) -> None:
-    """Refuse (exit 3) when ``count`` devices of ``platform`` cannot be had (host CPU devices always can: the
-    worker is started with that many)."""
-    if platform in ("cpu", "host"):
-        return
-    try:
-        found = len(pjrt.Platform(platform).client.local_devices())
-        detail = f"{platform} here has {found}"
-    except EnvironmentProblem as exc:
-        found, detail = 0, exc.message
-    if found < count:
-        raise EnvironmentProblem(
-            f"{label} is partitioned for {count} devices and its bisection runs each step on {count} {platform} devices; {detail}",
-            f"bisect on a machine with {count} {platform} devices, or on {count} host CPU devices (--platform cpu)",
-        )
-
-
-def _entry_layout(text: str) -> str | None:
-    """The ``entry_computation_layout={...}`` of the ``HloModule`` line (its braces nest: ``f32[4]{0}``)."""
-    start = text.find(_LAYOUT_KEY, 0, text.find("\n") if "\n" in text else len(text))
-    if start < 0:
-        return None
-    depth = 0
-    for end in range(start + len(_LAYOUT_KEY) - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[end], 0)
-        if depth == 0:
-            return text[start : end + 1]
-    return None
-
-
-def _first_per_device(store: Store, module: ModuleInfo, steps: list[PassStep], global_layout: str | None) -> int | None:
-    """The first step that is per-device code: its entry shapes are no longer the program's, or the partitioner
-    has run (a fully replicated program keeps its shapes)."""
-    for index, step in enumerate(steps):
-        if step.after_pass == _PARTITIONER or step.pipeline == _PARTITIONER_CLEANUP:
-            return index
-        head = store.read_file(module.run_id, step.path)[:65536].decode("utf-8", errors="replace")
-        layout = _entry_layout(head)
-        if global_layout is not None and layout is not None and layout != global_layout:
-            return index
-    return None
+def open_replayer(store: Store, plan: BisectPlan, log: Log) -> StepReplayer:
+    """The replayer ``plan`` asks for: each step where the :class:`DevicePlan` says for a partitioned module, else on one device."""
+    if plan.devices is not None:
+        return ShardedReplayer(store, plan.module, plan.options, dict(plan.debug_options), log, plan.devices, plan.steps)
+    return StepReplayer(store, plan.module, plan.options, dict(plan.debug_options), log)
 
 
 class ShardedReplayer(StepReplayer):
@@ -232,10 +140,10 @@ def describe_devices(result, plan: DevicePlan, steps: list[PassStep], log: Log) 
 def blame_partitioner(result, steps: list[PassStep], first: int) -> None:
     """The first per-device step moved the numbers: that is the SPMD partitioner's work, whatever its dump is named after."""
     step = steps[first]
-    if step.after_pass == _PARTITIONER:
+    if step.after_pass == PARTITIONER:
         return
-    result.culprit_pass = _PARTITIONER
-    result.culprit_pipeline = next((s.pipeline for s in steps if s.after_pass == _PARTITIONER), step.pipeline)
+    result.culprit_pass = PARTITIONER
+    result.culprit_pipeline = next((s.pipeline for s in steps if s.after_pass == PARTITIONER), step.pipeline)
     result.culprit_run = result.culprit_runs = 1
     result.warnings.append(
         f"step {step.step} ({step.label}) is the first dump of the per-device module the SPMD partitioner made: "

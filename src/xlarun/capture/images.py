@@ -1,7 +1,7 @@
 """The Docker engine and xlarun's images: connect, build ``containers/<kind>``, inspect, find runners.
 
 ``xlarun images build cpu|gpu|ipu [--base IMAGE]`` is :func:`build_image`; the container backend uses
-:func:`connect_docker` and :func:`require_image`; the replay drivers use :func:`find_runner_in_image`
+:func:`connect_docker` and :func:`require_image`; the replay drivers use :func:`runner_in_image`
 to run ``hlo_runner_main`` / ``run_hlo_module`` from an image (NVIDIA's JAX images carry the first).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -366,10 +367,32 @@ def find_runner_in_image(image: str, name: str, client: docker.DockerClient | No
     Reads the image's runner list (``/opt/xlarun/runners.txt``, written by xlarun's Dockerfiles) and
     otherwise asks a throw-away container's shell (``command -v``) and a few usual folders.
     """
-    import docker.errors
+    client = client or connect_docker()
+    return _find_runner(client, require_image(client, image).id, image, name)
 
+
+def runner_in_image(
+    image: str, name: str, path: str | None = None, *, usage: bool = False, client: docker.DockerClient | None = None
+) -> tuple[str | None, str | None]:
+    """The replay runner ``name`` in ``image``, for the replay drivers: its path (``path`` when given, else
+    :func:`find_runner_in_image`'s; None when the image has none) and, with ``usage``, what its ``--help`` prints.
+
+    Raises EnvironmentProblem when the image is not on the Docker host; each answer is asked once per image in a process.
+    """
     client = client or connect_docker()
     image_id = require_image(client, image).id
+    binary = path or _find_runner(client, image_id, image, name)
+    if not binary or not usage:
+        return binary, None
+    key = (image_id, "--help " + binary)
+    if key not in _runners_cache:
+        _runners_cache[key] = _throwaway(
+            client, image_id, image, f"{shlex.quote(binary)} --help 2>&1; true", f"run {binary} --help in"
+        )
+    return binary, _runners_cache[key]
+
+
+def _find_runner(client: docker.DockerClient, image_id: str, image: str, name: str) -> str | None:
     found = _runners_cache.get((image_id, name))
     if found is not None:
         return found or None
@@ -379,20 +402,28 @@ def find_runner_in_image(image: str, name: str, client: docker.DockerClient | No
         f"for d in /usr/local/bin /opt/xla/bin /opt/xla/bazel-bin/xla/tools /usr/bin; do "
         f"[ -x $d/{name} ] && echo $d/{name}; done; true"
     )
+    output = _throwaway(client, image_id, image, probe, f"look for {name} in")
+    paths = [line.strip() for line in output.splitlines() if line.strip().startswith("/")]
+    _runners_cache[(image_id, name)] = paths[0] if paths else ""
+    return paths[0] if paths else None
+
+
+def _throwaway(client: docker.DockerClient, image_id: str, image: str, script: str, doing: str) -> str:
+    """What ``script`` prints in a throw-away container of the image (no network, removed after)."""
+    import docker.errors
+
     try:
         output = client.containers.run(
             image_id,
-            entrypoint=["/bin/sh", "-c", probe],
+            entrypoint=["/bin/sh", "-c", script],
             remove=True,
             network_mode="none",
             labels={"xlarun.run": "probe", "xlarun.owner-pid": str(os.getpid()), "xlarun.kind": "probe"},
             user="0:0",
         )
     except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"cannot look for {name} in image {image}: {exc}") from None
-    paths = [line.strip() for line in output.decode(errors="replace").splitlines() if line.strip().startswith("/")]
-    _runners_cache[(image_id, name)] = paths[0] if paths else ""
-    return paths[0] if paths else None
+        raise EnvironmentProblem(f"cannot {doing} image {image}: {exc}") from None
+    return output.decode(errors="replace")
 
 
 _runners_cache: dict[tuple[str, str], str] = {}

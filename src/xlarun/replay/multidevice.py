@@ -120,14 +120,21 @@ class DeviceGroup:
     ) -> MultiDeviceModule:
         """Compile for ``partitions x replicas`` devices; ``partition``: run XLA's SPMD partitioner on it.
         ``debug_options``: DebugOptions fields for this compile only (a bisection's disabled passes)."""
+        if partitions * replicas != len(self.devices):
+            raise EngineError(
+                f"a module for {partitions} partitions x {replicas} replicas cannot be compiled for the {len(self.devices)} "
+                f"{self.platform.name} devices this replay was planned on"
+            )
         b = pjrt.bindings()
         xc = b.xla_client
         options = pjrt.compile_options(b, debug_options or {})
         options.num_partitions, options.num_replicas = partitions, replicas
         build = options.executable_build_options
         build.use_spmd_partitioning = partitions > 1
-        # shard_map and jax's shardings arrive as xla.sdy.* attributes, which only Shardy's import reads
-        build.use_shardy_partitioner = partition
+        # shard_map and jax's shardings arrive as xla.sdy.* attributes, which only Shardy's import reads; a jaxlib
+        # without Shardy (0.4.30) has only the GSPMD partitioner, which reads the HLO's own sharding attributes
+        if hasattr(build, "use_shardy_partitioner"):
+            build.use_shardy_partitioner = partition
         ids = np.array([d.id for d in self.devices]).reshape(replicas, partitions)
         options.device_assignment = xc.DeviceAssignment.create(ids)
         start = time.perf_counter()

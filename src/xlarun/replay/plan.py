@@ -101,6 +101,15 @@ def _plan_devices(plan: ReplayPlan) -> None:
             f"{source.path.name}'s snapshot holds one device's arguments; the {partitioning.devices}-device replay uses seeded fake data instead",
         )
     plan.before = plan.unoptimized() if source.optimized else source
+    theirs = partitioning_of_source(plan.before) if plan.before is not None else partitioning
+    if theirs.devices > 1 and theirs.devices != partitioning.devices:  # a before dump of N devices is partitioned for N
+        assert plan.before is not None  # else theirs is the module's own
+        plan.refusal = EngineError(
+            f"{source.path.name} is compiled for {partitioning.devices} devices ({partitioning.describe()}) and its "
+            f"before_optimizations dump {plan.before.path.name} for {theirs.devices} ({theirs.describe()}): "
+            "they are not the dumps of one compile",
+            f"replay {plan.before.path.name} itself, which runs on its own {theirs.devices} devices",
+        )
 
 
 def warn(result: ReplayResult, log: Log, message: str) -> None:

@@ -223,7 +223,7 @@ def _replay_one(
         tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         one.error = f"no result from {release}: {tail}"
         return one, None
-    one.verdict, one.error = data.get("verdict"), data.get("error")
+    one.verdict, one.error = data.get("verdict"), _one_line(data.get("error"))
     one.max_abs_error, one.compile_s = data.get("max_abs_error"), data.get("compile_s")
     times = data.get("run_times_s") or []
     one.median_run_s = statistics.median(times) if times else None
@@ -234,6 +234,14 @@ def _replay_one(
         return one, None
     with np.load(out) as saved:
         return one, [saved[k] for k in sorted(saved.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def _one_line(error: str | None) -> str | None:
+    """A release's error as one line of its table: a traceback's last line (the exception), else the first."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return error
+    return lines[-1] if lines[0].startswith("Traceback") else " ".join(lines)
 
 
 def _against_first(one: ReleaseReplay, outputs: list, first: list, options: ReplayOptions) -> None:

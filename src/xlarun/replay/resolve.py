@@ -6,10 +6,11 @@ XLA's runners (:mod:`.drivers`). A replay of a stored module, or of a file into 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,12 +32,12 @@ def resolve_engine(options: ReplayOptions) -> str:
     """The engine ``options.engine`` means here: ``auto`` becomes pjrt when jaxlib imports, else a runner."""
     if options.engine != "auto":
         return options.engine
-    from xlarun.replay import drivers, pjrt
+    from xlarun.replay import pjrt, runner_site
 
     if pjrt.jaxlib_version() is not None:
         return "pjrt"
-    for runner in drivers.RUNNERS:
-        if drivers.runner_available(runner):
+    for runner in runner_site.RUNNERS:
+        if runner_site.runner_available(runner):
             return runner
     raise EnvironmentProblem(
         "no replay engine: jaxlib is not installed and neither run_hlo_module nor hlo_runner_main was found",
@@ -100,14 +101,23 @@ def replay_file(
 
     if snapshot is not None:
         raise InputError(f"--snapshot works with the pjrt engine only, not {engine}", "give the runner the snapshot file itself")
-    if data is None:
-        return run_runner(engine, path, options, sink)
-    with tempfile.TemporaryDirectory(prefix="xlarun-replay-") as tmp:
-        local = Path(tmp) / Path(path).name
-        local.write_bytes(data)
+    with _on_disk(Path(path), data) as local:
         result = run_runner(engine, local, options, sink)
+    if data is not None:
         result.source = str(path)
-        return result
+    return result
+
+
+@contextlib.contextmanager
+def _on_disk(path: Path, data: bytes | None) -> Iterator[Path]:
+    """``path`` itself, or (for bytes read from the store) a temporary file of its name holding ``data``."""
+    if data is None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="xlarun-replay-") as tmp:
+        local = Path(tmp) / path.name
+        local.write_bytes(data)
+        yield local
 
 
 def replay_here(

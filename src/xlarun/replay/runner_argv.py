@@ -78,6 +78,8 @@ class RunnerCommand:
     omitted: dict[str, str] = field(default_factory=dict)
     #: Whether the binary's flags were known (its ``--help`` listed them) when the line was built.
     flags_known: bool = False
+    #: Whether it runs on a GPU platform (a container running it is given the GPUs).
+    gpus: bool = False
 
     @property
     def left_out(self) -> list[str]:
@@ -149,7 +151,8 @@ def runner_command(
         argv, wanted = _hlo_runner_main(path, options)
     else:
         raise InputError(f"unknown runner {runner!r}", f"use one of: {', '.join(RUNNERS)}")
-    command = RunnerCommand(runner, [binary or runner, *argv], flags_known=defined is not None)
+    gpus = xla_platform(options.platform).run_hlo_module in GPU_PLATFORMS
+    command = RunnerCommand(runner, [binary or runner, *argv], flags_known=defined is not None, gpus=gpus)
     for flag, value in wanted:
         since = VERSION_SPECIFIC[runner].get(flag)
         if since and (defined is None or flag not in defined):

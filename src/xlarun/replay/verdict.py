@@ -35,7 +35,7 @@ def conclude_replay(plan: ReplayPlan, built: Built, outputs: list, comparisons: 
     ``--save-outputs`` cannot be written."""
     result, options, log = plan.result, plan.options, plan.log
     conclude(result, comparisons, log)
-    if options.save_outputs and not plan.partitioned:
+    if options.save_outputs:  # on N devices: the global outputs, put back together from the devices' pieces
         _save_outputs(options.save_outputs, outputs)
     note_nonfinite(result, outputs, log)
     if isinstance(built, Compiled):

@@ -341,10 +341,11 @@ def run_in_image(
     timeout_s: float | None = None,
     gpus: object = None,
     sink: OutputSink | None = None,
-    pull: str = "never",
 ) -> LaunchResult:
-    """Run a tool (a replay runner found by :func:`xlarun.capture.images.find_runner_in_image`) inside ``image``.
+    """Run a tool (a replay runner found by :func:`xlarun.capture.images.runner_in_image`) inside ``image``.
 
+    The image must be on the Docker host already (:func:`xlarun.capture.images.runner_in_image` checks it, with a
+    hint to build or pull it); one that is not is an EnvironmentProblem.
     The given host folders are mounted at their own paths, so ``argv`` needs no rewriting; the tool
     runs as the caller's uid:gid without network, the container is always removed, and the result
     is the same :class:`LaunchResult` a job gets (``exit_code``, TIMED_OUT at ``timeout_s``).
@@ -365,14 +366,17 @@ def run_in_image(
         network_mode="none",
     )
     client = images.connect_docker()
-    images.require_image(client, image, pull=pull)
     job = Job(argv=list(argv), env={}, cwd=Path(spec.working_dir), run_dir=Path(spec.working_dir), timeout_s=timeout_s)
     return _ContainerRun(client, spec, job, sink or (lambda stream, text: None)).execute()
 
 
 def _start_problem(exc: Exception, spec: ContainerSpec) -> XlarunError:
     """A clear message for an engine that refused to create or start the container."""
+    import docker.errors
+
     text = getattr(exc, "explanation", None) or str(exc)
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return EnvironmentProblem(f"image {spec.image} is not on this Docker host: {text}", hint="build or pull it first")
     missing = re.search(r"bind source path does not exist: (\S+)", text)
     if missing:
         return InputError(
