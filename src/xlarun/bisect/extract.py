@@ -213,8 +213,8 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
     """The replayer that computes the values of the dump at ``path``, and which device's piece of each value is the
     extract's (``None``: the run is on one device). A per-device step of a partitioned module runs on its devices;
     the extract, one device's code, gets device 0's values."""
-    from xlarun.bisect.replayer import StepReplayer
     from xlarun.bisect.bisect_plan import plan_devices
+    from xlarun.bisect.replayer import StepReplayer
     from xlarun.bisect.sharded_replayer import ShardedReplayer
     from xlarun.diff import pass_steps
     from xlarun.replay.partitioned import partitioning_of_text
