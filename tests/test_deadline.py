@@ -89,3 +89,19 @@ def test_stop_group_asks_first_and_kills_what_ignores_it():
     assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - started < 10
     deadline.stop_group(stubborn)  # a group already gone is fine
     assert os.getpgrp() != stubborn.pid
+
+
+def test_a_runner_past_its_timeout_is_killed_with_what_it_started(tmp_path):
+    """replay's XLA runner path runs the runner through deadline.py: its output kept, the verdict says it was killed."""
+    from xlarun.replay.runner_launch import _run_here
+
+    runner = tmp_path / "run_hlo_module"
+    runner.write_text(f"#!{sys.executable}\n" + FAMILY.replace("print(g.pid, flush=True)", "print('child', g.pid, flush=True)"))
+    runner.chmod(0o755)
+    seen: list[str] = []
+    started = time.monotonic()
+    ended = _run_here("run_hlo_module", [str(runner)], 1.0, seen.append)
+    assert time.monotonic() - started < 20
+    assert ended.returncode == -signal.SIGKILL and "ran past the 1 s timeout and was killed" in (ended.unfinished or "")
+    grandchild = int(seen[0].split()[1])
+    assert _gone(grandchild)

@@ -15,7 +15,6 @@ import os
 import pwd
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, ExitCode, InputError
 from xlarun.replay.compare import compare_outputs
 from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
@@ -210,11 +210,8 @@ def _replay_one(
     }
     env.pop("XLARUN_STORE", None)
     one = ReleaseReplay(release)
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=(options.timeout_s or DEFAULT_ENGINE_TIMEOUT_S) + 120
-        )
-    except subprocess.TimeoutExpired:
+    proc = deadline.run_within(argv, (options.timeout_s or DEFAULT_ENGINE_TIMEOUT_S) + 120, text=True, env=env)
+    if proc.timed_out:  # the replay and its engine's child were killed
         one.error = "the replay did not end in time"
         return one, None
     try:

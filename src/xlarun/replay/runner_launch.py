@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from xlarun import deadline
 from xlarun.replay.runner_argv import RunnerCommand
 from xlarun.replay.runner_site import RunnerSite
 
@@ -52,18 +53,13 @@ def launch_runner(site: RunnerSite, command: RunnerCommand, path: Path, timeout_
 
 def _run_here(runner: str, argv: list[str], timeout_s: float | None, sink: Sink | None) -> RunnerExit:
     lines: list[str] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    proc = deadline.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines, sink), daemon=True)
     reader.start()
-    unfinished = None
-    try:
-        returncode = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        returncode = proc.wait()
-        unfinished = f"{runner} ran past the {timeout_s:g} s timeout and was killed"
+    done = deadline.wait_within(proc, timeout_s)  # past it, the runner and all it started are killed
     reader.join()
-    return RunnerExit(returncode, "".join(lines), unfinished)
+    unfinished = f"{runner} ran past the {timeout_s:g} s timeout and was killed" if done.timed_out else None
+    return RunnerExit(done.returncode, "".join(lines), unfinished)
 
 
 def _pump(stream, lines: list[str], sink: Sink | None) -> None:

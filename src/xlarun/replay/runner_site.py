@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 
+from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.runner_argv import VERSION_SPECIFIC, flags_from_usage
@@ -104,7 +104,9 @@ def usage_text(binary: str, timeout_s: float | None = None) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _usage(binary: str, _size: int, _mtime_ns: int, timeout_s: float) -> str | None:
     try:
-        proc = subprocess.run([binary, "--help"], capture_output=True, text=True, errors="replace", timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = deadline.run_within([binary, "--help"], timeout_s, text=True, errors="replace")
+    except OSError:
+        return None
+    if proc.timed_out:
         return None
     return proc.stdout + proc.stderr
