@@ -122,9 +122,9 @@ def _as_is(text: str) -> bool:
     names = [m.group(2) for m in _EMOJI_CODE.finditer(text)] if ":" in text else []
     names = [n for n in names if not n.isdigit() or n in DIGIT_EMOJI]  # ":14:" of a time is none: no table to load
     if names:
-        from rich._emoji_codes import EMOJI  # the table of names: 3 ms and more
+        from rich.emoji import Emoji  # loads the table of names: 3 ms and more
 
-        return not any(name.lower() in EMOJI for name in names)
+        return all(Emoji.replace(f":{name}:") == f":{name}:" for name in names)
     return True
 
 

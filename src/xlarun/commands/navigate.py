@@ -211,6 +211,7 @@ def _before_text(module) -> str | None:
 
 
 def show(
+    ctx: typer.Context,
     ref: RefArgument,
     store: StoreOption = None,
     run: RunOption = None,
@@ -224,7 +225,7 @@ def show(
     from xlarun.present_profile import time_line
 
     given = ref
-    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: shown from a temporary store
+    store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: shown from a temporary store
     bundle = given if ref != given else None  # named as the user gave it: the temporary store's run id names nothing
     module = front_door(store).module(ref, run=run)
     time = module.time  # measured, when the run was profiled
@@ -236,6 +237,7 @@ def show(
 
 
 def cat(
+    ctx: typer.Context,
     ref: RefArgument,
     stage: Annotated[
         str | None,
@@ -258,7 +260,7 @@ def cat(
     from xlarun.commands.share import bundle_or_ref
 
     given = ref
-    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: read from a temporary store
+    store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: read from a temporary store
     module = front_door(store).module(ref, run=run)
     chosen = module.file(stage, pass_name=pass_name, step=step, format=fmt)
     typer.echo(f"# {given if ref != given else module.run_id}/{chosen.path}", err=True)

@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
+    ctx: typer.Context,
     ref: Annotated[
         str,
         typer.Argument(
@@ -146,17 +147,17 @@ def replay(
             from xlarun.errors import InputError
 
             raise InputError("--time-tolerance compares releases' run times", "give it with --jaxlib A,B,...")
-        code = _replay(ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
+        code = _replay(ctx, ref, options, sink, snapshot=snapshot, file=file, store=store, run=run, as_json=as_json)
     raise typer.Exit(code)
 
 
-def _replay(ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
+def _replay(ctx: typer.Context, ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
     from xlarun.commands.share import bundle_or_ref
     from xlarun.replay import replay_file
     from xlarun.replay.resolve import replay_and_record_file, replay_stored_module
 
     given = ref
-    store, ref, run = bundle_or_ref(ref, store, run)  # a bundle .zip: replayed from a temporary store
+    store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: replayed from a temporary store
     from_bundle = ref != given  # that store goes when the command ends: nothing of the replay is kept
     path = Path(ref)
     if path.is_file() and run is None:

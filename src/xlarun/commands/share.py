@@ -156,20 +156,13 @@ def bundle(
     typer.echo(f"replay it anywhere: xlarun replay {result.path}")
 
 
-def bundle_or_ref(ref: str, store: str | None, run: str | None) -> tuple[str | None, str, str | None]:
+def bundle_or_ref(ctx: typer.Context, ref: str, store: str | None, run: str | None) -> tuple[str | None, str, str | None]:
     """(store, REF, run) for a command given a REF: a bundle .zip becomes its module in a temporary store,
-    imported for this command only and deleted when it ends; any other REF is returned unchanged."""
+    imported for this command only and deleted when it ends (``ctx``, the running command's context, holds it);
+    any other REF is returned unchanged."""
     if not (ref.lower().endswith(".zip") and Path(ref).is_file()):  # a REF, not a bundle: no bundle reader imported
         return store, ref, run
     from xlarun.bundle import opened_bundle
 
-    the_store, module = _command_context().with_resource(opened_bundle(ref))
+    the_store, module = ctx.with_resource(opened_bundle(ref))
     return str(the_store.root), module.ref, None
-
-
-def _command_context():
-    """The running command's click context (its resources are closed when the command ends): typer's own click,
-    which typer 0.29 (the version pyproject.toml pins) vendors."""
-    from typer._click.globals import get_current_context
-
-    return get_current_context()

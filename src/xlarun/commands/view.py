@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def view(
+    ctx: typer.Context,
     ref: Annotated[
         str,
         typer.Argument(
@@ -58,7 +59,7 @@ def view(
     stage = stage_of(stage)
     if not model_explorer_installed():
         raise EnvironmentProblem("Model Explorer is not installed", INSTALL_HINT)
-    store, ref, run = bundle_or_ref(ref, store, run)
+    store, ref, run = bundle_or_ref(ctx, ref, store, run)
     the_store = open_store(store)
     module = resolve_module(the_store.index, ref, run=run)
     stop = StopRequest()
