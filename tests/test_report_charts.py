@@ -79,4 +79,29 @@ def test_a_profiled_runs_report_charts_its_modules_and_each_modules_ops(tmp_path
         assert ops.is_visible()
         op_labels = [t.strip() for t in ops.locator("text").all_text_contents()]
         assert any(label.startswith("dot") or "(dot)" in label or "fusion" in label for label in op_labels), op_labels
+        memory = page.locator("#memory-over-program svg")  # the step's live bytes over its program order
+        assert memory.is_visible() and any(t.strip().startswith("peak ") for t in memory.locator("text").all_text_contents())
         browser.close()
+
+
+def test_memory_over_the_program_peaks_where_xla_says_and_is_charted(tmp_path):
+    """The live bytes at each position of the MLP step's program order (its buffer assignment's value sizes over
+    its live ranges) peak where XLA's own live-range file says, at the bytes it says; the report draws the curve."""
+    import xlarun
+    from xlarun.navigate.peak_memory import memory_over_program
+    from xlarun.report.profiles import module_memory_chart
+    from xlarun.store.facade import Store
+
+    from .test_memory import _dump
+
+    front = xlarun.open_store(tmp_path / "store")
+    run_id = front.import_dump(_dump(tmp_path / "mlp", "mlp_train_step", "module_0012.jit_train_step"), name="mlp").id
+    front.close()
+    store = Store.open(tmp_path / "store")
+    module = store.index.module(run_id, 12)
+    curve = memory_over_program(store, module)
+    assert curve is not None and len(curve.live_bytes) == len(curve.instructions) == 38
+    assert (curve.peak_position, curve.peak_bytes) == (31, 267_100)  # "Peak: 31 ... 267100 bytes" in XLA's file
+    assert curve.live_bytes[0] > 0 and curve.live_bytes[-1] < curve.peak_bytes
+    texts = _texts(str(module_memory_chart(store, module)))
+    assert any(t.startswith("peak 260.8 KiB: ") for t in texts), texts

@@ -200,3 +200,56 @@ def _costs(store: Store, module: ModuleInfo, found: ModuleMemory) -> dict[str, O
 def _describe(buffer: PeakBuffer, cost: OpCost | None) -> None:
     if cost is not None:
         buffer.opcode, buffer.op_name, buffer.sources = cost.opcode, cost.op_name, cost.sources
+
+
+@dataclass
+class MemoryCurve:
+    """The bytes of values live at each position of the module's program order (from its live ranges): what the
+    report draws as memory over program order, its peak marked."""
+
+    instructions: list[str]  # the instruction at each position
+    live_bytes: list[int]
+    peak_position: int  # where the most bytes are live (the first such position)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.live_bytes[self.peak_position]
+
+
+def memory_over_program(store: Store, module: ModuleInfo) -> MemoryCurve | None:
+    """The module's live bytes at each position of its program order; None when its buffer assignment or live
+    ranges were not dumped (or cannot be read: ``xlarun memory`` says why)."""
+    chosen = _report(module, BUFFER_ASSIGNMENT)
+    if chosen is None:
+        return None
+    try:
+        text = _text(store, module, chosen)
+        assignment = parse_buffer_assignment(text, chosen.path)
+        ranges_file = _report(module, LIVE_RANGE)
+        if ranges_file is not None:
+            live = parse_live_ranges(_text(store, module, ranges_file), ranges_file.path)
+        elif has_live_ranges(text):
+            live = parse_live_ranges(text, chosen.path)
+        else:
+            return None
+    except XlarunError:
+        return None
+    if not live.sequence:
+        return None
+    sizes = {
+        f"{value.instruction}{value.shape_index}": value.size
+        for allocation in assignment.allocations
+        for value in allocation.values
+    }
+    last = len(live.sequence) - 1
+    changes = [0] * (last + 2)
+    for key, (start, end) in live.ranges.items():
+        start, end = max(0, start), min(last, end)
+        if start <= end:
+            changes[start] += sizes.get(key, 0)
+            changes[end + 1] -= sizes.get(key, 0)
+    live_bytes, running = [], 0
+    for change in changes[:-1]:
+        running += change
+        live_bytes.append(running)
+    return MemoryCurve(live.sequence, live_bytes, live_bytes.index(max(live_bytes)))

@@ -34,7 +34,7 @@ from xlarun.errors import InputError
 from xlarun.report.bisections import bisection_blocks
 from xlarun.report.gather import FileCopier, FileEntry, ParsedCache, hlo_name, replay_rows, timeline
 from xlarun.report.graphs import GraphJob, lay_out_all, plan_graphdef, plan_module_graphs
-from xlarun.report.profiles import module_chart, run_profile
+from xlarun.report.profiles import module_chart, module_memory_chart, run_profile
 from xlarun.safe_names import checked_run_id, store_damage
 
 if TYPE_CHECKING:
@@ -199,6 +199,7 @@ class _RunReport:
             "opcodes": _opcode_rows(module.opcodes_before, module.opcodes_after),
             "time": self.profile.times.get(module.module_id) if self.profile else None,
             "time_chart": module_chart(self.store, module) if self.profile and module.module_id in self.profile.times else None,
+            "memory_chart": module_memory_chart(self.store, module),
         }
 
     def _write_svgs(self) -> None:

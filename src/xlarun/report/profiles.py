@@ -1,5 +1,6 @@
 """What a report shows of a run's profile: a chart of time by module on the run's page, a time column in its module
-table, and a chart of time by op on each module page that ran while the trace was on."""
+table, and a chart of time by op on each module page that ran while the trace was on; and of a module's memory: the
+bytes live over its program order, the peak marked (from its buffer assignment and live ranges)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
+from xlarun.navigate.peak_memory import memory_over_program
 from xlarun.navigate.profile import NoProfile, module_profile, run_times
-from xlarun.report.charts import Bar, time_bars
+from xlarun.report.charts import Bar, memory_curve, time_bars
 from xlarun.store.profile_index import ModuleTime
 
 if TYPE_CHECKING:
@@ -54,3 +56,13 @@ def _share(fraction: float) -> str:
 def _module_label(module_id: int | None, name: str) -> str:
     """``module_0012 jit_train_step`` as the module table names it; the name alone for a module the dump lacks."""
     return name if module_id is None else f"module_{module_id:04d} {name}"
+
+
+def module_memory_chart(store: Store, module: ModuleInfo) -> Markup | None:
+    """The module's live bytes over its program order, the peak marked; None without a buffer assignment and live
+    ranges in its dump."""
+    curve = memory_over_program(store, module)
+    if curve is None:
+        return None
+    title = f"Memory over the program order of {module.name or module.label} (values live at each position)"
+    return memory_curve(title, curve.live_bytes, curve.peak_position, curve.instructions[curve.peak_position])
