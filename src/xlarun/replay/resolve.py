@@ -202,7 +202,7 @@ def replay_stored_module(
     if file is not None and file not in {f.path for f in module.files}:
         raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
     unoptimized = choice.unoptimized if choice.unoptimized != path else None
-    arguments_from = choice.arguments_from if file is None else None
+    arguments_from = choice.arguments_from if file is None and options.inputs != "fake" else None
     started, clock = _now(), time.perf_counter()
     result = replay_file(
         path,
