@@ -146,6 +146,20 @@ def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
     assert code == 1 and by_replay["culprit_pass"] == "float-normalization-bf16"
 
 
+@pytest.mark.slow
+def test_rerun_mode_looks_for_other_single_culprits_once_it_has_one(cli, tmp_path):
+    """algsimp alone flips the residual; the other candidates, disabled together without it, do not: algsimp is the
+    only pass whose disabling alone flips it, and the rerun that shows so is in the table."""
+    code, data = _bisect_json(
+        cli, CONFIGS / "bisect-algsimp.yaml", "--check", r"result (\S+)", "--tolerance", "1e-3", "-j", "2", "--store", tmp_path
+    )
+    assert code == 1 and data["culprit_pass"] == "algsimp" and data["culprit_passes"] == ["algsimp"]
+    rest = [t for t in data["trials"] if t["role"] == "rest"]
+    assert len(rest) == 1 and rest[0]["flipped"] is False
+    assert sorted(rest[0]["disabled"]) == sorted(p for p in data["disabled_passes"] if p != "algsimp")
+    assert rest[0]["value"] == pytest.approx(data["baseline"], abs=1e-3)
+
+
 def test_check_reads_exit_codes_and_numbers():
     from xlarun.bisect.rerun import Check
 

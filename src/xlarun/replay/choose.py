@@ -91,11 +91,16 @@ def choose_replay_input(files: Iterable[tuple[str | Path, Any]], read: Callable[
     unoptimized = next((p for rank, p, _ in ranked if 1 <= rank <= 3), None)
     optimized = next(((p, k) for rank, p, k in ranked if rank >= 4), None)
     arguments_from = None
-    if optimized and unoptimized and (path == unoptimized or kind == "snapshot"):
-        if partitioning_of_file(unoptimized, read(unoptimized)).devices > 1:
-            # a partitioned module: what ran is the optimized module on its N devices, checked against this one
-            arguments_from = path if kind == "snapshot" else None
-            path, kind = optimized
+    if (
+        optimized
+        and unoptimized
+        and (path == unoptimized or kind == "snapshot")
+        and partitioning_of_file(unoptimized, read(unoptimized)).devices > 1
+    ):
+        # a partitioned module: what ran is the optimized module on its N devices, checked against this one (on the
+        # arguments of a snapshot xlarun.record_arguments wrote, when there is one)
+        arguments_from = path if kind == "snapshot" else None
+        path, kind = optimized
     choice = ReplayChoice(path, kind, unoptimized, candidates=[(p, k) for _, p, k in ranked], arguments_from=arguments_from)
     snapshots = [p for rank, p, _ in ranked if rank == 0]
     if len(snapshots) > 1:

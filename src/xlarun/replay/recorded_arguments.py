@@ -84,4 +84,3 @@ def find_module_dump(folder: Path, name: str, argument_shapes: list[str]) -> Pat
         + (f" ({len(candidates)} of other parameters: jax drops unused arguments)" if candidates else ""),
         "capture with dump.formats including text, and give the step only arguments it uses (or jax.jit(keep_unused=True))",
     )
-
