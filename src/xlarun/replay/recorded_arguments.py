@@ -44,8 +44,8 @@ def record_arguments(step: Any, *args: Any, **kwargs: Any) -> Any:
     found = _MODULE_NAME.search(lower(*args, **kwargs).as_text())
     if found is None:
         raise InputError("the step's lowering names no module", "pass a jax.jit-wrapped step")
+    values = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))]  # before a donating step frees them
     outputs = jax.block_until_ready(step(*args, **kwargs))  # compiled now: its dump is written
-    values = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))]
     results = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
     before = find_module_dump(folder, found.group(1).removeprefix('"').removesuffix('"'), [describe(v) for v in values])
     module_proto = text_to_module_proto(before.read_text())
