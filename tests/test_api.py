@@ -18,7 +18,7 @@ from .see_support import CHROMIUM, CHROMIUM_ARGS
 REPO = Path(__file__).resolve().parent.parent
 
 PUBLIC = ["Batch", "Bisection", "Diff", "ExitCode", "Found", "Graph", "Module", "ModuleList", "Replay", "Run", "RunList", "Store",
-          "XlarunError", "batch", "capture", "jax", "open_store"]  # fmt: skip
+          "XlarunError", "batch", "capture", "jax", "open_store", "record_arguments"]  # fmt: skip
 
 
 def test_the_public_names_are_pinned():

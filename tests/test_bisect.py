@@ -146,6 +146,20 @@ def test_rerun_mode_names_float_normalization_bf16(cli, tmp_path):
     assert code == 1 and by_replay["culprit_pass"] == "float-normalization-bf16"
 
 
+@pytest.mark.slow
+def test_rerun_mode_looks_for_other_single_culprits_once_it_has_one(cli, tmp_path):
+    """algsimp alone flips the residual; the other candidates, disabled together without it, do not: algsimp is the
+    only pass whose disabling alone flips it, and the rerun that shows so is in the table."""
+    code, data = _bisect_json(
+        cli, CONFIGS / "bisect-algsimp.yaml", "--check", r"result (\S+)", "--tolerance", "1e-3", "-j", "2", "--store", tmp_path
+    )
+    assert code == 1 and data["culprit_pass"] == "algsimp" and data["culprit_passes"] == ["algsimp"]
+    rest = [t for t in data["trials"] if t["role"] == "rest"]
+    assert len(rest) == 1 and rest[0]["flipped"] is False
+    assert sorted(rest[0]["disabled"]) == sorted(p for p in data["disabled_passes"] if p != "algsimp")
+    assert rest[0]["value"] == pytest.approx(data["baseline"], abs=1e-3)
+
+
 def test_check_reads_exit_codes_and_numbers():
     from xlarun.bisect.rerun import Check
 
@@ -177,6 +191,45 @@ def test_ddmin_narrows_to_one_pass_with_few_trials():
     runner = FakeReruns()
     _ddmin([f"p{i}" for i in range(32)], runner, result, jobs=2)
     assert result.culprit_pass == "p13" and runner.count <= 12
+
+
+def test_rerun_mode_reports_every_pass_whose_disabling_alone_flips_the_check():
+    """The issue: it named only algsimp where its own table showed constant_folding alone flipping the result too."""
+    from xlarun.bisect.bisect_result import BisectResult, RerunTrial
+    from xlarun.bisect.rerun import _ddmin, _other_culprits
+
+    flipping = {"p5", "p13", "p27"}  # each alone flips; the search finds one first
+
+    class FakeReruns:  # judges subsets by rule instead of running a job: only the search is under test here
+        def __init__(self):
+            self.seen, self.count = {}, 0
+
+        def trials(self, subsets, role):
+            out = []
+            for s in subsets:
+                if tuple(s) not in self.seen:
+                    self.count += 1
+                    self.seen[tuple(s)] = RerunTrial(None, list(s), role, flipped=bool(flipping & set(s)))
+                out.append(self.seen[tuple(s)])
+            return out
+
+    candidates = [f"p{i}" for i in range(32)]
+    result, runner = BisectResult("rerun", "spec", check="result (\\S+)", verdict="diverged"), FakeReruns()
+    _ddmin(candidates, runner, result, jobs=2)
+    first = result.culprit_pass
+    _other_culprits(candidates, runner, result, jobs=2)
+    assert first in flipping and result.culprit_passes == ["p5", "p13", "p27"]
+    assert runner.count <= 3 * 12  # three narrowings (ddmin finds one in at most 12 of 32), not a rerun per pass alone
+    others = ", ".join(p for p in ["p5", "p13", "p27"] if p != first)
+    assert f"disabling pass {first} flips the check" in result.headline()
+    assert f"so does disabling {others} alone" in result.headline()
+    # nothing else flips: the one culprit is all there is, found with one more rerun (the rest, together)
+    flipping.intersection_update({"p13"})
+    result, runner = BisectResult("rerun", "spec", verdict="diverged"), FakeReruns()
+    _ddmin(candidates, runner, result, jobs=2)
+    before = runner.count
+    _other_culprits(candidates, runner, result, jobs=2)
+    assert result.culprit_passes == ["p13"] and runner.count == before + 1
 
 
 @pytest.mark.slow

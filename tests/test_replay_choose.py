@@ -45,3 +45,19 @@ def test_a_partitioned_module_replays_its_optimized_dump_checked_against_the_uno
     assert choose_replay_input([(p, None) for p in one_device], read=one_device.__getitem__).path.endswith(
         "before_optimizations.txt"
     )
+
+
+def test_a_partitioned_modules_recorded_snapshot_gives_its_arguments_to_the_optimized_dump():
+    """XLA writes no snapshot of a partitioned module; one recorded by xlarun.record_arguments holds the program's
+    global arguments: the optimized dump is still what runs on the N devices, on those arguments."""
+    texts = {
+        "module_0006.jit_total.before_optimizations.txt": b"HloModule jit_total, num_partitions=4\n\nENTRY e {}\n",
+        "module_0006.jit_total.cpu_after_optimizations.txt": b"HloModule jit_total, is_scheduled=true, num_partitions=4\n",
+        "module_0006.jit_total.snapshot.0.pb": b"",
+    }
+    choice = choose_replay_input([(p, None) for p in texts], read=texts.__getitem__)
+    assert choice.path == "module_0006.jit_total.cpu_after_optimizations.txt"
+    assert choice.arguments_from == "module_0006.jit_total.snapshot.0.pb"
+    one_device = {p: t.replace(b", num_partitions=4", b"") for p, t in texts.items()}
+    plain = choose_replay_input([(p, None) for p in one_device], read=one_device.__getitem__)
+    assert plain.path == "module_0006.jit_total.snapshot.0.pb" and plain.arguments_from is None

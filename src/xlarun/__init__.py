@@ -29,7 +29,7 @@ _API = {
     "open_store": "api", "capture": "api", "batch": "api",
     "Store": "api", "Run": "api", "RunList": "api", "Module": "api", "ModuleList": "api", "Found": "api",
     "Diff": "api", "Graph": "api", "Replay": "api", "Bisection": "api", "Batch": "api",
-    "XlarunError": "errors", "ExitCode": "errors",
+    "XlarunError": "errors", "ExitCode": "errors", "record_arguments": "replay.recorded_arguments",
 }  # fmt: skip
 
 __all__ = sorted([*_API, "jax"])
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         open_store,
     )
     from xlarun.errors import ExitCode, XlarunError
+    from xlarun.replay.recorded_arguments import record_arguments
 
 
 def __getattr__(name: str) -> Any:

@@ -61,6 +61,7 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
                     f"{result.reruns} reruns after {len(result.trials) - result.reruns} baseline runs, {result.wall_s:.1f} s in all",
                 ),
                 ("culprit", result.culprit_pass),
+                ("also alone", ", ".join(p for p in result.culprit_passes if p != result.culprit_pass) or None),
             ]
         )
     if result.first_move:

@@ -10,6 +10,12 @@ from xlarun.errors import ExitCode
 #: ``diverged``: a step (or pass) past the tolerance was found; ``no-divergence``: none was;
 #: ``inconclusive``: the search could not name one pass (several needed together, or replays failed).
 VERDICTS = ("diverged", "no-divergence", "inconclusive")
+#: What to do when nothing diverged on seeded fake arguments (the result's last warning then).
+FAKE_DATA_HINT = (
+    "the steps ran on seeded fake arguments, which may miss the values where a pass matters: record the real ones "
+    "(dump.snapshots: true for a one-device module; for a partitioned one, which XLA writes no snapshot for, call "
+    "xlarun.record_arguments(step, *args) in the job) and bisect again"
+)
 
 
 @dataclass
@@ -89,6 +95,8 @@ class BisectResult:
     trials: list[RerunTrial] = field(default_factory=list)
     #: The smallest set of passes found whose disabling flips the check (one pass when the search ends well).
     culprit_set: list[str] = field(default_factory=list)
+    #: Every pass whose disabling alone flips the check (rerun mode), in timeline order; ``culprit_pass`` is the first found.
+    culprit_passes: list[str] = field(default_factory=list)
     replays: int = 0
     reruns: int = 0
     wall_s: float = 0.0
@@ -138,7 +146,9 @@ class BisectResult:
                 f"max abs error {_num(self.error_before.max_abs_error if self.error_before else 0.0)} -> {_num(after.max_abs_error if after else None)}"
             )
         if self.verdict == "diverged":
-            return f"disabling pass {self.culprit_pass} flips the check ({self.check}) in {self.reruns} reruns"
+            others = [p for p in self.culprit_passes if p != self.culprit_pass]
+            also = f"; so does disabling {', '.join(others)} alone" if others else ""
+            return f"disabling pass {self.culprit_pass} flips the check ({self.check}){also} in {self.reruns} reruns"
         if self.verdict == "inconclusive":
             if self.culprit_set:
                 return f"no single pass: disabling {', '.join(self.culprit_set)} together flips the check, no one of them alone"
@@ -146,8 +156,10 @@ class BisectResult:
         if self.mode == "replay":
             largest = self.largest
             where = f" (step {largest.step}, {largest.label})" if largest else ""
+            # seeded fake arguments may miss the values where a pass matters: say so in the verdict itself
+            verdict = "on fake data: not a clean bill" if self.arguments == "fake" else "past the tolerance"
             return (
-                f"no step diverges past the tolerance{self._on_devices()}; largest error seen: "
+                f"no step diverges {verdict}{self._on_devices()}; largest error seen: "
                 f"abs {_num(largest.max_abs_error if largest else 0.0)}{where}"
             )
         return "disabling the passes the timeline names does not flip the check: no pass changed the result"

@@ -120,19 +120,9 @@ def attach_values(extracted: Extracted, original_text: str, run: Callable[[str],
 
 def snapshot_bytes(extracted: Extracted, module_proto: bytes) -> bytes:
     """An HloSnapshot{hlo=HloProto{hlo_module}, arguments, result} of the extract, as XLA writes them."""
-    from xlarun.hlo.protowire import encode_varint
-    from xlarun.replay.literals import encode_literal
+    from xlarun.replay.literals import hlo_snapshot_bytes
 
-    def field_bytes(number: int, payload: bytes) -> bytes:
-        return encode_varint((number << 3) | 2) + encode_varint(len(payload)) + payload
-
-    hlo_proto = field_bytes(1, module_proto)
-    out = field_bytes(1, hlo_proto)
-    for value in extracted.arguments or []:
-        out += field_bytes(2, encode_literal(value))
-    if extracted.result is not None:
-        out += field_bytes(3, encode_literal(extracted.result))
-    return out
+    return hlo_snapshot_bytes(module_proto, list(extracted.arguments or []), extracted.result)
 
 
 def write_extract(extracted: Extracted, output: Path, module_proto: bytes | None) -> list[str]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_plan import BisectPlan, disable, plan_bisection
-from xlarun.bisect.bisect_result import BisectResult, StepError
+from xlarun.bisect.bisect_result import FAKE_DATA_HINT, BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
 from xlarun.bisect.kept import measure_kept_passes
 from xlarun.bisect.recorded import BisectRecord, now, record_bisection
@@ -158,6 +158,8 @@ def _bisect(store: Store, plan: BisectPlan, replayer: StepReplayer, log: Log, st
             f"kept on, as the module does not compile without them: {', '.join(result.kept_passes)}; what they do to the "
             f"numbers is not measured on {devices.devices} devices, so 'no step diverges' does not clear them"
         )
+    if first is None and result.arguments == "fake":
+        result.warnings.append(FAKE_DATA_HINT)
     refusal = instruction_search_refusal(devices, first) if devices is not None and first is not None else None
     if options.ops and refusal is not None:
         result.warnings.append(refusal)

@@ -5,7 +5,9 @@ captured as it is (twice: a check that disagrees with itself is refused as flaky
 per-pass dumps so that its modules' timelines name the candidate passes. Then it is rerun with
 ``--xla_disable_hlo_passes=...`` added to the spec's ``dump.extra_xla_flags``: all candidates
 first (if that does not flip the check, no pass does), then delta debugging (ddmin: halves,
-finer chunks, complements) down to one pass. Every rerun is an ordinary run of the store, made
+finer chunks, complements) down to one pass. Then the candidates left without the passes found so far
+are disabled together, and while that still flips the check, searched the same way: every pass whose
+disabling alone flips the check is reported (``culprit_passes``), not only the first found. Every rerun is an ordinary run of the store, made
 through the batch machinery (``jobs`` at a time), tagged ``bisect: <id>`` and ``bisect_role``.
 """
 
@@ -131,6 +133,8 @@ def bisect_rerun(
             )
             log(result.warnings[-1])
         _ddmin(candidates, runner, result, jobs)
+        if result.verdict == "diverged":
+            _other_culprits(candidates, runner, result, jobs)
     result.reruns = sum(1 for t in result.trials if t.role != "baseline")
     result.wall_s = time.perf_counter() - started
     return result
@@ -225,6 +229,36 @@ class _Reruns:
 
 def _ddmin(candidates: list[str], runner: _Reruns, result: BisectResult, jobs: int) -> None:
     """Delta debugging down to a set of passes none of whose parts flips the check alone (ideally one pass)."""
+    current = _narrow(candidates, runner, jobs)
+    result.culprit_set = current
+    verified = runner.seen.get(tuple(current))
+    if len(current) == 1 and verified is not None and verified.flipped:
+        result.verdict, result.culprit_pass = "diverged", current[0]
+        result.culprit_passes = [current[0]]
+    else:
+        result.verdict = "inconclusive"
+
+
+def _other_culprits(candidates: list[str], runner: _Reruns, result: BisectResult, jobs: int) -> None:
+    """Add to ``result.culprit_passes`` every other pass whose disabling alone flips the check: the candidates
+    without the passes found so far are disabled together, and while that flips, narrowed down to one more."""
+    found = list(result.culprit_passes)
+    while True:
+        rest = [c for c in candidates if c not in found]
+        if not rest or not runner.trials([rest], "rest")[0].flipped:
+            break
+        narrowed = _narrow(rest, runner, jobs)
+        verified = runner.seen.get(tuple(narrowed))
+        if len(narrowed) != 1 or verified is None or not verified.flipped:
+            break  # only several passes together flip it: not one more single culprit
+        found.append(narrowed[0])
+    # a single pass tried on the way (a ddmin part of one) that flipped is one too
+    singles = [t.disabled[0] for t in runner.seen.values() if len(t.disabled) == 1 and t.flipped]
+    result.culprit_passes = [c for c in candidates if c in found or c in singles]
+
+
+def _narrow(candidates: list[str], runner: _Reruns, jobs: int) -> list[str]:
+    """ddmin over ``candidates`` (whose disabling together flips the check): the smallest flipping set it reaches."""
     current = list(candidates)
     chunks = max(2, min(jobs, len(current)))
     while len(current) > 1:
@@ -242,12 +276,7 @@ def _ddmin(candidates: list[str], runner: _Reruns, result: BisectResult, jobs: i
         if chunks >= len(current):
             break
         chunks = min(len(current), chunks * 2)
-    result.culprit_set = current
-    verified = runner.seen.get(tuple(current))
-    if len(current) == 1 and verified is not None and verified.flipped:
-        result.verdict, result.culprit_pass = "diverged", current[0]
-    else:
-        result.verdict = "inconclusive"
+    return current
 
 
 def _split(items: list[str], parts: int) -> list[list[str]]:

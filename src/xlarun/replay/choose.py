@@ -39,6 +39,9 @@ class ReplayChoice:
     warnings: list[str] = field(default_factory=list)
     #: Every replayable candidate, best first, as (path, input_kind).
     candidates: list[tuple[str, str]] = field(default_factory=list)
+    #: A partitioned module's snapshot (its global arguments, as ``xlarun.record_arguments`` records them) that the
+    #: replay of its optimized dump on the N devices takes its arguments and expected result from.
+    arguments_from: str | None = None
 
 
 def _candidate(path: str, dump_name: Any, read: Callable[[str], bytes]) -> tuple[int, str] | None:
@@ -87,10 +90,18 @@ def choose_replay_input(files: Iterable[tuple[str | Path, Any]], read: Callable[
     _, path, kind = ranked[0]
     unoptimized = next((p for rank, p, _ in ranked if 1 <= rank <= 3), None)
     optimized = next(((p, k) for rank, p, k in ranked if rank >= 4), None)
-    if path == unoptimized and optimized and partitioning_of_file(path, read(path)).devices > 1:
-        # a partitioned module: what ran is the optimized module on its N devices, checked against this one
+    arguments_from = None
+    if (
+        optimized
+        and unoptimized
+        and (path == unoptimized or kind == "snapshot")
+        and partitioning_of_file(unoptimized, read(unoptimized)).devices > 1
+    ):
+        # a partitioned module: what ran is the optimized module on its N devices, checked against this one (on the
+        # arguments of a snapshot xlarun.record_arguments wrote, when there is one)
+        arguments_from = path if kind == "snapshot" else None
         path, kind = optimized
-    choice = ReplayChoice(path, kind, unoptimized, candidates=[(p, k) for _, p, k in ranked])
+    choice = ReplayChoice(path, kind, unoptimized, candidates=[(p, k) for _, p, k in ranked], arguments_from=arguments_from)
     snapshots = [p for rank, p, _ in ranked if rank == 0]
     if len(snapshots) > 1:
         choice.warnings.append(f"{len(snapshots)} snapshots (one per execution); replaying {Path(path).name}")

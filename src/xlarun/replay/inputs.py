@@ -70,11 +70,36 @@ def _global_arguments(plan: ReplayPlan, placed: Placed) -> list:
         sum(s.nbytes() for s in placed.results) * devices,
         plan.options.max_data_bytes,
     )
-    arguments = fake_arguments(placed.global_parameters, plan.options.seed or 0)
+    arguments = _recorded_global_arguments(plan, placed)
+    if arguments is None:
+        plan.result.arguments = "fake"
+        arguments = fake_arguments(placed.global_parameters, plan.options.seed or 0)
     plan.log(
         f"compiled {placed.source.path.name} for {devices} devices of {plan.platform.describe()} in {placed.module.compile_s:.3f} s"
     )
     return arguments
+
+
+def _recorded_global_arguments(plan: ReplayPlan, placed: Placed) -> list | None:
+    """The recorded global arguments (``xlarun.record_arguments``'s snapshot) when there are some that fit the
+    program's global parameters and ``--inputs`` allows; else None (seeded fake data), said when some do not fit."""
+    recorded = plan.source.arguments
+    if recorded is None or plan.options.inputs == "fake":
+        return None
+    expected = [s.hlo_text() for s in placed.global_parameters]
+    actual = [describe(a) for a in recorded]
+    if expected == actual:
+        plan.result.arguments = "snapshot"
+        return recorded
+    message = (
+        f"the snapshot's arguments ({', '.join(actual)}) are not the program's global parameters ({', '.join(expected)}): "
+        f"the {plan.partitioning.devices}-device replay uses seeded fake data instead"
+    )
+    if plan.options.inputs == "snapshot":
+        raise InputError(message, "use --inputs fake, or record the step's arguments with xlarun.record_arguments")
+    plan.result.warnings.append(message)
+    plan.log(message)
+    return None
 
 
 def _refuse_host_waits(built: Compiled) -> None:

@@ -381,3 +381,13 @@ __all__ = [
     "primitive_type",
     "primitive_type_of",
 ]
+
+
+def hlo_snapshot_bytes(module_proto: bytes, arguments: list, result=None) -> bytes:
+    """An HloSnapshot{hlo=HloProto{hlo_module}, arguments, result} as XLA writes them (``result`` None: none)."""
+    out = _field(1, 2, _field(1, 2, module_proto))
+    for value in arguments:
+        out += _field(2, 2, encode_literal(value))
+    if result is not None:
+        out += _field(3, 2, encode_literal(result))
+    return out

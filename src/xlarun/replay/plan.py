@@ -89,16 +89,10 @@ def _plan_devices(plan: ReplayPlan) -> None:
     log(
         f"{source.path.name} was compiled for {partitioning.devices} devices ({partitioning.describe()}): replaying it on {partitioning.devices} {platform.name} devices"
     )
-    if plan.options.inputs == "snapshot":
+    if plan.options.inputs == "snapshot" and source.arguments is None:
         raise InputError(
-            f"{source.path.name} is partitioned over {partitioning.devices} devices, and a replay of it takes no snapshot arguments",
-            "use --inputs fake (seeded global arguments, cut per device by the module's shardings)",
-        )
-    if source.arguments is not None:
-        warn(
-            result,
-            log,
-            f"{source.path.name}'s snapshot holds one device's arguments; the {partitioning.devices}-device replay uses seeded fake data instead",
+            f"{source.path.name} is partitioned over {partitioning.devices} devices, and XLA writes no snapshot of its arguments",
+            "record them in the job with xlarun.record_arguments(step, *args), or use --inputs fake (seeded global arguments)",
         )
     plan.before = plan.unoptimized() if source.optimized else source
     theirs = partitioning_of_source(plan.before) if plan.before is not None else partitioning

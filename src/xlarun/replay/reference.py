@@ -33,7 +33,18 @@ def compare_with_references(
         assert per_device is not None  # a placed module's run brings each device's outputs back
         agreed = _copies_agree(built, per_device, plan.options) if built.outputs_known else None
         comparison = _unpartitioned(plan, built, arguments, outputs)
-        return [c for c in (comparison, agreed) if c is not None]
+        recorded = (
+            compare_outputs(
+                outputs,
+                flatten(plan.source.result),
+                plan.options.abs_error_bound,
+                plan.options.rel_error_bound,
+                "recorded result",
+            )
+            if plan.result.arguments == "snapshot" and plan.source.result is not None
+            else None
+        )
+        return [c for c in (recorded, comparison, agreed) if c is not None]
     comparisons = _compare(plan, built, outputs, arguments)
     if plan.result.arguments == "snapshot" and plan.source.result is None and plan.reference is None:
         comparisons.append(_compare_without_result(plan, built, outputs, arguments))

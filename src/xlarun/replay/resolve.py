@@ -202,6 +202,7 @@ def replay_stored_module(
     if file is not None and file not in {f.path for f in module.files}:
         raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
     unoptimized = choice.unoptimized if choice.unoptimized != path else None
+    arguments_from = choice.arguments_from if file is None and options.inputs != "fake" else None
     started, clock = _now(), time.perf_counter()
     result = replay_file(
         path,
@@ -210,6 +211,8 @@ def replay_stored_module(
         data=read(path),
         unoptimized=unoptimized,
         unoptimized_data=read(unoptimized) if unoptimized else None,
+        snapshot=arguments_from,
+        snapshot_data=read(arguments_from) if arguments_from else None,
     )
     if file is None:
         result.warnings = _unique(choice.warnings + result.warnings)
