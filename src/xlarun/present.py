@@ -84,6 +84,8 @@ def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[in
     """``xlarun modules``: the run, its modules (main first), and what else it holds; ``peaks``: the peak memory
     column, by module id."""
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
+    if info.error:
+        echo(f"{info.status}: {info.error}")
     print_modules(items, peaks=peaks)
     if others:
         echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
