@@ -310,7 +310,11 @@ def _shown(result: dict) -> str:
 
 def table(results: dict) -> str:
     vers = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
-    lines = [f"Zoo ({results['date']}; {vers})", "", "| program | " + " | ".join(FEATURES) + " |"]
+    later = [
+        f"{name} on {p['date']}" for name, p in results["programs"].items() if p.get("date", results["date"]) != results["date"]
+    ]
+    when = results["date"] + (f", {', '.join(later)}" if later else "")
+    lines = [f"Zoo ({when}; {vers})", "", "| program | " + " | ".join(FEATURES) + " |"]
     lines.append("|" + "---|" * (len(FEATURES) + 1))
     for name, prog in results["programs"].items():
         row = [_shown(prog["cells"][f]) if f in prog["cells"] else "-" for f in FEATURES]
@@ -341,7 +345,7 @@ def main() -> int:
     # --only and --measure-only update those programs in the existing results; a full run starts afresh
     previous = json.loads(out.read_text()) if out.exists() and (args.only or args.measure_only) else None
     results = previous or {"date": time.strftime("%Y-%m-%d"), "versions": versions(), "programs": {}}
-    if not args.measure_only:
+    if previous is None:
         results["date"], results["versions"] = time.strftime("%Y-%m-%d"), versions()
     results["measured_date"] = time.strftime("%Y-%m-%d")
     with tempfile.TemporaryDirectory(prefix="xlarun-zoo-") as tmp:
@@ -349,7 +353,7 @@ def main() -> int:
         for name in names:
             print(f"zoo: {name} ...", file=sys.stderr, flush=True)
             if not args.measure_only:
-                results["programs"][name] = run_program(name, runner, Path(tmp))
+                results["programs"][name] = run_program(name, runner, Path(tmp)) | {"date": time.strftime("%Y-%m-%d")}
                 bad = [f for f, c in results["programs"][name]["cells"].items() if not c["ok"]]
                 print(f"zoo: {name} done in {results['programs'][name]['seconds']}s; failing: {bad or 'none'}", file=sys.stderr)
             measured = measure_program(name, runner, Path(tmp))
