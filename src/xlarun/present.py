@@ -253,7 +253,8 @@ def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> 
         rows,
         right=("process", "id", "passes", "instr before", "instr after", "peak"),
     )
-    for why in sorted({code_label(m.name, m.own_code)[1] for m in items} - {None}):
+    unknown = {why for why in (code_label(m.name, m.own_code)[1] for m in items) if why is not None}
+    for why in sorted(unknown):
         echo(f"code unknown: {UNKNOWN_WHY[why]}")
     if more:
         echo(f"... and {more} more (`xlarun modules` lists all)")
