@@ -319,8 +319,22 @@ def table(results: dict) -> str:
     for name, prog in results["programs"].items():
         row = [_shown(prog["cells"][f]) if f in prog["cells"] else "-" for f in FEATURES]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "Time per execution: the step's ops' self times added up, per execution after the first (the first carries",
+        "one-time set-up), per device for a sharded step. Op time / call wall: that over the wall time of the step's last",
+        "call from Python without a compile in it (jax's `PjitFunction(STEP)` host event, read from the trace); the rest",
+        "is dispatch, and above 1 the call returned before its execution ended (jax dispatches asynchronously); `-`: a TF",
+        "program, or no such call. jax memory_analysis: arguments + outputs + temporaries - aliased of",
+        "`Compiled.memory_analysis()`, `=` where it is the peak `xlarun memory` reports. One loaded 2-CPU machine.",
+    ]
+    return "\n".join(lines)
+
+
+def tables(results: dict) -> str:
+    """The feature table and the measured one (bench/zoo.md; the README shows the first)."""
     measured = measured_table(results)
-    return "\n".join(lines) + (f"\n\n{measured}" if measured else "")
+    return table(results) + (f"\n\n{measured}" if measured else "")
 
 
 def main() -> int:
@@ -335,7 +349,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.json)
     if args.table_only:
-        print(table(json.loads(out.read_text())))
+        print(tables(json.loads(out.read_text())))
         return 0
     names = args.only or list(STEPS)
     unknown = [n for n in names if n not in STEPS]
@@ -361,7 +375,7 @@ def main() -> int:
             print(f"zoo: {name} measured: {measured}", file=sys.stderr, flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
-    print(table(results))
+    print(tables(results))
     return 0 if all(c["ok"] for p in results["programs"].values() for c in p["cells"].values()) else 1
 
 
