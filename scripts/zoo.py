@@ -301,6 +301,15 @@ def measured_table(results: dict) -> str:
             f"| {name} | {m['module'].split('__')[0]}{devices} | {_duration(m['step_s'])} | {_duration(m['first_s'])} | {m['executions']} "
             f"| {ratio} | {_bytes(m['peak_bytes'])} | {jax_cell} |"
         )
+    lines += [
+        "",
+        "Time per execution: the step's ops' self times added up, per execution after the first (the first carries",
+        "one-time set-up), per device for a sharded step. Op time / call wall: that over the wall time of the step's last",
+        "call from Python without a compile in it (jax's `PjitFunction(STEP)` host event, read from the trace); the rest",
+        "is dispatch, and above 1 the call returned before its execution ended (jax dispatches asynchronously); `-`: a TF",
+        "program, or no such call. jax memory_analysis: arguments + outputs + temporaries - aliased of",
+        "`Compiled.memory_analysis()`, `=` where it is the peak `xlarun memory` reports. One loaded 2-CPU machine.",
+    ]
     return "\n".join(lines)
 
 
@@ -319,15 +328,6 @@ def table(results: dict) -> str:
     for name, prog in results["programs"].items():
         row = [_shown(prog["cells"][f]) if f in prog["cells"] else "-" for f in FEATURES]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
-    lines += [
-        "",
-        "Time per execution: the step's ops' self times added up, per execution after the first (the first carries",
-        "one-time set-up), per device for a sharded step. Op time / call wall: that over the wall time of the step's last",
-        "call from Python without a compile in it (jax's `PjitFunction(STEP)` host event, read from the trace); the rest",
-        "is dispatch, and above 1 the call returned before its execution ended (jax dispatches asynchronously); `-`: a TF",
-        "program, or no such call. jax memory_analysis: arguments + outputs + temporaries - aliased of",
-        "`Compiled.memory_analysis()`, `=` where it is the peak `xlarun memory` reports. One loaded 2-CPU machine.",
-    ]
     return "\n".join(lines)
 
 
