@@ -322,3 +322,45 @@ def test_keras_model_fit_on_jax_ranks_its_train_step_first_as_the_users(cli, tmp
     assert (modules[0]["name"], modules[0]["own_code"]) == ("jit_train_step", True)
     assert all(m["own_code"] is False for m in modules[1:])  # jit__uniform (the initializers), casts...
     assert re.search(r"jit_train_step +yours ", cli("modules", "--store", store).stdout)
+
+
+@pytest.mark.parametrize(
+    ("name", "own", "label", "why"),
+    [
+        ("jit_train_step", True, "yours", None),
+        ("jit__uniform", False, "framework", None),
+        # TF's jit_compile=True function: the module is named after the user's tf.function
+        (
+            "a_inference_conv_train_step_412__XlaMustCompile_true_config_proto_1_executor_type_2_.7",
+            None,
+            "tf.function conv_train_step",
+            None,
+        ),
+        ("a_inference_f_20", None, "tf.function f", None),
+        # TF's auto-jit: a cluster of graph ops, whose source files are TF's own
+        ("cluster_0__XlaCompiledKernel_true__XlaHasReferenceVars_false__XlaNumConstantArgs_0_.12", None, "unknown", "tf cluster"),
+        ("jit_f", None, "unknown", "no tables"),  # an old JAX: no stack-frame tables
+    ],
+)
+def test_the_code_column_names_a_tf_function_or_says_why_it_is_unknown(name, own, label, why):
+    from xlarun.store.code_origin import UNKNOWN_WHY, code_label
+
+    assert code_label(name, own) == (label, why)
+    assert why is None or UNKNOWN_WHY[why]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("program", "label"), [("tf2_conv", "tf.function conv_train_step"), ("tf1_autojit", "unknown")])
+def test_tf_modules_have_a_code_origin_or_say_why_not(zoo_runs, cli, program, label):
+    import re
+
+    store, run = zoo_runs(program)
+    modules = json.loads(cli("modules", run, "--store", store, "--json").stdout)["modules"]
+    assert modules[0]["code"] == label
+    assert all(m["code"] for m in modules)  # no module has an empty code column
+    out = cli("modules", run, "--store", store).stdout
+    assert re.search(rf"{re.escape(modules[0]['name'][:30])}\S* +{label} ", out)
+    if label == "unknown":
+        assert "code unknown: a TF auto-jit cluster of graph ops" in out
+    else:
+        assert "code unknown" not in out

@@ -66,6 +66,49 @@ def test_every_feature_on_the_zoo_program(name, tmp_path):
         assert cells["bisect"]["ok"] and cells["bisect"]["note"] == f"culprit {expected[1]}, as expected"
     else:  # a documented refusal: one line, exit 2
         assert cells["bisect"]["refused"] and cells["bisect"]["rc"] == 2
-    if name == "sharded":  # bisected on its 8 devices (steps after the SPMD partitioner), not refused
+    if name.startswith("sharded"):  # bisected on its 8 devices (steps after the SPMD partitioner), not refused
         assert "steps run on 8 devices" in cells["bisect"]["note"]
     assert [f for f, c in cells.items() if c.get("refused")] == (["bisect"] if expected and expected[0] == "refused" else [])
+
+
+@pytest.mark.slow
+def test_the_drift_program_differs_between_one_device_and_eight():
+    """examples/zoo/sharded_drift: the same jitted sum on 1 device and over 8 gives two results, the same two on
+    every run (seeded data; XLA's order of additions is fixed for a module)."""
+    pytest.importorskip("jax")
+    import os
+    import re
+    import subprocess
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    program = zoo.ZOO / "sharded_drift" / "program.py"
+    printed = [
+        subprocess.run([sys.executable, str(program)], capture_output=True, text=True, env=env, timeout=300).stdout
+        for _ in range(2)
+    ]
+    assert printed[0] == printed[1]
+    found = re.search(r"1 device (\S+)  8 devices (\S+)  difference (\S+)  float64 (\S+)", printed[0])
+    assert found, printed[0]
+    one, eight, difference, exact = map(float, found.groups())
+    assert difference == abs(one - eight) >= 1.0  # float32 sums in two orders, far apart for a sum of about 90
+    assert abs(one - exact) < 10 and abs(eight - exact) < 10
+
+
+@pytest.mark.slow
+def test_a_zoo_programs_measured_time_and_peak(tmp_path):
+    """scripts/zoo.py's measurement of one program: its step's time from a profiled capture, the call's wall time
+    read from jax's trace independently, and the peak equal to jax's own Compiled.memory_analysis()."""
+    pytest.importorskip("flax")
+    runner = zoo.Runner(tmp_path / "store", timeout=300)
+    measured = zoo.measure_program("flax_nnx", runner, tmp_path)
+    assert "error" not in measured, measured
+    assert measured["module"] == "jit_train_step" and measured["executions"] == 2 and measured["devices"] == 1
+    assert 0 < measured["step_s"] < measured["first_s"]  # the first execution carries one-time set-up
+    assert 0.5 < measured["ops_fill"] <= 1.0  # the ops fill their execution's span: no idle gaps between them
+    assert measured["call_s"] > 0 and measured["ops_over_call"] == measured["step_s"] / measured["call_s"]
+    jax_says = measured["jax_memory_analysis"]
+    assert measured["peak_matches_jax"] and measured["peak_bytes"] == jax_says["peak_bytes"]
+    assert jax_says["aliased"] > 0  # the step donates its parameters and optimizer state
+    assert f"| flax_nnx | jit_train_step | {zoo._duration(measured['step_s'])} |" in zoo.measured_table(
+        {"date": "d", "programs": {"flax_nnx": {"cells": {}, "measured": measured}}}
+    )

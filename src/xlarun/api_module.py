@@ -331,6 +331,7 @@ class Run(display.Shown):
     name = property(lambda self: self.info.name, doc="The spec's name (or the function's, for an in-process capture).")
     kind = property(lambda self: self.info.kind, doc="capture, import, inline (xlarun.jax.capture), replay...")
     status = property(lambda self: self.info.status)
+    error = property(lambda self: self.info.error, doc="What failed, for a run whose status is failed (else None).")
     backend = property(lambda self: self.info.backend)
     framework = property(lambda self: self.info.framework)
     started = property(lambda self: self.info.started)

@@ -153,7 +153,7 @@ def _undonated(compiled, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
     try:
         donated = [bool(info.donated) for info in jax.tree_util.tree_leaves(compiled.args_info)]
-    except AttributeError:
+    except Exception:  # no args_info (old jax), or a wrapper's that raises (nnx.jit's: a TypeError)
         donated = []
     known = len(donated) == len(leaves)
     if not known:  # cannot tell which are donated: copy every array
@@ -224,6 +224,7 @@ def capture(
 
                 call_args, call_kwargs = _undonated(compiled, args, kwargs or {})
                 jax.block_until_ready(compiled(*call_args, **call_kwargs))
+                error = _missing_snapshot(staging / "dump", f)
             if profile:
                 _profiled_calls(compiled, args, kwargs or {}, staging / "dump", 3 if profile is True else int(profile))
     except BaseException as exc:
@@ -238,6 +239,17 @@ def capture(
     took = time.monotonic() - t0
     return _commit(
         the_store, run_id, staging, name or facts.qualname.rsplit(".", 1)[-1], facts, options, started, took, error, batch_id
+    )
+
+
+def _missing_snapshot(dump_dir: Path, f: Callable[..., Any]) -> str | None:
+    """Why a capture with ``snapshots=True`` has none, when the call ran but XLA wrote no snapshot (a wrapper whose
+    compiled object runs another executable than the one compiled with the dump options); None when one is there."""
+    if any(dump_dir.glob("*.snapshot.*.pb")):
+        return None
+    return (
+        f"snapshots=True, but calling the compiled {type(f).__name__} wrote no snapshot (it ran another executable "
+        "than the one compiled with the dump options); capture the plain function with jax.jit's options instead"
     )
 
 

@@ -20,6 +20,7 @@ from xlarun.console import (
     to_jsonable,
     warn,
 )
+from xlarun.store.code_origin import UNKNOWN_WHY, code_label
 
 
 def _escape(text: str) -> str:
@@ -84,6 +85,8 @@ def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[in
     """``xlarun modules``: the run, its modules (main first), and what else it holds; ``peaks``: the peak memory
     column, by module id."""
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
+    if info.error:
+        echo(f"{info.status}: {info.error}")
     print_modules(items, peaks=peaks)
     if others:
         echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
@@ -198,7 +201,10 @@ def print_process_report(report) -> None:
 def print_main_module(items) -> None:
     """After a capture: the module ranked first, in one line, and how to list them all."""
     main = items[0]
-    code = {True: "your code", False: "the framework's code"}.get(main.own_code, "code of unknown origin")
+    label, why = code_label(main.name, main.own_code)
+    code = {"yours": "your code", "framework": "the framework's code"}.get(
+        label, label if why is None else "code of unknown origin"
+    )
     say(
         f"main module: {main.module_id} [bold]{main.name or '(name not in file names)'}[/bold] ({code}, "
         f"{count_or_blank(main.instr_before) or '?'} instructions before optimizations, {count_or_blank(main.instr_after) or '?'} after); "
@@ -208,7 +214,7 @@ def print_main_module(items) -> None:
 
 def with_peaks(items, peaks: dict[int, int]) -> list[dict]:
     """``modules --json``: each module with its ``peak_bytes`` (None: no buffer assignment dumped)."""
-    return [to_jsonable(m) | {"peak_bytes": peaks.get(m.module_id)} for m in items]
+    return [to_jsonable(m) | {"peak_bytes": peaks.get(m.module_id), "code": code_label(m.name, m.own_code)[0]} for m in items]
 
 
 def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> None:
@@ -221,7 +227,7 @@ def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> 
             *((m.process,) if with_process else ()),
             m.module_id,
             m.name or "(name not in file names)",
-            {True: "yours", False: "framework"}.get(m.own_code, ""),
+            code_label(m.name, m.own_code)[0],
             _short_stages(m.stages),
             m.n_pass_dumps or "",
             count_or_blank(m.instr_before),
@@ -247,6 +253,9 @@ def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> 
         rows,
         right=("process", "id", "passes", "instr before", "instr after", "peak"),
     )
+    unknown = {why for why in (code_label(m.name, m.own_code)[1] for m in items) if why is not None}
+    for why in sorted(unknown):
+        echo(f"code unknown: {UNKNOWN_WHY[why]}")
     if more:
         echo(f"... and {more} more (`xlarun modules` lists all)")
 

@@ -66,6 +66,31 @@ def _runs_the_users_model(path: str, function: str) -> bool:
     return function in _MODEL_STEPS and bool(_MODEL_STEP_FILE.search(path))
 
 
+#: A TF function compiled with ``jit_compile=True``: ``a_inference_<function>_<N>__XlaMustCompile...`` (``.N`` after).
+_TF_FUNCTION = re.compile(r"^a_inference_(.+?)_\d+(?:__|\.|$)")
+#: A cluster TF's auto-jit (``tf.config.optimizer.set_jit``, TF_XLA_FLAGS) made of graph ops: ``cluster_<N>...``.
+_TF_CLUSTER = re.compile(r"^cluster_\d+(?:__|\.|$)")
+#: Why a module's code column is "unknown", by the kind of module.
+UNKNOWN_WHY = {
+    "tf cluster": "a TF auto-jit cluster of graph ops: TF records its own files (tensorflow/python/...) as every op's "
+    "source, so the user's code is not in the dump",
+    "no tables": "its dump has no stack-frame tables (JAX before 0.8.3 prints none): the user's code cannot be told "
+    "from the framework's",
+}
+
+
+def code_label(name: str | None, own_code: bool | None) -> tuple[str, str | None]:
+    """The ``code`` column of ``modules`` for a module and, where it says "unknown", why (a key of ``UNKNOWN_WHY``):
+    ``yours``, ``framework``, ``tf.function F`` (a TF function compiled with ``jit_compile=True``: its ops' source
+    files in the dump are TF's own, their origin is the user's ``tf.function`` F), or ``unknown``."""
+    if own_code is not None:
+        return ("yours" if own_code else "framework"), None
+    tf_function = _TF_FUNCTION.match(name or "")
+    if tf_function:
+        return f"tf.function {tf_function.group(1)}", None
+    return "unknown", ("tf cluster" if _TF_CLUSTER.match(name or "") else "no tables")
+
+
 def settle_own_code(decided: list[bool | None]) -> list[bool | None]:
     """A run's modules' ``own_code`` made consistent: where some module carries stack-frame tables (its
     framework prints them), a module without any names no source of the user's (``x.astype`` outside a jit,
