@@ -61,19 +61,20 @@ def optimized_text(executable: Any) -> str | None:
         return None
 
 
-def op_profile_dict(trace: Trace, optimized: str | None, iterations: int) -> dict:
+def op_profile_dict(trace: Trace, optimized: str | None, iterations: int) -> tuple[dict | None, str | None]:
     """The replay's op table as JSON-ready data: ``module`` (the timed module's name), ``time`` (a
     :class:`~xlarun.store.profile_index.ModuleTime`), ``ops`` (each a :class:`~xlarun.navigate.profile.ProfiledOp`,
-    most self time first), ``hlo_note`` (why ops lack what they hold), ``iterations``."""
+    most self time first), ``hlo_note`` (why ops lack what they hold), ``iterations``; or None and why there is
+    none (an older jaxlib's CPU client traces no op)."""
     from xlarun.hlo.xspace import read_op_events
     from xlarun.navigate.profile import profiled_op
     from xlarun.store.profile_index import ensure_profile_tables, module_times, op_times, write_op_times
 
     if trace.data is None:
-        raise EngineError(f"--profile timed nothing: {trace.problem}")
+        return None, trace.problem
     events = read_op_events(trace.data)
     if not events:
-        raise EngineError("--profile timed nothing: the trace names no HLO op (this jaxlib's CPU client does not trace its ops)")
+        return None, "the trace names no HLO op (this jaxlib's client does not trace its ops)"
     conn = sqlite3.connect(":memory:")
     try:
         ensure_profile_tables(conn)
@@ -92,7 +93,7 @@ def op_profile_dict(trace: Trace, optimized: str | None, iterations: int) -> dic
         "ops": [asdict(op) for op in ops],
         "other_modules": [m.name for m in modules[1:]],
         "hlo_note": note,
-    }
+    }, None
 
 
 def _costs(optimized: str | None) -> tuple[dict, str | None]:

@@ -35,8 +35,12 @@ def run_built(
     with traced() as trace:
         found = _run_built(built, arguments, iterations, result, log)
     executable = built.module.executable if isinstance(built, Placed) else built.compiled.executable
-    result.profile = op_profile_dict(trace, optimized_text(executable), iterations)
-    log(f"profiled: {len(result.profile['ops'])} ops of {result.profile['module']} timed over {iterations} iteration(s)")
+    result.profile, problem = op_profile_dict(trace, optimized_text(executable), iterations)
+    if result.profile is None:
+        result.warnings.append(f"--profile timed no op: {problem}")
+        log(result.warnings[-1])
+    else:
+        log(f"profiled: {len(result.profile['ops'])} ops of {result.profile['module']} timed over {iterations} iteration(s)")
     return found
 
 
