@@ -92,7 +92,7 @@ def test_a_job_the_kernels_oom_killer_killed_is_named_so(tmp_path):
             (group / "memory.swap.max").write_text("0")
         spec = write_spec(tmp_path / "job", SPEC, STEP)
         # xlarun and its job in the 1 GiB group: the job, the biggest process there, is the one the kernel kills
-        command = f'echo $$ > {group}/cgroup.procs && exec {sys.executable} -m xlarun capture {spec} --store {tmp_path / "store"} -q --json'
+        command = f"echo $$ > {group}/cgroup.procs && exec {sys.executable} -m xlarun capture {spec} --store {tmp_path / 'store'} -q --json"
         data = _capture_json(["sh", "-c", command])
     finally:
         group.rmdir()
@@ -109,6 +109,8 @@ def test_a_job_that_fails_otherwise_is_not_called_out_of_memory(tmp_path):
     pytest.importorskip("jax")
     script = "import jax, jax.numpy as jnp\nprint(jax.jit(jnp.sin)(jnp.ones(4)))\nraise ValueError('bad input')\n"
     spec = write_spec(tmp_path / "job", SPEC, script)
-    data = _capture_json([sys.executable, "-m", "xlarun", "capture", str(spec), "--store", str(tmp_path / "store"), "-q", "--json"])
+    data = _capture_json(
+        [sys.executable, "-m", "xlarun", "capture", str(spec), "--store", str(tmp_path / "store"), "-q", "--json"]
+    )
     assert data["status"] == "failed" and data["modules"]
     assert not any("memory" in w.lower() for w in data["warnings"]), data["warnings"]

@@ -81,7 +81,10 @@ def _print(result, as_json: bool) -> None:
             a, b = first.jaxlib or first.release, r.jaxlib or r.release
             print_table(
                 ("op", f"each on {a}", f"each on {b}", "ratio"),
-                [(m["op"], _ns(m["a_ns"]), _ns(m["b_ns"]), "" if m["ratio"] is None else f"{m['ratio']:.2f}x") for m in r.moved_ops],
+                [
+                    (m["op"], _ns(m["a_ns"]), _ns(m["b_ns"]), "" if m["ratio"] is None else f"{m['ratio']:.2f}x")
+                    for m in r.moved_ops
+                ],
                 title=f"ops that moved most from {a} to {b} (time per execution after the first)",
                 right=(f"each on {a}", f"each on {b}", "ratio"),
             )

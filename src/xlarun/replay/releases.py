@@ -193,9 +193,13 @@ def _judge_ops(answer: ReleaseReplays) -> None:
     timed = [one for one in answer.releases if one.op_each_ns is not None]
     for one in answer.releases:
         if one.op_each_ns is None and not one.error:
-            answer.notes.append(f"{one.jaxlib or one.release} timed no op (its profiler does not trace the ops of its CPU client)")
+            answer.notes.append(
+                f"{one.jaxlib or one.release} timed no op (its profiler does not trace the ops of its CPU client)"
+            )
         elif timed and one is not timed[0] and one.op_each_ns is not None and timed[0].op_each_ns is not None:
-            one.moved_ops = [move.to_dict() | {"against": timed[0].release} for move in moved_ops(timed[0].op_each_ns, one.op_each_ns)]
+            one.moved_ops = [
+                move.to_dict() | {"against": timed[0].release} for move in moved_ops(timed[0].op_each_ns, one.op_each_ns)
+            ]
     answer.ops_against = timed[0].release if timed else None
 
 
