@@ -114,3 +114,42 @@ def test_a_job_that_fails_otherwise_is_not_called_out_of_memory(tmp_path):
     )
     assert data["status"] == "failed" and data["modules"]
     assert not any("memory" in w.lower() for w in data["warnings"]), data["warnings"]
+
+
+KILLED_WHILE_COMPILING = """
+import os, re, signal, threading, time
+import jax, jax.numpy as jnp
+
+dump = re.search(r"--xla_dump_to=(\\S+)", os.environ["XLA_FLAGS"]).group(1)
+
+def kill_once_compiling():  # what the OOM killer does, the moment XLA has dumped the module it starts to compile
+    while not any(name.endswith("jit_many.before_optimizations.txt") for name in os.listdir(dump) if "jit_many" in name):
+        time.sleep(0.005)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+threading.Thread(target=kill_once_compiling, daemon=True).start()
+
+@jax.jit
+def many(x):
+    for i in range(600):
+        x = jnp.sin(x * (i + 1)) + jnp.cos(x[::-1])
+    return x
+
+print(many(jnp.arange(1000, dtype=jnp.float32)).sum())
+"""
+
+
+@pytest.mark.slow
+def test_a_job_killed_while_compiling_names_the_module_it_was_compiling(tmp_path):
+    pytest.importorskip("jax")
+    spec = write_spec(tmp_path / "job", SPEC, KILLED_WHILE_COMPILING)
+    data = _capture_json(
+        [sys.executable, "-m", "xlarun", "capture", str(spec), "--store", str(tmp_path / "store"), "-q", "--json"]
+    )
+    assert data["status"] == "failed" and data["exit_code"] == -9
+    said = [w for w in data["warnings"] if "SIGKILL" in w]
+    assert len(said) == 1, data["warnings"]
+    many = next(m for m in data["modules"] if m["name"] == "jit_many")
+    # xlarun did not send it and the job's cgroup counted no OOM kill: most likely, not surely, the OOM killer
+    assert "killed by SIGKILL, which xlarun did not send: most likely the kernel's OOM killer" in said[0]
+    assert f"while compiling module_{many['module_id']:04d} jit_many (XLA had not written its optimized module)" in said[0]

@@ -1,7 +1,7 @@
 """After the job: the post-mortem of a job that ran out of memory.
 
 A job is named out of memory when its log says so (XLA's ``RESOURCE_EXHAUSTED`` / ``Out of memory``, Python's
-``MemoryError``), or when it was killed by SIGKILL that xlarun did not send (a timeout or a stop is another status),
+``MemoryError``, C++'s ``std::bad_alloc``), or when it was killed by SIGKILL that xlarun did not send (a timeout or a stop is another status),
 which on Linux is the kernel's OOM killer; where the job's memory cgroup counts OOM kills (cgroup v2
 ``memory.events``, v1 ``memory.oom_control``: ``oom_kill N``), the count went up says that it was.
 
@@ -20,7 +20,9 @@ from pathlib import Path
 from xlarun.hlo.buffer_assignment import DumpFormatError, parse_buffer_assignment
 from xlarun.hlo.names import decode_dump_name
 
-_OOM_LINE = re.compile(r"^.*(?:RESOURCE_EXHAUSTED|Out of memory|out of memory|\bMemoryError\b).*$", re.M)
+#: XLA's allocation failing (a JaxRuntimeError), Python's, and C++'s (XLA compiling: "terminate called after
+#: throwing an instance of 'std::bad_alloc'", a SIGABRT)
+_OOM_LINE = re.compile(r"^.*(?:RESOURCE_EXHAUSTED|Out of memory|out of memory|\bMemoryError\b|std::bad_alloc).*$", re.M)
 _SIGKILL_EXITS = (-signal.SIGKILL, 128 + signal.SIGKILL)  # a local process; Docker's 128+N
 #: Where a process's memory cgroup keeps its OOM-kill count, v2 then v1 (the mount points the kernel documents).
 _CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory"))
