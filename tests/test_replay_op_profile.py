@@ -50,3 +50,21 @@ def test_profile_is_refused_for_xla_runners(cli, tmp_path):
     result = cli("replay", str(hlo), "--engine", "run_hlo_module", "--profile", "--json")
     assert result.exit_code == 2
     assert "--profile times ops on the built-in engine only" in json.loads(result.stdout)["error"]
+
+
+@pytest.mark.slow
+def test_a_partitioned_module_is_timed_on_each_of_its_devices(cli, tmp_path):
+    from pathlib import Path
+
+    sharded = Path(__file__).parent / "fixtures" / "hlo" / "sharded" / "module_0006.jit_sharded.before_optimizations.txt"
+    result = cli("replay", str(sharded), "-n", "3", "--profile", "--json", "--store", tmp_path / "none")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    devices = data["devices"]
+    assert devices > 1 and data["profile"]["time"]["devices"] == devices
+    ops = {op["op"]: op["time"] for op in data["profile"]["ops"]}
+    # every device ran the entry's ops once per iteration; the collectives are among them
+    assert ops["dot"]["count"] == 3 * devices and ops["dot"]["devices"] == devices
+    assert any(name.startswith(("all-gather", "all-to-all", "all-reduce")) for name in ops)
+    human = cli("replay", str(sharded), "-n", "2", "--profile", "-q", "--store", tmp_path / "none")
+    assert f"busy on {devices} devices, added up, of" in human.stdout

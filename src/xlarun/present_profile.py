@@ -84,7 +84,8 @@ def print_replay_profile(profile: dict, run_times_s: list[float], top: int | Non
     found = ModuleProfile("", None, profile["module"], time, ops, hlo_note=profile.get("hlo_note"))
     heading = (
         f"ops of [bold]{time.name}[/bold] over {profile['iterations']} iteration(s): {duration_words(time.busy_ns)} busy "
-        f"of {duration_words(sum(run_times_s) * 1e9)} measured"
+        + (f"on {time.devices} devices, added up, " if time.devices > 1 else "")
+        + f"of {duration_words(sum(run_times_s) * 1e9)} measured"
         + (
             f"; the first {duration_words(time.first_ns)}, then {duration_words(time.steady_mean_ns)} each"
             if time.executions > 1
