@@ -95,6 +95,7 @@ REPLAY_GIVEN = {
     "max_data_size": "1G",
     "in_process": True,
     "save_outputs": "/tmp/outputs.npz",
+    "profile": True,
 }
 BISECT_GIVEN = {
     "tolerance": 0.125,

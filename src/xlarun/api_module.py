@@ -235,6 +235,7 @@ class Module(display.Shown):
         max_data_size: str | int = "4G",
         in_process: bool = False,
         save_outputs: str | Path | None = None,
+        profile: bool = False,
     ) -> Replay:
         """``xlarun replay``: compile the module again, run it, compare with what was captured; recorded with the run.
 

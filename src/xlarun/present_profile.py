@@ -74,12 +74,34 @@ def print_run_times(found: RunTimes) -> None:
     )
 
 
-def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS) -> None:
-    """``xlarun profile REF``: the module's ops by self time, with what each holds, its sources and rates."""
+def print_replay_profile(profile: dict, run_times_s: list[float], top: int | None = DEFAULT_TOP_OPS) -> None:
+    """``xlarun replay --profile``: the replayed module's ops by self time, as ``xlarun profile`` lists a run's."""
+    from xlarun.navigate.profile import ModuleProfile, ProfiledOp
+    from xlarun.store.profile_index import ModuleTime, OpTime
+
+    time = ModuleTime(**profile["time"])
+    ops = [ProfiledOp(**{**op, "time": OpTime(**op["time"])}) for op in profile["ops"]]
+    found = ModuleProfile("", None, profile["module"], time, ops, hlo_note=profile.get("hlo_note"))
+    heading = (
+        f"ops of [bold]{time.name}[/bold] over {profile['iterations']} iteration(s): {duration_words(time.busy_ns)} busy "
+        + (f"on {time.devices} devices, added up, " if time.devices > 1 else "")
+        + f"of {duration_words(sum(run_times_s) * 1e9)} measured"
+        + (
+            f"; the first {duration_words(time.first_ns)}, then {duration_words(time.steady_mean_ns)} each"
+            if time.executions > 1
+            else ""
+        )
+    )
+    print_module_profile(found, top, heading=heading)
+
+
+def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS, *, heading: str | None = None) -> None:
+    """``xlarun profile REF``: the module's ops by self time, with what each holds, its sources and rates
+    (``heading``: the line above the table, instead of the run's)."""
     if found.time is None:
         say(f"[bold]{found.name}[/bold] in run {found.run_id} did not run while the profile was recorded")
         return
-    say(f"[bold]{found.name}[/bold] in run {found.run_id}: {time_line(found.time)}")
+    say(heading or f"[bold]{found.name}[/bold] in run {found.run_id}: {time_line(found.time)}")
     shown = found.ops if not top else found.ops[:top]
     devices = any(o.time.devices > 1 for o in found.ops)  # a sharded module: count and times are of every device
     print_table(
@@ -115,7 +137,7 @@ def print_module_profile(found: ModuleProfile, top: int | None = DEFAULT_TOP_OPS
         right=["count", "devices", "total", "first", "then each", "share", "GFLOP/s", "GB/s"],
     )
     if len(shown) < len(found.ops):
-        echo(f"{len(found.ops) - len(shown)} more op(s): --top 0 lists all")
+        echo(f"{len(found.ops) - len(shown)} more op(s)" + ("" if heading else ": --top 0 lists all"))
     if found.hlo_note:
         echo(found.hlo_note)
 

@@ -28,6 +28,7 @@ from xlarun.capture.flags import (
     without_donation_noise,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
@@ -291,6 +292,7 @@ def _capture(
     archiver = store.archiver(staging, progress=on_archive)
     archiver.start()
     job.while_running = _ready_for_after_the_job
+    kills_before = oom_kills() if backend.kind == "local" else None
     t0 = time.monotonic()
     started = utc_now()
     try:
@@ -308,6 +310,10 @@ def _capture(
 
     kill_point("job-ended")
     warnings = list(composed.warnings) + ([profile_warning] if profile_warning else [])
+    if result.status == RunStatus.FAILED:  # read before the archive takes the dump's raw files away
+        kills = (kills_before, oom_kills() if kills_before is not None else None)
+        oom = oom_cause(result.exit_code, _log_tail(staging / "stderr.log"), staging / "dump", kills, run_id)
+        warnings += [oom] if oom else []
     # the shared lock from here to the commit: gc cannot take this run's blobs between archive and rename
     with stop.archiving(run_id, staging), store.lock():
         try:

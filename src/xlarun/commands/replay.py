@@ -86,6 +86,14 @@ def replay(
             "--save-outputs", help="Write the output values to this .npz (output_0, ...; bf16 as float32), built-in engine."
         ),
     ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Run the iterations under JAX's profiler and list each op's time (built-in engine; with --jaxlib: "
+            "the ops that moved between releases).",
+        ),
+    ] = False,
     jaxlib: Annotated[
         str | None,
         typer.Option(
@@ -192,6 +200,10 @@ def _report(result, replay_id: str | None, module, as_json: bool, bundle: str | 
         print_json({"replay_id": replay_id, "module": named, "hint": None, **result.to_dict()})
     else:
         print_replay(result, replay_id, module)
+        if result.profile:
+            from xlarun.present_profile import print_replay_profile
+
+            print_replay_profile(result.profile, result.run_times_s)
 
 
 def _failure_document(ref: str, exc: BaseException) -> dict:

@@ -38,6 +38,12 @@ def replay_versions_command(
     return int(result.exit_code)
 
 
+def _ns(value: float | None) -> str:
+    from xlarun.present_profile import duration_words
+
+    return "(not there)" if value is None else duration_words(value)
+
+
 def _print(result, as_json: bool) -> None:
     from xlarun.console import print_json, print_table, say
 
@@ -69,6 +75,19 @@ def _print(result, as_json: bool) -> None:
         title=f"{result.file} on {len(rows)} releases (bounds abs {result.abs_error_bound:g} or rel {result.rel_error_bound:g})",
         right=("max abs err", "vs first", "vs previous", "compile s", "run ms", "run vs first"),
     )
+    first = next((r for r in result.releases if r.release == result.ops_against), None)
+    for r in result.releases:
+        if r.moved_ops and first is not None:
+            a, b = first.jaxlib or first.release, r.jaxlib or r.release
+            print_table(
+                ("op", f"each on {a}", f"each on {b}", "ratio"),
+                [
+                    (m["op"], _ns(m["a_ns"]), _ns(m["b_ns"]), "" if m["ratio"] is None else f"{m['ratio']:.2f}x")
+                    for m in r.moved_ops
+                ],
+                title=f"ops that moved most from {a} to {b} (time per execution after the first)",
+                right=(f"each on {a}", f"each on {b}", "ratio"),
+            )
     changed = result.changes()
     if changed:
         say("outputs change between: " + "; ".join(changed))

@@ -110,7 +110,7 @@ def module_profile(store: Store, module: ModuleInfo) -> ModuleProfile:
         return found  # compiled, never run while the trace was on
     costs, found.hlo_note = _costs(store, module)
     for timed in op_times(store.index.conn, module.run_id, module.module_id, mine.name):
-        found.ops.append(_profiled(timed, costs.get(timed.op)))
+        found.ops.append(profiled_op(timed, costs.get(timed.op)))
     return found
 
 
@@ -127,7 +127,9 @@ def _costs(store: Store, module: ModuleInfo) -> tuple[dict[str, OpCost], str | N
         return {}, f"what each op holds is not shown: {exc.message}"
 
 
-def _profiled(timed: OpTime, cost: OpCost | None) -> ProfiledOp:
+def profiled_op(timed: OpTime, cost: OpCost | None) -> ProfiledOp:
+    """An op's time joined with its work: what it holds, its sources, and the rates achieved (``xlarun profile``
+    and ``replay --profile``)."""
     op = ProfiledOp(timed.op, timed)
     if cost is None:
         return op

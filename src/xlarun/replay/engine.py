@@ -65,7 +65,7 @@ def replay_with_pjrt(
     arguments = plan_inputs(plan, built)
     try:
         stage("run")
-        outputs, per_device = run_built(built, arguments, options.iterations, plan.result, log)
+        outputs, per_device = run_built(built, arguments, options.iterations, plan.result, log, profile=options.profile)
         stage("reference")
         comparisons = compare_with_references(plan, built, arguments, outputs, per_device)
     except EngineError as exc:

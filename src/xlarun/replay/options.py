@@ -58,6 +58,8 @@ class ReplayOptions:
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
     #: Write the output values here (.npz, ``output_0``...; bf16 and fp8 as float32, exactly), built-in engine.
     save_outputs: str | None = None
+    #: Run the iterations under JAX's profiler and time each op of the module (built-in engine).
+    profile: bool = False
 
     def validate(self) -> ReplayOptions:
         """Raise InputError for values no engine accepts; return self."""
@@ -70,6 +72,10 @@ class ReplayOptions:
             raise InputError("error bounds cannot be negative")
         if self.max_data_bytes < 0 or (self.timeout_s is not None and self.timeout_s <= 0):
             raise InputError("--max-data-size cannot be negative and --timeout must be positive")
+        if self.profile and self.engine not in ("auto", "pjrt"):
+            raise InputError(
+                f"--profile times ops on the built-in engine only, not {self.engine}", "drop --engine (or use --engine pjrt)"
+            )
         if self.isolate == "never" and self.timeout_s is not None and self.engine in ("auto", "pjrt"):
             # XLA compiling or running in this process cannot be stopped: a timeout there would be a promise not kept
             raise InputError(
@@ -99,6 +105,7 @@ def replay_options(
     max_data_size: str | int = "4G",
     in_process: bool = False,
     save_outputs: str | Path | None = None,
+    profile: bool = False,
 ) -> ReplayOptions:
     """Checked :class:`ReplayOptions` from what a user gives: ``xlarun replay``'s options and ``Module.replay``'s
     keywords alike (``runner``: a binary's path; ``max_data_size``: ``"4G"`` or bytes; ``in_process``: no child)."""
@@ -118,6 +125,7 @@ def replay_options(
         max_data_bytes=parse_size(max_data_size) if isinstance(max_data_size, str) else max_data_size,
         isolate="never" if in_process else "auto",
         save_outputs=str(save_outputs) if save_outputs else None,
+        profile=profile,
     ).validate()
 
 

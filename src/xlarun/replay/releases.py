@@ -27,6 +27,7 @@ from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, ExitCode, InputError
 from xlarun.replay.compare import compare_outputs
 from xlarun.replay.options import DEFAULT_ENGINE_TIMEOUT_S, ReplayOptions
+from xlarun.replay.release_ops import moved_ops, op_each_ns
 
 #: The file scripts/compat.py writes into a venv once it is complete.
 COMPAT_MARKER = ".xlarun-compat-ok"
@@ -80,6 +81,10 @@ class ReleaseReplay:
     #: Its median run time over the first release's (1.8: 80% slower), and whether that is past --time-tolerance.
     time_vs_first: float | None = None
     time_moved: bool | None = None
+    #: ``--profile``: each op's time per execution after the first (ns), as this release's replay timed it.
+    op_each_ns: dict[str, float] | None = None
+    #: ``--profile``: the ops whose time moved most against the first release (op, a_ns, b_ns, ratio, change_ns).
+    moved_ops: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +100,8 @@ class ReleaseReplays:
     #: A release whose median run time is more than this fraction off the first's has moved (None: times not judged).
     time_tolerance: float | None = None
     first_time_moved: str | None = None
+    #: ``--profile``: the release whose op times the others' are compared with (the first that timed any).
+    ops_against: str | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -176,7 +183,24 @@ def replay_on_releases(
     if answer.releases and answer.releases[0].error:
         answer.notes.append("the first release did not replay: nothing to compare the others with")
     judge_times(answer)
+    if options.profile:
+        _judge_ops(answer)
     return answer
+
+
+def _judge_ops(answer: ReleaseReplays) -> None:
+    """With --profile: each release's ops against those of the first release that timed any, most moved first."""
+    timed = [one for one in answer.releases if one.op_each_ns is not None]
+    for one in answer.releases:
+        if one.op_each_ns is None and not one.error:
+            answer.notes.append(
+                f"{one.jaxlib or one.release} timed no op (its profiler does not trace the ops of its CPU client)"
+            )
+        elif timed and one is not timed[0] and one.op_each_ns is not None and timed[0].op_each_ns is not None:
+            one.moved_ops = [
+                move.to_dict() | {"against": timed[0].release} for move in moved_ops(timed[0].op_each_ns, one.op_each_ns)
+            ]
+    answer.ops_against = timed[0].release if timed else None
 
 
 def judge_times(answer: ReleaseReplays) -> None:
@@ -203,6 +227,7 @@ def _replay_one(
     argv += ["--abs-error-bound", repr(options.abs_error_bound), "--rel-error-bound", repr(options.rel_error_bound)]
     argv += ["--seed", str(options.seed)] if options.seed is not None else []
     argv += ["--timeout", repr(options.timeout_s)] if options.timeout_s else []
+    argv += ["--profile"] if options.profile else []
     package_root = str(Path(__file__).resolve().parents[2])  # this xlarun, whatever the venv has
     env = {
         **os.environ,
@@ -224,6 +249,7 @@ def _replay_one(
     one.max_abs_error, one.compile_s = data.get("max_abs_error"), data.get("compile_s")
     times = data.get("run_times_s") or []
     one.median_run_s = statistics.median(times) if times else None
+    one.op_each_ns = op_each_ns(data.get("profile"))
     found = _JAXLIB.search(data.get("log") or "")
     one.jaxlib = found.group(1) if found else None
     if one.error or not out.is_file():

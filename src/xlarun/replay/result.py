@@ -68,6 +68,8 @@ class ReplayResult:
     crash: str | None = None
     #: Everything the engine printed (runners) or logged (built-in engine).
     log: str = ""
+    #: ``--profile``: each op's time over the iterations (:func:`.op_profile.op_profile_dict`), built-in engine.
+    profile: dict | None = None
 
     @property
     def min_s(self) -> float | None:

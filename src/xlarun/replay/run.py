@@ -14,6 +14,7 @@ import numpy as np
 from xlarun.errors import EngineError
 from xlarun.replay.compiled import Built
 from xlarun.replay.literals import Shape
+from xlarun.replay.op_profile import op_profile_dict, optimized_text, traced
 from xlarun.replay.partitioned import assemble, shard
 from xlarun.replay.placed import Placed
 from xlarun.replay.result import ReplayResult
@@ -23,9 +24,27 @@ Log = Callable[[str], None]
 PerDevice = list[list[np.ndarray]]
 
 
-def run_built(built: Built, arguments: list, iterations: int, result: ReplayResult, log: Log) -> tuple[list, PerDevice | None]:
+def run_built(
+    built: Built, arguments: list, iterations: int, result: ReplayResult, log: Log, *, profile: bool = False
+) -> tuple[list, PerDevice | None]:
     """The outputs of the last of ``iterations`` runs (each run's time goes to ``result.run_times_s``), and on N
-    devices each device's pieces of them."""
+    devices each device's pieces of them. ``profile``: the stage runs under
+    JAX's profiler, and each op's time goes to ``result.profile`` (:mod:`.op_profile`)."""
+    if not profile:
+        return _run_built(built, arguments, iterations, result, log)
+    with traced() as trace:
+        found = _run_built(built, arguments, iterations, result, log)
+    executable = built.module.executable if isinstance(built, Placed) else built.compiled.executable
+    result.profile, problem = op_profile_dict(trace, optimized_text(executable), iterations)
+    if result.profile is None:
+        result.warnings.append(f"--profile timed no op: {problem}")
+        log(result.warnings[-1])
+    else:
+        log(f"profiled: {len(result.profile['ops'])} ops of {result.profile['module']} timed over {iterations} iteration(s)")
+    return found
+
+
+def _run_built(built: Built, arguments: list, iterations: int, result: ReplayResult, log: Log) -> tuple[list, PerDevice | None]:
     if isinstance(built, Placed):
         return run_on_devices(built, arguments, built.global_results, iterations, result, log)
     compiled = built.compiled
