@@ -38,6 +38,7 @@ COMMANDS = {
     "doctor": "doctor",
     "render": "see", "diff": "see", "report": "see",
     "import": "share", "bundle": "share",
+    "remote": "remote", "push": "remote", "pull": "remote",
     "view": "view",
     "worker": "ray", "collect": "ray",
     "completion": "completion",
