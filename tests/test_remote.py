@@ -73,8 +73,8 @@ def s3_server(tmp_path_factory):
     argv = [weed, "server", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-s3.port={s3}",
             f"-s3.config={folder / 's3.json'}", f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
             "-volume.max=100", "-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
-    log = open(folder / "weed.log", "wb")
-    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(folder / "weed.log", "wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = f"http://127.0.0.1:{s3}"
     deadline = time.monotonic() + 60
     try:
@@ -88,13 +88,13 @@ def s3_server(tmp_path_factory):
                 time.sleep(0.5)
         yield endpoint
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:  # SeaweedFS takes a while to stop on SIGTERM
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 @pytest.fixture

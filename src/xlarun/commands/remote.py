@@ -12,7 +12,8 @@ from xlarun.commands import JsonOption, StoreOption, complete_run_ref, open_stor
 
 remote_app = typer.Typer(help="Name the team stores (S3 buckets) that push, pull and runs --remote use.", no_args_is_help=True)
 RemoteOption = Annotated[
-    str, typer.Option("--remote", help="A remote's name (`xlarun remote list`), or an s3://BUCKET/PREFIX URL.", show_default=False)
+    str,
+    typer.Option("--remote", help="A remote's name (`xlarun remote list`), or an s3://BUCKET/PREFIX URL.", show_default=False),
 ]
 
 
@@ -99,7 +100,9 @@ def _sync(store: str | None, remote: str, create: bool):
 def push(
     runs: Annotated[
         list[str] | None,
-        typer.Argument(help="Runs to push (ids, prefixes, names, 'latest'; default: every run).", autocompletion=complete_run_ref),
+        typer.Argument(
+            help="Runs to push (ids, prefixes, names, 'latest'; default: every run).", autocompletion=complete_run_ref
+        ),
     ] = None,
     remote: RemoteOption = ...,  # type: ignore[assignment]
     store: StoreOption = None,
@@ -123,7 +126,9 @@ def push(
 
 
 def pull(
-    runs: Annotated[list[str], typer.Argument(help="Run ids to fetch (`xlarun runs --remote NAME` lists them).", show_default=False)],
+    runs: Annotated[
+        list[str], typer.Argument(help="Run ids to fetch (`xlarun runs --remote NAME` lists them).", show_default=False)
+    ],
     remote: RemoteOption = ...,  # type: ignore[assignment]
     store: StoreOption = None,
     as_json: JsonOption = False,
@@ -152,5 +157,15 @@ def remote_runs(remote: str, as_json: bool) -> None:
     if as_json:
         print_json(listed)
         return
-    rows = [[r["run"], str(r["name"] or ""), str(r["status"] or ""), short_time(r["started"]), str(r["files"]), human_bytes(r["bytes"])] for r in listed]
+    rows = [
+        [
+            r["run"],
+            str(r["name"] or ""),
+            str(r["status"] or ""),
+            short_time(r["started"]),
+            str(r["files"]),
+            human_bytes(r["bytes"]),
+        ]
+        for r in listed
+    ]
     print_table(["run", "name", "status", "started", "files", "size"], rows, right=["files", "size"])

@@ -191,9 +191,9 @@ class _Translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind, exc, tb) -> None:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, EnvironmentProblem):
-            return False
+            return
         import botocore.exceptions as bex
         from boto3.exceptions import Boto3Error
 
@@ -203,7 +203,10 @@ class _Translated:
             found = re.search(r"\((\w+)\) when calling", str(exc))
             code = found[1] if found else type(exc).__name__
         if isinstance(exc, bex.NoCredentialsError):
-            message, hint = f"no AWS credentials to reach {where}", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+            message, hint = (
+                f"no AWS credentials to reach {where}",
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
+            )
         elif isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError)):
             message, hint = f"cannot reach the S3 server of {where}", "check --endpoint and that the server is up"
         elif code == "NoSuchBucket":
@@ -214,7 +217,10 @@ class _Translated:
             message = f"access denied: cannot {self.doing} on {where}"
             hint = "these credentials may be read-only: pushing needs write access to the bucket"
         elif isinstance(exc, (bex.BotoCoreError, bex.ClientError)) or code:
-            message, hint = f"S3 error on {where} ({self.doing}): {code or type(exc).__name__}", "try again; `xlarun push` resumes"
+            message, hint = (
+                f"S3 error on {where} ({self.doing}): {code or type(exc).__name__}",
+                "try again; `xlarun push` resumes",
+            )
         else:
-            return False
+            return
         raise EnvironmentProblem(message, hint) from None

@@ -31,10 +31,10 @@ import zstandard
 from xlarun.errors import RefError, StoreError
 from xlarun.killpoints import kill_point
 from xlarun.safe_names import checked_relative_path, checked_run_id
+from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
 from xlarun.store.records import StoredFile, listed_files
 from xlarun.store.remote import ObjectStore
-from xlarun.store.facade import Store
 from xlarun.store.store_json import parse_store_json
 
 #: The record's format; a pull refuses one it does not know.
@@ -197,7 +197,9 @@ class RemoteSync:
     def _fetch_verified(self, key: str, digest: str) -> bytes:
         data = self.remote.get(key)
         if data is None:
-            raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+            raise StoreError(
+                f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it"
+            )
         try:  # bounded: no small object of a run is larger than a file list may be
             with zstandard.ZstdDecompressor().stream_reader(data) as reader:
                 chunks, size = [], 0
@@ -219,9 +221,11 @@ class RemoteSync:
             return False
         index = self._read_json(f"runs/{run_id}.json", None)
         if index is None:
-            raise RefError(f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them")
+            raise RefError(
+                f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
+            )
         record = self._read_json(f"records/{index.get('record')}.zst", str(index.get("record")))
-        files, folder, packs = self._checked_record(record, run_id)
+        files, folder, packs = self._checked_record(record or {}, run_id)
         lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
         needed = [name for name, members in packs.items() if any(files[i].digest in lacking for i in members)]
         run_id, staging = self.store.begin_run(run_id)
@@ -293,6 +297,7 @@ class RemoteSync:
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(fetch, names))
+
 
 def list_remote_runs(remote: ObjectStore) -> list[dict]:
     """Every run on a remote, oldest first, from its small index object alone (no record, no pack read)."""
