@@ -21,7 +21,19 @@ DISTRIBUTION = {
     "tensorflow": "tensorflow-cpu",
 }
 #: imported only inside a guard that turns their absence into a clear message naming the extra
-OPTIONAL = {"jax", "jaxlib", "ray", "tensorflow", "torch", "torch_xla", "model_explorer", "IPython", "playwright", "boto3", "botocore"}
+OPTIONAL = {
+    "jax",
+    "jaxlib",
+    "ray",
+    "tensorflow",
+    "torch",
+    "torch_xla",
+    "model_explorer",
+    "IPython",
+    "playwright",
+    "boto3",
+    "botocore",
+}
 
 
 def _top_level_imports() -> set[str]:
