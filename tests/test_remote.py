@@ -278,3 +278,16 @@ def test_without_boto3_the_commands_say_how_to_install_it(tmp_path, monkeypatch,
     monkeypatch.setitem(sys.modules, "boto3", None)  # an import of it fails as if it were not installed
     result = cli("runs", "--remote", "s3://team-bucket/x")
     assert result.exit_code == 3 and "pip install 'xlarun[remote]'" in result.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_pushing_the_same_run_at_once_publish_it_once(remote, tmp_path, cli):
+    [run_id] = _imported_store(cli, tmp_path / "store")
+    argv = [sys.executable, "-m", "xlarun", "push", run_id, "--remote", "team", "--store", str(tmp_path / "store"), "--json"]
+    pushes = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    answers = [json.loads(p.communicate(timeout=120)[0]) for p in pushes]
+    assert [p.returncode for p in pushes] == [0, 0]
+    published = [a for a in answers if a["runs"] == [run_id]]
+    assert len(published) == 1 and sum(a["already_there"] == [run_id] for a in answers) == 1, answers
+    assert [r["run"] for r in _json(cli("runs", "--remote", "team", "--json"))] == [run_id]
+    assert cli("pull", run_id, "--remote", "team", "--store", tmp_path / "other").exit_code == 0
