@@ -34,6 +34,6 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/python -m pip install -q --upgrade pip
 fi
 extras="jax"
-[ "$dev" = 1 ] && extras="jax,tf,dev,ray,zoo"
+[ "$dev" = 1 ] && extras="jax,tf,dev,ray,zoo,remote"
 .venv/bin/python -m pip install -q -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/xlarun --version

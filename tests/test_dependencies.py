@@ -12,6 +12,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 #: import name -> distribution name, where they differ
 DISTRIBUTION = {
+    "botocore": "boto3",  # comes with boto3 (the remote extra)
     "yaml": "pyyaml",
     "docker": "docker",
     "jax": "jax",
@@ -20,7 +21,19 @@ DISTRIBUTION = {
     "tensorflow": "tensorflow-cpu",
 }
 #: imported only inside a guard that turns their absence into a clear message naming the extra
-OPTIONAL = {"jax", "jaxlib", "ray", "tensorflow", "torch", "torch_xla", "model_explorer", "IPython", "playwright"}
+OPTIONAL = {
+    "jax",
+    "jaxlib",
+    "ray",
+    "tensorflow",
+    "torch",
+    "torch_xla",
+    "model_explorer",
+    "IPython",
+    "playwright",
+    "boto3",
+    "botocore",
+}
 
 
 def _top_level_imports() -> set[str]:

@@ -38,9 +38,11 @@ COMMANDS = {
     "doctor": "doctor",
     "render": "see", "diff": "see", "report": "see",
     "import": "share", "bundle": "share",
+    "push": "remote", "pull": "remote",
     "view": "view",
     "worker": "ray", "collect": "ray",
     "completion": "completion",
+    "remote": "remote",
     "images": "images",
 }  # fmt: skip
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

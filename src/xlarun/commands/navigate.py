@@ -57,6 +57,10 @@ def runs(
             "--last", "-n", min=0, help="Only the newest N runs (0: every run). Default: 50 in the table, every run with --json."
         ),
     ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option("--remote", help="List the runs on this remote (a name or s3:// URL) instead, from their index objects."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List the runs in the store, oldest first (the newest 50 in the table: a store of 10,000 runs answers at once).
@@ -67,6 +71,10 @@ def runs(
     from xlarun.console import print_json, say
     from xlarun.present import print_runs
 
+    if remote is not None:
+        from xlarun.commands.remote import remote_runs
+
+        return remote_runs(remote, as_json)
     wanted = (None if as_json else DEFAULT_LAST_RUNS) if last is None else (last or None)
     listed = front_door(store).runs(batch=batch, name=name, last=wanted)
     everything = [run.info for run in listed]

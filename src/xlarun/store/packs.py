@@ -45,6 +45,7 @@ from xlarun.store.pack_format import (
     open_pack,
     pack_header,
     pack_header_size,
+    pack_members,
     pack_params,
     read_headers,
     read_pack_members,
@@ -166,6 +167,26 @@ class BlobStore:
         self._table.add(name, [(digest, 0, size)])  # after the pack is safely on disk
         kill_point("pack-listed")
         return digest, size
+
+    def adopt_pack(self, source: Path, name: str) -> list[tuple[str, int, int]]:
+        """Move a pack fetched from elsewhere (``source``, beside the packs) into the store once its frame hashes to
+        ``name`` and each member to its digest; else delete it and raise StoreError (damaged). Returns its members."""
+        try:
+            raw = _read_pack(source)
+            members, frame = pack_members(raw), memoryview(raw)[pack_header_size(raw) :]
+            if blake3(PACK_NAME_PREFIX).update(frame).hexdigest() != name:
+                raise damaged(f"pack {name[:12]} (its bytes do not hash to its name)")
+            try:
+                decoded = _decompressor().decompressobj().decompress(frame)
+            except zstandard.ZstdError:
+                raise damaged(f"pack {name[:12]}") from None
+            if any(content_digest(decoded[o : o + n]) != d or o + n > len(decoded) for d, o, n in members):
+                raise damaged(f"pack {name[:12]} (a member does not hash to its digest)")
+            os.replace(source, self.pack_path(name))
+        finally:
+            source.unlink(missing_ok=True)
+        self._table.add(name, members)
+        return members
 
     # --- reading -----------------------------------------------------------------------------
 

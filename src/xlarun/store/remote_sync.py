@@ -1,0 +1,323 @@
+"""Push runs to a remote, pull them back, list them: the team store's layout and its rules.
+
+Below the remote's prefix (the whole layout: docs/remote.md)::
+
+    packs/<name>.zst       a local pack, byte for byte (named by its own hash: the same pack is sent once)
+    files/<digest>.zst     another file of a run's folder (manifest, spec, logs), zstd-compressed, named by the
+                           BLAKE3 of its bytes (before compression)
+    records/<digest>.zst   a run's full record (JSON, compressed the same way): its files.json entries, which pack
+                           holds which of them, its folder's files
+    runs/<run id>.json     the run's small index object, written last and once: the run exists on the remote
+                           from that put on (``If-None-Match: *``: never overwritten)
+
+Every object but ``runs/`` is named by its content, so writing it twice writes the same bytes: an interrupted push
+leaves only objects nobody names yet, and the next push lists what is there and sends the rest. A pull verifies
+every object it reads against its name before it is used; a damaged one is an error naming it (exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zstandard
+
+from xlarun.errors import RefError, StoreError
+from xlarun.killpoints import kill_point
+from xlarun.safe_names import checked_relative_path, checked_run_id
+from xlarun.store.facade import Store
+from xlarun.store.pack_format import content_digest
+from xlarun.store.records import StoredFile, listed_files
+from xlarun.store.remote import ObjectStore
+from xlarun.store.store_json import parse_store_json
+
+#: The record's format; a pull refuses one it does not know.
+RECORD_FORMAT = 1
+#: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
+WORKERS = 8
+#: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
+MAX_SMALL_BYTES = 256 << 20
+#: The index object's keys a listing shows.
+SUMMARY_KEYS = ("name", "status", "started", "files", "bytes", "pushed")
+
+Progress = Callable[["Transfer"], None]
+
+
+@dataclass
+class Transfer:
+    """What a push or pull moved: objects and bytes sent (or fetched), those skipped as already there."""
+
+    files: int = 0
+    bytes: int = 0
+    skipped_files: int = 0
+    skipped_bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+    runs: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Bytes a second since the transfer began."""
+        return self.bytes / max(time.monotonic() - self.started, 1e-6)
+
+    def as_dict(self) -> dict:
+        return {
+            "runs": self.runs, "already_there": self.already, "files": self.files, "bytes": self.bytes,
+            "skipped_files": self.skipped_files, "skipped_bytes": self.skipped_bytes,
+            "seconds": round(time.monotonic() - self.started, 3),
+        }  # fmt: skip
+
+
+def remote_damage(what: str) -> StoreError:
+    return StoreError(f"remote object {what} is damaged", "nothing of it was used; push the run again from a store that has it")
+
+
+def _run_folder_files(folder: Path) -> dict[str, Path]:
+    """A committed run's own files but files.json (the record holds it), by their path in the folder."""
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and not path.is_symlink() and rel not in ("files.json", "owner.pid"):
+            found[rel] = path
+    return found
+
+
+def _index_object(run_id: str, record_digest: str, manifest: dict, files: list[StoredFile]) -> dict:
+    return {
+        "format": RECORD_FORMAT, "run": run_id, "record": record_digest,
+        "name": manifest.get("name"), "status": manifest.get("status"),
+        "started": manifest.get("started"),
+        "files": len(files), "bytes": sum(f.size for f in files),
+        "pushed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+
+
+class RemoteSync:
+    """Push and pull between one local store and one remote."""
+
+    def __init__(self, store: Store, remote: ObjectStore, progress: Progress | None = None):
+        self.store, self.remote, self.progress = store, remote, progress
+        self.transfer = Transfer()
+        self._remote_packs: set[str] | None = None
+
+    def _count(self, size: int, sent: bool = True) -> None:
+        if sent:
+            self.transfer.files += 1
+            self.transfer.bytes += size
+        else:
+            self.transfer.skipped_files += 1
+            self.transfer.skipped_bytes += size
+        if self.progress:
+            self.progress(self.transfer)
+
+    # --- push --------------------------------------------------------------------------------
+
+    def push(self, run_ids: list[str]) -> Transfer:
+        """Send each run the remote does not have: its packs the remote lacks, its folder's files, its record, and
+        last its index object. A run already there is left as it is (listed in ``already``)."""
+        for run_id in run_ids:
+            self.push_run(run_id)
+        return self.transfer
+
+    def push_run(self, run_id: str) -> bool:
+        """Push one run; False when the remote already had it."""
+        if self.remote.exists(f"runs/{run_id}.json"):
+            self.transfer.already.append(run_id)
+            return False
+        with self.store.lock():  # shared: gc (exclusive) deletes no pack while it is read
+            return self._push_run(run_id)
+
+    def _push_run(self, run_id: str) -> bool:
+        files = self.store.stored_files(run_id)
+        manifest = self.store.manifest(run_id)
+        by_pack: dict[str, list[int]] = {}
+        for i, entry in enumerate(files):
+            by_pack.setdefault(self.store.blobs.pack_of(entry.digest), []).append(i)
+        self._send_packs(sorted(by_pack))
+        folder = {}
+        for rel, path in _run_folder_files(self.store.run_path(run_id)).items():
+            data = path.read_bytes()
+            folder[rel] = digest = content_digest(data)
+            self._send_small(f"files/{digest}.zst", data)
+        record = {"format": RECORD_FORMAT, "run": run_id, "folder": folder, "packs": by_pack,
+                  "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        record_digest = content_digest(record_bytes)
+        self._send_small(f"records/{record_digest}.zst", record_bytes)
+        kill_point("remote-record-sent")
+        index = json.dumps(_index_object(run_id, record_digest, manifest, files), sort_keys=True).encode()
+        if not self.remote.put_once(f"runs/{run_id}.json", index):  # another push published it meanwhile
+            self.transfer.already.append(run_id)
+            return False
+        self.transfer.runs.append(run_id)
+        return True
+
+    def _send_packs(self, names: list[str]) -> None:
+        if self._remote_packs is None:
+            self._remote_packs = {n[:-4] for n in self.remote.names("packs/") if n.endswith(".zst")}
+        missing = [n for n in names if n not in self._remote_packs]
+        for name in names:
+            if name in self._remote_packs:
+                self._count(self.store.blobs.pack_path(name).stat().st_size, sent=False)
+
+        def send(name: str) -> None:
+            path = self.store.blobs.pack_path(name)
+            self.remote.upload(f"packs/{name}.zst", path)
+            kill_point("remote-pack-sent")
+            self._count(path.stat().st_size)
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(send, missing))
+        self._remote_packs.update(missing)
+
+    def _send_small(self, key: str, data: bytes) -> None:
+        """A small object named by its content, compressed, sent unless the remote has it."""
+        packed = zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
+        if self.remote.exists(key):
+            self._count(len(packed), sent=False)
+            return
+        self.remote.put(key, packed)
+        self._count(len(packed))
+
+    # --- pull --------------------------------------------------------------------------------
+
+    def pull(self, run_ids: list[str]) -> Transfer:
+        """Fetch each run this store does not have: its record, the packs holding files the store lacks (each
+        checked against its name and its members' digests), its folder's files; then commit it as a local run."""
+        for run_id in run_ids:
+            self.pull_run(run_id)
+        return self.transfer
+
+    def _fetch_verified(self, key: str, digest: str) -> bytes:
+        data = self.remote.get(key)
+        if data is None:
+            raise StoreError(
+                f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it"
+            )
+        try:  # bounded: no small object of a run is larger than a file list may be
+            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                chunks, size = [], 0
+                while size <= MAX_SMALL_BYTES and (chunk := reader.read(1 << 20)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+            plain = b"".join(chunks)
+        except zstandard.ZstdError:
+            raise remote_damage(key) from None
+        if len(plain) > MAX_SMALL_BYTES or content_digest(plain) != digest:
+            raise remote_damage(key)
+        return plain
+
+    def pull_run(self, run_id: str) -> bool:
+        """Pull one run; False when this store already had it."""
+        checked_run_id(run_id, "the run to pull")
+        if (self.store.runs_dir / run_id).exists():
+            self.transfer.already.append(run_id)
+            return False
+        index = self._read_json(f"runs/{run_id}.json", None)
+        if index is None:
+            raise RefError(
+                f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
+            )
+        record = self._read_json(f"records/{index.get('record')}.zst", str(index.get("record")))
+        files, folder, packs = self._checked_record(record or {}, run_id)
+        lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
+        needed = [name for name, members in packs.items() if any(files[i].digest in lacking for i in members)]
+        run_id, staging = self.store.begin_run(run_id)
+        try:
+            with self.store.lock():
+                self._fetch_packs(needed)
+                for rel, digest in folder.items():
+                    target = staging / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    data = self._fetch_verified(f"files/{digest}.zst", digest)
+                    target.write_bytes(data)
+                    self._count(len(data))
+                self.store.commit_indexed(run_id, staging, files, {})
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.transfer.runs.append(run_id)
+        return True
+
+    def _read_json(self, key: str, digest: str | None) -> dict | None:
+        data = self.remote.get(key) if digest is None else self._fetch_verified(key, digest)
+        if data is None:
+            return None
+        try:
+            value = parse_store_json(data)
+        except ValueError:
+            raise remote_damage(key) from None
+        if not isinstance(value, dict):
+            raise remote_damage(key)
+        return value
+
+    def _checked_record(self, record: dict, run_id: str) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]]]:
+        key = f"the record of run {run_id}"
+        if record.get("format") != RECORD_FORMAT or record.get("run") != run_id:
+            raise remote_damage(key)
+        try:
+            files = listed_files(record.get("files"), key)
+        except StoreError:
+            raise remote_damage(key) from None
+        folder, packs = record.get("folder"), record.get("packs")
+        if not isinstance(folder, dict) or not isinstance(packs, dict):
+            raise remote_damage(key)
+        for rel, digest in folder.items():
+            checked_relative_path(rel, key, error=lambda m, h: remote_damage(key))
+            if rel == "files.json" or not (isinstance(digest, str) and len(digest) == 64):
+                raise remote_damage(key)
+        for name, members in packs.items():
+            ok = len(name) == 64 and isinstance(members, list)
+            if not ok or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
+                raise remote_damage(key)
+        return files, folder, packs
+
+    def _fetch_packs(self, names: list[str]) -> None:
+        blobs = self.store.blobs
+        blobs.packs_dir.mkdir(parents=True, exist_ok=True)
+
+        def fetch(name: str) -> None:
+            if blobs.pack_path(name).exists():  # a pack this store has under the same name holds the same bytes
+                blobs.adopt_pack(_copy_aside(blobs.pack_path(name)), name)
+                return
+            tmp = blobs.packs_dir / f".tmp-remote-{name[:16]}-{os.getpid()}"
+            self.remote.download(f"packs/{name}.zst", tmp)
+            size = tmp.stat().st_size
+            try:
+                blobs.adopt_pack(tmp, name)
+            except StoreError:
+                raise remote_damage(f"packs/{name}.zst") from None
+            self._count(size)
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(fetch, names))
+
+
+def list_remote_runs(remote: ObjectStore) -> list[dict]:
+    """Every run on a remote, oldest first, from its small index object alone (no record, no pack read)."""
+    ids = sorted(n[:-5] for n in remote.names("runs/") if n.endswith(".json"))
+
+    def summary(run_id: str) -> dict:
+        data = remote.get(f"runs/{run_id}.json")
+        try:
+            index = parse_store_json(data) if data is not None else {}
+        except ValueError:
+            index = None
+        if not isinstance(index, dict):
+            raise remote_damage(f"runs/{run_id}.json")
+        return {"run": run_id, **{k: index.get(k) for k in SUMMARY_KEYS}}
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(summary, ids))
+
+
+def _copy_aside(path: Path) -> Path:
+    copy = path.with_name(f".tmp-relist-{path.name[:16]}-{os.getpid()}")
+    shutil.copyfile(path, copy)
+    return copy
