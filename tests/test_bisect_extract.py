@@ -238,8 +238,10 @@ def _zoo_target(cli, store, run_id: str, program: str) -> tuple[str, str, list[s
     from xlarun.navigate.refs import resolve_module
     from xlarun.store.facade import Store
 
-    names = [m["name"] for m in json.loads(cli("modules", run_id, "--json", "--store", store).stdout)["modules"]]
-    ref = f"{run_id}/{next(n for n in names if zoo.STEPS[program] in n)}"
+    modules = json.loads(cli("modules", run_id, "--json", "--store", store).stdout)["modules"]
+    # by number, the first listed (the main one): a program may compile its step twice under one name (sharded_drift)
+    step = next(m for m in modules if zoo.STEPS[program] in m["name"])
+    ref = f"{run_id}/module_{step['module_id']:04d}"
     opened = Store.open(store)
     module = resolve_module(opened.index, ref)
     for step in reversed(pass_steps(module)):
