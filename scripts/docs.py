@@ -51,7 +51,9 @@ def front_page() -> str:
     readme = re.sub(r"\]\(docs/", "](", readme)
     # files of the repository that are not pages of the site: named as paths in the checkout, not linked
     readme = re.sub(
-        r"\[([^\]]+)\]\((ARCHITECTURE\.md|bench/README\.md|containers/README\.md)\)", r"`\2` in the repository", readme
+        r"\[([^\]]+)\]\((ARCHITECTURE\.md|bench/README\.md|bench/zoo\.md|containers/README\.md)\)",
+        r"`\2` in the repository",
+        readme,
     )
     return readme
 
