@@ -122,7 +122,9 @@ def test_module_page_holds_timeline_diffs_and_graphs(passes_report):
     page = (built.index_html.parent / "modules" / "module_0012.html").read_text()
     assert page.count('<details class="diff"') == sum(1 for p in data["modules"][0]["passes"] if p["diff"])
     assert "fusions formed:" in page and '<span class="add">+' in page
-    assert page.count("<svg") == 2 and "<script" not in page.replace('<script src="../static/report.js" defer></script>', "")
+    # two graphs (before and after optimizations) and the chart of memory over the program order
+    assert page.count("<svg") == 3 and page.count('id="memory-over-program"><svg') == 1
+    assert "<script" not in page.replace('<script src="../static/report.js" defer></script>', "")
     assert "op_name: jit(train_step)" in page  # tooltips became SVG <title>s
 
 
