@@ -110,19 +110,12 @@ def push(
 ) -> None:
     """Send runs to a remote: only the packs it lacks, each run published last and once (a run already there is
     left as it is; an interrupted push leaves nothing visible, and running it again resumes)."""
-    from xlarun.console import print_json
     from xlarun.navigate.refs import resolve_run
 
     sync, tty = _sync(store, remote, create=False)
     index = sync.store.index
     ids = [resolve_run(index, ref).run_id for ref in runs] if runs else [r.run_id for r in index.runs()]
-    transfer = sync.push(ids)
-    if tty:
-        sys.stderr.write("\r\x1b[K")
-    if as_json:
-        print_json({"remote": sync.remote.spec.url, **transfer.as_dict()})
-        return
-    _summary("pushed", transfer, sync.remote.spec.url)
+    _said("pushed", sync, sync.push(ids), tty, as_json)
 
 
 def pull(
@@ -135,16 +128,21 @@ def pull(
 ) -> None:
     """Fetch runs from a remote into the store, every object checked against its hash (a damaged one: exit 3,
     nothing of the run kept)."""
-    from xlarun.console import print_json
 
     sync, tty = _sync(store, remote, create=True)
-    transfer = sync.pull(runs)
+    _said("pulled", sync, sync.pull(runs), tty, as_json)
+
+
+def _said(verb: str, sync, transfer, tty: bool, as_json: bool) -> None:
+    """What a push or a pull did: the progress line cleared, then its JSON or its summary line."""
+    from xlarun.console import print_json
+
     if tty:
         sys.stderr.write("\r\x1b[K")
     if as_json:
         print_json({"remote": sync.remote.spec.url, **transfer.as_dict()})
         return
-    _summary("pulled", transfer, sync.remote.spec.url)
+    _summary(verb, transfer, sync.remote.spec.url)
 
 
 def remote_runs(remote: str, as_json: bool) -> None:
