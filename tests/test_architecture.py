@@ -45,7 +45,16 @@ def test_every_module_is_in_a_layer():
     assert layered - modules == set(), "these layers name modules that no longer exist"
 
 
-@pytest.mark.parametrize("package", ["store", "capture", "hlo", "replay"])
+LAYERED = ["store", "capture", "hlo", "replay", "bisect", "executors", "navigate", "render", "report"]
+
+
+def test_every_package_but_the_commands_has_a_layers_contract():
+    """The commands are leaves that only call down; every other package states the order of its modules."""
+    packages = {p.name for p in (REPO / "src" / "xlarun").iterdir() if (p / "__init__.py").exists()}
+    assert packages - {"commands"} == set(LAYERED), "add a layers contract for the new package to pyproject.toml"
+
+
+@pytest.mark.parametrize("package", LAYERED)
 def test_every_module_of_a_layered_package_is_in_its_layers(package):
     import tomllib
 
