@@ -93,8 +93,8 @@ def _instruction_search(store: Path, ref: str) -> dict:
     from xlarun.bisect.bisect_options import BisectOptions
     from xlarun.bisect.first_move import find_first_move
     from xlarun.bisect.replayer import StepReplayer
-    from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
     from xlarun.store.facade import Store
 
     opened = Store.open(store)

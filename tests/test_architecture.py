@@ -45,7 +45,21 @@ def test_every_module_is_in_a_layer():
     assert layered - modules == set(), "these layers name modules that no longer exist"
 
 
-LAYERED = ["store", "capture", "hlo", "replay", "bisect", "executors", "navigate", "render", "report"]
+LAYERED = [
+    "store",
+    "capture",
+    "hlo",
+    "replay",
+    "bisect",
+    "executors",
+    "navigate",
+    "render",
+    "report",
+    "api",
+    "share",
+    "see",
+    "present",
+]
 
 
 def test_every_package_but_the_commands_has_a_layers_contract():

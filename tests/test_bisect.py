@@ -92,9 +92,9 @@ def test_json_on_failure(cli, bisect_store):
 
 def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_store):
     from xlarun.bisect.bisect_plan import refuse_unbisectable
-    from xlarun.diff import pass_steps
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
     from xlarun.store.facade import Store
 
     module = resolve_module(Store.open(bisect_store).index, "bf16_sum")

@@ -234,8 +234,8 @@ def _zoo_target(cli, store, run_id: str, program: str) -> tuple[str, str, list[s
     """(module REF, instruction, extra options): the biggest fusion of the step's last dump that has fusions,
     else (a program XLA folds to nothing to fuse) the ROOT of its before_optimizations module."""
     from tests.test_zoo import zoo
-    from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
     from xlarun.store.facade import Store
 
     modules = json.loads(cli("modules", run_id, "--json", "--store", store).stdout)["modules"]
@@ -312,8 +312,8 @@ def test_a_zoo_extract_with_one_hop_is_under_50_instructions(cli, zoo_runs, prog
 
 def _dot_in_a_body(store, ref: str, opcode: str) -> tuple[int, str, str, str]:
     """(step, the entry's `opcode` instruction, its body, a dot in the body) of the last step that has one."""
-    from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
     from xlarun.store.facade import Store
 
     opened = Store.open(store)

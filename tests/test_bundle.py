@@ -137,8 +137,8 @@ def test_unzipped_bundle_imports_and_replays_in_another_process(bundled, tmp_pat
 
 def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, monkeypatch):
     from xlarun import bundle as bundle_module
-    from xlarun.bundle import BundleOptions, make_bundle
     from xlarun.navigate.refs import resolve_module
+    from xlarun.share.bundle import BundleOptions, make_bundle
 
     store, _result = jax_run
     module = resolve_module(store.index, "jit_train_step")
@@ -153,7 +153,7 @@ def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, mon
 
 
 def test_redact_manifest_hides_secret_variables():
-    from xlarun.bundle import redact_manifest
+    from xlarun.share.bundle import redact_manifest
 
     redacted = redact_manifest(
         {"env_delta": {"HF_TOKEN": "hf_abc", "XLA_FLAGS": "--x", "PIP_INDEX_URL": "https://me:pw@host/simple"}}
@@ -168,7 +168,7 @@ def test_bundle_of_a_path_not_zip_is_a_usage_error(jax_run, cli, tmp_path):
 
 
 def test_pick_bundle_files_takes_passes_only_when_asked():
-    from xlarun.bundle import BundleOptions, pick_bundle_files
+    from xlarun.share.bundle import BundleOptions, pick_bundle_files
     from xlarun.store.records import FileInfo, ModuleInfo
 
     def file(path, kind, fmt=None, stage=None, size=10, step=None):
@@ -198,9 +198,9 @@ def test_the_bundle_lines_are_the_lines_replay_runs(tmp_path, backend):
     import shlex
 
     from tests.test_replay_drivers import AFTER_TXT, BEFORE_TXT, SNAPSHOT, make_runner, recorded_argv
-    from xlarun.bundle import runner_lines
     from xlarun.replay.drivers import run_runner
     from xlarun.replay.options import ReplayOptions
+    from xlarun.share.bundle import runner_lines
 
     lines, left_out = runner_lines(backend, SNAPSHOT, BEFORE_TXT, AFTER_TXT, [])
     asked = [
@@ -226,7 +226,7 @@ def test_the_bundle_lines_are_the_lines_replay_runs(tmp_path, backend):
 
 
 def test_the_bundle_lines_carry_the_runs_xla_flags_and_fall_back_to_cpu():
-    from xlarun.bundle import runner_lines
+    from xlarun.share.bundle import runner_lines
 
     lines, _ = runner_lines("tpu", None, "dump/m.before_optimizations.txt", None, ["--xla_cpu_enable_fast_math=false"])
     assert lines[0].startswith("run_hlo_module --platform=CPU --reference_platform=Interpreter ")
@@ -237,7 +237,7 @@ def test_the_bundle_lines_carry_the_runs_xla_flags_and_fall_back_to_cpu():
 def test_a_run_spec_is_read_back_for_redaction_within_the_readers_bounds(tmp_path):
     import os
 
-    from xlarun.bundle import _read_spec
+    from xlarun.share.bundle import _read_spec
 
     (tmp_path / "spec.yaml").write_text("name: t\nscript: j.py\nenv: {HF_TOKEN: abc, N: '1'}\n")
     assert _read_spec(tmp_path).decode().splitlines()[-3:] == ["env:", "  HF_TOKEN: '***'", "  N: '1'"]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from xlarun.diff import pass_diff, pass_steps, structural_summary, without_provenance
 from xlarun.hlo import parse_hlo_text
 from xlarun.navigate.refs import resolve_module
+from xlarun.see.diff import pass_diff, pass_steps, structural_summary, without_provenance
 
 from .conftest import CONFIGS, write_spec
 from .see_support import copy_store

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.diff import structural_summary
 from xlarun.hlo import parse_hlo_text
 from xlarun.hlo.match import StructureHashes, match_by_structure
+from xlarun.see.diff import structural_summary
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hlo" / "structdiff"
 

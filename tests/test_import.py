@@ -153,7 +153,7 @@ def hostile(tmp_path_factory, raw_dump):
     outside.mkdir()
     cases = make_hostile_corpus(root / "corpus", outside / "pwned.txt")
     store = root / "store"
-    from xlarun.dump_import import import_dump
+    from xlarun.share.import_dump import import_dump
     from xlarun.store.facade import Store
 
     import_dump(raw_dump, Store.open(store))
@@ -266,7 +266,7 @@ def test_import_of_per_host_folders_is_one_run_of_processes_with_the_desync_foun
 
 
 def test_per_host_folders_are_numbered_by_their_names_and_only_when_nothing_else_is_a_dump(tmp_path):
-    from xlarun.dump_import import per_host_folders
+    from xlarun.share.import_dump import per_host_folders
 
     for host in ("host2", "host10", "host0"):
         (tmp_path / host).mkdir()

@@ -1,5 +1,5 @@
 """``xlarun memory``, ``Module.memory()``, the peak column of ``modules`` and the peaks of a diff across runs
-(navigate/peak_memory.py, store/memory_index.py, present_memory.py).
+(navigate/peak_memory.py, store/memory_index.py, present/memory_table.py).
 
 The fast tests import dump folders made of files real captures wrote (``fixtures/memory``); the slow ones capture
 real JAX programs and hold the peak against JAX's own ``Compiled.memory_analysis()``, computed here.

@@ -14,8 +14,8 @@ import pytest
 #: never needed to read a store: each costs from 40 ms (pydantic) to seconds (jax) of every keystroke
 FORBIDDEN = {
     "numpy", "jax", "jaxlib", "ml_dtypes", "pydantic", "yaml", "docker", "requests", "jinja2", "markupsafe", "ray",
-    "graphviz", "xlarun.replay", "xlarun.bundle", "xlarun.bisect", "xlarun.render", "xlarun.report", "xlarun.capture",
-    "xlarun.executors", "xlarun.diff", "xlarun.batch", "xlarun.view", "xlarun.jax",
+    "graphviz", "xlarun.replay", "xlarun.share", "xlarun.bisect", "xlarun.render", "xlarun.report", "xlarun.capture",
+    "xlarun.executors", "xlarun.see", "xlarun.batch", "xlarun.jax",
     # what writing needs (the archiver's thread pools and logging, ingest, random ids), and rich: off a terminal its
     # output is written without it (console.py), which saved more than the rest of `runs` cost at 10,000 runs
     "rich", "typer.rich_utils", "xlarun.store.archive", "xlarun.store.ingest", "xlarun.store.summaries", "concurrent",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.api_module import Module
+from xlarun.api.module import Module
 from xlarun.bisect.bisect_options import BisectOptions, bisect_options
 from xlarun.commands.bisect import bisect as bisect_command
 from xlarun.commands.replay import replay as replay_command

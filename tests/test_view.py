@@ -32,7 +32,7 @@ def _hlo(store, module, stage):
 
 
 def test_graph_json_mirrors_the_module(train_step, tmp_path):
-    from xlarun.view import write_model_explorer_json
+    from xlarun.see.view import write_model_explorer_json
 
     store, module = train_step
     path = write_model_explorer_json(store, module, tmp_path / "g.json")
@@ -55,7 +55,7 @@ def test_graph_json_mirrors_the_module(train_step, tmp_path):
 
 
 def test_after_optimizations_graph_says_which_fusion_each_node_is_in(train_step, tmp_path):
-    from xlarun.view import write_model_explorer_json
+    from xlarun.see.view import write_model_explorer_json
 
     store, module = train_step
     collection = json.loads(write_model_explorer_json(store, module, tmp_path / "a.json", "after_optimizations").read_text())
@@ -78,10 +78,10 @@ def test_export_format_model_explorer(train_step, cli, tmp_path):
 
 
 def test_view_without_model_explorer_exits_3_naming_the_extra(train_step, cli, monkeypatch):
-    import xlarun.view
+    import xlarun.see.view
 
     store, _module = train_step
-    monkeypatch.setattr(xlarun.view, "model_explorer_installed", lambda: False)
+    monkeypatch.setattr(xlarun.see.view, "model_explorer_installed", lambda: False)
     result = cli("view", "jit_train_step", "--no-browser", "--store", store.root)
     assert result.exit_code == 3
     assert "xlarun[view]" in result.stderr and "ai-edge-model-explorer" in result.stderr
@@ -99,7 +99,7 @@ def test_model_explorer_renders_the_module_in_chromium(train_step, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
     if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium at /usr/bin/chromium")
-    from xlarun.view import ModelExplorerServer, write_model_explorer_json
+    from xlarun.see.view import ModelExplorerServer, write_model_explorer_json
 
     store, module = train_step
     graph = write_model_explorer_json(store, module, tmp_path / "train_step.json")

@@ -14,8 +14,8 @@ import zipfile
 import pytest
 import zstandard
 
-from xlarun.dump_import import import_dump
 from xlarun.errors import XlarunError
+from xlarun.share.import_dump import import_dump
 from xlarun.store.facade import Store
 
 from .support import assert_sound

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from xlarun.safe_unpack import HostileArchive, UnpackLimits, unpack_dump_source
+from xlarun.share.safe_unpack import HostileArchive, UnpackLimits, unpack_dump_source
 
 from ..conftest import write_spec
 from .support import assert_sound, fill_disk, xlarun

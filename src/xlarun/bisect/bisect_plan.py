@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xlarun.bisect.bisect_options import BisectOptions
-from xlarun.diff import PassStep, pass_steps
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.compare import Comparison, compare_outputs
 from xlarun.replay.partitioned import COLLECTIVE_OPCODES, Partitioning, partitioning_of_text
 from xlarun.replay.sources import module_opcodes
+from xlarun.see.diff import PassStep, pass_steps
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store

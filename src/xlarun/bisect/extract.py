@@ -162,8 +162,8 @@ def extract_from_store(
     run of that module computes on its snapshot's arguments (``inputs='fake'``: seeded fake data); written to
     ``output`` (default ``extract_<instruction>`` in the current folder)."""
     from xlarun.bisect.bisect_options import BisectOptions
-    from xlarun.diff import pass_steps
     from xlarun.replay import pjrt
+    from xlarun.see.diff import pass_steps
 
     say = log or (lambda _line: None)
     before = next((f for f in module.files if f.kind == "hlo" and f.stage == "before_optimizations" and f.format == "text"), None)
@@ -206,8 +206,8 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
     from xlarun.bisect.bisect_plan import plan_devices
     from xlarun.bisect.replayer import StepReplayer
     from xlarun.bisect.sharded_replayer import ShardedReplayer
-    from xlarun.diff import pass_steps
     from xlarun.replay.partitioned import partitioning_of_text
+    from xlarun.see.diff import pass_steps
 
     head = store.read_file(module.run_id, before.path)[:4096].decode("utf-8", errors="replace")
     partitioning = partitioning_of_text(head)
@@ -236,7 +236,7 @@ def extract_origin(store, module, step: int | None, path: str) -> dict:
     """Where an extract of ``module`` comes from, for its bundle's README: the run and module, the dump (step and
     pass), the run's versions, host and XLA flags, and the culprit pass a recorded bisection of the module named."""
     from xlarun.bisect.recorded import bisections_for
-    from xlarun.diff import pass_steps
+    from xlarun.see.diff import pass_steps
 
     manifest = store.manifest(module.run_id)
     found = next((s for s in pass_steps(module) if s.step == step), None) if step is not None else None

@@ -30,10 +30,10 @@ from xlarun.bisect.sharded_replayer import (
     instruction_search_refusal,
     open_replayer,
 )
-from xlarun.diff import PassStep, pass_diff
 from xlarun.errors import EngineError, InputError
 from xlarun.replay import pjrt
 from xlarun.replay.literals import flatten
+from xlarun.see.diff import PassStep, pass_diff
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store

@@ -292,8 +292,8 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
 
 def _candidate_passes(store: Store, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
     """The passes that changed a module in its timeline: of one module (``module_ref``), else of every module of the run."""
-    from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
 
     index = store.index
     if module_ref:

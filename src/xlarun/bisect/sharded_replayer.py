@@ -31,7 +31,7 @@ from xlarun.replay.sources import entry_parameter_shapes, entry_result_shape
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_options import BisectOptions
     from xlarun.bisect.bisect_plan import BisectPlan
-    from xlarun.diff import PassStep
+    from xlarun.see.diff import PassStep
     from xlarun.store.facade import Store
     from xlarun.store.records import ModuleInfo
 

@@ -113,7 +113,7 @@ def bisect(
 
             print_json({"bisect_id": record.bisect_id, "error": None, "hint": None, **result.to_dict()})
         else:
-            from xlarun.present_bisection import print_bisection
+            from xlarun.present.bisection import print_bisection
 
             print_bisection(result, record.bisect_id)
     raise typer.Exit(int(result.exit_code))

@@ -29,7 +29,7 @@ def memory(
     temporaries - aliased, the sum of jax's Compiled.memory_analysis().
     """
     from xlarun.console import print_json
-    from xlarun.present_memory import print_module_memory
+    from xlarun.present.memory_table import print_module_memory
 
     found = front_door(store).module(ref, run=run).memory(top or None).found
     if as_json:

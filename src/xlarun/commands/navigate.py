@@ -200,7 +200,7 @@ def modules(
 
 def _modules_by_time(the_run, as_json: bool) -> None:
     from xlarun.console import print_json
-    from xlarun.present_profile import print_run_times
+    from xlarun.present.times import print_run_times
 
     times = the_run.times()
     if as_json:
@@ -230,7 +230,7 @@ def show(
     from xlarun.commands.share import bundle_or_ref
     from xlarun.console import print_json, to_jsonable
     from xlarun.present import print_module
-    from xlarun.present_profile import time_line
+    from xlarun.present.times import time_line
 
     given = ref
     store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: shown from a temporary store

@@ -29,7 +29,7 @@ def profile(
     in its own row, not in the loop's. `xlarun modules RUN --by time` ranks the run's modules.
     """
     from xlarun.console import print_json
-    from xlarun.present_profile import print_module_profile
+    from xlarun.present.times import print_module_profile
 
     found = front_door(store).module(ref, run=run).profile(top).found
     if as_json:

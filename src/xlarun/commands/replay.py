@@ -201,7 +201,7 @@ def _report(result, replay_id: str | None, module, as_json: bool, bundle: str | 
     else:
         print_replay(result, replay_id, module)
         if result.profile:
-            from xlarun.present_profile import print_replay_profile
+            from xlarun.present.times import print_replay_profile
 
             print_replay_profile(result.profile, result.run_times_s)
 

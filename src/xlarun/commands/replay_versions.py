@@ -39,7 +39,7 @@ def replay_versions_command(
 
 
 def _ns(value: float | None) -> str:
-    from xlarun.present_profile import duration_words
+    from xlarun.present.times import duration_words
 
     return "(not there)" if value is None else duration_words(value)
 

@@ -260,10 +260,10 @@ def diff(
     """
     from xlarun.console import print_json
     from xlarun.errors import InputError
-    from xlarun.present_diff import print_module_diff
+    from xlarun.present.module_diff import print_module_diff
 
     if by_time:
-        from xlarun.present_profile import print_time_diff
+        from xlarun.present.times import print_time_diff
 
         if other is None or pass_name or to_step is not None or from_step is not None or stage or run:
             raise InputError("--time compares two runs: give two run REFs, without --pass, --from, --to, --stage or --run")

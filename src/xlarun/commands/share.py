@@ -52,10 +52,10 @@ def import_(
     xlarun import ci-artifact.tar.zst · xlarun import bug-bundle.zip
     """
     from xlarun.console import print_json, say, warn
-    from xlarun.dump_import import import_dump
     from xlarun.navigate.desync import compare_processes
     from xlarun.present import print_modules, print_process_report
-    from xlarun.safe_unpack import UnpackLimits
+    from xlarun.share.import_dump import import_dump
+    from xlarun.share.safe_unpack import UnpackLimits
 
     limits = UnpackLimits(max_total_bytes=max_bytes, max_files=max_files, max_ratio=max_ratio)
     result = import_dump(source, open_store(store, create=True), name=name, limits=limits)
@@ -119,10 +119,10 @@ def bundle(
     Examples: xlarun bundle jit_train_step · xlarun bundle RUN/module_0006 --passes -o bug.zip ·
     xlarun bundle extract_mul.2.snapshot.pb -o bug.zip
     """
-    from xlarun.bundle import BundleOptions, make_bundle
-    from xlarun.bundle_extract import FILE_SUFFIXES, is_module_file
     from xlarun.console import human_bytes, print_json, say, warn
     from xlarun.errors import InputError
+    from xlarun.share.bundle import BundleOptions, make_bundle
+    from xlarun.share.extract_bundle import FILE_SUFFIXES, is_module_file
 
     options = BundleOptions(
         snapshot=not no_snapshot,
@@ -134,7 +134,7 @@ def bundle(
     if ref.lower().endswith(FILE_SUFFIXES) and not Path(ref).exists():
         raise InputError(f"{ref}: no such file", "give the .hlo.txt or .snapshot.pb that `xlarun extract` wrote")
     if is_module_file(ref):
-        from xlarun.bundle_extract import bundle_module_files
+        from xlarun.share.extract_bundle import bundle_module_files
 
         if run is not None:
             raise InputError(f"--run names a run of the store, and {ref} is a file", "leave --run out to bundle the file")
@@ -162,7 +162,7 @@ def bundle_or_ref(ctx: typer.Context, ref: str, store: str | None, run: str | No
     any other REF is returned unchanged."""
     if not (ref.lower().endswith(".zip") and Path(ref).is_file()):  # a REF, not a bundle: no bundle reader imported
         return store, ref, run
-    from xlarun.bundle import opened_bundle
+    from xlarun.share.bundle import opened_bundle
 
     the_store, module = ctx.with_resource(opened_bundle(ref))
     return str(the_store.root), module.ref, None

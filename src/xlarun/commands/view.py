@@ -54,7 +54,7 @@ def view(
     from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
     from xlarun.navigate.refs import resolve_module
     from xlarun.navigate.select import stage_of
-    from xlarun.view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
+    from xlarun.see.view import INSTALL_HINT, ModelExplorerServer, model_explorer_installed, write_model_explorer_json
 
     stage = stage_of(stage)
     if not model_explorer_installed():
@@ -88,7 +88,7 @@ def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None
     """`xlarun export REF FILE.json --format model-explorer`."""
     from xlarun.navigate.refs import resolve_module
     from xlarun.navigate.select import stage_of
-    from xlarun.view import write_model_explorer_json
+    from xlarun.see.view import write_model_explorer_json
 
     stage = stage_of(stage)
     the_store = open_store(store)

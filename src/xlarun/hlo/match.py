@@ -7,7 +7,7 @@ attributes (provenance left out), literal, the hashes of the computations it cal
 equal hashes are the same computation of the same inputs and match first (a same-named pair preferred, then in file
 order). What is left is matched by *label* (the same hash without the operands), preferring the candidate whose
 operands are already matched to this instruction's operands, walking the module in file order so that a match
-below enables the one above it. Names and positions settle the rest (:func:`xlarun.diff.match_instructions`).
+below enables the one above it. Names and positions settle the rest (:func:`xlarun.see.diff.match_instructions`).
 """
 
 from __future__ import annotations

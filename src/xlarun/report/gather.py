@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlarun.diff import PassStep, pass_steps, structural_summary
 from xlarun.errors import InputError
 from xlarun.hlo import HloModule, parse_hlo_text
+from xlarun.see.diff import PassStep, pass_steps, structural_summary
 
 if TYPE_CHECKING:
     from xlarun.store.index import Index

@@ -27,7 +27,7 @@ from typing import Any
 from xlarun.bounded_read import FileRefused, read_regular
 from xlarun.errors import InputError, StoreError, write_trouble
 from xlarun.hlo.process_dirs import MAX_PROCESSES, process_dir, process_of_dir
-from xlarun.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
+from xlarun.share.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
 from xlarun.store.records import OUTPUT_DIRS, ModuleInfo, utc_now

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
-from xlarun.api_results import Bisection, Diff, Graph, Memory, Profile, TimeDiff, Times
+from xlarun.api.results import Bisection, Diff, Graph, Memory, Profile, TimeDiff, Times
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -128,8 +128,8 @@ class Module(display.Shown):
     ) -> Diff:
         """``xlarun diff``: what a pass did (``pass_name``, or ``from_step``/``to_step``), or this module against
         ``other`` (a Module, a module REF, or a run: the module of the same name there)."""
-        from xlarun.diff import pass_diff, run_diff
         from xlarun.errors import InputError
+        from xlarun.see.diff import pass_diff, run_diff
 
         store = self._store.store
         if other is not None:
@@ -294,7 +294,7 @@ class Module(display.Shown):
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""
-        from xlarun.bundle import BundleOptions, make_bundle
+        from xlarun.share.bundle import BundleOptions, make_bundle
 
         return make_bundle(self._store.store, self.info, Path(output), BundleOptions(snapshot=snapshot, passes=passes)).path
 

@@ -9,8 +9,8 @@ import zipfile
 import pytest
 
 from tests.test_bisect_first_move import TEXT  # a small module: parameter, broadcast, divide, reduce
-from xlarun.bundle_extract import is_module_file, module_files
 from xlarun.errors import InputError
+from xlarun.share.extract_bundle import is_module_file, module_files
 
 
 def test_a_module_file_is_told_from_a_ref_by_its_name_and_its_existence(tmp_path):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlarun import display
-from xlarun.api_module import Module, ModuleList, Replay, Run, RunList
-from xlarun.api_results import Bisection, Diff, Graph
+from xlarun.api.module import Module, ModuleList, Replay, Run, RunList
+from xlarun.api.results import Bisection, Diff, Graph
 from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Store(display.Shown):
 
     def import_dump(self, source: str | Path, *, name: str | None = None) -> Run:
         """``xlarun import``: a dump folder, archive or bundle made elsewhere becomes a run of kind ``import``."""
-        from xlarun.dump_import import import_dump
+        from xlarun.share.import_dump import import_dump
 
         result = import_dump(source, self.store, name=name)
         return self.run(result.run_id)

@@ -3,7 +3,7 @@
 What ``xlarun extract`` writes (``STEM.hlo.txt`` and, with the run's values, ``STEM.snapshot.pb``), or any HLO
 text file with an optional snapshot beside it. The files are laid out under XLA's dump names in a temporary
 folder, imported into a temporary store (so they are read, checked and indexed as any dump is) and bundled from
-there by :func:`~xlarun.bundle.make_bundle`: the receiver replays the zip as any bundle, against the snapshot's
+there by :func:`~xlarun.share.bundle.make_bundle`: the receiver replays the zip as any bundle, against the snapshot's
 result, and the README says the module is an extract.
 """
 
@@ -16,9 +16,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.bundle import BundleOptions, BundleResult, make_bundle
-from xlarun.dump_import import import_dump
 from xlarun.errors import InputError
+from xlarun.share.bundle import BundleOptions, BundleResult, make_bundle
+from xlarun.share.import_dump import import_dump
 from xlarun.store.facade import Store
 
 #: What a file given to ``bundle`` must end in to be read as a module file rather than a module REF.

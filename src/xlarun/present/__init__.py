@@ -135,7 +135,7 @@ def print_module(store, module, files: bool = False, bundle: str | None = None, 
             ("parse error", module.parse_error),
             *module_sharding(store, module).lines(),
             *_process_lines(store, module),
-            ("time", time),  # measured, when the run was profiled (present_profile.time_line)
+            ("time", time),  # measured, when the run was profiled (present.times.time_line)
         ]
     )
     bulky = ("pass", "codegen", "gpu-artifact")  # many small files: counted unless --files

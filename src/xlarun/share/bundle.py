@@ -29,11 +29,11 @@ from pathlib import Path
 from xlarun import __version__
 from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, read_regular, read_store_json
 from xlarun.capture.flags import redact_env
-from xlarun.dump_import import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.errors import InputError
 from xlarun.replay.options import ReplayOptions
 from xlarun.replay.runner_argv import PLATFORMS, runner_command
 from xlarun.safe_names import checked_relative_path, relative_path_problem
+from xlarun.share.import_dump import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.store.facade import Store
 from xlarun.store.records import FileInfo, ModuleInfo
 

@@ -1,6 +1,6 @@
 """What the front door's verbs return that holds no store, run or module: a diff, a rendered graph, a bisection.
 Each prints as the CLI prints it and displays as HTML in Jupyter (see :mod:`xlarun.display`); a find's hits and a
-batch are in :mod:`xlarun.api`, a replay in :mod:`xlarun.api_module`."""
+batch are in :mod:`xlarun.api`, a replay in :mod:`xlarun.api.module`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from xlarun import display
 
 if TYPE_CHECKING:
     from xlarun.bisect import BisectResult
-    from xlarun.diff import ModuleDiff
     from xlarun.navigate.peak_memory import ModuleMemory
     from xlarun.navigate.profile import ModuleProfile, RunTimes
     from xlarun.navigate.time_diff import RunTimeDiff
+    from xlarun.see.diff import ModuleDiff
 
 __all__ = ["Bisection", "Diff", "Graph", "Memory", "Profile", "TimeDiff", "Times"]
 
@@ -35,7 +35,7 @@ class Diff(display.Shown):
         return self.diff.to_dict()
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_diff import print_module_diff
+        from xlarun.present.module_diff import print_module_diff
 
         return display.capture_printed(print_module_diff, self.diff)
 
@@ -72,7 +72,7 @@ class Bisection(display.Shown):
     culprit_pass = property(lambda self: self.result.culprit_pass)
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_bisection import print_bisection
+        from xlarun.present.bisection import print_bisection
 
         return display.capture_printed(print_bisection, self.result, self.bisect_id)
 
@@ -89,7 +89,7 @@ class Times(display.Shown):
     job_wall_s = property(lambda self: self.found.job_wall_s)
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_profile import print_run_times
+        from xlarun.present.times import print_run_times
 
         return display.capture_printed(print_run_times, self.found)
 
@@ -105,7 +105,7 @@ class Profile(display.Shown):
     time = property(lambda self: self.found.time)
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_profile import DEFAULT_TOP_OPS, print_module_profile
+        from xlarun.present.times import DEFAULT_TOP_OPS, print_module_profile
 
         return display.capture_printed(print_module_profile, self.found, DEFAULT_TOP_OPS if self.top is None else self.top)
 
@@ -124,7 +124,7 @@ class TimeDiff(display.Shown):
         return self.found.to_dict()
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_profile import print_time_diff
+        from xlarun.present.times import print_time_diff
 
         return display.capture_printed(print_time_diff, self.found)
 
@@ -140,6 +140,6 @@ class Memory(display.Shown):
     buffers = property(lambda self: self.found.buffers)
 
     def _printed(self) -> display.Printed:
-        from xlarun.present_memory import print_module_memory
+        from xlarun.present.memory_table import print_module_memory
 
         return display.capture_printed(print_module_memory, self.found)
