@@ -542,7 +542,7 @@ def _git_commit() -> str | None:
 # ---- fixtures -----------------------------------------------------------------------------------------------------
 
 # What the README ranks modules by first (the rule itself; the counts it is applied to come from XLA's parser).
-from xlarun.store.records import COMPUTE_OPCODES  # noqa: E402
+from xlarun.store.rows import COMPUTE_OPCODES  # noqa: E402
 
 STAGE_DUMP = re.compile(
     r"^module_(?P<id>\d+)\.(?P<name>.+)\.(?P<stage>before_optimizations|(?:[\w.]+_)?after_optimizations)\.txt$"

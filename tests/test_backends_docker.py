@@ -37,7 +37,7 @@ from xlarun.capture.backends.docker import (
 )
 from xlarun.capture.backends.docker_options import DockerOptions
 from xlarun.errors import EnvironmentProblem, InputError, SpecError
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 HOST = HostFacts(uid=1234, gid=567, env={"PATH": "/usr/bin", "HOME": "/home/me"}, ipu_count=0)
 

@@ -13,7 +13,7 @@ import pytest
 
 from xlarun.capture.backends import local
 from xlarun.capture.backends.base import Job
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 
 def _job(tmp_path: Path, code: str, **kwargs) -> Job:

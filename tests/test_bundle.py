@@ -136,7 +136,7 @@ def test_unzipped_bundle_imports_and_replays_in_another_process(bundled, tmp_pat
 
 
 def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, monkeypatch):
-    from xlarun import bundle as bundle_module
+    from xlarun.share import bundle as bundle_module
     from xlarun.navigate.refs import resolve_module
     from xlarun.share.bundle import BundleOptions, make_bundle
 
@@ -169,7 +169,7 @@ def test_bundle_of_a_path_not_zip_is_a_usage_error(jax_run, cli, tmp_path):
 
 def test_pick_bundle_files_takes_passes_only_when_asked():
     from xlarun.share.bundle import BundleOptions, pick_bundle_files
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
 
     def file(path, kind, fmt=None, stage=None, size=10, step=None):
         return FileInfo(path, "d" + path, size, kind, fmt, stage, step, None, "pass" if kind == "pass" else None, None)

@@ -17,7 +17,7 @@ import pytest
 from xlarun.capture.launch import NO_DUMP_WARNING, capture, exit_status_error
 from xlarun.errors import ExitCode
 from xlarun.store.facade import Store
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 from .conftest import write_spec
 

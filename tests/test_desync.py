@@ -8,7 +8,7 @@ import pytest
 
 from xlarun.navigate.compiles import tell_compiles_apart
 from xlarun.navigate.desync import compare_processes, module_across_processes
-from xlarun.store.records import ModuleInfo
+from xlarun.store.rows import ModuleInfo
 
 from .conftest import REPO, write_spec
 

@@ -11,7 +11,7 @@ import pytest
 from xlarun.capture.backends.process_failure import marking_argv, raised, raised_line
 from xlarun.capture.launch import capture, exit_status_error
 from xlarun.store.facade import Store
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 from .conftest import write_spec
 

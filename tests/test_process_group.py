@@ -12,7 +12,7 @@ from xlarun.capture.backends.process_group import process_env
 from xlarun.capture.launch import capture, exit_status_error
 from xlarun.errors import ExitCode
 from xlarun.store.facade import Store
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 from .conftest import REPO, write_spec
 

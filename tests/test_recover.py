@@ -8,7 +8,7 @@ from xlarun.capture.recover import recover_runs
 from xlarun.store.archive import write_archived_list
 from xlarun.store.facade import Store
 from xlarun.store.packs import content_digest
-from xlarun.store.records import StoredFile
+from xlarun.store.rows import StoredFile
 
 
 def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import FirstMove, MovedValue
-from xlarun.bisect.recorded import record_bisection
+from xlarun.bisect.history import record_bisection
 from xlarun.render.error_colours import FIRST_BORDER, LEVELS, NOT_COMPARED
 from xlarun.report import build_run_report
 from xlarun.store.facade import Store

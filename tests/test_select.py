@@ -11,7 +11,7 @@ import pytest
 from xlarun.errors import InputError
 from xlarun.hlo.names import decode_dump_name
 from xlarun.navigate.select import AFTER, BEFORE, parse_stage, pass_step, select_file, stage_of
-from xlarun.store.records import FileInfo, ModuleInfo
+from xlarun.store.rows import FileInfo, ModuleInfo
 
 CPU_NAMES = [
     "module_0012.jit_train_step.before_optimizations.txt",

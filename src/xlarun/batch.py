@@ -15,7 +15,7 @@ from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import ExitCode, XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
 from xlarun.store.facade import Store
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 
 def new_batch_id() -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from xlarun.capture.launch import capture
 from xlarun.store.facade import Store
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 from ..conftest import write_spec
 from ..hostile_dumps import MAKERS, ROOT, expectation

@@ -25,7 +25,7 @@ from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store as _LibraryStore
-    from xlarun.store.records import FindHit
+    from xlarun.store.rows import FindHit
 
 __all__ = [
     "Batch",

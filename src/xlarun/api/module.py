@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from xlarun.replay.result import ReplayResult
     from xlarun.store.facade import Store as LibraryStore
-    from xlarun.store.records import FileInfo, ModuleInfo, PassInfo, RunInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo, PassInfo, RunInfo
 
 
 class FrontStore(Protocol):
@@ -39,7 +39,7 @@ class ModuleList(display.ShownList["Module"]):
     def _printed(self) -> display.Printed:
         from xlarun.present import print_modules
 
-        return display.capture_printed(print_modules, [m.summary for m in self])
+        return display.capture_printed(print_modules, [m.row for m in self])
 
 
 class Module(display.Shown):
@@ -92,7 +92,7 @@ class Module(display.Shown):
         return self._store
 
     @property
-    def summary(self) -> ModuleInfo:
+    def row(self) -> ModuleInfo:
         """The index's row of the module as a run's module list holds it (no files: :attr:`info` has them)."""
         return self._summary
 
@@ -202,7 +202,7 @@ class Module(display.Shown):
         chosen_stage = "after_optimizations" if time and stage is None and pass_name is None and step is None else stage
         chosen = select_file(self.info, chosen_stage, pass_name, step, purpose="dot" if xla_dot else "graph")
         if error_from:
-            from xlarun.bisect.recorded import error_colouring
+            from xlarun.bisect.history import error_colouring
 
             options.errors, culprit = error_colouring(self._store.store, self.info, error_from)
             if culprit and stage is None and pass_name is None and step is None:
@@ -427,7 +427,7 @@ class Run(display.Shown):
         (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
         from xlarun.navigate.desync import compare_processes
 
-        return compare_processes([m.summary for m in self.modules()])
+        return compare_processes([m.row for m in self.modules()])
 
     def report(self, out: str | Path = "report") -> Path:
         """``xlarun report``: the static HTML report of this run in folder ``out``; returns its index.html."""
@@ -442,7 +442,7 @@ class Run(display.Shown):
     def _printed(self) -> display.Printed:
         from xlarun.present import print_run_modules
 
-        summaries = [m.summary for m in self.modules()]
+        summaries = [m.row for m in self.modules()]
         return display.capture_printed(print_run_modules, self.info, summaries, self.files_outside_modules(), self.peaks())
 
 

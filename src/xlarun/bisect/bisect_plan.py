@@ -22,7 +22,7 @@ from xlarun.see.diff import PassStep, pass_steps
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
 
 _NOT_PASSES = {"pipeline-start", "pipeline-end"}
 #: Passes a program cannot run without (measured, jax 0.10.2 CPU): without sharding-remover a JAX program

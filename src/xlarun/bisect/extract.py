@@ -235,7 +235,7 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
 def extract_origin(store, module, step: int | None, path: str) -> dict:
     """Where an extract of ``module`` comes from, for its bundle's README: the run and module, the dump (step and
     pass), the run's versions, host and XLA flags, and the culprit pass a recorded bisection of the module named."""
-    from xlarun.bisect.recorded import bisections_for
+    from xlarun.bisect.history import bisections_for
     from xlarun.see.diff import pass_steps
 
     manifest = store.manifest(module.run_id)

@@ -19,7 +19,7 @@ from xlarun.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_plan import BisectPlan
-    from xlarun.store.records import FileInfo
+    from xlarun.store.rows import FileInfo
 
 #: Kept pass -> (the DebugOptions field that turns off what it does to the numbers, its value, what that means).
 SWITCHES: dict[str, tuple[str, bool, str]] = {

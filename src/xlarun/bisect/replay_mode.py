@@ -19,8 +19,8 @@ from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_plan import BisectPlan, disable, plan_bisection
 from xlarun.bisect.bisect_result import FAKE_DATA_HINT, BisectResult, StepError
 from xlarun.bisect.first_move import locate_first_move
+from xlarun.bisect.history import BisectRecord, now, record_bisection
 from xlarun.bisect.kept import measure_kept_passes
-from xlarun.bisect.recorded import BisectRecord, now, record_bisection
 from xlarun.bisect.replayer import StepReplayer
 from xlarun.bisect.search import binary_search, linear_search
 from xlarun.bisect.sharded_replayer import (
@@ -37,7 +37,7 @@ from xlarun.see.diff import PassStep, pass_diff
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 Log = Callable[[str], None]
 _MAX_DIFF_LINES = 400

@@ -22,7 +22,7 @@ from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_sha
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 Log = Callable[[str], None]
 

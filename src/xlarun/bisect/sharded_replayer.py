@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.see.diff import PassStep
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 
 def open_replayer(store: Store, plan: BisectPlan, log: Log) -> StepReplayer:

@@ -37,7 +37,7 @@ from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
-from xlarun.store.records import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
+from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]

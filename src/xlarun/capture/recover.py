@@ -26,7 +26,7 @@ from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
-from xlarun.store.records import Leftover, RunStatus, StoredFile, read_file_list
+from xlarun.store.rows import Leftover, RunStatus, StoredFile, read_file_list
 from xlarun.store.runs import describe_leftover
 from xlarun.store.store_json import checked_manifest, parse_store_json
 

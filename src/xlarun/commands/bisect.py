@@ -121,7 +121,7 @@ def bisect(
 
 def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
     from xlarun.bisect import bisect_rerun
-    from xlarun.bisect.recorded import now, record_bisection
+    from xlarun.bisect.history import now, record_bisection
     from xlarun.errors import InputError
 
     if check is None:

@@ -181,7 +181,7 @@ def modules(
         _modules_by_time(the_run, as_json)
         return
     listed = the_run.modules()
-    items = [module.summary for module in listed]
+    items = [module.row for module in listed]
     by_id = {module.module_id: module for module in listed}
     recompiles = tell_compiles_apart(items, lambda summary: _before_text(by_id[summary.module_id]))
     processes = compare_processes(items)  # as Run.processes() says it, from the modules already read

@@ -51,7 +51,7 @@ from xlarun.executors.shipping import lacking, receive_run
 from xlarun.interrupts import StopRequest
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 _POLL_S = 0.2
 #: Cells in flight at once when ``jobs`` is not given (Ray queues the rest by resources anyway).

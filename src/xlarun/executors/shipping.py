@@ -22,7 +22,7 @@ from xlarun.errors import StoreError
 from xlarun.safe_names import checked_member_name, checked_relative_path, checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.packs import content_digest
-from xlarun.store.records import OUTPUT_DIRS, StoredFile
+from xlarun.store.rows import OUTPUT_DIRS, StoredFile
 from xlarun.store.runs import RUN_METADATA
 
 #: The run folder's files that travel with a run (files.json is rebuilt from the file list).

@@ -25,7 +25,7 @@ from xlarun.store.memory_index import BUFFER_ASSIGNMENT
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
     from xlarun.store.facade import Store
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
 
 LIVE_RANGE = "live-range"
 MEMORY_REPORT = "memory-usage-report"

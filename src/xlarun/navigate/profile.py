@@ -17,7 +17,7 @@ from xlarun.store.profile_index import ModuleTime, OpTime, module_times, op_time
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 
 class NoProfile(InputError):

@@ -18,7 +18,7 @@ from xlarun import console
 from xlarun.errors import ExitCode, RefError, StoreError, XlarunError
 from xlarun.hlo.names import decode_dump_name
 from xlarun.store.index import Index
-from xlarun.store.records import ModuleInfo, RunInfo
+from xlarun.store.rows import ModuleInfo, RunInfo
 
 _MODULE_ID = re.compile(r"^(?:module_)?(\d+)(?:\.(.+))?$")
 MAX_CANDIDATES = 10

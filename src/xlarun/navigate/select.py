@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xlarun.errors import InputError
-from xlarun.store.records import FileInfo, ModuleInfo
+from xlarun.store.rows import FileInfo, ModuleInfo
 
 BEFORE, AFTER = "before_optimizations", "after_optimizations"
 STAGES = (BEFORE, AFTER)

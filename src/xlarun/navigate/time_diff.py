@@ -29,7 +29,7 @@ from xlarun.store.profile_index import TRACE_SUFFIX, joined_trace_events
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 #: How far apart (a ratio) the middle halves of A's and B's executions must lie for a change to count.
 DEFAULT_MIN_CHANGE = 0.10

@@ -326,7 +326,7 @@ def print_replays_for(store, module) -> None:
 
 def print_bisections_for(store, module) -> None:
     """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
-    from xlarun.bisect.recorded import bisections_for
+    from xlarun.bisect.history import bisections_for
 
     records = bisections_for(store, module.run_id, module.module_id)
     if not records:

@@ -33,7 +33,7 @@ from xlarun.render.overview import FAST_LAYOUT, OVERVIEW_ABOVE, OVERVIEW_MAX_NOD
 from xlarun.render.time_colours import colour_by_time
 
 if TYPE_CHECKING:
-    from xlarun.store.records import FileInfo
+    from xlarun.store.rows import FileInfo
     from xlarun.store.runs import RunStore
 
 __all__ = [

@@ -23,7 +23,7 @@ from xlarun.replay.result import ReplayResult
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 Sink = Callable[[str], None]
 

@@ -13,7 +13,7 @@ from xlarun.report.graphs import GraphJob, plan_error_graph
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_result import BisectResult
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
 
@@ -40,7 +40,7 @@ def bisection_blocks(store: Store, module: ModuleInfo, graph_limit: int | None) 
     run_id = module.run_id
     if not any((store.runs_dir / run_id / "bisections").glob("*.json")):
         return []
-    from xlarun.bisect.recorded import bisections_for
+    from xlarun.bisect.history import bisections_for
 
     blocks = []
     for record in reversed(bisections_for(store, run_id, module.module_id)):

@@ -39,7 +39,7 @@ from xlarun.safe_names import checked_run_id, store_damage
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo, RunInfo
+    from xlarun.store.rows import ModuleInfo, RunInfo
 
 MARKER = ".xlarun-report"
 STATIC_FILES = ("report.css", "report.js")

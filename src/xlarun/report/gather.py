@@ -15,7 +15,7 @@ from xlarun.see.diff import PassStep, pass_steps, structural_summary
 
 if TYPE_CHECKING:
     from xlarun.store.index import Index
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
     from xlarun.store.runs import RunStore
 
 #: Formats never copied into a report (binary, or redundant with the text of the same dump).

@@ -20,7 +20,7 @@ from xlarun.render.graph import Graph, neighbourhood
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_result import BisectResult
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
     from xlarun.store.runs import RunStore
 
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -79,7 +79,7 @@ def plan_graphdef(store: RunStore, file: FileInfo, limit: int) -> GraphJob:
 def plan_error_graph(store: RunStore, module: ModuleInfo, result: BisectResult, bisect_id: str, limit: int) -> GraphJob | None:
     """A job drawing the culprit step of a bisection that searched its instructions, coloured by each value's error
     (None when the bisection has no per-value errors: no instruction search, or recorded before they were kept)."""
-    from xlarun.bisect.recorded import culprit_errors
+    from xlarun.bisect.history import culprit_errors
 
     culprit = culprit_errors(result, module)
     if culprit is None:

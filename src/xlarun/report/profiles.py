@@ -16,7 +16,7 @@ from xlarun.store.profile_index import ModuleTime
 
 if TYPE_CHECKING:
     from xlarun.store.facade import Store
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
 
 
 @dataclass

@@ -27,7 +27,7 @@ from xlarun.hlo.match import PROVENANCE_ATTRIBUTES, StructureHashes, match_by_st
 from xlarun.navigate.select import pass_step, select_file
 
 if TYPE_CHECKING:
-    from xlarun.store.records import ModuleInfo
+    from xlarun.store.rows import ModuleInfo
     from xlarun.store.runs import RunStore
 
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -27,7 +27,7 @@ from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.hlo import HloComputation, HloInstruction, HloModule, load_hlo
 from xlarun.store.facade import Store
-from xlarun.store.records import ModuleInfo
+from xlarun.store.rows import ModuleInfo
 
 #: Model Explorer serves here only: a dump's names and shapes are nobody else's business.
 LOOPBACK = "127.0.0.1"

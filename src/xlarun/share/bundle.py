@@ -35,7 +35,7 @@ from xlarun.replay.runner_argv import PLATFORMS, runner_command
 from xlarun.safe_names import checked_relative_path, relative_path_problem
 from xlarun.share.import_dump import BUNDLE_MARKER, META_DIR, import_dump
 from xlarun.store.facade import Store
-from xlarun.store.records import FileInfo, ModuleInfo
+from xlarun.store.rows import FileInfo, ModuleInfo
 
 #: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
 WARN_BYTES = 25 * 1000 * 1000
@@ -159,7 +159,7 @@ def make_bundle(
             data = redact(data)
             contents.append((BundleEntry(f"{META_DIR}/{name}", what, len(data)), data))
     if options.passes:  # the pass dumps' reading: what xlarun bisect found in them
-        from xlarun.bisect.recorded import bisections_for, record_json
+        from xlarun.bisect.history import bisections_for, record_json
 
         for record in bisections_for(store, module.run_id, module.module_id):
             data = redact(json.dumps(record_json(record), indent=1).encode())

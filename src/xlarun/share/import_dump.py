@@ -30,7 +30,7 @@ from xlarun.hlo.process_dirs import MAX_PROCESSES, process_dir, process_of_dir
 from xlarun.share.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest, host_facts
-from xlarun.store.records import OUTPUT_DIRS, ModuleInfo, utc_now
+from xlarun.store.rows import OUTPUT_DIRS, ModuleInfo, utc_now
 
 #: The folder of xlarun's own files in an export or a bundle (manifest, spec, logs, bundle.json).
 META_DIR = "_xlarun"

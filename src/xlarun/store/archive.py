@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from xlarun.filetypes import file_type
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import NotRegularFile, PackWriter
-from xlarun.store.records import OUTPUT_DIRS, FileNote, StoredFile
+from xlarun.store.rows import OUTPUT_DIRS, FileNote, StoredFile
 from xlarun.store.runs import ARCHIVED_LIST, logical_path, read_archived_list, write_archived_list  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:

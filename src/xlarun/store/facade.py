@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from xlarun.console import note
 from xlarun.errors import StoreError
 from xlarun.store.index import DamagedIndex, Index
-from xlarun.store.records import CheckReport, StoredFile
+from xlarun.store.rows import CheckReport, StoredFile
 from xlarun.store.runs import (
     RunStore,
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
-from xlarun.store.records import Leftover, read_file_list
+from xlarun.store.rows import Leftover, read_file_list
 from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
 
 

@@ -21,7 +21,7 @@ from xlarun.errors import StoreError, XlarunError
 from xlarun.store import index_health
 from xlarun.store.index_health import DamagedIndex, IndexConnection, check_columns_and_id, make_tables, refuse_foreign_wal
 from xlarun.store.pack_table import cannot_write, open_wal
-from xlarun.store.records import (
+from xlarun.store.rows import (
     FileInfo,
     FindHit,
     IndexDamage,

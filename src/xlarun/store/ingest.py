@@ -18,7 +18,7 @@ from xlarun.store.code_origin import settle_own_code
 from xlarun.store.index import Index
 from xlarun.store.memory_index import index_memory
 from xlarun.store.profile_index import index_profiles
-from xlarun.store.records import DamagedRun, StoredFile
+from xlarun.store.rows import DamagedRun, StoredFile
 from xlarun.store.runs import RunStore
 from xlarun.store.summaries import FactsCache, count_pass_dumps, gather_facts, stage_files, summarize_module
 

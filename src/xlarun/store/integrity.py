@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from xlarun.bounded_read import MAX_MANIFEST_BYTES, FileRefused, open_regular
 from xlarun.errors import ExitCode, StoreError
-from xlarun.store.records import DamagedRun, read_file_list
+from xlarun.store.rows import DamagedRun, read_file_list
 from xlarun.store.runs import RUN_METADATA
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import sqlite3
 
 from xlarun.errors import XlarunError
 from xlarun.hlo.names import DumpName
-from xlarun.store.records import StoredFile
 from xlarun.store.report_files import report_paths
+from xlarun.store.rows import StoredFile
 from xlarun.store.runs import RunStore
 
 BUFFER_ASSIGNMENT = "buffer-assignment"

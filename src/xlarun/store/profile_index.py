@@ -18,7 +18,7 @@ from xlarun.hlo.names import DumpName
 from xlarun.hlo.process_dirs import process_of_dir, run_module_id
 from xlarun.hlo.protowire import ProtoDecodeError
 from xlarun.hlo.xspace import OpEvent, read_op_events
-from xlarun.store.records import StoredFile
+from xlarun.store.rows import StoredFile
 from xlarun.store.runs import RunStore
 
 PROFILE_SCHEMA = """

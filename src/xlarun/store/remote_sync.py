@@ -33,8 +33,8 @@ from xlarun.killpoints import kill_point
 from xlarun.safe_names import checked_relative_path, checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
-from xlarun.store.records import StoredFile, listed_files
 from xlarun.store.remote import ObjectStore
+from xlarun.store.rows import StoredFile, listed_files
 from xlarun.store.store_json import parse_store_json
 
 #: The record's format; a pull refuses one it does not know.

@@ -41,7 +41,7 @@ from xlarun.errors import InputError, RefError, StoreError, check_room, os_error
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.packs import BlobStore
-from xlarun.store.records import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
+from xlarun.store.rows import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
 from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were

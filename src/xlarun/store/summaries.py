@@ -19,10 +19,10 @@ from xlarun.hlo.lex import as_xla_prints
 from xlarun.hlo.names import DumpName
 from xlarun.hlo.sharding import count_annotation_calls, is_annotation_target
 from xlarun.store.code_origin import own_code
-from xlarun.store.records import PassInfo, count_compute_ops
+from xlarun.store.rows import PassInfo, count_compute_ops
 
 if TYPE_CHECKING:
-    from xlarun.store.records import StoredFile
+    from xlarun.store.rows import StoredFile
     from xlarun.store.runs import RunStore
 
 # One HLO instruction per line: optional ROOT, a name, '=', then the shape. Used for cheap per-pass counts.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from xlarun.capture.backends.docker_spec import (
     translate_job,
 )
 from xlarun.errors import EnvironmentProblem, InputError, SpecError, XlarunError
-from xlarun.store.records import OUTPUT_DIRS, RunStatus
+from xlarun.store.rows import OUTPUT_DIRS, RunStatus
 
 if TYPE_CHECKING:  # the SDK is imported when a container is launched, not when xlarun is
     import docker

@@ -21,7 +21,7 @@ from xlarun.capture.backends import job_keeper
 from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
 from xlarun.capture.backends.job_keeper import job_request
 from xlarun.interrupts import JOB_MARK, job_processes, process_alive, stop_processes
-from xlarun.store.records import RunStatus, utc_now
+from xlarun.store.rows import RunStatus, utc_now
 
 #: After SIGTERM, how long the job gets to exit before SIGKILL.
 GRACE_S = 5.0

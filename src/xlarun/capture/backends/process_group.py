@@ -26,7 +26,7 @@ from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
 from xlarun.capture.backends.local import LocalBackend
 from xlarun.capture.backends.process_failure import RAISED_EXIT_CODE, RAISED_GRACE_S, RAISED_MARK, marking_argv, raised
 from xlarun.hlo.process_dirs import process_dir
-from xlarun.store.records import RunStatus
+from xlarun.store.rows import RunStatus
 
 #: Where each process's own logs go, below the run folder.
 PROCESS_LOGS = "processes"

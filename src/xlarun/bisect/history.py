@@ -22,7 +22,7 @@ from xlarun.errors import InputError
 if TYPE_CHECKING:
     from xlarun.render.error_colours import ValueErrors
     from xlarun.store.facade import Store
-    from xlarun.store.records import FileInfo, ModuleInfo
+    from xlarun.store.rows import FileInfo, ModuleInfo
 
 FOLDER = "bisections"
 
