@@ -136,8 +136,8 @@ def test_unzipped_bundle_imports_and_replays_in_another_process(bundled, tmp_pat
 
 
 def test_bundle_options_snapshot_sources_and_size_warning(jax_run, tmp_path, monkeypatch):
-    from xlarun.share import bundle as bundle_module
     from xlarun.navigate.refs import resolve_module
+    from xlarun.share import bundle as bundle_module
     from xlarun.share.bundle import BundleOptions, make_bundle
 
     store, _result = jax_run
