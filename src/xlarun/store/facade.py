@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,7 +20,9 @@ from typing import TYPE_CHECKING
 
 from xlarun.console import note
 from xlarun.errors import StoreError
+from xlarun.store import agreement
 from xlarun.store.index import DamagedIndex, Index
+from xlarun.store.locks import writers_turn
 from xlarun.store.rows import CheckReport, StoredFile
 from xlarun.store.runs import (
     RunStore,
@@ -30,13 +31,6 @@ from xlarun.store.runs import (
 if TYPE_CHECKING:
     from xlarun.store.archive import OutputArchiver
     from xlarun.store.summaries import FactsCache
-
-
-#: index meta key: ``runs/``'s stamp and the index's count of runs when a reader last found them agreeing
-_AGREED = "runs_agreed"
-#: a stamp is noted only once ``runs/`` has not changed for this long: a run committed within the same tick of the
-#: file system's clock as the listing would leave the stamp as it was (git's "racily clean" index entries)
-_SETTLED_NS = 2_000_000_000
 
 
 @dataclass
@@ -52,15 +46,6 @@ def _mend_advice(run_id: str, why: str) -> str:
     if why.startswith("it cannot be read"):  # a permission problem, not damage
         return "a user who can read it indexes it"
     return f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {run_id}` removes the run"
-
-
-def _folder_stamp(folder: Path) -> str | None:
-    """What changes when an entry of ``folder`` is added, removed or renamed: its modification time and inode."""
-    try:
-        info = os.stat(folder)
-    except OSError:
-        return None
-    return f"{info.st_mtime_ns} {info.st_ino}"
 
 
 class Store(RunStore):
@@ -104,11 +89,20 @@ class Store(RunStore):
 
     def _reconcile(self, index: Index) -> None:
         """Index the runs ``runs/`` holds and the index lacks, and forget those it no longer holds: read both lists
-        only when ``runs/`` (its folder's stamp) or the index's count of runs changed since they last agreed, as
-        listing 10,000 runs twice took more than the rest of a reading command."""
-        stamp = _folder_stamp(self.runs_dir)
-        if stamp is not None and index.meta(_AGREED) == f"{stamp} {index.run_count()}":
+        only when they may disagree (:mod:`xlarun.store.agreement`), as listing 10,000 runs twice took more than the
+        rest of a reading command."""
+        if agreement.agreed(index, self.runs_dir):
             return
+        if agreement.pending(index) and not index.read_only:  # a writer's mark: listed in the turn, then removed
+            with writers_turn(self.root, wait=False) as ours:
+                if ours:
+                    self._list_and_reconcile(index)
+                    agreement.clear_pending(index)
+                    return
+        self._list_and_reconcile(index)
+
+    def _list_and_reconcile(self, index: Index) -> None:
+        stamp = agreement.folder_stamp(self.runs_dir)
         if set(self.run_ids()) != index.run_ids():  # else nothing to do, and the HLO readers stay unimported
             from xlarun.store.ingest import reconcile
 
@@ -117,9 +111,7 @@ class Store(RunStore):
             for run_id, why in left_out.items():
                 note(f"run {run_id} is left out of the index: {why} ({_mend_advice(run_id, why)})")
             return  # the next reader checks again, and notes the agreement
-        mtime_ns = int(stamp.split()[0]) if stamp else 0
-        if stamp is not None and time.time_ns() - mtime_ns > _SETTLED_NS and _folder_stamp(self.runs_dir) == stamp:
-            index.try_set_meta(_AGREED, f"{stamp} {index.run_count()}")
+        agreement.note_if_settled(index, self.runs_dir, stamp)
 
     def ingest(self, run_id: str) -> None:
         """Index a run just committed (a capture, an import, a recovered run): once, also when this is the
@@ -196,12 +188,17 @@ class Store(RunStore):
             self.open_index()
         except (StoreError, sqlite3.Error) as exc:
             trouble = exc
-        run_dir = self.commit_run(run_id, staging, files, metadata)
-        try:
-            self.ingest(run_id)  # also when opening failed: it may open now, and its reconcile then indexes the run
-            trouble = None
-        except (StoreError, sqlite3.Error) as exc:
-            trouble = exc
+        with writers_turn(self.root):  # nothing else changes runs/ until the new agreement is noted
+            index = getattr(self._indexes, "index", None) if trouble is None else None
+            marked = index is not None and agreement.agreed(index, self.runs_dir) and agreement.mark_pending(index, run_id)
+            run_dir = self.commit_run(run_id, staging, files, metadata)
+            try:
+                self.ingest(run_id)  # also when opening failed: it may open now, and its reconcile then indexes the run
+                trouble = None
+            except (StoreError, sqlite3.Error) as exc:
+                trouble = exc
+            if marked and trouble is None:
+                agreement.note_committed(self.index, self.runs_dir, run_id)
         if trouble is None:
             return run_dir, None
         return run_dir, trouble.message if isinstance(trouble, StoreError) else str(trouble)

@@ -29,7 +29,6 @@ import fcntl
 import json
 import os
 import shutil
-import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
+from xlarun.store.locks import open_lock, writers_turn
 from xlarun.store.packs import BlobStore
 from xlarun.store.rows import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
 from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
@@ -117,7 +117,7 @@ class RunStore:
     @contextmanager
     def lock(self, exclusive: bool = False) -> Iterator[None]:
         """Shared while writing a run, exclusive while deleting (gc, rm): blobs in use are never removed."""
-        fd = _open_lock(self.root / "lock")
+        fd = open_lock(self.root / "lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
@@ -304,7 +304,7 @@ class RunStore:
         path = self.runs_dir / run_id
         if not path.is_dir():
             path = self.run_path(run_id)  # says there is no such run
-        with self.lock(exclusive=True):
+        with self.lock(exclusive=True), writers_turn(self.root):
             trash = self.staging_dir / f".deleting-{run_id}"
             try:
                 os.rename(path, trash)
@@ -366,25 +366,6 @@ def _read_version(path: Path) -> str:
     except OSError as exc:
         why = exc.reason if isinstance(exc, bounded_read.FileRefused) else exc.strerror or str(exc)
         raise StoreError(f"cannot read {path}: {why}", "restore the store's VERSION file") from None
-
-
-def _open_lock(path: Path) -> int:
-    """The store's lock file, opened (created if missing; read-only on a read-only store); a folder, FIFO or
-    link put in its place is refused with what to do, never waited on."""
-    fd, why = -1, ""
-    for mode in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock works on a file opened for reading
-        try:
-            fd = os.open(path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-            break
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                break
-    if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
-        return fd
-    if fd >= 0:
-        os.close(fd)
-    raise StoreError(f"cannot lock the store with {path}: {why or 'not a file'}", f"remove it (`rm -r {path}`): it is made again")
 
 
 def _check_format(root: Path, version: str) -> None:
