@@ -284,3 +284,38 @@ def test_a_file_still_written_after_the_job_ends_is_archived_as_read(tmp_path):
     assert store.read_file(run_id, "growing.log").startswith(b"start\n")
     [note] = work.notes
     assert note.path == "growing.log" and note.archived and "still being written when the job ended" in note.why
+
+
+def _series_dump(dump: Path, modules: int, passes: int, pad: int = 0) -> dict[str, bytes]:
+    """``modules`` series of ``passes`` pass dumps each (and a log beside them), written; returns name -> bytes."""
+    written = {}
+    for m in range(modules):
+        for step in range(passes):
+            name = f"module_{m:04d}.jit_f{m}.cpu.{step:04d}.pass{step}.after_pipeline.txt"
+            written[name] = _pass(step) + f"// module {m}\n".encode() + os.urandom(pad).hex().encode()
+    written["xla.log"] = b"compiled\n"
+    for name, content in written.items():
+        (dump / name).write_bytes(content)
+    return written
+
+
+def _packs(store: Store) -> list[Path]:
+    return sorted((store.root / "blobs" / "packs").glob("*.zst"))
+
+
+def test_a_small_dumps_series_share_one_pack_and_read_back(tmp_path):
+    """Each module's series in a pack of its own left tiny runs 8 packs of ~350 bytes: 8 blocks of disk each."""
+    written: dict[str, bytes] = {}
+    store, run_id, files, notes = _archive(tmp_path, lambda dump: written.update(_series_dump(dump, 4, 3)))
+    assert len(_packs(store)) == 1 and notes == []
+    assert {f.path for f in files} == set(written)
+    assert all(store.read_file(run_id, name) == content for name, content in written.items())
+
+
+def test_a_big_dump_keeps_a_pack_per_series(tmp_path):
+    """Above SMALL_DUMP_BYTES each series keeps its own pack, so reading one dump decodes only its module's."""
+    per_file = archiver.SMALL_DUMP_BYTES // 8  # 3 modules x 3 passes of this: over the bound
+    written: dict[str, bytes] = {}
+    store, run_id, _files, _notes = _archive(tmp_path, lambda dump: written.update(_series_dump(dump, 3, 3, per_file // 2)))
+    assert len(_packs(store)) == 4  # 3 series and the log stored alone
+    assert all(store.read_file(run_id, name) == content for name, content in written.items())

@@ -1,0 +1,118 @@
+"""Tiny runs on disk: N runs of a small dump each (4 modules, each before and after optimizations, a few hundred
+bytes apiece, as XLA names them), archived and committed in one process as a capture does, then the store's packs
+and the whole store measured: what the files hold, what their packs hold, and what the disk gives them (blocks).
+
+    python -m bench.tiny_runs [--runs 10000] [--record]
+
+Twice: as xlarun archives now (a small dump's series share one pack) and with that turned off (a pack per module
+series, as before), so the ratio is measured beside its floor. Target: the packs of 10,000 tiny runs take at most 1.5x
+their bytes on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .results_files import add_output_options, output_path, write_results
+
+HLO = """HloModule jit_step{m}, entry_computation_layout={{(f32[8]{{0}})->f32[8]{{0}}}}
+
+ENTRY main.4 {{
+  Arg_0.1 = f32[8]{{0}} parameter(0)
+  constant.2 = f32[] constant({value})
+  broadcast.3 = f32[8]{{0}} broadcast(constant.2), dimensions={{}}
+  ROOT {op}.4 = f32[8]{{0}} {op}(Arg_0.1, broadcast.3), metadata={{op_name="jit(step{m})/{op}" source_file="tiny.py" source_line={line}}}
+}}
+"""
+
+
+def disk(folder: Path) -> tuple[int, int, int]:
+    """(files, bytes they hold, bytes of disk their blocks take) below ``folder``."""
+    files = held = used = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            st = os.stat(os.path.join(root, name), follow_symlinks=False)
+            files, held, used = files + 1, held + st.st_size, used + st.st_blocks * 512
+    return files, held, used
+
+
+def fill(root: Path, runs: int, seed: int) -> float:
+    """``runs`` tiny runs committed into a new store at ``root``; returns the seconds it took."""
+    from xlarun.store.facade import Store
+
+    rng = random.Random(seed)
+    store = Store.open(root)
+    started = time.perf_counter()
+    for i in range(runs):
+        run_id, staging = store.begin_run(f"20260101-{i // 3600:02d}{i // 60 % 60:02d}{i % 60:02d}-{i % 65536:04x}")
+        dump = staging / "dump"
+        dump.mkdir(parents=True, exist_ok=True)
+        for m in range(4):
+            for stage, op in (("before_optimizations", "add"), ("after_optimizations", "multiply")):
+                text = HLO.format(m=m, value=rng.random(), op=op, line=rng.randrange(1, 500))
+                (dump / f"module_{m:04d}.jit_step{m}.{stage}.txt").write_text(text)
+        files = store.archive_outputs(staging)
+        manifest = {"name": "tiny", "kind": "capture", "status": "succeeded", "exit_code": 0, "backend": "local"}
+        store.commit_indexed(run_id, staging, files, {"manifest.json": json.dumps(manifest)})
+    store.close()
+    return time.perf_counter() - started
+
+
+def measure(runs: int, workdir: Path) -> dict:
+    from xlarun.store import archive
+
+    results: dict = {"runs": runs}
+    for label, small in (("shared_pack", archive.SMALL_DUMP_BYTES), ("pack_per_series", 0)):
+        archive.SMALL_DUMP_BYTES = small
+        root = workdir / label
+        took = fill(root, runs, seed=1)
+        packs, packed, packs_disk = disk(root / "blobs" / "packs")
+        files, held, used = disk(root)
+        results[label] = {
+            "seconds": round(took, 1),
+            "packs": packs,
+            "pack_bytes": packed,
+            "pack_disk_bytes": packs_disk,
+            "packs_disk_over_bytes": round(packs_disk / packed, 2),
+            "store_files": files,
+            "store_bytes": held,
+            "store_disk_bytes": used,
+            "store_disk_over_bytes": round(used / held, 2),
+        }
+        row = results[label]
+        print(
+            f"[tiny_runs] {label}: {runs} runs in {took:.0f} s: {packs} packs, {packed / 1e6:.1f} MB in "
+            f"{packs_disk / 1e6:.1f} MB of disk ({row['packs_disk_over_bytes']}x); whole store {held / 1e6:.1f} MB "
+            f"in {used / 1e6:.1f} MB ({row['store_disk_over_bytes']}x)",
+            file=sys.stderr,
+            flush=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+    results["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tiny_runs", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000)
+    add_output_options(parser, "tiny_runs")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="xlarun-bench-tiny-"))
+    try:
+        results = measure(args.runs, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"written to {write_results(output_path(args, 'tiny_runs'), results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
