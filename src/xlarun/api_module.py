@@ -286,7 +286,7 @@ class Module(display.Shown):
         return Memory(module_memory(self._store.store, self.info, top))
 
     @property
-    def time(self):
+    def time(self) -> Any:
         """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
         from xlarun.navigate.profile import module_time
 
@@ -422,7 +422,7 @@ class Run(display.Shown):
 
         return process_log(self._store.store.run_path(self.id), process, stream)
 
-    def processes(self):
+    def processes(self) -> Any:
         """In a run of many processes, its modules across them: which were compiled alike, which are in desync
         (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
         from xlarun.navigate.desync import compare_processes

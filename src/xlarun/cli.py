@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import typer
 import typer.core
@@ -64,7 +65,6 @@ def _coerce_plain_strings_without_pydantic() -> None:
     (``capture`` saved ~0.1 s). Other numbers, paths with checks and choices still go through typer, with its
     messages. Leaves another typer alone."""
     from dataclasses import dataclass
-    from typing import Any
 
     if os.environ.get("XLARUN_TYPER_PATCH") == "0":  # the benchmark's comparison (bench/navigation.py)
         return
@@ -79,7 +79,7 @@ def _coerce_plain_strings_without_pydantic() -> None:
     class _Deferred(RuntimeParam):
         descriptor: Any
 
-        def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:  # RuntimeParam.coerce already answered a missing value
             info = self.descriptor.parameter_info
             plain = getattr(info, "parser", None) is None and not self.descriptor.is_choice
             if plain and isinstance(value, str) and self.annotation is str:
@@ -90,7 +90,7 @@ def _coerce_plain_strings_without_pydantic() -> None:
             low, high = getattr(info, "min", None), getattr(info, "max", None)
             clamps = getattr(info, "clamp", False)
 
-            def inside(number) -> bool:  # within the option's bounds, so typer would take it as it is
+            def inside(number: Any) -> bool:  # within the option's bounds, so typer would take it as it is
                 return not clamps and (low is None or number >= low) and (high is None or number <= high)
 
             if plain and self.annotation in (int, bool, float) and type(value) is self.annotation and inside(value):
@@ -101,7 +101,7 @@ def _coerce_plain_strings_without_pydantic() -> None:
                 return Path(value)
             return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
 
-    def _plain_path(info, value: str) -> bool:
+    def _plain_path(info: Any, value: str) -> bool:
         """A path typer would take as it is: no checks asked of it but readability, which holds."""
         if not value or "\0" in value or info.exists or info.resolve_path or info.writable or info.allow_dash:
             return False
@@ -109,7 +109,7 @@ def _coerce_plain_strings_without_pydantic() -> None:
             return False
         return not (info.readable and os.path.lexists(value) and not os.access(value, os.R_OK))
 
-    def build(descriptor):
+    def build(descriptor: Any) -> Any:
         if descriptor.file_annotation is not None:
             return typer_build(descriptor)
         return _Deferred(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor)
@@ -131,13 +131,13 @@ class _LazyCommands(MutableMapping):
         self._registered: dict[str, typer.Typer] = {}
         self._settings = settings  # how the root app asks typer to build its commands
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             module = self._modules[name]  # KeyError: no such command
             self._built[name] = self._build(name, module)
         return self._built[name]
 
-    def _build(self, name: str, module: str):
+    def _build(self, name: str, module: str) -> Any:
         if module not in self._registered:
             scratch = typer.Typer()
             importlib.import_module(f".commands.{module}", __package__).register(scratch)
@@ -156,7 +156,7 @@ class _LazyCommands(MutableMapping):
                 return typer.main.get_group_from_info(group, **settings)
         raise KeyError(name)  # COMMANDS names a command its module does not register (a test catches it)
 
-    def __setitem__(self, name: str, command) -> None:
+    def __setitem__(self, name: str, command: Any) -> None:
         self._modules.setdefault(name, "")
         self._built[name] = command
 
@@ -178,16 +178,16 @@ class _XlarunGroup(typer.core.TyperGroup):
     """Maps the library's errors to one red line and a documented exit code, for every command; its commands are
     built when looked up (:class:`_LazyCommands`)."""
 
-    def __init__(self, *, commands=None, **attrs) -> None:
+    def __init__(self, *, commands: Any = None, **attrs: Any) -> None:
         super().__init__(**attrs)
         lazy = _LazyCommands(COMMANDS, _BUILD_SETTINGS)
         lazy.update(commands or {})
         self.commands = lazy
 
-    def list_commands(self, ctx) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names alone: typer's own builds every command to list them
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: Any) -> Any:
         from xlarun.console import error_line
 
         wants_json = "--json" in (list(getattr(ctx, "_protected_args", None) or []) + list(ctx.args))

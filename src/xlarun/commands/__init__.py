@@ -8,9 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from xlarun.api import Store as ApiStore
+    from xlarun.store.facade import Store
 
 
 def _store_of(ctx: typer.Context) -> Path:
@@ -81,7 +85,7 @@ StepOption = Annotated[
 ]
 
 
-def front_door(path: str | Path | None, create: bool = False):
+def front_door(path: str | Path | None, create: bool = False) -> ApiStore:
     """The Python front door's Store (``xlarun.open_store``) over the store a command works on: a command is a call
     into it, then a printer of :mod:`xlarun.present`."""
     from xlarun.api import Store
@@ -89,7 +93,7 @@ def front_door(path: str | Path | None, create: bool = False):
     return Store(open_store(path, create=create))
 
 
-def open_store(path: str | Path | None, create: bool = False):
+def open_store(path: str | Path | None, create: bool = False) -> Store:
     """The store a command works on (created only by commands that write)."""
     from xlarun.store.facade import Store
 

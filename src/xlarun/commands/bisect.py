@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -119,7 +119,7 @@ def bisect(
     raise typer.Exit(int(result.exit_code))
 
 
-def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
+def _rerun_mode(spec: str, check: Any, tolerance: Any, jobs: Any, module: Any, repeat: Any, sink: Any, store: Any) -> Any:
     from xlarun.bisect import bisect_rerun
     from xlarun.bisect.recorded import now, record_bisection
     from xlarun.errors import InputError
@@ -146,7 +146,7 @@ def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
     return result, record_bisection(the_store, result, options, started)
 
 
-def _replay_mode(target: str, check, options, sink, store, run):
+def _replay_mode(target: str, check: Any, options: Any, sink: Any, store: Any, run: Any) -> Any:
     from xlarun.bisect.replay_mode import bisect_and_record
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -159,7 +159,9 @@ def replay(
     raise typer.Exit(code)
 
 
-def _replay(ctx: typer.Context, ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
+def _replay(
+    ctx: typer.Context, ref: str, options: Any, sink: Any, *, snapshot: Any, file: Any, store: Any, run: Any, as_json: bool
+) -> int:
     from xlarun.commands.share import bundle_or_ref
     from xlarun.replay import replay_file
     from xlarun.replay.resolve import replay_and_record_file, replay_stored_module
@@ -191,7 +193,7 @@ def _replay(ctx: typer.Context, ref: str, options, sink, *, snapshot, file, stor
     return int(result.exit_code)
 
 
-def _report(result, replay_id: str | None, module, as_json: bool, bundle: str | None = None) -> None:
+def _report(result: Any, replay_id: str | None, module: Any, as_json: bool, bundle: str | None = None) -> None:
     from xlarun.console import print_json
     from xlarun.present import print_replay
 
@@ -214,7 +216,7 @@ def _failure_document(ref: str, exc: BaseException) -> dict:
     return {"replay_id": None, "module": None, "ref": ref, "verdict": verdict, **error_document(exc)}
 
 
-def _existing_store(path: Path | None):
+def _existing_store(path: Path | None) -> Any:
     from xlarun.errors import StoreError
 
     try:

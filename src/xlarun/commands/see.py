@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -160,7 +160,7 @@ def render(
     _write_rendered(drawn, Path(drawn.source).name, output, around, open_it)
 
 
-def _stored_file(store, ref: str, run: str | None, path: str):
+def _stored_file(store: Any, ref: str, run: str | None, path: str) -> Any:
     """(run id, FileInfo) of ``--file PATH`` in the run REF names (a module REF names its run)."""
     from xlarun.errors import RefError
     from xlarun.navigate.refs import resolve_module, resolve_run
@@ -173,7 +173,7 @@ def _stored_file(store, ref: str, run: str | None, path: str):
     return run_id, select_run_file(store.index.run_files(run_id), path, run_id)
 
 
-def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
+def _write_rendered(rendered: Any, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
     from xlarun.console import say
     from xlarun.errors import check_room
 
