@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
 from xlarun.api_results import Bisection, Diff, Graph, Memory, Profile, TimeDiff, Times
+from xlarun.declared_options import BISECT_OPTIONS, REPLAY_OPTIONS, keywords_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -216,6 +217,7 @@ class Module(display.Shown):
             Path(output).write_bytes(rendered.data)
         return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes), rendered.kind)
 
+    @keywords_of(REPLAY_OPTIONS, besides=("file",))
     def replay(
         self,
         *,
@@ -248,14 +250,15 @@ class Module(display.Shown):
         self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
 
+    @keywords_of(BISECT_OPTIONS)
     def bisect(
         self,
         *,
         tolerance: float = 1e-5,
+        linear: bool = False,
         reference: str = "before",
         reference_platform: str | None = None,
         platform: str = "cpu",
-        linear: bool = False,
         recompile: str = "timeline",
         inputs: str = "auto",
         seed: int = 0,
