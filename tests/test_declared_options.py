@@ -12,7 +12,15 @@ import pytest
 from xlarun.api_module import Module
 from xlarun.bisect.bisect_options import BisectOptions, bisect_options
 from xlarun.commands import DECLARED, with_declared
-from xlarun.declared_options import BISECT_OPTIONS, REPLAY_OPTIONS, Declared, keywords_of, signature_of, take
+from xlarun.declared_options import (
+    BISECT_OPTIONS,
+    RENDER_OPTIONS,
+    REPLAY_OPTIONS,
+    Declared,
+    keywords_of,
+    signature_of,
+    take,
+)
 from xlarun.errors import InputError
 from xlarun.replay.options import ReplayOptions, replay_options
 
@@ -74,13 +82,15 @@ def test_the_builders_present_and_default_to_the_declaration():
         replay_options(tolerance=1e-3)
 
 
-@pytest.mark.parametrize(("command", "declared"), [("replay", REPLAY_OPTIONS), ("bisect", BISECT_OPTIONS)])
+@pytest.mark.parametrize(
+    ("command", "declared"), [("replay", REPLAY_OPTIONS), ("bisect", BISECT_OPTIONS), ("render", RENDER_OPTIONS)]
+)
 def test_the_commands_help_and_defaults_come_from_the_declaration(cli, command, declared):
     shown = " ".join(cli(command, "--help").stdout.split())  # typer wraps the help: compare word by word
     for d in declared:
         assert " ".join(d.help.split()) in shown, d.name
         assert d.cli_flags[0].split("/")[0] in shown, d.name
-    method = Module.replay if command == "replay" else Module.bisect
+    method = getattr(Module, command)
     keywords = {p.name: p.default for p in inspect.signature(method).parameters.values() if p.kind is p.KEYWORD_ONLY}
     assert {d.name: d.default for d in declared}.items() <= keywords.items()
 
@@ -97,3 +107,12 @@ def test_a_value_the_declaration_refuses_is_the_same_usage_error_from_the_cli_an
     with pytest.raises(InputError) as python:
         replay_options(iterations=0)
     assert json.loads(code.stdout)["error"] == python.value.message == "iterations must be at least 1, not 0"
+
+
+def test_render_options_are_the_same_from_the_cli_and_python_and_limit_0_means_no_limit():
+    from xlarun.render import DEFAULT_NODE_LIMIT, DEFAULT_TIMEOUT_S, RenderOptions, render_options
+
+    assert render_options() == RenderOptions() and (DEFAULT_NODE_LIMIT, DEFAULT_TIMEOUT_S) == (1500, 60.0)
+    assert render_options(limit=0).limit is None  # ``--limit 0`` and ``render(limit=0)`` alike: every node drawn
+    drawn = render_options("png", expand=["fusion.1"], expand_fusions=True, timeout_s=5.0)
+    assert (drawn.format, drawn.expand, drawn.expand_all, drawn.timeout_s) == ("png", ("fusion.1",), True, 5.0)

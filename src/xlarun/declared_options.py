@@ -66,6 +66,16 @@ def take(declared: Iterable[Declared], given: dict[str, Any], what: str) -> dict
     return values
 
 
+def given_to(declared: Iterable[Declared], values: dict[str, Any]) -> dict[str, Any]:
+    """The declared options' entries of ``values`` (a command's ``locals()``), to pass on as keywords."""
+    return {d.name: values[d.name] for d in declared}
+
+
+def default_of(declared: Iterable[Declared], name: str) -> Any:
+    """The declared default of option ``name``."""
+    return next(d.default for d in declared if d.name == name)
+
+
 def signature_of(declared: Iterable[Declared]) -> inspect.Signature:
     """The keyword-only signature a builder taking ``**given`` presents (``help()``, an IDE)."""
     return inspect.Signature(
@@ -173,4 +183,20 @@ BISECT_OPTIONS = (
         "Replay mode: also find the culprit step's first instruction whose value moves (two more replays).",
         ("--ops/--no-ops",),
     ),
+)
+
+RENDER_OPTIONS = (
+    Declared("around", None, str | None, "Draw only the neighbourhood of this instruction (or GraphDef node)."),
+    Declared("depth", 3, int, "With --around: how many edges away to draw."),
+    Declared(
+        "limit",
+        1500,
+        int,
+        "With --full, refuse above this many nodes; without, a module over this many (or 500, if fewer) is drawn "
+        "as its overview (0: no limit, every node drawn).",
+    ),
+    Declared("full", False, bool, "Draw every node of a module over --limit instead of its overview (slow)."),
+    Declared("expand", None, list[str] | None, "Draw this fusion open (repeatable)."),
+    Declared("expand_fusions", False, bool, "Draw every fusion open."),
+    Declared("timeout_s", 60.0, float, "Seconds graphviz may take before it is stopped.", ("--timeout",)),
 )
