@@ -1,28 +1,17 @@
-"""replay/options.py and bisect/bisect_options.py: options built once, for ``xlarun replay``/``bisect`` and the Python API."""
+"""replay/options.py and bisect/bisect_options.py: the options declared in xlarun/declared_options.py, built and
+checked once for ``xlarun replay``/``bisect`` and the Python API."""
 
 from __future__ import annotations
 
 import functools
-import inspect
 from pathlib import Path
 
 import pytest
 
 from xlarun.api.module import Module
 from xlarun.bisect.bisect_options import BisectOptions, bisect_options
-from xlarun.commands.bisect import bisect as bisect_command
-from xlarun.commands.replay import replay as replay_command
 from xlarun.errors import InputError
 from xlarun.replay.options import ReplayOptions, replay_options
-
-
-def _defaults(function) -> dict:
-    """Each parameter's default, the typer Option's or the plain one."""
-    out = {}
-    for name, parameter in inspect.signature(function).parameters.items():
-        default = parameter.default
-        out[name] = getattr(default, "default", default)  # typer.Option(...) given as the default: its own default
-    return out
 
 
 def test_replay_options_maps_what_a_user_gives():
@@ -49,14 +38,6 @@ def test_replay_options_are_checked_when_built(given, message):
         replay_options(**given)
 
 
-def test_the_command_and_the_python_call_take_the_builders_options_with_its_defaults():
-    builder = _defaults(replay_options)
-    command, method = _defaults(replay_command), _defaults(Module.replay)
-    for name, default in builder.items():
-        assert command[name] == default, name
-        assert method[name] == default, name
-
-
 def test_bisect_options_one_tolerance_for_both_bounds_and_checked():
     options = bisect_options(tolerance=1e-3, reference="snapshot", linear=True)
     assert (options.abs_tolerance, options.rel_tolerance, options.reference, options.linear) == (1e-3, 1e-3, "snapshot", True)
@@ -65,14 +46,6 @@ def test_bisect_options_one_tolerance_for_both_bounds_and_checked():
         bisect_options(recompile="some")
     with pytest.raises(InputError, match="unknown inputs 'real'"):
         bisect_options(inputs="real")
-
-
-def test_bisect_command_and_python_call_share_the_builders_defaults():
-    builder = _defaults(bisect_options)
-    command, method = _defaults(bisect_command), _defaults(Module.bisect)
-    for name, default in builder.items():
-        assert command[name] == default, name
-        assert method[name] == default, name
 
 
 class _Stop(InputError):

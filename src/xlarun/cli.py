@@ -14,8 +14,9 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import typer
 import typer.core
@@ -56,69 +57,124 @@ find matched nothing, check found damage) · 2 bad usage, spec or input ·
 """
 
 
-def _coerce_plain_strings_without_pydantic() -> None:
-    """typer 0.29 coerces every parameter through a pydantic TypeAdapter, built even for a value that is
-    missing, and importing pydantic costs more than the rest of ``xlarun modules`` (~0.2 s). Here the
-    adapter is built only when a value needs it: a missing value, a ``str`` / ``list[str]`` parameter given
-    strings, a default of its own type, a plain decimal ``int`` and a ``Path`` with no checks asked need none
-    (``capture`` saved ~0.1 s). Other numbers, paths with checks and choices still go through typer, with its
-    messages. Leaves another typer alone."""
-    from dataclasses import dataclass
-    from typing import Any
-
-    if os.environ.get("XLARUN_TYPER_PATCH") == "0":  # the benchmark's comparison (bench/navigation.py)
-        return
-    try:
-        from typer._coercion import RuntimeParam
-
-        typer_build = typer.core.build_runtime_param
-    except (ImportError, AttributeError):
-        return
-
-    @dataclass(frozen=True)
-    class _Deferred(RuntimeParam):
-        descriptor: Any
-
-        def _coerce_value(self, value, param, ctx):  # RuntimeParam.coerce already answered a missing value
-            info = self.descriptor.parameter_info
-            plain = getattr(info, "parser", None) is None and not self.descriptor.is_choice
-            if plain and isinstance(value, str) and self.annotation is str:
-                return value
-            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
-            if plain and self.annotation == list[str] and strings:
-                return list(value)
-            low, high = getattr(info, "min", None), getattr(info, "max", None)
-            clamps = getattr(info, "clamp", False)
-
-            def inside(number) -> bool:  # within the option's bounds, so typer would take it as it is
-                return not clamps and (low is None or number >= low) and (high is None or number <= high)
-
-            if plain and self.annotation in (int, bool, float) and type(value) is self.annotation and inside(value):
-                return value  # a default, or a flag click already made a bool
-            if plain and self.annotation is int and isinstance(value, str) and _DECIMAL.fullmatch(value) and inside(int(value)):
-                return int(value)  # what pydantic makes of it; anything else (and out of bounds) gets typer's own message
-            if plain and self.annotation is Path and isinstance(value, str) and _plain_path(info, value):
-                return Path(value)
-            return typer_build(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
-
-    def _plain_path(info, value: str) -> bool:
-        """A path typer would take as it is: no checks asked of it but readability, which holds."""
-        if not value or "\0" in value or info.exists or info.resolve_path or info.writable or info.allow_dash:
-            return False
-        if not (info.file_okay and info.dir_okay):
-            return False
-        return not (info.readable and os.path.lexists(value) and not os.access(value, os.R_OK))
-
-    def build(descriptor):
-        if descriptor.file_annotation is not None:
-            return typer_build(descriptor)
-        return _Deferred(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor)
-
-    typer.core.build_runtime_param = build
-
-
+#: what :func:`plain_value` answers for a value typer must coerce itself
+TYPER_COERCES = object()
 _DECIMAL = re.compile(r"\s*[+-]?[0-9]+\s*")
-_coerce_plain_strings_without_pydantic()
+
+
+def plain_value(param: typer.core.TyperOption | typer.core.TyperArgument, value: Any) -> Any:
+    """``value`` as typer would make it, when that needs no coercion: a missing value, a ``str`` / ``list[str]``
+    parameter given strings, a default of its own type, a plain decimal ``int`` within its bounds, a ``Path`` with
+    no checks asked. Anything else (other numbers, paths with checks, choices, a ``parser=``) is
+    :data:`TYPER_COERCES`, and gets typer's coercion and messages. typer 0.29 coerces every value through a
+    pydantic TypeAdapter, and importing pydantic costs more than the rest of ``xlarun modules`` (~0.1 s)."""
+    described = param.type_descriptor
+    info, annotation = described.parameter_info, described.annotation
+    if value is None:
+        return () if param.multiple or param.nargs == -1 else None
+    if info.parser is not None or described.is_choice or described.is_file:
+        return TYPER_COERCES
+    if isinstance(value, str) and annotation is str:
+        return value
+    strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+    if annotation == list[str] and strings:
+        return list(value)
+    low, high = info.min, info.max
+
+    def inside(number: float) -> bool:  # within the option's bounds, so typer would take it as it is
+        return not info.clamp and (low is None or number >= low) and (high is None or number <= high)
+
+    if annotation in (int, bool, float) and type(value) is annotation and inside(value):
+        return value  # a default, or a flag click already made a bool
+    if annotation is int and isinstance(value, str) and _DECIMAL.fullmatch(value) and inside(int(value)):
+        return int(value)  # what pydantic makes of it; anything else (and out of bounds) gets typer's own message
+    if annotation is Path and isinstance(value, str) and _plain_path(info, value):
+        return Path(value)
+    return TYPER_COERCES
+
+
+def _plain_path(info: Any, value: str) -> bool:
+    """A path typer would take as it is: no checks asked of it but readability, which holds."""
+    if not value or "\0" in value or info.exists or info.resolve_path or info.writable or info.allow_dash:
+        return False
+    if not (info.file_okay and info.dir_okay):
+        return False
+    return not (info.readable and os.path.lexists(value) and not os.access(value, os.R_OK))
+
+
+def _process_plain(
+    param: typer.core.TyperOption | typer.core.TyperArgument, ctx: Any, value: Any, typers: Callable[[Any, Any], Any]
+) -> Any:
+    """``process_value`` (click's hook for a parameter's value) that answers a plain value itself, and hands
+    the rest, and a missing required one, to ``typers`` (typer's own)."""
+    plain = plain_value(param, value)
+    if plain is TYPER_COERCES or (param.required and param.value_is_missing(plain)):
+        return typers(ctx, value)
+    return plain if param.callback is None else param.callback(ctx, param, plain)
+
+
+class PlainOption(typer.core.TyperOption):
+    """A typer option whose plain values need no pydantic (:func:`plain_value`)."""
+
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _process_plain(self, ctx, value, super().process_value)
+
+
+class PlainArgument(typer.core.TyperArgument):
+    """A typer argument whose plain values need no pydantic (:func:`plain_value`)."""
+
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _process_plain(self, ctx, value, super().process_value)
+
+
+def _plain(param: Any) -> Any:
+    """``param`` taking plain values without pydantic, when typer built it (click's own are left alone).
+    ``XLARUN_TYPER_PATCH=0`` leaves typer's coercion alone (bench/navigation.py compares the two)."""
+    if os.environ.get("XLARUN_TYPER_PATCH") == "0":
+        return param
+    if type(param) is typer.core.TyperOption:
+        param.__class__ = PlainOption  # same fields, one method more: typer builds the parameter, xlarun types it
+    elif type(param) is typer.core.TyperArgument:
+        param.__class__ = PlainArgument
+    return param
+
+
+class PlainCommand(typer.core.TyperCommand):
+    """A typer command (``@app.command(cls=PlainCommand)``) whose options and arguments, ``--help`` included,
+    take plain values without pydantic (:func:`plain_value`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _plain(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain(super().get_help_option(ctx))  # built while parsing
+
+
+class PlainGroup(typer.core.TyperGroup):
+    """A typer group (``typer.Typer(cls=PlainGroup)``) whose own options take plain values, as :class:`PlainCommand`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _plain(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain(super().get_help_option(ctx))
+
+
+def use_plain_values(registered: typer.Typer) -> None:
+    """Build the commands and groups ``registered`` holds as :class:`PlainCommand` / :class:`PlainGroup` (those
+    that ask for no class of their own)."""
+    for command in registered.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):  # typer's default
+            command.cls = PlainCommand
+    for group in registered.registered_groups:
+        if group.cls in (None, typer.core.TyperGroup) or isinstance(group.cls, typer.models.DefaultPlaceholder):
+            group.cls = PlainGroup
+        if group.typer_instance is not None:
+            use_plain_values(group.typer_instance)
 
 
 class _LazyCommands(MutableMapping):
@@ -131,16 +187,17 @@ class _LazyCommands(MutableMapping):
         self._registered: dict[str, typer.Typer] = {}
         self._settings = settings  # how the root app asks typer to build its commands
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             module = self._modules[name]  # KeyError: no such command
             self._built[name] = self._build(name, module)
         return self._built[name]
 
-    def _build(self, name: str, module: str):
+    def _build(self, name: str, module: str) -> Any:
         if module not in self._registered:
             scratch = typer.Typer()
             importlib.import_module(f".commands.{module}", __package__).register(scratch)
+            use_plain_values(scratch)
             self._registered[module] = scratch
         scratch = self._registered[module]
         settings = self._settings
@@ -156,7 +213,7 @@ class _LazyCommands(MutableMapping):
                 return typer.main.get_group_from_info(group, **settings)
         raise KeyError(name)  # COMMANDS names a command its module does not register (a test catches it)
 
-    def __setitem__(self, name: str, command) -> None:
+    def __setitem__(self, name: str, command: Any) -> None:
         self._modules.setdefault(name, "")
         self._built[name] = command
 
@@ -174,23 +231,30 @@ class _LazyCommands(MutableMapping):
         return name in self._modules
 
 
-class _XlarunGroup(typer.core.TyperGroup):
+_WANTS_JSON = "xlarun.wants_json"
+
+
+class _XlarunGroup(PlainGroup):
     """Maps the library's errors to one red line and a documented exit code, for every command; its commands are
     built when looked up (:class:`_LazyCommands`)."""
 
-    def __init__(self, *, commands=None, **attrs) -> None:
+    def __init__(self, *, commands: Any = None, **attrs: Any) -> None:
         super().__init__(**attrs)
         lazy = _LazyCommands(COMMANDS, _BUILD_SETTINGS)
         lazy.update(commands or {})
         self.commands = lazy
 
-    def list_commands(self, ctx) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names alone: typer's own builds every command to list them
 
-    def invoke(self, ctx):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta[_WANTS_JSON] = "--json" in args  # scripts get one JSON document, also on failure
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
         from xlarun.console import error_line
 
-        wants_json = "--json" in (list(getattr(ctx, "_protected_args", None) or []) + list(ctx.args))
+        wants_json = ctx.meta.get(_WANTS_JSON, False)
         try:
             return super().invoke(ctx)
         except XlarunError as exc:

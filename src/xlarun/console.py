@@ -80,7 +80,7 @@ def _tone_of(markup: str) -> str:
     return next((tone for prefix, tone in _TONES if head.startswith(prefix)), "")
 
 
-def _console(stderr: bool = False, file=None):
+def _console(stderr: bool = False, file: Any = None) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
@@ -102,7 +102,7 @@ _EMOJI_CODE = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")  # rich's emoji c
 DIGIT_EMOJI = {"100", "1234"}  # the emoji codes of digits alone (tests/test_console.py holds rich to it)
 
 
-def _rich_styles(stream) -> bool:
+def _rich_styles(stream: Any) -> bool:
     """Whether rich would write escape codes to ``stream`` (rich.console.Console.is_terminal, in its order)."""
     compatible = os.environ.get("TTY_COMPATIBLE", "")
     if compatible in ("0", "1"):

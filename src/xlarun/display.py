@@ -144,7 +144,7 @@ class ShownList(Shown, Sequence[T], Generic[T]):
     def __getitem__(self, i: int) -> T: ...
     @overload
     def __getitem__(self, i: slice) -> list[T]: ...
-    def __getitem__(self, i):
+    def __getitem__(self, i: int | slice) -> T | list[T]:
         return self._items[i]
 
     def __len__(self) -> int:

@@ -64,7 +64,7 @@ class StopRequest:
             with self._lock:
                 self._archiving.pop(run_id, None)
 
-    def on_signal(self, signum: int, _frame=None) -> None:
+    def on_signal(self, signum: int, _frame: object = None) -> None:
         """Act on stop signal ``signum``: record it, cancel the job, and while archiving hold it (the first) or
         stop xlarun at once (the next). Called by :func:`stop_on_signals`' watcher thread, never from a
         signal handler, so a burst of signals cannot re-enter it (nor the locks it takes)."""
@@ -100,7 +100,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _noted(_signum: int, _frame) -> None:
+def _noted(_signum: int, _frame: object) -> None:
     """The Python-level handler: does nothing. The C-level handler has already written the signal's number
     to the wakeup pipe (:func:`signal.set_wakeup_fd`), which is all a signal does here: async-signal-safe,
     and a burst of signals (Ctrl-C mashed, SIGINT and SIGTERM a few ms apart) cannot re-enter a lock."""
@@ -126,7 +126,7 @@ def _watch(read_fd: int, request: StopRequest) -> None:
 _EARLY: list[int] = []
 
 
-def _remembered_interrupt(signum: int, _frame) -> None:
+def _remembered_interrupt(signum: int, _frame: object) -> None:
     _EARLY.append(signum)
     raise KeyboardInterrupt  # what Python's own handler does
 

@@ -120,7 +120,7 @@ def _compilation_cache_off() -> Iterator[None]:
         jax.config.update("jax_enable_compilation_cache", before)
 
 
-def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwargs: dict[str, Any]):
+def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwargs: dict[str, Any]) -> Any:
     import jax
 
     from xlarun.errors import EnvironmentProblem, InputError
@@ -141,7 +141,7 @@ def _lowered(f: Callable[..., Any], args: tuple, kwargs: dict[str, Any], jit_kwa
     return jitted.lower(*args, **kwargs)
 
 
-def _undonated(compiled, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _undonated(compiled: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``args`` and ``kwargs`` with each donated array replaced by a copy, so that running ``compiled`` once for its
     snapshot leaves the caller's arrays as they were. Copies, rather than a compile without donation, keep the dumped
     module the one the program runs (its input-output aliasing included); only the donated arrays are copied."""
@@ -168,7 +168,7 @@ def _undonated(compiled, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return jax.tree_util.tree_unflatten(tree, copies)
 
 
-def _copy(array):
+def _copy(array: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
@@ -253,7 +253,7 @@ def _missing_snapshot(dump_dir: Path, f: Callable[..., Any]) -> str | None:
     )
 
 
-def _profiled_calls(compiled, args: tuple, kwargs: dict, dump_dir: Path, calls: int) -> None:
+def _profiled_calls(compiled: Any, args: tuple, kwargs: dict, dump_dir: Path, calls: int) -> None:
     """Call ``compiled`` ``calls`` times under JAX's profiler (after one call outside it: first-call set-up is not
     the function's time), the trace written where a spec's ``profile:`` writes it, so it is indexed the same way."""
     import jax
@@ -275,7 +275,7 @@ def _profiled_calls(compiled, args: tuple, kwargs: dict, dump_dir: Path, calls: 
         jax.profiler.stop_trace()
 
 
-def _begin_run(lib) -> tuple[str, Path]:
+def _begin_run(lib: Any) -> tuple[str, Path]:
     """A staging folder whose run id sorts in capture order even within one second (in-process captures
     take well under one): the id's last 4 hex digits are the fraction of the second, not random."""
     from datetime import datetime, timezone

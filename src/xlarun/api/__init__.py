@@ -206,7 +206,7 @@ class Found(display.Shown, Sequence["FindHit"]):
     def __init__(self, store: Store, text: str, hits: list[FindHit]):
         self._store, self.text, self.hits = store, text, hits
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any) -> Any:
         return self.hits[i]
 
     def __len__(self) -> int:

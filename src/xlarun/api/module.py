@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun import display
 from xlarun.api.results import Bisection, Diff, Graph, Memory, Profile, TimeDiff, Times
+from xlarun.declared_options import BISECT_OPTIONS, RENDER_OPTIONS, REPLAY_OPTIONS, keywords_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -161,6 +162,7 @@ class Module(display.Shown):
 
         return Module(self._store, counterpart_module(self._store.store.index, self.info, ref))
 
+    @keywords_of(RENDER_OPTIONS, besides=("stage", "pass_name", "step", "format", "error_from", "time", "xla_dot"))
     def render(
         self,
         output: str | Path | None = None,
@@ -171,10 +173,10 @@ class Module(display.Shown):
         format: str = "svg",
         around: str | None = None,
         depth: int = 3,
-        expand: Sequence[str] = (),
-        expand_fusions: bool = False,
         limit: int = 1500,
         full: bool = False,
+        expand: Sequence[str] | None = None,
+        expand_fusions: bool = False,
         timeout_s: float = 60.0,
         error_from: str | None = None,
         time: bool = False,
@@ -186,19 +188,11 @@ class Module(display.Shown):
         error, drawing the bisection's culprit step unless ``stage``, ``pass_name`` or ``step`` say otherwise;
         ``time`` colours it by each op's measured time (a profiled run), drawing the optimized module unless they
         say otherwise. ``xla_dot`` lays out XLA's own .dot dump instead."""
+        from xlarun.declared_options import given_to
         from xlarun.navigate.select import select_file
-        from xlarun.render import RenderOptions, render_stored_file
+        from xlarun.render import render_options, render_stored_file
 
-        options = RenderOptions(
-            format=format,
-            around=around,
-            depth=depth,
-            expand=tuple(expand),
-            expand_all=expand_fusions,
-            limit=limit or None,
-            timeout_s=timeout_s,
-            full=full,
-        )
+        options = render_options(format, **given_to(RENDER_OPTIONS, locals()))
         chosen_stage = "after_optimizations" if time and stage is None and pass_name is None and step is None else stage
         chosen = select_file(self.info, chosen_stage, pass_name, step, purpose="dot" if xla_dot else "graph")
         if error_from:
@@ -216,6 +210,7 @@ class Module(display.Shown):
             Path(output).write_bytes(rendered.data)
         return Graph(rendered.data, rendered.format, rendered.source, rendered.nodes, list(rendered.notes), rendered.kind)
 
+    @keywords_of(REPLAY_OPTIONS, besides=("file",))
     def replay(
         self,
         *,
@@ -248,14 +243,15 @@ class Module(display.Shown):
         self.__dict__.pop("_shown", None)  # `show` lists the new replay
         return Replay(record.result, record.replay_id, self)
 
+    @keywords_of(BISECT_OPTIONS)
     def bisect(
         self,
         *,
         tolerance: float = 1e-5,
+        linear: bool = False,
         reference: str = "before",
         reference_platform: str | None = None,
         platform: str = "cpu",
-        linear: bool = False,
         recompile: str = "timeline",
         inputs: str = "auto",
         seed: int = 0,
@@ -286,7 +282,7 @@ class Module(display.Shown):
         return Memory(module_memory(self._store.store, self.info, top))
 
     @property
-    def time(self):
+    def time(self) -> Any:
         """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
         from xlarun.navigate.profile import module_time
 
@@ -422,7 +418,7 @@ class Run(display.Shown):
 
         return process_log(self._store.store.run_path(self.id), process, stream)
 
-    def processes(self):
+    def processes(self) -> Any:
         """In a run of many processes, its modules across them: which were compiled alike, which are in desync
         (a :class:`~xlarun.navigate.desync.ProcessReport`); None when fewer than two processes compiled anything."""
         from xlarun.navigate.desync import compare_processes

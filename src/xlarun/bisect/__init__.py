@@ -12,6 +12,8 @@ Results are :class:`BisectResult` objects, recorded with the run (:mod:`.record`
 
 from __future__ import annotations
 
+from typing import Any
+
 from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.bisect.bisect_plan import timeline_pass_names
 from xlarun.bisect.bisect_result import BisectResult, RerunTrial, StepError
@@ -20,7 +22,7 @@ from xlarun.bisect.replay_mode import bisect_module
 __all__ = ["BisectOptions", "BisectResult", "RerunTrial", "StepError", "bisect_module", "bisect_rerun", "timeline_pass_names"]
 
 
-def bisect_rerun(*args, **kwargs) -> BisectResult:
+def bisect_rerun(*args: Any, **kwargs: Any) -> BisectResult:
     """Rerun mode; see :func:`xlarun.bisect.rerun.bisect_rerun`."""
     from xlarun.bisect.rerun import bisect_rerun as run
 

@@ -3,15 +3,14 @@ them from what a user gives (``xlarun bisect``'s options and ``Module.bisect``'s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
-from xlarun.errors import InputError
-from xlarun.replay.options import INPUT_MODES
+from xlarun.declared_options import BISECT_OPTIONS, RECOMPILE_MODES, REFERENCES, signature_of, take
 
-#: How each step is recompiled: ``timeline`` disables every pass the timeline names, ``all`` every
-#: HLO pass (``xla_disable_all_hlo_passes``), ``full`` none (the pipeline applies its passes again).
-RECOMPILE_MODES = ("timeline", "all", "full")
-REFERENCES = ("before", "snapshot")
+__all__ = ["RECOMPILE_MODES", "REFERENCES", "BisectOptions", "bisect_options"]
+_DECLARED = {d.name: d for d in BISECT_OPTIONS}
+_DEFAULT = {d.name: d.default for d in BISECT_OPTIONS}  # the declared defaults, which the fields' are
 
 
 @dataclass
@@ -19,61 +18,54 @@ class BisectOptions:
     """What a replay-mode bisection is asked to do."""
 
     #: ``before``: the before_optimizations module's outputs; ``snapshot``: the snapshot's recorded result.
-    reference: str = "before"
+    reference: str = _DEFAULT["reference"]
     #: Run the reference on this platform instead (the steps run on ``platform``).
-    reference_platform: str | None = None
-    platform: str = "cpu"
+    reference_platform: str | None = _DEFAULT["reference_platform"]
+    platform: str = _DEFAULT["platform"]
     #: Stricter than replay's 1e-3: a pass that moves a sum by 1e-4 is what a bisection looks for.
-    abs_tolerance: float = 1e-5
-    rel_tolerance: float = 1e-5
+    abs_tolerance: float = _DEFAULT["tolerance"]
+    rel_tolerance: float = _DEFAULT["tolerance"]
     #: Replay every step instead of a binary search (which assumes that once past the tolerance, later steps stay past it).
-    linear: bool = False
-    recompile: str = "timeline"
+    linear: bool = _DEFAULT["linear"]
+    recompile: str = _DEFAULT["recompile"]
     #: ``auto`` (the snapshot's arguments when there is one), ``snapshot`` or ``fake``.
-    inputs: str = "auto"
-    seed: int = 0
+    inputs: str = _DEFAULT["inputs"]
+    seed: int = _DEFAULT["seed"]
     extra_disabled: list[str] = field(default_factory=list)
     #: Also find the culprit step's first instruction whose value moves (see :mod:`xlarun.bisect.first_move`).
-    ops: bool = True
+    ops: bool = _DEFAULT["ops"]
 
     def validate(self) -> BisectOptions:
-        for name, allowed in (
-            ("reference", REFERENCES),
-            ("recompile", RECOMPILE_MODES),
-            ("inputs", INPUT_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise InputError(f"unknown {name} {getattr(self, name)!r}", f"use one of: {', '.join(allowed)}")
-        if self.abs_tolerance < 0 or self.rel_tolerance < 0:
-            raise InputError("tolerances cannot be negative")
+        """Raise InputError for a value the declared options refuse; return self."""
+        named = {f.name for f in fields(self)}
+        for declared in BISECT_OPTIONS:  # each option's own check, where the field has the option's name
+            if declared.name in named:
+                declared.check(getattr(self, declared.name))
+        _DECLARED["tolerance"].check(self.abs_tolerance)
+        _DECLARED["tolerance"].check(self.rel_tolerance)
         return self
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def bisect_options(
-    *,
-    tolerance: float = 1e-5,
-    reference: str = "before",
-    reference_platform: str | None = None,
-    platform: str = "cpu",
-    linear: bool = False,
-    recompile: str = "timeline",
-    inputs: str = "auto",
-    seed: int = 0,
-    ops: bool = True,
-) -> BisectOptions:
-    """Checked options; one ``tolerance`` bounds both the absolute and the relative error (either within it matches)."""
+def bisect_options(**given: Any) -> BisectOptions:
+    """Checked options from ``xlarun bisect``'s options or ``Module.bisect``'s keywords, as
+    :data:`~xlarun.declared_options.BISECT_OPTIONS` declares them; one ``tolerance`` bounds both the absolute
+    and the relative error (either within it matches)."""
+    o = take(BISECT_OPTIONS, given, "bisect")
     return BisectOptions(
-        reference=reference,
-        reference_platform=reference_platform,
-        platform=platform,
-        abs_tolerance=tolerance,
-        rel_tolerance=tolerance,
-        linear=linear,
-        recompile=recompile,
-        inputs=inputs,
-        seed=seed,
-        ops=ops,
+        reference=o["reference"],
+        reference_platform=o["reference_platform"],
+        platform=o["platform"],
+        abs_tolerance=o["tolerance"],
+        rel_tolerance=o["tolerance"],
+        linear=o["linear"],
+        recompile=o["recompile"],
+        inputs=o["inputs"],
+        seed=o["seed"],
+        ops=o["ops"],
     ).validate()
+
+
+bisect_options.__signature__ = signature_of(BISECT_OPTIONS)  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from xlarun.errors import ExitCode
 
@@ -172,7 +173,7 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-def _finite(value):
+def _finite(value: Any) -> Any:
     if isinstance(value, float) and math.isinf(value):
         return "inf"
     if isinstance(value, dict):
@@ -182,7 +183,7 @@ def _finite(value):
     return value
 
 
-def _infinite(value):
+def _infinite(value: Any) -> Any:
     if value == "inf":
         return math.inf
     if isinstance(value, dict):

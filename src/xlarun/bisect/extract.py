@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -147,8 +148,8 @@ def write_extract(extracted: Extracted, output: Path, module_proto: bytes | None
 
 
 def extract_from_store(
-    store,
-    module,
+    store: Any,
+    module: Any,
     instruction: str,
     *,
     hops: int = 1,
@@ -199,7 +200,7 @@ def extract_from_store(
     return extracted
 
 
-def _replayer(store, module, before, path: str, options, say: Callable[[str], None]):
+def _replayer(store: Any, module: Any, before: Any, path: str, options: Any, say: Callable[[str], None]) -> Any:
     """The replayer that computes the values of the dump at ``path``, and which device's piece of each value is the
     extract's (``None``: the run is on one device). A per-device step of a partitioned module runs on its devices;
     the extract, one device's code, gets device 0's values."""
@@ -232,7 +233,7 @@ def _replayer(store, module, before, path: str, options, say: Callable[[str], No
     )
 
 
-def extract_origin(store, module, step: int | None, path: str) -> dict:
+def extract_origin(store: Any, module: Any, step: int | None, path: str) -> dict:
     """Where an extract of ``module`` comes from, for its bundle's README: the run and module, the dump (step and
     pass), the run's versions, host and XLA flags, and the culprit pass a recorded bisection of the module named."""
     from xlarun.bisect.history import bisections_for

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -233,7 +233,7 @@ def find_first_move(
     return answer
 
 
-def locate_first_move(replayer, step, previous, plan: BisectPlan, log: Callable[[str], None]) -> dict:
+def locate_first_move(replayer: Any, step: Any, previous: Any, plan: BisectPlan, log: Callable[[str], None]) -> dict:
     """:func:`find_first_move` for a bisection's culprit ``step`` (a PassStep) against ``previous`` (the step
     before it, or the before_optimizations FileInfo), run by the bisection's replayer; a failure is a note."""
     label = getattr(step, "label", "the culprit step")
@@ -276,7 +276,7 @@ def _pair(step_names: list[str], before_names: list[str], step_info: dict, befor
     pairs = {n: n for n in step_names if n in before_set and _same_size(step_info.get(n), before_info.get(n))}
     taken = set(pairs.values())
 
-    def key(info) -> tuple | None:
+    def key(info: Any) -> tuple | None:
         op_name = getattr(info, "op_name", None)
         return (op_name, info.opcode) if op_name else None
 
@@ -297,14 +297,14 @@ def _pair(step_names: list[str], before_names: list[str], step_info: dict, befor
 _DIMS = re.compile(r"\[([^\]]*)\]")
 
 
-def _same_size(a, b) -> bool:
+def _same_size(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return False
     dims_a, dims_b = _DIMS.search(a.shape), _DIMS.search(b.shape)
     return dims_a is not None and dims_b is not None and dims_a.group(1) == dims_b.group(1)
 
 
-def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_tolerance: float):
+def _errors(value: np.ndarray, reference: np.ndarray, abs_tolerance: float, rel_tolerance: float) -> Any:
     """(moved at all, past the tolerance, (max abs, max rel error)) of two values of one shape, whatever their
     element types (a pass may turn bf16 into f32); None when they cannot be compared."""
     if value.shape != reference.shape:

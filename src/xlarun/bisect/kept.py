@@ -11,7 +11,7 @@ is said to be unmeasured, never silently passed over.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bisect.bisect_result import BisectResult, StepError
 from xlarun.bisect.first_move import find_first_move
@@ -31,7 +31,9 @@ SWITCHES: dict[str, tuple[str, bool, str]] = {
 }
 
 
-def measure_kept_passes(replayer, plan: BisectPlan, expected: list, result: BisectResult, log: Callable[[str], None]) -> None:
+def measure_kept_passes(
+    replayer: Any, plan: BisectPlan, expected: list, result: BisectResult, log: Callable[[str], None]
+) -> None:
     """After a search that found nothing with ``result.kept_passes`` on: measure each kept pass that has a
     switch, and name it as the culprit when it moves the reference past the tolerance."""
     before, steps = plan.before, plan.steps
@@ -89,7 +91,7 @@ def measure_kept_passes(replayer, plan: BisectPlan, expected: list, result: Bise
         )
 
 
-def _run_with(replayer, debug_options: dict, text: str) -> list | None:
+def _run_with(replayer: Any, debug_options: dict, text: str) -> list | None:
     saved = replayer.debug_options
     replayer.debug_options = debug_options
     try:
@@ -98,7 +100,9 @@ def _run_with(replayer, debug_options: dict, text: str) -> list | None:
         replayer.debug_options = saved
 
 
-def _first_move(replayer, switched: dict, before: FileInfo, name: str, field: str, value: bool, plan: BisectPlan, log) -> dict:
+def _first_move(
+    replayer: Any, switched: dict, before: FileInfo, name: str, field: str, value: bool, plan: BisectPlan, log: Any
+) -> dict:
     text = replayer.text(before.path)
     try:
         answer = find_first_move(

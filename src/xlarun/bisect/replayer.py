@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bisect.bisect_options import BisectOptions
 from xlarun.errors import EngineError, InputError
@@ -163,7 +163,7 @@ class StepReplayer:
             self.log(f"the snapshot's arguments do not fit the module's parameters ({', '.join(shapes)}); using fake data")
         return fake_arguments(entry_parameter_shapes(proto), self.options.seed)
 
-    def snapshot(self):
+    def snapshot(self) -> Any:
         found = getattr(self, "_snapshot", False)
         if found is False:
             files = sorted(f.path for f in self.module.files if f.kind == "snapshot")

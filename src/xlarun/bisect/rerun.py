@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bisect.bisect_plan import NEVER_DISABLED, changing_pass_names
 from xlarun.bisect.bisect_result import BisectResult, RerunTrial
@@ -155,7 +155,7 @@ class _Reruns:
         )
         self.seen: dict[tuple[str, ...], RerunTrial] = {}
 
-    def _cell(self, disabled: list[str], role: str, dumps: bool):
+    def _cell(self, disabled: list[str], role: str, dumps: bool) -> Any:
         spec = self.loaded.spec
         extra = [f for f in spec.dump.extra_xla_flags if not f.startswith(_DISABLE)]
         already = [f[len(_DISABLE) :] for f in spec.dump.extra_xla_flags if f.startswith(_DISABLE)]
@@ -184,7 +184,7 @@ class _Reruns:
             trials.append(RerunTrial(capture.run_id, names, role, value, capture.status.value, None, outcome.elapsed_s))
         return trials
 
-    def baseline(self, repeat: int):
+    def baseline(self, repeat: int) -> Any:
         trials = self._run(
             [self._cell([], "baseline", dumps=i == 0) for i in range(repeat)], ["baseline"] * repeat, [[]] * repeat
         )

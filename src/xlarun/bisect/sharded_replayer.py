@@ -18,7 +18,7 @@ partitioner's passes kept on), and the result says the partitioner itself is par
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bisect.bisect_plan import PARTITIONER, DevicePlan
 from xlarun.bisect.replayer import Log, StepReplayer
@@ -47,8 +47,15 @@ class ShardedReplayer(StepReplayer):
     """A :class:`StepReplayer` whose steps run on the devices a :class:`DevicePlan` says."""
 
     def __init__(
-        self, store: Store, module: ModuleInfo, options: BisectOptions, debug_options: dict, log: Log, plan: DevicePlan, steps
-    ):
+        self,
+        store: Store,
+        module: ModuleInfo,
+        options: BisectOptions,
+        debug_options: dict,
+        log: Log,
+        plan: DevicePlan,
+        steps: Any,
+    ) -> None:
         super().__init__(store, module, options, debug_options, log)
         self.plan = plan
         self.device_count = plan.devices
@@ -120,7 +127,7 @@ class ShardedReplayer(StepReplayer):
         return self._global_results
 
 
-def describe_devices(result, plan: DevicePlan, steps: list[PassStep], log: Log) -> None:
+def describe_devices(result: Any, plan: DevicePlan, steps: list[PassStep], log: Log) -> None:
     """Say on ``result`` (a BisectResult) where the steps ran, and log it."""
     result.devices, result.reference_devices = plan.devices, plan.reference_devices
     result.per_device_from_step = steps[plan.first_per_device].step if plan.first_per_device is not None else None
@@ -137,7 +144,7 @@ def describe_devices(result, plan: DevicePlan, steps: list[PassStep], log: Log) 
         log(plan.why)
 
 
-def blame_partitioner(result, steps: list[PassStep], first: int) -> None:
+def blame_partitioner(result: Any, steps: list[PassStep], first: int) -> None:
     """The first per-device step moved the numbers: that is the SPMD partitioner's work, whatever its dump is named after."""
     step = steps[first]
     if step.after_pass == PARTITIONER:

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun import __version__
 from xlarun.errors import EnvironmentProblem, InputError
@@ -88,7 +88,7 @@ def build_hint(ref: str, kind: str | None = None) -> str:
     return f"pull it (`docker pull {ref}`) or set backend.options.pull: missing; xlarun's own images: `xlarun images build cpu`"
 
 
-def require_image(client: docker.DockerClient, ref: str, pull: str = "never", kind: str | None = None):
+def require_image(client: docker.DockerClient, ref: str, pull: str = "never", kind: str | None = None) -> Any:
     """The local image ``ref`` (pulled first when ``pull='missing'``); EnvironmentProblem when absent."""
     import docker.errors
 
@@ -135,7 +135,7 @@ class ImageInfo:
         }
 
 
-def image_info(image_or_tag, ref: str | None = None, client: docker.DockerClient | None = None) -> ImageInfo:
+def image_info(image_or_tag: Any, ref: str | None = None, client: docker.DockerClient | None = None) -> ImageInfo:
     """Facts about an image, given as an SDK ``Image`` or a tag (looked up; EnvironmentProblem if absent)."""
     if isinstance(image_or_tag, str):
         ref = ref or image_or_tag

@@ -101,7 +101,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.depth, self.nodes, self.source = 0, 0, source
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Any, index: Any) -> Any:
         self.depth += 1
         self.nodes += 1  # as written: a file of a million one-character values stops here, not after composing them all
         try:
@@ -115,7 +115,7 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
-    def construct_object(self, node, deep=False):
+    def construct_object(self, node: Any, deep: Any = False) -> Any:
         try:
             return super().construct_object(node, deep)
         except (

@@ -5,12 +5,18 @@ The option types every command shares are defined here so they read the same eve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from xlarun.api import Store as ApiStore
+    from xlarun.declared_options import Declared
+    from xlarun.store.facade import Store
 
 
 def _store_of(ctx: typer.Context) -> Path:
@@ -81,7 +87,7 @@ StepOption = Annotated[
 ]
 
 
-def front_door(path: str | Path | None, create: bool = False):
+def front_door(path: str | Path | None, create: bool = False) -> ApiStore:
     """The Python front door's Store (``xlarun.open_store``) over the store a command works on: a command is a call
     into it, then a printer of :mod:`xlarun.present`."""
     from xlarun.api import Store
@@ -89,7 +95,7 @@ def front_door(path: str | Path | None, create: bool = False):
     return Store(open_store(path, create=create))
 
 
-def open_store(path: str | Path | None, create: bool = False):
+def open_store(path: str | Path | None, create: bool = False) -> Store:
     """The store a command works on (created only by commands that write)."""
     from xlarun.store.facade import Store
 
@@ -110,3 +116,36 @@ def json_on_failure(as_json: bool, document: Callable[[BaseException], dict]) ->
             print_json(document(exc))
             mark_json_reported(exc)
         raise
+
+
+#: The default of a command's parameter that is a declared option (:func:`with_declared` gives it its type,
+#: flags, help and default from :mod:`xlarun.declared_options`).
+DECLARED: Any = object()
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def with_declared(declared: Iterable[Declared]) -> Callable[[_Command], _Command]:
+    """Make the parameters of a command whose default is :data:`DECLARED` the options ``declared`` holds, where the
+    command lists them (so ``--help`` keeps its order): typer reads each one's type, flags, help and default from
+    its declaration. Every declared option must be such a parameter, and no other, or defining the command raises
+    TypeError."""
+
+    def build(command: _Command) -> _Command:
+        options = {d.name: d for d in declared}
+        signature = inspect.signature(command, eval_str=True)  # typer reads this signature as it is
+        parameters, named = [], []
+        for p in signature.parameters.values():
+            if p.default is DECLARED:
+                if p.name not in options:
+                    raise TypeError(f"{command.__qualname__}: no option {p.name!r} is declared")
+                d = options[p.name]
+                p = p.replace(annotation=Annotated[d.type, typer.Option(*d.cli_flags, help=d.help)], default=d.default)
+                named.append(p.name)
+            parameters.append(p)
+        if named != list(options):
+            raise TypeError(f"{command.__qualname__} lists the declared options {named}, not {list(options)}")
+        command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return command
+
+    return build

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -98,8 +98,8 @@ def batch(
 
 
 def run_and_report(
-    cells,
-    store,
+    cells: Any,
+    store: Any,
     *,
     jobs: int | None,
     fail_fast: bool | None,
@@ -170,7 +170,7 @@ class _ProgressView:
         self.lock = threading.Lock()
         self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=4, transient=True)
 
-    def _render(self):
+    def _render(self) -> Any:
         from rich.table import Table
 
         table = Table(box=None, show_header=False, pad_edge=False)

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
+from xlarun.commands import (
+    DECLARED,
+    JsonOption,
+    RunOption,
+    StoreOption,
+    complete_module_ref,
+    json_on_failure,
+    open_store,
+    with_declared,
+)
+from xlarun.declared_options import BISECT_OPTIONS
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -21,6 +31,7 @@ def register(app: typer.Typer) -> None:
     app.command("extract")(extract)
 
 
+@with_declared(BISECT_OPTIONS)
 def bisect(
     target: Annotated[
         str,
@@ -37,36 +48,15 @@ def bisect(
             help="Rerun mode: 'exit' (the exit code), or a regex whose first group is the number to compare, e.g. 'loss (\\S+)'.",
         ),
     ] = None,
-    tolerance: Annotated[
-        float, typer.Option("--tolerance", "-t", help="A value matches when its absolute OR relative error is within this.")
-    ] = 1e-5,
-    linear: Annotated[bool, typer.Option("--linear", help="Replay every step instead of a binary search.")] = False,
-    reference: Annotated[
-        str,
-        typer.Option("--reference", help="before (the before_optimizations module's outputs) or snapshot (the recorded result)."),
-    ] = "before",
-    reference_platform: Annotated[
-        str | None, typer.Option("--reference-platform", help="Run the reference on this platform (cpu, cuda, rocm).")
-    ] = None,
-    platform: Annotated[str, typer.Option("--platform", "-p", help="Where the steps run.")] = "cpu",
-    recompile: Annotated[
-        str,
-        typer.Option(
-            "--recompile",
-            help="timeline: disable the passes the timeline names when a step is recompiled; all: every HLO pass; full: none (passes apply again and can hide the culprit).",
-        ),
-    ] = "timeline",
-    inputs: Annotated[
-        str, typer.Option("--inputs", help="auto (the snapshot's arguments when there is one), snapshot, or fake.")
-    ] = "auto",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the fake arguments.")] = 0,
-    ops: Annotated[
-        bool,
-        typer.Option(
-            "--ops/--no-ops",
-            help="Replay mode: also find the culprit step's first instruction whose value moves (two more replays).",
-        ),
-    ] = True,
+    tolerance: Any = DECLARED,
+    linear: Any = DECLARED,
+    reference: Any = DECLARED,
+    reference_platform: Any = DECLARED,
+    platform: Any = DECLARED,
+    recompile: Any = DECLARED,
+    inputs: Any = DECLARED,
+    seed: Any = DECLARED,
+    ops: Any = DECLARED,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Rerun mode: reruns at a time.")] = 1,
     module: Annotated[
         str | None,
@@ -119,7 +109,7 @@ def bisect(
     raise typer.Exit(int(result.exit_code))
 
 
-def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
+def _rerun_mode(spec: str, check: Any, tolerance: Any, jobs: Any, module: Any, repeat: Any, sink: Any, store: Any) -> Any:
     from xlarun.bisect import bisect_rerun
     from xlarun.bisect.history import now, record_bisection
     from xlarun.errors import InputError
@@ -146,7 +136,7 @@ def _rerun_mode(spec: str, check, tolerance, jobs, module, repeat, sink, store):
     return result, record_bisection(the_store, result, options, started)
 
 
-def _replay_mode(target: str, check, options, sink, store, run):
+def _replay_mode(target: str, check: Any, options: Any, sink: Any, store: Any, run: Any) -> Any:
     from xlarun.bisect.replay_mode import bisect_and_record
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -198,7 +198,7 @@ def modules(
     print_process_report(processes)
 
 
-def _modules_by_time(the_run, as_json: bool) -> None:
+def _modules_by_time(the_run: Any, as_json: bool) -> None:
     from xlarun.console import print_json
     from xlarun.present.times import print_run_times
 
@@ -209,7 +209,7 @@ def _modules_by_time(the_run, as_json: bool) -> None:
     print_run_times(times.found)
 
 
-def _before_text(module) -> str | None:
+def _before_text(module: Any) -> str | None:
     from xlarun.errors import XlarunError
 
     try:

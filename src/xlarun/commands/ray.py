@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -107,7 +107,7 @@ def collect(
         raise typer.Exit(int(ExitCode.ENVIRONMENT))
 
 
-def _print_rows(rows: list[dict], root) -> None:
+def _print_rows(rows: list[dict], root: Any) -> None:
     from xlarun.console import print_table, say
 
     print_table(

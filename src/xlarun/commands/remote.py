@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,14 +58,14 @@ def list_(as_json: JsonOption = False) -> None:
     print_table(["name", "url", "endpoint"], [[r.name, r.url, r.endpoint or ""] for r in remotes.values()])
 
 
-def _progress(verb: str):
+def _progress(verb: str) -> Any:
     """A progress line on stderr (bytes, files, rate), redrawn at most 5 times a second, only on a terminal."""
     from xlarun.console import human_bytes
 
     last = [0.0]
     tty = sys.stderr.isatty()
 
-    def show(transfer) -> None:
+    def show(transfer: Any) -> None:
         now = time.monotonic()
         if tty and now - last[0] > 0.2:
             last[0] = now
@@ -76,7 +76,7 @@ def _progress(verb: str):
     return show, tty
 
 
-def _summary(verb: str, transfer, remote: str) -> None:
+def _summary(verb: str, transfer: Any, remote: str) -> None:
     from xlarun.console import human_bytes, say
 
     moved = ", ".join(transfer.runs) or "no run"
@@ -88,7 +88,7 @@ def _summary(verb: str, transfer, remote: str) -> None:
         say(f"[dim]already there, left as they are: {', '.join(transfer.already)}[/dim]")
 
 
-def _sync(store: str | None, remote: str, create: bool):
+def _sync(store: str | None, remote: str, create: bool) -> Any:
     from xlarun.store.remote import ObjectStore, find_remote
     from xlarun.store.remote_sync import RemoteSync
 
@@ -133,7 +133,7 @@ def pull(
     _said("pulled", sync, sync.pull(runs), tty, as_json)
 
 
-def _said(verb: str, sync, transfer, tty: bool, as_json: bool) -> None:
+def _said(verb: str, sync: Any, transfer: Any, tty: bool, as_json: bool) -> None:
     """What a push or a pull did: the progress line cleared, then its JSON or its summary line."""
     from xlarun.console import print_json
 

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
+from xlarun.commands import (
+    DECLARED,
+    JsonOption,
+    RunOption,
+    StoreOption,
+    complete_module_ref,
+    json_on_failure,
+    open_store,
+    with_declared,
+)
+from xlarun.declared_options import REPLAY_OPTIONS
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
@@ -22,6 +32,7 @@ def register(app: typer.Typer) -> None:
     app.command("convert")(convert)
 
 
+@with_declared(REPLAY_OPTIONS)
 def replay(
     ctx: typer.Context,
     ref: Annotated[
@@ -32,68 +43,28 @@ def replay(
             show_default=False,
         ),
     ],
-    engine: Annotated[
-        str, typer.Option("--engine", "-e", help="pjrt (built in), run_hlo_module, hlo_runner_main, or auto.")
-    ] = "auto",
-    platform: Annotated[str, typer.Option("--platform", "-p", help="cpu, cuda or rocm.")] = "cpu",
-    reference_platform: Annotated[
-        str | None, typer.Option("--reference-platform", help="Run again on this platform and compare.")
-    ] = None,
-    abs_error_bound: Annotated[
-        float, typer.Option("--abs-error-bound", help="An element matches if its absolute error is within this...")
-    ] = 1e-3,
-    rel_error_bound: Annotated[
-        float, typer.Option("--rel-error-bound", help="...or its relative error within this (XLA's rule).")
-    ] = 1e-3,
-    iterations: Annotated[int, typer.Option("--iterations", "-n", help="Executions after one compile, each timed.")] = 1,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the fake arguments (default 0).")] = None,
-    inputs: Annotated[
-        str, typer.Option("--inputs", help="auto (the snapshot's arguments when there are any), snapshot, or fake.")
-    ] = "auto",
+    engine: Any = DECLARED,
+    platform: Any = DECLARED,
+    reference_platform: Any = DECLARED,
+    abs_error_bound: Any = DECLARED,
+    rel_error_bound: Any = DECLARED,
+    iterations: Any = DECLARED,
+    seed: Any = DECLARED,
+    inputs: Any = DECLARED,
     snapshot: Annotated[
         Path | None, typer.Option("--snapshot", help="Take arguments and expected result from this HloSnapshot (pjrt engine).")
     ] = None,
     file: Annotated[
         str | None, typer.Option("--file", help="Replay this file of the module instead of the most faithful one.")
     ] = None,
-    print_literals: Annotated[bool, typer.Option("--print-literals", help="Print the output values.")] = False,
-    runner: Annotated[Path | None, typer.Option("--runner", help="Path of the run_hlo_module / hlo_runner_main binary.")] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            "--image", help="Run the runner inside this container image (found there: NVIDIA's JAX images carry hlo_runner_main)."
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout", help="Seconds before the engine is stopped (default: none for runners, 900 for the built-in engine)."
-        ),
-    ] = None,
-    max_data_size: Annotated[
-        str,
-        typer.Option(
-            "--max-data-size", help="Refuse modules whose fake arguments and results need more (4G, 512M; 0: no limit)."
-        ),
-    ] = "4G",
-    in_process: Annotated[
-        bool,
-        typer.Option("--in-process", help="Run the built-in engine in this process: no child, no limits; XLA can abort xlarun."),
-    ] = False,
-    save_outputs: Annotated[
-        Path | None,
-        typer.Option(
-            "--save-outputs", help="Write the output values to this .npz (output_0, ...; bf16 as float32), built-in engine."
-        ),
-    ] = None,
-    profile: Annotated[
-        bool,
-        typer.Option(
-            "--profile",
-            help="Run the iterations under JAX's profiler and list each op's time (built-in engine; with --jaxlib: "
-            "the ops that moved between releases).",
-        ),
-    ] = False,
+    print_literals: Any = DECLARED,
+    runner: Any = DECLARED,
+    image: Any = DECLARED,
+    timeout: Any = DECLARED,
+    max_data_size: Any = DECLARED,
+    in_process: Any = DECLARED,
+    save_outputs: Any = DECLARED,
+    profile: Any = DECLARED,
     jaxlib: Annotated[
         str | None,
         typer.Option(
@@ -159,7 +130,9 @@ def replay(
     raise typer.Exit(code)
 
 
-def _replay(ctx: typer.Context, ref: str, options, sink, *, snapshot, file, store, run, as_json: bool) -> int:
+def _replay(
+    ctx: typer.Context, ref: str, options: Any, sink: Any, *, snapshot: Any, file: Any, store: Any, run: Any, as_json: bool
+) -> int:
     from xlarun.commands.share import bundle_or_ref
     from xlarun.replay import replay_file
     from xlarun.replay.resolve import replay_and_record_file, replay_stored_module
@@ -191,7 +164,7 @@ def _replay(ctx: typer.Context, ref: str, options, sink, *, snapshot, file, stor
     return int(result.exit_code)
 
 
-def _report(result, replay_id: str | None, module, as_json: bool, bundle: str | None = None) -> None:
+def _report(result: Any, replay_id: str | None, module: Any, as_json: bool, bundle: str | None = None) -> None:
     from xlarun.console import print_json
     from xlarun.present import print_replay
 
@@ -214,7 +187,7 @@ def _failure_document(ref: str, exc: BaseException) -> dict:
     return {"replay_id": None, "module": None, "ref": ref, "verdict": verdict, **error_document(exc)}
 
 
-def _existing_store(path: Path | None):
+def _existing_store(path: Path | None) -> Any:
     from xlarun.errors import StoreError
 
     try:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from xlarun.commands import open_store
 
 
 def replay_versions_command(
-    ref: str, jaxlib: str, options, sink, *, file, store, run, as_json: bool, time_tolerance: float | None = None
+    ref: str,
+    jaxlib: str,
+    options: Any,
+    sink: Any,
+    *,
+    file: Any,
+    store: Any,
+    run: Any,
+    as_json: bool,
+    time_tolerance: float | None = None,
 ) -> int:
     """Replay on each release, print the table (or JSON); the exit code of :class:`ReleaseReplays`."""
     from xlarun.replay.releases import replay_on_releases
@@ -44,14 +54,14 @@ def _ns(value: float | None) -> str:
     return "(not there)" if value is None else duration_words(value)
 
 
-def _print(result, as_json: bool) -> None:
+def _print(result: Any, as_json: bool) -> None:
     from xlarun.console import print_json, print_table, say
 
     if as_json:
         print_json(result.to_dict())
         return
 
-    def num(value, scale: float = 1.0, fmt: str = ".3g") -> str:
+    def num(value: Any, scale: float = 1.0, fmt: str = ".3g") -> str:
         return "" if value is None else format(value * scale, fmt)
 
     rows = [

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from xlarun.commands import (
+    DECLARED,
     JsonOption,
     PassOption,
     RunOption,
@@ -20,7 +21,9 @@ from xlarun.commands import (
     complete_run_ref,
     front_door,
     open_store,
+    with_declared,
 )
+from xlarun.declared_options import RENDER_OPTIONS
 
 ModuleRefArgument = Annotated[
     str,
@@ -38,6 +41,7 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
 
 
+@with_declared(RENDER_OPTIONS)
 def render(
     ref: ModuleRefArgument,
     stage: StageOption = None,
@@ -62,24 +66,13 @@ def render(
             "--output", "-o", help="Where to write (default: the dump's name with the format's extension, here); '-' for stdout."
         ),
     ] = None,
-    around: Annotated[
-        str | None, typer.Option("--around", help="Draw only the neighbourhood of this instruction (or GraphDef node).")
-    ] = None,
-    depth: Annotated[int, typer.Option("--depth", help="With --around: how many edges away to draw.")] = 3,
-    limit: Annotated[
-        int,
-        typer.Option(
-            "--limit",
-            help="With --full, refuse above this many nodes; without, a module over this many (or 500, if fewer) is drawn "
-            "as its overview (0: no limit, every node drawn).",
-        ),
-    ] = 1500,
-    full: Annotated[
-        bool, typer.Option("--full", help="Draw every node of a module over --limit instead of its overview (slow).")
-    ] = False,
-    expand: Annotated[list[str] | None, typer.Option("--expand", help="Draw this fusion open (repeatable).")] = None,
-    expand_fusions: Annotated[bool, typer.Option("--expand-fusions", help="Draw every fusion open.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds graphviz may take before it is stopped.")] = 60.0,
+    around: Any = DECLARED,
+    depth: Any = DECLARED,
+    limit: Any = DECLARED,
+    full: Any = DECLARED,
+    expand: Any = DECLARED,
+    expand_fusions: Any = DECLARED,
+    timeout_s: Any = DECLARED,
     error_from: Annotated[
         str | None,
         typer.Option(
@@ -115,20 +108,13 @@ def render(
     xlarun render residual --error-from latest;
     xlarun render train_step --time  (a profiled run: a heat map of measured time)
     """
-    from xlarun.render import FORMATS, RenderOptions, render_path, render_stored_file
+    from xlarun.declared_options import given_to
+    from xlarun.render import FORMATS, render_options, render_path, render_stored_file
 
+    drawing = given_to(RENDER_OPTIONS, locals())
     fmt = fmt or (output.suffix.lstrip(".") if output and output.suffix.lstrip(".") in FORMATS else "svg")
     if (Path(ref).is_file() and not file) or file:  # a file on disk, or an archived file of a run: drawn as it is
-        options = RenderOptions(
-            format=fmt,
-            around=around,
-            depth=depth,
-            limit=limit or None,
-            expand=tuple(expand or ()),
-            expand_all=expand_fusions,
-            timeout_s=timeout,
-            full=full,
-        )
+        options = render_options(fmt, **drawing)
         if file:
             the_store = open_store(store)
             run_id, chosen = _stored_file(the_store, ref, run, file)
@@ -145,22 +131,16 @@ def render(
             pass_name=pass_name,
             step=step,
             format=fmt,
-            around=around,
-            depth=depth,
-            expand=expand or (),
-            expand_fusions=expand_fusions,
-            limit=limit,
-            full=full,
-            timeout_s=timeout,
             error_from=error_from,
             time=by_time,
             xla_dot=xla_dot,
+            **drawing,
         )
     )
     _write_rendered(drawn, Path(drawn.source).name, output, around, open_it)
 
 
-def _stored_file(store, ref: str, run: str | None, path: str):
+def _stored_file(store: Any, ref: str, run: str | None, path: str) -> Any:
     """(run id, FileInfo) of ``--file PATH`` in the run REF names (a module REF names its run)."""
     from xlarun.errors import RefError
     from xlarun.navigate.refs import resolve_module, resolve_run
@@ -173,7 +153,7 @@ def _stored_file(store, ref: str, run: str | None, path: str):
     return run_id, select_run_file(store.index.run_files(run_id), path, run_id)
 
 
-def _write_rendered(rendered, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
+def _write_rendered(rendered: Any, stem: str, output: Path | None, around: str | None, open_it: bool) -> None:
     from xlarun.console import say
     from xlarun.errors import check_room
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -84,7 +84,7 @@ def view(
         raise typer.Exit(exit_code_for(stop.signal_name))  # SIGTERM 143, SIGHUP 129; Ctrl-C is the way to stop: 0
 
 
-def export_model_explorer(ref: str, dest, stage: str, store: str | None) -> None:
+def export_model_explorer(ref: str, dest: Any, stage: str, store: str | None) -> None:
     """`xlarun export REF FILE.json --format model-explorer`."""
     from xlarun.navigate.refs import resolve_module
     from xlarun.navigate.select import stage_of

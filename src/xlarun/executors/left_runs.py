@@ -3,6 +3,8 @@ committed as a batch's runs are, then removed from the nodes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from xlarun.executors.node_side import discard_scratch, fetch_run, left_on_node
 from xlarun.executors.ray_cluster import ray_details
 from xlarun.executors.ray_connect import connect
@@ -61,7 +63,7 @@ def collect_left_runs(store: Store, address: str | None = None, *, prune: bool =
             ray.shutdown()
 
 
-def _collect_one(ray, store: Store, fetch, discard, pinned, node: str, entry: dict) -> dict:
+def _collect_one(ray: Any, store: Store, fetch: Any, discard: Any, pinned: Any, node: str, entry: dict) -> dict:
     """Ship one left run from its node into ``store``, then remove it there; the row's new fields."""
     missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
     shipment = ray.get(fetch.options(scheduling_strategy=pinned).remote(entry["scratch"], entry["run_id"], missing), timeout=600)

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from xlarun.executors.project import Project, place
 from xlarun.interrupts import STOP_SIGNALS, StopRequest, process_alive, stop_on_signals
@@ -161,7 +162,7 @@ def stop_capture(scratch: Path, timeout_s: float = STOP_GRACE_S) -> bool:
     return not scratch.exists()
 
 
-def fetch_run(scratch: str, run_id: str, missing: list[str] | None):
+def fetch_run(scratch: str, run_id: str, missing: list[str] | None) -> Any:
     """Ray task, on the node that ran the cell: the run as a Shipment carrying the files in ``missing`` (every
     file when None). The staging store stays until the driver has committed the run (:func:`discard_scratch`)."""
     from xlarun.executors.shipping import pack_run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 #: backend kind -> the resource a node must offer to run a cell of that kind
 RESOURCE_OF_BACKEND = {
@@ -19,7 +20,7 @@ RESOURCE_OF_BACKEND = {
 XLARUN_RESOURCES = ("xlarun_local", "xlarun_docker_cpu", "xlarun_docker_gpu", "xlarun_ipu")
 
 
-def resource_for(backend) -> str:
+def resource_for(backend: Any) -> str:
     """The resource a cell of this backend (a spec's ``BackendSpec``) asks for; ``docker`` with GPUs counts as docker-gpu."""
     kind = backend.kind
     if kind == "docker":

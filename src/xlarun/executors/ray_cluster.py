@@ -69,7 +69,7 @@ class CellStopped(Exception):
 class _NodeWatch:
     """Which Ray nodes are alive, read from the cluster at most once per ``every_s`` for all cells together."""
 
-    def __init__(self, ray, every_s: float = 1.0):
+    def __init__(self, ray: Any, every_s: float = 1.0) -> None:
         self.ray, self.every_s = ray, every_s
         self.lock = threading.Lock()
         self.read_at = 0.0
@@ -89,7 +89,9 @@ class _NodeWatch:
 class RayCellCapture:
     """Captures one cell on the cluster (an :class:`xlarun.batch.CellCapture`); see the module docstring."""
 
-    def __init__(self, ray, store: Store, retries: int = 0, ship: str = "auto", projects: dict[str, Any] | None = None):
+    def __init__(
+        self, ray: Any, store: Store, retries: int = 0, ship: str = "auto", projects: dict[str, Any] | None = None
+    ) -> None:
         self.ray = ray
         self.store = store
         self.retries = max(0, retries)
@@ -140,7 +142,7 @@ class RayCellCapture:
         raise AssertionError("unreachable")
 
     def _attempt(
-        self, request: bytes, project, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int
+        self, request: bytes, project: Any, need: str, outcome: CellOutcome, stop: StopRequest, notify: BatchEvent, attempt: int
     ) -> CaptureResult:
         scratch_name = new_scratch_name()
         gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(
@@ -190,7 +192,7 @@ class RayCellCapture:
             manifest.signal,
         )
 
-    def _interrupt(self, gen, node: dict, scratch_name: str, stop: StopRequest, outcome: CellOutcome) -> dict:
+    def _interrupt(self, gen: Any, node: dict, scratch_name: str, stop: StopRequest, outcome: CellOutcome) -> dict:
         """The batch was stopped while the cell ran: have its node stop the job as the driver was stopped (its
         signal) and archive what it wrote as an ``interrupted`` run; the report of that run, to be shipped as any.
         Waits up to the grace; past it, JobFailed saying which node did not confirm (its run stays there)."""
@@ -216,7 +218,7 @@ class RayCellCapture:
             raise JobFailed(line)
         return self._read(gen, node)
 
-    def _discard(self, pinned, node: dict, scratch: str) -> None:
+    def _discard(self, pinned: Any, node: dict, scratch: str) -> None:
         """Have the node remove a cell's staging store, and wait for it (so that nothing is left when the driver exits)."""
         if not self.nodes.alive(node["node_id"]):
             return
@@ -259,12 +261,12 @@ class RayCellCapture:
 
     # --- waiting on the cluster ----------------------------------------------------------------
 
-    def _next(self, gen, stop: StopRequest, node: dict | None) -> dict:
+    def _next(self, gen: Any, stop: StopRequest, node: dict | None) -> dict:
         """The generator task's next item, watching for a stop and for the loss of its node meanwhile."""
         self._wait(gen, stop, node)
         return self._read(gen, node)
 
-    def _read(self, gen, node: dict | None) -> dict:
+    def _read(self, gen: Any, node: dict | None) -> dict:
         try:
             return self.ray.get(next(gen))
         except StopIteration:
@@ -272,14 +274,14 @@ class RayCellCapture:
         except Exception as exc:
             raise self._explain(exc, node) from None
 
-    def _get(self, ref, stop: StopRequest | None, node: dict):
+    def _get(self, ref: Any, stop: StopRequest | None, node: dict) -> Any:
         self._wait(ref, stop, node)
         try:
             return self.ray.get(ref)
         except Exception as exc:
             raise self._explain(exc, node) from None
 
-    def _wait(self, ref, stop: StopRequest | None, node: dict | None, until: float | None = None) -> bool:
+    def _wait(self, ref: Any, stop: StopRequest | None, node: dict | None, until: float | None = None) -> bool:
         """Wait until ``ref`` is ready (True) or ``until`` passes (False); CellStopped once ``stop`` is (None: not
         watched), CellLost when the node dies meanwhile."""
         ray = self.ray
@@ -322,32 +324,32 @@ class RayCellCapture:
             return CellLost(f"node{_on(node, '')} was lost: {first}")
         return XlarunError(f"the cell's Ray task failed{_on(node)}: {first}")
 
-    def _cancel(self, ref) -> None:
+    def _cancel(self, ref: Any) -> None:
         """Cancel a task: a queued one never runs; a running one gets KeyboardInterrupt (see node_side)."""
         try:
             self.ray.cancel(ref, force=False)
         except Exception:  # it had finished, or its node is gone
             pass
 
-    def _force_cancel(self, ref) -> None:
+    def _force_cancel(self, ref: Any) -> None:
         try:
             self.ray.cancel(ref, force=True)
         except Exception:  # its node is gone: nothing to cancel there
             pass
 
     class _Tracked:
-        def __init__(self, owner: RayCellCapture, ref):
+        def __init__(self, owner: RayCellCapture, ref: Any) -> None:
             self.owner, self.ref = owner, ref
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             with self.owner.lock:
                 self.owner.in_flight.add(self.ref)
 
-        def __exit__(self, *_exc):
+        def __exit__(self, *_exc: object) -> None:
             with self.owner.lock:
                 self.owner.in_flight.discard(self.ref)
 
-    def _tracked(self, ref) -> _Tracked:
+    def _tracked(self, ref: Any) -> _Tracked:
         return RayCellCapture._Tracked(self, ref)
 
     def cancel_in_flight(self) -> None:
@@ -377,7 +379,7 @@ def _snapshots(cells: list[LoadedSpec], ship: str) -> dict[str, Project]:
     return found
 
 
-def ray_details(node_id: str, where: dict, shipment, project: dict | None, **extra) -> dict:
+def ray_details(node_id: str, where: dict, shipment: Any, project: dict | None, **extra: Any) -> dict:
     """What a run's manifest says of where it was made and how it came back (``backend_details.ray``)."""
     return {
         "ray": {

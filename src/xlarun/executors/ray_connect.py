@@ -13,7 +13,7 @@ from xlarun.executors.placement import probe_node_resources
 RAY_EXTRA_HINT = "pip install 'xlarun[ray]'"
 
 
-def import_ray():
+def import_ray() -> Any:
     """The ``ray`` module, or EnvironmentProblem (exit 3) naming the extra that installs it."""
     try:
         import ray

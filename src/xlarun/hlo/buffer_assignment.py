@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from xlarun.errors import InputError
 
@@ -100,7 +101,7 @@ class BufferAssignment:
     total_bytes: int | None = None  # "Total bytes used", where the file prints it
     skipped_lines: int = 0  # lines of a section this reader does not know
 
-    def _sum(self, keep) -> int:
+    def _sum(self, keep: Any) -> int:
         return sum(a.size for a in self.allocations if keep(a))
 
     @property

@@ -11,6 +11,7 @@ as text, as the line reader keeps them. Both build the same model (:class:`xlaru
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from xlarun.hlo.lex import LineError
 
@@ -194,7 +195,7 @@ class GrammarParser:
             self.entry = computation.name
         self.attributes()  # execution_thread="..."
 
-    def instruction_list(self, name: str, at: int):
+    def instruction_list(self, name: str, at: int) -> Any:
         """``{ instructions }`` as a computation called ``name``, added (as XLA adds it) once it is read."""
         from xlarun.hlo.model import HloComputation
 
@@ -212,7 +213,7 @@ class GrammarParser:
 
     # --- instructions ---------------------------------------------------------------------------
 
-    def instruction(self, computation) -> None:
+    def instruction(self, computation: Any) -> None:
         is_root = self.peek().is_("ROOT")
         if is_root:
             self.take()
@@ -223,7 +224,7 @@ class GrammarParser:
         instruction = self.right_hand_side(computation, name.text.lstrip("%"), with_attributes=True)
         instruction.is_root = is_root
 
-    def right_hand_side(self, computation, name: str, with_attributes: bool):
+    def right_hand_side(self, computation: Any, name: str, with_attributes: bool) -> Any:
         from xlarun.hlo.model import HloInstruction, apply_metadata, called_computations
 
         self.depth += 1
@@ -268,7 +269,7 @@ class GrammarParser:
         self._anonymous[base] = count + 1
         return base if count == 0 else f"{base}.{count}"
 
-    def operands(self, computation) -> list[str]:
+    def operands(self, computation: Any) -> list[str]:
         self.expect("(", "'('")
         names: list[str] = []
         if self.peek().is_(")"):

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from xlarun.hlo.lex import split_top_level, strip_comments, strip_layouts, unquote
 
@@ -360,7 +361,7 @@ def _async_wrapped(name: str, opcode: str, start: HloInstruction) -> HloComputat
     return computation
 
 
-def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> None:
+def _resolve_stack_frames(computations: Any, tables: dict[str, dict[int, str]]) -> None:
     """Fill source_file/source_line from JAX's StackFrames table (the innermost frame is the user's line)."""
     where_is = _frame_locator(tables)
     for computation in computations:
@@ -371,7 +372,7 @@ def _resolve_stack_frames(computations, tables: dict[str, dict[int, str]]) -> No
                     instruction.source_file, instruction.source_line = where
 
 
-def _frame_locator(tables: dict[str, dict[int, str]]):
+def _frame_locator(tables: dict[str, dict[int, str]]) -> Any:
     """frame id -> (file, line) or None, from the StackFrames, FileLocations and FileNames tables, each frame
     looked up once (many instructions share one). The text printer writes each frame's parent id one too
     high; only file locations are used here."""

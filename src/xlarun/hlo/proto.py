@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from xlarun.errors import InputError
 from xlarun.hlo.model import HloComputation, HloInstruction, HloModule, format_signature, mark_fusion_computations, signature_of
@@ -101,7 +101,7 @@ _COMBINED_TILE_DIMENSION = "*"  # a negative tile size combines dimensions
 _HINT = "xlarun reads XLA's HloProto (*.hlo.pb dumps), bare HloModuleProto and HloSnapshot files"
 
 
-def _message(value) -> dict | None:
+def _message(value: Any) -> dict | None:
     """A length-delimited field decoded as a message, or None when it is not one."""
     if not isinstance(value, bytes):
         return None
@@ -115,7 +115,7 @@ def _message(value) -> dict | None:
 _OPCODE = re.compile(rb"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 
-def _is_text(value) -> TypeGuard[bytes]:
+def _is_text(value: Any) -> TypeGuard[bytes]:
     """A proto string field as XLA writes names: UTF-8 without control characters (a nested message's bytes start
     with a tag byte such as 0x0a, so they never pass)."""
     if not isinstance(value, bytes):
@@ -234,7 +234,7 @@ def _source_table(module: dict) -> tuple[list[dict], list[dict], list[str]]:
     return frames, locations, files
 
 
-def _apply_metadata(instruction: HloInstruction, data: bytes | None, table) -> None:
+def _apply_metadata(instruction: HloInstruction, data: bytes | None, table: Any) -> None:
     metadata = _message(data)
     if not metadata:
         return
@@ -273,7 +273,7 @@ def _call_attributes(opcode: str, callees: list[str]) -> tuple[dict[str, str], l
     return {"called_computations": "{" + ", ".join(refs) + "}"}, callees
 
 
-def _instruction(fields: dict, computation: str, names_by_id, computation_names, table) -> HloInstruction:
+def _instruction(fields: dict, computation: str, names_by_id: Any, computation_names: Any, table: Any) -> HloInstruction:
     opcode = as_str(first(fields, INSTRUCTION_OPCODE)) or ""
     instruction = HloInstruction(
         name=as_str(first(fields, INSTRUCTION_NAME)) or "",
@@ -338,7 +338,7 @@ def summarize_hlo_proto(data: bytes) -> HloModule:
     for raw, instructions, local in parsed:
         name = as_str(first(raw, COMPUTATION_NAME)) or f"computation_{len(computations)}"
 
-        def names_by_id(i: int, local=local) -> str:
+        def names_by_id(i: int, local: Any = local) -> str:
             return local.get(i) or module_ids.get(i) or f"id_{i}"
 
         computation = HloComputation(name=name, is_fusion=bool(first(raw, COMPUTATION_IS_FUSION, 0)))

@@ -8,6 +8,7 @@ so it walks the wire format directly. Unknown fields are skipped, as protobuf it
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from xlarun.errors import InputError
 
@@ -84,7 +85,7 @@ def fields_by_number(buf: bytes) -> dict[int, list[int | bytes]]:
     return out
 
 
-def first(fields: dict[int, list[int | bytes]], number: int, default=None):
+def first(fields: dict[int, list[int | bytes]], number: int, default: Any = None) -> Any:
     """The value of a singular field: the last one on the wire wins, as in protobuf."""
     values = fields.get(number)
     return values[-1] if values else default

@@ -5,6 +5,7 @@ inference that gives them: an instruction's shape from its operands' and attribu
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _INTS = re.compile(r"-?\d+")
@@ -82,7 +83,7 @@ def _tuple_elements(shape: str) -> list[str]:
     return [p.strip() for p in split_top_level(shape[1:-1]) if p.strip()]
 
 
-def _inferred(instruction, operands: list[str], roots: dict[str, str]) -> str:
+def _inferred(instruction: Any, operands: list[str], roots: dict[str, str]) -> str:
     opcode, attributes = instruction.opcode, instruction.attributes
     callee = instruction.called_computations
     if opcode in _SAME_AS_FIRST_OPERAND:

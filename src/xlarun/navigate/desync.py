@@ -20,6 +20,7 @@ paired module is then one of:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from xlarun.hlo.process_dirs import xla_module_id
 
@@ -175,7 +176,7 @@ class ProcessReport:
         }
 
 
-def _compile_of(m) -> ProcessCompile:
+def _compile_of(m: Any) -> ProcessCompile:
     opcodes = getattr(m, "opcodes_after", None) or getattr(m, "opcodes_before", None) or {}
     collectives = sum(n for op, n in opcodes.items() if op in COLLECTIVES)
     return ProcessCompile(m.process or 0, m.module_id, m.fingerprint, m.name, m.entry_signature, collectives)

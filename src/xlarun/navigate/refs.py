@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 from xlarun import console
 from xlarun.errors import ExitCode, RefError, StoreError, XlarunError
@@ -90,7 +91,7 @@ def user_runs(runs: list[RunInfo]) -> list[RunInfo]:
     return [r for r in runs if not r.made_by_xlarun]
 
 
-def _list(items) -> str:
+def _list(items: Any) -> str:
     items = list(items)
     shown = ", ".join(items[:MAX_CANDIDATES])
     return shown + (f" (and {len(items) - MAX_CANDIDATES} more)" if len(items) > MAX_CANDIDATES else "")

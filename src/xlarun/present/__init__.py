@@ -8,6 +8,7 @@ goes through :mod:`xlarun.console`, never ``print`` or ``typer.echo``, so that r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from xlarun.console import (
     count_or_blank,
@@ -29,7 +30,7 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def print_runs(items) -> None:
+def print_runs(items: Any) -> None:
     """The run table of ``xlarun runs``."""
     if not items:
         echo("no runs yet: capture one with `xlarun capture SPEC`")
@@ -58,7 +59,7 @@ def print_runs(items) -> None:
     )
 
 
-def print_files(items, notes: list[dict]) -> None:
+def print_files(items: Any, notes: list[dict]) -> None:
     """``xlarun files``: every file of a run with what its name means, then what was not archived (or was, with a caveat)."""
     from collections import Counter
 
@@ -73,7 +74,7 @@ def print_files(items, notes: list[dict]) -> None:
         echo(f"{'archived' if note['archived'] else 'NOT ARCHIVED'}  {note['path']}: {note['why']}")
 
 
-def print_found(hits) -> None:
+def print_found(hits: Any) -> None:
     """``xlarun find``: the modules holding what was searched for, and what matched."""
     print_table(
         ("module", "name", "kind", "matches"),
@@ -81,7 +82,7 @@ def print_found(hits) -> None:
     )
 
 
-def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[int, int] | None = None) -> None:
+def print_run_modules(info: Any, items: Any, others: list[tuple[str, int]], peaks: dict[int, int] | None = None) -> None:
     """``xlarun modules``: the run, its modules (main first), and what else it holds; ``peaks``: the peak memory
     column, by module id."""
     say(f"run [bold]{info.run_id}[/bold] ({info.name}, {info.status}, {info.backend}): {len(items)} modules")
@@ -92,7 +93,7 @@ def print_run_modules(info, items, others: list[tuple[str, int]], peaks: dict[in
         echo("also " + ", ".join(f"{n} {k} files" for k, n in others) + f" (`xlarun files {info.run_id} --kind KIND`)")
 
 
-def module_sharding(store, module):
+def module_sharding(store: Any, module: Any) -> Any:
     """The module's partitioning, read from its after-optimizations text (else its first text dump); the mesh's
     axis names from its before-optimizations text, where JAX wrote them (XLA drops them while optimizing)."""
     from xlarun.hlo.sharding import Sharding, named_meshes, sharding_of_text
@@ -108,7 +109,7 @@ def module_sharding(store, module):
     return found
 
 
-def print_module(store, module, files: bool = False, bundle: str | None = None, time: str | None = None) -> None:
+def print_module(store: Any, module: Any, files: bool = False, bundle: str | None = None, time: str | None = None) -> None:
     """``xlarun show``: one module's facts, files, pass timeline, and its replays and bisections; ``bundle``: the
     bundle it was read from, named instead of the temporary run it was imported into."""
     say(f"[bold]{module.label}[/bold] in " + (f"bundle {bundle}" if bundle else f"run {module.run_id}"))
@@ -168,7 +169,7 @@ def print_module(store, module, files: bool = False, bundle: str | None = None, 
     _show_extras(store, module)
 
 
-def _process_lines(store, module) -> list[tuple[str, str]]:
+def _process_lines(store: Any, module: Any) -> list[tuple[str, str]]:
     """In a run of many processes: which process compiled the module, and which others compiled it alike."""
     if module.process is None:
         return []
@@ -187,7 +188,7 @@ def _process_lines(store, module) -> list[tuple[str, str]]:
     return lines
 
 
-def print_process_report(report) -> None:
+def print_process_report(report: Any) -> None:
     """Under ``modules`` in a run of many processes: the modules every process compiled alike, and the desync."""
     if report is None:
         return
@@ -198,7 +199,7 @@ def print_process_report(report) -> None:
         say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
 
 
-def print_main_module(items) -> None:
+def print_main_module(items: Any) -> None:
     """After a capture: the module ranked first, in one line, and how to list them all."""
     main = items[0]
     label, why = code_label(main.name, main.own_code)
@@ -212,12 +213,12 @@ def print_main_module(items) -> None:
     )
 
 
-def with_peaks(items, peaks: dict[int, int]) -> list[dict]:
+def with_peaks(items: Any, peaks: dict[int, int]) -> list[dict]:
     """``modules --json``: each module with its ``peak_bytes`` (None: no buffer assignment dumped)."""
     return [to_jsonable(m) | {"peak_bytes": peaks.get(m.module_id), "code": code_label(m.name, m.own_code)[0]} for m in items]
 
 
-def print_modules(items, more: int = 0, peaks: dict[int, int] | None = None) -> None:
+def print_modules(items: Any, more: int = 0, peaks: dict[int, int] | None = None) -> None:
     """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many, and one
     for the peak memory where ``peaks`` has any."""
     with_process = any(m.process is not None for m in items)
@@ -271,7 +272,7 @@ def _short_signature(signature: str | None, limit: int = 70) -> str:
     return signature[: limit - 1] + "…"
 
 
-def _show_extras(store, module) -> None:
+def _show_extras(store: Any, module: Any) -> None:
     """Sections other stages contribute to `show` (replays, bisections), when the module has any."""
     if any((store.runs_dir / module.run_id / "bisections").glob("*.json")):
         print_bisections_for(store, module)
@@ -279,7 +280,7 @@ def _show_extras(store, module) -> None:
         print_replays_for(store, module)
 
 
-def print_replays_for(store, module) -> None:
+def print_replays_for(store: Any, module: Any) -> None:
     """The ``replays`` section of ``xlarun show`` (nothing when the module was never replayed)."""
     from xlarun.replay.record import replays_for
 
@@ -324,7 +325,7 @@ def print_replays_for(store, module) -> None:
     )
 
 
-def print_bisections_for(store, module) -> None:
+def print_bisections_for(store: Any, module: Any) -> None:
     """The ``bisections`` section of ``xlarun show`` (nothing when the module was never bisected)."""
     from xlarun.bisect.history import bisections_for
 
@@ -359,7 +360,7 @@ def print_bisections_for(store, module) -> None:
     )
 
 
-def _bisection_error(result) -> str:
+def _bisection_error(result: Any) -> str:
     entry = result.error_after or result.largest
     if entry is None or entry.max_abs_error is None:
         return ""
@@ -375,7 +376,7 @@ def _seconds4(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def print_replay(result, replay_id: str | None, module) -> None:
+def print_replay(result: Any, replay_id: str | None, module: Any) -> None:
     """A replay as `xlarun replay` prints it: route, timings, errors against the reference, the verdict."""
     for line in result.warnings:
         warn(line)
@@ -430,11 +431,11 @@ def print_replay(result, replay_id: str | None, module) -> None:
     say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
 
 
-def _num(value) -> str:
+def _num(value: Any) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
-def print_comparison(result) -> None:
+def print_comparison(result: Any) -> None:
     """The side-by-side table of a batch's cells."""
     from xlarun.batch import cell_summary
 

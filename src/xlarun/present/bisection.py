@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from xlarun.console import print_pairs, print_table, say, warn
 from xlarun.present import _escape, _num
 
 
-def print_bisection(result, bisect_id: str | None = None) -> None:
+def print_bisection(result: Any, bisect_id: str | None = None) -> None:
     """The bisection as a terminal report: the answer, the culprit's diff, the error at every step."""
 
     for line in result.warnings:
@@ -109,7 +111,7 @@ def print_bisection(result, bisect_id: str | None = None) -> None:
     say(f"[{colour}]{_escape(result.headline())}[/{colour}]")
 
 
-def _error(entry) -> str:
+def _error(entry: Any) -> str:
     return f"abs {_num(entry.max_abs_error)}, rel {_num(entry.max_rel_error)} ({entry.label})"
 
 

@@ -3,10 +3,12 @@ compared, the structural summary, the peak memory of both, and the unified text 
 
 from __future__ import annotations
 
+from typing import Any
+
 from xlarun.console import diff_line, echo, human_bytes, say
 
 
-def print_module_diff(result, summary_only: bool = False) -> None:
+def print_module_diff(result: Any, summary_only: bool = False) -> None:
     """A ModuleDiff as `xlarun diff` prints it: what is compared, the structural summary, the unified diff."""
 
     say(f"[bold]{result.after}[/bold]\n  against {result.before}")

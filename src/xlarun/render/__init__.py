@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from xlarun.declared_options import RENDER_OPTIONS, take
 from xlarun.errors import InputError
 from xlarun.hlo import gunzip, load_hlo, looks_like_hlo_text
 from xlarun.render.error_colours import ValueErrors, colour_by_error
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_NODE_LIMIT", "DEFAULT_TIMEOUT_S", "FORMATS", "Graph", "GraphTooBig", "LayoutTimeout", "RenderOptions",
-    "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "render_bytes",
+    "RenderedGraph", "content_kind", "graph_of", "hlo_graph", "layout", "load_hlo", "render_bytes", "render_options",
     "render_path", "render_stored_file", "to_dot",
 ]  # fmt: skip
 
@@ -67,6 +68,22 @@ class RenderOptions:
     #: Colour an HLO module by each op's measured time (instruction name -> its own time, ns) instead of by opcode.
     times: dict[str, float] | None = None
     overview_above: int = OVERVIEW_ABOVE
+
+
+def render_options(format: str = "svg", **given: Any) -> RenderOptions:
+    """:class:`RenderOptions` from ``xlarun render``'s drawing options and ``Module.render``'s keywords alike, as
+    :data:`~xlarun.declared_options.RENDER_OPTIONS` declares them (``limit=0``: no limit)."""
+    o = take(RENDER_OPTIONS, given, "render")
+    return RenderOptions(
+        format=format,
+        around=o["around"],
+        depth=o["depth"],
+        limit=o["limit"] or None,
+        expand=tuple(o["expand"] or ()),
+        expand_all=o["expand_fusions"],
+        timeout_s=o["timeout_s"],
+        full=o["full"],
+    )
 
 
 @dataclass

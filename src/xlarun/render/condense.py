@@ -17,6 +17,7 @@ Edges between merged nodes are kept once. Chains and siblings keep the name of t
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from xlarun.render.graph import Edge, Graph, Node
 
@@ -145,7 +146,7 @@ def _bands(graph: Graph, kinds: dict[str, str], max_nodes: int) -> tuple[list[li
     return list(grouped.values()), bands
 
 
-def _merge(graph: Graph, groups: list[list[str]], kinds: dict[str, str], head, band_ids: bool = False) -> Graph:
+def _merge(graph: Graph, groups: list[list[str]], kinds: dict[str, str], head: Any, band_ids: bool = False) -> Graph:
     """A graph with one node per group (groups of one keep their node as it is) and the edges between groups."""
     out = Graph(
         title=graph.title,

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field, replace
 
 import graphviz
 
+from xlarun.declared_options import RENDER_OPTIONS, default_of
 from xlarun.errors import InputError
 
 #: Above this many nodes a whole graph is not laid out (dot takes minutes or hangs); --around draws a part.
-DEFAULT_NODE_LIMIT = 1500
+DEFAULT_NODE_LIMIT: int = default_of(RENDER_OPTIONS, "limit")
 #: Above this many nodes edge labels are xlabels, placed after the layout: as labels, dot lays each out as a node of its
 #: own (a 278-node optimized training step with 704 labelled edges: more than 90 s of dot's CPU, 7 s with xlabels).
 XLABEL_ABOVE = 200

@@ -11,11 +11,12 @@ import signal
 import subprocess
 
 from xlarun import deadline
+from xlarun.declared_options import RENDER_OPTIONS, default_of
 from xlarun.errors import EnvironmentProblem, InputError
 
 #: Output formats ``render`` writes; ``dot`` is the DOT text itself (no layout).
 FORMATS = ("svg", "png", "pdf", "dot")
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S: float = default_of(RENDER_OPTIONS, "timeout_s")
 #: Address space dot may take: its layouts of the graphs the node limit lets through stay under 1 GB.
 DOT_ADDRESS_SPACE = 4 << 30
 # a node statement in DOT text: an id (quoted or not) followed by '[', but not the node/edge/graph defaults

@@ -11,7 +11,9 @@ counting the problems in :attr:`TextProto.problems`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 _TOKEN = re.compile(
     r"""\s+|\#[^\n]*
@@ -36,7 +38,7 @@ class TextProto:
         """Every value of field ``name``, in order."""
         return [v for k, v in self.fields if k == name]
 
-    def first(self, name: str, default=None):
+    def first(self, name: str, default: Any = None) -> Any:
         """The first value of field ``name``, or ``default``."""
         return next((v for k, v in self.fields if k == name), default)
 
@@ -62,7 +64,7 @@ def _unescape(body: str) -> str:
         return raw
 
 
-def _tokens(text: str):
+def _tokens(text: str) -> Iterator[Any]:
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup
         if kind is not None:

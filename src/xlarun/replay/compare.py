@@ -18,6 +18,7 @@ elements whose error is defined (``max_rel_error`` skips elements whose expected
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def _compare_one(index: int, a: np.ndarray, e: np.ndarray, abs_bound: float, rel
             out.problems.append(f"output {index} [{where}]: expected {e[position].item()!r}, got {a[position].item()!r}")
 
 
-def _element_errors(actual, expected, abs_bound, rel_bound, exact):
+def _element_errors(actual: Any, expected: Any, abs_bound: Any, rel_bound: Any, exact: Any) -> Any:
     """Per-element absolute and relative errors, and which elements fail the bounds."""
     if exact:
         diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))

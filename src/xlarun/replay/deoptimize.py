@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from xlarun.errors import EngineError, InputError
 from xlarun.hlo.lex import LineError, walk
@@ -196,7 +197,7 @@ def _bit_width(element_type: str) -> int | None:
         return None
 
 
-def _new(base: Instruction, suffix: str, shape: str, opcode: str, operand: str, permutation) -> Instruction:
+def _new(base: Instruction, suffix: str, shape: str, opcode: str, operand: str, permutation: Any) -> Instruction:
     attrs = [f"dimensions={{{','.join(map(str, permutation))}}}"] if permutation is not None else []
     return Instruction(base.indent, False, base.name + suffix, shape, opcode, operand, attrs)
 

@@ -21,13 +21,15 @@ parameter does not change the values of the others.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from xlarun.errors import InputError
 from xlarun.replay.literals import Shape, numpy_dtype, primitive_type
 
 
-def fake_argument(shape: Shape, seed: int = 0, parameter_number: int = 0):
+def fake_argument(shape: Shape, seed: int = 0, parameter_number: int = 0) -> Any:
     """A deterministic fake value for one parameter shape (a list for a tuple shape)."""
     rng = np.random.default_rng([seed, parameter_number])
     return _fake(shape, rng)
@@ -38,7 +40,7 @@ def fake_arguments(shapes: list[Shape], seed: int = 0) -> list:
     return [fake_argument(shape, seed, number) for number, shape in enumerate(shapes)]
 
 
-def _fake(shape: Shape, rng: np.random.Generator):
+def _fake(shape: Shape, rng: np.random.Generator) -> Any:
     if shape.is_tuple:
         return [_fake(sub, rng) for sub in shape.tuple_shapes]
     if shape.is_token:

@@ -11,6 +11,7 @@ The encoder (numpy -> LiteralProto bytes) writes the default row-major layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class PrimitiveType:
     bits: int
 
 
-def _t(code, name, numpy_name, field, wire, bits):
+def _t(code: Any, name: Any, numpy_name: Any, field: Any, wire: Any, bits: Any) -> Any:
     return PrimitiveType(code, name, numpy_name, field, wire, bits)
 
 
@@ -186,7 +187,7 @@ def decode_shape(data: bytes) -> Shape:
     return Shape(element_type, dims, minor_to_major, tuple_shapes, tiled, dynamic if any(dynamic) else ())
 
 
-def decode_literal(data: bytes):
+def decode_literal(data: bytes) -> Any:
     """Decode a LiteralProto: a numpy array, a list for a tuple literal, ``None`` for a token."""
     fields = fields_by_number(data)
     raw_shape = first(fields, _LITERAL_SHAPE)
@@ -195,7 +196,7 @@ def decode_literal(data: bytes):
     return _decode_piece(decode_shape(raw_shape), fields)
 
 
-def _decode_piece(shape: Shape, fields: dict):
+def _decode_piece(shape: Shape, fields: dict) -> Any:
     if shape.is_tuple:
         elements = [fields_by_number(as_bytes(raw)) for raw in fields.get(_LITERAL_TUPLE, [])]
         if len(elements) != len(shape.tuple_shapes):
@@ -302,7 +303,7 @@ def _field(number: int, wire_type: int, payload: bytes | int) -> bytes:
     return key + encode_varint(payload)
 
 
-def encode_shape(array_or_list) -> bytes:
+def encode_shape(array_or_list: Any) -> bytes:
     """A ShapeProto for an array (row-major layout) or a list of arrays (a tuple)."""
     if isinstance(array_or_list, (list, tuple)):
         body = _field(_SHAPE_ELEMENT_TYPE, 0, TUPLE)
@@ -321,7 +322,7 @@ def encode_shape(array_or_list) -> bytes:
     )
 
 
-def encode_literal(value) -> bytes:
+def encode_literal(value: Any) -> bytes:
     """A LiteralProto for a numpy array, or for a list of them (a tuple literal)."""
     body = _field(_LITERAL_SHAPE, LENGTH_DELIMITED, encode_shape(value))
     if isinstance(value, (list, tuple)):
@@ -345,7 +346,7 @@ def encode_literal(value) -> bytes:
     return body + (_field(ptype.field, LENGTH_DELIMITED, payload) if payload else b"")
 
 
-def describe(value) -> str:
+def describe(value: Any) -> str:
     """A short type description: ``f32[3,4]`` or ``(f32[3], s32[])``."""
     if isinstance(value, list):
         return "(" + ", ".join(describe(v) for v in value) + ")"
@@ -356,11 +357,11 @@ def describe(value) -> str:
     return f"{name}[{','.join(map(str, value.shape))}]"
 
 
-def _has_ptype(dtype) -> bool:
+def _has_ptype(dtype: Any) -> bool:
     return any(p.numpy_name == np.dtype(dtype).name for p in PRIMITIVE_TYPES.values())
 
 
-def flatten(value) -> list:
+def flatten(value: Any) -> list:
     """The leaves of a (possibly nested) tuple literal, in order."""
     if isinstance(value, list):
         return [leaf for element in value for leaf in flatten(element)]
@@ -383,7 +384,7 @@ __all__ = [
 ]
 
 
-def hlo_snapshot_bytes(module_proto: bytes, arguments: list, result=None) -> bytes:
+def hlo_snapshot_bytes(module_proto: bytes, arguments: list, result: Any = None) -> bytes:
     """An HloSnapshot{hlo=HloProto{hlo_module}, arguments, result} as XLA writes them (``result`` None: none)."""
     out = _field(1, 2, _field(1, 2, module_proto))
     for value in arguments:

@@ -47,7 +47,7 @@ class ShardingLayout:
         return cls("stacked")
 
 
-def _layout(sharding) -> ShardingLayout:
+def _layout(sharding: Any) -> ShardingLayout:
     """A ShardingLayout of one (non-tuple) jaxlib HloSharding."""
     if not sharding.is_tiled() or sharding.is_replicated():
         return ShardingLayout.replicated()
@@ -58,18 +58,18 @@ def _layout(sharding) -> ShardingLayout:
     return ShardingLayout("tiled", ways, copies, tuple(int(d) for d in sharding.tile_assignment_devices()))
 
 
-def _flat_layouts(sharding) -> list[ShardingLayout]:
+def _flat_layouts(sharding: Any) -> list[ShardingLayout]:
     elements = sharding.tuple_elements()
     if elements:
         return [layout for element in elements for layout in _flat_layouts(element)]
     return [_layout(sharding)]
 
 
-def _hlo_sharding(op_sharding):
+def _hlo_sharding(op_sharding: Any) -> Any:
     return pjrt.bindings().xla_client.HloSharding.from_proto(op_sharding)
 
 
-def _flat_proto_layouts(op_sharding) -> list[ShardingLayout]:
+def _flat_proto_layouts(op_sharding: Any) -> list[ShardingLayout]:
     """The layouts of an OpSharding, flattened; an empty tuple (a module returning ``()``) has none."""
     xc = pjrt.bindings().xla_client
     if op_sharding.type == xc.OpSharding.Type.TUPLE:

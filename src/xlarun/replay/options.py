@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
+from xlarun.declared_options import ENGINES, INPUT_MODES, REPLAY_OPTIONS, signature_of, take
 from xlarun.errors import InputError
-from xlarun.replay.limits import DEFAULT_MAX_DATA_BYTES, parse_size
+from xlarun.replay.limits import parse_size
 
 #: Seconds the built-in engine's child may run when no --timeout is given.
 DEFAULT_ENGINE_TIMEOUT_S = 900.0
 
-ENGINES = ("auto", "pjrt", "run_hlo_module", "hlo_runner_main")
-INPUT_MODES = ("auto", "fake", "snapshot")
 ISOLATION = ("auto", "always", "never")
+_DEFAULT = {d.name: d.default for d in REPLAY_OPTIONS}  # the declared defaults, which the fields' are
+
+__all__ = ["DEFAULT_ENGINE_TIMEOUT_S", "ENGINES", "INPUT_MODES", "ISOLATION", "ReplayOptions", "replay_options"]
 
 
 @dataclass
@@ -24,52 +26,51 @@ class ReplayOptions:
 
     #: ``pjrt`` (built in, needs jaxlib), ``run_hlo_module``, ``hlo_runner_main``, or ``auto``:
     #: pjrt when jaxlib imports, else the first runner found.
-    engine: str = "auto"
+    engine: str = _DEFAULT["engine"]
     #: ``cpu``, ``cuda`` or ``rocm`` (``host`` and ``gpu`` are accepted as XLA spells them).
-    platform: str = "cpu"
+    platform: str = _DEFAULT["platform"]
     #: Run the module a second time here and compare; ``None``: no reference run.
-    reference_platform: str | None = None
+    reference_platform: str | None = _DEFAULT["reference_platform"]
     #: An element matches when its absolute error <= abs_error_bound OR its relative error <= rel_error_bound.
-    abs_error_bound: float = 1e-3
-    rel_error_bound: float = 1e-3
+    abs_error_bound: float = _DEFAULT["abs_error_bound"]
+    rel_error_bound: float = _DEFAULT["rel_error_bound"]
     #: Executions after one compile; each is timed.
-    iterations: int = 1
+    iterations: int = _DEFAULT["iterations"]
     #: Seed of the fake arguments. ``None``: 0 for the built-in engine, the runner's default for runners.
-    seed: int | None = None
+    seed: int | None = _DEFAULT["seed"]
     #: Keep the output values as text in the result (and make runners print literals).
-    print_literals: bool = False
+    print_literals: bool = _DEFAULT["print_literals"]
     #: ``snapshot``: the captured arguments (error without a snapshot); ``fake``: seeded fake data;
     #: ``auto``: the snapshot's when there is one.
-    inputs: str = "auto"
+    inputs: str = _DEFAULT["inputs"]
     #: A runner binary to use instead of searching PATH and the XLARUN_* variables.
-    runner_path: str | None = None
+    runner_path: str | None = _DEFAULT["runner"]
     #: Run the runner inside this container image (e.g. NVIDIA's JAX image, which carries hlo_runner_main);
     #: the runner is looked up in the image unless ``runner_path`` names its path there.
-    image: str | None = None
+    image: str | None = _DEFAULT["image"]
     #: Where the built-in engine runs: ``auto``/``always``: in a child process under the memory and time
     #: limits, so an XLA CHECK failure, a segfault or a hang becomes an ``engine-error``; ``never``: in
     #: this process (faster for many small replays, but XLA can abort the caller).
-    isolate: str = "auto"
+    isolate: str = "never" if _DEFAULT["in_process"] else "auto"
     #: Seconds a runner or the built-in engine's child may take before it is killed; ``None``: no limit
     #: for runners, :data:`DEFAULT_ENGINE_TIMEOUT_S` for the built-in engine.
-    timeout_s: float | None = None
+    timeout_s: float | None = _DEFAULT["timeout"]
     #: Refuse fake arguments and results that would take more than this many bytes (0: no limit);
     #: the child's address space is limited accordingly (:mod:`.limits`).
-    max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+    max_data_bytes: int = parse_size(_DEFAULT["max_data_size"])
     #: Write the output values here (.npz, ``output_0``...; bf16 and fp8 as float32, exactly), built-in engine.
-    save_outputs: str | None = None
+    save_outputs: str | None = _DEFAULT["save_outputs"]
     #: Run the iterations under JAX's profiler and time each op of the module (built-in engine).
-    profile: bool = False
+    profile: bool = _DEFAULT["profile"]
 
     def validate(self) -> ReplayOptions:
         """Raise InputError for values no engine accepts; return self."""
-        for name, allowed in (("engine", ENGINES), ("inputs", INPUT_MODES), ("isolate", ISOLATION)):
-            if getattr(self, name) not in allowed:
-                raise InputError(f"unknown {name} {getattr(self, name)!r}", f"use one of: {', '.join(allowed)}")
-        if self.iterations < 1:
-            raise InputError(f"iterations must be at least 1, not {self.iterations}")
-        if self.abs_error_bound < 0 or self.rel_error_bound < 0:
-            raise InputError("error bounds cannot be negative")
+        named = {f.name for f in fields(self)}
+        for declared in REPLAY_OPTIONS:  # each option's own check, where the field has the option's name
+            if declared.name in named:
+                declared.check(getattr(self, declared.name))
+        if self.isolate not in ISOLATION:
+            raise InputError(f"unknown isolate {self.isolate!r}", f"use one of: {', '.join(ISOLATION)}")
         if self.max_data_bytes < 0 or (self.timeout_s is not None and self.timeout_s <= 0):
             raise InputError("--max-data-size cannot be negative and --timeout must be positive")
         if self.profile and self.engine not in ("auto", "pjrt"):
@@ -88,50 +89,37 @@ class ReplayOptions:
         return asdict(self)
 
 
-def replay_options(
-    *,
-    engine: str = "auto",
-    platform: str = "cpu",
-    reference_platform: str | None = None,
-    abs_error_bound: float = 1e-3,
-    rel_error_bound: float = 1e-3,
-    iterations: int = 1,
-    seed: int | None = None,
-    inputs: str = "auto",
-    print_literals: bool = False,
-    runner: str | Path | None = None,
-    image: str | None = None,
-    timeout: float | None = None,
-    max_data_size: str | int = "4G",
-    in_process: bool = False,
-    save_outputs: str | Path | None = None,
-    profile: bool = False,
-) -> ReplayOptions:
+def replay_options(**given: Any) -> ReplayOptions:
     """Checked :class:`ReplayOptions` from what a user gives: ``xlarun replay``'s options and ``Module.replay``'s
-    keywords alike (``runner``: a binary's path; ``max_data_size``: ``"4G"`` or bytes; ``in_process``: no child)."""
+    keywords alike, as :data:`~xlarun.declared_options.REPLAY_OPTIONS` declares them (``runner``: a binary's path;
+    ``max_data_size``: ``"4G"`` or bytes; ``in_process``: no child)."""
+    o = take(REPLAY_OPTIONS, given, "replay")
     return ReplayOptions(
-        engine=engine,
-        platform=platform,
-        reference_platform=reference_platform,
-        abs_error_bound=abs_error_bound,
-        rel_error_bound=rel_error_bound,
-        iterations=iterations,
-        seed=seed,
-        print_literals=print_literals,
-        inputs=inputs,
-        runner_path=str(runner) if runner else None,
-        image=image,
-        timeout_s=timeout,
-        max_data_bytes=parse_size(max_data_size) if isinstance(max_data_size, str) else max_data_size,
-        isolate="never" if in_process else "auto",
-        save_outputs=str(save_outputs) if save_outputs else None,
-        profile=profile,
+        engine=o["engine"],
+        platform=o["platform"],
+        reference_platform=o["reference_platform"],
+        abs_error_bound=o["abs_error_bound"],
+        rel_error_bound=o["rel_error_bound"],
+        iterations=o["iterations"],
+        seed=o["seed"],
+        print_literals=o["print_literals"],
+        inputs=o["inputs"],
+        runner_path=str(o["runner"]) if o["runner"] else None,
+        image=o["image"],
+        timeout_s=o["timeout"],
+        max_data_bytes=parse_size(o["max_data_size"]) if isinstance(o["max_data_size"], str) else o["max_data_size"],
+        isolate="never" if o["in_process"] else "auto",
+        save_outputs=str(o["save_outputs"]) if o["save_outputs"] else None,
+        profile=o["profile"],
     ).validate()
+
+
+replay_options.__signature__ = signature_of(REPLAY_OPTIONS)  # type: ignore[attr-defined]
 
 
 def keywords_for(builder: Callable, given: dict) -> dict:
     """The entries of ``given`` (a command's or a method's ``locals()``) that ``builder`` takes as keywords: a
     command's option and the Python call's keyword have the builder's name, so each is forwarded without a list
-    of its own (tests/test_replay_options.py holds the names and defaults to the builder's)."""
+    of its own."""
     names = inspect.signature(builder).parameters
     return {name: value for name, value in given.items() if name in names}

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def _split_collective(line: str, found: re.Match) -> list[str]:
 # ---- values: global <-> per device ----
 
 
-def _tile_slices(layout, local: tuple[int, ...], count: int) -> list[tuple[slice, ...]]:
+def _tile_slices(layout: Any, local: tuple[int, ...], count: int) -> list[tuple[slice, ...]]:
     """The part of the global array each of ``count`` devices holds (every device the whole of it when replicated)."""
     if layout.kind != "tiled":
         return [tuple(slice(None) for _ in local)] * count
@@ -240,7 +241,7 @@ def _tile_slices(layout, local: tuple[int, ...], count: int) -> list[tuple[slice
     return held  # type: ignore[return-value]  # every entry was set: checked above
 
 
-def shard(value: np.ndarray, layout, local: tuple[int, ...], count: int) -> list[np.ndarray]:
+def shard(value: np.ndarray, layout: Any, local: tuple[int, ...], count: int) -> list[np.ndarray]:
     """One piece per device, each of the per-device shape ``local`` (zero-padded where the split is uneven)."""
     if layout.kind == "stacked":
         return [np.asarray(value)[device] for device in range(count)]
@@ -255,7 +256,7 @@ def shard(value: np.ndarray, layout, local: tuple[int, ...], count: int) -> list
     return pieces
 
 
-def assemble(per_device: list[np.ndarray], layout, shape: tuple[int, ...]) -> np.ndarray:
+def assemble(per_device: list[np.ndarray], layout: Any, shape: tuple[int, ...]) -> np.ndarray:
     """The global array of ``shape`` from the pieces each device holds (device 0's when replicated)."""
     if layout.kind == "stacked":
         return np.stack(per_device)
@@ -271,7 +272,7 @@ def assemble(per_device: list[np.ndarray], layout, shape: tuple[int, ...]) -> np
     return whole
 
 
-def copies(per_device: list[np.ndarray], layout) -> list[tuple[int, int]]:
+def copies(per_device: list[np.ndarray], layout: Any) -> list[tuple[int, int]]:
     """(device, device holding the first copy of the same piece) for every device whose piece is a copy of another's."""
     if layout.kind == "stacked":
         return []
@@ -287,7 +288,7 @@ def copies(per_device: list[np.ndarray], layout) -> list[tuple[int, int]]:
     return pairs
 
 
-def global_shape(local: tuple[int, ...], layout, count: int) -> tuple[int, ...]:
+def global_shape(local: tuple[int, ...], layout: Any, count: int) -> tuple[int, ...]:
     """The global shape of a per-device shape, where nothing better is known (an uneven split looks even)."""
     if layout.kind == "stacked":
         return (count, *local)

@@ -49,7 +49,7 @@ def jaxlib_version() -> str | None:
     return jaxlib.version.__version__
 
 
-def _resolve(root, *dotted_paths: str):
+def _resolve(root: Any, *dotted_paths: str) -> Any:
     for path in dotted_paths:
         obj = root
         try:
@@ -97,7 +97,7 @@ def bindings() -> _Bindings:
     return resolve_bindings(xla_client, version)
 
 
-def resolve_bindings(xla_client, version: str) -> _Bindings:
+def resolve_bindings(xla_client: Any, version: str) -> _Bindings:
     """Find every name in ``xla_client``; raise EnvironmentProblem naming the missing ones and ``version``."""
     found = {
         "hlo_module_from_text": _resolve(xla_client, "hlo.hlo_module_from_text", "_xla.hlo_module_from_text"),
@@ -145,7 +145,7 @@ def text_to_module_proto(text: str) -> bytes:
     return module.as_serialized_hlo_module_proto()
 
 
-def _parse_without_debug_info(parse, text: str):
+def _parse_without_debug_info(parse: Any, text: str) -> Any:
     from xlarun.replay.downgrade import strip_debug_info
 
     stripped = strip_debug_info(text)
@@ -157,7 +157,7 @@ def _parse_without_debug_info(parse, text: str):
         return None  # the original error says more
 
 
-def _with_narrow_ids(convert, module_proto: bytes):
+def _with_narrow_ids(convert: Any, module_proto: bytes) -> Any:
     """``convert(module_proto)``, retried with instructions renumbered when the proto's ids are too wide for this XLA."""
     try:
         return convert(module_proto)
@@ -169,7 +169,7 @@ def _with_narrow_ids(convert, module_proto: bytes):
         return convert(renumber_instructions(module_proto))
 
 
-def _module(module_proto: bytes):
+def _module(module_proto: bytes) -> Any:
     try:
         return _with_narrow_ids(bindings().hlo_module_from_proto, module_proto)
     except Exception as exc:
@@ -192,7 +192,7 @@ def module_proto_to_stablehlo(module_proto: bytes) -> bytes:
     """
     b = bindings()
 
-    def convert(proto: bytes):
+    def convert(proto: bytes) -> Any:
         if b.hlo_to_stablehlo is not None:
             return b.hlo_to_stablehlo(proto)
         return b.computation_to_mlir(b.xla_computation(proto))
@@ -217,7 +217,7 @@ def module_name(module_proto: bytes) -> str:
 # ---- platforms, compile, execute ----
 
 
-def _backend_api():
+def _backend_api() -> Any:
     """``(backends, get_backend)``: jax.extend's where it has them (not 0.4.30), else xla_bridge's."""
     import jax.extend.backend
 
@@ -286,7 +286,7 @@ def _register_jax_custom_calls() -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _x64_switch():
+def _x64_switch() -> Any:
     """The context manager that lets jax make 64-bit arrays: top-level from jax 0.8, experimental before."""
     import jax
     import jax.experimental
@@ -346,11 +346,11 @@ def _flat_arguments(arguments: list) -> list:
     return flat
 
 
-def _host_array(value) -> np.ndarray:
+def _host_array(value: Any) -> np.ndarray:
     return np.zeros((0,), np.bool_) if value is None else np.asarray(value)
 
 
-def _download_one(output) -> np.ndarray | None:
+def _download_one(output: Any) -> np.ndarray | None:
     try:
         return np.asarray(output)
     except Exception as exc:  # jaxlib's runtime error: a token buffer has no array
@@ -392,7 +392,7 @@ class Platform:
             raise EngineError(f"compile on {self.name} failed: {_first_line(exc)}") from exc
         return CompiledModule(executable, self.device, time.perf_counter() - start)
 
-    def _compile(self, stablehlo: bytes, debug_options: dict):
+    def _compile(self, stablehlo: bytes, debug_options: dict) -> Any:
         b = bindings()
         devices = b.device_list((self.device,))
         if hasattr(self.client, "compile_and_load"):  # jaxlib 0.6.2+: compile() no longer loads
@@ -407,7 +407,7 @@ class Platform:
         return f"{self.name} ({self.device.device_kind}, jaxlib {jaxlib_version()})"
 
 
-def _compile_options(b: _Bindings, debug_options: dict):
+def _compile_options(b: _Bindings, debug_options: dict) -> Any:
     """CompileOptions with ``debug_options`` set: bound DebugOptions fields directly, the rest as
     environment overrides (``xla_disable_all_hlo_passes`` is only reachable that way on jaxlib 0.10)."""
     options = b.compile_options()
@@ -423,12 +423,12 @@ def _compile_options(b: _Bindings, debug_options: dict):
     return options
 
 
-def _takes_devices(compile_method) -> bool:
+def _takes_devices(compile_method: Any) -> bool:
     # nanobind writes every overload's signature into the docstring; the first parameter after the module names it
     return "executable_devices" in (getattr(compile_method, "__doc__", None) or "")
 
 
-def _single_device_assignment(xla_client, device):
+def _single_device_assignment(xla_client: Any, device: Any) -> Any:
     assignment = _resolve(xla_client, "DeviceAssignment", "_xla.DeviceAssignment")
     return assignment.create(np.array([[device.id]]))
 

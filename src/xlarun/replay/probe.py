@@ -41,7 +41,7 @@ class ProbeWorker:
     def __enter__(self) -> ProbeWorker:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _ask(self, request: dict) -> tuple[dict | None, str]:
@@ -110,7 +110,7 @@ class ProbeWorker:
         self._tmp.cleanup()
 
 
-def _handler(platform_name: str):
+def _handler(platform_name: str) -> Any:
     """The child's answer to one request: compile (and run); a compile error is an answer, not a failure."""
     import pickle
 

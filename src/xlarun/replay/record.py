@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bounded_read import MAX_RECORD_BYTES, read_store_json
 from xlarun.replay.options import ReplayOptions
@@ -123,7 +123,7 @@ def load_record(path: Path) -> ReplayRecord:
 # ---- the index table, derived from the JSON records ----
 
 
-def _index(store: Store):
+def _index(store: Store) -> Any:
     """The store's index with the replays table present and holding every record on disk."""
     index = store.index
     index.conn.executescript(REPLAYS_SCHEMA)
@@ -142,7 +142,7 @@ def _index(store: Store):
     return index
 
 
-def _insert(conn, record: ReplayRecord, record_path: str) -> None:
+def _insert(conn: Any, record: ReplayRecord, record_path: str) -> None:
     r = record.result
     values = (
         record.replay_id,

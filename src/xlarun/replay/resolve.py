@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.choose import choose_replay_input
@@ -152,7 +152,7 @@ def replay_here(
     return result
 
 
-def _load_snapshot(path: str | Path, data: bytes | None):
+def _load_snapshot(path: str | Path, data: bytes | None) -> Any:
     from xlarun.replay.sources import SNAPSHOT, load_source
 
     snapshot = load_source(Path(path), data)
@@ -164,7 +164,15 @@ def _load_snapshot(path: str | Path, data: bytes | None):
 
 
 def _replay_pjrt(
-    path: Path, options, log, data, unoptimized, unoptimized_data, snapshot, stage, optimized_failure
+    path: Path,
+    options: Any,
+    log: Any,
+    data: Any,
+    unoptimized: Any,
+    unoptimized_data: Any,
+    snapshot: Any,
+    stage: Any,
+    optimized_failure: Any,
 ) -> ReplayResult:
     from xlarun.replay import engine
     from xlarun.replay.sources import load_source, unoptimized_sibling
@@ -174,7 +182,7 @@ def _replay_pjrt(
         source.arguments, source.result = snapshot.arguments, snapshot.result
         source.warnings.append(f"arguments and expected result taken from {snapshot.path.name}")
 
-    def load_unoptimized():
+    def load_unoptimized() -> Any:
         if unoptimized is not None:
             return load_source(Path(unoptimized), unoptimized_data)
         sibling = unoptimized_sibling(path) if data is None and os.path.exists(path) else None
@@ -190,7 +198,7 @@ def _replay_pjrt(
 
 
 def replay_stored_module(
-    store: Store, module: ModuleInfo, options: ReplayOptions, sink=None, file: str | None = None
+    store: Store, module: ModuleInfo, options: ReplayOptions, sink: Any = None, file: str | None = None
 ) -> ReplayRecord:
     """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
 
@@ -221,7 +229,7 @@ def replay_stored_module(
 
 
 def replay_and_record_file(
-    store: Store, path: str | Path, options: ReplayOptions, sink=None, snapshot: str | Path | None = None
+    store: Store, path: str | Path, options: ReplayOptions, sink: Any = None, snapshot: str | Path | None = None
 ) -> ReplayRecord:
     """Replay a dump file that is not in the store, and record the replay in the store."""
     started, clock = _now(), time.perf_counter()

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xlarun import deadline
 from xlarun.replay.runner_argv import RunnerCommand
@@ -62,7 +63,7 @@ def _run_here(runner: str, argv: list[str], timeout_s: float | None, sink: Sink 
     return RunnerExit(done.returncode, "".join(lines), unfinished)
 
 
-def _pump(stream, lines: list[str], sink: Sink | None) -> None:
+def _pump(stream: Any, lines: list[str], sink: Sink | None) -> None:
     for line in stream:
         lines.append(line)
         if sink:

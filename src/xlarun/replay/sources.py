@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xlarun.errors import InputError
 from xlarun.hlo import gunzip, looks_like_hlo_text, looks_like_text
@@ -213,7 +214,7 @@ NO_RESULT = (
 )
 
 
-def _result_missing(result, module: bytes) -> bool:
+def _result_missing(result: Any, module: bytes) -> bool:
     """An empty tuple where the module returns something: XLA wrote a placeholder, not the result."""
     if not isinstance(result, list) or result:  # a tuple literal decodes to a list
         return False

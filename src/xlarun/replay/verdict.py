@@ -7,6 +7,7 @@ The verdict (``match``, ``mismatch``, ``ran``, ``engine-error``), the outputs su
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def note_nonfinite(result: ReplayResult, outputs: list, log: Log) -> None:
     log(message)
 
 
-def _nonfinite_counts(value) -> str | None:
+def _nonfinite_counts(value: Any) -> str | None:
     if value is None:
         return None
     array = np.asarray(value)

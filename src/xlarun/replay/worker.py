@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from xlarun import errors
 from xlarun.errors import EngineError, XlarunError
@@ -64,7 +65,7 @@ class ReplayWorker:
     def __enter__(self) -> ReplayWorker:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def replay(
@@ -119,7 +120,7 @@ class ReplayWorker:
             result.failed_step, result.crash = "compile-optimized", first_crash.kind
         return result
 
-    def convert(self, path: str | Path, to: str, data: bytes | None = None, timeout_s: float | None = None):
+    def convert(self, path: str | Path, to: str, data: bytes | None = None, timeout_s: float | None = None) -> Any:
         """:func:`xlarun.replay.convert.convert_hlo` in the child; EngineError when XLA dies doing it."""
         output = os.path.join(self._tmp.name, "converted")
         request = {"kind": "convert", "path": str(path), "to": to, "data_file": self._spill("data", data), "output": output}

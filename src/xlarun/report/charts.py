@@ -11,6 +11,7 @@ import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from markupsafe import Markup
 
@@ -98,7 +99,7 @@ def memory_curve(title: str, live_bytes: Sequence[int], peak_position: int, peak
     return _svg(figure)
 
 
-def _svg(figure) -> Markup:
+def _svg(figure: Any) -> Markup:
     from matplotlib import rc_context
 
     out = io.BytesIO()

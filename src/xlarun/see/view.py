@@ -200,5 +200,5 @@ class ModelExplorerServer:
     def __enter__(self) -> ModelExplorerServer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

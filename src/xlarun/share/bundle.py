@@ -20,7 +20,7 @@ import stat
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -191,8 +191,7 @@ def make_bundle(
     contents.append(
         (BundleEntry(BUNDLE_MARKER, "which module this bundle holds (read by `xlarun import` / `replay`)", len(marker)), marker)
     )
-    readme = render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name, about)
-    readme = redact(readme.encode())
+    readme = redact(render_readme(module, manifest, [e for e, _ in contents], notes, options, output.name, about).encode())
     contents.insert(0, (BundleEntry("README.md", "this file", len(readme)), readme))
 
     _write_zip(output, contents)
@@ -296,7 +295,7 @@ def _resolved_spec(run_dir: Path) -> dict:
     return resolved if isinstance(resolved, dict) else {}
 
 
-def _path_redactor(manifest: dict, run_dir: Path):
+def _path_redactor(manifest: dict, run_dir: Path) -> Callable[[bytes], bytes]:
     """A function that replaces the home and work folders in bytes by same-length placeholders (protos stay well-formed)."""
     resolved = _resolved_spec(run_dir)
     folders = {str(Path.home()): "HOME"}

@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,7 @@ def _lay_out(root: Path, staging: Path, is_bundle: bool, hosts: dict[str, int]) 
     return warnings
 
 
-def _walk_files(folder: Path):
+def _walk_files(folder: Path) -> Iterator[str]:
     for _dirpath, _dirs, names in os.walk(folder):
         yield from names
 
@@ -319,7 +320,15 @@ def _check_bundle(value: dict) -> str | None:
 
 
 def _manifest(
-    store: Store, run_id: str, source: Path, kind: str, name: str | None, origin: dict, files, warnings: list[str], took: float
+    store: Store,
+    run_id: str,
+    source: Path,
+    kind: str,
+    name: str | None,
+    origin: dict,
+    files: Any,
+    warnings: list[str],
+    took: float,
 ) -> Manifest:
     theirs = origin.get("manifest") or {}
     now = utc_now()
@@ -380,7 +389,7 @@ def _size_of(source: Path) -> int:
     return sum(os.path.getsize(os.path.join(d, n)) for d, _s, names in os.walk(source) for n in names)
 
 
-def _guess_framework(files) -> str | None:
+def _guess_framework(files: Any) -> str | None:
     from xlarun.hlo.names import decode_dump_name
 
     for stored in files:
@@ -391,7 +400,7 @@ def _guess_framework(files) -> str | None:
     return None
 
 
-def _flags_from_debug_options(store: Store, files) -> list[str]:
+def _flags_from_debug_options(store: Store, files: Any) -> list[str]:
     """The non-default XLA flags of a raw dump, read back from a module's ``debug_options`` text proto."""
     for stored in files:
         if stored.path.endswith("debug_options"):

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from xlarun.bounded_read import FileRefused, open_regular
 from xlarun.errors import InputError, check_room, disk_trouble
@@ -383,7 +383,7 @@ def _check_magic(source: Path, kind: str, head: bytes, writer: _Writer) -> None:
     raise writer.refuse_whole(f"it is not {_CODEC[kind]} data (its first bytes are {head[:4].hex() or 'none'})")
 
 
-def _zstd_reader(raw: IO[bytes], writer: _Writer):
+def _zstd_reader(raw: IO[bytes], writer: _Writer) -> Any:
     import zstandard
 
     limit = writer.limits.max_zstd_window

@@ -33,7 +33,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.filetypes import file_type
 from xlarun.killpoints import kill_point
@@ -348,7 +348,7 @@ class OutputArchiver:
         """The archive name of a path below staging."""
         return archive_name(path[len(self._prefix) :].replace(os.sep, "/"))
 
-    def _read_into(self, packer: PackWriter, path: str):
+    def _read_into(self, packer: PackWriter, path: str) -> Any:
         """Store a file into a pack: (digest, bytes or None, size, stamp), or None when it is gone (renamed
         or deleted) or cannot be read (then ``_problems`` says why)."""
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
@@ -105,7 +106,7 @@ def _remove_folder(folder: Path) -> str | None:
     """Remove a folder and what it holds; None once it is gone, else why not (the first error met)."""
     errors: list[str] = []
 
-    def note(_function, path, exc_info) -> None:
+    def note(_function: Any, path: Any, exc_info: Any) -> None:
         exc = exc_info[1]
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) and not errors:
             errors.append(removal_failure(Path(path), exc))

@@ -15,7 +15,7 @@ import json
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from xlarun.errors import StoreError, XlarunError
 from xlarun.store import index_health
@@ -175,7 +175,7 @@ class Index:
                 out.append(name)
         return out
 
-    def transaction(self):
+    def transaction(self) -> _Transaction:
         return _Transaction(self.conn)
 
     def write_run(self, run_id: str, manifest: dict, decoded: list, n_modules: int) -> None:
@@ -467,11 +467,11 @@ class _Transaction:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
 
-    def __enter__(self):
+    def __enter__(self) -> sqlite3.Connection:
         self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         if not exc_type:
             index_health.rewrite_index_id_page(self.conn)
             self.conn.execute("COMMIT")

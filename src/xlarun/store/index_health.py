@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from xlarun.errors import StoreError, current_user
 
@@ -154,10 +155,10 @@ class IndexConnection(sqlite3.Connection):
 
     index_path = Path("index.sqlite")
 
-    def execute(self, sql: str, parameters=(), /) -> sqlite3.Cursor:
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         return self.cursor(IndexCursor).execute(sql, parameters)
 
-    def executemany(self, sql: str, parameters, /) -> sqlite3.Cursor:
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         return self.cursor(IndexCursor).executemany(sql, parameters)
 
     def executescript(self, script: str, /) -> sqlite3.Cursor:
@@ -171,14 +172,14 @@ class IndexCursor(sqlite3.Cursor):
         connection = self.connection
         return as_index_damage(exc, getattr(connection, "index_path", Path("index.sqlite")))
 
-    def execute(self, sql: str, parameters=(), /) -> IndexCursor:
+    def execute(self, sql: str, parameters: Any = (), /) -> IndexCursor:
         try:
             super().execute(sql, parameters)
             return self
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def executemany(self, sql: str, parameters, /) -> IndexCursor:
+    def executemany(self, sql: str, parameters: Any, /) -> IndexCursor:
         try:
             super().executemany(sql, parameters)
             return self
@@ -192,25 +193,25 @@ class IndexCursor(sqlite3.Cursor):
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def fetchone(self):
+    def fetchone(self) -> Any:
         try:
             return super().fetchone()
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def fetchmany(self, size: int | None = None):
+    def fetchmany(self, size: int | None = None) -> Any:
         try:
             return super().fetchmany(self.arraysize if size is None else size)
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def fetchall(self):
+    def fetchall(self) -> Any:
         try:
             return super().fetchall()
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def __next__(self):
+    def __next__(self) -> Any:
         try:
             return super().__next__()
         except sqlite3.DatabaseError as exc:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from xlarun.errors import StoreError, write_trouble
 from xlarun.store.pack_format import read_headers
@@ -78,7 +79,7 @@ class _CheckedConnection:
     def __init__(self, conn: sqlite3.Connection, path: Path):
         self.conn, self.path = conn, path
 
-    def execute(self, *args):
+    def execute(self, *args: Any) -> Any:
         try:
             return self.conn.execute(*args)
         except sqlite3.OperationalError:
@@ -86,7 +87,7 @@ class _CheckedConnection:
         except sqlite3.DatabaseError as exc:
             raise _damaged_table(self.path, exc) from None
 
-    def executemany(self, *args):
+    def executemany(self, *args: Any) -> Any:
         try:
             return self.conn.executemany(*args)
         except sqlite3.OperationalError:

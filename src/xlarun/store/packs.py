@@ -28,7 +28,7 @@ import os
 import stat
 import threading
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import zstandard
 from blake3 import blake3
@@ -138,7 +138,7 @@ class BlobStore:
                 out.write(bytes(header_size))  # the header names the digest, known only at the end
 
                 class _Hashing:  # the pack is named by the hash of its frame: hash it as it is written
-                    def write(self, data) -> int:
+                    def write(self, data: Any) -> int:
                         frame_hash.update(data)
                         return out.write(data)
 
@@ -485,7 +485,7 @@ class PackWriter:
             self._buffer = None
 
 
-def _read_exactly(reader, size: int) -> bytes:
+def _read_exactly(reader: Any, size: int) -> bytes:
     parts, got = [], 0
     while got < size:
         chunk = reader.read(min(size - got, 16 << 20))

@@ -191,7 +191,7 @@ class _Translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, EnvironmentProblem):
             return
         import botocore.exceptions as bex

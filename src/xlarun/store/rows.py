@@ -228,7 +228,7 @@ class FindHit:
     matches: list[str]
 
 
-def json_or_none(text: str | None):
+def json_or_none(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
@@ -289,7 +289,7 @@ def _checked(row: sqlite3.Row, table: str) -> None:
             raise IndexDamage(table, column, row[column], row)
 
 
-def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str):
+def _json_column(row: sqlite3.Row, table: str, column: str, kind: type, empty: str) -> Any:
     try:
         value = parse_store_json(row[column] or empty)
     except (ValueError, TypeError):

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
@@ -70,6 +71,9 @@ def default_store_path() -> Path:
     return Path(os.environ.get("XLARUN_STORE") or DEFAULT_STORE)
 
 
+_Opened = TypeVar("_Opened", bound="RunStore")
+
+
 class RunStore:
     """A run store folder: runs, their files and blobs (no index: see :class:`xlarun.store.facade.Store`)."""
 
@@ -84,7 +88,7 @@ class RunStore:
     # --- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | Path | None = None, create: bool = True):
+    def open(cls: type[_Opened], path: str | Path | None = None, create: bool = True) -> _Opened:
         """Open the store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), creating it if asked."""
         root = Path(path).expanduser() if path else default_store_path()
         version_file = root / "VERSION"

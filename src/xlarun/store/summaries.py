@@ -12,7 +12,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xlarun.errors import XlarunError
 from xlarun.hlo.lex import as_xla_prints
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _INSTRUCTION_LINE = re.compile(rb"\n[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*\S")
 
 
-def count_instructions_in_text(data) -> int:
+def count_instructions_in_text(data: Any) -> int:
     """Instructions in an HLO text dump, counted by lines (fast; agrees with xlarun.hlo's count).
 
     Text as XLA prints it is counted by its two-space-indented lines (5x faster than the line pattern,
@@ -93,7 +93,7 @@ def stage_label(name: DumpName) -> str:
     return name.stage or name.kind
 
 
-def _parse(name: DumpName, data: bytes, summary: bool = False):
+def _parse(name: DumpName, data: bytes, summary: bool = False) -> Any:
     from xlarun.hlo import load_hlo
 
     return load_hlo(data, kind="text" if name.format == "text" else "proto", summary=summary)
@@ -150,7 +150,7 @@ class FactsCache:
         with self.lock:
             return self.stage_bytes.pop(digest, None)
 
-    def prepare(self, path: str, digest: str, data, job_running: bool = True) -> None:
+    def prepare(self, path: str, digest: str, data: Any, job_running: bool = True) -> None:
         """Count or parse a dump file the index will want, now that its bytes are in hand (the archiver calls
         this for each file, so indexing the run afterwards finds the work done).
 
@@ -291,7 +291,7 @@ class FactsPool:
             return None  # their thread pools are invisible to threading, and as unsafe to fork beside
         return cls(max(1, min(cores, workers or cores)))
 
-    def submit(self, name: DumpName, data: bytes, with_fingerprint: bool):
+    def submit(self, name: DumpName, data: bytes, with_fingerprint: bool) -> Any:
         """A future of (True, facts) or (False, the parse error's message)."""
         return self.pool.submit(_facts_job, name, data, with_fingerprint)
 
@@ -367,7 +367,7 @@ class gather_facts:
     def __enter__(self) -> gather_facts:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.close()
 

@@ -80,7 +80,7 @@ def _utc_now() -> str:
 class _OutputPump(threading.Thread):
     """Moves the container's demultiplexed output to the sink while the main thread keeps the deadline."""
 
-    def __init__(self, frames, sink: OutputSink):
+    def __init__(self, frames: Any, sink: OutputSink) -> None:
         super().__init__(name="xlarun-docker-output", daemon=True)
         self._frames = frames
         self._sink = sink
@@ -120,7 +120,7 @@ class DockerBackend:
         self._host = host
 
     @classmethod
-    def from_spec(cls, spec) -> DockerBackend:
+    def from_spec(cls, spec: Any) -> DockerBackend:
         """The backend for a run spec's ``backend`` section: its ``kind`` and ``options``."""
         options = getattr(spec, "options", None)
         if options is None:  # the options may also sit in the section itself
@@ -295,7 +295,7 @@ class _ContainerRun:
         status = RunStatus.SUCCEEDED if code == 0 else RunStatus.FAILED
         return LaunchResult(status, code, started, ended, details=details)
 
-    def _details(self, **extra) -> dict[str, object]:
+    def _details(self, **extra: Any) -> dict[str, object]:
         spec = self.spec
         return {
             "backend": "docker",

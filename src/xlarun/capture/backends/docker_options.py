@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -182,7 +182,7 @@ class DockerOptions(BaseModel, extra="forbid"):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, value):
+    def _gpus(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise ValueError("a GPU count must be at least 1 (leave gpus out for none)")
         if isinstance(value, list) and not value:

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from xlarun.capture.backends import job_keeper
 from xlarun.capture.backends.base import Job, JobPaths, LaunchResult, OutputSink
@@ -29,7 +30,7 @@ GRACE_S = 5.0
 LEFTOVER_GRACE_S = 2.0
 
 
-def _pump(stream, name: str, sink: OutputSink) -> None:
+def _pump(stream: Any, name: str, sink: OutputSink) -> None:
     # read1 hands over whatever is available, so output appears as the job writes it
     while True:
         chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
