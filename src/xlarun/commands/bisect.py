@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
+from xlarun.commands import (
+    JsonOption,
+    RemoteReadOption,
+    RunOption,
+    StoreOption,
+    complete_module_ref,
+    json_on_failure,
+    open_store,
+    store_path_or_mirror,
+)
 
 BISECT_EXIT_CODES = (
     "Exit codes: 0 nothing diverges · 1 a pass changed the numbers (it is named) · 2 usage or input error "
@@ -78,6 +87,7 @@ def bisect(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream progress.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Find the XLA pass that changed a program's numbers.
@@ -103,6 +113,7 @@ def bisect(
     given = locals()
     sink = None if (quiet or as_json) else _stream
     with json_on_failure(as_json, lambda exc: _failure_document(target, exc)):
+        store = store_path_or_mirror(store, remote)  # a remote run: its blobs fetched as the bisection reads them
         if target.endswith((".yaml", ".yml")) and Path(target).is_file():
             result, record = _rerun_mode(target, check, tolerance, jobs, module, repeat, sink, store)
         else:

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from xlarun.commands import JsonOption, RunOption, StoreOption, complete_module_ref, json_on_failure, open_store
+from xlarun.commands import (
+    JsonOption,
+    RemoteReadOption,
+    RunOption,
+    StoreOption,
+    complete_module_ref,
+    json_on_failure,
+    open_store,
+    store_path_or_mirror,
+)
 
 REPLAY_EXIT_CODES = (
     "Exit codes: 0 the outputs match (or ran, with nothing to compare against) · 1 mismatch · "
@@ -112,6 +121,7 @@ def replay(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay a module: compile it again, run it, and compare with what was captured.
@@ -141,6 +151,7 @@ def replay(
 
     given = locals()
     with json_on_failure(as_json, lambda exc: _failure_document(ref, exc)):
+        store = store_path_or_mirror(store, remote)  # a remote run: its blobs fetched as the replay reads them
         options = replay_options(**keywords_for(replay_options, given))
         sink = None if (quiet or as_json) else _stream
         if jaxlib is not None:
