@@ -49,7 +49,13 @@ def _spec(folder: Path) -> Path:
 
 @pytest.mark.slow
 def test_each_node_pushes_its_cells_runs_to_the_remote_and_nothing_comes_back(
-    node_credentials, cluster, remote, s3_server, cli, tmp_path, monkeypatch  # noqa: F811
+    node_credentials,
+    cluster,
+    remote,
+    s3_server,
+    cli,
+    tmp_path,
+    monkeypatch,
 ):
     _cluster, nodes, staging = cluster
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -86,7 +92,7 @@ def test_each_node_pushes_its_cells_runs_to_the_remote_and_nothing_comes_back(
     assert cli("check", "--store", tmp_path / "pulled").exit_code == 0
 
 
-def test_a_local_batch_with_a_remote_is_refused_with_what_to_do(remote, cli, tmp_path):  # noqa: F811
+def test_a_local_batch_with_a_remote_is_refused_with_what_to_do(remote, cli, tmp_path):
     refused = cli("batch", _spec(tmp_path / "p"), "--remote", "team", "--store", tmp_path / "s", "--json")
     assert refused.exit_code == 2, refused.output
     assert "only on Ray" in json.loads(refused.stdout)["error"] and "xlarun push --remote team" in refused.stderr + refused.stdout

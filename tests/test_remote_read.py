@@ -55,7 +55,7 @@ class S3Calls:
 
 
 @pytest.fixture
-def pushed(jax_run, remote, tmp_path, monkeypatch, cli):  # noqa: F811 (the fixture imported above)
+def pushed(jax_run, remote, tmp_path, monkeypatch, cli):
     """The real JAX capture pushed to a fresh remote 'team'; a private cache folder for its mirror."""
     store, captured = jax_run
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -125,7 +125,7 @@ def _before_path(cli, store, ref: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_damaged_pack_is_refused_when_read_and_nothing_of_it_is_kept(pushed, s3_server, cli, monkeypatch):  # noqa: F811
+def test_a_damaged_pack_is_refused_when_read_and_nothing_of_it_is_kept(pushed, s3_server, cli, monkeypatch):
     store, run_id, prefix = pushed
     client = _client(s3_server)
     ref = f"{run_id}/jit_train_step"

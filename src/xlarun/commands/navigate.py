@@ -306,7 +306,11 @@ def find(
     from xlarun.console import print_json
     from xlarun.present import print_found
 
-    hits = front_door(store, remote=remote).find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run).hits
+    hits = (
+        front_door(store, remote=remote)
+        .find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run)
+        .hits
+    )
     if as_json:
         print_json(hits)
         return
