@@ -49,6 +49,10 @@ class S3Calls:
         """Keys below ``folder`` read or looked up (GetObject, HeadObject)."""
         return [k for op, k in self.calls if op in ("GetObject", "HeadObject") and k.startswith(folder)]
 
+    def downloads_of(self, folder: str) -> list[str]:
+        """Keys below ``folder`` downloaded (GetObject)."""
+        return [k for op, k in self.calls if op == "GetObject" and k.startswith(folder)]
+
     def clear(self) -> None:
         self.calls.clear()
         self.got_bytes = 0
@@ -158,3 +162,25 @@ def test_replay_of_a_remote_module_gives_the_local_verdict_and_report_builds_fro
     assert built.exit_code == 0, built.output
     index = json.loads((tmp_path / "site" / "index.json").read_text())
     assert index["run"]["run_id"] == run_id and len(index["modules"]) >= 3
+
+
+@pytest.mark.slow
+def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, cli, tmp_path, monkeypatch):  # noqa: F811
+    from tests.conftest import CONFIGS
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    store = Store.open(tmp_path / "store", create=True)
+    captured = capture(CONFIGS / "bisect-algsimp.yaml", store)  # residual: algsimp folds (x / 3) * 3 - x to 0
+    assert captured.ok, captured.warnings
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert cli("push", captured.run_id, "--remote", "team", "--store", store.root).exit_code == 0
+    calls = S3Calls(remote).install(monkeypatch)
+
+    result = cli("bisect", "residual", "--remote", "team", "--json")
+    assert result.exit_code == 1, result.output  # 1: a step diverged
+    found = json.loads(result.stdout)
+    assert found["culprit_pass"] == "algsimp" and found["culprit_pipeline"] == "simplification"
+    assert found["error_after"]["max_abs_error"] > 0.1
+    fetched = calls.downloads_of("packs/")
+    assert fetched and len(fetched) == len(set(fetched)), fetched  # each pack it read downloaded once
