@@ -184,3 +184,16 @@ def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, c
     assert found["error_after"]["max_abs_error"] > 0.1
     fetched = calls.downloads_of("packs/")
     assert fetched and len(fetched) == len(set(fetched)), fetched  # each pack it read downloaded once
+
+
+@pytest.mark.slow
+def test_a_run_deleted_from_the_remote_leaves_the_mirror_at_the_next_command(pushed, s3_server, cli):  # noqa: F811
+    store, run_id, prefix = pushed
+    assert _json(cli("modules", run_id, "--remote", "team", "--json"))["run_id"] == run_id
+    _client(s3_server).delete_object(Bucket=BUCKET, Key=f"{prefix}/runs/{run_id}.json")  # as gc --remote would
+    gone = cli("modules", run_id, "--remote", "team", "--json")
+    assert gone.exit_code == 2 and "no runs" in json.loads(gone.stdout)["error"], gone.output  # its only run
+    from xlarun.store.remote import find_remote
+    from xlarun.store.remote_index import mirror_root
+
+    assert not (mirror_root(find_remote("team")) / "runs" / run_id).exists()

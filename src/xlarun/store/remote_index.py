@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,8 +75,11 @@ def _write_catalog(index: Index, catalog: dict) -> None:
         for name, table in sorted(catalog["tables"].items()):
             if name not in _CORE:  # a table a later stage adds: made here as the pushing store had it
                 sql = str(table["sql"])
-                if not sql.upper().startswith("CREATE TABLE "):
-                    continue
+                if (
+                    not re.fullmatch(rf"CREATE TABLE {name} ?\([^;]*\)(?: WITHOUT ROWID)?", sql, re.DOTALL | re.IGNORECASE)
+                    or " AS " in sql.upper()
+                ):
+                    continue  # one plain table definition of that name, nothing else, from a remote object
                 conn.execute("CREATE TABLE IF NOT EXISTS " + sql[len("CREATE TABLE ") :])
             have = {c[1] for c in conn.execute(f"PRAGMA table_info({name})")}
             picked = [i for i, c in enumerate(table["columns"]) if c in have]
@@ -135,7 +140,11 @@ class MirrorSync:
                 shutil.rmtree(self.store.runs_dir / run_id, ignore_errors=True)
                 self.removed.append(run_id)
             for run_id in sorted((here & on_remote) - index.run_ids()):  # an index made anew: fill it again
-                _write_catalog(index, json.loads((self.store.runs_dir / run_id / RUN_CATALOG).read_text("utf-8")))
+                try:
+                    _write_catalog(index, json.loads((self.store.runs_dir / run_id / RUN_CATALOG).read_text("utf-8")))
+                except (OSError, ValueError, KeyError, TypeError):  # a cache: mirrored again below
+                    shutil.rmtree(self.store.runs_dir / run_id, ignore_errors=True)
+                    here.discard(run_id)
             with ThreadPoolExecutor(_WORKERS) as pool:
                 staged = list(pool.map(self._stage, sorted(on_remote - here)))
             for run_id, folder, catalog in (s for s in staged if s is not None):
@@ -160,7 +169,7 @@ class MirrorSync:
         record = self._json(f"records/{index.get('record')}.zst", str(index.get("record")))
         catalog = self._json(f"catalogs/{index['catalog']}.zst", index["catalog"])
         files, folder, packs = _checked(record, catalog, run_id)
-        staging = self.store.root / "staging" / f".mirror-{run_id}-{os.getpid()}"
+        staging = self.store.root / "staging" / f".mirror-{run_id}-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for rel, digest in folder.items():
