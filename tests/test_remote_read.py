@@ -165,7 +165,7 @@ def test_replay_of_a_remote_module_gives_the_local_verdict_and_report_builds_fro
 
 
 @pytest.mark.slow
-def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, cli, tmp_path, monkeypatch):  # noqa: F811
+def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, cli, tmp_path, monkeypatch):
     from tests.conftest import CONFIGS
     from xlarun.capture.launch import capture
     from xlarun.store.facade import Store
@@ -187,8 +187,8 @@ def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, c
 
 
 @pytest.mark.slow
-def test_a_run_deleted_from_the_remote_leaves_the_mirror_at_the_next_command(pushed, s3_server, cli):  # noqa: F811
-    store, run_id, prefix = pushed
+def test_a_run_deleted_from_the_remote_leaves_the_mirror_at_the_next_command(pushed, s3_server, cli):
+    _store, run_id, prefix = pushed
     assert _json(cli("modules", run_id, "--remote", "team", "--json"))["run_id"] == run_id
     _client(s3_server).delete_object(Bucket=BUCKET, Key=f"{prefix}/runs/{run_id}.json")  # as gc --remote would
     gone = cli("modules", run_id, "--remote", "team", "--json")
