@@ -100,6 +100,13 @@ def test_modules_find_and_show_of_a_pushed_run_answer_without_a_pack(pushed, cli
     assert shown["name"] == "jit_train_step" and shown["files"]
     assert [op for op, _ in calls.calls] == ["ListObjectsV2", "ListObjectsV2"] and calls.got_bytes == 0
 
+    import xlarun  # the Python front door gives the same, through the same mirror
+
+    team = xlarun.open_store(remote="team")
+    assert len(team.find("dot", opcode=True).hits) == len(found)
+    assert [m.name for m in team.modules(run_id)] == [m["name"] for m in remote_modules["modules"]]
+    assert calls.reads_of("packs/") == []
+
 
 @pytest.mark.slow
 def test_cat_fetches_the_pack_it_needs_once_and_a_second_cat_downloads_nothing(pushed, cli, monkeypatch):
