@@ -92,6 +92,33 @@ def test_each_node_pushes_its_cells_runs_to_the_remote_and_nothing_comes_back(
     assert cli("check", "--store", tmp_path / "pulled").exit_code == 0
 
 
+@pytest.mark.slow
+def test_a_push_that_fails_on_the_node_ships_the_run_to_the_driver_instead(
+    node_credentials, cluster, s3_server, cli, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    from xlarun.store.remote import add_remote
+
+    add_remote("gone", "s3://no-such-bucket-here/team", s3_server)  # the server answers: no such bucket
+    done = cli("batch", _spec(tmp_path / "p"), "--executor", "ray", "--remote", "gone", "--store", tmp_path / "driver", "--json")
+    assert done.exit_code == 0, done.output
+    cells = json.loads(done.stdout)["cells"]
+    assert all(c["status"] == "succeeded" and c["shipped_bytes"] > 0 for c in cells), cells
+    for cell in cells:  # said, with what to do
+        said = (
+            f"run {cell['run_id']} not pushed to s3://no-such-bucket-here/team (the bucket 'no-such-bucket-here' does not exist"
+        )
+        assert said in done.stderr and f"`xlarun push {cell['run_id']} --remote gone`" in done.stderr, done.stderr
+    from xlarun.store.facade import Store
+
+    here = Store.open(tmp_path / "driver")
+    assert sorted(here.run_ids()) == sorted(c["run_id"] for c in cells)  # nothing lost
+    for cell in cells:
+        assert here.index.modules(cell["run_id"]) and here.manifest(cell["run_id"])["matrix"] == cell["values"]
+    _cluster, _nodes, staging = cluster
+    assert not any(staging.iterdir())
+
+
 def test_a_local_batch_with_a_remote_is_refused_with_what_to_do(remote, cli, tmp_path):
     refused = cli("batch", _spec(tmp_path / "p"), "--remote", "team", "--store", tmp_path / "s", "--json")
     assert refused.exit_code == 2, refused.output

@@ -174,11 +174,12 @@ class RayCellCapture:
         if report.get("pushed"):
             return self._pushed(report, outcome)
         if report.get("push_error") and self.remote is not None:  # the run comes here instead: nothing is lost
-            report["warnings"] = [
-                *(report.get("warnings") or []),
-                f"not pushed to {self.remote.url} ({report['push_error']}): shipped to this store instead;"
-                f" `xlarun push {report['run_id']} --remote {self.remote.name}` sends it",
-            ]
+            said = (
+                f"run {report['run_id']} not pushed to {self.remote.url} ({report['push_error']}): shipped to this"
+                f" store instead; `xlarun push {report['run_id']} --remote {self.remote.name}` sends it"
+            )
+            report["warnings"] = [*(report.get("warnings") or []), said]
+            _say(said)
         # from here the run exists on the node: it is shipped whatever happens to the batch (a second signal aside)
         self._leave(outcome, f"run {report['run_id']} ({report.get('status')}) is in {report['scratch']}/store{_on(node)}")
         digests = [digest for _path, digest, _size in report["files"]]
