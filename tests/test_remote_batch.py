@@ -119,7 +119,12 @@ def test_a_push_that_fails_on_the_node_ships_the_run_to_the_driver_instead(
     assert not any(staging.iterdir())
 
 
-def test_a_local_batch_with_a_remote_is_refused_with_what_to_do(remote, cli, tmp_path):
+def test_a_local_batch_with_a_remote_is_refused_with_what_to_do(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    from xlarun.store.remote import add_remote
+
+    add_remote("team", "s3://team-bucket/runs", "http://127.0.0.1:9")  # refused before any S3 request
     refused = cli("batch", _spec(tmp_path / "p"), "--remote", "team", "--store", tmp_path / "s", "--json")
     assert refused.exit_code == 2, refused.output
-    assert "only on Ray" in json.loads(refused.stdout)["error"] and "xlarun push --remote team" in refused.stderr + refused.stdout
+    assert "only on Ray" in json.loads(refused.stdout)["error"] and "xlarun push --remote team" in refused.output
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
