@@ -45,8 +45,15 @@ __all__ = [
 ]
 
 
-def open_store(path: str | Path | None = None, create: bool = True) -> Store:
-    """The store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), created if missing unless ``create=False``."""
+def open_store(path: str | Path | None = None, create: bool = True, remote: str | None = None) -> Store:
+    """The store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), created if missing unless ``create=False``;
+    with ``remote`` (a remote's name or an ``s3://`` URL), that team store's runs through its local mirror, as
+    ``--remote`` gives them: found from their index objects, each file's pack fetched when it is read."""
+    if remote is not None:
+        from xlarun.store.remote import find_remote
+        from xlarun.store.remote_index import open_mirror
+
+        return Store(open_mirror(find_remote(remote)))
     from xlarun.store.facade import Store as LibraryStore
 
     return Store(LibraryStore.open(path, create=create))

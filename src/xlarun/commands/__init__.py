@@ -52,6 +52,16 @@ def complete_pass(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 # a str, not a Path: typer coerces Path parameters through pydantic, too slow to import for every command
+RemoteReadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        metavar="NAME",
+        help="Work on the runs of this remote (a name or s3:// URL) instead of --store: found from their index objects, "
+        "a file's blobs fetched when read and kept in a local cache.",
+        show_default=False,
+    ),
+]
 StoreOption = Annotated[
     str | None,
     typer.Option(
@@ -87,19 +97,31 @@ StepOption = Annotated[
 ]
 
 
-def front_door(path: str | Path | None, create: bool = False) -> ApiStore:
+def front_door(path: str | Path | None, create: bool = False, remote: str | None = None) -> ApiStore:
     """The Python front door's Store (``xlarun.open_store``) over the store a command works on: a command is a call
     into it, then a printer of :mod:`xlarun.present`."""
     from xlarun.api import Store
 
-    return Store(open_store(path, create=create))
+    return Store(open_store(path, create=create, remote=remote))
 
 
-def open_store(path: str | Path | None, create: bool = False) -> Store:
-    """The store a command works on (created only by commands that write)."""
+def open_store(path: str | Path | None, create: bool = False, remote: str | None = None) -> Store:
+    """The store a command works on (created only by commands that write); with ``remote``, that remote's local
+    mirror, up to date with its runs (their small index objects only: blobs are fetched when read)."""
+    if remote is not None:
+        from xlarun.store.remote import find_remote
+        from xlarun.store.remote_index import open_mirror
+
+        return open_mirror(find_remote(remote))
     from xlarun.store.facade import Store
 
     return Store.open(path, create=create)
+
+
+def store_path_or_mirror(path: str | None, remote: str | None) -> str | None:
+    """``--store`` as given, or with ``--remote`` the path of that remote's mirror, brought up to date (for commands
+    that open their store in several places, and child processes that open it again by its path)."""
+    return path if remote is None else str(open_store(None, remote=remote).root)
 
 
 @contextmanager

@@ -65,6 +65,16 @@ def batch(
             "never: each node must have the files.",
         ),
     ] = "auto",
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote",
+            metavar="NAME",
+            help="With ray: each node pushes its cells' runs straight to this remote (a name or s3:// URL), with the "
+            "node's own AWS credentials; nothing is shipped back here (`modules --remote NAME` finds them).",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -76,7 +86,8 @@ def batch(
 
     With --executor ray each cell runs as a Ray task on a node that serves its backend (nodes say what they
     serve when started with `xlarun worker --address ADDR`); the finished runs are shipped back into this
-    store, and the table says which node each cell ran on.
+    store, and the table says which node each cell ran on. With --remote NAME too, each node pushes its runs to
+    that team store instead, and `collect` has nothing to take back for them.
 
     Example: xlarun batch configs/matrix-local-docker.yaml -j 2
     """
@@ -94,6 +105,7 @@ def batch(
         address=address,
         retries=retries,
         ship=ship,
+        remote=remote,
     )
 
 
@@ -108,6 +120,7 @@ def run_and_report(
     address: str | None = None,
     retries: int = 0,
     ship: str = "auto",
+    remote: str | None = None,
 ) -> None:
     """Run a batch with a live progress view, print the comparison, exit non-zero unless every cell captured
     (:attr:`~xlarun.batch.BatchResult.exit_code`: the code ``capture`` would give).
@@ -118,6 +131,11 @@ def run_and_report(
     from xlarun.present import print_comparison
 
     executor = executor_of(cells, executor)
+    team = None
+    if remote is not None:
+        from xlarun.store.remote import find_remote
+
+        team = find_remote(remote)
 
     if executor == "ray":
         from xlarun.executors.ray_connect import import_ray
@@ -126,7 +144,7 @@ def run_and_report(
     view = None if as_json else _ProgressView(len(cells))
     if view:
         how = f"{jobs or 1} at a time" if executor == "local" else f"on the Ray cluster at {address or 'a new local cluster'}"
-        say(f"[bold]batch[/bold] of {len(cells)} cell(s), {how} -> {store.root}")
+        say(f"[bold]batch[/bold] of {len(cells)} cell(s), {how} -> {team.url if team else store.root}")
         view.start()
     try:
         result = run_batch_on(
@@ -139,6 +157,7 @@ def run_and_report(
             address=address,
             retries=retries,
             ship=ship,
+            remote=team,
         )
     finally:
         if view:
@@ -147,6 +166,7 @@ def run_and_report(
         print_json(
             {
                 "batch_id": result.batch_id,
+                "remote": team.url if team else None,
                 "ok": result.ok,
                 "interrupted": result.interrupted,
                 "cells": [cell_summary(c) for c in result.cells],

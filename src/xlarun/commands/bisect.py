@@ -11,11 +11,13 @@ import typer
 from xlarun.commands import (
     DECLARED,
     JsonOption,
+    RemoteReadOption,
     RunOption,
     StoreOption,
     complete_module_ref,
     json_on_failure,
     open_store,
+    store_path_or_mirror,
     with_declared,
 )
 from xlarun.declared_options import BISECT_OPTIONS
@@ -68,6 +70,7 @@ def bisect(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream progress.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Find the XLA pass that changed a program's numbers.
@@ -93,6 +96,7 @@ def bisect(
     given = locals()
     sink = None if (quiet or as_json) else _stream
     with json_on_failure(as_json, lambda exc: _failure_document(target, exc)):
+        store = store_path_or_mirror(store, remote)  # a remote run: its blobs fetched as the bisection reads them
         if target.endswith((".yaml", ".yml")) and Path(target).is_file():
             result, record = _rerun_mode(target, check, tolerance, jobs, module, repeat, sink, store)
         else:

@@ -11,6 +11,7 @@ import typer
 from xlarun.commands import (
     JsonOption,
     PassOption,
+    RemoteReadOption,
     RunOption,
     StepOption,
     StoreOption,
@@ -142,6 +143,7 @@ def modules(
         ),
     ] = None,
     store: StoreOption = None,
+    remote: RemoteReadOption = None,
     by: Annotated[
         str,  # checked below: a Literal would make typer import pydantic, which costs more than the command
         typer.Option(
@@ -176,7 +178,7 @@ def modules(
         from xlarun.errors import InputError
 
         raise InputError(f"--by {by!r}: no such order", "--by program (the default) or --by time")
-    the_run = front_door(store).run(run)
+    the_run = front_door(store, remote=remote).run(run)
     if by == "time":
         _modules_by_time(the_run, as_json)
         return
@@ -223,6 +225,7 @@ def show(
     ref: RefArgument,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
     files: Annotated[bool, typer.Option("--files", help="List every file.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -235,7 +238,7 @@ def show(
     given = ref
     store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: shown from a temporary store
     bundle = given if ref != given else None  # named as the user gave it: the temporary store's run id names nothing
-    module = front_door(store).module(ref, run=run)
+    module = front_door(store, remote=remote).module(ref, run=run)
     time = module.time  # measured, when the run was profiled
     if as_json:
         shown = {**to_jsonable(module.info), "run_id": None, "bundle": bundle} if bundle else to_jsonable(module.info)
@@ -263,13 +266,14 @@ def cat(
     ] = None,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
 ) -> None:
     """Print a module's dump at a stage or after a pass (the exact archived bytes); REF may be a bundle .zip."""
     from xlarun.commands.share import bundle_or_ref
 
     given = ref
     store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: read from a temporary store
-    module = front_door(store).module(ref, run=run)
+    module = front_door(store, remote=remote).module(ref, run=run)
     chosen = module.file(stage, pass_name=pass_name, step=step, format=fmt)
     typer.echo(f"# {given if ref != given else module.run_id}/{chosen.path}", err=True)
     data = module.read(chosen)
@@ -291,6 +295,7 @@ def find(
     exact: Annotated[bool, typer.Option("--exact", help="Whole values only.")] = False,
     run: RunOption = None,
     store: StoreOption = None,
+    remote: RemoteReadOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List the modules that contain an opcode, instruction name, op_name or source location.
@@ -301,7 +306,11 @@ def find(
     from xlarun.console import print_json
     from xlarun.present import print_found
 
-    hits = front_door(store).find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run).hits
+    hits = (
+        front_door(store, remote=remote)
+        .find(text, opcode=opcode, name=name, op_name=op_name, source=source, exact=exact, run=run)
+        .hits
+    )
     if as_json:
         print_json(hits)
         return

@@ -11,11 +11,13 @@ import typer
 from xlarun.commands import (
     DECLARED,
     JsonOption,
+    RemoteReadOption,
     RunOption,
     StoreOption,
     complete_module_ref,
     json_on_failure,
     open_store,
+    store_path_or_mirror,
     with_declared,
 )
 from xlarun.declared_options import REPLAY_OPTIONS
@@ -83,6 +85,7 @@ def replay(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Don't stream the engine's log.")] = False,
     store: StoreOption = None,
     run: RunOption = None,
+    remote: RemoteReadOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay a module: compile it again, run it, and compare with what was captured.
@@ -112,6 +115,7 @@ def replay(
 
     given = locals()
     with json_on_failure(as_json, lambda exc: _failure_document(ref, exc)):
+        store = store_path_or_mirror(store, remote)  # a remote run: its blobs fetched as the replay reads them
         options = replay_options(**keywords_for(replay_options, given))
         sink = None if (quiet or as_json) else _stream
         if jaxlib is not None:

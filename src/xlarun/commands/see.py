@@ -13,6 +13,7 @@ from xlarun.commands import (
     DECLARED,
     JsonOption,
     PassOption,
+    RemoteReadOption,
     RunOption,
     StageOption,
     StepOption,
@@ -292,6 +293,7 @@ def report(
     no_graphs: Annotated[bool, typer.Option("--no-graphs", help="Skip the graphs (faster).")] = False,
     open_it: Annotated[bool, typer.Option("--open", help="Open the report in a browser.")] = False,
     store: StoreOption = None,
+    remote: RemoteReadOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
 ) -> None:
     """Build a static HTML report of a run (or a batch): works from file://, no server, no network.
@@ -306,7 +308,7 @@ def report(
     from xlarun.navigate.refs import resolve_batch, resolve_run
     from xlarun.report import ReportOptions, build_batch_report, build_run_report
 
-    the_store = open_store(store)
+    the_store = open_store(store, remote=remote)
     options = ReportOptions(graph_limit=graph_limit, graphs=not no_graphs, command=["xlarun", *sys.argv[1:]])
     progress = None if quiet else (lambda text: typer.echo(text, err=True))
     if batch:

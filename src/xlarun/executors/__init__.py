@@ -11,6 +11,7 @@ from xlarun.batch import BatchEvent, BatchResult, run_batch
 from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import InputError
 from xlarun.store.facade import Store
+from xlarun.store.remote import RemoteSpec
 
 #: The executors a batch can run on (``--executor``, ``executor:`` in a spec).
 EXECUTORS = ("local", "ray")
@@ -35,10 +36,12 @@ def run_batch_on(
     address: str | None = None,
     retries: int = 0,
     ship: str = "auto",
+    remote: RemoteSpec | None = None,
 ) -> BatchResult:
     """Run a batch on ``executor``: ``local`` runs ``jobs`` cells at a time here (default 1); ``ray`` submits every
     cell at once (at most ``jobs`` when given) to the cluster at ``address`` and retries a cell whose node was
-    lost up to ``retries`` times, sending the spec's folder to the nodes as ``ship`` says (auto, always, never)."""
+    lost up to ``retries`` times, sending the spec's folder to the nodes as ``ship`` says (auto, always, never).
+    ``remote`` (ray only): each node pushes its cell's run to that team store; nothing is shipped back here."""
     from xlarun.executors.project import SHIP_MODES
 
     if ship not in SHIP_MODES:
@@ -47,6 +50,12 @@ def run_batch_on(
         from xlarun.executors.ray_cluster import run_batch_on_ray
 
         return run_batch_on_ray(
-            cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries, ship=ship
+            cells, store, address=address, jobs=jobs, fail_fast=fail_fast, on_event=on_event, retries=retries, ship=ship,
+            remote=remote,
+        )  # fmt: skip
+    if remote is not None:
+        raise InputError(
+            "a batch pushes straight to a remote only on Ray (--executor ray)",
+            f"run it here, then `xlarun push --remote {remote.name}` sends its runs",
         )
     return run_batch(cells, store, jobs=jobs or 1, fail_fast=fail_fast, on_event=on_event)

@@ -48,6 +48,8 @@ STOP_FILE = "stop"
 INTERRUPT_FILE = "interrupt"
 #: Written when the driver gave up an interrupted cell whose run its node still archives: `xlarun collect` takes it.
 ABANDONED_FILE = "abandoned"
+#: Written when the cell's run goes to a team store from the node (the remote's bucket, prefix and endpoint).
+PUSH_TO_FILE = "push-to.json"
 #: The pid of the Ray worker that ran the cell's task.
 WORKER_PID_FILE = "worker.pid"
 #: A finished run whose task's worker is gone and that nobody fetched for this long was left by a driver that
@@ -81,11 +83,14 @@ def new_scratch_name() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | None = None, ship: str = "auto") -> Iterator[dict]:
+def capture_cell_on_node(
+    request: bytes, scratch_name: str, project: Project | None = None, ship: str = "auto", remote: dict | None = None
+) -> Iterator[dict]:
     """Ray task: yields where it runs (with its staging folder), then the captured run ({run_id, status, files,
     scratch, project, ...}) or {error}. ``request`` is the pickled (LoadedSpec, batch id, matrix values, the
     driver's argv); ``project`` the snapshot of the project folder (None when not sent), placed as ``ship`` says
-    (see :mod:`xlarun.executors.project`)."""
+    (see :mod:`xlarun.executors.project`). With ``remote`` (a team store: bucket, prefix, endpoint; credentials are
+    the node's own), the node pushes the run there itself and keeps nothing: the report says ``pushed``."""
     from xlarun.errors import XlarunError
 
     scratch = node_staging_root() / scratch_name
@@ -106,6 +111,8 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
             loaded = dataclasses.replace(loaded, python=sys.executable)
         (scratch / "request.pickle").write_bytes(pickle.dumps((loaded, batch_id, matrix, argv)))
         (scratch / "placed.json").write_text(json.dumps(placed))  # for `xlarun collect`, should the driver give up
+        if remote is not None:
+            (scratch / PUSH_TO_FILE).write_text(json.dumps(remote))
         raylet = os.getppid()
         (scratch / WORKER_PID_FILE).write_text(str(os.getpid()))
         with open(scratch / "capture.err", "wb") as errors:
@@ -141,7 +148,7 @@ def capture_cell_on_node(request: bytes, scratch_name: str, project: Project | N
         yield {"error": "the cell was stopped"}
         return
     report = _read_report(scratch)
-    if report.get("error"):
+    if report.get("error") or report.get("pushed"):  # nothing to fetch: failed, or on the team store already
         shutil.rmtree(scratch, ignore_errors=True)
     yield {**report, "scratch": str(scratch), "project": placed}
 
@@ -269,6 +276,21 @@ def _capture_alive(scratch: Path) -> bool:
     return process_alive(pid)
 
 
+def _push(store: Any, run_id: str, remote: dict) -> dict:
+    """Push a run this node captured to the team store: {pushed: what moved}, or, when the push failed,
+    {push_error: why} (the run then stays here and goes to the driver as any run does: nothing is lost)."""
+    from xlarun.errors import XlarunError
+    from xlarun.store.remote import ObjectStore, RemoteSpec
+    from xlarun.store.remote_sync import RemoteSync
+
+    spec = RemoteSpec(remote.get("name", ""), remote["bucket"], remote.get("prefix", ""), remote.get("endpoint"))
+    try:
+        transfer = RemoteSync(store, ObjectStore(spec)).push([run_id])
+    except XlarunError as exc:
+        return {"push_error": exc.one_line()}
+    return {"pushed": {"remote": spec.url, **transfer.as_dict()}}
+
+
 def _watch_for_stop(scratch: Path, worker_pid: int, stopped: threading.Event, stop: StopRequest) -> None:
     """In the capture: on ``interrupt``, stop as the driver was stopped (its signal, else a cancel); on ``stop``
     or once orphaned, SIGTERM itself (capture stops its job and archives; ``_main`` then removes the run)."""
@@ -317,6 +339,8 @@ def _main(scratch: Path, worker_pid: int) -> int:
             "warnings": result.warnings,
             "signal": result.signal,
         }
+        if (scratch / PUSH_TO_FILE).exists():
+            report.update(_push(store, result.run_id, json.loads((scratch / PUSH_TO_FILE).read_text())))
     except XlarunError as exc:
         report = {"error": exc.one_line()}
     except Exception as exc:  # a bug or an SDK error: the cell says why it failed

@@ -51,6 +51,7 @@ from xlarun.executors.shipping import lacking, receive_run
 from xlarun.interrupts import StopRequest
 from xlarun.store.facade import Store
 from xlarun.store.manifest import Manifest
+from xlarun.store.remote import RemoteSpec
 from xlarun.store.rows import RunStatus
 
 _POLL_S = 0.2
@@ -90,9 +91,17 @@ class RayCellCapture:
     """Captures one cell on the cluster (an :class:`xlarun.batch.CellCapture`); see the module docstring."""
 
     def __init__(
-        self, ray: Any, store: Store, retries: int = 0, ship: str = "auto", projects: dict[str, Any] | None = None
+        self,
+        ray: Any,
+        store: Store,
+        retries: int = 0,
+        ship: str = "auto",
+        projects: dict[str, Any] | None = None,
+        remote: RemoteSpec | None = None,
     ) -> None:
         self.ray = ray
+        self.remote = remote  # a team store: each node pushes its cells' runs there, nothing comes back here
+        self.mirror_lock = threading.Lock()
         self.store = store
         self.retries = max(0, retries)
         self.ship = ship
@@ -146,7 +155,7 @@ class RayCellCapture:
     ) -> CaptureResult:
         scratch_name = new_scratch_name()
         gen = self.capture_task.options(resources={need: 1}, name=f"xlarun-cell-{outcome.index}").remote(
-            request, scratch_name, project, self.ship
+            request, scratch_name, project, self.ship, _remote_entry(self.remote)
         )
         with self._tracked(gen):
             try:
@@ -162,6 +171,15 @@ class RayCellCapture:
                 report = self._interrupt(gen, node, scratch_name, stop, outcome)
         if report.get("error"):
             raise XlarunError(report["error"])
+        if report.get("pushed"):
+            return self._pushed(report, outcome)
+        if report.get("push_error") and self.remote is not None:  # the run comes here instead: nothing is lost
+            said = (
+                f"run {report['run_id']} not pushed to {self.remote.url} ({report['push_error']}): shipped to this"
+                f" store instead; `xlarun push {report['run_id']} --remote {self.remote.name}` sends it"
+            )
+            report["warnings"] = [*(report.get("warnings") or []), said]
+            _say(said)
         # from here the run exists on the node: it is shipped whatever happens to the batch (a second signal aside)
         self._leave(outcome, f"run {report['run_id']} ({report.get('status')}) is in {report['scratch']}/store{_on(node)}")
         digests = [digest for _path, digest, _size in report["files"]]
@@ -187,6 +205,28 @@ class RayCellCapture:
             received.run_dir,
             manifest,
             modules,
+            list(report.get("warnings") or manifest.warnings),
+            None,
+            manifest.signal,
+        )
+
+    def _pushed(self, report: dict, outcome: CellOutcome) -> CaptureResult:
+        """A run its node pushed to the team store: read back from the remote's mirror (its small objects only)."""
+        from xlarun.store.remote_index import open_mirror
+
+        assert self.remote is not None
+        with self.mirror_lock:
+            mirror = open_mirror(self.remote)
+        run_id = report["run_id"]
+        manifest = Manifest.model_validate(mirror.manifest(run_id))
+        outcome.shipped_bytes = 0  # nothing of the run went through this driver
+        return CaptureResult(
+            run_id,
+            RunStatus(manifest.status),
+            manifest.exit_code,
+            mirror.run_path(run_id),
+            manifest,
+            mirror.index.modules(run_id),
             list(report.get("warnings") or manifest.warnings),
             None,
             manifest.signal,
@@ -399,6 +439,13 @@ def _on(node: dict | None, prefix: str = " on") -> str:
     return f"{prefix} {node['node_ip']}/{node['node_id'][:8]}" if node else ""
 
 
+def _remote_entry(remote: RemoteSpec | None) -> dict | None:
+    """What a node needs to push to a team store (no credential: each node has its own)."""
+    if remote is None:
+        return None
+    return {"name": remote.name, "bucket": remote.bucket, "prefix": remote.prefix, "endpoint": remote.endpoint}
+
+
 def _say(line: str) -> None:
     try:
         print(line, file=sys.stderr, flush=True)
@@ -417,14 +464,16 @@ def run_batch_on_ray(
     retries: int = 0,
     batch_id: str | None = None,
     ship: str = "auto",
+    remote: RemoteSpec | None = None,
 ) -> BatchResult:
     """:func:`xlarun.batch.run_batch` with every cell captured on the Ray cluster at ``address`` (see the module
     docstring); the runs land in ``store`` as a local batch's do, each cell saying which node it ran on. ``ship``
-    says whether the spec's project folder is sent to the nodes (:mod:`xlarun.executors.project`)."""
+    says whether the spec's project folder is sent to the nodes (:mod:`xlarun.executors.project`). With ``remote``,
+    each node pushes its cell's run to that team store instead, and nothing is shipped to ``store``."""
     snapshots = _snapshots(cells, ship)  # before connecting: a project too big for --ship always stops the batch here
     ray, connected_here = connect(address)
     projects = {root: ray.put(snapshot_) for root, snapshot_ in snapshots.items()}  # sent to each node once
-    capture_cell = RayCellCapture(ray, store, retries, ship, projects)
+    capture_cell = RayCellCapture(ray, store, retries, ship, projects, remote)
     try:
         return run_batch(
             cells,

@@ -51,6 +51,7 @@ from xlarun.store.pack_format import (
     read_pack_members,
 )
 from xlarun.store.pack_table import PackTable
+from xlarun.store.remote_fetch import PackFetcher
 
 #: A file larger than this is streamed into a pack of its own, through a bounded buffer, never held whole.
 STREAM_BYTES = 4 * PACK_BYTES
@@ -90,6 +91,7 @@ class BlobStore:
         self._folders: set[str] = set()  # folders known to exist
         self._cache = DecodedCache(CACHE_BYTES)
         self._table = PackTable(root / "packs.sqlite", self.packs_dir)
+        self.fetcher = PackFetcher.for_store(root.parent)  # a remote's mirror: a missing blob is fetched on demand
 
     def pack_path(self, name: str) -> Path:
         return self.packs_dir / f"{name}.zst"
@@ -203,6 +205,8 @@ class BlobStore:
 
     def _get(self, digest: str, use_cache: bool = True) -> bytes:
         where = self._table.lookup(digest)
+        if where is None and self.fetcher is not None and self.fetcher.fetch(digest, self):
+            where = self._table.lookup(digest)
         if where is None:
             raise _missing(digest)
         return self._pack_slice(*where, use_cache)

@@ -5,6 +5,7 @@ Below the remote's prefix (the whole layout: docs/remote.md)::
     packs/<name>.zst       a local pack, byte for byte (named by its own hash: the same pack is sent once)
     files/<digest>.zst     another file of a run's folder (manifest, spec, logs), zstd-compressed, named by the
                            BLAKE3 of its bytes (before compression)
+    catalogs/<digest>.zst  a run's rows of the index (remote_index.py): modules, find, show answer from it
     records/<digest>.zst   a run's full record (JSON, compressed the same way): its files.json entries, which pack
                            holds which of them, its folder's files
     runs/<run id>.json     the run's small index object, written last and once: the run exists on the remote
@@ -34,6 +35,7 @@ from xlarun.safe_names import checked_relative_path, checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
 from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_index import run_catalog
 from xlarun.store.rows import StoredFile, listed_files
 from xlarun.store.store_json import parse_store_json
 
@@ -150,8 +152,11 @@ class RemoteSync:
         record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         record_digest = content_digest(record_bytes)
         self._send_small(f"records/{record_digest}.zst", record_bytes)
+        catalog = run_catalog(self.store.index, run_id)  # the run's index rows: found on the remote without a blob
+        self._send_small(f"catalogs/{content_digest(catalog)}.zst", catalog)
         kill_point("remote-record-sent")
-        index = json.dumps(_index_object(run_id, record_digest, manifest, files), sort_keys=True).encode()
+        found = {**_index_object(run_id, record_digest, manifest, files), "catalog": content_digest(catalog)}
+        index = json.dumps(found, sort_keys=True).encode()
         if not self.remote.put_once(f"runs/{run_id}.json", index):  # another push published it meanwhile
             self.transfer.already.append(run_id)
             return False

@@ -1,0 +1,240 @@
+"""Finding in a remote without downloading it: per-run catalogs, and a local mirror store built from them.
+
+A push writes, beside a run's record, its **catalog**: the run's rows of the index (runs, files, modules, passes,
+search terms, and what later stages added: op times, peak memory), as ``catalogs/<digest>.zst`` (zstd JSON named
+by the BLAKE3 of its bytes), named in the run's index object ``runs/<run id>.json`` (key ``catalog``).
+
+Commands given ``--remote NAME`` work on that remote's **mirror**: a store folder under
+``$XDG_CACHE_HOME/xlarun/remotes/`` (default ``~/.cache``) whose runs are the remote's, each with its file list,
+its folder's small files and its index rows, but no blob. Opening it lists ``runs/`` on the remote and mirrors the
+runs it lacks from their index object, record, catalog and folder files (small objects, never a pack), every one
+checked against its hash; a run gone from the remote leaves the mirror. A blob read from the mirror fetches the one
+pack that holds it (:mod:`xlarun.store.remote_fetch`), kept for the next read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import zstandard
+
+from xlarun.console import note
+from xlarun.errors import StoreError
+from xlarun.safe_names import checked_relative_path, checked_run_id
+from xlarun.store.facade import Store
+from xlarun.store.index import SCHEMA_VERSION, Index
+from xlarun.store.pack_format import content_digest
+from xlarun.store.remote import ObjectStore, RemoteSpec
+from xlarun.store.remote_fetch import MIRROR_MARKER, RUN_PACKS
+from xlarun.store.rows import StoredFile, listed_files
+from xlarun.store.store_json import parse_store_json
+
+CATALOG_FORMAT = 1
+#: The catalog kept in a mirrored run's folder: an index rebuilt (a new schema) is filled again from it.
+RUN_CATALOG = "remote-catalog.json"
+#: The largest small object (index object, record, catalog, folder file) a mirror decompresses.
+MAX_SMALL_BYTES = 256 << 20
+_WORKERS = 8
+_CORE = ("runs", "files", "modules", "passes")
+_NOT_COPIED = {"meta", "text_counts", "term_values", "module_terms"}
+
+
+def run_catalog(index: Index, run_id: str) -> bytes:
+    """A run's rows of the index, as the JSON a push sends (search terms as (module, kind, value))."""
+    conn = index.conn
+    tables: dict[str, dict] = {}
+    for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name"):
+        columns = [c[1] for c in conn.execute(f"PRAGMA table_info({name})")]
+        if name in _NOT_COPIED or "run_id" not in columns:
+            continue
+        rows = [list(r) for r in conn.execute(f"SELECT * FROM {name} WHERE run_id = ?", (run_id,))]
+        tables[name] = {"sql": sql, "columns": columns, "rows": rows}
+    terms = [
+        list(r)
+        for r in conn.execute(
+            "SELECT module_id, kind, value FROM terms WHERE run_id = ? ORDER BY module_id, kind, value", (run_id,)
+        )
+    ]
+    catalog = {"format": CATALOG_FORMAT, "schema": SCHEMA_VERSION, "run": run_id, "tables": tables, "terms": terms}
+    return json.dumps(catalog, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _write_catalog(index: Index, catalog: dict) -> None:
+    """A mirrored run's rows written into the mirror's index (replacing any it had), in one transaction."""
+    run_id = catalog["run"]
+    conn = index.conn
+    index.forget_run(run_id)
+    with index.transaction():
+        for name, table in sorted(catalog["tables"].items()):
+            if name not in _CORE:  # a table a later stage adds: made here as the pushing store had it
+                sql = str(table["sql"])
+                if (
+                    not re.fullmatch(rf"CREATE TABLE {name} ?\([^;]*\)(?: WITHOUT ROWID)?", sql, re.DOTALL | re.IGNORECASE)
+                    or " AS " in sql.upper()
+                ):
+                    continue  # one plain table definition of that name, nothing else, from a remote object
+                conn.execute("CREATE TABLE IF NOT EXISTS " + sql[len("CREATE TABLE ") :])
+            have = {c[1] for c in conn.execute(f"PRAGMA table_info({name})")}
+            picked = [i for i, c in enumerate(table["columns"]) if c in have]
+            if not picked or not table["rows"]:
+                continue
+            columns = ", ".join(f'"{table["columns"][i]}"' for i in picked)
+            marks = ", ".join("?" * len(picked))
+            conn.executemany(
+                f"INSERT OR REPLACE INTO {name} ({columns}) VALUES ({marks})",
+                [[row[i] for i in picked] for row in table["rows"]],
+            )
+        terms = index.term_writer(run_id)
+        by_module: dict[int, set[tuple[str, str]]] = {}
+        for module_id, kind, value in catalog["terms"]:
+            by_module.setdefault(module_id, set()).add((kind, value))
+        for module_id, found in by_module.items():
+            terms.add(module_id, found)
+        terms.flush()
+
+
+def mirror_root(spec: RemoteSpec) -> Path:
+    """Where a remote's mirror lives: one folder per remote name and URL (a name pointed elsewhere starts afresh)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    where = hashlib.sha256(f"{spec.url}\n{spec.endpoint or ''}".encode()).hexdigest()[:12]
+    return cache / "xlarun" / "remotes" / f"{spec.name if not spec.name.startswith('s3:') else 'url'}-{where}"
+
+
+def open_mirror(spec: RemoteSpec, remote: ObjectStore | None = None) -> Store:
+    """The remote's mirror store, brought up to date with the runs on the remote (their small objects only)."""
+    root = mirror_root(spec)
+    marker = root / MIRROR_MARKER
+    if not marker.exists():  # read by the blob store as it opens: a blob it lacks is fetched from the remote
+        Store.open(root, create=True).close()
+        entry = {"name": spec.name, "bucket": spec.bucket, "prefix": spec.prefix, "endpoint": spec.endpoint}
+        tmp = root / f".{MIRROR_MARKER}.{os.getpid()}"
+        tmp.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    store = Store.open(root, create=False)
+    MirrorSync(store, remote or ObjectStore(spec)).sync()
+    return store
+
+
+class MirrorSync:
+    """Brings a mirror store's runs in line with a remote's ``runs/``."""
+
+    def __init__(self, store: Store, remote: ObjectStore):
+        self.store, self.remote = store, remote
+        self.added: list[str] = []
+        self.removed: list[str] = []
+
+    def sync(self) -> None:
+        on_remote = {n[:-5] for n in self.remote.names("runs/") if n.endswith(".json")}
+        index = Index.open(self.store.root / "index.sqlite")  # not store.index: its reconcile would read blobs
+        try:
+            here = set(self.store.run_ids())
+            for run_id in sorted(here - on_remote):  # deleted on the remote (gc --remote): gone here too
+                index.forget_run(run_id)
+                shutil.rmtree(self.store.runs_dir / run_id, ignore_errors=True)
+                self.removed.append(run_id)
+            for run_id in sorted((here & on_remote) - index.run_ids()):  # an index made anew: fill it again
+                try:
+                    _write_catalog(index, json.loads((self.store.runs_dir / run_id / RUN_CATALOG).read_text("utf-8")))
+                except (OSError, ValueError, KeyError, TypeError):  # a cache: mirrored again below
+                    shutil.rmtree(self.store.runs_dir / run_id, ignore_errors=True)
+                    here.discard(run_id)
+            with ThreadPoolExecutor(_WORKERS) as pool:
+                staged = list(pool.map(self._stage, sorted(on_remote - here)))
+            for run_id, folder, catalog in (s for s in staged if s is not None):
+                _write_catalog(index, catalog)  # rows first: a run folder is never there without its rows
+                try:
+                    os.rename(folder, self.store.runs_dir / run_id)
+                    self.added.append(run_id)
+                except OSError:  # another process mirrored it meanwhile
+                    shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            index.close()
+
+    def _stage(self, run_id: str) -> tuple[str, Path, dict] | None:
+        """A run's folder made in the mirror's staging area from its small objects, and its catalog."""
+        checked_run_id(run_id, "a run on the remote")
+        index = self._json(f"runs/{run_id}.json", None)
+        if index is None:
+            return None
+        if not isinstance(index.get("catalog"), str):
+            note(f"run {run_id} on the remote has no catalog (pushed by an older xlarun): `xlarun pull {run_id}` fetches it")
+            return None
+        record = self._json(f"records/{index.get('record')}.zst", str(index.get("record")))
+        catalog = self._json(f"catalogs/{index['catalog']}.zst", index["catalog"])
+        files, folder, packs = _checked(record, catalog, run_id)
+        staging = self.store.root / "staging" / f".mirror-{run_id}-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for rel, digest in folder.items():
+            target = staging / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self._small(f"files/{digest}.zst", digest))
+        (staging / "files.json").write_text(json.dumps(record["files"], separators=(",", ":")), encoding="utf-8")
+        holding = {name: [files[i].digest for i in members] for name, members in packs.items()}
+        (staging / RUN_PACKS).write_text(json.dumps(holding, separators=(",", ":")), encoding="utf-8")
+        (staging / RUN_CATALOG).write_text(json.dumps(catalog, separators=(",", ":")), encoding="utf-8")
+        return run_id, staging, catalog
+
+    def _small(self, key: str, digest: str) -> bytes:
+        """A small object's bytes, decompressed within bounds and checked against its name."""
+        data = self.remote.get(key)
+        if data is None:
+            raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again")
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                plain = reader.read(MAX_SMALL_BYTES + 1)
+        except zstandard.ZstdError:
+            raise _damaged(key) from None
+        if len(plain) > MAX_SMALL_BYTES or content_digest(plain) != digest:
+            raise _damaged(key)
+        return plain
+
+    def _json(self, key: str, digest: str | None) -> dict:
+        data = self.remote.get(key) if digest is None else self._small(key, digest)
+        try:
+            value = parse_store_json(data) if data is not None else None
+        except ValueError:
+            raise _damaged(key) from None
+        if data is not None and not isinstance(value, dict):
+            raise _damaged(key)
+        return value  # type: ignore[return-value]
+
+
+def _damaged(key: str) -> StoreError:
+    return StoreError(f"remote object {key} is damaged", "nothing of it was used; push the run again from a store that has it")
+
+
+def _checked(record: dict, catalog: dict, run_id: str) -> tuple[list[StoredFile], dict, dict]:
+    """The record's files, folder and packs, and the catalog's shape, checked before anything of them is written."""
+    key = f"the record of run {run_id}"
+    if record.get("run") != run_id or catalog.get("run") != run_id or catalog.get("format") != CATALOG_FORMAT:
+        raise _damaged(key)
+    if catalog.get("schema") != SCHEMA_VERSION:
+        raise StoreError(
+            f"run {run_id}'s catalog is of index schema {catalog.get('schema')}, this xlarun reads {SCHEMA_VERSION}",
+            f"`xlarun pull {run_id}` fetches the run whole and indexes it here",
+        )
+    files = listed_files(record.get("files"), key)
+    folder, packs = record.get("folder"), record.get("packs")
+    if not isinstance(folder, dict) or not isinstance(packs, dict) or not isinstance(catalog.get("tables"), dict):
+        raise _damaged(key)
+    for rel in folder:
+        checked_relative_path(rel, key, error=lambda m, h: _damaged(key))
+        if rel in ("files.json", RUN_PACKS, RUN_CATALOG):
+            raise _damaged(key)
+    for name, members in packs.items():
+        if len(name) != 64 or not all(c in "0123456789abcdef" for c in name) or not isinstance(members, list):
+            raise _damaged(key)
+        if not isinstance(members, list) or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
+            raise _damaged(key)
+    for name in catalog["tables"]:
+        if not (isinstance(name, str) and name.replace("_", "").isalnum()):
+            raise _damaged(f"the catalog of run {run_id}")
+    return files, folder, packs
