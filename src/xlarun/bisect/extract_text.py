@@ -165,6 +165,17 @@ def _unkept_boundary(instr: Instruction) -> bool:
     )
 
 
+#: Producers that run a computation of their own (a kernel, a called body): another one than the extract's
+#: instruction is a parameter holding the value the run computed, so its body does not come along.
+_OWN_COMPUTATION_OPCODES = ("fusion", "call", "conditional", "while", "async-start")
+
+
+def _runs_its_own_computation(instr: Instruction) -> bool:
+    """An array-valued fusion, call, conditional or loop: its value is the extract's parameter. A tuple-valued one
+    is kept when reached (a tuple has no literal to give as a parameter)."""
+    return instr.opcode in _OWN_COMPUTATION_OPCODES and not _is_tuple(instr.shape)
+
+
 def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted:
     """The module of ``instruction`` and its operands within ``hops`` of it, read from HLO ``text``."""
     if hops < 0:
@@ -227,7 +238,9 @@ def _kept(host_lines: dict[str, tuple[int, Instruction]], target: str, hops: int
         frontier = [
             o
             for o in dict.fromkeys(frontier)
-            if host_lines[o][1].opcode != "parameter" and not _unkept_boundary(host_lines[o][1])
+            if host_lines[o][1].opcode != "parameter"
+            and not _unkept_boundary(host_lines[o][1])
+            and not _runs_its_own_computation(host_lines[o][1])
         ]
         keep.update(frontier)
     for name in list(keep):  # constants read by what is kept come along: they cost nothing and need no value
