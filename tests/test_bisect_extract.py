@@ -124,9 +124,10 @@ def test_a_loop_comes_along_with_its_computations_and_an_instruction_deeper_than
     from xlarun.errors import InputError
 
     with pytest.raises(InputError, match=r"'carried' reads the tuple 'loop'") as caught:
-        extract_instruction(STEP, "carried", hops=1)
+        extract_instruction(STEP, "carried", hops=0)
     assert "extract with more --hops" in caught.value.one_line()
-    loop = extract_instruction(STEP, "carried", hops=2)  # the while and the tuple it starts from are kept
+    loop = extract_instruction(STEP, "carried", hops=1)  # the while and the tuple it starts from (free, as a constant)
+    assert loop.kept == ["zero.i", "init", "loop", "carried"]
     assert loop.parameters == ["x"] and loop.computations == ["body", "cond"]
     x = np.array([1, -2, 3, 0.5], np.float32)
     np.testing.assert_array_equal(_run_on_cpu(loop.text, [x])[0], x * 8)  # three iterations of doubling
@@ -184,6 +185,13 @@ def test_collectives_and_partition_ids_are_never_kept_and_a_collective_is_refuse
     assert cut.kept == ["constant.7", "dynamic-slice", "reshape", "dynamic-slice.1", "zero", "reduce"]
     with pytest.raises(InputError, match=r"'all-reduce' is a collective \(all-reduce\) between devices"):
         extract_instruction(PER_DEVICE, "all-reduce")
+    # a combined all-reduce is a tuple: an element of it has no one-device value either, and no --hops keeps it
+    root = next(line for line in PER_DEVICE.splitlines() if line.startswith("  ROOT %all-reduce"))
+    combined = root.replace("ROOT %all-reduce = f32[]", "%all-reduce = (f32[], f32[])").replace("(%reduce)", "(%reduce, %zero)")
+    combined = PER_DEVICE.replace(root, f"{combined}\n  ROOT %total = f32[] get-tuple-element(%all-reduce), index=0")
+    with pytest.raises(InputError, match=r"'total' takes an element of 'all-reduce', a collective") as caught:
+        extract_instruction(combined, "total", hops=3)
+    assert "extract what reads total" in caught.value.one_line() and "more --hops" not in caught.value.one_line()
 
 
 def test_the_values_run_drops_the_aliasing_of_donated_arguments_so_xla_compiles_it():
@@ -405,3 +413,31 @@ def test_a_dot_inside_a_scan_or_shard_map_body_is_extracted_with_the_values_of_i
     assert origin.get("device") == (0 if program == "sharded" else None)  # per-device code: device 0's values
     replayed = json.loads(cli("replay", tmp_path / "dot.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
     assert (replayed["verdict"], replayed["compared_with"], replayed["max_abs_error"]) == ("match", ["snapshot result"], 0)
+
+
+@pytest.mark.slow
+def test_an_element_of_a_scan_loop_is_extracted_with_its_loop_in_one_hop(cli, zoo_runs, tmp_path):
+    """scan_remat's forward scan, read through a get-tuple-element: one hop keeps the while with the tuple it starts
+    from (its elements are parameters), and the loop replays to the value the run computed."""
+    from xlarun.diff import pass_steps
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
+
+    store, run_id = zoo_runs("scan_remat")
+    ref, _target, options = _zoo_target(cli, store, run_id, "scan_remat")
+    opened = Store.open(store)
+    module = resolve_module(opened.index, ref)
+    path = next(s.path for s in pass_steps(module) if s.step == int(options[1]))
+    entry = instructions_of(next(c for c in computations_of(opened.read_file(module.run_id, path).decode())[0] if c.entry))
+    element, loop = next(
+        (name, instr.operands.strip().lstrip("%"))
+        for name, (_, instr) in entry.items()
+        if instr.opcode == "get-tuple-element" and entry[instr.operands.strip().lstrip("%")][1].opcode == "while"
+    )
+    made = cli("extract", ref, element, "--hops", "1", *options, "-o", tmp_path / "loop", "--json", "--store", store)
+    assert made.exit_code == 0, made.stdout
+    data = json.loads(made.stdout)
+    body = next(a.split("=", 1)[1].lstrip("%") for a in entry[loop][1].attributes if a.startswith("body="))
+    assert loop in data["kept"] and body in data["computations"] and data["has_values"]
+    replayed = json.loads(cli("replay", tmp_path / "loop.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
+    assert (replayed["verdict"], replayed["max_abs_error"]) == ("match", 0)
