@@ -173,11 +173,16 @@ def _divergence(files: ModuleFiles, origin: dict) -> str:
     lines = [said]
     if culprit.get("switch"):
         switch = culprit["switch"]
-        replayed = files.snapshot.name if files.snapshot is not None else "this bundle"
         lines.append(
             f"The pass stays on in every compile (XLA does not compile the module without it), so its effect "
-            f"({culprit.get('effect') or 'what it allows'}) is seen by turning that off: `XLA_FLAGS=--{switch} xlarun replay "
-            f"{replayed}` differs from the snapshot's result where the pass moved the value; with XLA's runner, "
+            f"({culprit.get('effect') or 'what it allows'}) is seen by turning that off:"
+        )
+        if files.snapshot is not None:
+            lines.append(
+                f"`XLA_FLAGS=--{switch} xlarun replay {files.snapshot.name}` differs from the snapshot's result where the "
+                "pass moved the value; or, with XLA's runner,"
+            )
+        lines.append(
             f"`run_hlo_module --platform=cpu --input_format=hlo --{switch} {text}` against the same line without the flag."
         )
         return " ".join(lines)

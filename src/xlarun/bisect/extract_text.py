@@ -1,12 +1,13 @@
 """Cut one instruction and its operands within K hops out of a module's HLO text, as a module of its own.
 
 The new module holds only what the kept instructions need: the computations they call (transitively), not the
-rest of the module, and no other kernel: another fusion (or call, conditional, loop) than the instruction is a
-parameter, its value the run's, never a copy of its body. Its header is written from the new signature (its
+rest of the module, and no other kernel: another array-valued fusion (or call, conditional, loop) than the
+instruction is a parameter, its value the run's, never a copy of its body. Its header is written from the new signature (its
 ``entry_computation_layout`` from the parameters' and the result's shapes, no ``input_output_alias`` or
-``buffer_donor``, which name the old parameters and outputs). Sharding annotations are dropped (the extract runs on one device: a per-device step's values are one
-device's), a tuple-valued operand is not kept behind a ``get-tuple-element`` (the element becomes a parameter),
-and stack-frame ids, which point into tables the extract does not carry, are taken out of the metadata.
+``buffer_donor``, which name the old parameters and outputs). Sharding annotations are dropped (the extract runs
+on one device: a per-device step's values are one device's), a tuple-valued operand the hops do not reach is not
+kept behind a ``get-tuple-element`` (the element becomes a parameter; a loop the hops reach comes with the tuple it
+starts from), and stack-frame ids, which point into tables the extract does not carry, are taken out of the metadata.
 Collectives are never kept (their value, as the run computed it, is a parameter). An instruction in the body of
 an entry ``while`` or ``call`` is cut from that body (its values: :func:`~xlarun.bisect.extract.first_iteration`).
 """
@@ -244,7 +245,7 @@ def _kept(host_lines: dict[str, tuple[int, Instruction]], target: str, hops: int
             and not _runs_its_own_computation(host_lines[o][1])
         ]
         keep.update(frontier)
-    for name in list(keep - {target}):  # the tuple a kept loop starts from comes along: a tuple has no literal, its elements do
+    for name in list(keep - {target}):  # the tuple a kept loop starts from comes along: its elements are the parameters
         keep.update(o for o in _operands(host_lines[name][1]) if o in host_lines and host_lines[o][1].opcode == "tuple")
     for name in list(keep):  # and constants read by what is kept come along: they cost nothing and need no value
         keep.update(o for o in _operands(host_lines[name][1]) if o in host_lines and host_lines[o][1].opcode == "constant")
