@@ -41,6 +41,7 @@ def test_hlo_text_alone_is_bundled_and_the_readme_says_replays_run_on_generated_
     assert kept == TEXT and not [n for n in names if "snapshot" in n]
     assert "made from `f.hlo.txt`" in readme and "No snapshot was given: replays run on generated arguments" in readme
     assert "run_hlo_module" in readme  # XLA's runner lines for the text
+    assert "Entry signature: `(f32[4]) -> f32[]`; 9 instructions before optimizations, no optimized dump." in readme
 
 
 def test_bad_uses_are_refused_with_a_hint(cli, tmp_path):
