@@ -94,19 +94,29 @@ def _run_on_cpu(text: str, arguments: list) -> list:
 
 def test_an_extract_of_a_training_step_carries_only_what_it_calls_and_a_header_of_its_own():
     pytest.importorskip("jax")
-    cut = extract_instruction(STEP, "new_w", hops=2)
-    assert (cut.kept, cut.parameters) == (["mul_fusion", "annotated", "new_w"], ["w", "carried"])  # carried reads the loop
+    cut = extract_instruction(STEP, "mul_fusion", hops=1)
+    assert (cut.kept, cut.parameters) == (["mul_fusion"], ["w", "carried"])  # carried reads the loop: a parameter
     head = cut.text.splitlines()[0]
     # the donated arguments' aliasing and the donor name the step's parameters and outputs, not the extract's
-    assert head == "HloModule extract_new_w, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}"
+    assert head == "HloModule extract_mul_fusion, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}"
     assert cut.computations == ["fused_mul"] and "%add" not in cut.text and "%body" not in cut.text  # only what it calls
     assert "sharding=" not in cut.text and "stack_frame_id" not in cut.text and 'op_name="jit(step)/mul"' in cut.text
-    assert "%annotated = f32[4]{0} copy(%mul_fusion)" in cut.text  # the Sharding annotation is an identity on one device
     assert "call(%w, %carried), to_apply=%fused_mul" in cut.text  # the fusion as a call: it compiles as given
-    assert cut.instructions == 3 + 3 + 2  # fused_mul's, the kept three, the two parameters
+    assert cut.instructions == 3 + 2 + 1  # fused_mul's, the two parameters, the fusion
     w, carried = np.arange(4, dtype=np.float32), np.full(4, 8, np.float32)
-    (new_w,) = _run_on_cpu(cut.text, [w, carried])
-    np.testing.assert_array_equal(new_w, w - w * carried)
+    (product,) = _run_on_cpu(cut.text, [w, carried])
+    np.testing.assert_array_equal(product, w * carried)
+
+
+def test_another_fusion_than_the_instruction_is_a_parameter_and_its_body_stays_out():
+    pytest.importorskip("jax")
+    cut = extract_instruction(STEP, "new_w", hops=2)  # two hops reach mul_fusion: its value, not its body
+    assert (cut.kept, cut.parameters) == (["annotated", "new_w"], ["mul_fusion", "w"])
+    assert cut.computations == [] and "fused_mul" not in cut.text and cut.instructions == 2 + 2
+    assert "sharding=" not in cut.text and "%annotated = f32[4]{0} copy(%mul_fusion)" in cut.text  # an identity on one device
+    w, product = np.arange(4, dtype=np.float32), np.full(4, 8, np.float32)
+    (new_w,) = _run_on_cpu(cut.text, [product, w])
+    np.testing.assert_array_equal(new_w, w - product)
 
 
 def test_a_loop_comes_along_with_its_computations_and_an_instruction_deeper_than_a_loop_body_is_refused():
@@ -114,9 +124,10 @@ def test_a_loop_comes_along_with_its_computations_and_an_instruction_deeper_than
     from xlarun.errors import InputError
 
     with pytest.raises(InputError, match=r"'carried' reads the tuple 'loop'") as caught:
-        extract_instruction(STEP, "carried", hops=1)
+        extract_instruction(STEP, "carried", hops=0)
     assert "extract with more --hops" in caught.value.one_line()
-    loop = extract_instruction(STEP, "carried", hops=2)  # the while and the tuple it starts from are kept
+    loop = extract_instruction(STEP, "carried", hops=1)  # the while and the tuple it starts from (free, as a constant)
+    assert loop.kept == ["zero.i", "init", "loop", "carried"]
     assert loop.parameters == ["x"] and loop.computations == ["body", "cond"]
     x = np.array([1, -2, 3, 0.5], np.float32)
     np.testing.assert_array_equal(_run_on_cpu(loop.text, [x])[0], x * 8)  # three iterations of doubling
@@ -174,6 +185,13 @@ def test_collectives_and_partition_ids_are_never_kept_and_a_collective_is_refuse
     assert cut.kept == ["constant.7", "dynamic-slice", "reshape", "dynamic-slice.1", "zero", "reduce"]
     with pytest.raises(InputError, match=r"'all-reduce' is a collective \(all-reduce\) between devices"):
         extract_instruction(PER_DEVICE, "all-reduce")
+    # a combined all-reduce is a tuple: an element of it has no one-device value either, and no --hops keeps it
+    root = next(line for line in PER_DEVICE.splitlines() if line.startswith("  ROOT %all-reduce"))
+    combined = root.replace("ROOT %all-reduce = f32[]", "%all-reduce = (f32[], f32[])").replace("(%reduce)", "(%reduce, %zero)")
+    combined = PER_DEVICE.replace(root, f"{combined}\n  ROOT %total = f32[] get-tuple-element(%all-reduce), index=0")
+    with pytest.raises(InputError, match=r"'total' takes an element of 'all-reduce', a collective") as caught:
+        extract_instruction(combined, "total", hops=3)
+    assert "extract what reads total" in caught.value.one_line() and "more --hops" not in caught.value.one_line()
 
 
 def test_the_values_run_drops_the_aliasing_of_donated_arguments_so_xla_compiles_it():
@@ -275,14 +293,11 @@ def _zoo_extract(cli, zoo_runs, program: str, folder) -> dict:
     return data
 
 
-def _zoo_programs(over_50: tuple[str, ...] = ()):
+def _zoo_programs():
     from tests.test_zoo import zoo
 
     for name in zoo.STEPS:
-        marks = [pytest.mark.slow]
-        if name in over_50:
-            marks.append(pytest.mark.xfail(strict=True, reason="its biggest fusion reads four fusions whose bodies come along"))
-        yield pytest.param(name, marks=marks, id=name)
+        yield pytest.param(name, marks=[pytest.mark.slow], id=name)
 
 
 @pytest.mark.parametrize("program", list(_zoo_programs()))
@@ -301,13 +316,59 @@ def test_a_zoo_extract_is_a_few_kilobytes_and_replays_to_the_run_value(cli, zoo_
     assert replay["compared_with"] == ["snapshot result"] and replay["max_abs_error"] == 0
 
 
-@pytest.mark.parametrize("program", list(_zoo_programs(over_50=("flax_nnx",))))
+@pytest.mark.parametrize("program", list(_zoo_programs()))
 def test_a_zoo_extract_with_one_hop_is_under_50_instructions(cli, zoo_runs, program, tmp_path):
+    """Another fusion the biggest one reads (flax_nnx's adamw update reads four) is a parameter holding the value the
+    run computed, not a copy of its body: the extract is that one kernel."""
     data = _zoo_extract(cli, zoo_runs, program, tmp_path)
     from xlarun.replay.deoptimize import parse_instruction
 
     assert data["instructions"] == sum(1 for line in data["text"].splitlines() if parse_instruction(line) is not None)
-    assert data["instructions"] < 50
+    assert data["instructions"] < 50 and data["bytes"] < 10_000
+    computations, _by_name = computations_of(data["text"])
+    entry = next(c for c in computations if c.entry)
+    calls = [instr for _, instr in instructions_of(entry).values() if instr.opcode == "call"]
+    assert [c.name.lstrip("%") for c in calls] in ([], [data["target"]])  # the fusion itself is the one call kept
+    replay = data["replay"]
+    assert (replay["verdict"], replay["max_abs_error"]) == ("match", 0)
+
+
+@pytest.mark.slow
+def test_a_zoo_culprit_extract_reproduces_the_pass_effect_with_its_switch(cli, zoo_runs, tmp_path):
+    """bf16: bisect names float-normalization-bf16 (kept on: XLA does not compile the step without it) and the first
+    value it moves; that value's one-hop extract replays to a match, and with the pass's switch off it moves by what
+    the bisection measured on the whole step. The bundle says that line."""
+    import zipfile
+
+    from tests.test_zoo import zoo
+
+    store, run_id = zoo_runs("bf16")
+    ref, _target, _options = _zoo_target(cli, store, run_id, "bf16")
+    bisected = cli("bisect", ref, "--json", "--store", store)
+    data = json.loads(bisected.stdout)
+    assert bisected.exit_code == 1 and data["culprit_pass"] == zoo.EXPECTED_BISECT["bf16"][1] == "float-normalization-bf16"
+    moved = data["first_move"]["moved"]
+    made = cli("extract", ref, moved["name"], "--hops", "1", "-o", tmp_path / "first", "--json", "--store", store)
+    assert made.exit_code == 0, made.stdout
+    extracted = json.loads(made.stdout)
+    assert extracted["instructions"] < 50 and extracted["bytes"] < 10_000
+    origin = json.loads((tmp_path / "first.extract.json").read_text())
+    assert origin["culprit"]["pass"] == "float-normalization-bf16" and origin["culprit"]["kept"]
+    switch = origin["culprit"]["switch"]
+    assert switch == "xla_allow_excess_precision=false"
+    snapshot = tmp_path / "first.snapshot.pb"
+    plain = json.loads(cli("replay", snapshot, "--json", "--store", tmp_path / "none").stdout)
+    assert (plain["verdict"], plain["max_abs_error"]) == ("match", 0)
+    switched = cli("replay", snapshot, "--json", "--store", tmp_path / "none", env={"XLA_FLAGS": f"--{switch}"})
+    effect = json.loads(switched.stdout)
+    assert switched.exit_code == 1 and effect["verdict"] == "mismatch"
+    assert effect["max_abs_error"] == pytest.approx(moved["max_abs_error"], rel=1e-3)  # the pass's effect, in the extract alone
+    bundled = cli("bundle", snapshot, "-o", tmp_path / "bug.zip", "--json")
+    assert bundled.exit_code == 0, bundled.stderr
+    with zipfile.ZipFile(tmp_path / "bug.zip") as archive:
+        readme = archive.read("README.md").decode()
+    assert f"`XLA_FLAGS=--{switch} xlarun replay first.snapshot.pb` differs" in readme
+    assert "--xla_disable_hlo_passes=float-normalization-bf16" not in readme  # the step does not compile without it
 
 
 def _dot_in_a_body(store, ref: str, opcode: str) -> tuple[int, str, str, str]:
@@ -352,3 +413,31 @@ def test_a_dot_inside_a_scan_or_shard_map_body_is_extracted_with_the_values_of_i
     assert origin.get("device") == (0 if program == "sharded" else None)  # per-device code: device 0's values
     replayed = json.loads(cli("replay", tmp_path / "dot.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
     assert (replayed["verdict"], replayed["compared_with"], replayed["max_abs_error"]) == ("match", ["snapshot result"], 0)
+
+
+@pytest.mark.slow
+def test_an_element_of_a_scan_loop_is_extracted_with_its_loop_in_one_hop(cli, zoo_runs, tmp_path):
+    """scan_remat's forward scan, read through a get-tuple-element: one hop keeps the while with the tuple it starts
+    from (its elements are parameters), and the loop replays to the value the run computed."""
+    from xlarun.diff import pass_steps
+    from xlarun.navigate.refs import resolve_module
+    from xlarun.store.facade import Store
+
+    store, run_id = zoo_runs("scan_remat")
+    ref, _target, options = _zoo_target(cli, store, run_id, "scan_remat")
+    opened = Store.open(store)
+    module = resolve_module(opened.index, ref)
+    path = next(s.path for s in pass_steps(module) if s.step == int(options[1]))
+    entry = instructions_of(next(c for c in computations_of(opened.read_file(module.run_id, path).decode())[0] if c.entry))
+    element, loop = next(
+        (name, instr.operands.strip().lstrip("%"))
+        for name, (_, instr) in entry.items()
+        if instr.opcode == "get-tuple-element" and entry[instr.operands.strip().lstrip("%")][1].opcode == "while"
+    )
+    made = cli("extract", ref, element, "--hops", "1", *options, "-o", tmp_path / "loop", "--json", "--store", store)
+    assert made.exit_code == 0, made.stdout
+    data = json.loads(made.stdout)
+    body = next(a.split("=", 1)[1].lstrip("%") for a in entry[loop][1].attributes if a.startswith("body="))
+    assert loop in data["kept"] and body in data["computations"] and data["has_values"]
+    replayed = json.loads(cli("replay", tmp_path / "loop.snapshot.pb", "--json", "--store", tmp_path / "none").stdout)
+    assert (replayed["verdict"], replayed["max_abs_error"]) == ("match", 0)

@@ -41,6 +41,7 @@ def test_hlo_text_alone_is_bundled_and_the_readme_says_replays_run_on_generated_
     assert kept == TEXT and not [n for n in names if "snapshot" in n]
     assert "made from `f.hlo.txt`" in readme and "No snapshot was given: replays run on generated arguments" in readme
     assert "run_hlo_module" in readme  # XLA's runner lines for the text
+    assert "Entry signature: `(f32[4]) -> f32[]`; 9 instructions before optimizations, no optimized dump." in readme
 
 
 def test_bad_uses_are_refused_with_a_hint(cli, tmp_path):
@@ -106,3 +107,30 @@ def test_an_extract_bundle_names_the_culprit_pass_the_versions_and_host_and_how_
     assert "Culprit: pass `algsimp` at step 6, named by bisection" in readme
     assert f"xlarun extract {origin['module']} mul.2 --step 5" in readme and "--xla_disable_hlo_passes=algsimp" in readme
     assert "a replay that does not match shows the divergence" not in readme  # the recorded value is the step's own
+
+
+@pytest.mark.parametrize(
+    ("step", "culprit", "says", "never"),
+    [
+        (5, {"pass": "algsimp", "step": 6}, "xlarun extract RUN/module_0006 sum --step 6`", "--step 4"),  # the other side
+        (6, {"pass": "algsimp", "step": 6}, "xlarun extract RUN/module_0006 sum --step 5`", "--step 6`"),
+        (
+            None,
+            {"pass": "float-normalization-bf16", "step": 5, "kept": True, "switch": "xla_allow_excess_precision=false"},
+            "`run_hlo_module --platform=cpu --input_format=hlo --xla_allow_excess_precision=false f.hlo.txt` against",
+            "--xla_disable_hlo_passes",  # the module does not compile without the pass: disabling it shows nothing
+        ),
+    ],
+)
+def test_the_readme_says_how_to_see_the_culprit_divergence_from_the_side_of_the_pass_the_extract_is_not(
+    cli, tmp_path, step, culprit, says, never
+):
+    (tmp_path / "f.hlo.txt").write_text(TEXT)
+    origin = {"run_id": "RUN", "module": "RUN/module_0006", "step": step, "culprit": culprit | {"bisect_id": "B"}}
+    (tmp_path / "f.extract.json").write_text(json.dumps(origin))
+    result = cli("bundle", tmp_path / "f.hlo.txt", "--json")
+    assert result.exit_code == 0, result.stderr
+    with zipfile.ZipFile(json.loads(result.stdout)["path"]) as archive:
+        readme = " ".join(archive.read("README.md").decode().split())
+    assert f"Culprit: pass `{culprit['pass']}` at step {culprit['step']}, named by bisection `B`" in readme
+    assert says in readme and never not in readme

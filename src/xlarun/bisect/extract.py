@@ -24,6 +24,7 @@ import numpy as np
 
 from xlarun.bisect.extract_text import Extracted, computations_of, extract_instruction, instructions_of
 from xlarun.bisect.first_move import RESULT_BOUND_KEYS, header_without
+from xlarun.bisect.kept import SWITCHES
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.replay.deoptimize import parse_instruction
 
@@ -254,6 +255,10 @@ def extract_origin(store: Any, module: Any, step: int | None, path: str) -> dict
             "bisect_id": culprits[-1].bisect_id,
             "first_move": moved.get("name") if isinstance(moved, dict) else None,
         }
+        if result.culprit_pass in (result.kept_passes or []) and result.culprit_pass in SWITCHES:
+            # a pass the module does not compile without: its effect is seen through XLA's switch, not by disabling it
+            field, value, meaning = SWITCHES[result.culprit_pass]
+            culprit |= {"kept": True, "switch": f"{field}={str(value).lower()}", "effect": meaning}
     return {
         "run_id": module.run_id,
         "module": module.ref,

@@ -1,11 +1,13 @@
 """Cut one instruction and its operands within K hops out of a module's HLO text, as a module of its own.
 
 The new module holds only what the kept instructions need: the computations they call (transitively), not the
-rest of the module; its header is written from the new signature (its ``entry_computation_layout`` from the
-parameters' and the result's shapes, no ``input_output_alias`` or ``buffer_donor``, which name the old parameters
-and outputs). Sharding annotations are dropped (the extract runs on one device: a per-device step's values are one
-device's), a tuple-valued operand is not kept behind a ``get-tuple-element`` (the element becomes a parameter),
-and stack-frame ids, which point into tables the extract does not carry, are taken out of the metadata.
+rest of the module, and no other kernel: another array-valued fusion (or call, conditional, loop) than the
+instruction is a parameter, its value the run's, never a copy of its body. Its header is written from the new signature (its
+``entry_computation_layout`` from the parameters' and the result's shapes, no ``input_output_alias`` or
+``buffer_donor``, which name the old parameters and outputs). Sharding annotations are dropped (the extract runs
+on one device: a per-device step's values are one device's), a tuple-valued operand the hops do not reach is not
+kept behind a ``get-tuple-element`` (the element becomes a parameter; a loop the hops reach comes with the tuple it
+starts from), and stack-frame ids, which point into tables the extract does not carry, are taken out of the metadata.
 Collectives are never kept (their value, as the run computed it, is a parameter). An instruction in the body of
 an entry ``while`` or ``call`` is cut from that body (its values: :func:`~xlarun.bisect.extract.first_iteration`).
 """
@@ -165,6 +167,17 @@ def _unkept_boundary(instr: Instruction) -> bool:
     )
 
 
+#: Producers that run a computation of their own (a kernel, a called body): another one than the extract's
+#: instruction is a parameter holding the value the run computed, so its body does not come along.
+_OWN_COMPUTATION_OPCODES = ("fusion", "call", "conditional", "while", "async-start")
+
+
+def _runs_its_own_computation(instr: Instruction) -> bool:
+    """An array-valued fusion, call, conditional or loop: its value is the extract's parameter. A tuple-valued one
+    is kept when reached (a tuple has no literal to give as a parameter)."""
+    return instr.opcode in _OWN_COMPUTATION_OPCODES and not _is_tuple(instr.shape)
+
+
 def extract_instruction(text: str, instruction: str, hops: int = 1) -> Extracted:
     """The module of ``instruction`` and its operands within ``hops`` of it, read from HLO ``text``."""
     if hops < 0:
@@ -227,10 +240,14 @@ def _kept(host_lines: dict[str, tuple[int, Instruction]], target: str, hops: int
         frontier = [
             o
             for o in dict.fromkeys(frontier)
-            if host_lines[o][1].opcode != "parameter" and not _unkept_boundary(host_lines[o][1])
+            if host_lines[o][1].opcode != "parameter"
+            and not _unkept_boundary(host_lines[o][1])
+            and not _runs_its_own_computation(host_lines[o][1])
         ]
         keep.update(frontier)
-    for name in list(keep):  # constants read by what is kept come along: they cost nothing and need no value
+    for name in list(keep - {target}):  # the tuple a kept loop starts from comes along: its elements are the parameters
+        keep.update(o for o in _operands(host_lines[name][1]) if o in host_lines and host_lines[o][1].opcode == "tuple")
+    for name in list(keep):  # and constants read by what is kept come along: they cost nothing and need no value
         keep.update(o for o in _operands(host_lines[name][1]) if o in host_lines and host_lines[o][1].opcode == "constant")
     changed = True
     while changed:  # a kept value reading a tuple that is not kept becomes a parameter itself: a tuple has no literal here
@@ -244,6 +261,12 @@ def _kept(host_lines: dict[str, tuple[int, Instruction]], target: str, hops: int
     tuples = [
         o for o in _operands(host_lines[target][1]) if o in host_lines and o not in keep and _is_tuple(host_lines[o][1].shape)
     ]
+    if tuples and _unkept_boundary(host_lines[tuples[0]][1]):
+        raise InputError(
+            f"{target!r} takes an element of {tuples[0]!r}, a collective ({host_lines[tuples[0]][1].opcode}) between "
+            "devices, which has no one-device extract",
+            f"extract what reads {target} (its value is then a parameter, as the run computed it)",
+        )
     if tuples:
         raise InputError(
             f"{target!r} reads the tuple {tuples[0]!r}, which an extract cannot take as a parameter",

@@ -390,7 +390,7 @@ def render_readme(
         )
         + f"Entry signature: `{module.entry_signature or '?'}`; "
         + f"{module.instr_before if module.instr_before is not None else '?'} instructions before optimizations, "
-        + f"{module.instr_after if module.instr_after is not None else '?'} after.",
+        + (f"{module.instr_after} after." if module.instr_after is not None else "no optimized dump."),
         "",
         "## Files",
         "",

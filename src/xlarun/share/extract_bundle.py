@@ -171,11 +171,27 @@ def _divergence(files: ModuleFiles, origin: dict) -> str:
     said += f", named by bisection `{culprit.get('bisect_id')}`"
     said += f" (first value to move: `{culprit['first_move']}`)." if culprit.get("first_move") else "."
     lines = [said]
-    if step is not None and origin.get("module"):
+    if culprit.get("switch"):
+        switch = culprit["switch"]
         lines.append(
-            f"To see the divergence, extract the same instruction from the step before the pass, `xlarun extract "
-            f"{origin['module']} {instruction} --step {step - 1}`: the two snapshots' results are its value before and "
-            "after the pass (`xlarun replay STEM.snapshot.pb --save-outputs STEM.npz` writes each);"
+            f"The pass stays on in every compile (XLA does not compile the module without it), so its effect "
+            f"({culprit.get('effect') or 'what it allows'}) is seen by turning that off:"
+        )
+        if files.snapshot is not None:
+            lines.append(
+                f"`XLA_FLAGS=--{switch} xlarun replay {files.snapshot.name}` differs from the snapshot's result where the "
+                "pass moved the value; or, with XLA's runner,"
+            )
+        lines.append(
+            f"`run_hlo_module --platform=cpu --input_format=hlo --{switch} {text}` against the same line without the flag."
+        )
+        return " ".join(lines)
+    if step is not None and origin.get("module"):
+        other = step if origin.get("step") == step - 1 else step - 1  # the other side of the pass than this extract's
+        lines.append(
+            f"To see the divergence, extract the same instruction from the step {'of' if other == step else 'before'} the "
+            f"pass, `xlarun extract {origin['module']} {instruction} --step {other}`: the two snapshots' results are its "
+            "value before and after the pass (`xlarun replay STEM.snapshot.pb --save-outputs STEM.npz` writes each);"
         )
     lines.append(
         f"or, with XLA's runner, run `{text}` with the pass off and on: `run_hlo_module --platform=cpu --input_format=hlo "
