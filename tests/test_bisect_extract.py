@@ -419,8 +419,8 @@ def test_a_dot_inside_a_scan_or_shard_map_body_is_extracted_with_the_values_of_i
 def test_an_element_of_a_scan_loop_is_extracted_with_its_loop_in_one_hop(cli, zoo_runs, tmp_path):
     """scan_remat's forward scan, read through a get-tuple-element: one hop keeps the while with the tuple it starts
     from (its elements are parameters), and the loop replays to the value the run computed."""
-    from xlarun.diff import pass_steps
     from xlarun.navigate.refs import resolve_module
+    from xlarun.see.diff import pass_steps
     from xlarun.store.facade import Store
 
     store, run_id = zoo_runs("scan_remat")

@@ -310,7 +310,6 @@ def test_an_optimized_module_the_rewrite_cannot_express_falls_back_to_its_progra
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_an_optimized_module_and_a_before_dump_for_other_device_counts_are_refused_naming_both(tmp_path):
     """The checked-in 2-device optimized module beside a before_optimizations dump made for 4 devices: not one compile's
     dumps, so the replay is refused with both counts (exit 3), not a crash of the device assignment."""
