@@ -179,6 +179,44 @@ def test_verbs_replay_render_bisect(captured, tmp_path):
     assert str(bisection).startswith(f"bisection of {passes.main.ref} by replay") and said in str(bisection)
 
 
+def _module_ref(plain, _folder: Path) -> str:
+    return plain.main.ref
+
+
+def _edited_file(plain, folder: Path) -> str:
+    """The module's before_optimizations text as a file of its own (as a user edits one), outside the store."""
+    path = folder / "edited.before_optimizations.txt"
+    path.write_text(plain.main.text("before_optimizations"))
+    return str(path)
+
+
+#: What `xlarun replay` is given, and the same given to ``Store.replay``: both go through ``replay.resolve.replay_ref``.
+REPLAY_CASES = [
+    pytest.param(_module_ref, ("--iterations", "2"), {"iterations": 2}, id="module-ref"),
+    pytest.param(_edited_file, ("--seed", "3", "--inputs", "fake"), {"seed": 3, "inputs": "fake"}, id="dump-file"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given, flags, keywords", REPLAY_CASES)
+def test_replay_gives_the_same_answer_from_the_cli_and_python(captured, cli, tmp_path, given, flags, keywords):
+    import json
+
+    store, plain, _passes, _other = captured
+    ref = given(plain, tmp_path)
+    answered = cli("replay", ref, *flags, "--json", "--store", store.path)
+    from_cli = json.loads(answered.stdout)
+    from_python = store.replay(ref, **keywords)
+    same = ("verdict", "engine", "platform", "input_kind", "arguments", "module_name", "max_abs_error", "compared_with")
+    python = from_python.result.to_dict()
+    assert all(k in from_cli and k in python for k in same)
+    assert {k: from_cli[k] for k in same} == {k: python[k] for k in same}
+    assert len(from_cli["run_times_s"]) == len(python["run_times_s"]) == keywords.get("iterations", 1)
+    assert answered.exit_code == from_python.result.exit_code
+    assert from_python.replay_id and from_cli["replay_id"] and from_python.replay_id != from_cli["replay_id"]  # both recorded
+    assert (from_python.module is None) == (from_cli["module"] is None) == (given is _edited_file)
+
+
 @pytest.mark.slow
 def test_capture_and_batch_from_python(tmp_path):
     pytest.importorskip("jax")

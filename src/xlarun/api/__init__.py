@@ -99,6 +99,22 @@ class Store(display.Shown):
         run_ref = run.id if isinstance(run, Run) else run
         return Module(self, resolve_module(self.store.index, ref, run=run_ref))
 
+    def replay(
+        self, ref: str | Path, *, snapshot: str | Path | None = None, run: str | Run | None = None, **options: Any
+    ) -> Replay:
+        """``xlarun replay REF``: a module REF of this store (as :meth:`Module.replay`), or a dump file's path (an edited
+        module, ``snapshot`` the arguments to run it on), replayed and recorded in this store. ``options`` are
+        ``xlarun replay``'s (``file``: which of the module's files)."""
+        from xlarun.replay.options import replay_options
+        from xlarun.replay.resolve import replay_ref
+
+        file = options.pop("file", None)
+        run_ref = run.id if isinstance(run, Run) else run
+        result, replay_id, info = replay_ref(
+            self.store, str(ref), replay_options(**options), snapshot=snapshot, file=file, run=run_ref
+        )
+        return Replay(result, replay_id, Module(self, info) if info is not None else None)
+
     def find(
         self,
         text: str,

@@ -138,33 +138,15 @@ def _replay(
     ctx: typer.Context, ref: str, options: Any, sink: Any, *, snapshot: Any, file: Any, store: Any, run: Any, as_json: bool
 ) -> int:
     from xlarun.commands.share import bundle_or_ref
-    from xlarun.replay import replay_file
-    from xlarun.replay.resolve import replay_and_record_file, replay_stored_module
+    from xlarun.replay.resolve import replay_ref
 
     given = ref
     store, ref, run = bundle_or_ref(ctx, ref, store, run)  # a bundle .zip: replayed from a temporary store
     from_bundle = ref != given  # that store goes when the command ends: nothing of the replay is kept
-    path = Path(ref)
-    if path.is_file() and run is None:
-        the_store = _existing_store(store)
-        if the_store is None:
-            result, replay_id = replay_file(path, options, sink, snapshot=snapshot), None
-        else:
-            record = replay_and_record_file(the_store, path, options, sink, snapshot=snapshot)
-            result, replay_id = record.result, record.replay_id
-        _report(result, replay_id, None, as_json)
-    else:
-        if snapshot is not None:
-            from xlarun.errors import InputError
-
-            raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
-        from xlarun.navigate.refs import resolve_module
-
-        the_store = open_store(store)
-        module = resolve_module(the_store.index, ref, run=run)
-        record = replay_stored_module(the_store, module, options, sink, file=file)
-        _report(record.result, None if from_bundle else record.replay_id, module, as_json, bundle=given if from_bundle else None)
-        result = record.result
+    # a dump file's replay needs no store (it is just not recorded); a module REF's does
+    the_store = _existing_store(store) if Path(ref).is_file() and run is None else open_store(store)
+    result, replay_id, module = replay_ref(the_store, ref, options, sink, snapshot=snapshot, file=file, run=run)
+    _report(result, None if from_bundle else replay_id, module, as_json, bundle=given if from_bundle else None)
     return int(result.exit_code)
 
 

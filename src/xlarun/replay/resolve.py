@@ -228,6 +228,38 @@ def replay_stored_module(
     return record_replay(store, result, options, started, time.perf_counter() - clock, module.run_id, module.module_id)
 
 
+def replay_ref(
+    store: Store | None,
+    ref: str,
+    options: ReplayOptions,
+    sink: Sink | None = None,
+    *,
+    snapshot: str | Path | None = None,
+    file: str | None = None,
+    run: str | None = None,
+) -> tuple[ReplayResult, str | None, ModuleInfo | None]:
+    """What ``xlarun replay REF`` and ``Store.replay(REF)`` replay, decided here once: a dump file's path (recorded in
+    ``store`` when there is one, else replayed unrecorded), or a module REF of ``store`` (its most faithful file, or
+    ``file``; recorded with its run). Returns the result, the replay's id (None when not recorded), the module (None
+    for a file)."""
+    if Path(ref).is_file() and run is None:
+        if store is None:
+            return replay_file(ref, options, sink, snapshot=snapshot), None, None
+        record = replay_and_record_file(store, ref, options, sink, snapshot=snapshot)
+        return record.result, record.replay_id, None
+    if snapshot is not None:
+        raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
+    if store is None:
+        raise InputError(
+            f"no dump file {ref!r}, and no store to find a module of that name in", "give a dump file's path or a store"
+        )
+    from xlarun.navigate.refs import resolve_module
+
+    module = resolve_module(store.index, ref, run=run)
+    record = replay_stored_module(store, module, options, sink, file=file)
+    return record.result, record.replay_id, module
+
+
 def replay_and_record_file(
     store: Store, path: str | Path, options: ReplayOptions, sink: Any = None, snapshot: str | Path | None = None
 ) -> ReplayRecord:
