@@ -118,18 +118,9 @@ def test_what_an_op_holds_and_the_work_its_shapes_say():
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory):
+def profiled(jax_profiled_run):
     """configs/jax-cpu.yaml with ``profile: true``, captured for real: (store path, store, CaptureResult)."""
-    pytest.importorskip("jax")
-    from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
-
-    folder = tmp_path_factory.mktemp("profiled")
-    text = (CONFIGS / "jax-cpu.yaml").read_text().replace("examples/jax_mlp.py", str(CONFIGS / "examples" / "jax_mlp.py"))
-    spec = folder / "spec.yaml"
-    spec.write_text(text + "profile: true\n")
-    store = Store.open(folder / "store")
-    return folder / "store", store, capture(spec, store)
+    return jax_profiled_run
 
 
 def _trace_counts(store, run_id: str) -> Counter:
