@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,34 @@ def test_the_trace_is_laid_out_as_xprof_reads_it_and_reused(jax_profiled_run, tm
     assert trace.read_bytes() == store.read_file(result.run_id, archived.path)  # a changed copy is written anew
 
 
+def test_a_many_process_jobs_traces_are_one_session_with_a_host_per_process(tmp_path):
+    """Each process of a many-process job writes its own trace, under process-N/, often with the same host name and
+    session folder: XProf gets them as one session, a host per process, none overwriting another."""
+    from xlarun.store.facade import Store
+    from xlarun.view import xprof_host_name, xprof_logdir
+
+    from .see_support import add_run
+
+    trace = (Path(__file__).parent / "fixtures" / "profile" / "tiny.xplane.pb").read_bytes()
+    other = (Path(__file__).parent / "fixtures" / "profile" / "tiny_tf.xplane.pb").read_bytes()
+    store = Store.open(tmp_path / "store")
+    session = "plugins/profile/2026_11_28_17_20_41"
+    run_id = add_run(
+        store,
+        {
+            f"xlarun-profile/process-0/{session}/vm.xplane.pb": trace,
+            f"xlarun-profile/process-1/{session}/vm.xplane.pb": other,
+        },
+    )
+    laid_out = xprof_logdir(store, run_id, tmp_path / "cache")
+    assert laid_out.sessions == [run_id] and laid_out.hosts == ["process-0-vm", "process-1-vm"]
+    folder = tmp_path / "cache" / run_id / "plugins" / "profile" / run_id
+    assert (folder / "process-0-vm.xplane.pb").read_bytes() == trace
+    assert (folder / "process-1-vm.xplane.pb").read_bytes() == other
+    assert laid_out.trace_bytes == len(trace) + len(other)
+    assert xprof_host_name(f"xlarun-profile/{session}/vm.xplane.pb", several=False) == "vm"
+
+
 # --- served --------------------------------------------------------------------------------------------------
 
 
@@ -127,6 +156,8 @@ def test_xprof_lists_the_run_and_its_ops_on_loopback_and_in_chromium(jax_profile
             page.goto(server.url)
             page.get_by_text("Sessions (1)").first.wait_for(timeout=90_000)
             page.get_by_text(f"Hosts ({len(laid_out.hosts)})").first.wait_for(timeout=90_000)
+            # the overview page, converted from the trace by XProf on first request, says what ran
+            page.wait_for_function("document.body.innerText.includes('Device type: CPU')", timeout=120_000)
             page.screenshot(path=str(tmp_path / "xprof.png"))
             body = page.inner_text("body")
             browser.close()

@@ -265,8 +265,8 @@ class XprofLogdir:
 
     run_id: str
     logdir: Path
-    sessions: list[str]  # XProf's "runs": the run id, or run id + the profiler's session folder when it made several
-    hosts: list[str]
+    sessions: list[str]  # XProf's "runs": one, named by the run id
+    hosts: list[str]  # one per trace: the host, or process-N-host for a many-process job
     trace_bytes: int
 
 
@@ -280,29 +280,34 @@ def xprof_logdir(store: Store, run_id: str, cache_root: Path | None = None) -> X
     traces = [f for f in store.index.run_files(run_id) if f.path.endswith(TRACE_SUFFIX)]
     if not traces:
         raise no_profile(run_id)
-    session_folders = {_session_folder(f.path) for f in traces}
     logdir = (cache_root or xprof_cache_root()) / run_id
-    sessions, hosts, total = set(), set(), 0
+    session = logdir / "plugins" / "profile" / run_id
+    hosts, total = [], 0
     for trace in traces:
-        session = run_id if len(session_folders) == 1 else f"{run_id}_{_session_folder(trace.path)}"
-        host = trace.path.rsplit("/", 1)[-1][: -len(TRACE_SUFFIX)] or "host"
-        dest = logdir / "plugins" / "profile" / session / f"{host}{TRACE_SUFFIX}"
+        host = xprof_host_name(trace.path, several=len(traces) > 1)
+        while host in hosts:  # two traces of one process (a trace started twice): both shown
+            host += "-again"
+        dest = session / f"{host}{TRACE_SUFFIX}"
         data = store.read_file(run_id, trace.path)
         if not dest.is_file() or _digest(dest.read_bytes()) != _digest(data):
             dest.parent.mkdir(parents=True, exist_ok=True)
             partial = dest.with_name(dest.name + ".partial")
             partial.write_bytes(data)
             os.replace(partial, dest)  # XProf never sees half a trace
-        sessions.add(session)
-        hosts.add(host)
+        hosts.append(host)
         total += len(data)
-    return XprofLogdir(run_id, logdir, sorted(sessions), sorted(hosts), total)
+    return XprofLogdir(run_id, logdir, [run_id], sorted(hosts), total)
 
 
-def _session_folder(path: str) -> str:
-    """The profiler's session folder a trace sits in (``.../plugins/profile/2026_11_28_17_20_41/vm.xplane.pb``)."""
+def xprof_host_name(path: str, several: bool) -> str:
+    """The host XProf shows a trace as: its file's host name; with ``several`` traces (one per process of a
+    many-process job: ``xlarun-profile/process-N/plugins/profile/SESSION/HOST.xplane.pb``), ``process-N-HOST``."""
+    from xlarun.store.profile_index import TRACE_SUFFIX
+
     parts = path.split("/")
-    return parts[-2] if len(parts) > 1 else "top"
+    host = parts[-1][: -len(TRACE_SUFFIX)] or "host"
+    process = next((part for part in parts if part.startswith("process-")), None)
+    return f"{process}-{host}" if several and process else host
 
 
 def _digest(data: bytes) -> str:
