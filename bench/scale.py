@@ -225,6 +225,33 @@ def measure_scale(sizes: list[int], repeats: int, workdir: Path) -> dict:
     return results
 
 
+def format_markdown(results: dict) -> str:
+    """Each reading command's median at each store size, beside the target for that size."""
+    sizes = sorted(results.get("sizes", {}), key=int)
+    targets = {10_000: 0.15, 100_000: 0.5}
+    lines = [
+        "| command | " + " | ".join(f"{int(size):,} runs" for size in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for label in (*READING_COMMANDS, "python_c_pass_s", "typer_import_s"):
+        cells = []
+        for size in sizes:
+            at = results["sizes"][size].get(label)
+            value = at if isinstance(at, (int, float)) else (at or {}).get("median_s")
+            target = targets.get(int(size))
+            verdict = (
+                "" if value is None or target is None or label.endswith("_s") else (" (met)" if value <= target else " (unmet)")
+            )
+            cells.append("-" if value is None else f"{value:.3f} s{verdict}")
+        name = {"python_c_pass_s": "`python -c pass`", "typer_import_s": "`import typer`"}.get(label)
+        lines.append(
+            f"| {name or 'xlarun ' + label.replace('modules_by_time', 'modules --by time')} | " + " | ".join(cells) + " |"
+        )
+    load = ", ".join(f"{results['sizes'][size]['load_1m_before']}" for size in sizes)
+    lines += ["", f"Median of {results.get('repeats', '?')} runs each, a new process each; 1-minute load at each size: {load}."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="1000,10000,100000", help="store sizes, comma-separated")

@@ -174,7 +174,23 @@ def benchmarks_page() -> str:
         parts.append(f"{_measured_on(ray).capitalize()}.\n\n```text\n{body}\n```\n")
     else:
         parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
+    parts.append(_recorded_section("profile", "What `profile: true` costs: `python -m bench.profile --zoo --record`"))
+    parts.append(_recorded_section("scale", "Reading commands on big stores: `python -m bench.scale --record`"))
     return "".join(parts)
+
+
+def _recorded_section(name: str, title: str) -> str:
+    """A section made by the benchmark's own ``format_markdown`` from its results file."""
+    import importlib
+
+    from bench.results_files import load_recorded
+
+    results = load_recorded(name)
+    head = f"\n## {title}\n\n"
+    if not results:
+        return head + f"Not recorded yet: `python -m bench.{name} --record`.\n"
+    formatted = importlib.import_module(f"bench.{name}").format_markdown(results)
+    return head + f"{_measured_on(results).capitalize()}.\n\n{formatted}\n"
 
 
 def _render_section(render: dict | None) -> str:

@@ -12,9 +12,10 @@ The results go to a JSON file; the markdown table (for the README) is printed an
 Measured (issue 33): each program is captured a third time with `profile: true` and without snapshots or per-pass
 dumps (a snapshot is written at every execution, which would be timed with the step). From it: the step's time per
 execution (`modules --by time`: its executions after the first, else the first), the share of that time its ops fill
-(its ops' self times added up, per device, over the wall time of the last call of the jitted step as jax's profiler
-saw it from Python, `PjitFunction(STEP)`, read from the trace here; a call during which something compiled is
-not counted), and its peak memory (`memory`); for a JAX program,
+(its ops' self times added up, per device, over the wall time XLA's runtime took to execute it, the
+`ThunkExecutor::Execute` event around its ops, and over the wall time of the last call of the jitted step as jax's
+profiler saw it from Python, `PjitFunction(STEP)`, both read from the trace here; a call during which something
+compiled is not counted), and its peak memory (`memory`); for a JAX program,
 the peak is held against jax's own `Compiled.memory_analysis()` of the step (scripts/zoo_memory_analysis.py):
 arguments + outputs + temporaries - aliased. `--measure-only` redoes only this part, into the existing JSON.
 """
@@ -217,7 +218,7 @@ def measure_program(name: str, runner: Runner, work: Path) -> dict:
     devices = max(1, time_["devices"])
     # busy time per execution and device: the executions after the first (the first alone when it ran once)
     step_s = time_["steady_mean_ns"] / devices / 1e9
-    call_s = last_call_wall(runner, run, STEPS[name], work)
+    call_s, execution_s = trace_walls(runner, run, STEPS[name], work)
     result = {
         "run": run,
         "module": step["name"],
@@ -227,6 +228,8 @@ def measure_program(name: str, runner: Runner, work: Path) -> dict:
         "ops_fill": time_["busy_ns"] / devices / time_["wall_ns"] if time_["wall_ns"] else None,
         "call_s": call_s,
         "ops_over_call": step_s / call_s if call_s else None,
+        "execution_s": execution_s,
+        "ops_over_execution": step_s / execution_s if execution_s else None,
         "devices": devices,
         "peak_bytes": memory.get("peak_bytes"),
     }
@@ -238,31 +241,49 @@ def measure_program(name: str, runner: Runner, work: Path) -> dict:
     return result
 
 
-def last_call_wall(runner: Runner, run: str, step: str, work: Path) -> float | None:
-    """The wall time of the last call of the jitted step as jax's profiler saw it from Python (the host event
-    `PjitFunction(STEP)`: dispatch, the execution and its wait), read from the archived trace independently of
-    xlarun's index; None for a TF program (its trace has no such event)."""
+def trace_walls(runner: Runner, run: str, step: str, work: Path) -> tuple[float | None, float | None]:
+    """Two wall times of the step, read from the archived trace with jax's ProfileData, independently of xlarun's
+    index (None, None for a TF program, whose trace has neither):
+
+    - the last call of the jitted step as jax's profiler saw it from Python (the host event `PjitFunction(STEP)`:
+      dispatch, the execution and its wait; a call that compiled is left out);
+    - the step's execution by XLA's CPU runtime: for each execution (`run_id`) and thread that ran its ops, the
+      `ThunkExecutor::Execute` event that encloses them; the mean over the executions after the first (all of them
+      when it ran once), so per device for a sharded step."""
     folder = work / f"export-{run}"
     rc, _, _ = runner.xlarun("export", run, str(folder))
     traces = sorted(folder.rglob("*.xplane.pb")) if rc == 0 else []
     if not traces:
-        return None
+        return None, None
     from jax.profiler import ProfileData
 
-    events = [
-        (event.name, event.start_ns, event.start_ns + event.duration_ns)
-        for trace in traces
-        for plane in ProfileData.from_file(str(trace)).planes
-        for line in plane.lines
-        for event in line.events
-    ]
+    events, ops = [], {}
+    for trace in traces:
+        for plane in ProfileData.from_file(str(trace)).planes:
+            for line in plane.lines:
+                for event in line.events:
+                    start, end = event.start_ns, event.start_ns + event.duration_ns
+                    events.append((event.name, start, end))
+                    stats = dict(event.stats)
+                    if stats.get("hlo_module") == f"jit_{step}" and "hlo_op" in stats:
+                        ops.setdefault((stats.get("run_id"), line.name), []).append((start, end))
     compiles = [(start, end) for name, start, end in events if "Compile" in name]
     calls = [
         (start, end)
         for name, start, end in events
         if name == f"PjitFunction({step})" and not any(s < end and start < e for s, e in compiles)
     ]  # a call that compiled (its first, or a recompile) times the compiler, not the step
-    return (max(calls)[1] - max(calls)[0]) / 1e9 if calls else None
+    call_s = (max(calls)[1] - max(calls)[0]) / 1e9 if calls else None
+    executors = [(start, end) for name, start, end in events if name == "ThunkExecutor::Execute"]
+    walls: dict = {}
+    for (execution, _line), spans in ops.items():
+        first, last = min(s for s, _ in spans), max(e for _, e in spans)
+        enclosing = [e - s for s, e in executors if s <= first and last <= e]
+        if enclosing:
+            walls.setdefault(execution, (first, []))[1].append(min(enclosing))
+    ordered = [w for _first, w in sorted(walls.values())]
+    steady = [wall for walls_of in (ordered[1:] or ordered) for wall in walls_of]
+    return call_s, (sum(steady) / len(steady) / 1e9 if steady else None)
 
 
 def _bytes(n: int | None) -> str:
@@ -283,28 +304,34 @@ def measured_table(results: dict) -> str:
     lines = [
         f"Measured ({results.get('measured_date', results['date'])}; `profile: true`, no snapshots):",
         "",
-        "| program | step | time per execution | first execution | executions | op time / call wall | peak "
-        "| jax memory_analysis |",
-        "|---|---|---|---|---|---|---|---|",
+        "| program | step | time per execution | first execution | executions | op time / execution wall "
+        "| op time / call wall | peak | jax memory_analysis |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in rows:
         if "error" in m:
-            lines.append(f"| {name} | FAIL: {m['error'][:80]} | | | | | | |")
+            lines.append(f"| {name} | FAIL: {m['error'][:80]} | | | | | | | |")
             continue
         jax_cell = "- (TF)"
         if "jax_memory_analysis" in m:
             ja = m["jax_memory_analysis"]
             jax_cell = ("=" if m["peak_matches_jax"] else "DIFFERS: ") + f" {ja['peak_bytes']} B"
         ratio = f"{m['ops_over_call']:.2f} of {_duration(m['call_s'])}" if m.get("ops_over_call") else "-"
+        in_execution = f"{m['ops_over_execution']:.2f} of {_duration(m['execution_s'])}" if m.get("ops_over_execution") else "-"
         devices = f" ({m['devices']} devices; times per device)" if m["devices"] > 1 else ""
         lines.append(
             f"| {name} | {m['module'].split('__')[0]}{devices} | {_duration(m['step_s'])} | {_duration(m['first_s'])} | {m['executions']} "
-            f"| {ratio} | {_bytes(m['peak_bytes'])} | {jax_cell} |"
+            f"| {in_execution} | {ratio} | {_bytes(m['peak_bytes'])} | {jax_cell} |"
         )
     lines += [
         "",
         "Time per execution: the step's ops' self times added up, per execution after the first (the first carries",
-        "one-time set-up), per device for a sharded step. Op time / call wall: that over the wall time of the step's last",
+        "one-time set-up), per device for a sharded step. Op time / execution wall: that over the wall time XLA's CPU",
+        "runtime took to execute the step (the `ThunkExecutor::Execute` event enclosing its ops, per execution after the",
+        "first and per device, read from the trace with jax's ProfileData); the rest is the executor's own work between",
+        "thunks; `-` where no such event encloses them (bf16's small step runs inline on the calling thread, the",
+        "8-device steps per device outside it). Op time / call",
+        "wall: that over the wall time of the step's last",
         "call from Python without a compile in it (jax's `PjitFunction(STEP)` host event, read from the trace); the rest",
         "is dispatch, and above 1 the call returned before its execution ended (jax dispatches asynchronously); `-`: a TF",
         "program, or no such call. jax memory_analysis: arguments + outputs + temporaries - aliased of",

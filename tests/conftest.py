@@ -54,6 +54,21 @@ def jax_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def jax_profiled_run(tmp_path_factory):
+    """configs/jax-cpu.yaml with ``profile: true``, captured for real: (store path, store, CaptureResult)."""
+    pytest.importorskip("jax")
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    folder = tmp_path_factory.mktemp("profiled")
+    text = (CONFIGS / "jax-cpu.yaml").read_text().replace("examples/jax_mlp.py", str(CONFIGS / "examples" / "jax_mlp.py"))
+    spec = folder / "spec.yaml"
+    spec.write_text(text + "profile: true\n")
+    store = Store.open(folder / "store")
+    return folder / "store", store, capture(spec, store)
+
+
+@pytest.fixture(scope="session")
 def jax_passes_run(tmp_path_factory):
     """configs/jax-passes.yaml: a pass-by-pass capture."""
     pytest.importorskip("jax")

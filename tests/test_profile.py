@@ -118,18 +118,9 @@ def test_what_an_op_holds_and_the_work_its_shapes_say():
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory):
+def profiled(jax_profiled_run):
     """configs/jax-cpu.yaml with ``profile: true``, captured for real: (store path, store, CaptureResult)."""
-    pytest.importorskip("jax")
-    from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
-
-    folder = tmp_path_factory.mktemp("profiled")
-    text = (CONFIGS / "jax-cpu.yaml").read_text().replace("examples/jax_mlp.py", str(CONFIGS / "examples" / "jax_mlp.py"))
-    spec = folder / "spec.yaml"
-    spec.write_text(text + "profile: true\n")
-    store = Store.open(folder / "store")
-    return folder / "store", store, capture(spec, store)
+    return jax_profiled_run
 
 
 def _trace_counts(store, run_id: str) -> Counter:
@@ -186,6 +177,62 @@ def test_a_modules_op_times_fit_in_the_jobs_wall_time(profiled):
     assert 0 < times.busy_ns < times.job_wall_s * 1e9
     for module in times.modules:
         assert 0 < module.time.busy_ns <= module.time.wall_ns * 1.0001 or module.time.events == 1
+
+
+def _jax_events(store, run_id: str):
+    """Every event of the run's trace as JAX's own reader gives it: (line, name, stats, start ns, duration ns)."""
+    from jax.profiler import ProfileData
+
+    trace = next(f for f in store.index.run_files(run_id) if f.path.endswith(".xplane.pb"))
+    for plane in ProfileData.from_serialized_xspace(store.read_file(run_id, trace.path)).planes:
+        for line in plane.lines:
+            for event in line.events:
+                yield line.name, event.name, dict(event.stats), event.start_ns, event.duration_ns
+
+
+@pytest.mark.slow
+def test_each_ops_time_is_the_time_jaxs_profiler_gives_it(profiled, cli):
+    """An op's total time in `profile` is the sum of its events' durations as jax.profiler.ProfileData reads them."""
+    path, store, result = profiled
+    jax_says: Counter = Counter()
+    for _line, _name, stats, _start, duration in _jax_events(store, result.run_id):
+        if stats.get("hlo_module") == "jit_train_step" and "hlo_op" in stats:
+            jax_says[stats["hlo_op"]] += duration
+    shown = json.loads(cli("profile", "jit_train_step", "--store", path, "--json").stdout)
+    ours = {op["op"]: op["time"]["total_ns"] for op in shown["ops"]}
+    assert set(ours) == set(jax_says) and len(ours) > 10
+    for op, total in ours.items():
+        assert total == pytest.approx(jax_says[op], rel=1e-6, abs=1.0), op
+    assert shown["time"]["busy_ns"] <= sum(jax_says.values()) * 1.000001  # self times: nothing counted twice
+
+
+@pytest.mark.slow
+def test_a_steps_op_times_add_up_to_most_of_its_execution_wall_time(profiled):
+    """Each execution of the step runs inside one `ThunkExecutor::Execute` event of XLA's CPU runtime, read here with
+    ProfileData: its duration is the step's wall time. The ops' self times xlarun adds up fit in it and fill most
+    of it (what is left is the executor's own work between thunks)."""
+    _path, store, result = profiled
+    from xlarun.navigate.profile import run_times
+
+    ops: dict[int, list[tuple[float, float]]] = {}
+    executors: list[tuple[float, float]] = []
+    for _line, name, stats, start, duration in _jax_events(store, result.run_id):
+        if stats.get("hlo_module") == "jit_train_step" and "hlo_op" in stats:
+            ops.setdefault(stats["run_id"], []).append((start, start + duration))
+        elif name == "ThunkExecutor::Execute":
+            executors.append((start, start + duration))
+    walls = []
+    for execution in sorted(ops, key=lambda run: min(s for s, _e in ops[run])):
+        first, last = min(s for s, _e in ops[execution]), max(e for _s, e in ops[execution])
+        enclosing = [e - s for s, e in executors if s <= first and last <= e]
+        assert enclosing, execution
+        walls.append(min(enclosing))
+    step = next(m.time for m in run_times(store, result.run_id).modules if m.name == "jit_train_step")
+    assert step.executions == len(walls) == 3
+    assert 0.5 * walls[0] < step.first_ns <= walls[0]
+    steady_wall = sum(walls[1:]) / len(walls[1:])
+    assert 0.5 * steady_wall < step.steady_mean_ns <= steady_wall
+    assert step.busy_ns <= sum(walls)
 
 
 @pytest.mark.slow

@@ -96,8 +96,8 @@ def test_the_drift_program_differs_between_one_device_and_eight():
 
 @pytest.mark.slow
 def test_a_zoo_programs_measured_time_and_peak(tmp_path):
-    """scripts/zoo.py's measurement of one program: its step's time from a profiled capture, the call's wall time
-    read from jax's trace independently, and the peak equal to jax's own Compiled.memory_analysis()."""
+    """scripts/zoo.py's measurement of one program: its step's time from a profiled capture, the execution's and the
+    call's wall time read from jax's trace independently, and the peak equal to jax's own Compiled.memory_analysis()."""
     pytest.importorskip("flax")
     runner = zoo.Runner(tmp_path / "store", timeout=300)
     measured = zoo.measure_program("flax_nnx", runner, tmp_path)
@@ -106,6 +106,9 @@ def test_a_zoo_programs_measured_time_and_peak(tmp_path):
     assert 0 < measured["step_s"] < measured["first_s"]  # the first execution carries one-time set-up
     assert 0.5 < measured["ops_fill"] <= 1.0  # the ops fill their execution's span: no idle gaps between them
     assert measured["call_s"] > 0 and measured["ops_over_call"] == measured["step_s"] / measured["call_s"]
+    # the ops' self times fit in the wall time XLA's runtime took to execute the step (read from jax's trace with
+    # ProfileData, its ThunkExecutor::Execute event) and fill most of it
+    assert measured["execution_s"] > 0 and 0.5 < measured["ops_over_execution"] <= 1.0
     jax_says = measured["jax_memory_analysis"]
     assert measured["peak_matches_jax"] and measured["peak_bytes"] == jax_says["peak_bytes"]
     assert jax_says["aliased"] > 0  # the step donates its parameters and optimizer state

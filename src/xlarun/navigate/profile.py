@@ -76,10 +76,11 @@ class ModuleProfile:
     hlo_note: str | None = None  # why ops lack what they hold (no optimized text dump)
 
 
-def _no_profile(run_id: str) -> NoProfile:
+def no_profile(run_id: str) -> NoProfile:
+    """The error for a run captured without ``profile:``, saying how to capture one."""
     return NoProfile(
         f"run {run_id} has no profile",
-        "capture it with `profile: true` in the spec (a JAX job), or xlarun.jax.capture(..., profile=True)",
+        "capture it again with `profile: true` in the spec (a JAX or TensorFlow job), or xlarun.jax.capture(..., profile=True)",
     )
 
 
@@ -87,7 +88,7 @@ def run_times(store: Store, run_id: str) -> RunTimes:
     """The run's modules by measured busy time, most first; :class:`NoProfile` when it was not profiled."""
     times = module_times(store.index.conn, run_id)
     if not times:
-        raise _no_profile(run_id)
+        raise no_profile(run_id)
     refs: dict[int | None, str] = {m.module_id: m.ref for m in store.index.modules(run_id)}
     modules = [TimedModule(t.module_id, t.name, refs.get(t.module_id), t) for t in times]
     return RunTimes(run_id, store.index.run(run_id).duration_s, modules)
@@ -102,7 +103,7 @@ def module_profile(store: Store, module: ModuleInfo) -> ModuleProfile:
     """The module's ops by self time, each with what it holds, its source lines, its work and achieved rates."""
     times = module_times(store.index.conn, module.run_id)
     if not times:
-        raise _no_profile(module.run_id)
+        raise no_profile(module.run_id)
     mine = next((t for t in times if t.module_id == module.module_id), None)
     name = module.name or (mine.name if mine else "")
     found = ModuleProfile(module.run_id, module.module_id, name, mine, job_wall_s=store.index.run(module.run_id).duration_s)
@@ -155,7 +156,7 @@ def op_self_times(store: Store, module: ModuleInfo) -> dict[str, float]:
     colours by. :class:`NoProfile` when the run was not profiled; an InputError when the module never ran while
     the trace was on."""
     if not module_times(store.index.conn, module.run_id):
-        raise _no_profile(module.run_id)
+        raise no_profile(module.run_id)
     rows = op_times(store.index.conn, module.run_id, module.module_id, module.name or "")
     if not rows:
         raise InputError(
