@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,10 +198,47 @@ def _replay_pjrt(
     )
 
 
-def replay_stored_module(
-    store: Store, module: ModuleInfo, options: ReplayOptions, sink: Any = None, file: str | None = None
-) -> ReplayRecord:
-    """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
+@dataclass
+class ReplayInput:
+    """What a replay runs: a file (its bytes when it lives in the store), the module's unoptimized dump to fall back
+    on, the snapshot whose arguments it runs on, and the stored module it is (None for a file outside the store)."""
+
+    path: str | Path
+    data: bytes | None = None
+    unoptimized: str | None = None
+    unoptimized_data: bytes | None = None
+    snapshot: str | Path | None = None
+    snapshot_data: bytes | None = None
+    module: ModuleInfo | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def replay_input(
+    store: Store | None,
+    ref: str,
+    options: ReplayOptions,
+    *,
+    snapshot: str | Path | None = None,
+    file: str | None = None,
+    run: str | None = None,
+) -> ReplayInput:
+    """The resolve stage: what ``ref`` names, a dump file's path (replayed as it is, ``snapshot`` its arguments) or a
+    module REF of ``store`` (its most faithful file, or ``file``, with what it falls back on and runs on)."""
+    if Path(ref).is_file() and run is None:
+        return ReplayInput(ref, snapshot=snapshot)
+    if snapshot is not None:
+        raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
+    if store is None:
+        raise InputError(
+            f"no dump file {ref!r}, and no store to find a module of that name in", "give a dump file's path or a store"
+        )
+    from xlarun.navigate.refs import resolve_module
+
+    return stored_input(store, resolve_module(store.index, ref, run=run), options, file)
+
+
+def stored_input(store: Store, module: ModuleInfo, options: ReplayOptions, file: str | None = None) -> ReplayInput:
+    """A stored module's :class:`ReplayInput`: its most faithful file (or ``file``), read from the store."""
 
     def read(path: str) -> bytes:
         return store.read_file(module.run_id, path)
@@ -211,21 +249,16 @@ def replay_stored_module(
         raise InputError(f"{module.label} has no file {file!r}", f"`xlarun show {module.ref} --files` lists its files")
     unoptimized = choice.unoptimized if choice.unoptimized != path else None
     arguments_from = choice.arguments_from if file is None and options.inputs != "fake" else None
-    started, clock = _now(), time.perf_counter()
-    result = replay_file(
+    return ReplayInput(
         path,
-        options,
-        sink,
-        data=read(path),
-        unoptimized=unoptimized,
-        unoptimized_data=read(unoptimized) if unoptimized else None,
-        snapshot=arguments_from,
-        snapshot_data=read(arguments_from) if arguments_from else None,
+        read(path),
+        unoptimized,
+        read(unoptimized) if unoptimized else None,
+        arguments_from,
+        read(arguments_from) if arguments_from else None,
+        module,
+        choice.warnings if file is None else [],
     )
-    if file is None:
-        result.warnings = _unique(choice.warnings + result.warnings)
-    result.module_name = result.module_name or module.name
-    return record_replay(store, result, options, started, time.perf_counter() - clock, module.run_id, module.module_id)
 
 
 def replay_ref(
@@ -238,35 +271,45 @@ def replay_ref(
     file: str | None = None,
     run: str | None = None,
 ) -> tuple[ReplayResult, str | None, ModuleInfo | None]:
-    """What ``xlarun replay REF`` and ``Store.replay(REF)`` replay, decided here once: a dump file's path (recorded in
-    ``store`` when there is one, else replayed unrecorded), or a module REF of ``store`` (its most faithful file, or
-    ``file``; recorded with its run). Returns the result, the replay's id (None when not recorded), the module (None
-    for a file)."""
-    if Path(ref).is_file() and run is None:
-        if store is None:
-            return replay_file(ref, options, sink, snapshot=snapshot), None, None
-        record = replay_and_record_file(store, ref, options, sink, snapshot=snapshot)
-        return record.result, record.replay_id, None
-    if snapshot is not None:
-        raise InputError("--snapshot goes with a dump file path, not a module REF", "give the edited file's path")
-    if store is None:
-        raise InputError(
-            f"no dump file {ref!r}, and no store to find a module of that name in", "give a dump file's path or a store"
-        )
-    from xlarun.navigate.refs import resolve_module
-
-    module = resolve_module(store.index, ref, run=run)
-    record = replay_stored_module(store, module, options, sink, file=file)
-    return record.result, record.replay_id, module
-
-
-def replay_and_record_file(
-    store: Store, path: str | Path, options: ReplayOptions, sink: Any = None, snapshot: str | Path | None = None
-) -> ReplayRecord:
-    """Replay a dump file that is not in the store, and record the replay in the store."""
+    """What ``xlarun replay REF`` and ``Store.replay(REF)`` do, in one path: resolve what ``ref`` names
+    (:func:`replay_input`), replay it, and record the replay in ``store`` when there is one (a stored module's with
+    its run). Returns the result, the replay's id (None when not recorded) and the module (None for a file)."""
+    chosen = replay_input(store, ref, options, snapshot=snapshot, file=file, run=run)
     started, clock = _now(), time.perf_counter()
-    result = replay_file(path, options, sink, snapshot=snapshot)
-    return record_replay(store, result, options, started, time.perf_counter() - clock)
+    result = replay_chosen(chosen, options, sink)
+    if store is None:  # a dump file replayed where there is no store: nothing to record it in
+        return result, None, None
+    run_id, module_id = (chosen.module.run_id, chosen.module.module_id) if chosen.module else (None, None)
+    record = record_replay(store, result, options, started, time.perf_counter() - clock, run_id, module_id)
+    return result, record.replay_id, chosen.module
+
+
+def replay_stored_module(
+    store: Store, module: ModuleInfo, options: ReplayOptions, sink: Any = None, file: str | None = None
+) -> ReplayRecord:
+    """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
+    chosen = stored_input(store, module, options, file)
+    started, clock = _now(), time.perf_counter()
+    result = replay_chosen(chosen, options, sink)
+    return record_replay(store, result, options, started, time.perf_counter() - clock, module.run_id, module.module_id)
+
+
+def replay_chosen(chosen: ReplayInput, options: ReplayOptions, sink: Any = None) -> ReplayResult:
+    """The replay of what the resolve stage chose, with its warnings and its module's name."""
+    result = replay_file(
+        chosen.path,
+        options,
+        sink,
+        data=chosen.data,
+        unoptimized=chosen.unoptimized,
+        unoptimized_data=chosen.unoptimized_data,
+        snapshot=chosen.snapshot,
+        snapshot_data=chosen.snapshot_data,
+    )
+    if chosen.module is not None:
+        result.warnings = _unique(chosen.warnings + result.warnings)
+        result.module_name = result.module_name or chosen.module.name
+    return result
 
 
 def _now() -> str:
