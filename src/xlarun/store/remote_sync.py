@@ -35,10 +35,24 @@ from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
 from xlarun.store.records import StoredFile, listed_files
 from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_delta import (
+    DELTA_MAX_BYTES,
+    BaseFile,
+    BaseFinder,
+    DeltaRef,
+    decode_delta,
+    delta_worth_it,
+    encode_delta,
+    parse_delta_name,
+)
 from xlarun.store.store_json import parse_store_json
 
-#: The record's format; a pull refuses one it does not know.
+#: The record's format; a pull refuses one it does not know. A record naming deltas is format 2, which a puller
+#: that does not know deltas refuses rather than commit a run whose files it did not fetch.
 RECORD_FORMAT = 1
+RECORD_FORMAT_DELTAS = 2
+#: The runs of the same name whose files are looked at as delta bases (the latest).
+BASE_RUNS = 20
 #: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
 WORKERS = 8
 #: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
@@ -105,6 +119,7 @@ class RemoteSync:
         self.store, self.remote, self.progress = store, remote, progress
         self.transfer = Transfer()
         self._remote_packs: set[str] | None = None
+        self._remote_deltas: dict[str, DeltaRef] | None = None
 
     def _count(self, size: int, sent: bool = True) -> None:
         if sent:
@@ -139,14 +154,19 @@ class RemoteSync:
         by_pack: dict[str, list[int]] = {}
         for i, entry in enumerate(files):
             by_pack.setdefault(self.store.blobs.pack_of(entry.digest), []).append(i)
+        deltas = self._send_deltas(run_id, manifest.get("name"), files, by_pack)
+        sent_as_delta = {i for i in deltas}
+        by_pack = {name: kept for name, members in by_pack.items() if (kept := [i for i in members if i not in sent_as_delta])}
         self._send_packs(sorted(by_pack))
         folder = {}
         for rel, path in _run_folder_files(self.store.run_path(run_id)).items():
             data = path.read_bytes()
             folder[rel] = digest = content_digest(data)
             self._send_small(f"files/{digest}.zst", data)
-        record = {"format": RECORD_FORMAT, "run": run_id, "folder": folder, "packs": by_pack,
-                  "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        record = {"format": RECORD_FORMAT_DELTAS if deltas else RECORD_FORMAT, "run": run_id, "folder": folder,
+                  "packs": by_pack, "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        if deltas:
+            record["deltas"] = {str(i): [ref.base, ref.base_pack] for i, ref in sorted(deltas.items())}
         record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         record_digest = content_digest(record_bytes)
         self._send_small(f"records/{record_digest}.zst", record_bytes)
@@ -158,12 +178,68 @@ class RemoteSync:
         self.transfer.runs.append(run_id)
         return True
 
-    def _send_packs(self, names: list[str]) -> None:
+    def _remote_holdings(self) -> tuple[set[str], dict[str, DeltaRef]]:
+        """The packs the remote holds and the files it holds as deltas (listed once a push)."""
         if self._remote_packs is None:
             self._remote_packs = {n[:-4] for n in self.remote.names("packs/") if n.endswith(".zst")}
-        missing = [n for n in names if n not in self._remote_packs]
+        if self._remote_deltas is None:
+            listed = (parse_delta_name(n) for n in self.remote.names("deltas/"))
+            self._remote_deltas = {ref.digest: ref for ref in listed if ref is not None}
+        return self._remote_packs, self._remote_deltas
+
+    def _send_deltas(
+        self, run_id: str, name: object, files: list[StoredFile], by_pack: dict[str, list[int]]
+    ) -> dict[int, DeltaRef]:
+        """The run's files sent (or found) as deltas, by their place in its list: those of each pack the remote lacks,
+        when every one of its files is a delta the remote has or a worthwhile new one; the other packs go whole."""
+        remote_packs, remote_deltas = self._remote_holdings()
+        missing = {p: members for p, members in by_pack.items() if p not in remote_packs}
+        if not missing:
+            return {}
+        finder = self._base_finder(run_id, name, remote_packs)
+        chosen: dict[int, DeltaRef] = {}
+        for members in missing.values():
+            planned: dict[int, tuple[DeltaRef, bytes | None]] = {}
+            for i in members:
+                entry = files[i]
+                if entry.digest in remote_deltas:
+                    planned[i] = (remote_deltas[entry.digest], None)
+                    continue
+                base = finder.base_of(entry.path, entry.digest) if entry.size <= DELTA_MAX_BYTES else None
+                if base is None:
+                    break
+                delta = encode_delta(self.store.blobs.get(entry.digest), self.store.blobs.get(base.digest))
+                if not delta_worth_it(entry.size, len(delta)):
+                    break
+                planned[i] = (DeltaRef(entry.digest, base.digest, base.pack), delta)
+            else:
+                for i, (ref, encoded) in planned.items():
+                    if encoded is None:
+                        self._count(files[i].size, sent=False)
+                    elif ref.digest not in remote_deltas:
+                        self.remote.put(ref.key, encoded)
+                        remote_deltas[ref.digest] = ref
+                        self._count(len(encoded))
+                    chosen[i] = ref
+                kill_point("remote-delta-sent")
+        return chosen
+
+    def _base_finder(self, run_id: str, name: object, remote_packs: set[str]) -> BaseFinder:
+        """Bases from the files of this store's other runs of the same name (the latest first) held in remote packs."""
+        finder = BaseFinder()
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-BASE_RUNS:]):
+            for entry in self.store.stored_files(other):
+                pack = self.store.blobs.pack_of(entry.digest)
+                if pack in remote_packs and entry.size <= DELTA_MAX_BYTES:
+                    finder.add(entry.path, BaseFile(entry.digest, pack))
+        return finder
+
+    def _send_packs(self, names: list[str]) -> None:
+        remote_packs, _ = self._remote_holdings()
+        missing = [n for n in names if n not in remote_packs]
         for name in names:
-            if name in self._remote_packs:
+            if name in remote_packs:
                 self._count(self.store.blobs.pack_path(name).stat().st_size, sent=False)
 
         def send(name: str) -> None:
@@ -174,7 +250,7 @@ class RemoteSync:
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(send, missing))
-        self._remote_packs.update(missing)
+        remote_packs.update(missing)
 
     def _send_small(self, key: str, data: bytes) -> None:
         """A small object named by its content, compressed, sent unless the remote has it."""
@@ -225,13 +301,17 @@ class RemoteSync:
                 f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
             )
         record = self._read_json(f"records/{index.get('record')}.zst", str(index.get("record")))
-        files, folder, packs = self._checked_record(record or {}, run_id)
+        files, folder, packs, deltas = self._checked_record(record or {}, run_id)
         lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
-        needed = [name for name, members in packs.items() if any(files[i].digest in lacking for i in members)]
+        needed = {name for name, members in packs.items() if any(files[i].digest in lacking for i in members)}
+        deltas = {i: ref for i, ref in deltas.items() if files[i].digest in lacking}
+        bases = {ref.base: ref.base_pack for ref in deltas.values()}
+        needed |= {bases[d] for d in bases.keys() - self.store.blobs.stored_of(list(bases))}
         run_id, staging = self.store.begin_run(run_id)
         try:
             with self.store.lock():
-                self._fetch_packs(needed)
+                self._fetch_packs(sorted(needed))
+                self._fetch_deltas([(files[i], ref) for i, ref in sorted(deltas.items())])
                 for rel, digest in folder.items():
                     target = staging / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +325,34 @@ class RemoteSync:
         self.transfer.runs.append(run_id)
         return True
 
+    def _fetch_deltas(self, wanted: list[tuple[StoredFile, DeltaRef]]) -> None:
+        """Fetch files held as deltas, decode each against its base (now in this store), check it against its digest
+        and store them; a missing or damaged delta stops the pull naming it."""
+        if not wanted:
+            return
+
+        def fetch(item: tuple[StoredFile, DeltaRef]) -> bytes:
+            entry, ref = item
+            frame = self.remote.get(ref.key)
+            if frame is None:
+                raise StoreError(f"remote object {ref.key} is missing", "the remote was damaged; push the run again")
+            data = decode_delta(frame, self.store.blobs.get(ref.base), entry.size, entry.digest)
+            if data is None:
+                raise remote_damage(ref.key)
+            self._count(len(frame))
+            return data
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            decoded = list(pool.map(fetch, wanted))
+        packer = self.store.blobs.packer()
+        try:
+            for data in decoded:
+                packer.add(data)
+            packer.close()
+        except BaseException:
+            packer.discard()
+            raise
+
     def _read_json(self, key: str, digest: str | None) -> dict | None:
         data = self.remote.get(key) if digest is None else self._fetch_verified(key, digest)
         if data is None:
@@ -257,16 +365,18 @@ class RemoteSync:
             raise remote_damage(key)
         return value
 
-    def _checked_record(self, record: dict, run_id: str) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]]]:
+    def _checked_record(
+        self, record: dict, run_id: str
+    ) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]], dict[int, DeltaRef]]:
         key = f"the record of run {run_id}"
-        if record.get("format") != RECORD_FORMAT or record.get("run") != run_id:
+        if record.get("format") not in (RECORD_FORMAT, RECORD_FORMAT_DELTAS) or record.get("run") != run_id:
             raise remote_damage(key)
         try:
             files = listed_files(record.get("files"), key)
         except StoreError:
             raise remote_damage(key) from None
-        folder, packs = record.get("folder"), record.get("packs")
-        if not isinstance(folder, dict) or not isinstance(packs, dict):
+        folder, packs, raw_deltas = record.get("folder"), record.get("packs"), record.get("deltas", {})
+        if not isinstance(folder, dict) or not isinstance(packs, dict) or not isinstance(raw_deltas, dict):
             raise remote_damage(key)
         for rel, digest in folder.items():
             checked_relative_path(rel, key, error=lambda m, h: remote_damage(key))
@@ -276,7 +386,14 @@ class RemoteSync:
             ok = len(name) == 64 and isinstance(members, list)
             if not ok or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
                 raise remote_damage(key)
-        return files, folder, packs
+        deltas: dict[int, DeltaRef] = {}
+        for place, base in raw_deltas.items():
+            ok = place.isdigit() and int(place) < len(files) and isinstance(base, list) and len(base) == 2
+            ref = parse_delta_name(f"{files[int(place)].digest}.{base[0]}.{base[1]}.zst") if ok else None
+            if ref is None:
+                raise remote_damage(key)
+            deltas[int(place)] = ref
+        return files, folder, packs, deltas
 
     def _fetch_packs(self, names: list[str]) -> None:
         blobs = self.store.blobs
