@@ -36,7 +36,7 @@ def test_a_delta_decodes_only_against_its_base_and_only_to_its_digest():
 
 
 @pytest.mark.slow
-def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote, s3_server, tmp_path, cli):  # noqa: F811
+def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote, s3_server, tmp_path, cli):
     from xlarun.capture.launch import capture
     from xlarun.store.facade import Store
 
@@ -72,7 +72,7 @@ def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote,
 
 
 @pytest.mark.slow
-def test_a_damaged_delta_is_reported_and_nothing_of_the_run_is_kept(remote, s3_server, tmp_path, cli):  # noqa: F811
+def test_a_damaged_delta_is_reported_and_nothing_of_the_run_is_kept(remote, s3_server, tmp_path, cli):
     from xlarun.capture.launch import capture
     from xlarun.store.facade import Store
 

@@ -23,6 +23,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +31,10 @@ import zstandard
 
 from xlarun.errors import RefError, StoreError
 from xlarun.killpoints import kill_point
-from xlarun.safe_names import checked_relative_path, checked_run_id
+from xlarun.safe_names import checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
-from xlarun.store.records import StoredFile, listed_files
+from xlarun.store.records import StoredFile
 from xlarun.store.remote import ObjectStore
 from xlarun.store.remote_delta import (
     DELTA_MAX_BYTES,
@@ -45,18 +46,21 @@ from xlarun.store.remote_delta import (
     encode_delta,
     parse_delta_name,
 )
+from xlarun.store.remote_locks import remote_lock
+from xlarun.store.remote_records import (
+    RECORD_FORMAT,
+    RECORD_FORMAT_DELTAS,
+    checked_record,
+    fetch_verified,
+    read_remote_json,
+    remote_damage,
+)
 from xlarun.store.store_json import parse_store_json
 
-#: The record's format; a pull refuses one it does not know. A record naming deltas is format 2, which a puller
-#: that does not know deltas refuses rather than commit a run whose files it did not fetch.
-RECORD_FORMAT = 1
-RECORD_FORMAT_DELTAS = 2
 #: The runs of the same name whose files are looked at as delta bases (the latest).
 BASE_RUNS = 20
 #: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
 WORKERS = 8
-#: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
-MAX_SMALL_BYTES = 256 << 20
 #: The index object's keys a listing shows.
 SUMMARY_KEYS = ("name", "status", "started", "files", "bytes", "pushed")
 
@@ -88,10 +92,6 @@ class Transfer:
         }  # fmt: skip
 
 
-def remote_damage(what: str) -> StoreError:
-    return StoreError(f"remote object {what} is damaged", "nothing of it was used; push the run again from a store that has it")
-
-
 def _run_folder_files(folder: Path) -> dict[str, Path]:
     """A committed run's own files but files.json (the record holds it), by their path in the folder."""
     found: dict[str, Path] = {}
@@ -106,7 +106,7 @@ def _index_object(run_id: str, record_digest: str, manifest: dict, files: list[S
     return {
         "format": RECORD_FORMAT, "run": run_id, "record": record_digest,
         "name": manifest.get("name"), "status": manifest.get("status"),
-        "started": manifest.get("started"),
+        "started": manifest.get("started"), "tags": manifest.get("tags") or {},
         "files": len(files), "bytes": sum(f.size for f in files),
         "pushed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
@@ -120,6 +120,7 @@ class RemoteSync:
         self.transfer = Transfer()
         self._remote_packs: set[str] | None = None
         self._remote_deltas: dict[str, DeltaRef] | None = None
+        self._locked = False
 
     def _count(self, size: int, sent: bool = True) -> None:
         if sent:
@@ -136,17 +137,30 @@ class RemoteSync:
     def push(self, run_ids: list[str]) -> Transfer:
         """Send each run the remote does not have: its packs the remote lacks, its folder's files, its record, and
         last its index object. A run already there is left as it is (listed in ``already``)."""
-        for run_id in run_ids:
-            self.push_run(run_id)
+        with ExitStack() as locks:
+            for run_id in run_ids:
+                self.push_run(run_id, locks)
         return self.transfer
 
-    def push_run(self, run_id: str) -> bool:
-        """Push one run; False when the remote already had it."""
+    def push_run(self, run_id: str, locks: ExitStack | None = None) -> bool:
+        """Push one run; False when the remote already had it. A push lock is held on the remote from the first
+        object sent (see :mod:`xlarun.store.remote_locks`): until ``locks`` closes, or until this run is published."""
         if self.remote.exists(f"runs/{run_id}.json"):
             self.transfer.already.append(run_id)
             return False
+        if locks is None:
+            with ExitStack() as own:
+                return self.push_run(run_id, own)
+        if not self._locked:
+            locks.enter_context(remote_lock(self.remote, "push"))
+            self._locked = True
+            locks.callback(self._unlocked)
         with self.store.lock():  # shared: gc (exclusive) deletes no pack while it is read
             return self._push_run(run_id)
+
+    def _unlocked(self) -> None:
+        """What was listed under the lock is forgotten with it: a gc may delete once it is gone."""
+        self._locked, self._remote_packs, self._remote_deltas = False, None, None
 
     def _push_run(self, run_id: str) -> bool:
         files = self.store.stored_files(run_id)
@@ -270,38 +284,19 @@ class RemoteSync:
             self.pull_run(run_id)
         return self.transfer
 
-    def _fetch_verified(self, key: str, digest: str) -> bytes:
-        data = self.remote.get(key)
-        if data is None:
-            raise StoreError(
-                f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it"
-            )
-        try:  # bounded: no small object of a run is larger than a file list may be
-            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
-                chunks, size = [], 0
-                while size <= MAX_SMALL_BYTES and (chunk := reader.read(1 << 20)):
-                    chunks.append(chunk)
-                    size += len(chunk)
-            plain = b"".join(chunks)
-        except zstandard.ZstdError:
-            raise remote_damage(key) from None
-        if len(plain) > MAX_SMALL_BYTES or content_digest(plain) != digest:
-            raise remote_damage(key)
-        return plain
-
     def pull_run(self, run_id: str) -> bool:
         """Pull one run; False when this store already had it."""
         checked_run_id(run_id, "the run to pull")
         if (self.store.runs_dir / run_id).exists():
             self.transfer.already.append(run_id)
             return False
-        index = self._read_json(f"runs/{run_id}.json", None)
+        index = read_remote_json(self.remote, f"runs/{run_id}.json", None)
         if index is None:
             raise RefError(
                 f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
             )
-        record = self._read_json(f"records/{index.get('record')}.zst", str(index.get("record")))
-        files, folder, packs, deltas = self._checked_record(record or {}, run_id)
+        record = read_remote_json(self.remote, f"records/{index.get('record')}.zst", str(index.get("record")))
+        files, folder, packs, deltas = checked_record(record or {}, run_id)
         lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
         needed = {name for name, members in packs.items() if any(files[i].digest in lacking for i in members)}
         deltas = {i: ref for i, ref in deltas.items() if files[i].digest in lacking}
@@ -315,7 +310,7 @@ class RemoteSync:
                 for rel, digest in folder.items():
                     target = staging / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    data = self._fetch_verified(f"files/{digest}.zst", digest)
+                    data = fetch_verified(self.remote, f"files/{digest}.zst", digest)
                     target.write_bytes(data)
                     self._count(len(data))
                 self.store.commit_indexed(run_id, staging, files, {})
@@ -352,48 +347,6 @@ class RemoteSync:
         except BaseException:
             packer.discard()
             raise
-
-    def _read_json(self, key: str, digest: str | None) -> dict | None:
-        data = self.remote.get(key) if digest is None else self._fetch_verified(key, digest)
-        if data is None:
-            return None
-        try:
-            value = parse_store_json(data)
-        except ValueError:
-            raise remote_damage(key) from None
-        if not isinstance(value, dict):
-            raise remote_damage(key)
-        return value
-
-    def _checked_record(
-        self, record: dict, run_id: str
-    ) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]], dict[int, DeltaRef]]:
-        key = f"the record of run {run_id}"
-        if record.get("format") not in (RECORD_FORMAT, RECORD_FORMAT_DELTAS) or record.get("run") != run_id:
-            raise remote_damage(key)
-        try:
-            files = listed_files(record.get("files"), key)
-        except StoreError:
-            raise remote_damage(key) from None
-        folder, packs, raw_deltas = record.get("folder"), record.get("packs"), record.get("deltas", {})
-        if not isinstance(folder, dict) or not isinstance(packs, dict) or not isinstance(raw_deltas, dict):
-            raise remote_damage(key)
-        for rel, digest in folder.items():
-            checked_relative_path(rel, key, error=lambda m, h: remote_damage(key))
-            if rel == "files.json" or not (isinstance(digest, str) and len(digest) == 64):
-                raise remote_damage(key)
-        for name, members in packs.items():
-            ok = len(name) == 64 and isinstance(members, list)
-            if not ok or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
-                raise remote_damage(key)
-        deltas: dict[int, DeltaRef] = {}
-        for place, base in raw_deltas.items():
-            ok = place.isdigit() and int(place) < len(files) and isinstance(base, list) and len(base) == 2
-            ref = parse_delta_name(f"{files[int(place)].digest}.{base[0]}.{base[1]}.zst") if ok else None
-            if ref is None:
-                raise remote_damage(key)
-            deltas[int(place)] = ref
-        return files, folder, packs, deltas
 
     def _fetch_packs(self, names: list[str]) -> None:
         blobs = self.store.blobs
