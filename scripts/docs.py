@@ -174,7 +174,24 @@ def benchmarks_page() -> str:
         parts.append(f"{_measured_on(ray).capitalize()}.\n\n```text\n{body}\n```\n")
     else:
         parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
+    parts.append(_remote_section(load_recorded("remote")))
     return "".join(parts)
+
+
+def _remote_section(remote: dict | None) -> str:
+    head = "\n## The team store: `python -m bench.remote --record`\n\n"
+    if not remote:
+        return head + "Not recorded yet: `python -m bench.remote --record`.\n"
+    from bench.remote import format_markdown
+
+    return head + (
+        f"{_measured_on(remote).capitalize()}, against a SeaweedFS cluster on loopback (three volume servers, every "
+        "object on two): each zoo program captured twice into one store, the first run pushed, then the second; the "
+        "first runs pushed and pulled again, beside boto3's own upload and download of the same pack files with the "
+        "same 8 threads (the floor); then the index objects of that many runs put on the remote and listed. The "
+        "machine was shared and loaded: take the times as an order of magnitude.\n\n"
+        f"{format_markdown(remote)}\n"
+    )
 
 
 def _render_section(render: dict | None) -> str:
