@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dedup: second captures sent {dedup['second_share']:.1%} of the first's bytes", file=sys.stderr)
         firsts = [first for first, _second in runs.values()]
         throughput = measure_throughput(work / "store", firsts, client, BUCKET, work)
-        print(f"throughput: push {throughput['push_over_floor']}x, pull {throughput['pull_over_floor']}x the floor", file=sys.stderr)
+        print(
+            f"throughput: push {throughput['push_over_floor']}x, pull {throughput['pull_over_floor']}x the floor", file=sys.stderr
+        )
         _push(work / "store", "bench-list", firsts[:1])
         listing = measure_listing(work / "store", firsts[0], client, BUCKET, "bench-list", args.runs - 1)
         print(f"runs --remote at {listing['runs']} runs: CLI {listing['cli_s']} s", file=sys.stderr)
