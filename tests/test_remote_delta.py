@@ -28,6 +28,8 @@ def test_a_delta_decodes_only_against_its_base_and_only_to_its_digest():
     assert decode_delta(frame, base, len(data), content_digest(base)) is None  # another digest: refused
     assert decode_delta(frame, base[:-1] + b"!", len(data), content_digest(data)) is None  # another base
     assert decode_delta(frame[:-3], base, len(data), content_digest(data)) is None  # cut short
+    assert decode_delta(frame, base, None, content_digest(data), limit=len(data) - 1) is None  # past the limit
+    assert decode_delta(frame, base, None, content_digest(data)) == data  # a size not known beforehand: a record's
     name = f"{'a' * 64}.{'b' * 64}.{'c' * 64}.zst"
     ref = parse_delta_name(name)
     assert ref is not None and ref.key == f"deltas/{name}" and ref.base_pack == "c" * 64
@@ -52,6 +54,10 @@ def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote,
     assert two["bytes"] < 0.05 * one["bytes"], (one, two)
     keys = [o["Key"] for o in _client(s3_server).list_objects_v2(Bucket=BUCKET, Prefix=f"{remote}/deltas/")["Contents"]]
     assert len(keys) == len({f.digest for f in changed})  # each changed file once, as its difference from the first capture's
+    records = _client(s3_server).list_objects_v2(Bucket=BUCKET, Prefix=f"{remote}/records/")["Contents"]
+    names = [o["Key"].rsplit("/", 1)[1] for o in records]
+    assert sorted(n.count(".") for n in names) == [1, 2]  # the second's record: a delta against the first's
+    assert min(o["Size"] for o in records) * 10 < max(o["Size"] for o in records)
 
     for target, pulled_first in (("fresh", False), ("has-first", True)):  # its bases fetched, or already here
         other = tmp_path / target

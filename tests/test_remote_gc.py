@@ -74,6 +74,9 @@ def test_keep_per_spec_is_a_dry_run_until_apply_and_the_kept_runs_pull_whole(fou
     after = _keys(s3_server, remote)
     assert {f"runs/{runs['mlp-jan']}.json", f"runs/{runs['mlp-feb']}.json"} <= before - after
     assert not any(k.startswith("locks/") for k in after)  # the gc's lock is gone with it
+    kept_index = _client(s3_server).get_object(Bucket=BUCKET, Key=f"{remote}/runs/{runs['mlp-mar']}.json")["Body"].read()
+    base = json.loads(kept_index)["record_base"]  # its record went as a delta against mlp-jan's, now deleted
+    assert f"records/{base}.zst" in after
     for run_id in listed:  # what the kept runs name is all there
         assert cli("pull", run_id, "--remote", "team", "--store", tmp_path / "other").exit_code == 0
     assert cli("check", "--store", tmp_path / "other").exit_code == 0
@@ -103,11 +106,11 @@ def test_age_and_label_select_and_packs_only_deleted_runs_named_go(four_runs, re
 
 def _pack_keys_of(s3_server, prefix: str, run_id: str) -> set[str]:
     from xlarun.store.remote import ObjectStore, find_remote
-    from xlarun.store.remote_records import checked_record, read_remote_json
+    from xlarun.store.remote_records import checked_record, read_record, read_remote_json
 
     remote_store = ObjectStore(find_remote("team"))
     index = read_remote_json(remote_store, f"runs/{run_id}.json", None) or {}
-    record = read_remote_json(remote_store, f"records/{index['record']}.zst", index["record"]) or {}
+    record = read_record(remote_store, index, run_id)
     return {f"packs/{name}.zst" for name in checked_record(record, run_id)[2]}
 
 

@@ -66,15 +66,19 @@ def encode_delta(data: bytes, base: bytes) -> bytes:
     return zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params).compress(data)
 
 
-def decode_delta(frame: bytes, base: bytes, size: int, digest: str) -> bytes | None:
-    """The file a delta holds, or None when the frame does not decode to ``size`` bytes whose digest is ``digest``."""
+def decode_delta(frame: bytes, base: bytes, size: int | None, digest: str, limit: int = DELTA_MAX_BYTES) -> bytes | None:
+    """The file a delta holds, or None when the frame does not decode to bytes whose digest is ``digest`` (and whose
+    size is ``size``, when known; never more than ``limit`` bytes: the frame's own size is checked first)."""
     dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     decoder = zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=1 << MAX_WINDOW_LOG)
     try:
-        data = decoder.decompress(frame, max_output_size=size)
+        said = zstandard.frame_content_size(frame)
+        if said < 0 or said > limit or (size is not None and said != size):
+            return None
+        data = decoder.decompress(frame, max_output_size=said)
     except zstandard.ZstdError:
         return None
-    return data if len(data) == size and content_digest(data) == digest else None
+    return data if len(data) == said and content_digest(data) == digest else None
 
 
 def like_path(path: str) -> str:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from xlarun.errors import InputError, StoreError
 from xlarun.store.remote import ObjectStore, RemoteEntry
 from xlarun.store.remote_locks import LEASE, remote_lock
-from xlarun.store.remote_records import checked_record, fetch_verified, read_remote_json
+from xlarun.store.remote_records import checked_record, fetch_verified, read_record, read_remote_json, record_keys
 from xlarun.store.remote_sync import WORKERS
 
 #: Objects no run names that are younger than this are kept (a push in flight may name them soon).
@@ -133,12 +133,10 @@ def _read_run(remote: ObjectStore, run_id: str) -> _RemoteRun:
         index = read_remote_json(remote, key, None)
         if index is None:
             raise StoreError(f"{key} vanished while gc read it", "")
-        record_digest = str(index.get("record"))
-        record = read_remote_json(remote, f"records/{record_digest}.zst", record_digest)
-        _files, folder, packs, deltas = checked_record(record or {}, run_id)
+        _files, folder, packs, deltas = checked_record(read_record(remote, index, run_id), run_id)
     except StoreError as exc:
         raise _refusal(f"run {run_id} cannot be read: {exc.message}", run_id) from None
-    names = {key, f"records/{record_digest}.zst"}
+    names = {key, *record_keys(index)}
     names |= {f"files/{digest}.zst" for digest in folder.values()}
     names |= {f"packs/{name}.zst" for name in packs}
     for ref in deltas.values():

@@ -3,6 +3,8 @@ and on-demand reads trust only after these checks (the layout: :mod:`xlarun.stor
 
 from __future__ import annotations
 
+import re
+
 import zstandard
 
 from xlarun.errors import StoreError
@@ -10,7 +12,7 @@ from xlarun.safe_names import checked_relative_path
 from xlarun.store.pack_format import content_digest
 from xlarun.store.records import StoredFile, listed_files
 from xlarun.store.remote import ObjectStore
-from xlarun.store.remote_delta import DeltaRef, parse_delta_name
+from xlarun.store.remote_delta import DeltaRef, decode_delta, parse_delta_name
 from xlarun.store.store_json import parse_store_json
 
 #: The record's format; a pull refuses one it does not know. A record naming deltas is format 2, which a puller
@@ -90,3 +92,36 @@ def checked_record(
             raise remote_damage(key)
         deltas[int(place)] = ref
     return files, folder, packs, deltas
+
+
+def record_keys(index: dict) -> list[str]:
+    """The objects a run's record is read from: ``records/<digest>.zst``, or (sent as a delta against another run's
+    record) ``records/<digest>.<base>.zst`` and the base's own ``records/<base>.zst``."""
+    digest, base = str(index.get("record")), index.get("record_base")
+    if base is None:
+        return [f"records/{digest}.zst"]
+    return [f"records/{digest}.{base}.zst", f"records/{base}.zst"]
+
+
+def read_record(remote: ObjectStore, index: dict, run_id: str) -> dict:
+    """A run's record (its index object given), checked against its digest whether sent whole or as a delta against
+    another run's record (which is always sent whole); StoreError naming what is missing or damaged."""
+    digest, base = str(index.get("record")), index.get("record_base")
+    if base is None:
+        return read_remote_json(remote, f"records/{digest}.zst", digest) or {}
+    if not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+        raise remote_damage(f"runs/{run_id}.json")
+    key = f"records/{digest}.{base}.zst"
+    frame = remote.get(key)
+    if frame is None:
+        raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+    plain = decode_delta(frame, fetch_verified(remote, f"records/{base}.zst", base), None, digest, limit=MAX_SMALL_BYTES)
+    if plain is None:
+        raise remote_damage(key)
+    try:
+        value = parse_store_json(plain)
+    except ValueError:
+        raise remote_damage(key) from None
+    if not isinstance(value, dict):
+        raise remote_damage(key)
+    return value

@@ -52,6 +52,7 @@ from xlarun.store.remote_records import (
     RECORD_FORMAT_DELTAS,
     checked_record,
     fetch_verified,
+    read_record,
     read_remote_json,
     remote_damage,
 )
@@ -59,6 +60,8 @@ from xlarun.store.store_json import parse_store_json
 
 #: The runs of the same name whose files are looked at as delta bases (the latest).
 BASE_RUNS = 20
+#: The runs of the same name whose index objects are read for a record to send the run's record against.
+RECORD_BASE_RUNS = 5
 #: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
 WORKERS = 8
 #: The index object's keys a listing shows.
@@ -183,9 +186,16 @@ class RemoteSync:
             record["deltas"] = {str(i): [ref.base, ref.base_pack] for i, ref in sorted(deltas.items())}
         record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         record_digest = content_digest(record_bytes)
-        self._send_small(f"records/{record_digest}.zst", record_bytes)
+        index_object = _index_object(run_id, record_digest, manifest, files)
+        base = self._record_base(run_id, manifest.get("name"))
+        delta = encode_delta(record_bytes, base[1]) if base is not None else b""
+        if base is not None and delta_worth_it(len(record_bytes), len(delta)):
+            index_object["record_base"] = base[0]
+            self._send_once(f"records/{record_digest}.{base[0]}.zst", delta)
+        else:
+            self._send_small(f"records/{record_digest}.zst", record_bytes)
         kill_point("remote-record-sent")
-        index = json.dumps(_index_object(run_id, record_digest, manifest, files), sort_keys=True).encode()
+        index = json.dumps(index_object, sort_keys=True).encode()
         if not self.remote.put_once(f"runs/{run_id}.json", index):  # another push published it meanwhile
             self.transfer.already.append(run_id)
             return False
@@ -266,6 +276,24 @@ class RemoteSync:
             list(pool.map(send, missing))
         remote_packs.update(missing)
 
+    def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
+        """The record of the latest other run of this name the remote holds whole (a record sent whole: a delta's
+        base is never a delta), as (digest, bytes); None when there is none among the last few."""
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-RECORD_BASE_RUNS:]):
+            index = read_remote_json(self.remote, f"runs/{other}.json", None)
+            if index is not None and index.get("record_base") is None and isinstance(index.get("record"), str):
+                return index["record"], fetch_verified(self.remote, f"records/{index['record']}.zst", index["record"])
+        return None
+
+    def _send_once(self, key: str, data: bytes) -> None:
+        """An object named by its content, sent as it is unless the remote has it."""
+        if self.remote.exists(key):
+            self._count(len(data), sent=False)
+            return
+        self.remote.put(key, data)
+        self._count(len(data))
+
     def _send_small(self, key: str, data: bytes) -> None:
         """A small object named by its content, compressed, sent unless the remote has it."""
         packed = zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
@@ -295,8 +323,7 @@ class RemoteSync:
             raise RefError(
                 f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
             )
-        record = read_remote_json(self.remote, f"records/{index.get('record')}.zst", str(index.get("record")))
-        files, folder, packs, deltas = checked_record(record or {}, run_id)
+        files, folder, packs, deltas = checked_record(read_record(self.remote, index, run_id), run_id)
         lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
         needed = {name for name, members in packs.items() if any(files[i].digest in lacking for i in members)}
         deltas = {i: ref for i, ref in deltas.items() if files[i].digest in lacking}
