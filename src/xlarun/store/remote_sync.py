@@ -7,10 +7,13 @@ Below the remote's prefix (the whole layout: docs/remote.md)::
                            BLAKE3 of its bytes (before compression)
     records/<digest>.zst   a run's full record (JSON, compressed the same way): its files.json entries, which pack
                            holds which of them, its folder's files
+    records/<d>.<base>.zst a record sent as a zstd delta against ``records/<base>.zst`` (the index names ``record_base``)
+    deltas/...             files sent as deltas (:mod:`xlarun.store.remote_delta`)
+    locks/...              push and gc locks (:mod:`xlarun.store.remote_locks`)
     runs/<run id>.json     the run's small index object, written last and once: the run exists on the remote
                            from that put on (``If-None-Match: *``: never overwritten)
 
-Every object but ``runs/`` is named by its content, so writing it twice writes the same bytes: an interrupted push
+Every object but ``runs/`` and ``locks/`` is named by its content, so writing it twice writes the same bytes: an interrupted push
 leaves only objects nobody names yet, and the next push lists what is there and sends the rest. A pull verifies
 every object it reads against its name before it is used; a damaged one is an error naming it (exit 3).
 """
