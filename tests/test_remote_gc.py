@@ -165,3 +165,21 @@ def test_a_push_under_way_stops_gc_and_a_gc_stops_a_push(remote, s3_server, cli,
 
 def _json_text(text: bytes) -> dict:
     return json.loads(text)
+
+
+@pytest.mark.slow
+def test_a_young_delta_keeps_its_base_pack_when_every_run_goes(remote, s3_server, cli, tmp_path):
+    store = tmp_path / "store"
+    run_id = _import_as(cli, tmp_path, store, "jax-0.8.3", "mlp", "2026-01-05T10:00:00+00:00", {})
+    assert cli("push", run_id, "--remote", "team", "--store", store).exit_code == 0
+    packs = sorted(_pack_keys_of(s3_server, remote, run_id))
+    assert len(packs) >= 2
+    base_pack = packs[0].removeprefix("packs/").removesuffix(".zst")
+    young = f"deltas/{'f' * 64}.{'e' * 64}.{base_pack}.zst"  # sent by a push that has not published yet
+    _client(s3_server).put_object(Bucket=BUCKET, Key=f"{remote}/{young}", Body=b"delta")
+
+    gone = _json(cli("gc", "--remote", "team", "--keep", "0", "--apply", "--json"))
+    assert gone["runs"] == [run_id] and gone["young_kept"] == 1
+    after = _keys(s3_server, remote)
+    assert young in after and packs[0] in after  # the delta, and the pack it needs
+    assert not set(packs[1:]) & after  # the run's other packs went with it

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 
 from xlarun.errors import InputError, StoreError
 from xlarun.store.remote import ObjectStore, RemoteEntry
+from xlarun.store.remote_delta import parse_delta_name
 from xlarun.store.remote_locks import LEASE, remote_lock
 from xlarun.store.remote_records import checked_record, fetch_verified, read_record, read_remote_json, record_keys
 from xlarun.store.remote_sync import WORKERS
@@ -120,11 +121,20 @@ def _collect(remote: ObjectStore, policy: RetentionPolicy, apply: bool, grace: t
             result.young_kept += 1
         else:
             garbage.append(entry)
+    garbage = _keeping_bases(garbage, listing)
     result.objects, result.bytes = len(garbage), sum(e.size for e in garbage)
     if apply:
         remote.delete([f"runs/{run_id}.json" for run_id in sorted(doomed)])  # unpublished first
         remote.delete(sorted(e.name for e in garbage))
     return result
+
+
+def _keeping_bases(garbage: list[RemoteEntry], listing: dict[str, RemoteEntry]) -> list[RemoteEntry]:
+    """The garbage less the base packs of the deltas that stay (a young delta no run names yet may be named soon)."""
+    doomed = {e.name for e in garbage}
+    staying = (parse_delta_name(n[len("deltas/") :]) for n in listing if n.startswith("deltas/") and n not in doomed)
+    bases = {f"packs/{ref.base_pack}.zst" for ref in staying if ref is not None}
+    return [e for e in garbage if e.name not in bases]
 
 
 def _read_run(remote: ObjectStore, run_id: str) -> _RemoteRun:

@@ -229,8 +229,9 @@ class RemoteSync:
             planned: dict[int, tuple[DeltaRef, bytes | None]] = {}
             for i in members:
                 entry = files[i]
-                if entry.digest in remote_deltas:
-                    planned[i] = (remote_deltas[entry.digest], None)
+                held = remote_deltas.get(entry.digest)
+                if held is not None and held.base_pack in remote_packs:  # a delta is used only with its base there
+                    planned[i] = (held, None)
                     continue
                 base = finder.base_of(entry.path, entry.digest) if entry.size <= DELTA_MAX_BYTES else None
                 if base is None:
@@ -243,7 +244,7 @@ class RemoteSync:
                 for i, (ref, encoded) in planned.items():
                     if encoded is None:
                         self._count(files[i].size, sent=False)
-                    elif ref.digest not in remote_deltas:
+                    elif remote_deltas.get(ref.digest) != ref:
                         self.remote.put(ref.key, encoded)
                         remote_deltas[ref.digest] = ref
                         self._count(len(encoded))
