@@ -176,6 +176,7 @@ def benchmarks_page() -> str:
         parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
     parts.append(_recorded_section("profile", "What `profile: true` costs: `python -m bench.profile --zoo --record`"))
     parts.append(_recorded_section("scale", "Reading commands on big stores: `python -m bench.scale --record`"))
+    parts.append(_remote_section(load_recorded("remote")))
     return "".join(parts)
 
 
@@ -191,6 +192,22 @@ def _recorded_section(name: str, title: str) -> str:
         return head + f"Not recorded yet: `python -m bench.{name} --record`.\n"
     formatted = importlib.import_module(f"bench.{name}").format_markdown(results)
     return head + f"{_measured_on(results).capitalize()}.\n\n{formatted}\n"
+
+
+def _remote_section(remote: dict | None) -> str:
+    head = "\n## The team store: `python -m bench.remote --record`\n\n"
+    if not remote:
+        return head + "Not recorded yet: `python -m bench.remote --record`.\n"
+    from bench.remote import format_markdown
+
+    return head + (
+        f"{_measured_on(remote).capitalize()}, against a SeaweedFS cluster on loopback (three volume servers, every "
+        "object on two): each zoo program captured twice into one store, the first run pushed, then the second; the "
+        "first runs pushed and pulled again, beside boto3's own upload and download of the same pack files with the "
+        "same 8 threads (the floor); then the index objects of that many runs put on the remote and listed. The "
+        "machine was shared and loaded: take the times as an order of magnitude.\n\n"
+        f"{format_markdown(remote)}\n"
+    )
 
 
 def _render_section(render: dict | None) -> str:

@@ -1,12 +1,11 @@
-"""The team store on S3: push, list, pull against a real SeaweedFS server started on loopback by the session."""
+"""The team store on S3: push, list, pull against a real SeaweedFS cluster (tests/seaweed_support.py) started on
+loopback by the session."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,92 +13,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.seaweed_support import (  # noqa: F401  (names other test modules import from here)
+    ADMIN,
+    BUCKET,
+    READER,
+    S3_CONFIG,
+    SeaweedServer,
+    _client,
+    _free_port,
+    _free_ports,
+    _weed,
+)
+
 boto3 = pytest.importorskip("boto3")
+
 
 REPO = Path(__file__).resolve().parent.parent
 COMPAT_DUMP = REPO / "tests" / "fixtures" / "compat" / "jax-0.8.3" / "dumps.tar.gz"
-BUCKET = "xlarun-tests"
-ADMIN = {"AWS_ACCESS_KEY_ID": "xlarun-admin", "AWS_SECRET_ACCESS_KEY": "admin-secret-9f2"}
-READER = {"AWS_ACCESS_KEY_ID": "xlarun-reader", "AWS_SECRET_ACCESS_KEY": "reader-secret-4c1"}
-S3_CONFIG = {
-    "identities": [
-        {"name": "admin", "credentials": [{"accessKey": ADMIN["AWS_ACCESS_KEY_ID"], "secretKey": ADMIN["AWS_SECRET_ACCESS_KEY"]}],
-         "actions": ["Admin", "Read", "Write", "List", "Tagging"]},
-        {"name": "reader", "credentials": [{"accessKey": READER["AWS_ACCESS_KEY_ID"], "secretKey": READER["AWS_SECRET_ACCESS_KEY"]}],
-         "actions": ["Read", "List"]},
-    ]
-}  # fmt: skip
-
-
-def _weed() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
-
-
-def _free_port() -> int:
-    """A free port whose gRPC twin (SeaweedFS listens on port + 10000 too) is free as well."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 55000:
-            with socket.socket() as twin:
-                try:
-                    twin.bind(("127.0.0.1", port + 10000))
-                    return port
-                except OSError:
-                    continue
-
-
-def _client(endpoint: str, creds: dict = ADMIN):
-    return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1",
-        aws_access_key_id=creds["AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
-    )  # fmt: skip
-
-
-class SeaweedServer:
-    """``weed server`` (master, volume, filer, S3 gateway) on loopback in ``folder``, with an admin and a read-only
-    identity; :meth:`start` waits until S3 answers, :meth:`stop` stops it (kill: at once, as a crash would)."""
-
-    def __init__(self, weed: str, folder: Path):
-        self.weed, self.folder = weed, folder
-        (folder / "s3.json").write_text(json.dumps(S3_CONFIG))
-        self.ports = [_free_port() for _ in range(4)]
-        self.endpoint = f"http://127.0.0.1:{self.ports[0]}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> str:
-        s3, master, volume, filer = self.ports
-        argv = [self.weed, "server", f"-dir={self.folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-s3.port={s3}",
-                f"-s3.config={self.folder / 's3.json'}", f"-master.port={master}", f"-volume.port={volume}",
-                f"-filer.port={filer}", "-volume.max=100", "-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0",
-                "-s3.port.lance=0"]  # fmt: skip
-        with open(self.folder / "weed.log", "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:  # the S3 gateway answers a few seconds after start; a bucket can be made a little later
-            try:
-                client = _client(self.endpoint)
-                if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", ())}:
-                    client.create_bucket(Bucket=BUCKET)
-                client.head_bucket(Bucket=BUCKET)
-                return self.endpoint
-            except Exception:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop(kill=True)
-                    pytest.fail(f"SeaweedFS did not start: {(self.folder / 'weed.log').read_text(errors='replace')[-2000:]}")
-                time.sleep(0.5)
-
-    def stop(self, kill: bool = False) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:  # SeaweedFS takes a while to stop on SIGTERM
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
 
 
 def _weed_or_skip() -> str:

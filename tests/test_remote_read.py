@@ -204,3 +204,34 @@ def test_a_run_deleted_from_the_remote_leaves_the_mirror_at_the_next_command(pus
     from xlarun.store.remote_index import mirror_root
 
     assert not (mirror_root(find_remote("team")) / "runs" / run_id).exists()
+
+
+@pytest.mark.slow
+def test_files_the_remote_holds_as_deltas_are_read_through_their_base_and_checked(remote, tmp_path, monkeypatch, cli):
+    """A second capture pushes its changed files as deltas against the first's (and its record as a delta): reading
+    them from the mirror fetches each delta and its base's pack, and gives the bytes the capture archived."""
+    from pathlib import Path
+
+    import xlarun
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import Store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    store = Store.open(tmp_path / "store")
+    config = Path(__file__).resolve().parents[1] / "configs" / "jax-cpu.yaml"
+    first, second = (capture(config, store).run_id for _ in range(2))
+    for run_id in (first, second):
+        assert cli("push", run_id, "--remote", "team", "--store", store.root).exit_code == 0
+    old = {f.path: f.digest for f in store.stored_files(first)}
+    changed = [f for f in store.stored_files(second) if old.get(f.path) != f.digest]
+    assert changed
+
+    calls = S3Calls(remote).install(monkeypatch)
+    mirror = xlarun.open_store(remote="team").store
+    assert calls.downloads_of("records/") and {r.run_id for r in mirror.index.runs()} >= {first, second}
+    for entry in changed:
+        assert mirror.read_file(second, entry.path) == store.read_file(second, entry.path), entry.path
+    deltas = calls.downloads_of("deltas/")
+    assert len(deltas) == len({f.digest for f in changed})  # each changed file through its delta, once
+    assert calls.downloads_of("packs/")  # and the packs holding their bases
+    assert cli("check", "--store", mirror.root).exit_code == 0

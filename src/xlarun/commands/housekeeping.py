@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from xlarun.commands import JsonOption, StoreOption, complete_run_ref, open_store
-from xlarun.errors import ExitCode
+from xlarun.errors import ExitCode, InputError
 
 
 def register(app: typer.Typer) -> None:
@@ -44,8 +44,31 @@ def gc(
             "--discard-recoverable", help="Also delete what killed captures left that `xlarun recover` could make runs."
         ),
     ] = False,
+    remote: Annotated[
+        str | None,
+        typer.Option("--remote", help="Collect on this remote (a name or s3:// URL) instead: a dry run unless --apply."),
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="With --remote: delete runs started longer ago than this (90m, 12h, 30d, 2w)."),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label", help="With --remote: delete only runs whose spec tags have this KEY or KEY=VALUE (repeatable: all)."
+        ),
+    ] = None,
+    keep: Annotated[
+        int | None, typer.Option("--keep", help="With --remote: never delete the newest N runs of each spec name.", min=0)
+    ] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="With --remote: delete (without it, only say what would go).")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove leftovers of killed captures that hold nothing, and dump blobs no run refers to.
+
+    With --remote: delete the remote's runs that --older-than, --label and --keep select, then every object no
+    remaining run names (a dry run unless --apply); it refuses (exit 3) while a run cannot be read or names a
+    missing object, and while a push is under way.
 
     A killed capture's staging folder that holds what its job wrote is kept (and the blobs it lists):
     `xlarun recover` makes it a run marked incomplete; `--discard-recoverable` deletes it instead.
@@ -53,8 +76,14 @@ def gc(
     What each pack holds is read from the pack's own header: gc deletes nothing (exit 3, saying what to do) while
     a run's file list or a pack cannot be read, or while the pack table disagrees with the packs.
     """
-    from xlarun.console import human_bytes, warn
+    from xlarun.console import human_bytes, print_json, warn
 
+    if remote is not None:
+        from xlarun.commands.remote import remote_gc
+
+        return remote_gc(remote, older_than, tuple(label or ()), keep, apply, as_json)
+    if older_than is not None or label or keep is not None or apply:
+        raise InputError("--older-than, --label, --keep and --apply choose what gc --remote deletes", "add --remote NAME")
     the_store = open_store(store)
     kept = [lo for lo in the_store.leftovers() if lo.recoverable]
     if kept and not discard_recoverable:
@@ -64,6 +93,9 @@ def gc(
             "`xlarun gc --discard-recoverable` deletes them"
         )
     folders, blobs, freed = the_store.gc(discard_recoverable=discard_recoverable)
+    if as_json:
+        print_json({"folders": folders, "packs": blobs, "bytes": freed})
+        return None
     typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused pack(s), freed {human_bytes(freed)}")
 
 

@@ -167,3 +167,29 @@ def remote_runs(remote: str, as_json: bool) -> None:
         for r in listed
     ]
     print_table(["run", "name", "status", "started", "files", "size"], rows, right=["files", "size"])
+
+
+def remote_gc(remote: str, older_than: str | None, labels: tuple[str, ...], keep: int | None, apply: bool, as_json: bool) -> None:
+    """``xlarun gc --remote NAME``: the policy's runs and the objects no run names, deleted or (dry run) listed."""
+    from xlarun.console import human_bytes, print_json, say
+    from xlarun.store.remote import ObjectStore, find_remote
+    from xlarun.store.remote_gc import RetentionPolicy, collect_remote_garbage, parse_age
+
+    policy = RetentionPolicy(parse_age(older_than) if older_than else None, labels, keep)
+    result = collect_remote_garbage(ObjectStore(find_remote(remote)), policy, apply=apply)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    verb = "deleted" if apply else "would delete"
+    say(
+        f"{verb} {len(result.runs)} run(s) and {result.objects} object(s) no remaining run names"
+        f" ({human_bytes(result.bytes)}); {result.kept_runs} run(s) kept [dim]{result.remote}[/dim]"
+    )
+    if result.runs:
+        say(f"[dim]runs: {', '.join(result.runs)}[/dim]")
+    if result.young_kept:
+        say(
+            f"[dim]{result.young_kept} object(s) no run names kept: younger than the grace period (a push may be under way)[/dim]"
+        )
+    if not apply:
+        say("[dim]a dry run: add --apply to delete[/dim]")

@@ -17,6 +17,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,15 @@ def find_remote(ref: str) -> RemoteSpec:
     return remotes[ref]
 
 
+@dataclass(frozen=True)
+class RemoteEntry:
+    """An object on a remote: its name below the remote's prefix, its size, when it was written (server time)."""
+
+    name: str
+    size: int
+    modified: datetime
+
+
 class ObjectStore:
     """The object calls a push and a pull make, on one remote, with S3 errors turned into one-line xlarun errors."""
 
@@ -123,6 +133,29 @@ class ObjectStore:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.spec.bucket, Prefix=base):
                 out.extend(item["Key"][len(base) :] for item in page.get("Contents", ()))
         return out
+
+    def entries(self, folder: str) -> list[RemoteEntry]:
+        """Every object below ``folder`` with its size and when the server last wrote it (the server's clock)."""
+        base = self.key(folder)
+        out: list[RemoteEntry] = []
+        with self.translated(f"list {folder}"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.spec.bucket, Prefix=base):
+                for item in page.get("Contents", ()):
+                    out.append(RemoteEntry(folder + item["Key"][len(base) :], int(item["Size"]), item["LastModified"]))
+        return out
+
+    def delete(self, names: list[str]) -> None:
+        """Delete objects (1,000 a request); a key already gone is no error."""
+        with self.translated(f"delete {len(names)} object(s)"):
+            for start in range(0, len(names), 1000):
+                chunk = [{"Key": self.key(n)} for n in names[start : start + 1000]]
+                answer = self.client.delete_objects(Bucket=self.spec.bucket, Delete={"Objects": chunk, "Quiet": True})
+                if answer.get("Errors"):
+                    first = answer["Errors"][0]
+                    raise EnvironmentProblem(
+                        f"the S3 server of {self.spec.url} refused to delete {first.get('Key')}: {first.get('Code')}",
+                        "check that these credentials may delete; run gc again (what is deleted stays deleted)",
+                    )
 
     def get(self, name: str) -> bytes | None:
         """An object's bytes, None when there is no such key."""

@@ -13,21 +13,30 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from xlarun.errors import StoreError
 from xlarun.store.remote import ObjectStore, RemoteSpec
+from xlarun.store.remote_delta import decode_delta
 
 #: The file at the top of a mirror store naming its remote.
 MIRROR_MARKER = "remote.json"
 #: The file in a mirrored run's folder saying which remote pack holds which of its files.
 RUN_PACKS = "remote-packs.json"
+#: The file in a mirrored run's folder saying which of its files the remote holds as deltas: digest -> [base, pack].
+RUN_DELTAS = "remote-deltas.json"
 
 
 class _Adopting(Protocol):
     packs_dir: Path
 
     def adopt_pack(self, source: Path, name: str) -> list[tuple[str, int, int]]: ...
+
+    def has(self, digest: str) -> bool: ...
+
+    def get(self, digest: str) -> bytes: ...
+
+    def packer(self) -> Any: ...
 
 
 def mirror_spec(store_root: Path) -> RemoteSpec | None:
@@ -47,8 +56,9 @@ class PackFetcher:
     def __init__(self, store_root: Path, spec: RemoteSpec):
         self.store_root, self.spec = store_root, spec
         self._where: dict[str, str] | None = None
+        self._deltas: dict[str, list[str]] = {}
         self._remote: ObjectStore | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reading a delta's base may come back here
         self.fetched: list[str] = []  # packs this fetcher downloaded, in order
 
     @classmethod
@@ -56,36 +66,71 @@ class PackFetcher:
         spec = mirror_spec(store_root)
         return cls(store_root, spec) if spec is not None else None
 
-    def _pack_holding(self, digest: str) -> str | None:
-        if self._where is None or digest not in self._where:  # a run mirrored since: read the maps again
+    def _maps(self, digest: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Which remote pack holds each mirrored file, and which are deltas (read again when ``digest`` is in neither:
+        a run mirrored since)."""
+        if self._where is None or (digest not in self._where and digest not in self._deltas):
             where: dict[str, str] = {}
-            for listing in sorted((self.store_root / "runs").glob(f"*/{RUN_PACKS}")):
-                try:
-                    packs = json.loads(listing.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    continue
-                for name, digests in packs.items() if isinstance(packs, dict) else ():
-                    where.update((d, name) for d in digests if isinstance(d, str))
-            self._where = where
-        return self._where.get(digest)
+            deltas: dict[str, list[str]] = {}
+            for folder in sorted((self.store_root / "runs").iterdir()) if (self.store_root / "runs").is_dir() else ():
+                packs, as_deltas = _read_map(folder / RUN_PACKS), _read_map(folder / RUN_DELTAS)
+                for name, digests in packs.items():
+                    if isinstance(digests, list):
+                        where.update((d, name) for d in digests if isinstance(d, str))
+                deltas.update((d, b) for d, b in as_deltas.items() if isinstance(b, list) and len(b) == 2)
+            self._where, self._deltas = where, deltas
+        return self._where, self._deltas
 
     def fetch(self, digest: str, blobs: _Adopting) -> bool:
-        """Download and adopt the pack that holds ``digest``; False when no mirrored run names it."""
+        """Download and adopt the pack that holds ``digest``, or the delta that holds it (with its base's pack), each
+        checked; False when no mirrored run names it."""
         with self._lock:
-            name = self._pack_holding(digest)
-            if name is None:
+            where, deltas = self._maps(digest)
+            if digest in where:
+                self._fetch_pack(where[digest], blobs)
+                return True
+            if digest not in deltas:
                 return False
-            if self._remote is None:
-                self._remote = ObjectStore(self.spec)
-            blobs.packs_dir.mkdir(parents=True, exist_ok=True)
-            tmp = blobs.packs_dir / f".tmp-fetch-{name[:16]}-{os.getpid()}-{threading.get_ident()}"
-            self._remote.download(f"packs/{name}.zst", tmp)
-            try:
-                blobs.adopt_pack(tmp, name)
-            except StoreError:
+            base, base_pack = deltas[digest]
+            if not blobs.has(base):
+                self._fetch_pack(base_pack, blobs)
+            key = f"deltas/{digest}.{base}.{base_pack}.zst"
+            frame = self._object_store().get(key)
+            if frame is None:
+                raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again")
+            data = decode_delta(frame, blobs.get(base), None, digest)
+            if data is None:
                 raise StoreError(
-                    f"remote object packs/{name}.zst is damaged",
-                    "nothing of it was used; push the run again from a store that has it",
-                ) from None
-            self.fetched.append(name)
+                    f"remote object {key} is damaged", "nothing of it was used; push the run again from a store that has it"
+                )
+            packer = blobs.packer()
+            packer.add(data)
+            packer.close()
+            self.fetched.append(key)
             return True
+
+    def _object_store(self) -> ObjectStore:
+        if self._remote is None:
+            self._remote = ObjectStore(self.spec)
+        return self._remote
+
+    def _fetch_pack(self, name: str, blobs: _Adopting) -> None:
+        blobs.packs_dir.mkdir(parents=True, exist_ok=True)
+        tmp = blobs.packs_dir / f".tmp-fetch-{name[:16]}-{os.getpid()}-{threading.get_ident()}"
+        self._object_store().download(f"packs/{name}.zst", tmp)
+        try:
+            blobs.adopt_pack(tmp, name)
+        except StoreError:
+            raise StoreError(
+                f"remote object packs/{name}.zst is damaged",
+                "nothing of it was used; push the run again from a store that has it",
+            ) from None
+        self.fetched.append(name)
+
+
+def _read_map(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

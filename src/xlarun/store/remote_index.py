@@ -9,7 +9,8 @@ Commands given ``--remote NAME`` work on that remote's **mirror**: a store folde
 its folder's small files and its index rows, but no blob. Opening it lists ``runs/`` on the remote and mirrors the
 runs it lacks from their index object, record, catalog and folder files (small objects, never a pack), every one
 checked against its hash; a run gone from the remote leaves the mirror. A blob read from the mirror fetches the one
-pack that holds it (:mod:`xlarun.store.remote_fetch`), kept for the next read.
+pack that holds it, or the delta that holds it and its base's pack (:mod:`xlarun.store.remote_fetch`), kept for the
+next read.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from xlarun.store.facade import Store
 from xlarun.store.index import SCHEMA_VERSION, Index
 from xlarun.store.pack_format import content_digest
 from xlarun.store.remote import ObjectStore, RemoteSpec
-from xlarun.store.remote_fetch import MIRROR_MARKER, RUN_PACKS
+from xlarun.store.remote_fetch import MIRROR_MARKER, RUN_DELTAS, RUN_PACKS
+from xlarun.store.remote_records import checked_record, read_record
 from xlarun.store.rows import StoredFile, listed_files
 from xlarun.store.store_json import parse_store_json
 
@@ -166,9 +168,10 @@ class MirrorSync:
         if not isinstance(index.get("catalog"), str):
             note(f"run {run_id} on the remote has no catalog (pushed by an older xlarun): `xlarun pull {run_id}` fetches it")
             return None
-        record = self._json(f"records/{index.get('record')}.zst", str(index.get("record")))
+        record = read_record(self.remote, index, run_id)  # sent whole, or as a delta against another run's
         catalog = self._json(f"catalogs/{index['catalog']}.zst", index["catalog"])
         files, folder, packs = _checked(record, catalog, run_id)
+        _files, _folder, _packs, deltas = checked_record(record, run_id)
         staging = self.store.root / "staging" / f".mirror-{run_id}-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -179,6 +182,8 @@ class MirrorSync:
         (staging / "files.json").write_text(json.dumps(record["files"], separators=(",", ":")), encoding="utf-8")
         holding = {name: [files[i].digest for i in members] for name, members in packs.items()}
         (staging / RUN_PACKS).write_text(json.dumps(holding, separators=(",", ":")), encoding="utf-8")
+        as_deltas = {ref.digest: [ref.base, ref.base_pack] for ref in deltas.values()}
+        (staging / RUN_DELTAS).write_text(json.dumps(as_deltas, separators=(",", ":")), encoding="utf-8")
         (staging / RUN_CATALOG).write_text(json.dumps(catalog, separators=(",", ":")), encoding="utf-8")
         return run_id, staging, catalog
 

@@ -8,10 +8,13 @@ Below the remote's prefix (the whole layout: docs/remote.md)::
     catalogs/<digest>.zst  a run's rows of the index (remote_index.py): modules, find, show answer from it
     records/<digest>.zst   a run's full record (JSON, compressed the same way): its files.json entries, which pack
                            holds which of them, its folder's files
+    records/<d>.<base>.zst a record sent as a zstd delta against ``records/<base>.zst`` (the index names ``record_base``)
+    deltas/...             files sent as deltas (:mod:`xlarun.store.remote_delta`)
+    locks/...              push and gc locks (:mod:`xlarun.store.remote_locks`)
     runs/<run id>.json     the run's small index object, written last and once: the run exists on the remote
                            from that put on (``If-None-Match: *``: never overwritten)
 
-Every object but ``runs/`` is named by its content, so writing it twice writes the same bytes: an interrupted push
+Every object but ``runs/`` and ``locks/`` is named by its content, so writing it twice writes the same bytes: an interrupted push
 leaves only objects nobody names yet, and the next push lists what is there and sends the rest. A pull verifies
 every object it reads against its name before it is used; a damaged one is an error naming it (exit 3).
 """
@@ -24,6 +27,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,20 +35,40 @@ import zstandard
 
 from xlarun.errors import RefError, StoreError
 from xlarun.killpoints import kill_point
-from xlarun.safe_names import checked_relative_path, checked_run_id
+from xlarun.safe_names import checked_run_id
 from xlarun.store.facade import Store
 from xlarun.store.pack_format import content_digest
 from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_delta import (
+    DELTA_MAX_BYTES,
+    BaseFile,
+    BaseFinder,
+    DeltaRef,
+    decode_delta,
+    delta_worth_it,
+    encode_delta,
+    parse_delta_name,
+)
 from xlarun.store.remote_index import run_catalog
-from xlarun.store.rows import StoredFile, listed_files
+from xlarun.store.remote_locks import remote_lock
+from xlarun.store.remote_records import (
+    RECORD_FORMAT,
+    RECORD_FORMAT_DELTAS,
+    checked_record,
+    fetch_verified,
+    read_record,
+    read_remote_json,
+    remote_damage,
+)
+from xlarun.store.rows import StoredFile
 from xlarun.store.store_json import parse_store_json
 
-#: The record's format; a pull refuses one it does not know.
-RECORD_FORMAT = 1
+#: The runs of the same name whose files are looked at as delta bases (the latest).
+BASE_RUNS = 20
+#: The runs of the same name whose index objects are read for a record to send the run's record against.
+RECORD_BASE_RUNS = 5
 #: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
 WORKERS = 8
-#: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
-MAX_SMALL_BYTES = 256 << 20
 #: The index object's keys a listing shows.
 SUMMARY_KEYS = ("name", "status", "started", "files", "bytes", "pushed")
 
@@ -76,10 +100,6 @@ class Transfer:
         }  # fmt: skip
 
 
-def remote_damage(what: str) -> StoreError:
-    return StoreError(f"remote object {what} is damaged", "nothing of it was used; push the run again from a store that has it")
-
-
 def _run_folder_files(folder: Path) -> dict[str, Path]:
     """A committed run's own files but files.json (the record holds it), by their path in the folder."""
     found: dict[str, Path] = {}
@@ -94,7 +114,7 @@ def _index_object(run_id: str, record_digest: str, manifest: dict, files: list[S
     return {
         "format": RECORD_FORMAT, "run": run_id, "record": record_digest,
         "name": manifest.get("name"), "status": manifest.get("status"),
-        "started": manifest.get("started"),
+        "started": manifest.get("started"), "tags": manifest.get("tags") or {},
         "files": len(files), "bytes": sum(f.size for f in files),
         "pushed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
@@ -107,6 +127,8 @@ class RemoteSync:
         self.store, self.remote, self.progress = store, remote, progress
         self.transfer = Transfer()
         self._remote_packs: set[str] | None = None
+        self._remote_deltas: dict[str, DeltaRef] | None = None
+        self._locked = False
 
     def _count(self, size: int, sent: bool = True) -> None:
         if sent:
@@ -123,17 +145,30 @@ class RemoteSync:
     def push(self, run_ids: list[str]) -> Transfer:
         """Send each run the remote does not have: its packs the remote lacks, its folder's files, its record, and
         last its index object. A run already there is left as it is (listed in ``already``)."""
-        for run_id in run_ids:
-            self.push_run(run_id)
+        with ExitStack() as locks:
+            for run_id in run_ids:
+                self.push_run(run_id, locks)
         return self.transfer
 
-    def push_run(self, run_id: str) -> bool:
-        """Push one run; False when the remote already had it."""
+    def push_run(self, run_id: str, locks: ExitStack | None = None) -> bool:
+        """Push one run; False when the remote already had it. A push lock is held on the remote from the first
+        object sent (see :mod:`xlarun.store.remote_locks`): until ``locks`` closes, or until this run is published."""
         if self.remote.exists(f"runs/{run_id}.json"):
             self.transfer.already.append(run_id)
             return False
+        if locks is None:
+            with ExitStack() as own:
+                return self.push_run(run_id, own)
+        if not self._locked:
+            locks.enter_context(remote_lock(self.remote, "push"))
+            self._locked = True
+            locks.callback(self._unlocked)
         with self.store.lock():  # shared: gc (exclusive) deletes no pack while it is read
             return self._push_run(run_id)
+
+    def _unlocked(self) -> None:
+        """What was listed under the lock is forgotten with it: a gc may delete once it is gone."""
+        self._locked, self._remote_packs, self._remote_deltas = False, None, None
 
     def _push_run(self, run_id: str) -> bool:
         files = self.store.stored_files(run_id)
@@ -141,34 +176,103 @@ class RemoteSync:
         by_pack: dict[str, list[int]] = {}
         for i, entry in enumerate(files):
             by_pack.setdefault(self.store.blobs.pack_of(entry.digest), []).append(i)
+        deltas = self._send_deltas(run_id, manifest.get("name"), files, by_pack)
+        sent_as_delta = {i for i in deltas}
+        by_pack = {name: kept for name, members in by_pack.items() if (kept := [i for i in members if i not in sent_as_delta])}
         self._send_packs(sorted(by_pack))
         folder = {}
         for rel, path in _run_folder_files(self.store.run_path(run_id)).items():
             data = path.read_bytes()
             folder[rel] = digest = content_digest(data)
             self._send_small(f"files/{digest}.zst", data)
-        record = {"format": RECORD_FORMAT, "run": run_id, "folder": folder, "packs": by_pack,
-                  "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        record = {"format": RECORD_FORMAT_DELTAS if deltas else RECORD_FORMAT, "run": run_id, "folder": folder,
+                  "packs": by_pack, "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        if deltas:
+            record["deltas"] = {str(i): [ref.base, ref.base_pack] for i, ref in sorted(deltas.items())}
         record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         record_digest = content_digest(record_bytes)
-        self._send_small(f"records/{record_digest}.zst", record_bytes)
+        index_object = _index_object(run_id, record_digest, manifest, files)
+        base = self._record_base(run_id, manifest.get("name"))
+        delta = encode_delta(record_bytes, base[1]) if base is not None else b""
+        if base is not None and delta_worth_it(len(record_bytes), len(delta)):
+            index_object["record_base"] = base[0]
+            self._send_once(f"records/{record_digest}.{base[0]}.zst", delta)
+        else:
+            self._send_small(f"records/{record_digest}.zst", record_bytes)
         catalog = run_catalog(self.store.index, run_id)  # the run's index rows: found on the remote without a blob
         self._send_small(f"catalogs/{content_digest(catalog)}.zst", catalog)
+        index_object["catalog"] = content_digest(catalog)
         kill_point("remote-record-sent")
-        found = {**_index_object(run_id, record_digest, manifest, files), "catalog": content_digest(catalog)}
-        index = json.dumps(found, sort_keys=True).encode()
+        index = json.dumps(index_object, sort_keys=True).encode()
         if not self.remote.put_once(f"runs/{run_id}.json", index):  # another push published it meanwhile
             self.transfer.already.append(run_id)
             return False
         self.transfer.runs.append(run_id)
         return True
 
-    def _send_packs(self, names: list[str]) -> None:
+    def _remote_holdings(self) -> tuple[set[str], dict[str, DeltaRef]]:
+        """The packs the remote holds and the files it holds as deltas (listed once a push)."""
         if self._remote_packs is None:
             self._remote_packs = {n[:-4] for n in self.remote.names("packs/") if n.endswith(".zst")}
-        missing = [n for n in names if n not in self._remote_packs]
+        if self._remote_deltas is None:
+            listed = (parse_delta_name(n) for n in self.remote.names("deltas/"))
+            self._remote_deltas = {ref.digest: ref for ref in listed if ref is not None}
+        return self._remote_packs, self._remote_deltas
+
+    def _send_deltas(
+        self, run_id: str, name: object, files: list[StoredFile], by_pack: dict[str, list[int]]
+    ) -> dict[int, DeltaRef]:
+        """The run's files sent (or found) as deltas, by their place in its list: those of each pack the remote lacks,
+        when every one of its files is a delta the remote has or a worthwhile new one; the other packs go whole."""
+        remote_packs, remote_deltas = self._remote_holdings()
+        missing = {p: members for p, members in by_pack.items() if p not in remote_packs}
+        if not missing:
+            return {}
+        finder = self._base_finder(run_id, name, remote_packs)
+        chosen: dict[int, DeltaRef] = {}
+        for members in missing.values():
+            planned: dict[int, tuple[DeltaRef, bytes | None]] = {}
+            for i in members:
+                entry = files[i]
+                held = remote_deltas.get(entry.digest)
+                if held is not None and held.base_pack in remote_packs:  # a delta is used only with its base there
+                    planned[i] = (held, None)
+                    continue
+                base = finder.base_of(entry.path, entry.digest) if entry.size <= DELTA_MAX_BYTES else None
+                if base is None:
+                    break
+                delta = encode_delta(self.store.blobs.get(entry.digest), self.store.blobs.get(base.digest))
+                if not delta_worth_it(entry.size, len(delta)):
+                    break
+                planned[i] = (DeltaRef(entry.digest, base.digest, base.pack), delta)
+            else:
+                for i, (ref, encoded) in planned.items():
+                    if encoded is None:
+                        self._count(files[i].size, sent=False)
+                    elif remote_deltas.get(ref.digest) != ref:
+                        self.remote.put(ref.key, encoded)
+                        remote_deltas[ref.digest] = ref
+                        self._count(len(encoded))
+                    chosen[i] = ref
+                kill_point("remote-delta-sent")
+        return chosen
+
+    def _base_finder(self, run_id: str, name: object, remote_packs: set[str]) -> BaseFinder:
+        """Bases from the files of this store's other runs of the same name (the latest first) held in remote packs."""
+        finder = BaseFinder()
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-BASE_RUNS:]):
+            for entry in self.store.stored_files(other):
+                pack = self.store.blobs.pack_of(entry.digest)
+                if pack in remote_packs and entry.size <= DELTA_MAX_BYTES:
+                    finder.add(entry.path, BaseFile(entry.digest, pack))
+        return finder
+
+    def _send_packs(self, names: list[str]) -> None:
+        remote_packs, _ = self._remote_holdings()
+        missing = [n for n in names if n not in remote_packs]
         for name in names:
-            if name in self._remote_packs:
+            if name in remote_packs:
                 self._count(self.store.blobs.pack_path(name).stat().st_size, sent=False)
 
         def send(name: str) -> None:
@@ -179,7 +283,25 @@ class RemoteSync:
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(send, missing))
-        self._remote_packs.update(missing)
+        remote_packs.update(missing)
+
+    def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
+        """The record of the latest other run of this name the remote holds whole (a record sent whole: a delta's
+        base is never a delta), as (digest, bytes); None when there is none among the last few."""
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-RECORD_BASE_RUNS:]):
+            index = read_remote_json(self.remote, f"runs/{other}.json", None)
+            if index is not None and index.get("record_base") is None and isinstance(index.get("record"), str):
+                return index["record"], fetch_verified(self.remote, f"records/{index['record']}.zst", index["record"])
+        return None
+
+    def _send_once(self, key: str, data: bytes) -> None:
+        """An object named by its content, sent as it is unless the remote has it."""
+        if self.remote.exists(key):
+            self._count(len(data), sent=False)
+            return
+        self.remote.put(key, data)
+        self._count(len(data))
 
     def _send_small(self, key: str, data: bytes) -> None:
         """A small object named by its content, compressed, sent unless the remote has it."""
@@ -199,48 +321,32 @@ class RemoteSync:
             self.pull_run(run_id)
         return self.transfer
 
-    def _fetch_verified(self, key: str, digest: str) -> bytes:
-        data = self.remote.get(key)
-        if data is None:
-            raise StoreError(
-                f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it"
-            )
-        try:  # bounded: no small object of a run is larger than a file list may be
-            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
-                chunks, size = [], 0
-                while size <= MAX_SMALL_BYTES and (chunk := reader.read(1 << 20)):
-                    chunks.append(chunk)
-                    size += len(chunk)
-            plain = b"".join(chunks)
-        except zstandard.ZstdError:
-            raise remote_damage(key) from None
-        if len(plain) > MAX_SMALL_BYTES or content_digest(plain) != digest:
-            raise remote_damage(key)
-        return plain
-
     def pull_run(self, run_id: str) -> bool:
         """Pull one run; False when this store already had it."""
         checked_run_id(run_id, "the run to pull")
         if (self.store.runs_dir / run_id).exists():
             self.transfer.already.append(run_id)
             return False
-        index = self._read_json(f"runs/{run_id}.json", None)
+        index = read_remote_json(self.remote, f"runs/{run_id}.json", None)
         if index is None:
             raise RefError(
                 f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
             )
-        record = self._read_json(f"records/{index.get('record')}.zst", str(index.get("record")))
-        files, folder, packs = self._checked_record(record or {}, run_id)
+        files, folder, packs, deltas = checked_record(read_record(self.remote, index, run_id), run_id)
         lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
-        needed = [name for name, members in packs.items() if any(files[i].digest in lacking for i in members)]
+        needed = {name for name, members in packs.items() if any(files[i].digest in lacking for i in members)}
+        deltas = {i: ref for i, ref in deltas.items() if files[i].digest in lacking}
+        bases = {ref.base: ref.base_pack for ref in deltas.values()}
+        needed |= {bases[d] for d in bases.keys() - self.store.blobs.stored_of(list(bases))}
         run_id, staging = self.store.begin_run(run_id)
         try:
             with self.store.lock():
-                self._fetch_packs(needed)
+                self._fetch_packs(sorted(needed))
+                self._fetch_deltas([(files[i], ref) for i, ref in sorted(deltas.items())])
                 for rel, digest in folder.items():
                     target = staging / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    data = self._fetch_verified(f"files/{digest}.zst", digest)
+                    data = fetch_verified(self.remote, f"files/{digest}.zst", digest)
                     target.write_bytes(data)
                     self._count(len(data))
                 self.store.commit_indexed(run_id, staging, files, {})
@@ -250,38 +356,33 @@ class RemoteSync:
         self.transfer.runs.append(run_id)
         return True
 
-    def _read_json(self, key: str, digest: str | None) -> dict | None:
-        data = self.remote.get(key) if digest is None else self._fetch_verified(key, digest)
-        if data is None:
-            return None
-        try:
-            value = parse_store_json(data)
-        except ValueError:
-            raise remote_damage(key) from None
-        if not isinstance(value, dict):
-            raise remote_damage(key)
-        return value
+    def _fetch_deltas(self, wanted: list[tuple[StoredFile, DeltaRef]]) -> None:
+        """Fetch files held as deltas, decode each against its base (now in this store), check it against its digest
+        and store them; a missing or damaged delta stops the pull naming it."""
+        if not wanted:
+            return
 
-    def _checked_record(self, record: dict, run_id: str) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]]]:
-        key = f"the record of run {run_id}"
-        if record.get("format") != RECORD_FORMAT or record.get("run") != run_id:
-            raise remote_damage(key)
+        def fetch(item: tuple[StoredFile, DeltaRef]) -> bytes:
+            entry, ref = item
+            frame = self.remote.get(ref.key)
+            if frame is None:
+                raise StoreError(f"remote object {ref.key} is missing", "the remote was damaged; push the run again")
+            data = decode_delta(frame, self.store.blobs.get(ref.base), entry.size, entry.digest)
+            if data is None:
+                raise remote_damage(ref.key)
+            self._count(len(frame))
+            return data
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            decoded = list(pool.map(fetch, wanted))
+        packer = self.store.blobs.packer()
         try:
-            files = listed_files(record.get("files"), key)
-        except StoreError:
-            raise remote_damage(key) from None
-        folder, packs = record.get("folder"), record.get("packs")
-        if not isinstance(folder, dict) or not isinstance(packs, dict):
-            raise remote_damage(key)
-        for rel, digest in folder.items():
-            checked_relative_path(rel, key, error=lambda m, h: remote_damage(key))
-            if rel == "files.json" or not (isinstance(digest, str) and len(digest) == 64):
-                raise remote_damage(key)
-        for name, members in packs.items():
-            ok = len(name) == 64 and isinstance(members, list)
-            if not ok or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
-                raise remote_damage(key)
-        return files, folder, packs
+            for data in decoded:
+                packer.add(data)
+            packer.close()
+        except BaseException:
+            packer.discard()
+            raise
 
     def _fetch_packs(self, names: list[str]) -> None:
         blobs = self.store.blobs

@@ -1,0 +1,127 @@
+"""A run's record and the small objects of a remote, read back checked: what push writes and pull, ``gc --remote``
+and on-demand reads trust only after these checks (the layout: :mod:`xlarun.store.remote_sync`)."""
+
+from __future__ import annotations
+
+import re
+
+import zstandard
+
+from xlarun.errors import StoreError
+from xlarun.safe_names import checked_relative_path
+from xlarun.store.pack_format import content_digest
+from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_delta import DeltaRef, decode_delta, parse_delta_name
+from xlarun.store.rows import StoredFile, listed_files
+from xlarun.store.store_json import parse_store_json
+
+#: The record's format; a pull refuses one it does not know. A record naming deltas is format 2, which a puller
+#: that does not know deltas refuses rather than commit a run whose files it did not fetch.
+RECORD_FORMAT = 1
+RECORD_FORMAT_DELTAS = 2
+#: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
+MAX_SMALL_BYTES = 256 << 20
+
+
+def remote_damage(what: str) -> StoreError:
+    return StoreError(f"remote object {what} is damaged", "nothing of it was used; push the run again from a store that has it")
+
+
+def fetch_verified(remote: ObjectStore, key: str, digest: str) -> bytes:
+    """A small object (zstd-compressed, named by the digest of its bytes): its bytes, checked; StoreError naming it
+    when it is missing or damaged."""
+    data = remote.get(key)
+    if data is None:
+        raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+    try:  # bounded: no small object of a run is larger than a file list may be
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            chunks, size = [], 0
+            while size <= MAX_SMALL_BYTES and (chunk := reader.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        plain = b"".join(chunks)
+    except zstandard.ZstdError:
+        raise remote_damage(key) from None
+    if len(plain) > MAX_SMALL_BYTES or content_digest(plain) != digest:
+        raise remote_damage(key)
+    return plain
+
+
+def read_remote_json(remote: ObjectStore, key: str, digest: str | None) -> dict | None:
+    """A JSON object on the remote (checked against ``digest`` when one is given), None when there is no such key."""
+    data = remote.get(key) if digest is None else fetch_verified(remote, key, digest)
+    if data is None:
+        return None
+    try:
+        value = parse_store_json(data)
+    except ValueError:
+        raise remote_damage(key) from None
+    if not isinstance(value, dict):
+        raise remote_damage(key)
+    return value
+
+
+def checked_record(
+    record: dict, run_id: str
+) -> tuple[list[StoredFile], dict[str, str], dict[str, list[int]], dict[int, DeltaRef]]:
+    """A run's record read back: its files, its folder's files, its packs' members and its deltas, by place in
+    its file list; StoreError (the record is damaged) for anything a push does not write."""
+    key = f"the record of run {run_id}"
+    if record.get("format") not in (RECORD_FORMAT, RECORD_FORMAT_DELTAS) or record.get("run") != run_id:
+        raise remote_damage(key)
+    try:
+        files = listed_files(record.get("files"), key)
+    except StoreError:
+        raise remote_damage(key) from None
+    folder, packs, raw_deltas = record.get("folder"), record.get("packs"), record.get("deltas", {})
+    if not isinstance(folder, dict) or not isinstance(packs, dict) or not isinstance(raw_deltas, dict):
+        raise remote_damage(key)
+    for rel, digest in folder.items():
+        checked_relative_path(rel, key, error=lambda m, h: remote_damage(key))
+        if rel == "files.json" or not (isinstance(digest, str) and len(digest) == 64):
+            raise remote_damage(key)
+    for name, members in packs.items():
+        ok = len(name) == 64 and isinstance(members, list)
+        if not ok or not all(isinstance(i, int) and 0 <= i < len(files) for i in members):
+            raise remote_damage(key)
+    deltas: dict[int, DeltaRef] = {}
+    for place, base in raw_deltas.items():
+        ok = place.isdigit() and int(place) < len(files) and isinstance(base, list) and len(base) == 2
+        ref = parse_delta_name(f"{files[int(place)].digest}.{base[0]}.{base[1]}.zst") if ok else None
+        if ref is None:
+            raise remote_damage(key)
+        deltas[int(place)] = ref
+    return files, folder, packs, deltas
+
+
+def record_keys(index: dict) -> list[str]:
+    """The objects a run's record is read from: ``records/<digest>.zst``, or (sent as a delta against another run's
+    record) ``records/<digest>.<base>.zst`` and the base's own ``records/<base>.zst``."""
+    digest, base = str(index.get("record")), index.get("record_base")
+    if base is None:
+        return [f"records/{digest}.zst"]
+    return [f"records/{digest}.{base}.zst", f"records/{base}.zst"]
+
+
+def read_record(remote: ObjectStore, index: dict, run_id: str) -> dict:
+    """A run's record (its index object given), checked against its digest whether sent whole or as a delta against
+    another run's record (which is always sent whole); StoreError naming what is missing or damaged."""
+    digest, base = str(index.get("record")), index.get("record_base")
+    if base is None:
+        return read_remote_json(remote, f"records/{digest}.zst", digest) or {}
+    if not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+        raise remote_damage(f"runs/{run_id}.json")
+    key = f"records/{digest}.{base}.zst"
+    frame = remote.get(key)
+    if frame is None:
+        raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+    plain = decode_delta(frame, fetch_verified(remote, f"records/{base}.zst", base), None, digest, limit=MAX_SMALL_BYTES)
+    if plain is None:
+        raise remote_damage(key)
+    try:
+        value = parse_store_json(plain)
+    except ValueError:
+        raise remote_damage(key) from None
+    if not isinstance(value, dict):
+        raise remote_damage(key)
+    return value
