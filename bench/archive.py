@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .timing import Timing, ratio, time_call, time_command, tool, tree_bytes
 
@@ -19,7 +19,7 @@ ZSTD_LONG = "zstd --long=27 -T0"
 
 @dataclass
 class ArchivedRun:
-    store: Store
+    store: LocalStore
     run_id: str
     archive_s: float
     index_s: float
@@ -66,7 +66,7 @@ def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archi
     """Archive a raw dump folder into a store at ``store_root`` and index it, as a capture does once its job
     has ended, timing both (linking the files in is not timed)."""
 
-    store = Store.open(store_root)  # a new Store: its facts cache is empty, as in a new process
+    store = LocalStore.open(store_root)  # a new LocalStore: its facts cache is empty, as in a new process
     store.index.run_ids()  # the index opened (and reconciled) before the run exists: the timed ingest is the only one
     run_id, staging = store.begin_run()
     link_tree(raw_dump, staging / "dump")
@@ -142,14 +142,14 @@ def measure_archive(raw_dump: Path, workdir: Path, repeats: int) -> tuple[dict, 
     return results, last
 
 
-def _sample_paths(store: Store, run_id: str, count: int) -> list[str]:
+def _sample_paths(store: LocalStore, run_id: str, count: int) -> list[str]:
     paths = sorted(f.path for f in store.stored_files(run_id))
     step = max(1, len(paths) // count)
     return paths[::step][:count]
 
 
 def _random_access(archived: ArchivedRun, raw_dump: Path, tgz: Path, repeats: int) -> dict:
-    """Per-file read time: from the store (``Store.read_file``), from the raw folder, and out of the tar.gz.
+    """Per-file read time: from the store (``LocalStore.read_file``), from the raw folder, and out of the tar.gz.
 
     Cold: every read opens the store afresh (no cached files.json, no decoded delta bases), as a new
     process would. Warm: one store object reads the 50 sampled files in turn.
@@ -159,8 +159,8 @@ def _random_access(archived: ArchivedRun, raw_dump: Path, tgz: Path, repeats: in
     for path in paths:  # same bytes both ways
         assert store.read_file(run_id, path) == (raw_dump / path).read_bytes(), path
     reps = max(5, repeats * 3)
-    from_store = time_call(lambda: [Store(store.root).read_file(run_id, p) for p in paths], reps)
-    warm = time_call(lambda: (lambda s: [s.read_file(run_id, p) for p in paths])(Store(store.root)), reps)
+    from_store = time_call(lambda: [LocalStore(store.root).read_file(run_id, p) for p in paths], reps)
+    warm = time_call(lambda: (lambda s: [s.read_file(run_id, p) for p in paths])(LocalStore(store.root)), reps)
     from_raw = time_call(lambda: [(raw_dump / p).read_bytes() for p in paths], reps)
     one = paths[len(paths) // 2]
     from_tgz = time_command(["tar", "xzf", str(tgz), "-O", f"./{one}"], max(1, repeats))

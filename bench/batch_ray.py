@@ -91,7 +91,7 @@ def measure(spec: Path, repeats: int, workdir: Path) -> dict:
     from xlarun.batch import run_batch
     from xlarun.capture.spec_yaml import load_batch
     from xlarun.executors import run_batch_on
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     cells = load_batch(spec)
     nodes = len(cells)
@@ -103,7 +103,7 @@ def measure(spec: Path, repeats: int, workdir: Path) -> dict:
         for i in range(repeats):
             order = ["local", "ray"] if i % 2 == 0 else ["ray", "local"]
             for kind in order:
-                store = Store.open(workdir / f"{kind}-{i}")
+                store = LocalStore.open(workdir / f"{kind}-{i}")
                 t0 = time.perf_counter()
                 if kind == "local":
                     result = run_batch(load_batch(spec), store, jobs=nodes)
@@ -117,7 +117,7 @@ def measure(spec: Path, repeats: int, workdir: Path) -> dict:
                     raise SystemExit(f"{kind} batch failed: {[c.error for c in result.cells]}")
                 store.close()
         # what one run takes in a store of its own: the first cell captured alone, here
-        alone = Store.open(workdir / "alone")
+        alone = LocalStore.open(workdir / "alone")
         run_batch(load_batch(spec)[:1], alone)
         stored_one_run = _store_bytes(alone.root)
     finally:

@@ -95,9 +95,9 @@ def _instruction_search(store: Path, ref: str) -> dict:
     from xlarun.bisect.replayer import StepReplayer
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     module = resolve_module(opened.index, ref)
     steps = pass_steps(module)
     index = next(i for i, s in enumerate(steps) if s.after_pass == "algsimp" and i > 0)

@@ -41,9 +41,9 @@ THREADS = 8
 
 def _capture_twice(programs: list[str], store_root: Path) -> dict[str, tuple[str, str]]:
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(store_root)
+    store = LocalStore.open(store_root)
     runs: dict[str, tuple[str, str]] = {}
     for name in programs:
         try:
@@ -57,19 +57,19 @@ def _capture_twice(programs: list[str], store_root: Path) -> dict[str, tuple[str
 
 
 def _push(store_root: Path, remote: str, run_ids: list[str]) -> dict:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.remote import ObjectStore, find_remote
     from xlarun.store.remote_sync import RemoteSync
 
-    return RemoteSync(Store.open(store_root), ObjectStore(find_remote(remote))).push(run_ids).as_dict()
+    return RemoteSync(LocalStore.open(store_root), ObjectStore(find_remote(remote))).push(run_ids).as_dict()
 
 
 def _pull(store_root: Path, remote: str, run_ids: list[str]) -> dict:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.remote import ObjectStore, find_remote
     from xlarun.store.remote_sync import RemoteSync
 
-    return RemoteSync(Store.open(store_root), ObjectStore(find_remote(remote))).pull(run_ids).as_dict()
+    return RemoteSync(LocalStore.open(store_root), ObjectStore(find_remote(remote))).pull(run_ids).as_dict()
 
 
 def measure_dedup(store_root: Path, runs: dict[str, tuple[str, str]]) -> dict:
@@ -99,9 +99,9 @@ def _floor(client, bucket: str, prefix: str, files: list[Path], back: Path) -> t
 
 
 def measure_throughput(store_root: Path, run_ids: list[str], client, bucket: str, work: Path) -> dict:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(store_root)
+    store = LocalStore.open(store_root)
     packs = sorted({store.blobs.pack_of(f.digest) for run_id in run_ids for f in store.stored_files(run_id)})
     files = [store.blobs.pack_path(name) for name in packs]
     size = sum(p.stat().st_size for p in files)

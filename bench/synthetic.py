@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from xlarun.hlo.names import decode_dump_name
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .archive import bench_manifest, link_tree
 from .timing import Timing
@@ -24,7 +24,7 @@ from .timing import Timing
 
 @dataclass
 class SyntheticStore:
-    store: Store
+    store: LocalStore
     run_ids: list[str]
     raw_runs: Path  # one raw dump folder per run
     results: dict
@@ -45,7 +45,7 @@ def _run_id(base: datetime, i: int) -> str:
     return f"{base + timedelta(seconds=i):%Y%m%d-%H%M%S}-{i:04x}"
 
 
-def build_synthetic_store(store: Store, base_run: str, raw_dump: Path, workdir: Path, n_runs: int) -> SyntheticStore:
+def build_synthetic_store(store: LocalStore, base_run: str, raw_dump: Path, workdir: Path, n_runs: int) -> SyntheticStore:
     """Grow ``store`` (holding ``base_run``, captured from ``raw_dump``) to ``n_runs`` runs."""
     raw_runs = workdir / "raw-runs"
     link_tree(raw_dump, raw_runs / base_run)

@@ -46,10 +46,10 @@ def disk(folder: Path) -> tuple[int, int, int]:
 
 def fill(root: Path, runs: int, seed: int) -> float:
     """``runs`` tiny runs committed into a new store at ``root``; returns the seconds it took."""
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     rng = random.Random(seed)
-    store = Store.open(root)
+    store = LocalStore.open(root)
     started = time.perf_counter()
     for i in range(runs):
         run_id, staging = store.begin_run(f"20260101-{i // 3600:02d}{i // 60 % 60:02d}{i % 60:02d}-{i % 65536:04x}")

@@ -39,9 +39,9 @@ def cli():
 
 def _capture(spec: Path, store_root: Path):
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(store_root)
+    store = LocalStore.open(store_root)
     result = capture(spec, store)
     return store, result
 
@@ -58,13 +58,13 @@ def jax_profiled_run(tmp_path_factory):
     """configs/jax-cpu.yaml with ``profile: true``, captured for real: (store path, store, CaptureResult)."""
     pytest.importorskip("jax")
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     folder = tmp_path_factory.mktemp("profiled")
     text = (CONFIGS / "jax-cpu.yaml").read_text().replace("examples/jax_mlp.py", str(CONFIGS / "examples" / "jax_mlp.py"))
     spec = folder / "spec.yaml"
     spec.write_text(text + "profile: true\n")
-    store = Store.open(folder / "store")
+    store = LocalStore.open(folder / "store")
     return folder / "store", store, capture(spec, store)
 
 
@@ -194,10 +194,10 @@ def pytest_runtest_makereport(item, call):
 def bisect_store(tmp_path_factory):
     """One store holding pass-by-pass captures of the three bisect examples."""
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     path = tmp_path_factory.mktemp("bisect") / "store"
-    store = Store.open(path, create=True)
+    store = LocalStore.open(path, create=True)
     for name in ("bf16", "algsimp", "stable", "bf16-attention"):
         result = capture(CONFIGS / f"bisect-{name}.yaml", store)
         assert result.ok, result.warnings
@@ -209,7 +209,7 @@ def zoo_runs(tmp_path_factory):
     """The zoo's programs (examples/zoo), each captured once, on demand, into one store:
     ``zoo_runs(name) -> (store path, run id)``; a program whose framework is missing is skipped."""
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     path = tmp_path_factory.mktemp("zoo") / "store"
     runs: dict[str, str] = {}
@@ -217,7 +217,7 @@ def zoo_runs(tmp_path_factory):
     def run_of(name: str) -> tuple[Path, str]:
         pytest.importorskip("tensorflow" if name.startswith("tf") else "jax")
         if name not in runs:
-            store = Store.open(path, create=True)
+            store = LocalStore.open(path, create=True)
             result = capture(REPO / "examples" / "zoo" / name / "spec.yaml", store)
             assert result.ok, result.warnings
             runs[name] = result.run_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest
 
 #: Headless Chromium as the browser tests drive it (report, view, the API's HTML).
@@ -20,7 +20,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade", **manifest_fields) -> str:
+def add_run(store: LocalStore, files: dict[str, str | bytes], name: str = "handmade", **manifest_fields) -> str:
     """Archive ``files`` (dump-relative path -> content) as a committed, indexed run; returns its id."""
     run_id, staging = store.begin_run()
     for path, content in files.items():
@@ -44,16 +44,16 @@ def add_run(store: Store, files: dict[str, str | bytes], name: str = "handmade",
     return run_id
 
 
-def copy_run_files(store: Store, run_id: str) -> dict[str, bytes]:
+def copy_run_files(store: LocalStore, run_id: str) -> dict[str, bytes]:
     """Every archived file of a run, by path (to build a new run from a real capture)."""
     return {f.path: store.blobs.get(f.digest) for f in store.stored_files(run_id)}
 
 
-def copy_store(store: Store, target: Path) -> Store:
+def copy_store(store: LocalStore, target: Path) -> LocalStore:
     """A private copy of a session fixture's store, to add runs to without disturbing other tests."""
     store.close()
     shutil.copytree(store.root, target)
-    return Store.open(target)
+    return LocalStore.open(target)
 
 
 def ladder_hlo(rungs: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 SOURCE = "/home/user/project/model.py"
 
@@ -88,7 +88,7 @@ PASSES = [
 
 
 def archive_run(
-    store: Store,
+    store: LocalStore,
     files: dict[str, str | bytes],
     *,
     run_id: str,

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from xlarun.store import agreement
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.index import Index
 from xlarun.store.locks import writers_turn
 
@@ -20,8 +20,8 @@ from .synthetic_store import archive_run, module_dumps
 RUNS = ["20260101-000000-aa", "20260101-000001-bb"]
 
 
-def commit(store: Store, run_id: str) -> None:
-    """Commit a run the way capture, import and recovery do (:meth:`Store.commit_indexed`)."""
+def commit(store: LocalStore, run_id: str) -> None:
+    """Commit a run the way capture, import and recovery do (:meth:`LocalStore.commit_indexed`)."""
     run_id, staging = store.begin_run(run_id)
     (staging / "dump").mkdir(exist_ok=True)
     for name, text in module_dumps(1, f"jit_{run_id[-2:]}").items():
@@ -35,21 +35,21 @@ def commit(store: Store, run_id: str) -> None:
 @pytest.fixture
 def settled(tmp_path, monkeypatch):
     """A store of two runs whose agreement a reader noted; returns it and the list of listings made since."""
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     for run_id in RUNS:
         archive_run(store, module_dumps(1, "jit_a"), run_id=run_id)
     store.close()
     then = time.time() - 60
     os.utime(store.runs_dir, (then, then))
-    Store.open(store.root).index.close()  # a reader lists, finds them agreeing and notes it
+    LocalStore.open(store.root).index.close()  # a reader lists, finds them agreeing and notes it
     listed: list[str] = []
-    real = Store.run_ids
-    monkeypatch.setattr(Store, "run_ids", lambda self: listed.append("listed") or real(self))
+    real = LocalStore.run_ids
+    monkeypatch.setattr(LocalStore, "run_ids", lambda self: listed.append("listed") or real(self))
     return store, listed
 
 
-def reader(store: Store) -> list[str]:
-    opened = Store.open(store.root)
+def reader(store: LocalStore) -> list[str]:
+    opened = LocalStore.open(store.root)
     try:
         return [r.run_id for r in opened.index.runs()]
     finally:
@@ -58,7 +58,7 @@ def reader(store: Store) -> list[str]:
 
 def test_a_capture_notes_the_agreement_so_neither_it_nor_the_next_reader_lists(settled):
     store, listed = settled
-    writer = Store.open(store.root)
+    writer = LocalStore.open(store.root)
     commit(writer, "20260101-000002-cc")
     writer.close()
     assert listed == []  # the capture read no listing of runs/
@@ -70,12 +70,12 @@ def test_a_capture_notes_the_agreement_so_neither_it_nor_the_next_reader_lists(s
 
 def test_a_writer_that_died_between_its_rename_and_its_index_rows_is_found_by_the_next_reader(settled, monkeypatch):
     store, listed = settled
-    writer = Store.open(store.root)
+    writer = LocalStore.open(store.root)
 
     def killed(self, run_id):
         raise KeyboardInterrupt  # as a Ctrl-C there would: the run is committed, not indexed
 
-    monkeypatch.setattr(Store, "ingest", killed)
+    monkeypatch.setattr(LocalStore, "ingest", killed)
     with pytest.raises(KeyboardInterrupt):
         commit(writer, "20260101-000002-cc")
     writer.close()
@@ -88,7 +88,7 @@ def test_a_writer_that_died_between_its_rename_and_its_index_rows_is_found_by_th
     )
     index.close()
     listed.clear()
-    monkeypatch.setattr(Store, "run_ids", lambda self: listed.append("listed") or type(self).__mro__[1].run_ids(self))
+    monkeypatch.setattr(LocalStore, "run_ids", lambda self: listed.append("listed") or type(self).__mro__[1].run_ids(self))
     assert reader(store) == [*RUNS, "20260101-000002-cc"] and listed != []  # the mark sent it to list
     index = Index.open(store.root / "index.sqlite")
     assert agreement.pending(index) == []  # and it removed the mark, in the writers' turn
@@ -109,7 +109,7 @@ def test_a_reader_leaves_a_mark_alone_while_its_writer_holds_the_turn(settled):
 
 def test_a_removal_takes_the_writers_turn(settled):
     store, _listed = settled
-    remover = Store.open(store.root)
+    remover = LocalStore.open(store.root)
     with writers_turn(store.root) as ours:
         assert ours
         with writers_turn(store.root, wait=False) as second:

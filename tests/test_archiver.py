@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import xlarun.store.archive as archiver
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.packs import content_digest
 
 
@@ -31,7 +31,7 @@ def _pass(step: int) -> bytes:
 
 
 def test_settled_files_are_archived_while_the_job_runs(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     work = store.archiver(staging)
     work.start()
@@ -53,7 +53,7 @@ def test_settled_files_are_archived_while_the_job_runs(tmp_path):
 
 
 def test_a_failure_while_the_job_runs_keeps_every_raw_file(tmp_path, monkeypatch):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     _run_id, staging = store.begin_run()
 
     def disk_full(self, target, payload):
@@ -70,7 +70,7 @@ def test_a_failure_while_the_job_runs_keeps_every_raw_file(tmp_path, monkeypatch
 
 
 def test_abandon_stops_and_keeps_the_raw_files(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     _run_id, staging = store.begin_run()
     work = store.archiver(staging)
     work.start()
@@ -82,7 +82,7 @@ def test_abandon_stops_and_keeps_the_raw_files(tmp_path):
 
 
 def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     _run_id, staging = store.begin_run()
     work = store.archiver(staging)
     (staging / "dump" / "keep.txt").write_bytes(b"keep")
@@ -102,9 +102,9 @@ def test_a_file_renamed_while_it_is_read_is_archived_under_its_new_name(tmp_path
 # --- whatever a dump folder holds ------------------------------------------------------------------
 
 
-def _archive(tmp_path, fill) -> tuple[Store, str, list, list]:
+def _archive(tmp_path, fill) -> tuple[LocalStore, str, list, list]:
     """Archive a staging folder ``fill(dump_folder)`` made; commit it; (store, run id, files, notes)."""
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     fill(staging / "dump")
     work = store.archiver(staging)
@@ -165,13 +165,13 @@ def test_a_name_that_is_not_utf8_is_archived_escaped_and_noted(tmp_path):
 
 UNREADABLE_AS_NOBODY = r"""
 import json, os, sys
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 import xlarun.hlo.names, xlarun.store.summaries, xlarun.store.archive, concurrent.futures.thread  # imported while the interpreter's files are readable
 if os.geteuid() == 0:  # chmod 000 stops anyone but root
     os.setgroups([])
     os.setgid(65534)
     os.setuid(65534)
-store = Store.open(sys.argv[1])
+store = LocalStore.open(sys.argv[1])
 run_id, staging = store.begin_run()
 (staging / "dump" / "ok.txt").write_bytes(b"ok")
 (staging / "dump" / "secret.txt").write_bytes(b"secret")
@@ -216,9 +216,9 @@ def test_an_unreadable_file_is_listed_with_why(tmp_path):
 BIG_SPARSE = r"""
 import json, os, resource, sys
 from blake3 import blake3
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 size = int(sys.argv[2]) << 20
-store = Store.open(sys.argv[1])
+store = LocalStore.open(sys.argv[1])
 run_id, staging = store.begin_run()
 (staging / "dump" / "small.txt").write_bytes(b"warm up")
 store.archiver(staging).finish()  # imports, buffers and connections: part of the baseline
@@ -264,7 +264,7 @@ def test_a_large_file_is_streamed_with_bounded_memory(tmp_path):
 
 
 def test_a_file_still_written_after_the_job_ends_is_archived_as_read(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     growing = staging / "dump" / "growing.log"
     growing.write_bytes(b"start\n")
@@ -299,7 +299,7 @@ def _series_dump(dump: Path, modules: int, passes: int, pad: int = 0) -> dict[st
     return written
 
 
-def _packs(store: Store) -> list[Path]:
+def _packs(store: LocalStore) -> list[Path]:
     return sorted((store.root / "blobs" / "packs").glob("*.zst"))
 
 

@@ -113,7 +113,7 @@ def test_a_job_stopped_before_it_starts_is_never_run(tmp_path):
 def test_a_capture_stopped_before_its_job_starts_is_archived_saying_nothing_ran(tmp_path):
     from xlarun.capture.launch import capture
     from xlarun.interrupts import StopRequest
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     from .conftest import write_spec
 
@@ -121,7 +121,7 @@ def test_a_capture_stopped_before_its_job_starts_is_archived_saying_nothing_ran(
     stop = StopRequest()
     stop.received.append(15)  # SIGTERM, as the signal watcher records it
     stop.cancel.set()
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     result = capture(spec, store, stop=stop)
     assert result.status == RunStatus.INTERRUPTED and not (tmp_path / "ran").exists()
     assert "stopped by SIGTERM before the job started: nothing ran" in result.warnings

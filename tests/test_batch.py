@@ -12,7 +12,7 @@ import pytest
 
 from xlarun.batch import run_batch
 from xlarun.capture.spec_yaml import load_batch
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .conftest import CONFIGS, write_spec
 from .test_capture import TINY_JAX
@@ -57,7 +57,7 @@ def test_batch_runs_every_cell_in_parallel_and_compares(cli, tmp_path):
 @pytest.mark.slow
 def test_a_failing_cell_fails_the_batch_and_fail_fast_skips_the_rest(tmp_path):
     spec = write_spec(tmp_path / "p", TWO_SCALES.replace('["1.0", "2.0"]', '["2.0", "1.0"]'), SCALED_JAX)
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     result = run_batch(load_batch(spec), store, jobs=1, fail_fast=True)
     assert not result.ok
     assert [c.status for c in result.cells] == ["failed", "skipped"]
@@ -99,7 +99,7 @@ def test_ctrl_c_stops_a_batch_and_archives_its_running_cells(tmp_path):
         time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
-    runs = Store.open(tmp_path / "s").index.runs()
+    runs = LocalStore.open(tmp_path / "s").index.runs()
     assert sorted(r.status for r in runs) == ["interrupted", "interrupted"]
 
 
@@ -111,7 +111,7 @@ def test_batch_on_local_and_docker_cpu_gives_matching_fingerprints(cli, tmp_path
     assert set(cells) == {"local", "docker-cpu"}
     assert cells["local"]["main_module"] == cells["docker-cpu"]["main_module"] == "jit_train_step"
     assert cells["local"]["main_fingerprint"] == cells["docker-cpu"]["main_fingerprint"]
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     runs = {r.backend: r for r in store.index.runs()}
     assert set(runs) == {"local", "docker-cpu"}
     docker_manifest = store.manifest(runs["docker-cpu"].run_id)

@@ -23,7 +23,7 @@ from xlarun.capture.spec_yaml import load_batch
 from xlarun.errors import StoreError
 from xlarun.executors import run_batch_on
 from xlarun.executors.shipping import lacking, pack_run, receive_run
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .conftest import write_spec
 
@@ -128,7 +128,7 @@ def _wait_until(condition, timeout: float, what: str) -> None:
     raise AssertionError(f"not within {timeout}s: {what}")
 
 
-def _modules(store: Store, run_id: str) -> set[tuple[str, str]]:
+def _modules(store: LocalStore, run_id: str) -> set[tuple[str, str]]:
     return {(m.name, m.fingerprint) for m in store.index.modules(run_id)}
 
 
@@ -184,7 +184,7 @@ def test_collect_needs_a_cluster_to_look_at(tmp_path):
 
 def test_a_cell_no_node_can_serve_fails_at_once_naming_what_the_cluster_offers(cluster, tmp_path):
     spec = write_spec(tmp_path / "p", "name: gpu\nscript: job.py\nbackend: docker-gpu\nmatrix:\n  n: [1]\n", TINY)
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     started = time.monotonic()
     result = run_batch_on("ray", load_batch(spec), store)
     assert time.monotonic() - started < 10
@@ -197,10 +197,10 @@ def test_a_cell_no_node_can_serve_fails_at_once_naming_what_the_cluster_offers(c
 
 def test_a_shipped_run_is_verified_committed_once_and_carries_only_what_the_store_lacks(tmp_path):
     spec = write_spec(tmp_path / "p", "name: tiny\nscript: job.py\nmatrix:\n  n: [1]\n", TINY)
-    node_store = Store.open(tmp_path / "node")
+    node_store = LocalStore.open(tmp_path / "node")
     [cell] = run_batch(load_batch(spec), node_store).cells
     run_id = cell.result.run_id
-    driver = Store.open(tmp_path / "driver")
+    driver = LocalStore.open(tmp_path / "driver")
     files = node_store.stored_files(run_id)
     damaged = pack_run(node_store, run_id)
     damaged.payload = damaged.payload[:-1] + bytes([damaged.payload[-1] ^ 1])
@@ -230,10 +230,10 @@ def test_a_ray_batch_over_local_and_docker_cpu_matches_the_same_batch_run_locall
         "dump:\n  formats: [text]\nmatrix:\n  backend: [local, docker-cpu]\n",
         TINY,
     )
-    here = Store.open(tmp_path / "local")
+    here = LocalStore.open(tmp_path / "local")
     local = run_batch(load_batch(spec), here, jobs=2)
     assert local.ok, [c.error for c in local.cells]
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     spread = run_batch_on("ray", load_batch(spec), store)
     assert spread.ok, [c.error for c in spread.cells]
     docker_nodes = {nodes[n].node_id[:8] for n in ("local-docker", "docker")}
@@ -287,7 +287,7 @@ def test_with_ship_always_every_node_runs_the_project_as_it_was_when_the_batch_s
     out = cli("batch", spec, "--executor", "ray", "--ship", "always", "--store", tmp_path / "s", "--json")
     assert out.exit_code == 0, out.stdout + out.stderr
     cells = json.loads(out.stdout)["cells"]
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     for cell in cells:
         run = cell["run_id"]
         project = store.manifest(run)["backend_details"]["ray"]["project"]
@@ -351,7 +351,7 @@ def test_stopping_the_driver_stops_the_jobs_on_the_nodes_and_leaves_nothing_runn
         assert sorted(c["status"] for c in data["cells"]) == ["interrupted"] * running + ["skipped"], data["cells"]
         [skipped] = [c for c in data["cells"] if c["status"] == "skipped"]
         assert skipped["run_id"] is None and skipped["node"] is None and skipped["error"] is None
-        store = Store.open(tmp_path / "s")
+        store = LocalStore.open(tmp_path / "s")
         runs = sorted(c["run_id"] for c in data["cells"] if c["run_id"])
         assert store.run_ids() == runs == sorted(dumped)
         for run in runs:
@@ -396,7 +396,7 @@ def test_collect_brings_in_the_run_a_driver_stopped_at_once_left_on_its_node(cli
     assert out.exit_code == 0, out.stdout + out.stderr
     [row] = json.loads(out.stdout)["found"]
     assert (row["state"], row["action"], row["status"]) == ("collect", "collected", "interrupted")
-    store = Store.open(tmp_path / "mine")
+    store = LocalStore.open(tmp_path / "mine")
     assert store.run_ids() == [row["run_id"]]
     manifest = store.manifest(row["run_id"])
     assert manifest["signal"] == "SIGINT" and manifest["matrix"] == {"scale": 5.0}
@@ -486,7 +486,7 @@ def test_a_cell_whose_node_dies_is_retried_elsewhere_or_fails_with_the_reason(cl
     by_id = {node.node_id[:8]: node for node in nodes.values()}
 
     def run_and_kill(retries: int):
-        store = Store.open(tmp_path / f"s{retries}")
+        store = LocalStore.open(tmp_path / f"s{retries}")
         seen: dict = {}
         box: dict = {}
 

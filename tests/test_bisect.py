@@ -95,9 +95,9 @@ def test_refuses_modules_without_pass_dumps_or_with_elided_constants(bisect_stor
     from xlarun.errors import InputError
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    module = resolve_module(Store.open(bisect_store).index, "bf16_sum")
+    module = resolve_module(LocalStore.open(bisect_store).index, "bf16_sum")
     with pytest.raises(InputError, match="without per-pass dumps") as raised:
         refuse_unbisectable(module, [])
     assert "dump.pass_re" in raised.value.hint
@@ -236,9 +236,9 @@ def test_rerun_mode_reports_every_pass_whose_disabling_alone_flips_the_check():
 def test_bisect_result_round_trips_through_json(bisect_store):
     from xlarun.bisect import BisectOptions, BisectResult, bisect_module
     from xlarun.navigate.refs import resolve_module
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(bisect_store)
+    store = LocalStore.open(bisect_store)
     result = bisect_module(store, resolve_module(store.index, "residual"), BisectOptions())
     again = BisectResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.culprit_pass == "algsimp" and again.steps == result.steps and again.headline() == result.headline()
@@ -255,10 +255,10 @@ def test_help_teaches_both_modes(cli):
 @pytest.mark.slow
 def test_report_shows_the_error_plot_and_the_culprit_diff(cli, bisect_store, tmp_path):
     from xlarun.navigate.refs import resolve_module
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     cli("bisect", "bf16_sum", "--linear", "--store", bisect_store, "-q")
-    module = resolve_module(Store.open(bisect_store).index, "bf16_sum")
+    module = resolve_module(LocalStore.open(bisect_store).index, "bf16_sum")
     out = tmp_path / "report"
     assert cli("report", module.run_id, "--store", bisect_store, "-o", out, "--no-graphs").exit_code == 0
     page = (out / "modules" / f"module_{module.module_id:04d}.html").read_text()

@@ -254,13 +254,13 @@ def _zoo_target(cli, store, run_id: str, program: str) -> tuple[str, str, list[s
     from tests.test_zoo import zoo
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     modules = json.loads(cli("modules", run_id, "--json", "--store", store).stdout)["modules"]
     # by number, the first listed (the main one): a program may compile its step twice under one name (sharded_drift)
     step = next(m for m in modules if zoo.STEPS[program] in m["name"])
     ref = f"{run_id}/module_{step['module_id']:04d}"
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     module = resolve_module(opened.index, ref)
     for step in reversed(pass_steps(module)):
         computations, by_name = computations_of(opened.read_file(module.run_id, step.path).decode())
@@ -375,9 +375,9 @@ def _dot_in_a_body(store, ref: str, opcode: str) -> tuple[int, str, str, str]:
     """(step, the entry's `opcode` instruction, its body, a dot in the body) of the last step that has one."""
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     module = resolve_module(opened.index, ref)
     key = "body=" if opcode == "while" else "to_apply="
     for step in reversed(pass_steps(module)):
@@ -421,11 +421,11 @@ def test_an_element_of_a_scan_loop_is_extracted_with_its_loop_in_one_hop(cli, zo
     from (its elements are parameters), and the loop replays to the value the run computed."""
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     store, run_id = zoo_runs("scan_remat")
     ref, _target, options = _zoo_target(cli, store, run_id, "scan_remat")
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     module = resolve_module(opened.index, ref)
     path = next(s.path for s in pass_steps(module) if s.step == int(options[1]))
     entry = instructions_of(next(c for c in computations_of(opened.read_file(module.run_id, path).decode())[0] if c.entry))

@@ -23,10 +23,10 @@ STEPS = (EXAMPLE / "steps.py").read_text()
 def sharded_store(tmp_path_factory):
     pytest.importorskip("jax")
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     folder = tmp_path_factory.mktemp("sharded-bisect")
-    store = Store.open(folder / "store", create=True)
+    store = LocalStore.open(folder / "store", create=True)
     result = capture(EXAMPLE / "spec.yaml", store)
     assert result.ok, result.warnings
     return folder / "store"

@@ -10,7 +10,7 @@ import xlarun.store.packs as blobs_module
 from xlarun.errors import ExitCode, StoreError
 from xlarun.store.archive import series_of
 from xlarun.store.buffers import DecodedCache
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.pack_format import pack_members
 from xlarun.store.packs import BlobStore, content_digest
 from xlarun.store.runs import STORE_VERSION
@@ -234,21 +234,21 @@ def test_a_module_series_is_in_dump_order():
 
 
 def test_an_archived_series_is_packed_with_exact_bytes(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     dumps = _pass_dumps(40)
     run_id, staging = store.begin_run()
     for step, data in enumerate(dumps):
         (staging / "dump" / f"module_0000.jit_f.{step:04d}.simplification.after_p{step}.before_p{step + 1}.txt").write_bytes(data)
     files = store.archive_outputs(staging)
     store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
-    fresh = Store.open(tmp_path / "s")
+    fresh = LocalStore.open(tmp_path / "s")
     assert [fresh.read_file(run_id, f.path) for f in sorted(files, key=lambda f: f.path)] == dumps
     assert {fresh.blobs.pack_of(f.digest) for f in files} == set(fresh.blobs.pack_names()) and len(fresh.blobs.pack_names()) == 1
     assert fresh.blobs.pack_path(fresh.blobs.pack_names()[0]).stat().st_size < sum(map(len, dumps)) / 50
 
 
 def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     first, second = _pass_dumps(2)
     names = ["module_0000.jit_f.0001.p.after_a.before_b.txt", "module_0000.jit_f.0002.p.after_b.before_c.txt"]
 
@@ -264,7 +264,7 @@ def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
     store.delete_run(both)
     _folders, removed, _freed = store.gc()
     assert removed == 0  # the pack stays for the second dump
-    assert Store.open(tmp_path / "s").read_file(only_second, names[1]) == second
+    assert LocalStore.open(tmp_path / "s").read_file(only_second, names[1]) == second
     store.delete_run(only_second)
     _folders, removed, _freed = store.gc()
     assert removed == 1 and store.blobs.pack_names() == []
@@ -274,13 +274,13 @@ def test_gc_keeps_packs_still_pointed_into_and_removes_the_rest(tmp_path):
 @pytest.mark.parametrize("old", ["1", "2", "3"])
 def test_a_store_of_an_older_format_is_refused_in_one_line(tmp_path, cli, old, monkeypatch):
     """Formats 1 to 3 were written only by development versions: refused with a message saying so, never a crash."""
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     store.close()
     (tmp_path / "s" / "VERSION").write_text(f"{old}\n")
     with pytest.raises(
         StoreError, match=f"has format {old}, which this xlarun no longer reads \\(it reads format 4 only\\)"
     ) as error:
-        Store.open(tmp_path / "s")
+        LocalStore.open(tmp_path / "s")
     assert STORE_VERSION == 4 and "capture the runs again" in error.value.hint
     monkeypatch.chdir(tmp_path)  # a short path: the line is not wrapped at the console's width
     out = cli("runs", "--store", "s")
@@ -290,8 +290,8 @@ def test_a_store_of_an_older_format_is_refused_in_one_line(tmp_path, cli, old, m
 
 
 def test_a_store_of_a_newer_format_is_refused(tmp_path):
-    Store.open(tmp_path / "s").close()
+    LocalStore.open(tmp_path / "s").close()
     (tmp_path / "s" / "VERSION").write_text("5\n")
     with pytest.raises(StoreError, match="has format '5'; this xlarun reads format 4 only") as error:
-        Store.open(tmp_path / "s")
+        LocalStore.open(tmp_path / "s")
     assert error.value.hint == "use the xlarun version that wrote it"

@@ -16,7 +16,7 @@ import pytest
 
 from xlarun.capture.launch import NO_DUMP_WARNING, capture, exit_status_error
 from xlarun.errors import ExitCode
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import RunStatus
 
 from .conftest import write_spec
@@ -104,7 +104,7 @@ def test_tf1_autojit_keeps_graphdefs_and_clusters(tf1_run):
 
 def test_same_computation_has_the_same_fingerprint_across_runs(jax_run, tmp_path):
     _store, first = jax_run
-    second = capture(Path(__file__).parent.parent / "configs" / "jax-cpu.yaml", Store.open(tmp_path / "s2"))
+    second = capture(Path(__file__).parent.parent / "configs" / "jax-cpu.yaml", LocalStore.open(tmp_path / "s2"))
     fp1 = {m.name: m.fingerprint for m in first.modules}
     fp2 = {m.name: m.fingerprint for m in second.modules}
     assert fp1["jit_train_step"] == fp2["jit_train_step"]
@@ -129,7 +129,7 @@ print(float(logexp(x).sum()))
 def test_a_program_without_a_matmul_lists_its_own_module_first(tmp_path, cli):
     """No module holds a dot: where the code lives ranks jit_logexp above jax's own jit__linspace."""
     spec = write_spec(tmp_path, "name: logexp\nscript: job.py\n", LINSPACE_THEN_LOGEXP)
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert [(m.name, m.own_code) for m in result.modules] == [
         ("jit_logexp", True),
         ("jit__linspace", False),
@@ -144,7 +144,7 @@ def test_a_program_without_a_matmul_lists_its_own_module_first(tmp_path, cli):
 @pytest.mark.slow
 def test_failing_job_is_archived_and_reported(tmp_path):
     spec = write_spec(tmp_path, "name: boom\nscript: job.py\n", TINY_JAX + "raise SystemExit(3)\n")
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.FAILED and result.exit_code == 3
     assert result.modules and result.modules[0].instr_before  # the dump of a failing job is kept
     error = exit_status_error(result)
@@ -160,7 +160,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         "time.sleep(60)\n"
     )
     spec = write_spec(tmp_path, "name: slow\nscript: job.py\ntimeout: 2s\n", script)
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     started = time.monotonic()
     result = capture(spec, store)
     assert time.monotonic() - started < 20
@@ -183,7 +183,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_run_without_xla_warns_clearly(tmp_path):
     spec = write_spec(tmp_path, "name: nothing\nscript: job.py\n", "print('no xla here')\n")
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.SUCCEEDED and result.manifest.files == 0
     assert NO_DUMP_WARNING in result.warnings
     assert exit_status_error(result).exit_code == ExitCode.FAILED
@@ -191,7 +191,7 @@ def test_a_run_without_xla_warns_clearly(tmp_path):
 
 def test_missing_interpreter_is_an_archived_error(tmp_path):
     spec = write_spec(tmp_path, "name: nopython\nscript: job.py\npython: /no/such/python\n", "print(1)\n")
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.ERROR
     assert "cannot start /no/such/python" in result.manifest.error
 
@@ -236,7 +236,7 @@ def test_ctrl_c_stops_the_job_and_archives_the_run(tmp_path):
     _wait_for_line(proc, "ready")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == ExitCode.INTERRUPTED
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     [run] = store.index.runs()
     assert run.status == "interrupted" and run.n_modules >= 1  # what was dumped before Ctrl-C is kept
     assert store.manifest(run.run_id)["signal"] == "SIGINT"
@@ -247,7 +247,7 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
     good = write_spec(tmp_path / "good", "name: good\nscript: job.py\n", TINY_JAX)
     store_root = tmp_path / "s"
     assert _xlarun("capture", str(good), store=store_root).wait(timeout=120) == 0
-    before = Store.open(store_root)
+    before = LocalStore.open(store_root)
     [kept] = before.run_ids()
     kept_files = {f.path: before.read_file(kept, f.path) for f in before.stored_files(kept)}
     before.close()
@@ -258,7 +258,7 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # xlarun and its job, no chance to clean up
     proc.wait(timeout=30)
 
-    after = Store.open(store_root)
+    after = LocalStore.open(store_root)
     assert after.run_ids() == [kept]
     assert [r.run_id for r in after.index.runs()] == [kept]
     assert {f.path: after.read_file(kept, f.path) for f in after.stored_files(kept)} == kept_files
@@ -279,7 +279,7 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
     from xlarun.errors import StoreError
     from xlarun.store.packs import BlobStore
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)
     real_write = BlobStore._write
     calls = {"n": 0}
@@ -303,7 +303,7 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
 def test_a_dead_docker_daemon_is_a_clear_error_and_a_recorded_run(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     spec = write_spec(tmp_path, "name: nodaemon\nscript: job.py\nbackend: docker-cpu\n", TINY_JAX)
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     result = capture(spec, store)
     assert result.status == RunStatus.ERROR
     assert "Docker daemon" in result.manifest.error and "DOCKER_HOST" in result.manifest.error
@@ -316,7 +316,7 @@ def test_a_missing_image_is_a_clear_error_and_a_recorded_run(tmp_path, docker_cl
     spec = write_spec(
         tmp_path, "name: noimage\nscript: job.py\nbackend:\n  kind: docker\n  image: xlarun-absent:nope\n", TINY_JAX
     )
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.ERROR
     assert "xlarun-absent:nope" in result.manifest.error
     assert exit_status_error(result).exit_code == ExitCode.ENVIRONMENT
@@ -332,7 +332,7 @@ REFUSING_JOB = (
 
 def test_a_job_refusing_a_flag_is_told_which(tmp_path):
     spec = write_spec(tmp_path, "name: refused\nscript: job.py\ndump:\n  extra_xla_flags: ['--xla_foo']\n", REFUSING_JOB)
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.FAILED and result.flag_rejection.flags == ("--xla_foo",)
     assert NO_DUMP_WARNING not in result.warnings
     assert "the job aborted at start: its XLA does not know --xla_foo (Unknown flag in XLA_FLAGS)" in result.warnings
@@ -349,7 +349,7 @@ def test_a_refusal_blames_only_flags_the_jobs_xla_lacks(tmp_path):
     jaxlib (this venv's) clears --xla_dump_hlo_snapshots, so only --xla_foo is blamed."""
     job = REFUSING_JOB.replace("--xla_foo  ", "--xla_foo --xla_dump_hlo_snapshots ")
     spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\ndump:\n  extra_xla_flags: ['--xla_foo']\n", job)
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     rejection = result.flag_rejection
     assert (rejection.flags, rejection.registered) == (("--xla_foo",), ("--xla_dump_hlo_snapshots",))
     error = exit_status_error(result)
@@ -363,7 +363,7 @@ def test_a_refusal_blames_only_flags_the_jobs_xla_lacks(tmp_path):
 def test_a_refusal_naming_only_registered_flags_blames_none(tmp_path):
     job = REFUSING_JOB.replace("--xla_foo  ", "--xla_dump_hlo_snapshots --xla_embed_ir_in_executable")
     spec = write_spec(tmp_path, "name: refused\nscript: job.py\nframework: jax\n", job)
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.flag_rejection.flags == ()
     error = exit_status_error(result)
     assert "registers every flag the log names (--xla_dump_hlo_snapshots --xla_embed_ir_in_executable)" in error.message
@@ -373,7 +373,7 @@ def test_a_refusal_naming_only_registered_flags_blames_none(tmp_path):
 @pytest.mark.slow
 def test_a_job_killed_by_a_signal_is_named_by_it(tmp_path):
     spec = write_spec(tmp_path, "name: abort\nscript: job.py\n", TINY_JAX + "import os\nos.abort()\n")
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.FAILED and result.exit_code == -signal.SIGABRT
     error = exit_status_error(result)
     assert error.message.startswith(f"the job was killed by SIGABRT (signal 6); run {result.run_id} is archived")
@@ -393,7 +393,7 @@ def test_a_job_that_cannot_import_its_framework_shows_why(tmp_path):
     if subprocess.run(["/usr/bin/python3", "-c", "import jax"], capture_output=True).returncode == 0:
         pytest.skip("the system python has jax")
     spec = write_spec(tmp_path, "name: nojax\nscript: job.py\npython: /usr/bin/python3\n", TINY_JAX)
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.FAILED and result.manifest.files == 0
     assert NO_DUMP_WARNING not in result.warnings
     error = exit_status_error(result)
@@ -403,7 +403,7 @@ def test_a_job_that_cannot_import_its_framework_shows_why(tmp_path):
 
 def test_a_refusal_in_the_logs_of_a_succeeding_job_is_not_blamed(tmp_path):
     spec = write_spec(tmp_path, "name: fine\nscript: job.py\n", REFUSING_JOB.replace("raise SystemExit(1)\n", ""))
-    result = capture(spec, Store.open(tmp_path / "s"))
+    result = capture(spec, LocalStore.open(tmp_path / "s"))
     assert result.status == RunStatus.SUCCEEDED and result.flag_rejection is None and NO_DUMP_WARNING in result.warnings
 
 
@@ -438,7 +438,7 @@ def test_tensorflow_2_16_captures_without_the_flag_it_lacks(tmp_path, cli):
     captured = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
     assert captured.exit_code == 0, captured.output
     assert lacks in " ".join(captured.stderr.split())
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run = store.index.runs()[0]
     manifest = store.manifest(run.run_id)
     assert manifest["status"] == "succeeded" and "--xla_dump_large_constants" not in manifest["xla_flags"]
@@ -459,8 +459,8 @@ def test_tensorflow_2_16_blames_only_the_flag_it_lacks(tmp_path, cli):
     spec = write_spec(tmp_path, f"name: tf216\nscript: job.py\npython: {python}\ndump:\n  extra_xla_flags: {flags}\n", TF2_JIT)
     out = cli("capture", spec, "--store", tmp_path / "s", "--quiet")
     assert out.exit_code == ExitCode.FAILED
-    run_id = Store.open(tmp_path / "s").index.runs()[0].run_id
-    assert "--xla_embed_ir_in_executable" in Store.open(tmp_path / "s").read_log(run_id, "stderr")  # the log names it
+    run_id = LocalStore.open(tmp_path / "s").index.runs()[0].run_id
+    assert "--xla_embed_ir_in_executable" in LocalStore.open(tmp_path / "s").read_log(run_id, "stderr")  # the log names it
     error = " ".join(out.stderr.split()).split("error: ", 1)[1]
     assert error == (
         "the job aborted at start: its XLA does not know --xla_foo_bar (Unknown flag in XLA_FLAGS); the log also names "
@@ -491,7 +491,7 @@ def test_a_zero_byte_dump_file_and_a_symlink_keep_the_run(tmp_path, cli):
         "1 file(s) of the dump folder not archived: passwd.txt: a symbolic link (to '/etc/passwd'): skipped, its target is never read"
         in said
     )
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     [run] = store.index.runs()
     assert run.status == "succeeded" and store.read_file(run.run_id, "module_0097.jit_f.before_optimizations.hlo.pb") == b""
     assert "passwd.txt" not in {f.path for f in store.stored_files(run.run_id)}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from xlarun.capture.launch import capture
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .compat_support import REPO, require_compat
 
@@ -27,7 +27,7 @@ def capture_in(python: Path, spec: str, folder: Path):
     data["python"] = str(python)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.yaml").write_text(yaml.safe_dump(data))
-    store = Store.open(folder / "store")
+    store = LocalStore.open(folder / "store")
     result = capture(folder / "spec.yaml", store)
     assert result.status.value == "succeeded", result
     return store, result, store.index.modules(result.run_id)
@@ -40,7 +40,7 @@ def xla_count(text: str) -> int:
     return sum(len(c.instructions()) for c in parse(text).computations())
 
 
-def stage_text(store: Store, run_id: str, module, stage: str) -> str:
+def stage_text(store: LocalStore, run_id: str, module, stage: str) -> str:
     path = next(
         f
         for f in store.stored_files(run_id)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.hlo.names import decode_dump_name
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file()) if FIXTURES.is_dir() else []
@@ -42,7 +42,7 @@ def indexed(tmp_path_factory):
 
     def modules_of(key: str) -> list:
         if key not in cache:
-            store = Store.open(tmp_path_factory.mktemp(key) / "store")
+            store = LocalStore.open(tmp_path_factory.mktemp(key) / "store")
             run_id, staging = store.begin_run()
             for name, data in stage_dumps(key).items():
                 (staging / "dump" / name).write_bytes(data)

@@ -135,9 +135,9 @@ def desync_runs(tmp_path_factory):
     first; process 1 feeds other shapes; process 1 stalls while process 0 waits in the step's all-reduce."""
     pytest.importorskip("jax")
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(tmp_path_factory.mktemp("desync") / "store")
+    store = LocalStore.open(tmp_path_factory.mktemp("desync") / "store")
     extra = capture(EXAMPLE / "extra_jit.yaml", store)
     shapes = capture(EXAMPLE / "shape_desync.yaml", store)
     hang_spec = (EXAMPLE / "spec.yaml").read_text().replace("timeout: 3m", "timeout: 20s")

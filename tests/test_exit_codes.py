@@ -17,7 +17,7 @@ import pytest
 
 from xlarun import __version__
 from xlarun.errors import ExitCode
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .conftest import write_spec
 from .synthetic_store import archive_run, hlo_module, module_dumps
@@ -81,17 +81,17 @@ def test_1_a_capture_that_made_no_dump(cli, tmp_path):
 )
 def test_2_bad_usage_spec_or_ref(cli, tmp_path, args, said):
     store = tmp_path / "store"
-    archive_run(Store.open(store), {**module_dumps(1, "jit_f"), **module_dumps(2, "jit_g")}, run_id="20261123-100000-abcd")
+    archive_run(LocalStore.open(store), {**module_dumps(1, "jit_f"), **module_dumps(2, "jit_g")}, run_id="20261123-100000-abcd")
     spec = write_spec(tmp_path, "name: bad\nscript: job.py\ntimeout: -5\n", "pass\n")
     out = cli(*[a.format(spec=spec, store=store) for a in args])
     assert out.exit_code == ExitCode.USAGE == 2
     assert said in out.stderr and "Traceback" not in out.stderr
-    assert [r.run_id for r in Store.open(store).index.runs()] == ["20261123-100000-abcd"]  # nothing was captured
+    assert [r.run_id for r in LocalStore.open(store).index.runs()] == ["20261123-100000-abcd"]  # nothing was captured
 
 
 def test_3_a_component_is_missing(cli, tmp_path):
     store = tmp_path / "store"
-    archive_run(Store.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
+    archive_run(LocalStore.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
     empty = tmp_path / "no-tools"
     empty.mkdir()
     out = cli("render", "jit_f", "--store", store, "-o", tmp_path / "f.svg", env={"PATH": str(empty)})
@@ -104,10 +104,10 @@ def test_4_a_bug_prints_the_traceback_and_writes_a_crash_log(cli, tmp_path, monk
         raise RuntimeError("boom")
 
     store = tmp_path / "store"
-    archive_run(Store.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
+    archive_run(LocalStore.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
     cache = tmp_path / "cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    monkeypatch.setattr(Store, "run_ids", broken)  # any unexpected exception inside a command
+    monkeypatch.setattr(LocalStore, "run_ids", broken)  # any unexpected exception inside a command
     out = cli("runs", "--store", store)
     assert out.exit_code == ExitCode.INTERNAL == 4
     assert "Traceback (most recent call last)" in out.stderr and "RuntimeError: boom" in out.stderr
@@ -138,9 +138,9 @@ def test_130_a_ctrl_c_a_library_wrapped_is_an_interruption_not_a_bug(cli, tmp_pa
             raise RuntimeError("the library stopped") from exc
 
     store = tmp_path / "store"
-    archive_run(Store.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
+    archive_run(LocalStore.open(store), module_dumps(1, "jit_f"), run_id="20261123-100000-abcd")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(Store, "run_ids", interrupted)
+    monkeypatch.setattr(LocalStore, "run_ids", interrupted)
     out = cli("runs", "--store", store)
     assert out.exit_code == ExitCode.INTERRUPTED == 130
     assert out.stderr.strip().splitlines()[-1].endswith("interrupted") and "Traceback" not in out.stderr

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def store_copy(jax_run, tmp_path):
     store.close()
     root = tmp_path / "store"
     shutil.copytree(store.root, root)
-    return Store.open(root), result
+    return LocalStore.open(root), result
 
 
 @pytest.mark.slow
@@ -56,6 +56,6 @@ def test_reindex_and_gc_keep_a_capture_whole(cli, store_copy):
     assert cli("reindex", "--store", store.root).stdout.strip() == "reindexed 1 run(s)"
     out = cli("gc", "--store", store.root)
     assert out.exit_code == 0 and "0 unused pack(s)" in out.stdout
-    fresh = Store.open(store.root)
+    fresh = LocalStore.open(store.root)
     assert {p: fresh.read_file(result.run_id, p) for p in before} == before
     assert cli("check", "--store", store.root).exit_code == 0

@@ -154,9 +154,9 @@ def hostile(tmp_path_factory, raw_dump):
     cases = make_hostile_corpus(root / "corpus", outside / "pwned.txt")
     store = root / "store"
     from xlarun.share.import_dump import import_dump
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    import_dump(raw_dump, Store.open(store))
+    import_dump(raw_dump, LocalStore.open(store))
     return cases, outside, store
 
 

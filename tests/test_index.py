@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.errors import XlarunError
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .synthetic_store import SOURCE, archive_run, hlo_module, module_dumps
 
@@ -30,8 +30,8 @@ def _mlp_files() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Store:
-    store = Store.open(tmp_path_factory.mktemp("index") / "store")
+def store(tmp_path_factory) -> LocalStore:
+    store = LocalStore.open(tmp_path_factory.mktemp("index") / "store")
     archive_run(
         store,
         {**module_dumps(2, "jit_sweep", dots=2)},
@@ -196,7 +196,7 @@ def test_find_in_every_kind_reports_each_kind_it_matched(store):
 
 
 def test_same_computation_has_one_fingerprint_whatever_its_id_or_source_path(tmp_path):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     first = archive_run(store, module_dumps(4, "jit_f"), run_id=OLD)
     moved = archive_run(store, module_dumps(12, "jit_f", source="/elsewhere/app/model.py"), run_id=NEW)
     changed = archive_run(store, module_dumps(4, "jit_f", scale=4.0), run_id=SWEEP_A)
@@ -207,7 +207,7 @@ def test_same_computation_has_one_fingerprint_whatever_its_id_or_source_path(tmp
 
 def test_fingerprints_of_real_jax_dumps(tmp_path):
     """fixtures/hlo/fp*: the same jit from two paths (module 0004 and, after 3 other jits, 0012), and with a constant changed."""
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     runs = {}
     for folder, run_id in (("fp", OLD), ("fp_elsewhere", NEW), ("fp_changed", SWEEP_A)):
         files = {p.name: p.read_bytes() for p in (FIXTURES / folder).iterdir()}
@@ -223,7 +223,7 @@ def test_fingerprints_of_real_jax_dumps(tmp_path):
 def test_a_lost_index_is_rebuilt_from_the_runs(store, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(store.root, copy, ignore=shutil.ignore_patterns("index.sqlite*"))
-    rebuilt = Store.open(copy)
+    rebuilt = LocalStore.open(copy)
     assert [json.dumps(r.__dict__, sort_keys=True) for r in rebuilt.index.runs()] == [
         json.dumps(r.__dict__, sort_keys=True) for r in store.index.runs()
     ]
@@ -233,7 +233,7 @@ def test_a_lost_index_is_rebuilt_from_the_runs(store, tmp_path):
 
 
 def test_a_deleted_run_leaves_no_rows(tmp_path):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     keep = archive_run(store, module_dumps(1, "jit_kept"), run_id=OLD)
     gone = archive_run(store, module_dumps(1, "jit_gone", dots=2), run_id=NEW)
     store.delete_run(gone)
@@ -244,12 +244,12 @@ def test_a_deleted_run_leaves_no_rows(tmp_path):
 
 
 def test_a_run_removed_behind_the_index_is_forgotten_on_reconcile(tmp_path):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     archive_run(store, module_dumps(1, "jit_a"), run_id=OLD)
     archive_run(store, module_dumps(1, "jit_b"), run_id=NEW)
     shutil.rmtree(store.runs_dir / NEW)  # as a user might, by hand
     store.close()
-    index = Store.open(store.root).index  # the next command to open the store
+    index = LocalStore.open(store.root).index  # the next command to open the store
     assert [r.run_id for r in index.runs()] == [OLD]
     assert index.modules(NEW) == [] and index.run_files(NEW) == []
     assert {h.run_id for h in index.find("dot", kinds=("opcode",))} == {OLD}
@@ -263,13 +263,13 @@ def test_a_reader_lists_the_runs_only_when_runs_or_the_index_changed(tmp_path, m
 
     from xlarun.store.index import Index
 
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     archive_run(store, module_dumps(1, "jit_a"), run_id=OLD)
     archive_run(store, module_dumps(1, "jit_b"), run_id=NEW)
     store.close()
     listed: list[str] = []
-    real = Store.run_ids
-    monkeypatch.setattr(Store, "run_ids", lambda self: listed.append("listed") or real(self))
+    real = LocalStore.run_ids
+    monkeypatch.setattr(LocalStore, "run_ids", lambda self: listed.append("listed") or real(self))
 
     def settle():
         then = time.time() - 60
@@ -278,7 +278,7 @@ def test_a_reader_lists_the_runs_only_when_runs_or_the_index_changed(tmp_path, m
     def reader_sees() -> tuple[list[str], bool]:
         """What the next command to open the store sees, and whether it listed runs/ to see it."""
         before = len(listed)
-        opened = Store.open(store.root)
+        opened = LocalStore.open(store.root)
         try:
             return [r.run_id for r in opened.index.runs()], len(listed) > before
         finally:
@@ -330,16 +330,16 @@ def test_index_trouble_at_the_commit_never_stops_it(tmp_path, monkeypatch):
     from .conftest import write_spec
 
     spec = write_spec(tmp_path, "name: unindexed\nscript: job.py\n", "print('hi')\n")
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
 
     def locked(self):
         raise StoreError(f"cannot open the index {self.root / 'index.sqlite'}: database is locked", "try again")
 
-    monkeypatch.setattr(Store, "open_index", locked)
-    monkeypatch.setattr(Store, "ingest", lambda self, run_id: locked(self))
+    monkeypatch.setattr(LocalStore, "open_index", locked)
+    monkeypatch.setattr(LocalStore, "ingest", lambda self, run_id: locked(self))
     result = capture(spec, store)
     assert result.status.value == "succeeded" and result.modules == []
     assert any(f"run {result.run_id} is committed but not yet indexed (cannot open the index" in w for w in result.warnings)
     monkeypatch.undo()
-    again = Store.open(tmp_path / "s")
+    again = LocalStore.open(tmp_path / "s")
     assert [r.run_id for r in again.index.runs()] == [result.run_id] == again.run_ids()

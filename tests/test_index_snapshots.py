@@ -10,7 +10,7 @@ import pytest
 
 from xlarun.hlo.names import decode_dump_name
 from xlarun.replay import choose_replay_input
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.ingest import tie_to_named_modules
 
 from .compat_support import require_compat
@@ -81,7 +81,7 @@ ENTRY %main (p: f32[2]) -> f32[2] {
 """
 
 
-def make_run(store: Store, files: dict[str, bytes]) -> str:
+def make_run(store: LocalStore, files: dict[str, bytes]) -> str:
     run_id, staging = store.begin_run()
     for rel, data in files.items():
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def make_run(store: Store, files: dict[str, bytes]) -> str:
 
 
 def test_the_index_lists_a_tied_snapshot_under_its_module_and_replay_picks_it(tmp_path):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     run_id = make_run(store, {f"dump/module_0000.{TF_NAME}.before_optimizations.txt": HLO, f"dump/{TF_SNAPSHOT}": b"\x0a\x00",
                               "dump/module_0001.jit_h.before_optimizations.txt": HLO.replace(b"HloModule m", b"HloModule jit_h"),
                               "dump/module_0003.jit_h.before_optimizations.txt": HLO,
@@ -133,7 +133,7 @@ def _capture_tf_and_replay_its_snapshot(cli, folder, python_line: str, dump_line
     store_root = folder / "store"
     captured = cli("capture", spec, "--store", store_root)
     assert captured.exit_code == 0, captured.output
-    store = Store.open(store_root)
+    store = LocalStore.open(store_root)
     (run_id,) = store.index.conn.execute("SELECT run_id FROM runs").fetchone()
     rows = store.index.conn.execute("SELECT path, module_id FROM files WHERE run_id=? AND kind='snapshot'", (run_id,)).fetchall()
     assert len(rows) == 1, rows

@@ -161,9 +161,9 @@ def test_large_tables_print_as_plain_aligned_text(capsys):
 def test_runs_shows_the_newest_fifty_and_says_how_many_are_older(cli, tmp_path):
     """A table of 10,000 runs is no answer; the newest 50 are read alone (LIMIT in SQL), --last N / 0 for more."""
     from tests.synthetic_store import archive_run, module_dumps
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(tmp_path / "s", create=True)
+    store = LocalStore.open(tmp_path / "s", create=True)
     ids = [
         archive_run(store, module_dumps(0, "jit_step"), run_id=f"20260101-00{i // 60:02d}{i % 60:02d}-{i:04x}", name=f"r{i}")
         for i in range(55)

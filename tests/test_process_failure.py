@@ -10,7 +10,7 @@ import pytest
 
 from xlarun.capture.backends.process_failure import marking_argv, raised, raised_line
 from xlarun.capture.launch import capture, exit_status_error
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import RunStatus
 
 from .conftest import write_spec
@@ -58,7 +58,7 @@ print(float(jax.jit(lambda x: x.sum())(x)), flush=True)
 """
     text = "name: mp-raise\nscript: job.py\nframework: jax\nprocesses: 2\ntimeout: 3m\n"
     text += 'dump:\n  extra_xla_flags: ["--xla_force_host_platform_device_count=2"]\n'
-    result = capture(write_spec(tmp_path, text, script), Store.open(tmp_path / "store"))
+    result = capture(write_spec(tmp_path, text, script), LocalStore.open(tmp_path / "store"))
     # without the mark both processes hang (process 1 in jax's exit hook, process 0 for its peer) until the timeout
     assert (result.status, result.exit_code) == (RunStatus.FAILED, 1)
     processes = result.manifest.backend_details["processes"]

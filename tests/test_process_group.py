@@ -11,7 +11,7 @@ from xlarun.capture.backends.base import JobPaths
 from xlarun.capture.backends.process_group import process_env
 from xlarun.capture.launch import capture, exit_status_error
 from xlarun.errors import ExitCode
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import RunStatus
 
 from .conftest import REPO, write_spec
@@ -50,7 +50,7 @@ def two_process_runs(tmp_path_factory):
 
     from xlarun.cli import app
 
-    store = Store.open(tmp_path_factory.mktemp("multiprocess") / "store")
+    store = LocalStore.open(tmp_path_factory.mktemp("multiprocess") / "store")
     run = capture(EXAMPLE / "spec.yaml", store)
     out = CliRunner().invoke(app, ["capture", str(EXAMPLE / "desync.yaml"), "--store", str(store.root), "--json"])
     assert out.exit_code == 0, out.output
@@ -110,7 +110,7 @@ print("process 0 waits for its peer", flush=True)
 time.sleep(600)
 """
     spec = write_spec(tmp_path, "name: mp-fail\nscript: job.py\nprocesses: 2\ntimeout: 5m\n", script)
-    result = capture(spec, Store.open(tmp_path / "store"))
+    result = capture(spec, LocalStore.open(tmp_path / "store"))
     assert (result.status, result.exit_code) == (RunStatus.FAILED, 3)
     assert exit_status_error(result).exit_code == ExitCode.FAILED
     processes = result.manifest.backend_details["processes"]
@@ -143,12 +143,12 @@ def test_a_job_of_processes_past_its_timeout_is_timed_out_with_none_left_running
 
     script = 'import os, time\nprint("process", os.environ["XLARUN_PROCESS_ID"], flush=True)\ntime.sleep(600)\n'
     spec = write_spec(tmp_path, "name: mp-sleep\nscript: job.py\nprocesses: 3\ntimeout: 3s\n", script)
-    result = capture(spec, Store.open(tmp_path / "store"))
+    result = capture(spec, LocalStore.open(tmp_path / "store"))
     assert result.status == RunStatus.TIMED_OUT and exit_status_error(result).exit_code == ExitCode.TIMEOUT
     statuses = [p["status"] for p in result.manifest.backend_details["processes"]]
     # the first to time out stops the others, which may or may not have reached their own deadline by then
     assert "timed_out" in statuses and set(statuses) <= {"timed_out", "interrupted"}
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     assert job_processes(store.staging_dir / result.run_id) == []  # every process's mark, staging/RUN/processes/...
     assert {f"[process {k}] process {k}" for k in range(3)} <= set((result.run_dir / "stdout.log").read_text().splitlines())
 

@@ -337,14 +337,14 @@ def test_each_process_of_a_many_process_job_is_profiled_and_joined_to_its_module
     from xlarun.capture.launch import capture
     from xlarun.hlo.process_dirs import PROCESS_STRIDE
     from xlarun.navigate.profile import run_times
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     example = CONFIGS.parent / "examples" / "multiprocess"
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         (example / "spec.yaml").read_text().replace("script: program.py", f"script: {example}/program.py") + "profile: true\n"
     )
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     result = capture(spec, store)
     assert result.ok, result.warnings
     steps = {m.module_id: m for m in run_times(store, result.run_id).modules if m.name == "jit_train_step"}

@@ -40,12 +40,12 @@ def test_a_tensorflow_job_captured_with_a_profile_ranks_and_lists_its_ops(tmp_pa
     pytest.importorskip("tensorflow")
     from xlarun.capture.launch import capture
     from xlarun.navigate.profile import module_profile, run_times
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     spec = tmp_path / "spec.yaml"
     text = (CONFIGS / "tf-jit-compile.yaml").read_text()
     spec.write_text(text.replace("script: examples/", f"script: {CONFIGS}/examples/") + "profile: true\n")
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     result = capture(spec, store)
     assert result.ok, result.warnings
     assert not any("profile" in w for w in result.warnings), result.warnings

@@ -6,14 +6,14 @@ import json
 
 from xlarun.capture.recover import recover_runs
 from xlarun.store.archive import write_archived_list
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.packs import content_digest
 from xlarun.store.rows import StoredFile
 
 
 def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
     """It is left out of the run with a note naming it, never dropped silently."""
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     (staging / "spec.resolved.json").write_text(json.dumps({"spec": {"name": "killed"}, "script": "/x/job.py"}))
     (staging / "dump" / "kept.txt").write_bytes(b"kept")
@@ -23,12 +23,12 @@ def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
     write_archived_list(staging, [*kept, lost], [])
     (staging / "owner.pid").write_text("999999999")  # the capturing process is gone
 
-    [made] = recover_runs(Store.open(store.root))
+    [made] = recover_runs(LocalStore.open(store.root))
     assert made.error is None and made.status == "incomplete" and made.files == 1
     assert [(n.path, n.archived, n.why) for n in made.notes] == [
         ("lost.txt", False, "listed as archived by the killed capture, but its blob is missing"),
     ]
-    fresh = Store.open(store.root)
+    fresh = LocalStore.open(store.root)
     assert [f.path for f in fresh.stored_files(run_id)] == ["kept.txt"] and fresh.read_file(run_id, "kept.txt") == b"kept"
     manifest = fresh.manifest(run_id)
     assert manifest["files"] == 1 and {"path": "lost.txt", "archived": False, "why": made.notes[0].why} in manifest["file_notes"]
@@ -37,7 +37,7 @@ def test_a_listed_file_whose_blob_is_missing_is_left_out_with_a_note(tmp_path):
 def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tmp_path):
     """A capture killed just before its commit is never committed listing a file whose blob is missing: the
     file is left out, and the run says so."""
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     (staging / "dump" / "kept.txt").write_bytes(b"kept")
     kept = store.archive_outputs(staging)
@@ -49,9 +49,9 @@ def test_a_finished_capture_keeps_what_the_store_holds_and_notes_what_it_lost(tm
     (staging / "files.json").write_text(json.dumps([{"path": f.path, "digest": f.digest, "size": f.size} for f in listed]))
     (staging / "owner.pid").write_text("999999999")
 
-    [made] = recover_runs(Store.open(store.root))
+    [made] = recover_runs(LocalStore.open(store.root))
     assert made.error is None and made.status == "succeeded" and made.files == 1
-    fresh = Store.open(store.root)
+    fresh = LocalStore.open(store.root)
     assert [f.path for f in fresh.stored_files(run_id)] == ["kept.txt"]
     manifest = fresh.manifest(run_id)
     assert (manifest["files"], manifest["dump_bytes"]) == (1, 4)

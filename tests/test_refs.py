@@ -10,7 +10,7 @@ import pytest
 
 from xlarun.errors import ExitCode, InputError, RefError
 from xlarun.navigate.refs import MAX_CANDIDATES, counterpart_module, resolve_batch, resolve_module, resolve_run
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .synthetic_store import archive_run, module_dumps
 
@@ -21,8 +21,8 @@ BATCH_1, BATCH_2 = "b20261103-120000-ab12", "b20261104-070000-cd34"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Store:
-    store = Store.open(tmp_path_factory.mktemp("refs") / "store")
+def store(tmp_path_factory) -> LocalStore:
+    store = LocalStore.open(tmp_path_factory.mktemp("refs") / "store")
     mlp = {
         **module_dumps(1, "jit_init_params", dots=0, adds=20),
         **module_dumps(4, "jit_accuracy"),
@@ -94,7 +94,7 @@ def test_an_unknown_run_ref_points_at_xlarun_runs(store):
 
 
 def test_an_empty_store_says_to_capture_first(tmp_path):
-    index = Store.open(tmp_path / "empty").index
+    index = LocalStore.open(tmp_path / "empty").index
     for resolve in (lambda: resolve_run(index, "latest"), lambda: resolve_module(index, "jit_f")):
         with pytest.raises(RefError, match="the store has no runs yet") as error:
             resolve()
@@ -102,7 +102,7 @@ def test_an_empty_store_says_to_capture_first(tmp_path):
 
 
 def test_a_long_candidate_list_is_cut_short(tmp_path):
-    store = Store.open(tmp_path / "many")
+    store = LocalStore.open(tmp_path / "many")
     ids = [archive_run(store, {}, run_id=f"20261105-1000{i:02d}-aaaa") for i in range(MAX_CANDIDATES + 3)]
     with pytest.raises(RefError) as error:
         resolve_run(store.index, "20261105")
@@ -229,7 +229,7 @@ def test_an_ambiguous_unknown_or_absent_batch_says_what_to_type(store, tmp_path)
     with pytest.raises(RefError, match="no batch matches 'b1999'") as unknown:
         resolve_batch(store.index, "b1999")
     assert "xlarun runs" in unknown.value.hint
-    no_batches = Store.open(tmp_path / "plain")
+    no_batches = LocalStore.open(tmp_path / "plain")
     archive_run(no_batches, module_dumps(1, "jit_f"), run_id=MLP_OLD)
     with pytest.raises(RefError, match="the store has no batch yet") as none:
         resolve_batch(no_batches.index, "latest")

@@ -11,7 +11,7 @@ import pytest
 import xlarun
 from xlarun.errors import RefError
 from xlarun.navigate.refs import resolve_module, resolve_run
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 MODULE = """HloModule jit_f, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -31,7 +31,7 @@ def store_with_a_rerun(tmp_path):
     mine = front.import_dump(dump, name="step").id
     rerun = front.import_dump(dump, name="step").id
     front.close()
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     tags = json.dumps({"bisect": "20261125-000000-ab", "bisect_role": "rerun"})
     with store.index.transaction():
         store.index.conn.execute("UPDATE runs SET tags=? WHERE run_id=?", (tags, rerun))

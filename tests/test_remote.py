@@ -106,9 +106,9 @@ def test_push_list_pull_round_trip_gives_the_same_bytes(jax_run, remote, tmp_pat
     other = tmp_path / "other"
     pulled = cli("pull", run_id, "--remote", "team", "--store", other, "--json")
     assert pulled.exit_code == 0, pulled.output
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    copy = Store.open(other)
+    copy = LocalStore.open(other)
     assert [f.path for f in copy.stored_files(run_id)] == [f.path for f in local_files]
     for entry in local_files:  # every archived file, byte for byte
         assert copy.read_file(run_id, entry.path) == store.read_file(run_id, entry.path)

@@ -85,9 +85,9 @@ def test_each_node_pushes_its_cells_runs_to_the_remote_and_nothing_comes_back(
         assert modules["modules"][0]["name"] == cell["main_module"]
         pulled = cli("pull", cell["run_id"], "--remote", "team", "--store", tmp_path / "pulled", "--json")
         assert pulled.exit_code == 0, pulled.output
-        from xlarun.store.facade import Store
+        from xlarun.store.facade import LocalStore
 
-        manifest = Store.open(tmp_path / "pulled").manifest(cell["run_id"])
+        manifest = LocalStore.open(tmp_path / "pulled").manifest(cell["run_id"])
         assert manifest["batch_id"] == answer["batch_id"] and manifest["matrix"] == cell["values"]
     assert cli("check", "--store", tmp_path / "pulled").exit_code == 0
 
@@ -109,9 +109,9 @@ def test_a_push_that_fails_on_the_node_ships_the_run_to_the_driver_instead(
             f"run {cell['run_id']} not pushed to s3://no-such-bucket-here/team (the bucket 'no-such-bucket-here' does not exist"
         )
         assert said in done.stderr and f"`xlarun push {cell['run_id']} --remote gone`" in done.stderr, done.stderr
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    here = Store.open(tmp_path / "driver")
+    here = LocalStore.open(tmp_path / "driver")
     assert sorted(here.run_ids()) == sorted(c["run_id"] for c in cells)  # nothing lost
     for cell in cells:
         assert here.index.modules(cell["run_id"]) and here.manifest(cell["run_id"])["matrix"] == cell["values"]

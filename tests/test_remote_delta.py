@@ -40,9 +40,9 @@ def test_a_delta_decodes_only_against_its_base_and_only_to_its_digest():
 @pytest.mark.slow
 def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote, s3_server, tmp_path, cli):
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     first, second = (capture(CONFIGS / "jax-cpu.yaml", store).run_id for _ in range(2))
     old = {f.path: f.digest for f in store.stored_files(first)}
     changed = [f for f in store.stored_files(second) if old.get(f.path) != f.digest]
@@ -65,7 +65,7 @@ def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote,
             assert cli("pull", first, "--remote", "team", "--store", other).exit_code == 0
         pulled = cli("pull", second, "--remote", "team", "--store", other, "--json")
         assert pulled.exit_code == 0, pulled.output
-        copy = Store.open(other)
+        copy = LocalStore.open(other)
         for entry in store.stored_files(second):
             assert copy.read_file(second, entry.path) == store.read_file(second, entry.path)
         assert cli("check", "--store", other).exit_code == 0
@@ -80,9 +80,9 @@ def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote,
 @pytest.mark.slow
 def test_a_damaged_delta_is_reported_and_nothing_of_the_run_is_kept(remote, s3_server, tmp_path, cli):
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     first, second = (capture(CONFIGS / "jax-cpu.yaml", store).run_id for _ in range(2))
     for run_id in (first, second):
         assert cli("push", run_id, "--remote", "team", "--store", store.root).exit_code == 0

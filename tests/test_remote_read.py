@@ -175,9 +175,9 @@ def test_replay_of_a_remote_module_gives_the_local_verdict_and_report_builds_fro
 def test_bisect_of_a_remote_run_names_the_pass_a_local_bisection_names(remote, cli, tmp_path, monkeypatch):
     from tests.conftest import CONFIGS
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(tmp_path / "store", create=True)
+    store = LocalStore.open(tmp_path / "store", create=True)
     captured = capture(CONFIGS / "bisect-algsimp.yaml", store)  # residual: algsimp folds (x / 3) * 3 - x to 0
     assert captured.ok, captured.warnings
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -214,10 +214,10 @@ def test_files_the_remote_holds_as_deltas_are_read_through_their_base_and_checke
 
     import xlarun
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     config = Path(__file__).resolve().parents[1] / "configs" / "jax-cpu.yaml"
     first, second = (capture(config, store).run_id for _ in range(2))
     for run_id in (first, second):

@@ -46,11 +46,11 @@ def test_render_time_of_a_profiled_step_marks_what_took_most(cli, tmp_path):
     from xlarun.capture.launch import capture
     from xlarun.navigate.profile import module_profile
     from xlarun.navigate.refs import resolve_module
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     spec = tmp_path / "spec.yaml"
     spec.write_text((CONFIGS / "jax-profile.yaml").read_text().replace("script: examples/", f"script: {CONFIGS}/examples/"))
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     result = capture(spec, store)
     assert result.ok, result.warnings
     out = tmp_path / "heat.dot"

@@ -178,9 +178,9 @@ def _one_document(result) -> dict:
 
 
 def test_json_failure_unknown_ref(cli, tmp_path):
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    Store.open(tmp_path / "store", create=True).close()
+    LocalStore.open(tmp_path / "store", create=True).close()
     result = cli("replay", "no_such_module_xyz", "--store", tmp_path / "store", "--json")
     data = _one_document(result)
     assert result.exit_code == 2 and set(data) == FAILURE_KEYS

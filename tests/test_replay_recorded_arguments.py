@@ -47,10 +47,10 @@ def test_a_step_whose_module_is_not_dumped_is_refused_with_why(tmp_path):
 def recorded(tmp_path_factory):
     pytest.importorskip("jax")
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     folder = tmp_path_factory.mktemp("recorded-arguments")
-    store = Store.open(folder / "store", create=True)
+    store = LocalStore.open(folder / "store", create=True)
     result = capture(EXAMPLE / "spec.yaml", store)
     assert result.ok, result.warnings
     printed = store.read_log(result.run_id, "stdout")

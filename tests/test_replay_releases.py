@@ -23,10 +23,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transcendental" / 
 @pytest.fixture(scope="module")
 def transcendental_store(tmp_path_factory):
     from xlarun.capture.launch import capture
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     folder = tmp_path_factory.mktemp("releases")
-    store = Store.open(folder / "store", create=True)
+    store = LocalStore.open(folder / "store", create=True)
     assert capture(EXAMPLE, store).ok
     return folder / "store"
 
@@ -65,9 +65,9 @@ def test_three_releases_side_by_side_and_where_the_bits_change(cli, transcendent
 
 @pytest.mark.slow
 def test_a_dump_file_on_releases_and_its_outputs_saved(cli, transcendental_store, tmp_path):
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(transcendental_store)
+    store = LocalStore.open(transcendental_store)
     [run_id] = store.run_ids()
     [snapshot] = [f.path for f in store.stored_files(run_id) if ".jit_transcendental.snapshot." in f.path]
     path = tmp_path / snapshot.rsplit("/", 1)[-1]

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from xlarun.report import ReportOptions, build_batch_report, build_run_report
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .see_support import CHROMIUM, CHROMIUM_ARGS, add_run
 
@@ -131,7 +131,7 @@ def test_module_page_holds_timeline_diffs_and_graphs(passes_report):
 @pytest.fixture(scope="module")
 def hostile_store(tmp_path_factory):
     """A store whose module names, op names, paths, manifest and replays carry markup."""
-    store = Store.open(tmp_path_factory.mktemp("hostile") / "store")
+    store = LocalStore.open(tmp_path_factory.mktemp("hostile") / "store")
     module = (
         f"HloModule {XSS}, entry_computation_layout={{(f32[4]{{0}})->f32[4]{{0}}}}\n\n"
         "ENTRY %main (p: f32[4]) -> f32[4] {\n"
@@ -196,7 +196,7 @@ def test_report_command(jax_run, cli, tmp_path):
 
 
 def test_batch_report_lists_its_runs(tmp_path):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     module = "HloModule jit_f\n\nENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %p = f32[4]{0} parameter(0)\n}\n"
     ids = [
         add_run(

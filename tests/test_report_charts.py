@@ -51,11 +51,11 @@ def test_a_profiled_runs_report_charts_its_modules_and_each_modules_ops(tmp_path
     from xlarun.capture.launch import capture
     from xlarun.navigate.profile import run_times
     from xlarun.report import ReportOptions, build_run_report
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     spec = tmp_path / "spec.yaml"
     spec.write_text((CONFIGS / "jax-profile.yaml").read_text().replace("script: examples/", f"script: {CONFIGS}/examples/"))
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     result = capture(spec, store)
     assert result.ok, result.warnings
     timed = run_times(store, result.run_id).modules
@@ -90,14 +90,14 @@ def test_memory_over_the_program_peaks_where_xla_says_and_is_charted(tmp_path):
     import xlarun
     from xlarun.navigate.peak_memory import memory_over_program
     from xlarun.report.profiles import module_memory_chart
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     from .test_memory import _dump
 
     front = xlarun.open_store(tmp_path / "store")
     run_id = front.import_dump(_dump(tmp_path / "mlp", "mlp_train_step", "module_0012.jit_train_step"), name="mlp").id
     front.close()
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     module = store.index.module(run_id, 12)
     curve = memory_over_program(store, module)
     assert curve is not None and len(curve.live_bytes) == len(curve.instructions) == 38

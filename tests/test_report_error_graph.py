@@ -13,7 +13,7 @@ from xlarun.bisect.first_move import FirstMove, MovedValue
 from xlarun.bisect.history import record_bisection
 from xlarun.render.error_colours import FIRST_BORDER, LEVELS, NOT_COMPARED
 from xlarun.report import build_run_report
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .see_support import add_run
 from .test_report import _page, browser, chromium  # noqa: F401 (chromium: the fixture)
@@ -28,7 +28,7 @@ def bisected_report(bisect_store, tmp_path_factory):
     from xlarun.bisect.replay_mode import bisect_and_record
     from xlarun.navigate.refs import resolve_module
 
-    store = Store.open(bisect_store)
+    store = LocalStore.open(bisect_store)
     module = resolve_module(store.index, "residual")
     result, record = bisect_and_record(store, module, bisect_options())
     assert result.culprit_pass == "algsimp" and result.first_move["moved"]["name"] == "mul.2"
@@ -136,7 +136,7 @@ def _chain(length: int, convert_at: int) -> str:
 
 @pytest.mark.slow
 def test_a_module_too_big_to_draw_shows_the_first_movers_neighbourhood_coloured(tmp_path):
-    store = Store.open(tmp_path / "store", create=True)
+    store = LocalStore.open(tmp_path / "store", create=True)
     text = _chain(1600, 800)
     step = "module_0000.0001.pipe.after_algsimp.before_dce.txt"
     run_id = add_run(

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from xlarun.errors import InputError, StoreError
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.runs import new_run_id
 
 
-def make_run(store: Store, files: dict[str, bytes], manifest: str = '{"name": "t", "status": "succeeded"}') -> str:
+def make_run(store: LocalStore, files: dict[str, bytes], manifest: str = '{"name": "t", "status": "succeeded"}') -> str:
     run_id, staging = store.begin_run()
     for rel, data in files.items():
         path = staging / rel
@@ -35,7 +35,7 @@ def test_run_ids_sort_by_time():
 
 
 def test_identical_files_are_stored_once_across_runs(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     same = b"HloModule m\n" * 1000
     first = make_run(store, {"dump/module_0000.a.txt": same, "dump/module_0001.b.txt": b"other"})
     second = make_run(store, {"dump/module_0000.a.txt": same})
@@ -48,7 +48,7 @@ def test_identical_files_are_stored_once_across_runs(tmp_path):
 
 
 def test_logical_paths_keep_output_folders(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id = make_run(store, {"dump/x.txt": b"1", "tf_graphs/mark_for_compilation.pbtxt": b"2", "dump/sub/module.mlir": b"3"})
     assert sorted(f.path for f in store.stored_files(run_id)) == [
         "sub/module.mlir",
@@ -58,7 +58,7 @@ def test_logical_paths_keep_output_folders(tmp_path):
 
 
 def test_export_gives_back_exact_bytes_and_names(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     payload = {f"dump/module_{i:04d}.jit_f.before_optimizations.txt": os.urandom(1000 + i) for i in range(20)}
     payload["tf_graphs/before_mark_for_compilation_1.pbtxt"] = b"node {}\n"
     run_id = make_run(store, payload)
@@ -70,7 +70,7 @@ def test_export_gives_back_exact_bytes_and_names(tmp_path):
 
 
 def test_export_refuses_a_non_empty_folder(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id = make_run(store, {"dump/a.txt": b"a"})
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
@@ -79,7 +79,7 @@ def test_export_refuses_a_non_empty_folder(tmp_path):
 
 
 def test_a_staging_run_is_invisible_until_committed(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     (staging / "dump" / "a.txt").write_bytes(b"a")
     assert store.run_ids() == []
@@ -89,7 +89,7 @@ def test_a_staging_run_is_invisible_until_committed(tmp_path):
 
 
 def test_gc_removes_abandoned_staging_and_unused_blobs(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     keep = make_run(store, {"dump/a.txt": b"keep me"})
     doomed = make_run(store, {"dump/b.txt": b"delete me"})
     store.delete_run(doomed)
@@ -105,13 +105,13 @@ def test_opening_something_else_is_refused(tmp_path):
     (tmp_path / "notastore").mkdir()
     (tmp_path / "notastore" / "file").write_text("x")
     with pytest.raises(StoreError, match="not an xlarun store"):
-        Store.open(tmp_path / "notastore")
+        LocalStore.open(tmp_path / "notastore")
     with pytest.raises(StoreError, match="no xlarun store"):
-        Store.open(tmp_path / "absent", create=False)
+        LocalStore.open(tmp_path / "absent", create=False)
 
 
 def test_missing_blob_is_a_clear_error(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id = make_run(store, {"dump/a.txt": b"a"})
     for blob in (tmp_path / "s" / "blobs").glob("*/*.zst"):  # plain blobs and packs
         blob.unlink()
@@ -120,7 +120,7 @@ def test_missing_blob_is_a_clear_error(tmp_path):
 
 
 def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_deletion_left(tmp_path):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()
     for i in range(50):
         (staging / "dump" / f"module_{i:04d}.m.before_optimizations.txt").write_bytes(b"HloModule m\n" * (i + 1))
@@ -137,7 +137,7 @@ def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_del
     assert not leftover.exists() and store.read_file(run_id, "module_0003.m.before_optimizations.txt") == b"HloModule m\n" * 4
 
 
-def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, os.PathLike]:
+def _killed_capture(store: LocalStore, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, os.PathLike]:
     """A staging folder as a capture killed with -9 leaves it: spec, log, raw files, a dead owner."""
     import json
 
@@ -153,7 +153,7 @@ def _killed_capture(store: Store, files: dict[str, bytes], logs: str = "step 1\n
 
 
 def test_gc_keeps_what_a_killed_capture_left_and_says_so(tmp_path, cli):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
     _, empty = store.begin_run()
     (empty / "owner.pid").write_text("999999999")  # killed before its job wrote anything
@@ -174,7 +174,7 @@ def test_gc_keeps_what_a_killed_capture_left_and_says_so(tmp_path, cli):
 def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
     from xlarun.store.archive import write_archived_list
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     _run_id, staging = _killed_capture(store, {"dump/a.txt": b"archived before the kill"})
     files = store.archive_outputs(staging)  # archived, listed, raw files gone: then killed before the commit
     store.wait_for_discards()
@@ -189,7 +189,7 @@ def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli
 
     from xlarun.store.archive import write_archived_list
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/module_0000.jit_f.before_optimizations.txt": b"HloModule jit_f\n"})
     listed = store.archive_outputs(staging)  # the first file got archived and listed...
     store.wait_for_discards()
@@ -200,7 +200,7 @@ def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli
     assert out.exit_code == 0, out.output
     [made] = json.loads(out.stdout)["recovered"]
     assert made["run_id"] == run_id and made["status"] == "incomplete" and made["files"] == 2
-    fresh = Store.open(store.root)
+    fresh = LocalStore.open(store.root)
     assert fresh.read_file(run_id, "module_0000.jit_f.before_optimizations.txt") == b"HloModule jit_f\n"
     assert fresh.read_file(run_id, "late.txt") == b"written after"
     manifest = fresh.manifest(run_id)
@@ -213,7 +213,7 @@ def test_recover_makes_an_incomplete_run_from_raw_and_listed_files(tmp_path, cli
 
 
 def test_recover_leaves_a_running_capture_alone(tmp_path, cli):
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = store.begin_run()  # owned by this (live) process
     (staging / "dump" / "a.txt").write_bytes(b"a")
     assert store.leftovers() == []
@@ -227,7 +227,7 @@ def test_a_capture_killed_after_its_metadata_is_committed_whole(tmp_path):
 
     from xlarun.capture.recover import recover_runs
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
     files = store.archive_outputs(staging)
     (staging / "manifest.json").write_text(json.dumps({"run_id": run_id, "name": "whole", "status": "succeeded"}))
@@ -243,7 +243,7 @@ def test_a_capture_killed_between_its_manifest_and_file_list_keeps_its_manifest(
     from xlarun.capture.recover import recover_runs
     from xlarun.store.archive import write_archived_list
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     run_id, staging = _killed_capture(store, {"dump/a.txt": b"a"})
     files = store.archive_outputs(staging)
     store.wait_for_discards()
@@ -275,7 +275,7 @@ def test_captures_that_draw_the_same_run_id_at_once_each_get_their_own_folder(tm
 
     from .conftest import at_once
 
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     draws = iter(["20261123-000000-0000"] * 8 + [f"20261123-000001-{i:04x}" for i in range(100)])
     lock = threading.Lock()
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import xlarun
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 MODULE = """HloModule jit_{name}, entry_computation_layout={{(f32[4]{{0}})->f32[4]{{0}}}}
 
@@ -60,7 +60,7 @@ def test_damaged_file_lists_are_named_by_check_and_gc_deletes_nothing(four_runs,
     assert gc.exit_code == 3 and "gc refuses to run: 3 run(s)" in gc.stderr and "nothing was deleted" in gc.stderr
     assert _packs(root) == packs
     # every module of every run still reads back, damaged runs included (the index still names their blobs)
-    store = Store.open(root)
+    store = LocalStore.open(root)
     for run_id in (emptied, deleted, cut, sound):
         for module in store.index.modules(run_id):
             assert b"ENTRY" in store.blobs.get(store.index.module(run_id, module.module_id).files[0].digest)
@@ -73,7 +73,7 @@ def test_giving_a_damaged_run_up_lets_gc_free_only_its_own_blobs(four_runs, cli)
     assert cli("rm", damaged, "--yes", "--store", root).exit_code == 0
     assert cli("gc", "--store", root).exit_code == 0
     assert cli("check", "--store", root).exit_code == 0
-    store = Store.open(root)
+    store = LocalStore.open(root)
     assert damaged not in store.run_ids() and len(store.index.modules(sound)) == 5
     store.close()
 

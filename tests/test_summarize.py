@@ -12,7 +12,7 @@ import pytest
 import xlarun.store.summaries as summarize
 from xlarun.hlo import parse_hlo_text
 from xlarun.hlo.names import decode_dump_name
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.packs import content_digest
 from xlarun.store.summaries import _INSTRUCTION_LINE, count_instructions_in_text
 
@@ -64,10 +64,10 @@ _POOL_CHECK = """
 import json, sys
 import xlarun.store.summaries as summarize
 from xlarun.hlo.names import decode_dump_name
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
-store = Store.open(sys.argv[1])
+store = LocalStore.open(sys.argv[1])
 run_id = store.run_ids()[0]
 wanted = [(f, decode_dump_name(f.path), "before" in f.path) for f in store.stored_files(run_id)]
 with summarize.gather_facts(store, store.facts, wanted) as gathering:
@@ -89,7 +89,7 @@ def test_stage_dumps_parsed_in_worker_processes_give_the_same_facts(tmp_path):
     """In a fresh process (this one has imported JAX, whose native threads make forking unsafe: no pool here)."""
     files = {p.name: p.read_bytes() for p in sorted((FIXTURES / "fp").glob("*optimizations.txt"))}
     files["module_0099.jit_bad.before_optimizations.txt"] = b"HloModule bad\n\nENTRY %main {\n  %x = what\n}\n"
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     _run(store, files)
     script = tmp_path / "pool_check.py"
     script.write_text(_POOL_CHECK)
@@ -106,7 +106,7 @@ def test_stage_dumps_parsed_in_worker_processes_give_the_same_facts(tmp_path):
         assert summarize.FactsPool.start() is None
 
 
-def _run(store: Store, files: dict[str, bytes]) -> str:
+def _run(store: LocalStore, files: dict[str, bytes]) -> str:
     run_id, staging = store.begin_run()
     for name, data in files.items():
         (staging / "dump" / name).write_bytes(data)
@@ -117,13 +117,13 @@ def _run(store: Store, files: dict[str, bytes]) -> str:
 _INGEST_IN_POOL = """
 import json, sys
 import xlarun.store.summaries as summarize
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 summarize.PARALLEL_PARSE_BYTES = 1  # small fixtures: use the pool anyway
 pools = []
 start = summarize.FactsPool.start
 summarize.FactsPool.start = classmethod(lambda cls, **kw: pools.append(start(**kw)) or pools[-1])
-index = Store.open(sys.argv[1]).index  # indexes the committed run
+index = LocalStore.open(sys.argv[1]).index  # indexes the committed run
 print(json.dumps({"pooled": any(pools), "terms": [tuple(r) for r in index.conn.execute("SELECT module_id, kind, value FROM terms")]}))
 """
 
@@ -140,7 +140,7 @@ def test_ingest_with_worker_processes_writes_each_modules_terms_as_ingest_in_one
             FIXTURES / "mlp" / "module_0014.jit_train_step.before_optimizations.txt"
         ).read_bytes(),
     }
-    pooled_store, inline_store = Store.open(tmp_path / "pooled"), Store.open(tmp_path / "inline")
+    pooled_store, inline_store = LocalStore.open(tmp_path / "pooled"), LocalStore.open(tmp_path / "inline")
     _run(pooled_store, files), _run(inline_store, files)
     script = tmp_path / "ingest_in_pool.py"
     script.write_text(_INGEST_IN_POOL)
@@ -167,7 +167,7 @@ def test_runs_share_pass_counts_and_search_terms(tmp_path):
         "module_0004.jit_f.0002.simplification.after_algsimp.before_dce.txt": after,
         "module_0004.jit_f.cpu_after_optimizations.txt": after,
     }
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     first, second = _run(store, files), _run(store, files)
     index = store.index
     assert index.conn.execute("SELECT count(*) FROM text_counts").fetchone()[0] == 2  # two distinct pass dumps, counted once
@@ -191,7 +191,7 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
         "module_0004.jit_f.cpu_after_optimizations.txt": after,
         "module_0004.jit_f.0001.simplification.after_pipeline-start.before_algsimp.txt": after,
     }
-    store = Store.open(tmp_path / "s")  # its own facts cache, empty
+    store = LocalStore.open(tmp_path / "s")  # its own facts cache, empty
     run_id, staging = store.begin_run()
     for name, data in files.items():
         (staging / "dump" / name).write_bytes(data)

@@ -94,13 +94,13 @@ def test_a_many_process_jobs_traces_are_one_session_with_a_host_per_process(tmp_
     """Each process of a many-process job writes its own trace, under process-N/, often with the same host name and
     session folder: XProf gets them as one session, a host per process, none overwriting another."""
     from xlarun.see.view import xprof_host_name, xprof_logdir
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     from .see_support import add_run
 
     trace = (Path(__file__).parent / "fixtures" / "profile" / "tiny.xplane.pb").read_bytes()
     other = (Path(__file__).parent / "fixtures" / "profile" / "tiny_tf.xplane.pb").read_bytes()
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     session = "plugins/profile/2026_11_28_17_20_41"
     run_id = add_run(
         store,

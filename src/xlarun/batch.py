@@ -14,7 +14,7 @@ from xlarun.capture.launch import CaptureResult, capture, exit_status_error
 from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import ExitCode, XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import RunStatus
 
 
@@ -112,7 +112,7 @@ class CellCapture(Protocol):
     ) -> CaptureResult: ...
 
 
-def capture_here(store: Store) -> CellCapture:
+def capture_here(store: LocalStore) -> CellCapture:
     """The local executor: each cell is an ordinary capture into ``store`` by this process."""
 
     def capture_cell(
@@ -125,7 +125,7 @@ def capture_here(store: Store) -> CellCapture:
 
 def run_batch(
     cells: list[LoadedSpec],
-    store: Store,
+    store: LocalStore,
     *,
     jobs: int = 1,
     fail_fast: bool | None = None,

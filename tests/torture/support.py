@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile_dumps.py"
 
@@ -91,7 +91,7 @@ class StoreState:
 def assert_sound(root: Path) -> StoreState:
     """Every visible run is whole (manifest, file list, every file reads back and hashes to its name), the
     index lists exactly the runs on disk, and nothing half-written is visible."""
-    store = Store.open(root)
+    store = LocalStore.open(root)
     try:
         runs = store.run_ids()
         for run_id in runs:

@@ -68,10 +68,10 @@ def _run(store: Path, args: tuple[str, ...], dest: Path) -> tuple[int | None, st
 
 def _files_read_back(store: Path) -> int:
     """How many of every run's files read back with their digest (all of them, or the assertion fails)."""
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.packs import content_digest
 
-    opened = Store.open(store, create=False)
+    opened = LocalStore.open(store, create=False)
     try:
         count = 0
         for run_id in opened.run_ids():

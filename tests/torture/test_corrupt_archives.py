@@ -16,7 +16,7 @@ import zstandard
 
 from xlarun.errors import XlarunError
 from xlarun.share.import_dump import import_dump
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from .support import assert_sound
 
@@ -56,7 +56,7 @@ def test_randomly_damaged_archives_are_imported_or_refused_never_a_crash(tmp_pat
         "tar.zst": zstandard.ZstdCompressor().compress(_tar()),
         "zip": _zip(),
     }
-    store = Store.open(tmp_path / "store", create=True)
+    store = LocalStore.open(tmp_path / "store", create=True)
     outcomes: dict[str, int] = {}
     crashes: list[str] = []
     for trial in range(TRIALS):

@@ -73,10 +73,10 @@ def test_export_of_a_file_list_naming_paths_outside_dest_writes_nothing_outside(
 
 
 def _node_store(sound_store: Path, tmp_path: Path):
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     shutil.copytree(sound_store, tmp_path / "node")
-    return Store.open(tmp_path / "node", create=False)
+    return LocalStore.open(tmp_path / "node", create=False)
 
 
 def _hostile_shipments(shipment, tmp_path: Path) -> dict:
@@ -107,13 +107,13 @@ def _hostile_shipments(shipment, tmp_path: Path) -> dict:
 @pytest.mark.slow
 def test_a_hostile_shipment_is_refused_and_nothing_lands_outside_the_store(sound_store, tmp_path, figures):
     from xlarun.executors.shipping import pack_run, receive_run
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     node = _node_store(sound_store, tmp_path)
     (run_id,) = node.run_ids()
     shipment = pack_run(node, run_id)
     driver_root = tmp_path / "deep" / "er" / "driver"
-    driver = Store.open(driver_root)
+    driver = LocalStore.open(driver_root)
     tried = refused = escapes = 0
     try:
         for kind, (hostile, bad) in sorted(_hostile_shipments(shipment, tmp_path).items()):
@@ -137,4 +137,4 @@ def test_a_hostile_shipment_is_refused_and_nothing_lands_outside_the_store(sound
     finally:
         driver.close()
         node.close()
-    assert Store.open(driver_root, create=False).check().damaged == []
+    assert LocalStore.open(driver_root, create=False).check().damaged == []

@@ -46,11 +46,11 @@ def _import(cli, store: Path, fixture: str) -> None:
 
 
 def read_back(root: Path) -> tuple[int, list[str]]:
-    """Every file of every run read through Store.read_file and hashed: (files read, those that failed)."""
-    from xlarun.store.facade import Store
+    """Every file of every run read through LocalStore.read_file and hashed: (files read, those that failed)."""
+    from xlarun.store.facade import LocalStore
     from xlarun.store.pack_format import content_digest
 
-    store = Store.open(root)
+    store = LocalStore.open(root)
     read, lost = 0, []
     try:
         for run_id in store.run_ids():

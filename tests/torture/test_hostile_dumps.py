@@ -9,7 +9,7 @@ import time
 import pytest
 
 from xlarun.capture.launch import capture
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import RunStatus
 
 from ..conftest import write_spec
@@ -21,7 +21,7 @@ from .support import HOSTILE_JOB, assert_sound
 
 @pytest.mark.slow
 def test_every_hostile_dump_folder_becomes_a_committed_run(tmp_path, figures, cli):
-    store = Store.open(tmp_path / "store")
+    store = LocalStore.open(tmp_path / "store")
     lost = crashes = hangs = checked = 0
     slowest = (0.0, "")
     for kind in sorted(MAKERS):

@@ -141,9 +141,9 @@ def test_hostile_archives_exports_and_bundles_are_refused_in_one_line(tmp_path, 
             codes[f"{command} {name}"] = result.exit_code
             assert result.exit_code == 2 and why in result.stderr, f"{command} {name}: {result.output}"
     state = assert_sound(store)
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     try:
         [run_id] = state.runs
         assert opened.read_file(run_id, "same.txt") == HLO
@@ -294,9 +294,9 @@ def test_an_exports_huge_log_is_kept_by_its_end_not_read_whole(tmp_path, cli, fi
     result = cli("import", export, "--store", store)
     assert result.exit_code == 0, result.output
     assert "only its last 16777216 were kept" in result.output, result.output
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    opened = Store.open(store)
+    opened = LocalStore.open(store)
     try:
         [run_id] = opened.run_ids()
         kept = opened.read_log(run_id, "stdout")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from xlarun.capture.recover import recover_runs
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from ..conftest import write_spec
 from .support import REPLAY_JOB, assert_sound, wait_for_line, wait_gone, xlarun
@@ -98,7 +98,7 @@ def test_kill_9_anywhere_loses_no_run(tmp_path, real_dump, figures, soak):
             crashes += again.returncode == 4
         if trial % 5 == 0:
             assert_sound(root)  # before recovery: nothing half-visible
-        store = Store.open(root)
+        store = LocalStore.open(root)
         done = recover_runs(store)
         store.close()
         assert all(r.error is None for r in done), done
@@ -189,7 +189,7 @@ def test_recover_refuses_a_folder_whose_job_still_runs(tmp_path):
             [sys.executable, "-m", "xlarun", "recover"], env=env, capture_output=True, text=True, timeout=120
         )
         assert "its job still runs" in refused.stderr and f" {child}" in refused.stderr.split("(kill", 1)[1], refused.stderr
-        assert Store.open(tmp_path / "s").run_ids() == []
+        assert LocalStore.open(tmp_path / "s").run_ids() == []
     finally:
         os.kill(child, signal.SIGKILL)
         job_pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _has_mark(p, tmp_path)]
@@ -201,7 +201,7 @@ def test_recover_refuses_a_folder_whose_job_still_runs(tmp_path):
         time.sleep(0.1)
     done = subprocess.run([sys.executable, "-m", "xlarun", "recover"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert len(Store.open(tmp_path / "s").run_ids()) == 1
+    assert len(LocalStore.open(tmp_path / "s").run_ids()) == 1
 
 
 def _read(path: Path) -> bytes:

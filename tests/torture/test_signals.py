@@ -16,7 +16,7 @@ import pytest
 
 from xlarun.errors import ExitCode
 from xlarun.interrupts import SAME_REQUEST_S
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 from ..conftest import write_spec
 from .support import assert_sound, wait_for_line, wait_gone, xlarun
@@ -68,7 +68,7 @@ def test_a_stop_signal_stops_the_job_group_and_archives_the_run(tmp_path, sig, f
     assert proc.returncode == 128 + sig, err
     time.sleep(0.2)
     assert not _alive(child)  # the job's grandchild went down with its process group
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     [run] = store.index.runs()
     manifest = store.manifest(run.run_id)
     assert run.status == "interrupted" and manifest["signal"] == sig.name and run.n_modules >= 1
@@ -97,7 +97,7 @@ def test_sighup_ignored_by_nohup_stays_ignored(tmp_path):
     proc.send_signal(signal.SIGHUP)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "produced no XLA dump" in err, err  # it ran to its end: SIGHUP did nothing
-    store = Store.open(tmp_path / "s")
+    store = LocalStore.open(tmp_path / "s")
     assert [r.status for r in store.index.runs()] == ["succeeded"] and store.manifest(store.run_ids()[0])["signal"] is None
 
 
@@ -140,7 +140,7 @@ def test_a_second_signal_while_archiving_waits_for_the_commit(tmp_path, figures)
     [run_id] = state.runs
     assert state.statuses[run_id] == "interrupted" and state.leftovers == 0
     assert f"stopped by SIGTERM; run {run_id} is archived" in err
-    assert Store.open(tmp_path / "s").manifest(run_id)["files"] == 3001
+    assert LocalStore.open(tmp_path / "s").manifest(run_id)["files"] == 3001
     figures(signals=2, exit_code=proc.returncode, runs_lost=0, exit4_crashes=0, hangs=0)
 
 
@@ -195,7 +195,7 @@ def test_sigterm_stops_a_batch_and_archives_every_running_cell(tmp_path):
     assert [c["status"] for c in json.loads(out)["cells"]] == ["interrupted", "interrupted"], said
     state = assert_sound(store_root)
     assert sorted(state.statuses.values()) == ["interrupted", "interrupted"] and state.leftovers == 0, said
-    store = Store.open(store_root)
+    store = LocalStore.open(store_root)
     assert {store.manifest(r)["signal"] for r in state.runs} == {"SIGTERM"}
 
 

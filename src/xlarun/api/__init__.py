@@ -24,7 +24,7 @@ from xlarun.api.results import Bisection, Diff, Graph
 from xlarun.console import LineBlock
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store as _LibraryStore
+    from xlarun.store.facade import LocalStore as _LibraryStore
     from xlarun.store.rows import FindHit
 
 __all__ = [
@@ -54,7 +54,7 @@ def open_store(path: str | Path | None = None, create: bool = True, remote: str 
         from xlarun.store.remote_index import open_mirror
 
         return Store(open_mirror(find_remote(remote)))
-    from xlarun.store.facade import Store as LibraryStore
+    from xlarun.store.facade import LocalStore as LibraryStore
 
     return Store(LibraryStore.open(path, create=create))
 

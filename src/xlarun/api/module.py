@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from xlarun.replay.result import ReplayResult
-    from xlarun.store.facade import Store as LibraryStore
+    from xlarun.store.facade import LocalStore as LibraryStore
     from xlarun.store.rows import FileInfo, ModuleInfo, PassInfo, RunInfo
 
 

@@ -21,7 +21,7 @@ from xlarun.replay.sources import module_opcodes
 from xlarun.see.diff import PassStep, pass_steps
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import FileInfo, ModuleInfo
 
 _NOT_PASSES = {"pipeline-start", "pipeline-end"}
@@ -65,7 +65,7 @@ class BisectPlan:
         return compare_outputs(actual, expected, self.options.abs_tolerance, self.options.rel_tolerance, name)
 
 
-def plan_bisection(store: Store, module: ModuleInfo, options: BisectOptions) -> BisectPlan:
+def plan_bisection(store: LocalStore, module: ModuleInfo, options: BisectOptions) -> BisectPlan:
     """The plan for bisecting ``module`` by replay. Raises InputError for a module a replay bisection cannot do
     (no per-pass dumps, elided constants, no before_optimizations text), EnvironmentProblem when the platform has
     fewer devices than a partitioned module needs."""
@@ -154,7 +154,12 @@ class DevicePlan:
 
 
 def plan_devices(
-    store: Store, module: ModuleInfo, steps: list[PassStep], before: FileInfo, partitioning: Partitioning, options: BisectOptions
+    store: LocalStore,
+    module: ModuleInfo,
+    steps: list[PassStep],
+    before: FileInfo,
+    partitioning: Partitioning,
+    options: BisectOptions,
 ) -> DevicePlan:
     """Which steps are per-device code and where the reference runs; refuses what a sharded bisection cannot do."""
     if partitioning.replicas > 1:
@@ -212,7 +217,7 @@ def _entry_layout(text: str) -> str | None:
     return None
 
 
-def _first_per_device(store: Store, module: ModuleInfo, steps: list[PassStep], global_layout: str | None) -> int | None:
+def _first_per_device(store: LocalStore, module: ModuleInfo, steps: list[PassStep], global_layout: str | None) -> int | None:
     """The first step that is per-device code: its entry shapes are no longer the program's, or the partitioner
     has run (a fully replicated program keeps its shapes)."""
     for index, step in enumerate(steps):

@@ -21,7 +21,7 @@ from xlarun.errors import InputError
 
 if TYPE_CHECKING:
     from xlarun.render.error_colours import ValueErrors
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import FileInfo, ModuleInfo
 
 FOLDER = "bisections"
@@ -37,7 +37,7 @@ class BisectRecord:
     result: BisectResult
 
 
-def record_bisection(store: Store, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
+def record_bisection(store: LocalStore, result: BisectResult, options: dict, started: str | None = None) -> BisectRecord:
     """Write the bisection's JSON record beside its run (``result.run_id``) and return it."""
     from xlarun.store.runs import new_run_id
 
@@ -65,7 +65,7 @@ def load_record(path: Path) -> BisectRecord:
     return BisectRecord(data["bisect_id"], data["started"], data.get("options", {}), BisectResult.from_dict(data["result"]))
 
 
-def bisections_for(store: Store, run_id: str, module_id: int | None = None) -> list[BisectRecord]:
+def bisections_for(store: LocalStore, run_id: str, module_id: int | None = None) -> list[BisectRecord]:
     """The recorded bisections of a run (or of one of its modules), oldest first."""
     records = [load_record(p) for p in sorted((store.runs_dir / run_id / FOLDER).glob("*.json"))]
     if module_id is None:
@@ -73,7 +73,7 @@ def bisections_for(store: Store, run_id: str, module_id: int | None = None) -> l
     return [r for r in records if r.result.module_id in (module_id, None)]
 
 
-def find_bisection(store: Store, module: ModuleInfo, bisect_id: str) -> BisectRecord:
+def find_bisection(store: LocalStore, module: ModuleInfo, bisect_id: str) -> BisectRecord:
     """The recorded bisection of ``module`` that ``bisect_id`` names (an id or a unique prefix of one; ``latest``: the
     newest whose instruction search kept each value's error)."""
     records = bisections_for(store, module.run_id, module.module_id)
@@ -118,7 +118,7 @@ def culprit_errors(result: BisectResult, module: ModuleInfo) -> CulpritErrors | 
     return CulpritErrors(found.error_values(result.abs_tolerance, result.rel_tolerance), found.step, path, step_file)
 
 
-def error_colouring(store: Store, module: ModuleInfo, bisect_id: str) -> tuple[ValueErrors, FileInfo | None]:
+def error_colouring(store: LocalStore, module: ModuleInfo, bisect_id: str) -> tuple[ValueErrors, FileInfo | None]:
     """``render --error-from``: the per-value errors of the bisection ``bisect_id`` names, and its culprit step's file."""
     culprit = culprit_errors(find_bisection(store, module, bisect_id).result, module)
     if culprit is None:

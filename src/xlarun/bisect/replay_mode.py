@@ -36,7 +36,7 @@ from xlarun.replay.literals import flatten
 from xlarun.see.diff import PassStep, pass_diff
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 Log = Callable[[str], None]
@@ -44,7 +44,7 @@ _MAX_DIFF_LINES = 400
 
 
 def bisect_and_record(
-    store: Store, module: ModuleInfo, options: BisectOptions, sink: Log | None = None
+    store: LocalStore, module: ModuleInfo, options: BisectOptions, sink: Log | None = None
 ) -> tuple[BisectResult, BisectRecord]:
     """``xlarun bisect REF`` and ``Module.bisect()``: bisect ``module`` by replay and record the result with its run."""
     started = now()
@@ -53,7 +53,7 @@ def bisect_and_record(
 
 
 def bisect_module(
-    store: Store, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None
+    store: LocalStore, module: ModuleInfo, options: BisectOptions | None = None, sink: Log | None = None
 ) -> BisectResult:
     """Find the first pass step of ``module`` whose outputs differ from the reference past the tolerance."""
     options = (options or BisectOptions()).validate()
@@ -67,7 +67,7 @@ def bisect_module(
         replayer.close()
 
 
-def _bisect(store: Store, plan: BisectPlan, replayer: StepReplayer, log: Log, started: float) -> BisectResult:
+def _bisect(store: LocalStore, plan: BisectPlan, replayer: StepReplayer, log: Log, started: float) -> BisectResult:
     """The search over the plan's steps: the reference, then steps until the first that diverges, then what moved."""
     module, options, steps, before, disabled = plan.module, plan.options, plan.steps, plan.before, plan.disabled
     kept: list[str] = []
@@ -247,7 +247,12 @@ def _reference_outputs(replayer: StepReplayer, plan: BisectPlan, result: BisectR
 
 
 def _conclude(
-    store: Store, module: ModuleInfo, steps: list[PassStep], first: int | None, errors: dict[int, StepError], result: BisectResult
+    store: LocalStore,
+    module: ModuleInfo,
+    steps: list[PassStep],
+    first: int | None,
+    errors: dict[int, StepError],
+    result: BisectResult,
 ) -> None:
     measured = [e for e in errors.values() if e.max_abs_error is not None]
     if first is None:

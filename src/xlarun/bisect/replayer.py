@@ -21,7 +21,7 @@ from xlarun.replay.probe import ProbeWorker
 from xlarun.replay.sources import ELIDED_CONSTANT, SNAPSHOT, entry_parameter_shapes, load_source
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 Log = Callable[[str], None]
@@ -30,7 +30,7 @@ Log = Callable[[str], None]
 class StepReplayer:
     """Compiles and runs step dumps on fixed arguments; remembers outputs by dump digest."""
 
-    def __init__(self, store: Store, module: ModuleInfo, options: BisectOptions, debug_options: dict, log: Log):
+    def __init__(self, store: LocalStore, module: ModuleInfo, options: BisectOptions, debug_options: dict, log: Log):
         self.store, self.module, self.options, self.debug_options, self.log = store, module, options, debug_options, log
         self.platform = pjrt.Platform(options.platform)
         self.outputs: dict[str, tuple[list | None, float | None, str | None]] = {}

@@ -28,7 +28,7 @@ from xlarun.errors import InputError, XlarunError
 
 if TYPE_CHECKING:
     from xlarun.capture.spec_yaml import LoadedSpec
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
 Log = Callable[[str], None]
 _DISABLE = "--xla_disable_hlo_passes="
@@ -58,7 +58,7 @@ class Check:
             ) from None
         return cls(text, pattern)
 
-    def read(self, store: Store, run_id: str, exit_code: int | None) -> float | None:
+    def read(self, store: LocalStore, run_id: str, exit_code: int | None) -> float | None:
         """The value the check judges: the exit code, or the number the last match captured (None: nothing matched)."""
         if self.pattern is None:
             return None if exit_code is None else float(exit_code)
@@ -86,7 +86,7 @@ class Check:
 
 def bisect_rerun(
     spec: str | Path | LoadedSpec,
-    store: Store,
+    store: LocalStore,
     check: str,
     *,
     abs_tolerance: float = 1e-5,
@@ -143,7 +143,9 @@ def bisect_rerun(
 class _Reruns:
     """Runs trials of the job through the batch machinery and judges them."""
 
-    def __init__(self, loaded: LoadedSpec, store: Store, judge: Check, result: BisectResult, bisect_id: str, jobs: int, log: Log):
+    def __init__(
+        self, loaded: LoadedSpec, store: LocalStore, judge: Check, result: BisectResult, bisect_id: str, jobs: int, log: Log
+    ):
         self.loaded, self.store, self.judge, self.result, self.bisect_id, self.jobs, self.log = (
             loaded,
             store,
@@ -290,7 +292,7 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
     return out
 
 
-def _candidate_passes(store: Store, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
+def _candidate_passes(store: LocalStore, run_id: str, module_ref: str | None) -> tuple[list[str], int | None]:
     """The passes that changed a module in its timeline: of one module (``module_ref``), else of every module of the run."""
     from xlarun.navigate.refs import resolve_module
     from xlarun.see.diff import pass_steps

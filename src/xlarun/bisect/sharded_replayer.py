@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from xlarun.bisect.bisect_options import BisectOptions
     from xlarun.bisect.bisect_plan import BisectPlan
     from xlarun.see.diff import PassStep
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 
-def open_replayer(store: Store, plan: BisectPlan, log: Log) -> StepReplayer:
+def open_replayer(store: LocalStore, plan: BisectPlan, log: Log) -> StepReplayer:
     """The replayer ``plan`` asks for: each step where the :class:`DevicePlan` says for a partitioned module, else on one device."""
     if plan.devices is not None:
         return ShardedReplayer(store, plan.module, plan.options, dict(plan.debug_options), log, plan.devices, plan.steps)
@@ -48,7 +48,7 @@ class ShardedReplayer(StepReplayer):
 
     def __init__(
         self,
-        store: Store,
+        store: LocalStore,
         module: ModuleInfo,
         options: BisectOptions,
         debug_options: dict,

@@ -35,7 +35,7 @@ from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
@@ -201,7 +201,7 @@ def _log_tail(path: Path, limit: int = 256 * 1024) -> str:
 
 def capture(
     spec: LoadedSpec | str | Path,
-    store: Store | None = None,
+    store: LocalStore | None = None,
     *,
     echo: bool = False,
     echo_prefix: str = "",
@@ -236,7 +236,7 @@ def capture(
 
 def _capture(
     spec: LoadedSpec | str | Path,
-    store: Store | None,
+    store: LocalStore | None,
     *,
     echo: bool,
     echo_prefix: str,
@@ -247,7 +247,7 @@ def _capture(
     stop: StopRequest,
 ) -> CaptureResult:
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
-    store = store or Store.open()
+    store = store or LocalStore.open()
     backend = make_backend(loaded.spec.backend, loaded.spec.processes)
     framework = job_framework(loaded)
 

@@ -24,7 +24,7 @@ from xlarun.errors import StoreError
 from xlarun.interrupts import job_processes
 from xlarun.killpoints import kill_point
 from xlarun.store.archive import ARCHIVED_LIST, FileNote, read_archived_list
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest, host_facts
 from xlarun.store.rows import Leftover, RunStatus, StoredFile, read_file_list
 from xlarun.store.runs import describe_leftover
@@ -43,7 +43,7 @@ class RecoveredRun:
     notes: list[FileNote] = field(default_factory=list)
 
 
-def recover_runs(store: Store, run_ids: list[str] | None = None) -> list[RecoveredRun]:
+def recover_runs(store: LocalStore, run_ids: list[str] | None = None) -> list[RecoveredRun]:
     """Make every recoverable staging folder (or only those of ``run_ids``) a visible run; returns what was done.
 
     Safe against a concurrent capture (its folder has a live owner), gc (held off by the store's shared
@@ -57,7 +57,7 @@ def recover_runs(store: Store, run_ids: list[str] | None = None) -> list[Recover
     return out
 
 
-def recover_folder(store: Store, leftover: Leftover) -> RecoveredRun:
+def recover_folder(store: LocalStore, leftover: Leftover) -> RecoveredRun:
     """Commit one killed capture's staging folder as a run (see the module docstring)."""
     folder = leftover.path
     pid_file = folder / "owner.pid"
@@ -91,7 +91,7 @@ def recover_folder(store: Store, leftover: Leftover) -> RecoveredRun:
 _LOST = "listed as archived by the killed capture, but its blob is missing"
 
 
-def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
+def _commit_finished(store: LocalStore, folder: Path, leftover: Leftover) -> RecoveredRun:
     """A capture killed between writing its metadata and its rename: it is whole; commit it as it was."""
     try:  # read within bounds (a FIFO or link: StoreError), parsed within a depth bound, checked
         manifest = checked_manifest(parse_store_json(read_store_file(folder / "manifest.json", MAX_MANIFEST_BYTES)))
@@ -117,7 +117,7 @@ def _commit_finished(store: Store, folder: Path, leftover: Leftover) -> Recovere
     return RecoveredRun(folder.name, manifest.get("status"), len(files), leftover.what)
 
 
-def _commit_incomplete(store: Store, folder: Path, leftover: Leftover) -> RecoveredRun:
+def _commit_incomplete(store: LocalStore, folder: Path, leftover: Leftover) -> RecoveredRun:
     previous = read_archived_list(folder)
     archiver = store.archiver(folder)
     files = archiver.finish(previous)
@@ -184,7 +184,7 @@ def store_files_of(path: Path) -> list[StoredFile]:
     return read_file_list(path)
 
 
-def _check_blobs(store: Store, files: list[StoredFile]) -> set[str]:
+def _check_blobs(store: LocalStore, files: list[StoredFile]) -> set[str]:
     """Digests of ``files`` the store does not hold (none, unless the store was damaged by hand)."""
     digests = sorted({f.digest for f in files})
     held = store.blobs.stored_of(digests)

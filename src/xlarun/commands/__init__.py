@@ -16,7 +16,7 @@ import typer
 if TYPE_CHECKING:
     from xlarun.api import Store as ApiStore
     from xlarun.declared_options import Declared
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
 
 def _store_of(ctx: typer.Context) -> Path:
@@ -105,7 +105,7 @@ def front_door(path: str | Path | None, create: bool = False, remote: str | None
     return Store(open_store(path, create=create, remote=remote))
 
 
-def open_store(path: str | Path | None, create: bool = False, remote: str | None = None) -> Store:
+def open_store(path: str | Path | None, create: bool = False, remote: str | None = None) -> LocalStore:
     """The store a command works on (created only by commands that write); with ``remote``, that remote's local
     mirror, up to date with its runs (their small index objects only: blobs are fetched when read)."""
     if remote is not None:
@@ -113,9 +113,9 @@ def open_store(path: str | Path | None, create: bool = False, remote: str | None
         from xlarun.store.remote_index import open_mirror
 
         return open_mirror(find_remote(remote))
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    return Store.open(path, create=create)
+    return LocalStore.open(path, create=create)
 
 
 def store_path_or_mirror(path: str | None, remote: str | None) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from xlarun.batch import BatchEvent, BatchResult, run_batch
 from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import InputError
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.remote import RemoteSpec
 
 #: The executors a batch can run on (``--executor``, ``executor:`` in a spec).
@@ -28,7 +28,7 @@ def executor_of(cells: list[LoadedSpec], asked: str | None) -> str:
 def run_batch_on(
     executor: str,
     cells: list[LoadedSpec],
-    store: Store,
+    store: LocalStore,
     *,
     jobs: int | None = None,
     fail_fast: bool | None = None,

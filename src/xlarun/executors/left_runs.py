@@ -9,10 +9,10 @@ from xlarun.executors.node_side import discard_scratch, fetch_run, left_on_node
 from xlarun.executors.ray_cluster import ray_details
 from xlarun.executors.ray_connect import connect
 from xlarun.executors.shipping import lacking, receive_run
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 
-def collect_left_runs(store: Store, address: str | None = None, *, prune: bool = False) -> list[dict]:
+def collect_left_runs(store: LocalStore, address: str | None = None, *, prune: bool = False) -> list[dict]:
     """``xlarun collect``: ship into ``store`` the runs that Ray batches left on the nodes of the cluster at
     ``address`` (a driver stopped while a node still archived an interrupted cell; see
     :func:`~xlarun.executors.node_side.left_on_node`), verified and committed as a batch's runs are, then removed
@@ -63,7 +63,7 @@ def collect_left_runs(store: Store, address: str | None = None, *, prune: bool =
             ray.shutdown()
 
 
-def _collect_one(ray: Any, store: Store, fetch: Any, discard: Any, pinned: Any, node: str, entry: dict) -> dict:
+def _collect_one(ray: Any, store: LocalStore, fetch: Any, discard: Any, pinned: Any, node: str, entry: dict) -> dict:
     """Ship one left run from its node into ``store``, then remove it there; the row's new fields."""
     missing = sorted(lacking(store, [digest for _path, digest, _size in entry["files"]]))
     shipment = ray.get(fetch.options(scheduling_strategy=pinned).remote(entry["scratch"], entry["run_id"], missing), timeout=600)

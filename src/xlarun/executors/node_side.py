@@ -173,9 +173,9 @@ def fetch_run(scratch: str, run_id: str, missing: list[str] | None) -> Any:
     """Ray task, on the node that ran the cell: the run as a Shipment carrying the files in ``missing`` (every
     file when None). The staging store stays until the driver has committed the run (:func:`discard_scratch`)."""
     from xlarun.executors.shipping import pack_run
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
-    store = Store.open(Path(scratch) / "store", create=False)
+    store = LocalStore.open(Path(scratch) / "store", create=False)
     try:
         return pack_run(store, run_id, None if missing is None else set(missing))
     finally:
@@ -319,7 +319,7 @@ def _main(scratch: Path, worker_pid: int) -> int:
     (scratch / "capture.pid").write_text(str(os.getpid()))
     from xlarun.capture.launch import capture
     from xlarun.errors import XlarunError
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
     loaded, batch_id, matrix, argv = pickle.loads((scratch / "request.pickle").read_bytes())
     sys.argv = list(argv)  # the manifest records the command the user ran, on the driver
@@ -330,7 +330,7 @@ def _main(scratch: Path, worker_pid: int) -> int:
     ).start()
     try:
         with stop_on_signals(stop):  # a signal before the capture's own handlers are in stops it all the same
-            store = Store.open(scratch / "store", create=True)
+            store = LocalStore.open(scratch / "store", create=True)
             result = capture(loaded, store, batch_id=batch_id, matrix=matrix, stop=stop)
         report = {
             "run_id": result.run_id,

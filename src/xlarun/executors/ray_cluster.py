@@ -49,7 +49,7 @@ from xlarun.executors.project import Project, ProjectTooBig, project_root, snaps
 from xlarun.executors.ray_connect import connect
 from xlarun.executors.shipping import lacking, receive_run
 from xlarun.interrupts import StopRequest
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest
 from xlarun.store.remote import RemoteSpec
 from xlarun.store.rows import RunStatus
@@ -93,7 +93,7 @@ class RayCellCapture:
     def __init__(
         self,
         ray: Any,
-        store: Store,
+        store: LocalStore,
         retries: int = 0,
         ship: str = "auto",
         projects: dict[str, Any] | None = None,
@@ -455,7 +455,7 @@ def _say(line: str) -> None:
 
 def run_batch_on_ray(
     cells: list[LoadedSpec],
-    store: Store,
+    store: LocalStore,
     *,
     address: str | None = None,
     jobs: int | None = None,

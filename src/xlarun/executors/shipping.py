@@ -20,7 +20,7 @@ import zstandard
 from xlarun.bounded_read import read_store_files
 from xlarun.errors import StoreError
 from xlarun.safe_names import checked_member_name, checked_relative_path, checked_run_id
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.packs import content_digest
 from xlarun.store.rows import OUTPUT_DIRS, StoredFile
 from xlarun.store.runs import RUN_METADATA
@@ -59,7 +59,7 @@ class Received:
     extra: dict = field(default_factory=dict)
 
 
-def pack_run(store: Store, run_id: str, only: set[str] | None = None, level: int = 3) -> Shipment:
+def pack_run(store: LocalStore, run_id: str, only: set[str] | None = None, level: int = 3) -> Shipment:
     """A shipment of ``run_id`` from ``store`` with the bytes of the files whose digest is in ``only`` (all when None)."""
     files = store.stored_files(run_id)
     run_dir = store.run_path(run_id)
@@ -100,7 +100,7 @@ def unpack_payload(shipment: Shipment) -> list[tuple[str, memoryview]]:
     return out
 
 
-def lacking(store: Store, digests: list[str]) -> set[str]:
+def lacking(store: LocalStore, digests: list[str]) -> set[str]:
     """Those of ``digests`` that ``store`` does not hold: what a shipment into it must carry."""
     unique = sorted(set(digests))
     return set(unique) - store.blobs.stored_of(unique)
@@ -125,7 +125,7 @@ def checked_shipment(shipment: Shipment) -> dict:
     return manifest
 
 
-def receive_run(store: Store, shipment: Shipment, manifest_extra: dict | None = None) -> Received:
+def receive_run(store: LocalStore, shipment: Shipment, manifest_extra: dict | None = None) -> Received:
     """Verify a shipment and commit its run into ``store`` under the same run id, then index it (see the module
     docstring). ``manifest_extra`` is merged into the manifest's ``backend_details`` (where the run was made).
     A run already committed is left as it is (``new`` False). Raises StoreError when the shipment is damaged or

@@ -24,7 +24,7 @@ from xlarun.store.memory_index import BUFFER_ASSIGNMENT
 
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import FileInfo, ModuleInfo
 
 LIVE_RANGE = "live-range"
@@ -94,7 +94,7 @@ def no_buffer_assignment(module: ModuleInfo) -> NoBufferAssignment:
     )
 
 
-def read_buffer_assignment(store: Store, module: ModuleInfo) -> BufferAssignment:
+def read_buffer_assignment(store: LocalStore, module: ModuleInfo) -> BufferAssignment:
     """The module's buffer assignment; :class:`NoBufferAssignment` when it was not dumped."""
     found = _report(module, BUFFER_ASSIGNMENT)
     if found is None:
@@ -102,11 +102,11 @@ def read_buffer_assignment(store: Store, module: ModuleInfo) -> BufferAssignment
     return parse_buffer_assignment(_text(store, module, found), found.path)
 
 
-def _text(store: Store, module: ModuleInfo, info: FileInfo) -> str:
+def _text(store: LocalStore, module: ModuleInfo, info: FileInfo) -> str:
     return store.read_file(module.run_id, info.path).decode("utf-8", errors="replace")
 
 
-def module_memory(store: Store, module: ModuleInfo, top: int | None = None) -> ModuleMemory:
+def module_memory(store: LocalStore, module: ModuleInfo, top: int | None = None) -> ModuleMemory:
     """The module's peak, breakdown and biggest buffers at the peak (``top``: how many; None: all)."""
     chosen = _report(module, BUFFER_ASSIGNMENT)
     if chosen is None:
@@ -139,7 +139,7 @@ def module_memory(store: Store, module: ModuleInfo, top: int | None = None) -> M
     return found
 
 
-def _check_total(store: Store, module: ModuleInfo, printed: int | None, found: ModuleMemory) -> None:
+def _check_total(store: LocalStore, module: ModuleInfo, printed: int | None, found: ModuleMemory) -> None:
     """XLA prints the total of the allocations (in the buffer assignment, or its memory-usage report): a
     different sum of the lines read means a file was cut or damaged."""
     report = _report(module, MEMORY_REPORT)
@@ -152,7 +152,7 @@ def _check_total(store: Store, module: ModuleInfo, printed: int | None, found: M
         )
 
 
-def _live_ranges(store: Store, module: ModuleInfo, assignment_text: str, found: ModuleMemory) -> LiveRanges | None:
+def _live_ranges(store: LocalStore, module: ModuleInfo, assignment_text: str, found: ModuleMemory) -> LiveRanges | None:
     chosen = _report(module, LIVE_RANGE)
     try:
         if chosen is not None:
@@ -184,7 +184,7 @@ def _biggest_values(assignment: BufferAssignment) -> list[PeakBuffer]:
     ]
 
 
-def _costs(store: Store, module: ModuleInfo, found: ModuleMemory) -> dict[str, OpCost]:
+def _costs(store: LocalStore, module: ModuleInfo, found: ModuleMemory) -> dict[str, OpCost]:
     from xlarun.hlo import load_hlo
     from xlarun.hlo.cost import op_costs
     from xlarun.navigate.select import select_file
@@ -216,7 +216,7 @@ class MemoryCurve:
         return self.live_bytes[self.peak_position]
 
 
-def memory_over_program(store: Store, module: ModuleInfo) -> MemoryCurve | None:
+def memory_over_program(store: LocalStore, module: ModuleInfo) -> MemoryCurve | None:
     """The module's live bytes at each position of its program order; None when its buffer assignment or live
     ranges were not dumped (or cannot be read: ``xlarun memory`` says why)."""
     chosen = _report(module, BUFFER_ASSIGNMENT)

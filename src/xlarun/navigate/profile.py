@@ -16,7 +16,7 @@ from xlarun.store.profile_index import ModuleTime, OpTime, module_times, op_time
 
 if TYPE_CHECKING:
     from xlarun.hlo.cost import OpCost
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 
@@ -84,7 +84,7 @@ def no_profile(run_id: str) -> NoProfile:
     )
 
 
-def run_times(store: Store, run_id: str) -> RunTimes:
+def run_times(store: LocalStore, run_id: str) -> RunTimes:
     """The run's modules by measured busy time, most first; :class:`NoProfile` when it was not profiled."""
     times = module_times(store.index.conn, run_id)
     if not times:
@@ -94,12 +94,12 @@ def run_times(store: Store, run_id: str) -> RunTimes:
     return RunTimes(run_id, store.index.run(run_id).duration_s, modules)
 
 
-def module_time(store: Store, module: ModuleInfo) -> ModuleTime | None:
+def module_time(store: LocalStore, module: ModuleInfo) -> ModuleTime | None:
     """The module's measured time in its run (None: the run was not profiled, or the module never ran)."""
     return next((t for t in module_times(store.index.conn, module.run_id) if t.module_id == module.module_id), None)
 
 
-def module_profile(store: Store, module: ModuleInfo) -> ModuleProfile:
+def module_profile(store: LocalStore, module: ModuleInfo) -> ModuleProfile:
     """The module's ops by self time, each with what it holds, its source lines, its work and achieved rates."""
     times = module_times(store.index.conn, module.run_id)
     if not times:
@@ -115,7 +115,7 @@ def module_profile(store: Store, module: ModuleInfo) -> ModuleProfile:
     return found
 
 
-def _costs(store: Store, module: ModuleInfo) -> tuple[dict[str, OpCost], str | None]:
+def _costs(store: LocalStore, module: ModuleInfo) -> tuple[dict[str, OpCost], str | None]:
     from xlarun.hlo import load_hlo
     from xlarun.hlo.cost import op_costs
     from xlarun.navigate.select import select_file
@@ -151,7 +151,7 @@ def profiled_op(timed: OpTime, cost: OpCost | None) -> ProfiledOp:
     return op
 
 
-def op_self_times(store: Store, module: ModuleInfo) -> dict[str, float]:
+def op_self_times(store: LocalStore, module: ModuleInfo) -> dict[str, float]:
     """Each op of the module -> its own measured time (ns, every execution added up): what ``render --time``
     colours by. :class:`NoProfile` when the run was not profiled; an InputError when the module never ran while
     the trace was on."""

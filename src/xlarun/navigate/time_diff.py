@@ -28,7 +28,7 @@ from xlarun.navigate.profile import run_times
 from xlarun.store.profile_index import TRACE_SUFFIX, joined_trace_events
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 #: How far apart (a ratio) the middle halves of A's and B's executions must lie for a change to count.
@@ -148,7 +148,7 @@ class _Timed:
 
 
 def compare_run_times(
-    store: Store, run_a: str, run_b: str, min_change: float = DEFAULT_MIN_CHANGE, top: int = DEFAULT_TOP_MOVED
+    store: LocalStore, run_a: str, run_b: str, min_change: float = DEFAULT_MIN_CHANGE, top: int = DEFAULT_TOP_MOVED
 ) -> RunTimeDiff:
     """The two runs' modules and ops compared by measured time; :class:`~xlarun.navigate.profile.NoProfile` when
     either run was captured without ``profile:``."""
@@ -171,7 +171,7 @@ def _total(spread: Spread | None) -> float:
     return spread.median_ns * spread.count if spread else 0.0
 
 
-def _timed_modules(store: Store, run_id: str) -> list[_Timed]:
+def _timed_modules(store: LocalStore, run_id: str) -> list[_Timed]:
     """The run's modules that ran while the trace was on, with their executions read from the archived trace."""
     infos: dict[int, ModuleInfo] = {m.module_id: m for m in store.index.modules(run_id)}
     traces = [f.path for f in store.index.run_files(run_id) if f.path.endswith(TRACE_SUFFIX)]

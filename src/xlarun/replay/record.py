@@ -20,7 +20,7 @@ from xlarun.replay.options import ReplayOptions
 from xlarun.replay.result import ReplayResult
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
 
 REPLAYS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS replays (
@@ -73,7 +73,7 @@ class ReplayRecord:
 
 
 def record_replay(
-    store: Store,
+    store: LocalStore,
     result: ReplayResult,
     options: ReplayOptions,
     started: str,
@@ -97,7 +97,7 @@ def record_replay(
     return record
 
 
-def replays_for(store: Store, run_id: str, module_id: int) -> list[ReplayRecord]:
+def replays_for(store: LocalStore, run_id: str, module_id: int) -> list[ReplayRecord]:
     """The recorded replays of one module, oldest first."""
     rows = (
         _index(store)
@@ -123,7 +123,7 @@ def load_record(path: Path) -> ReplayRecord:
 # ---- the index table, derived from the JSON records ----
 
 
-def _index(store: Store) -> Any:
+def _index(store: LocalStore) -> Any:
     """The store's index with the replays table present and holding every record on disk."""
     index = store.index
     index.conn.executescript(REPLAYS_SCHEMA)

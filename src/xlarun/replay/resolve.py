@@ -23,7 +23,7 @@ from xlarun.replay.record import ReplayRecord, record_replay
 from xlarun.replay.result import ReplayResult
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 Sink = Callable[[str], None]
@@ -214,7 +214,7 @@ class ReplayInput:
 
 
 def replay_input(
-    store: Store | None,
+    store: LocalStore | None,
     ref: str,
     options: ReplayOptions,
     *,
@@ -237,7 +237,7 @@ def replay_input(
     return stored_input(store, resolve_module(store.index, ref, run=run), options, file)
 
 
-def stored_input(store: Store, module: ModuleInfo, options: ReplayOptions, file: str | None = None) -> ReplayInput:
+def stored_input(store: LocalStore, module: ModuleInfo, options: ReplayOptions, file: str | None = None) -> ReplayInput:
     """A stored module's :class:`ReplayInput`: its most faithful file (or ``file``), read from the store."""
 
     def read(path: str) -> bytes:
@@ -262,7 +262,7 @@ def stored_input(store: Store, module: ModuleInfo, options: ReplayOptions, file:
 
 
 def replay_ref(
-    store: Store | None,
+    store: LocalStore | None,
     ref: str,
     options: ReplayOptions,
     sink: Sink | None = None,
@@ -285,7 +285,7 @@ def replay_ref(
 
 
 def replay_stored_module(
-    store: Store, module: ModuleInfo, options: ReplayOptions, sink: Any = None, file: str | None = None
+    store: LocalStore, module: ModuleInfo, options: ReplayOptions, sink: Any = None, file: str | None = None
 ) -> ReplayRecord:
     """Replay a module of the store (its most faithful file, or ``file``) and record the replay."""
     chosen = stored_input(store, module, options, file)

@@ -1,7 +1,7 @@
 """Static HTML reports of runs and batches: ``xlarun report``.
 
     from xlarun.report import build_run_report
-    built = build_run_report(Store.open(), run_id, "report/")
+    built = build_run_report(LocalStore.open(), run_id, "report/")
     print(built.index_html)
 
 The site works from ``file://`` with no server and no network; ``index.json`` beside

@@ -12,7 +12,7 @@ from xlarun.report.graphs import GraphJob, plan_error_graph
 
 if TYPE_CHECKING:
     from xlarun.bisect.bisect_result import BisectResult
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 220, 58, 12, 14, 34
@@ -34,7 +34,7 @@ class BisectionBlock:
     error_graph: GraphJob | None = None
 
 
-def bisection_blocks(store: Store, module: ModuleInfo, graph_limit: int | None) -> list[BisectionBlock]:
+def bisection_blocks(store: LocalStore, module: ModuleInfo, graph_limit: int | None) -> list[BisectionBlock]:
     """One block per recorded bisection of the module, newest first (none when the bisect stage is absent); with a
     ``graph_limit``, each with the culprit step's graph coloured by error where the bisection measured it."""
     run_id = module.run_id

@@ -38,7 +38,7 @@ from xlarun.report.profiles import module_chart, module_memory_chart, run_profil
 from xlarun.safe_names import checked_run_id, store_damage
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo, RunInfo
 
 MARKER = ".xlarun-report"
@@ -107,7 +107,7 @@ def _common(options: ReportOptions, root: str) -> dict:
 
 
 class _RunReport:
-    def __init__(self, store: Store, run_id: str, out: Path, options: ReportOptions, progress: Callable[[str], None] | None):
+    def __init__(self, store: LocalStore, run_id: str, out: Path, options: ReportOptions, progress: Callable[[str], None] | None):
         self.store, self.run_id, self.out, self.options = store, run_id, out, options
         self.say = progress or (lambda text: None)
         self.env = _environment()
@@ -288,7 +288,7 @@ def _opcode_rows(before: dict[str, int], after: dict[str, int]) -> list[tuple[st
 
 
 def build_run_report(
-    store: Store,
+    store: LocalStore,
     run_id: str,
     out: str | Path,
     options: ReportOptions | None = None,
@@ -301,7 +301,7 @@ def build_run_report(
 
 
 def build_batch_report(
-    store: Store,
+    store: LocalStore,
     batch_id: str,
     out: str | Path,
     options: ReportOptions | None = None,

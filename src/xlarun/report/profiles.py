@@ -15,7 +15,7 @@ from xlarun.report.charts import Bar, memory_curve, time_bars
 from xlarun.store.profile_index import ModuleTime
 
 if TYPE_CHECKING:
-    from xlarun.store.facade import Store
+    from xlarun.store.facade import LocalStore
     from xlarun.store.rows import ModuleInfo
 
 
@@ -27,7 +27,7 @@ class RunProfileView:
     times: dict[int | None, ModuleTime] = field(default_factory=dict)  # by module id
 
 
-def run_profile(store: Store, run_id: str) -> RunProfileView | None:
+def run_profile(store: LocalStore, run_id: str) -> RunProfileView | None:
     """The run's time by module, charted; None when the run was not profiled."""
     try:
         found = run_times(store, run_id)
@@ -39,7 +39,7 @@ def run_profile(store: Store, run_id: str) -> RunProfileView | None:
     return RunProfileView(chart, busy, found.job_wall_s, {m.module_id: m.time for m in found.modules})
 
 
-def module_chart(store: Store, module: ModuleInfo) -> Markup | None:
+def module_chart(store: LocalStore, module: ModuleInfo) -> Markup | None:
     """The module's ops by their own time, charted; None when it did not run while the trace was on."""
     found = module_profile(store, module)
     bars = [
@@ -58,7 +58,7 @@ def _module_label(module_id: int | None, name: str) -> str:
     return name if module_id is None else f"module_{module_id:04d} {name}"
 
 
-def module_memory_chart(store: Store, module: ModuleInfo) -> Markup | None:
+def module_memory_chart(store: LocalStore, module: ModuleInfo) -> Markup | None:
     """The module's live bytes over its program order, the peak marked; None without a buffer assignment and live
     ranges in its dump."""
     curve = memory_over_program(store, module)

@@ -39,7 +39,7 @@ from urllib.parse import quote
 from xlarun import deadline
 from xlarun.errors import EnvironmentProblem, InputError
 from xlarun.hlo import HloComputation, HloInstruction, HloModule, load_hlo
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import ModuleInfo
 
 #: Model Explorer serves here only: a dump's names and shapes are nobody else's business.
@@ -110,7 +110,9 @@ def model_explorer_graphs(module: HloModule, label: str) -> dict:
     return {"label": label, "graphs": [_graph(c, graph_of, fusion_of) for c in ordered]}
 
 
-def write_model_explorer_json(store: Store, module: ModuleInfo, dest: str | Path, stage: str = "before_optimizations") -> Path:
+def write_model_explorer_json(
+    store: LocalStore, module: ModuleInfo, dest: str | Path, stage: str = "before_optimizations"
+) -> Path:
     """Write ``module``'s graph at ``stage`` as a Model Explorer JSON graph file; returns its path."""
     from xlarun.navigate.select import select_file, stage_of
 
@@ -270,7 +272,7 @@ class XprofLogdir:
     trace_bytes: int
 
 
-def xprof_logdir(store: Store, run_id: str, cache_root: Path | None = None) -> XprofLogdir:
+def xprof_logdir(store: LocalStore, run_id: str, cache_root: Path | None = None) -> XprofLogdir:
     """Write the run's archived traces (``profile:``) into an XProf log folder under ``cache_root`` (default
     :func:`xprof_cache_root`), one per run; a trace already there with the same content is kept, so XProf's own
     conversions beside it are reused. :class:`~xlarun.navigate.profile.NoProfile` when the run has no trace."""

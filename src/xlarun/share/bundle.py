@@ -34,7 +34,7 @@ from xlarun.replay.options import ReplayOptions
 from xlarun.replay.runner_argv import PLATFORMS, runner_command
 from xlarun.safe_names import checked_relative_path, relative_path_problem
 from xlarun.share.import_dump import BUNDLE_MARKER, META_DIR, import_dump
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.rows import FileInfo, ModuleInfo
 
 #: Past this size a bundle is hard to attach (GitHub takes 25 MB): the warning says what to drop.
@@ -115,7 +115,7 @@ def pick_bundle_files(module: ModuleInfo, options: BundleOptions) -> tuple[list[
 
 
 def make_bundle(
-    store: Store,
+    store: LocalStore,
     module: ModuleInfo,
     output: str | Path | None = None,
     options: BundleOptions | None = None,
@@ -321,7 +321,7 @@ def _path_redactor(manifest: dict, run_dir: Path) -> Callable[[bytes], bytes]:
 # --- sources ---------------------------------------------------------------------------------------
 
 
-def _module_sources(store: Store, module: ModuleInfo) -> tuple[list[tuple[str, bytes]], list[str]]:
+def _module_sources(store: LocalStore, module: ModuleInfo) -> tuple[list[tuple[str, bytes]], list[str]]:
     """The Python files named by the metadata of the module's unoptimized text, read from this machine."""
     from xlarun.hlo import scan_hlo_text
 
@@ -481,10 +481,10 @@ def runner_lines(
 
 
 @contextmanager
-def opened_bundle(path: str | Path) -> Iterator[tuple[Store, ModuleInfo]]:
+def opened_bundle(path: str | Path) -> Iterator[tuple[LocalStore, ModuleInfo]]:
     """The bundle's module, imported into a temporary store that is deleted afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="xlarun-bundle-"))
-    store = Store.open(folder / "store", create=True)
+    store = LocalStore.open(folder / "store", create=True)
     try:
         result = import_dump(path, store)
         module_id = result.bundle_module_id

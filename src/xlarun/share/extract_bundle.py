@@ -19,7 +19,7 @@ from pathlib import Path
 from xlarun.errors import InputError
 from xlarun.share.bundle import BundleOptions, BundleResult, make_bundle
 from xlarun.share.import_dump import import_dump
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 
 #: What a file given to ``bundle`` must end in to be read as a module file rather than a module REF.
 FILE_SUFFIXES = (".hlo.txt", ".snapshot.pb")
@@ -104,7 +104,7 @@ def bundle_module_files(path: str | Path, output: str | Path | None = None, opti
             shutil.copyfile(files.text, dump / f"{prefix}.before_optimizations.txt")
         if files.snapshot is not None:
             shutil.copyfile(files.snapshot, dump / f"{prefix}.snapshot.0.pb")
-        store = Store.open(folder / "store", create=True)
+        store = LocalStore.open(folder / "store", create=True)
         try:
             imported = import_dump(dump, store, name=files.stem.name)
             if not imported.modules:

@@ -7,7 +7,7 @@ names, are processes 0, 1, ... (``dump/process-K/``, as a capture with ``process
 
 The source is unpacked (refusing anything hostile: see safe_unpack.py) into the run's staging folder, laid
 out as a capture's job would have written it, then archived and indexed by the same functions a capture uses
-(:meth:`Store.archiver`, :meth:`Store.commit_run`, :meth:`Store.ingest`).
+(:meth:`LocalStore.archiver`, :meth:`LocalStore.commit_run`, :meth:`LocalStore.ingest`).
 Nothing is written outside the store, and a refused source leaves no trace in it.
 """
 
@@ -29,7 +29,7 @@ from xlarun.bounded_read import FileRefused, read_regular
 from xlarun.errors import InputError, StoreError, write_trouble
 from xlarun.hlo.process_dirs import MAX_PROCESSES, process_dir, process_of_dir
 from xlarun.share.safe_unpack import UnpackLimits, archive_kind, unpack_dump_source
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest, host_facts
 from xlarun.store.rows import OUTPUT_DIRS, ModuleInfo, utc_now
 
@@ -64,14 +64,14 @@ class ImportResult:
 
 
 def import_dump(
-    source: str | Path, store: Store | None = None, *, name: str | None = None, limits: UnpackLimits | None = None
+    source: str | Path, store: LocalStore | None = None, *, name: str | None = None, limits: UnpackLimits | None = None
 ) -> ImportResult:
     """Import a dump folder, archive or bundle as a new run (kind ``import``) and index it.
 
     Raises :class:`HostileArchive` (an :class:`InputError`) for a refused source, with nothing kept.
     """
     source = Path(source).expanduser()
-    store = store or Store.open()
+    store = store or LocalStore.open()
     run_id, staging = store.begin_run()
     try:
         t0 = time.monotonic()
@@ -320,7 +320,7 @@ def _check_bundle(value: dict) -> str | None:
 
 
 def _manifest(
-    store: Store,
+    store: LocalStore,
     run_id: str,
     source: Path,
     kind: str,
@@ -400,7 +400,7 @@ def _guess_framework(files: Any) -> str | None:
     return None
 
 
-def _flags_from_debug_options(store: Store, files: Any) -> list[str]:
+def _flags_from_debug_options(store: LocalStore, files: Any) -> list[str]:
     """The non-default XLA flags of a raw dump, read back from a module's ``debug_options`` text proto."""
     for stored in files:
         if stored.path.endswith("debug_options"):

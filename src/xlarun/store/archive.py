@@ -9,7 +9,7 @@ mtime over a poll, and older than ``SETTLE_S``) in one background thread, leavin
 job; a series' pack stays open while the series grows, and is written once a scan brings it nothing new.
 :meth:`OutputArchiver.finish` archives the rest in parallel once the job has ended, archives again any
 file that changed after it was read, writes the open packs, and only then moves the raw files aside, to be
-deleted in the background (``Store.discard_later``). On a failure every raw file stays
+deleted in the background (``LocalStore.discard_later``). On a failure every raw file stays
 in staging.
 
 Whatever a dump folder holds, the run is archived: a file that cannot be archived (a symbolic link, whose
@@ -17,7 +17,7 @@ target is never read; a FIFO or a socket, never opened for reading; a file that 
 in :attr:`OutputArchiver.notes` with why, as is a name that is not UTF-8 (archived under its bytes escaped)
 and a file still being written when the job ended (archived as last read). Before the raw files go, the
 list of what was archived is written to ``staging/archived.json``: a capture killed after that point is
-recovered from it (``Store.recover``).
+recovered from it (``LocalStore.recover``).
 """
 
 from __future__ import annotations

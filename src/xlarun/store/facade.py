@@ -2,7 +2,7 @@
 kept up to date with ``runs/`` (:mod:`xlarun.store.ingest`), its archiver, and its facts cache.
 
 This is the top of the core's layers (records, then runstore and blobs, then index, then ingest): nothing
-below imports it. ``Store.open()`` opens (and creates) a store; ``store.index`` is this thread's index
+below imports it. ``LocalStore.open()`` opens (and creates) a store; ``store.index`` is this thread's index
 connection, brought up to date on first use; ``store.facts`` is what parsing its dumps found in this
 process, handed to the archiver (which fills it while a job runs) and to ingest (which reads it).
 """
@@ -48,8 +48,8 @@ def _mend_advice(run_id: str, why: str) -> str:
     return f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {run_id}` removes the run"
 
 
-class Store(RunStore):
-    """A run store folder with its index, archiver and facts cache. ``Store.open()`` opens (and creates) the default one."""
+class LocalStore(RunStore):
+    """A run store folder with its index, archiver and facts cache. ``LocalStore.open()`` opens (and creates) the default one."""
 
     def __init__(self, root: Path):
         super().__init__(root)
@@ -60,7 +60,7 @@ class Store(RunStore):
         self._reconcile_lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str | Path | None = None, create: bool = True) -> Store:
+    def open(cls, path: str | Path | None = None, create: bool = True) -> LocalStore:
         """Open the store at ``path`` (default: ``$XLARUN_STORE`` or ``./.xlarun``), creating it if asked."""
         return super().open(path, create)
 

@@ -29,7 +29,7 @@ import zstandard
 from xlarun.console import note
 from xlarun.errors import StoreError
 from xlarun.safe_names import checked_relative_path, checked_run_id
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.index import SCHEMA_VERSION, Index
 from xlarun.store.pack_format import content_digest
 from xlarun.store.remote import ObjectStore, RemoteSpec
@@ -109,17 +109,17 @@ def mirror_root(spec: RemoteSpec) -> Path:
     return cache / "xlarun" / "remotes" / f"{spec.name if not spec.name.startswith('s3:') else 'url'}-{where}"
 
 
-def open_mirror(spec: RemoteSpec, remote: ObjectStore | None = None) -> Store:
+def open_mirror(spec: RemoteSpec, remote: ObjectStore | None = None) -> LocalStore:
     """The remote's mirror store, brought up to date with the runs on the remote (their small objects only)."""
     root = mirror_root(spec)
     marker = root / MIRROR_MARKER
     if not marker.exists():  # read by the blob store as it opens: a blob it lacks is fetched from the remote
-        Store.open(root, create=True).close()
+        LocalStore.open(root, create=True).close()
         entry = {"name": spec.name, "bucket": spec.bucket, "prefix": spec.prefix, "endpoint": spec.endpoint}
         tmp = root / f".{MIRROR_MARKER}.{os.getpid()}"
         tmp.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
-    store = Store.open(root, create=False)
+    store = LocalStore.open(root, create=False)
     MirrorSync(store, remote or ObjectStore(spec)).sync()
     return store
 
@@ -127,7 +127,7 @@ def open_mirror(spec: RemoteSpec, remote: ObjectStore | None = None) -> Store:
 class MirrorSync:
     """Brings a mirror store's runs in line with a remote's ``runs/``."""
 
-    def __init__(self, store: Store, remote: ObjectStore):
+    def __init__(self, store: LocalStore, remote: ObjectStore):
         self.store, self.remote = store, remote
         self.added: list[str] = []
         self.removed: list[str] = []

@@ -36,7 +36,7 @@ import zstandard
 from xlarun.errors import RefError, StoreError
 from xlarun.killpoints import kill_point
 from xlarun.safe_names import checked_run_id
-from xlarun.store.facade import Store
+from xlarun.store.facade import LocalStore
 from xlarun.store.pack_format import content_digest
 from xlarun.store.remote import ObjectStore
 from xlarun.store.remote_delta import (
@@ -123,7 +123,7 @@ def _index_object(run_id: str, record_digest: str, manifest: dict, files: list[S
 class RemoteSync:
     """Push and pull between one local store and one remote."""
 
-    def __init__(self, store: Store, remote: ObjectStore, progress: Progress | None = None):
+    def __init__(self, store: LocalStore, remote: ObjectStore, progress: Progress | None = None):
         self.store, self.remote, self.progress = store, remote, progress
         self.transfer = Transfer()
         self._remote_packs: set[str] | None = None

@@ -1,7 +1,7 @@
 """The run store: every captured run, its logs and manifest, and its dump files, kept safely.
 
 This is the storage layer: folders, manifests, files.json, blobs. It knows nothing of the index or of
-parsing; :class:`xlarun.store.facade.Store` builds on it with the index (kept up to date by :mod:`xlarun.store.ingest`)
+parsing; :class:`xlarun.store.facade.LocalStore` builds on it with the index (kept up to date by :mod:`xlarun.store.ingest`)
 and the archiver.
 
 Layout of a store folder (default ``./.xlarun``)::
@@ -75,7 +75,7 @@ _Opened = TypeVar("_Opened", bound="RunStore")
 
 
 class RunStore:
-    """A run store folder: runs, their files and blobs (no index: see :class:`xlarun.store.facade.Store`)."""
+    """A run store folder: runs, their files and blobs (no index: see :class:`xlarun.store.facade.LocalStore`)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -333,7 +333,7 @@ class RunStore:
         for run_id in runs:
             try:
                 listed = self.stored_files(run_id)
-            except (StoreError, PermissionError):  # a damaged or unreadable list: Store.check names it
+            except (StoreError, PermissionError):  # a damaged or unreadable list: LocalStore.check names it
                 continue
             for entry in listed:
                 by_digest.setdefault(entry.digest, []).append((run_id, entry.path))
