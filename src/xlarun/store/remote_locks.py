@@ -42,6 +42,7 @@ def remote_lock(remote: ObjectStore, kind: str) -> Iterator[str]:
     """Hold a ``kind`` lock ("push" or "gc") on the remote while the block runs; EnvironmentProblem (exit 3), nothing
     done, while the other kind holds a live one."""
     name = f"locks/{kind}-{uuid.uuid4().hex}.json"
+    remote.entries("locks/")  # a missing bucket is said here: a put first could make it (SeaweedFS makes one for an admin)
     remote.put(name, json.dumps({"kind": kind, "host": socket.gethostname(), "pid": os.getpid()}).encode())
     try:
         mine = next((e for e in remote.entries("locks/") if e.name == name), None)
