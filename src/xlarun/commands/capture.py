@@ -71,23 +71,9 @@ def capture(
         progress.close()
     failure = exit_status_error(result)
     if as_json:
-        from xlarun.navigate.desync import compare_processes
+        from xlarun.capture.answers import capture_document
 
-        processes = compare_processes(result.modules)
-        print_json(
-            {
-                "run_id": result.run_id,
-                "status": result.status,
-                "exit_code": result.exit_code,
-                "run_dir": result.run_dir,
-                "manifest": result.manifest,
-                "modules": result.modules,
-                "warnings": result.warnings,
-                "error": failure.message if failure else None,
-                "hint": failure.hint if failure else None,
-            }
-            | ({"processes": processes.to_json()} if processes else {})
-        )
+        print_json(capture_document(result))
         if failure is not None:
             mark_json_reported(failure)  # one document: the CLI's handler adds none
     else:
@@ -199,30 +185,14 @@ def flags(
     Flags xlarun would add that the job's XLA does not know (read from the framework the job's
     Python finds) are left out, with a warning, as a capture leaves them out.
     """
-    import os
-
-    from xlarun.capture.backends.base import JobPaths
-    from xlarun.capture.flags import compose_env
-    from xlarun.capture.known_flags import FlagNameCache
-    from xlarun.capture.launch import probe_job_xla_flags
-    from xlarun.capture.spec_yaml import load_spec
+    from xlarun.capture.answers import spec_flags
     from xlarun.console import print_json, warn
 
-    loaded = load_spec(spec)
-    base_env = dict(os.environ) if loaded.spec.backend.kind == "local" else {}
-    known = probe_job_xla_flags(loaded, base_env, FlagNameCache.default(writable=False))  # reads the cache, never writes it
-    composed = compose_env(loaded.spec, JobPaths.under(str(out_dir.absolute())), base_env, known)
+    answer = spec_flags(spec, out_dir)
     if as_json:
-        print_json(
-            {
-                "env": composed.delta,
-                "xla_flags": composed.xla_flags,
-                "tf_xla_flags": composed.tf_xla_flags,
-                "xla_flags_checked_against": known.owner if known else None,
-                "warnings": composed.warnings,
-            }
-        )
+        print_json(answer.to_json())
         return
+    loaded, composed = answer.loaded, answer.composed
     for line in composed.warnings:
         warn(line)
     if loaded.spec.processes > 1:  # what each process adds is drawn at launch (the coordinator's free port)
