@@ -235,3 +235,15 @@ def test_files_the_remote_holds_as_deltas_are_read_through_their_base_and_checke
     assert len(deltas) == len({f.digest for f in changed})  # each changed file through its delta, once
     assert calls.downloads_of("packs/")  # and the packs holding their bases
     assert cli("check", "--store", mirror.root).exit_code == 0
+
+
+def test_runs_remote_reads_each_index_object_once_and_forgets_a_run_gone_from_the_remote(pushed, s3_server, cli, monkeypatch):
+    store, run_id, prefix = pushed
+    calls = S3Calls(prefix).install(monkeypatch)
+    first = _json(cli("runs", "--remote", "team", "--json"))
+    assert [r["run"] for r in first] == [run_id] and calls.downloads_of("runs/") == [f"runs/{run_id}.json"]
+    calls.clear()
+    again = _json(cli("runs", "--remote", "team", "--json"))
+    assert again == first and calls.downloads_of("runs/") == []  # written once, never changed: read from the cache
+    _client(s3_server).delete_object(Bucket=BUCKET, Key=f"{prefix}/runs/{run_id}.json")  # as gc --remote does
+    assert _json(cli("runs", "--remote", "team", "--json")) == []

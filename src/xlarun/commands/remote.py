@@ -149,9 +149,12 @@ def remote_runs(remote: str, as_json: bool) -> None:
     """``xlarun runs --remote NAME``: the runs on a remote, from their index objects."""
     from xlarun.console import human_bytes, print_json, print_table, short_time
     from xlarun.store.remote import ObjectStore, find_remote
+    from xlarun.store.remote_index import mirror_root
     from xlarun.store.remote_sync import list_remote_runs
 
-    listed = list_remote_runs(ObjectStore(find_remote(remote)))
+    spec = find_remote(remote)
+    mirror = mirror_root(spec)  # the runs' summaries are kept beside the remote's mirror, never in it
+    listed = list_remote_runs(ObjectStore(spec), cache=mirror.with_name(f"{mirror.name}.runs.json"))
     if as_json:
         print_json(listed)
         return

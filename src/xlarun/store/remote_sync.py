@@ -405,9 +405,12 @@ class RemoteSync:
             list(pool.map(fetch, names))
 
 
-def list_remote_runs(remote: ObjectStore) -> list[dict]:
-    """Every run on a remote, oldest first, from its small index object alone (no record, no pack read)."""
+def list_remote_runs(remote: ObjectStore, cache: Path | None = None) -> list[dict]:
+    """Every run on a remote, oldest first, from its small index object alone (no record, no pack read). An index
+    object is written once and never changed (only deleted, with its run), so with ``cache`` (a JSON file of the
+    summaries read before) only the runs listed since are read; a run gone from the listing leaves the cache."""
     ids = sorted(n[:-5] for n in remote.names("runs/") if n.endswith(".json"))
+    known = _cached_summaries(cache)
 
     def summary(run_id: str) -> dict:
         data = remote.get(f"runs/{run_id}.json")
@@ -419,8 +422,26 @@ def list_remote_runs(remote: ObjectStore) -> list[dict]:
             raise remote_damage(f"runs/{run_id}.json")
         return {"run": run_id, **{k: index.get(k) for k in SUMMARY_KEYS}}
 
+    todo = [run_id for run_id in ids if run_id not in known]
     with ThreadPoolExecutor(WORKERS) as pool:
-        return list(pool.map(summary, ids))
+        known.update(zip(todo, pool.map(summary, todo), strict=True))
+    listed = [known[run_id] for run_id in ids]
+    if cache is not None and (todo or len(known) != len(ids)):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f".{cache.name}.{os.getpid()}")
+        partial.write_text(json.dumps({r["run"]: r for r in listed}), encoding="utf-8")
+        os.replace(partial, cache)  # whole or not at all: a reader never sees half of it
+    return listed
+
+
+def _cached_summaries(cache: Path | None) -> dict[str, dict]:
+    """The summaries a cache file holds; nothing when it is missing or not what this writes (read again, then)."""
+    try:
+        value = json.loads(cache.read_text(encoding="utf-8")) if cache is not None else {}
+    except (OSError, ValueError):
+        return {}
+    ok = isinstance(value, dict) and all(isinstance(v, dict) and v.get("run") == k for k, v in value.items())
+    return value if ok else {}
 
 
 def _copy_aside(path: Path) -> Path:
