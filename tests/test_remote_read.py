@@ -238,7 +238,7 @@ def test_files_the_remote_holds_as_deltas_are_read_through_their_base_and_checke
 
 
 def test_runs_remote_reads_each_index_object_once_and_forgets_a_run_gone_from_the_remote(pushed, s3_server, cli, monkeypatch):
-    store, run_id, prefix = pushed
+    _store, run_id, prefix = pushed
     calls = S3Calls(prefix).install(monkeypatch)
     first = _json(cli("runs", "--remote", "team", "--json"))
     assert [r["run"] for r in first] == [run_id] and calls.downloads_of("runs/") == [f"runs/{run_id}.json"]
