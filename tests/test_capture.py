@@ -279,8 +279,11 @@ def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_pat
     from xlarun.errors import StoreError
     from xlarun.store.packs import BlobStore
 
+    from xlarun.store import archive
+
     store = LocalStore.open(tmp_path / "s")
     good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)
+    monkeypatch.setattr(archive, "SMALL_DUMP_BYTES", 0)  # a pack per series, so the disk fills after the first
     real_write = BlobStore._write
     calls = {"n": 0}
 
