@@ -277,9 +277,8 @@ def test_kill_9_mid_capture_leaves_the_store_consistent(tmp_path):
 @pytest.mark.slow
 def test_a_failure_while_archiving_keeps_earlier_runs_and_the_raw_output(tmp_path, monkeypatch):
     from xlarun.errors import StoreError
-    from xlarun.store.packs import BlobStore
-
     from xlarun.store import archive
+    from xlarun.store.packs import BlobStore
 
     store = LocalStore.open(tmp_path / "s")
     good = capture(write_spec(tmp_path / "a", "name: a\nscript: job.py\n", TINY_JAX), store)
