@@ -23,10 +23,11 @@ def test_flags_json_is_the_librarys_answer(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_capture_json_is_the_librarys_document(jax_run, cli, tmp_path):
+def test_capture_json_is_the_librarys_document(cli, tmp_path):
     from xlarun.capture.launch import capture
+    from xlarun.store.facade import LocalStore
 
-    store, _captured = jax_run
+    store = LocalStore.open(tmp_path / "store")  # its own: the session's captured store is shared by other tests
     result = capture(CONFIGS / "jax-cpu.yaml", store)
     document = capture_document(result)
     assert document["run_id"] == result.run_id and document["error"] is None and document["hint"] is None
