@@ -183,7 +183,7 @@ def test_runs_share_pass_counts_and_search_terms(tmp_path):
     assert {h.run_id for h in store.index.find(opcode[0].matches[0], kinds=("opcode",))} == {second}
 
 
-def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_packs(tmp_path, monkeypatch):
+def test_stage_dumps_parsed_while_archiving_reach_ingest_without_decoding_their_packs(tmp_path, monkeypatch):
     before = (FIXTURES / "fp" / "module_0004.jit_f.before_optimizations.txt").read_bytes()
     after = (FIXTURES / "fp" / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
     files = {
@@ -195,16 +195,16 @@ def test_stage_dumps_read_by_the_archiver_reach_ingest_without_decoding_their_pa
     run_id, staging = store.begin_run()
     for name, data in files.items():
         (staging / "dump" / name).write_bytes(data)
-    archived = store.archiver(staging).finish()  # after the job: keep, count, do not parse
-    shas = {content_digest(d) for d in (before, after)}
-    assert set(store.facts.stage_bytes) == shas and not store.facts.facts
+    archived = store.archiver(staging).finish()  # after the job: counted, and parsed beside the archive (parse_ahead)
+    keys = {(content_digest(before), True), (content_digest(after), False)}
+    assert set(store.facts.facts) == keys and not store.facts.stage_bytes
     assert store.facts.counts == {content_digest(after): count_instructions_in_text(after)}
     store.commit_run(run_id, staging, archived, {"manifest.json": '{"name": "t", "status": "succeeded"}'})
     fetched = []
     real_get = store.blobs.get
     monkeypatch.setattr(store.blobs, "get", lambda sha: fetched.append(sha) or real_get(sha))
     store.ingest(run_id)
-    assert not fetched and not store.facts.stage_bytes  # taken from the archiver, then let go
+    assert not fetched  # nothing read back from the packs: the archiver's parses were used
     module = store.index.module(run_id, 4)
     assert (module.instr_before, module.instr_after) == (
         parse_hlo_text(before.decode()).instruction_count(),

@@ -14,19 +14,29 @@ _MAX_FREE_BUFFERS = 4
 
 
 def take_buffer(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes: the largest kept one (reusing it costs nothing, and a growing pack then
+    needs no copy), else a new one of ``size``."""
     with _FREE_LOCK:
-        for i, buffer in enumerate(_FREE_BUFFERS):
-            if len(buffer) >= size:
-                return _FREE_BUFFERS.pop(i)
+        if _FREE_BUFFERS:
+            largest = max(range(len(_FREE_BUFFERS)), key=lambda i: len(_FREE_BUFFERS[i]))
+            if len(_FREE_BUFFERS[largest]) >= size:
+                return _FREE_BUFFERS.pop(largest)
     return bytearray(size)
 
 
 def give_buffer(buffer: bytearray) -> None:
+    """Keep a buffer for reuse; the pool keeps the largest: a pack's buffer grows from 64 KiB by doubling, and a pool
+    full of the small steps dropped every full-sized one (a 750 MB dump then spent 0.39 of 1.7 CPU seconds zero-filling
+    and copying fresh buffers)."""
     if len(buffer) > 4 * PACK_BYTES:
         return  # an outsized one (a huge file): let it go
     with _FREE_LOCK:
         if len(_FREE_BUFFERS) < _MAX_FREE_BUFFERS:
             _FREE_BUFFERS.append(buffer)
+            return
+        smallest = min(range(len(_FREE_BUFFERS)), key=lambda i: len(_FREE_BUFFERS[i]))
+        if len(_FREE_BUFFERS[smallest]) < len(buffer):
+            _FREE_BUFFERS[smallest] = buffer
 
 
 class DecodedCache:

@@ -259,10 +259,14 @@ class LocalStore(RunStore):
         self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None
     ) -> OutputArchiver:
         """An :class:`OutputArchiver` for a run's staging folder (``start()`` before the job, ``finish()`` after).
-        It hands each file it archives to :attr:`facts`, so indexing the run afterwards finds the parsing done."""
+        It hands each file it archives to :attr:`facts`, and once the job has ended parses the stage dumps beside the
+        archive's threads (:mod:`xlarun.store.parse_ahead`), so indexing the run afterwards finds the parsing done."""
         from xlarun.store.archive import OutputArchiver  # writing only: reading commands never import it
+        from xlarun.store.parse_ahead import ParseAhead
 
-        return OutputArchiver(self, staging, progress, workers, on_archived=self.facts.prepare)
+        return OutputArchiver(
+            self, staging, progress, workers, on_archived=self.facts.prepare, index_ahead=lambda: ParseAhead(self.facts)
+        )
 
     def archive_outputs(
         self, staging: Path, progress: Callable[[int, int], None] | None = None, workers: int | None = None

@@ -9,7 +9,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -119,7 +119,7 @@ class FactsCache:
     the work is done once per content. The store owns one (``store.facts``) and hands it to its archiver and
     to ingest; nothing else holds parse results. Thread-safe."""
 
-    FACTS_SIZE = 64  # parsed stage dumps (by digest and whether with the fingerprint)
+    FACTS_SIZE = 256  # parsed stage dumps (by digest and whether with the fingerprint)
     COUNTS_SIZE = 100_000  # pass dumps' instruction counts (by digest)
     STAGE_BYTES_MAX = 64 << 20  # stage dumps' bytes as the archiver read them, until ingest parses them
 
@@ -128,6 +128,8 @@ class FactsCache:
         self.facts: OrderedDict[tuple[str, bool], _StageFacts] = OrderedDict()
         self.counts: dict[str, int] = {}
         self.stage_bytes: OrderedDict[str, bytes] = OrderedDict()
+        # set while a run's last files are archived (store.parse_ahead): parses a stage dump in the background
+        self.parse_later: Callable[[DumpName, tuple[str, bool], bytes], None] | None = None
 
     def get(self, key: tuple[str, bool]) -> _StageFacts | None:
         with self.lock:
@@ -155,8 +157,9 @@ class FactsCache:
         this for each file, so indexing the run afterwards finds the work done).
 
         Text pass dumps are always counted here (counting later would decode their packs again). Stage dumps
-        are parsed only while the job runs (it leaves cores idle between compiles): after it, archiving wants
-        every core, and ingest parses them in parallel processes (:class:`gather_facts`).
+        are parsed here while the job runs (it leaves cores idle between compiles); after it, by
+        :attr:`parse_later` when set (a thread beside the archive's: :mod:`xlarun.store.parse_ahead`), else kept
+        for ingest, which parses them in parallel processes (:class:`gather_facts`).
         """
         from xlarun.hlo.names import decode_dump_name
 
@@ -177,9 +180,12 @@ class FactsCache:
             with self.lock:
                 if (digest, with_fingerprint) in self.facts:
                     return
-                if not job_running:
+                if not job_running and self.parse_later is None:
                     self._keep_stage_bytes(digest, bytes(data))
                     return
+            if not job_running and self.parse_later is not None:  # archiving's last rounds: parsed beside them
+                self.parse_later(name, (digest, with_fingerprint), bytes(data))
+                return
             try:
                 self.remember((digest, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
             except XlarunError:
