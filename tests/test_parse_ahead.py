@@ -52,7 +52,7 @@ def _archive_and_index(dump: Path, root: Path, overlapped: bool) -> tuple[LocalS
     shutil.copytree(dump, staging / "dump", dirs_exist_ok=True)
     archiver = store.archiver(staging) if overlapped else OutputArchiver(store, staging, on_archived=store.facts.prepare)
     files = archiver.finish()
-    parsed_before_ingest = set(store.facts.facts)
+    parsed_before_ingest = set(store.facts.facts) | {(digest, "memory") for digest in store.facts.memory}
     manifest = {"run_id": run_id, "name": "t", "status": "succeeded", "kind": "import"}
     store.commit_run(run_id, staging, files, {"manifest.json": json.dumps(manifest)})
     store.ingest(run_id)
@@ -92,6 +92,8 @@ def test_overlapped_indexing_writes_the_rows_the_sequential_path_writes(jax_dump
     }
     assert len(stages) >= 4 and stages <= ovl_parsed
     assert not stages & seq_parsed  # the sequential path parsed them in ingest, after the commit
+    assignments = {(f.digest, "memory") for f in ovl_store.stored_files(ovl_run) if f.path.endswith("-buffer-assignment.txt")}
+    assert assignments and assignments <= ovl_parsed and len(overlapped["memory"]) == len(modules)
     for store in (seq_store, ovl_store):
         assert store.check().damaged == []  # every frame's checksum and every file's digest hold
         store.close()

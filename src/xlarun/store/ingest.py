@@ -137,5 +137,5 @@ def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) ->
             terms.add(summary.module_id, summary.terms)  # those not written above (cached, or parsed here)
         terms.flush()
         index_profiles(index.conn, store, run_id, decoded)  # op times, when the run was profiled
-        index_memory(index.conn, store, run_id, decoded)  # peak memory, where the buffer assignment was dumped
+        index_memory(index.conn, store, run_id, decoded, facts.memory)  # peak memory, where the buffer assignment was dumped
         index.remember_text_counts({digest: n for digest, n in counts.items() if digest not in known})

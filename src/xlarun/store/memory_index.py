@@ -10,6 +10,7 @@ before it existed has its peaks read from its files instead.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from xlarun.errors import XlarunError
 from xlarun.hlo.names import DumpName
@@ -31,31 +32,59 @@ def _has_table(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'module_memory'").fetchone() is not None
 
 
-def index_memory(conn: sqlite3.Connection, store: RunStore, run_id: str, decoded: list[tuple[StoredFile, DumpName]]) -> int:
+#: A buffer assignment's (peak, parameter, output, temporary, aliased) bytes; None: not one XLA wrote.
+Sums = tuple[int, int, int, int, int] | None
+
+
+def index_memory(
+    conn: sqlite3.Connection,
+    store: RunStore,
+    run_id: str,
+    decoded: list[tuple[StoredFile, DumpName]],
+    known: dict[str, Sums] | None = None,
+) -> int:
     """Write the peak of every module of the run whose buffer assignment was dumped (inside the caller's
-    transaction); returns how many. A damaged file is left out: ``xlarun memory`` says why."""
+    transaction); returns how many. ``known``: sums read while the files were archived, by digest (the others are
+    read from the store). A damaged file is left out: ``xlarun memory`` says why."""
     if _has_table(conn):  # indexed again (reindex): its rows are written anew
         conn.execute("DELETE FROM module_memory WHERE run_id = ?", (run_id,))
-    found = [(s.path, n.module_id) for s, n in decoded if n.kind == BUFFER_ASSIGNMENT and n.module_id is not None]
+    found = [(s.path, n.module_id, s.digest) for s, n in decoded if n.kind == BUFFER_ASSIGNMENT and n.module_id is not None]
     if not found:
         return 0
     conn.execute(MEMORY_SCHEMA)
+    known = known or {}
     rows = {}
-    for path, module_id in sorted(found):
-        if module_id not in rows and (sums := _sums(store, run_id, path)) is not None:
+    for path, module_id, digest in sorted(found):
+        if module_id in rows:
+            continue
+        sums = known[digest] if digest in known else _read_sums(lambda: store.blobs.get(digest), path)
+        if sums is not None:
             rows[module_id] = (run_id, module_id, *sums)
     conn.executemany("INSERT OR REPLACE INTO module_memory VALUES (?, ?, ?, ?, ?, ?, ?)", list(rows.values()))
     return len(rows)
 
 
-def _sums(store: RunStore, run_id: str, path: str) -> tuple[int, int, int, int, int] | None:
+def allocation_sums(data: bytes, path: str) -> Sums:
+    """The sums the index keeps of a buffer assignment's bytes (None: not a buffer assignment XLA wrote)."""
     from xlarun.hlo.buffer_assignment import parse_allocations
 
     try:
-        found = parse_allocations(store.read_file(run_id, path).decode("utf-8", errors="replace"), path)
-    except (XlarunError, OSError):
+        found = parse_allocations(data.decode("utf-8", errors="replace"), path)
+    except XlarunError:
         return None
     return found.peak_bytes, found.parameter_bytes, found.output_bytes, found.temporary_bytes, found.aliased_bytes
+
+
+def _read_sums(read: Callable[[], bytes], path: str) -> Sums:
+    try:
+        data = read()
+    except (XlarunError, OSError):
+        return None
+    return allocation_sums(data, path)
+
+
+def _sums(store: RunStore, run_id: str, path: str) -> Sums:
+    return _read_sums(lambda: store.read_file(run_id, path), path)
 
 
 def run_peaks(conn: sqlite3.Connection, store: RunStore, run_id: str, module_ids: set[int] | None = None) -> dict[int, int]:

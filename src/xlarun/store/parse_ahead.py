@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from xlarun.errors import XlarunError
 from xlarun.killpoints import kill_point
+from xlarun.store.memory_index import BUFFER_ASSIGNMENT, allocation_sums
 from xlarun.store.summaries import _facts_from
 
 if TYPE_CHECKING:
@@ -60,6 +61,13 @@ class ParseAhead:
     def _parse_each(self) -> None:
         while (job := self._jobs.get()) is not None:
             name, key, data = job
+            if name.kind == BUFFER_ASSIGNMENT:  # the module's peak memory (store/memory_index.py)
+                sums = allocation_sums(data, name.path)
+                with self.facts.lock:
+                    if len(self.facts.memory) > self.facts.COUNTS_SIZE:
+                        self.facts.memory.clear()
+                    self.facts.memory[key[0]] = sums
+                continue
             if self.facts.get(key) is not None:
                 continue
             try:

@@ -128,6 +128,7 @@ class FactsCache:
         self.facts: OrderedDict[tuple[str, bool], _StageFacts] = OrderedDict()
         self.counts: dict[str, int] = {}
         self.stage_bytes: OrderedDict[str, bytes] = OrderedDict()
+        self.memory: dict[str, tuple[int, int, int, int, int] | None] = {}  # buffer assignments' sums, by digest
         # set while a run's last files are archived (store.parse_ahead): parses a stage dump in the background
         self.parse_later: Callable[[DumpName, tuple[str, bool], bytes], None] | None = None
 
@@ -164,6 +165,9 @@ class FactsCache:
         from xlarun.hlo.names import decode_dump_name
 
         name = decode_dump_name(path)
+        if name.kind == "buffer-assignment" and self.parse_later is not None:  # read by index_memory
+            self.parse_later(name, (digest, False), bytes(data))
+            return
         if name.format != "text":
             return
         if name.kind == "pass":
