@@ -86,7 +86,7 @@ def archive_and_index(raw_dump: Path, store_root: Path, name: str = "bench-archi
         run_id, staging, files, {"manifest.json": bench_manifest(run_id, name, len(files), sum(f.size for f in files))}
     )
     t1 = time.perf_counter()
-    store.ingest(run_id)
+    store.ingest(run_id, files)  # as commit_indexed does: the list just committed
     store.wait_for_discards()  # the raw files' deletion, begun in the background, is part of the work
     t2 = time.perf_counter()
     return ArchivedRun(store, run_id, t1 - t0, t2 - t1, _cpu_s() - c0)

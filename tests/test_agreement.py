@@ -72,7 +72,7 @@ def test_a_writer_that_died_between_its_rename_and_its_index_rows_is_found_by_th
     store, listed = settled
     writer = LocalStore.open(store.root)
 
-    def killed(self, run_id):
+    def killed(self, run_id, files=None):
         raise KeyboardInterrupt  # as a Ctrl-C there would: the run is committed, not indexed
 
     monkeypatch.setattr(LocalStore, "ingest", killed)

@@ -336,7 +336,7 @@ def test_index_trouble_at_the_commit_never_stops_it(tmp_path, monkeypatch):
         raise StoreError(f"cannot open the index {self.root / 'index.sqlite'}: database is locked", "try again")
 
     monkeypatch.setattr(LocalStore, "open_index", locked)
-    monkeypatch.setattr(LocalStore, "ingest", lambda self, run_id: locked(self))
+    monkeypatch.setattr(LocalStore, "ingest", lambda self, run_id, files=None: locked(self))
     result = capture(spec, store)
     assert result.status.value == "succeeded" and result.modules == []
     assert any(f"run {result.run_id} is committed but not yet indexed (cannot open the index" in w for w in result.warnings)

@@ -113,16 +113,17 @@ class LocalStore(RunStore):
             return  # the next reader checks again, and notes the agreement
         agreement.note_if_settled(index, self.runs_dir, stamp)
 
-    def ingest(self, run_id: str) -> None:
+    def ingest(self, run_id: str, files: list[StoredFile] | None = None) -> None:
         """Index a run just committed (a capture, an import, a recovered run): once, also when this is the
-        store's first use of its index (whose reconcile then indexed it)."""
+        store's first use of its index (whose reconcile then indexed it). ``files``: the list just committed as its
+        ``files.json`` (saves reading it back)."""
         from xlarun.store.ingest import ingest_run
 
         index = self.index
         if run_id in self._reconciled_ids:
             self._reconciled_ids.discard(run_id)
             return
-        ingest_run(index, self, run_id, self.facts)
+        ingest_run(index, self, run_id, self.facts, files)
 
     def rebuild_index(self) -> Reindexed:
         """Rebuild the index from ``runs/``; an index SQLite cannot read (met opening it or while rebuilding) is moved
@@ -193,7 +194,7 @@ class LocalStore(RunStore):
             marked = index is not None and agreement.agreed(index, self.runs_dir) and agreement.mark_pending(index, run_id)
             run_dir = self.commit_run(run_id, staging, files, metadata)
             try:
-                self.ingest(run_id)  # also when opening failed: it may open now, and its reconcile then indexes the run
+                self.ingest(run_id, files)  # also when opening failed: it may open now, and its reconcile then indexes the run
                 trouble = None
             except (StoreError, sqlite3.Error) as exc:
                 trouble = exc

@@ -101,10 +101,11 @@ def decode_run_files(files: list[StoredFile]) -> list[tuple[StoredFile, DumpName
     return tie_to_named_modules([(f, _storable(decode_dump_name(f.path))) for f in files])
 
 
-def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache) -> None:
-    """Index one committed run: its manifest, files, modules, passes and search terms, in one transaction."""
+def ingest_run(index: Index, store: RunStore, run_id: str, facts: FactsCache, files: list[StoredFile] | None = None) -> None:
+    """Index one committed run: its manifest, files, modules, passes and search terms, in one transaction.
+    ``files``: what its ``files.json`` lists, from the writer that just committed it (else read back)."""
     manifest = store.manifest(run_id)
-    decoded = decode_run_files(store.stored_files(run_id))
+    decoded = decode_run_files(store.stored_files(run_id) if files is None else files)
     by_module: dict[int, list[tuple[StoredFile, DumpName]]] = defaultdict(list)
     for stored, name in decoded:
         if name.module_id is not None and name.kind not in _NOT_MODULE_FILES:
