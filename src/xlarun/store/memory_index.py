@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 
 from xlarun.errors import XlarunError
 from xlarun.hlo.names import DumpName
@@ -57,7 +58,7 @@ def index_memory(
     for path, module_id, digest in sorted(found):
         if module_id in rows:
             continue
-        sums = known[digest] if digest in known else _read_sums(lambda: store.blobs.get(digest), path)
+        sums = known[digest] if digest in known else _read_sums(partial(store.blobs.get, digest), path)
         if sums is not None:
             rows[module_id] = (run_id, module_id, *sums)
     conn.executemany("INSERT OR REPLACE INTO module_memory VALUES (?, ?, ?, ?, ?, ?, ?)", list(rows.values()))
