@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 
 from xlarun.hlo.names import decode_dump_name
+from xlarun.store import parse_ahead
 from xlarun.store.archive import OutputArchiver
 from xlarun.store.facade import LocalStore
+from xlarun.store.summaries import _facts_from
 
 from .torture.support import assert_sound
+
+FP = Path(__file__).parent / "fixtures" / "hlo" / "fp"
 
 JOB = """
 import jax, jax.numpy as jnp
@@ -121,3 +125,20 @@ def test_a_kill_while_archiving_and_parsing_overlap_leaves_nothing_half_visible(
         assert modules and all(m.fingerprint for m in modules if m.name and "jit_" in m.name)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("queued_max", [parse_ahead.QUEUED_BYTES_MAX, 0])
+def test_past_the_queue_bound_stage_dumps_are_kept_for_ingest_and_the_rows_are_the_same(tmp_path, monkeypatch, queued_max):
+    monkeypatch.setattr(parse_ahead, "QUEUED_BYTES_MAX", queued_max)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for path in FP.glob("module_0004.*.txt"):
+        shutil.copy(path, dump / path.name)
+    store, run_id, parsed = _archive_and_index(dump, tmp_path / "store", overlapped=True)
+    module = store.index.module(run_id, 4)
+    before = (FP / "module_0004.jit_f.before_optimizations.txt").read_bytes()
+    expected = _facts_from(decode_dump_name("module_0004.jit_f.before_optimizations.txt"), before, True)
+    assert (module.fingerprint, module.instr_before) == (expected.fingerprint, expected.instructions)
+    assert module.instr_after and module.fingerprint
+    assert len(parsed) == (2 if queued_max else 0)  # parsed while archiving, or (past the bound) by ingest
+    store.close()

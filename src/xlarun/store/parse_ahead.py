@@ -19,7 +19,6 @@ import queue
 import threading
 from typing import TYPE_CHECKING
 
-from xlarun.errors import XlarunError
 from xlarun.killpoints import kill_point
 from xlarun.store.memory_index import BUFFER_ASSIGNMENT, allocation_sums
 from xlarun.store.summaries import _facts_from
@@ -30,6 +29,10 @@ if TYPE_CHECKING:
 
 _Job = tuple["DumpName", tuple[str, bool], bytes]
 
+#: Bytes waiting to be parsed at most: past them a stage dump is kept for ingest as before (the archive reads far
+#: faster than a parse, and a run of thousands of modules must not queue all its dumps' bytes).
+QUEUED_BYTES_MAX = 64 << 20
+
 
 class ParseAhead:
     """A context (the archiver enters it around its last rounds) during which the stage dumps
@@ -39,6 +42,8 @@ class ParseAhead:
         self.facts = facts
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._queued = 0  # bytes waiting
+        self._lock = threading.Lock()
         self.parsed = 0  # files parsed here (for tests and the benchmark)
 
     def __enter__(self) -> ParseAhead:
@@ -54,28 +59,39 @@ class ParseAhead:
             self._thread.join()
             self._thread = None
 
-    def take(self, name: DumpName, key: tuple[str, bool], data: bytes) -> None:
-        """Parse a stage dump (``key``: its digest, and whether its fingerprint is wanted) in the background."""
+    def take(self, name: DumpName, key: tuple[str, bool], data: bytes) -> bool:
+        """Parse a stage dump or buffer assignment (``key``: its digest, and whether its fingerprint is wanted) in the
+        background; False when too many bytes already wait (the caller keeps it for ingest)."""
+        with self._lock:
+            if self._queued + len(data) > QUEUED_BYTES_MAX:
+                return False
+            self._queued += len(data)
         self._jobs.put((name, key, data))
+        return True
 
     def _parse_each(self) -> None:
         while (job := self._jobs.get()) is not None:
             name, key, data = job
-            if name.kind == BUFFER_ASSIGNMENT:  # the module's peak memory (store/memory_index.py)
-                sums = allocation_sums(data, name.path)
-                with self.facts.lock:
-                    if len(self.facts.memory) > self.facts.COUNTS_SIZE:
-                        self.facts.memory.clear()
-                    self.facts.memory[key[0]] = sums
-                continue
-            if self.facts.get(key) is not None:
-                continue
             try:
-                found = _facts_from(name, data, key[1])
-            except XlarunError:
-                continue  # ingest parses it again and records why it failed
-            except Exception:  # a reader's bug must not stop the archive: ingest meets it again, with its traceback
-                continue
-            self.facts.remember(key, found)
-            self.parsed += 1
-            kill_point("parsed-ahead")
+                self._parse(name, key, data)
+            finally:
+                with self._lock:
+                    self._queued -= len(data)
+
+    def _parse(self, name: DumpName, key: tuple[str, bool], data: bytes) -> None:
+        if name.kind == BUFFER_ASSIGNMENT:  # the module's peak memory (store/memory_index.py)
+            sums = allocation_sums(data, name.path)
+            with self.facts.lock:
+                if len(self.facts.memory) > self.facts.COUNTS_SIZE:
+                    self.facts.memory.clear()
+                self.facts.memory[key[0]] = sums
+            return
+        if self.facts.get(key) is not None:
+            return
+        try:
+            found = _facts_from(name, data, key[1])
+        except Exception:  # a parse error (or a reader's bug) must not stop the archive: ingest meets it again
+            return
+        self.facts.remember(key, found)
+        self.parsed += 1
+        kill_point("parsed-ahead")

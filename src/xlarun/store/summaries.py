@@ -130,7 +130,7 @@ class FactsCache:
         self.stage_bytes: OrderedDict[str, bytes] = OrderedDict()
         self.memory: dict[str, tuple[int, int, int, int, int] | None] = {}  # buffer assignments' sums, by digest
         # set while a run's last files are archived (store.parse_ahead): parses a stage dump in the background
-        self.parse_later: Callable[[DumpName, tuple[str, bool], bytes], None] | None = None
+        self.parse_later: Callable[[DumpName, tuple[str, bool], bytes], bool] | None = None
 
     def get(self, key: tuple[str, bool]) -> _StageFacts | None:
         with self.lock:
@@ -166,7 +166,7 @@ class FactsCache:
 
         name = decode_dump_name(path)
         if name.kind == "buffer-assignment" and self.parse_later is not None:  # read by index_memory
-            self.parse_later(name, (digest, False), bytes(data))
+            self.parse_later(name, (digest, False), bytes(data))  # when too much waits, index_memory reads it
             return
         if name.format != "text":
             return
@@ -184,11 +184,11 @@ class FactsCache:
             with self.lock:
                 if (digest, with_fingerprint) in self.facts:
                     return
-                if not job_running and self.parse_later is None:
-                    self._keep_stage_bytes(digest, bytes(data))
-                    return
-            if not job_running and self.parse_later is not None:  # archiving's last rounds: parsed beside them
-                self.parse_later(name, (digest, with_fingerprint), bytes(data))
+            if not job_running:  # archiving's last rounds: parsed beside them, else kept for ingest
+                copy = bytes(data)
+                if self.parse_later is None or not self.parse_later(name, (digest, with_fingerprint), copy):
+                    with self.lock:
+                        self._keep_stage_bytes(digest, copy)
                 return
             try:
                 self.remember((digest, with_fingerprint), _facts_from(name, bytes(data), with_fingerprint))
