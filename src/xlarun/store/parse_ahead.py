@@ -43,6 +43,7 @@ class ParseAhead:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._queued = 0  # bytes waiting
+        self._cancelled = False
         self._lock = threading.Lock()
         self.parsed = 0  # files parsed here (for tests and the benchmark)
 
@@ -52,8 +53,9 @@ class ParseAhead:
         self.facts.parse_later = self.take
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.facts.parse_later = None
+        self._cancelled = exc_type is not None  # archiving failed or was interrupted: what waits is not parsed
         self._jobs.put(None)
         if self._thread is not None:
             self._thread.join()
@@ -73,7 +75,8 @@ class ParseAhead:
         while (job := self._jobs.get()) is not None:
             name, key, data = job
             try:
-                self._parse(name, key, data)
+                if not self._cancelled:
+                    self._parse(name, key, data)
             finally:
                 with self._lock:
                     self._queued -= len(data)

@@ -164,9 +164,9 @@ class FactsCache:
         """
         from xlarun.hlo.names import decode_dump_name
 
-        name = decode_dump_name(path)
-        if name.kind == "buffer-assignment" and self.parse_later is not None:  # read by index_memory
-            self.parse_later(name, (digest, False), bytes(data))  # when too much waits, index_memory reads it
+        name, parse_later = decode_dump_name(path), self.parse_later
+        if name.kind == "buffer-assignment" and parse_later is not None:  # read by index_memory
+            parse_later(name, (digest, False), bytes(data))  # when too much waits, index_memory reads it
             return
         if name.format != "text":
             return
@@ -186,7 +186,7 @@ class FactsCache:
                     return
             if not job_running:  # archiving's last rounds: parsed beside them, else kept for ingest
                 copy = bytes(data)
-                if self.parse_later is None or not self.parse_later(name, (digest, with_fingerprint), copy):
+                if parse_later is None or not parse_later(name, (digest, with_fingerprint), copy):
                     with self.lock:
                         self._keep_stage_bytes(digest, copy)
                 return
