@@ -16,6 +16,7 @@ is left to ingest, which parses it again and records the error.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,8 @@ _Job = tuple["DumpName", tuple[str, bool], bytes]
 #: Bytes waiting to be parsed at most: past them a stage dump is kept for ingest as before (the archive reads far
 #: faster than a parse, and a run of thousands of modules must not queue all its dumps' bytes).
 QUEUED_BYTES_MAX = 64 << 20
+#: The GIL's switch interval while the parse runs beside the archive.
+SWITCH_INTERVAL_S = 0.0005
 
 
 class ParseAhead:
@@ -44,10 +47,15 @@ class ParseAhead:
         self._thread: threading.Thread | None = None
         self._queued = 0  # bytes waiting
         self._cancelled = False
+        self._interval = sys.getswitchinterval()
         self._lock = threading.Lock()
         self.parsed = 0  # files parsed here (for tests and the benchmark)
 
     def __enter__(self) -> ParseAhead:
+        # the parse holds the GIL for long stretches: the archive's threads, back from reading, hashing or
+        # compressing, would wait a whole switch interval (5 ms) each time to take it back
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._parse_each, name="xlarun-parse-ahead", daemon=True)
         self._thread.start()
         self.facts.parse_later = self.take
@@ -60,6 +68,7 @@ class ParseAhead:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        sys.setswitchinterval(self._interval)
 
     def take(self, name: DumpName, key: tuple[str, bool], data: bytes) -> bool:
         """Parse a stage dump or buffer assignment (``key``: its digest, and whether its fingerprint is wanted) in the
