@@ -142,3 +142,26 @@ def test_past_the_queue_bound_stage_dumps_are_kept_for_ingest_and_the_rows_are_t
     assert module.instr_after and module.fingerprint
     assert len(parsed) == (2 if queued_max else 0)  # parsed while archiving, or (past the bound) by ingest
     store.close()
+
+
+def test_archivers_finishing_at_once_put_the_switch_interval_back_and_a_bad_file_stops_no_parse(monkeypatch):
+    import sys
+
+    from xlarun.store.summaries import FactsCache
+
+    before = sys.getswitchinterval()
+    facts = FactsCache()
+    good = (FP / "module_0004.jit_f.cpu_after_optimizations.txt").read_bytes()
+    name = decode_dump_name("module_0004.jit_f.cpu_after_optimizations.txt")
+    first, second = parse_ahead.ParseAhead(facts), parse_ahead.ParseAhead(facts)
+    first.__enter__()
+    second.__enter__()
+    assert sys.getswitchinterval() == parse_ahead.SWITCH_INTERVAL_S
+    assert first.take(name, ("bad", False), b"\xff not HLO at all {{{")  # fails to parse: left to ingest
+    assert first.take(name, ("good", False), good)
+    first.__exit__(None, None, None)  # the other archiver still runs: the short interval stays
+    assert sys.getswitchinterval() == parse_ahead.SWITCH_INTERVAL_S
+    second.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before
+    assert facts.get(("good", False)).instructions == _facts_from(name, good, False).instructions > 0
+    assert facts.get(("bad", False)) is None and first.parsed == 1

@@ -37,6 +37,32 @@ QUEUED_BYTES_MAX = 64 << 20
 SWITCH_INTERVAL_S = 0.0005
 
 
+class _ShortSwitches:
+    """The switch interval is the process's: several archivers finishing at once (batch cells run in threads) set it
+    once, and the last to finish puts back what it was."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.before = sys.getswitchinterval()
+
+    def begin(self) -> None:
+        with self.lock:
+            if self.users == 0:
+                self.before = sys.getswitchinterval()
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
+            self.users += 1
+
+    def end(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                sys.setswitchinterval(self.before)
+
+
+_SHORT_SWITCHES = _ShortSwitches()  # process-wide, as the setting it guards
+
+
 class ParseAhead:
     """A context (the archiver enters it around its last rounds) during which the stage dumps
     :meth:`FactsCache.prepare` sees are parsed in a background thread; leaving it waits for the last parse."""
@@ -47,15 +73,13 @@ class ParseAhead:
         self._thread: threading.Thread | None = None
         self._queued = 0  # bytes waiting
         self._cancelled = False
-        self._interval = sys.getswitchinterval()
         self._lock = threading.Lock()
         self.parsed = 0  # files parsed here (for tests and the benchmark)
 
     def __enter__(self) -> ParseAhead:
         # the parse holds the GIL for long stretches: the archive's threads, back from reading, hashing or
         # compressing, would wait a whole switch interval (5 ms) each time to take it back
-        self._interval = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        _SHORT_SWITCHES.begin()
         self._thread = threading.Thread(target=self._parse_each, name="xlarun-parse-ahead", daemon=True)
         self._thread.start()
         self.facts.parse_later = self.take
@@ -68,7 +92,7 @@ class ParseAhead:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        sys.setswitchinterval(self._interval)
+        _SHORT_SWITCHES.end()
 
     def take(self, name: DumpName, key: tuple[str, bool], data: bytes) -> bool:
         """Parse a stage dump or buffer assignment (``key``: its digest, and whether its fingerprint is wanted) in the
@@ -86,6 +110,8 @@ class ParseAhead:
             try:
                 if not self._cancelled:
                     self._parse(name, key, data)
+            except Exception:  # a parse error (or a reader's bug) must not stop the archive: ingest meets it again
+                pass
             finally:
                 with self._lock:
                     self._queued -= len(data)
@@ -100,10 +126,7 @@ class ParseAhead:
             return
         if self.facts.get(key) is not None:
             return
-        try:
-            found = _facts_from(name, data, key[1])
-        except Exception:  # a parse error (or a reader's bug) must not stop the archive: ingest meets it again
-            return
+        found = _facts_from(name, data, key[1])
         self.facts.remember(key, found)
         self.parsed += 1
         kill_point("parsed-ahead")
