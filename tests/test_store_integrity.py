@@ -88,3 +88,37 @@ def test_the_index_keeps_blobs_alive_when_list_and_manifest_were_both_cut(four_r
     check = cli("check", "--json", "--store", root)
     assert check.exit_code == 1 and json.loads(check.stdout)["damaged"][0]["problem"] == "files.json lists 1 file(s), the index 5"
     assert cli("gc", "--store", root).exit_code == 3
+
+
+def test_gc_reads_the_runs_file_lists_under_its_exclusive_lock_so_a_removal_meanwhile_is_no_damage(four_runs, monkeypatch):
+    """gc's check of every run's file list ran before it took its lock: an `rm` between the listing of runs and the
+    reading of one made gc refuse ("no run ...") under load. The check now runs under the exclusive lock: a reader
+    or a removal (which take the lock) waits; here a second open of the lock file cannot even share it."""
+    import fcntl
+    import os
+
+    from xlarun.store import integrity
+
+    root, ids = four_runs
+    seen: list[bool] = []
+    real = integrity.file_list_problems
+
+    def watched(store, index):
+        fd = os.open(root / "lock", os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            seen.append(False)  # nobody held it exclusively
+        except BlockingIOError:
+            seen.append(True)
+        finally:
+            os.close(fd)
+        return real(store, index)
+
+    monkeypatch.setattr(integrity, "file_list_problems", watched)
+    store = LocalStore(root)
+    try:
+        store.gc()
+    finally:
+        store.close()
+    assert seen == [True]
+    assert len(xlarun.open_store(root).runs()) == len(ids)

@@ -228,20 +228,23 @@ class LocalStore(RunStore):
         from xlarun.store.gc import collect_garbage
         from xlarun.store.integrity import UNREADABLE_LIST, file_list_problems, indexed_digests
 
-        problems = [p for p in file_list_problems(self, self.index) if p["path"] == "files.json"]  # what names blobs
-        if unreadable := [p for p in problems if p["problem"].startswith(UNREADABLE_LIST)]:  # permissions, not damage
-            first = unreadable[0]
-            raise StoreError(
-                f"gc refuses to run: {len(unreadable)} run(s) cannot be read (run {first['run']}: {first['problem']})",
-                "nothing was deleted; run gc as a user who can read every run",
-            )
-        if problems:
-            first = problems[0]
-            raise StoreError(
-                f"gc refuses to run: {len(problems)} run(s) have a damaged file list (run {first['run']}: {first['problem']})",
-                "nothing was deleted; `xlarun check` lists them: restore the file, or `xlarun rm RUN` to give the run up",
-            )
-        return collect_garbage(self, discard_recoverable, keep | frozenset(indexed_digests(self.index)))
+        def checked() -> frozenset[str]:  # under gc's exclusive lock: a run removed meanwhile is not a damaged one
+            problems = [p for p in file_list_problems(self, self.index) if p["path"] == "files.json"]  # what names blobs
+            if unreadable := [p for p in problems if p["problem"].startswith(UNREADABLE_LIST)]:  # permissions, not damage
+                first = unreadable[0]
+                raise StoreError(
+                    f"gc refuses to run: {len(unreadable)} run(s) cannot be read (run {first['run']}: {first['problem']})",
+                    "nothing was deleted; run gc as a user who can read every run",
+                )
+            if problems:
+                first = problems[0]
+                raise StoreError(
+                    f"gc refuses to run: {len(problems)} run(s) have a damaged file list (run {first['run']}: {first['problem']})",
+                    "nothing was deleted; `xlarun check` lists them: restore the file, or `xlarun rm RUN` to give the run up",
+                )
+            return frozenset(indexed_digests(self.index))
+
+        return collect_garbage(self, discard_recoverable, keep, checked)
 
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,20 @@ from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
 
 
 def collect_garbage(
-    store: RunStore, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()
+    store: RunStore,
+    discard_recoverable: bool = False,
+    keep: frozenset[str] = frozenset(),
+    checked: Callable[[], frozenset[str]] | None = None,
 ) -> tuple[int, int, int]:
     """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``, what
     could be recovered too), and the packs whose header lists no live file; returns (folders, packs, bytes freed).
     Blobs a recoverable staging folder lists, and those in ``keep``, are live. Refuses (StoreError, nothing
     deleted) while a run's list, a pack's header, or a folder holding them cannot be read, or while the pack
-    table disagrees with the headers (see :meth:`BlobStore.collect`)."""
+    table disagrees with the headers (see :meth:`BlobStore.collect`). ``checked`` runs first under the exclusive
+    lock (so no ``rm`` or commit moves a run while it reads them), may refuse, and returns more live digests."""
     with store.lock(exclusive=True):
+        if checked is not None:
+            keep = keep | checked()
         named, leftovers = digests_runs_name(store), store.leftovers()
         staged = set() if discard_recoverable else digests_staging_lists(leftovers)  # discarded folders keep nothing
         store.blobs.collectable(named | staged | keep, named)  # refuse before deleting anything
