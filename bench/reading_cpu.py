@@ -27,6 +27,27 @@ from .timing import TYPER_START, cli_env
 
 TARGET = 1.2
 COMMANDS = ("runs", "modules", "show", "find", "cat")
+#: A second floor, beside ``import typer``: the least a typer CLI does to run a command, a one-command app with
+#: ``show``'s parameters (a REF, five options), invoked. typer coerces each value through pydantic there, which
+#: xlarun's commands avoid (``xlarun.cli.plain_value``).
+TYPER_APP = """from typing import Annotated
+import typer
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+@app.callback()
+def root() -> None:
+    \"\"\"The group.\"\"\"
+@app.command()
+def show(
+    ref: Annotated[str, typer.Argument(help="Module REF.")],
+    store: Annotated[str | None, typer.Option("--store", help="Store.")] = None,
+    run: Annotated[str | None, typer.Option("--run", "-r", help="Run.")] = None,
+    remote: Annotated[str | None, typer.Option("--remote", help="Remote.")] = None,
+    files: Annotated[bool, typer.Option("--files", help="Every file.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON.")] = False,
+) -> None:
+    \"\"\"Show one module.\"\"\"
+app(["show", "jit_f", "--store", "s"], standalone_mode=False)
+"""
 
 
 def child_cpu(argv: list[str], env: dict[str, str]) -> float:
@@ -56,6 +77,7 @@ def measure_paired(store_root: Path, run_ids: list[str], rounds: int, env: dict[
     env = {**env, "XLARUN_STORE": str(store_root)}
     lines = command_lines(xlarun, f"{run_ids[len(run_ids) // 2]}/module_0003")
     floor_argv = [sys.executable, "-c", TYPER_START]
+    lines = {"typer_app": [sys.executable, "-c", TYPER_APP], **lines}
     for argv in (floor_argv, *lines.values()):  # warm-up: the bytecode cache filled, the store's pages read once
         child_cpu(argv, env)
     floors: list[float] = []
@@ -70,11 +92,9 @@ def measure_paired(store_root: Path, run_ids: list[str], rounds: int, env: dict[
             ratios[name].append(spent / floor)
     result: dict = {"typer_import_cpu_s": round(statistics.median(floors), 4)}
     for name in lines:
-        result[name] = {
-            "cpu_s": round(statistics.median(cpu[name]), 4),
-            "ratio": round(statistics.median(ratios[name]), 3),
-            "met": statistics.median(ratios[name]) <= TARGET,
-        }
+        result[name] = {"cpu_s": round(statistics.median(cpu[name]), 4), "ratio": round(statistics.median(ratios[name]), 3)}
+        if name != "typer_app":
+            result[name]["met"] = statistics.median(ratios[name]) <= TARGET
     return result
 
 
@@ -94,7 +114,7 @@ def measure_reading_cpu(sizes: list[int], rounds: int, workdir: Path) -> dict:
         results["sizes"][str(size)] = row | {"load_1m_before": load, "load_1m_after": round(os.getloadavg()[0], 2)}
         print(
             f"{size:>7} runs (load {load}): import typer {row['typer_import_cpu_s']:.3f}s CPU; "
-            + ", ".join(f"{name} {row[name]['cpu_s']:.3f}s {row[name]['ratio']:.2f}x" for name in COMMANDS),
+            + ", ".join(f"{name} {row[name]['cpu_s']:.3f}s {row[name]['ratio']:.2f}x" for name in ("typer_app", *COMMANDS)),
             file=sys.stderr,
             flush=True,
         )

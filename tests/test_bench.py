@@ -103,6 +103,10 @@ def test_quick_mode_measures_issue_27s_figures(quick_results):
     assert at["runs_in_store"] == 1000 and at["typer_import_s"] > at["python_c_pass_s"] > 0
     for command in ("runs", "modules", "show", "cat", "find", "files", "explain"):
         assert at[command]["median_s"] > 0, command
+    paired = at["paired_cpu"]  # issue 36: each reading command's CPU over `import typer`'s, in the same round
+    assert paired["typer_import_cpu_s"] > 0
+    for command in ("typer_app", "runs", "modules", "show", "find", "cat"):
+        assert paired[command]["cpu_s"] > 0 and paired[command]["ratio"] > 0, command
     (case,) = quick_results["render"]["cases"]
     assert case["instructions"] == 100 and case["svg"]["exit"] == 0 and case["plain_dot_svg"]["s"] > 0
     targets = {t["what"]: t for t in quick_results["targets"]}
