@@ -30,10 +30,10 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -82,17 +82,23 @@ class RunStore:
 
     def __init__(self, root: Path):
         self.root = root
+        self._blobs: BlobStore | None = None
+        self._blobs_lock = threading.Lock()  # an archiver's threads may be the first to ask for them
         self.runs_dir = root / "runs"
         self.staging_dir = root / "staging"
         self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: digest}, for read_file
         self._discards: list[subprocess.Popen] = []  # background deletions of raw files
 
-    @cached_property
+    @property
     def blobs(self) -> BlobStore:
-        """The store's packs, opened when first read: commands that read only the index load no compressor."""
-        from xlarun.store.packs import BlobStore
+        """The store's packs, opened when first asked for: commands that read only the index load no compressor."""
+        if self._blobs is None:
+            with self._blobs_lock:
+                if self._blobs is None:
+                    from xlarun.store.packs import BlobStore
 
-        return BlobStore(self.root / "blobs")
+                    self._blobs = BlobStore(self.root / "blobs")
+        return self._blobs
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -123,8 +129,8 @@ class RunStore:
 
     def close(self) -> None:
         """Close the pack-table connections this store opened (none when no blob was read or written)."""
-        if "blobs" in self.__dict__:
-            self.blobs.close()
+        if self._blobs is not None:
+            self._blobs.close()
 
     # --- locking -----------------------------------------------------------------------------
 
