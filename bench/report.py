@@ -356,6 +356,41 @@ def _scale_rows(scale: dict) -> list[Row]:
                     _check(value, lambda v, limit=tab_limit: v <= limit) if tab_limit else None,
                 )
             )
+        rows += _paired_cpu_rows(runs, at.get("paired_cpu"))
+    return rows
+
+
+def _paired_cpu_rows(runs: int, paired: dict | None) -> list[Row]:
+    """Issue 36's measure (bench/reading_cpu.py): each reading command's CPU over `import typer`'s in the same round,
+    a one-command typer app's beside them as the floor a typer CLI pays to run a command."""
+    if not paired:
+        return []  # recorded since 2026-11-28
+    from .reading_cpu import COMMANDS, TARGET
+
+    floor = _secs(paired["typer_import_cpu_s"])
+    app = paired["typer_app"]
+    rows = [
+        Row(
+            "reading",
+            f"  CPU: a one-command typer app run / import typer ({runs:,} runs)",
+            _secs(app["cpu_s"]),
+            floor,
+            app["ratio"],
+        )
+    ]
+    for command in COMMANDS:
+        at = paired[command]
+        rows.append(
+            Row(
+                "reading",
+                f"  CPU: xlarun {command} ({runs:,} runs) / import typer",
+                _secs(at["cpu_s"]),
+                floor,
+                at["ratio"],
+                f"<= {TARGET:g}x",
+                at["ratio"] <= TARGET,
+            )
+        )
     return rows
 
 

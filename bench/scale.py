@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .results_files import add_output_options, output_path, write_results
-from .timing import TYPER_START
+from .timing import TYPER_START, cli_env
 
 NEEDLE = "scale_needle_op"
 MODULE = """HloModule jit_{name}, entry_computation_layout={{(f32[64,64]{{1,0}})->f32[64,64]{{1,0}}}}
@@ -215,6 +215,10 @@ def measure_scale(sizes: list[int], repeats: int, workdir: Path) -> dict:
         grown = round(time.perf_counter() - started, 1)
         print(f"[scale] {size} runs (grown in {grown} s); timing...", file=sys.stderr, flush=True)
         results["sizes"][str(size)] = row = measure(store_root, run_ids, repeats, workdir) | {"grow_s": grown}
+        from .reading_cpu import measure_paired  # it grows its stores with this module's grow()
+
+        # issue 36's measure: CPU, each command over `import typer` run just before it (bench/reading_cpu.py)
+        row["paired_cpu"] = measure_paired(store_root, run_ids, repeats, cli_env(workdir))
         print(
             f"{size:>7} runs: "
             + ", ".join(f"{k} {row[k]['median_s']:.3f}s" for k in READING_COMMANDS)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,40 @@ def test_reading_commands_import_nothing_heavy(small_store):
         commands = {m.split(".")[2] for m in loaded if m.startswith("xlarun.commands.")} - {"share"}  # show: a bundle?
         heavy[name] += sorted(f"xlarun.commands.{m}" for m in commands - COMMAND_MODULES)
     assert heavy == {name: [] for name in COMMANDS}
+
+
+#: what each reading command leaves out beyond FORBIDDEN, run as a user runs it (the console script): `html` is for
+#: Jupyter, the compressor, the hash and the pack code for commands that read no blob, the remote's client and delta
+#: codec for a store that mirrors none, the trace reader and profile code for commands that only read a time back,
+#: the dump names' decoder for a REF that is a name, and importlib.metadata (a console script may load it to find
+#: its entry point; xlarun's needs none)
+NOT_FOR_READING = {
+    "html", "importlib.metadata", "xlarun.store.remote", "xlarun.store.remote_delta", "xlarun.hlo.xspace",
+    "xlarun.hlo.protowire", "xlarun.navigate.profile", "xlarun.hlo.names",
+}  # fmt: skip
+READS_NO_BLOB = {"zstandard", "blake3", "xlarun.store.packs", "xlarun.store.pack_format", "xlarun.store.buffers"}
+LEFT_OUT = {
+    "runs": NOT_FOR_READING | READS_NO_BLOB,
+    "modules": NOT_FOR_READING | READS_NO_BLOB,
+    "find": NOT_FOR_READING | READS_NO_BLOB,
+    "show": NOT_FOR_READING,  # reads the module's text for its partitioning
+    "cat": NOT_FOR_READING,
+}
+
+
+def _imported_by_console_script(argv: list[str]) -> set[str]:
+    """Every module a run of the ``xlarun`` console script imports, from ``python -X importtime``'s report."""
+    script = Path(sys.executable).with_name("xlarun")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(script), *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("name", list(LEFT_OUT))
+def test_reading_commands_run_as_a_user_runs_them_import_only_what_they_need(small_store, name):
+    loaded = _imported_by_console_script([*COMMANDS[name], "--store", small_store])
+    assert "xlarun.store.index" in loaded and "typer" in loaded  # the report is read: the command's own modules are in it
+    assert sorted(m for m in LEFT_OUT[name] | FORBIDDEN if m in loaded) == []

@@ -19,28 +19,27 @@ from contextvars import ContextVar
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
 
-@dataclasses.dataclass(frozen=True)
-class TableBlock:
+# What was printed, as recorded for Jupyter's HTML (xlarun.display): named tuples, which cost a fifth of a frozen
+# dataclass to define, and every command imports this module
+class TableBlock(NamedTuple):
     headers: tuple[str, ...]
     rows: list[list[str]]
     title: str | None = None
     right: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class PairsBlock:
+class PairsBlock(NamedTuple):
     pairs: list[tuple[str, str]]
     title: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class LineBlock:
+class LineBlock(NamedTuple):
     text: str
     tone: str = ""  # "", "ok", "warning", "error", "bold", "diff-add", "diff-del", "diff-hunk"
 

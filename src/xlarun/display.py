@@ -10,7 +10,6 @@ prints; the HTML is built from the recorded blocks, every value escaped, as the 
 from __future__ import annotations
 
 import contextlib
-import html
 import io
 import re
 from collections.abc import Callable, Sequence
@@ -58,7 +57,12 @@ STYLE = """<style>
 .xlarun .graph { max-width: 100%; max-height: 640px; overflow: auto; border: 1px solid #ddd; }
 </style>"""
 
-_e = html.escape
+
+def _e(text: str) -> str:
+    """``text`` escaped for HTML (``html`` imported here: only Jupyter asks for HTML, never the CLI)."""
+    import html
+
+    return html.escape(text)
 
 
 def table_html(block: TableBlock) -> str:

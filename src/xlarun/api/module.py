@@ -284,9 +284,9 @@ class Module(display.Shown):
     @property
     def time(self) -> Any:
         """The module's measured time in its run (a ModuleTime), or None: not profiled, or it did not run."""
-        from xlarun.navigate.profile import module_time
+        from xlarun.store.profile_index import module_time  # the index alone: `show` loads no profile reader
 
-        return module_time(self._store.store, self.info)
+        return module_time(self._store.store.index.conn, self.info.run_id, self.info.module_id)
 
     def bundle(self, output: str | Path, *, passes: bool = False, snapshot: bool = True) -> Path:
         """``xlarun bundle``: the module in one .zip for a bug report."""

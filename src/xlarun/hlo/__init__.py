@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlarun.errors import InputError
+from xlarun.hlo.patterns import LazyPattern
 
 if TYPE_CHECKING:
     from xlarun.hlo.lex import LineError, as_xla_prints, split_top_level, strip_comments, strip_layouts, unquote, walk  # noqa: F401
@@ -69,13 +70,13 @@ def __getattr__(name: str) -> Any:
 
 # What HLO text starts with, after comments: the HloModule line, or a computation (name, maybe its
 # parameters and result, '{', then an instruction), as XLA's parser reads a file without an HloModule line.
-_HLO_TEXT_START = re.compile(
+_HLO_TEXT_START = LazyPattern(
     rb"(?:\s|//[^\n]*|/\*.*?\*/)*(?:HloModule\s|(?:ENTRY\s+)?%?[A-Za-z_][\w.\-]*(?:[ \t]*\([^\n=]*?|\s*)"
     rb"\{(?:\s|//[^\n]*|/\*.*?\*/)*(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=)",
     re.S,
 )
 _GZIP_MAGIC = b"\x1f\x8b"
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_CONTROL = LazyPattern(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _FORMATS_HINT = (
     "xlarun reads HLO text (.txt, .hlo), HLO protos (.pb, .hlo.pb: HloProto, HloModuleProto, HloSnapshot), gzipped or not"
 )

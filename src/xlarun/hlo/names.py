@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from xlarun.hlo.patterns import LazyPattern
 from xlarun.hlo.process_dirs import process_of_dir, run_module_id
 
 KINDS = (
@@ -63,9 +64,9 @@ class DumpName:
 # Every name of a file holding an HloSnapshot (a module as it ran, with its arguments), gzipped or not: PJRT's
 # '<...>.snapshot.<n>.pb', XLA's '<...>.execution_<n>.hlo_snapshot.pb' (TF's has no module id), xlarun extract's
 # '<stem>.snapshot.pb' and a bare 'hlo_snapshot.pb'
-_SNAPSHOT_FILE = re.compile(r"(?:^|[._-])(?:snapshot(?:\.-?\d+)?\.pb|hlo_snapshot\.pb)(?:\.gz)?$")
+_SNAPSHOT_FILE = LazyPattern(r"(?:^|[._-])(?:snapshot(?:\.-?\d+)?\.pb|hlo_snapshot\.pb)(?:\.gz)?$")
 # an HloUnoptimizedSnapshot: another proto (the module before optimizations, arguments per partition)
-_UNOPTIMIZED_SNAPSHOT_FILE = re.compile(r"(?:^|[._-])hlo_unoptimized_snapshot\.(?:pb|txt)(?:\.gz)?$")
+_UNOPTIMIZED_SNAPSHOT_FILE = LazyPattern(r"(?:^|[._-])hlo_unoptimized_snapshot\.(?:pb|txt)(?:\.gz)?$")
 
 
 def snapshot_file(name: str) -> str | None:
@@ -90,9 +91,9 @@ def decode_dump_name(path: str) -> DumpName:
 # ---- XLA dump names ---------------------------------------------------------------------------
 
 # module_<id> at the start of a dot-separated segment: the anchor of every name XLA's FilenameFor makes
-_MODULE = re.compile(r"(?:^|\.)module_(?P<id>-?\d+)(?:\.|$)")
+_MODULE = LazyPattern(r"(?:^|\.)module_(?P<id>-?\d+)(?:\.|$)")
 # .cl_<n> after the module name: the changelist Google-internal builds (libtpu) append
-_CHANGELIST = re.compile(r"(?:^|\.)(?P<cl>cl_\d+)$")
+_CHANGELIST = LazyPattern(r"(?:^|\.)(?P<cl>cl_\d+)$")
 # whole-module formats, one file per --xla_dump_hlo_as_* flag
 _HLO_EXT = r"(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|dot|top_level\.html|html|url)"
 _HLO_FORMAT = {"txt": "text", "hlo.pb": "proto", "hlo.pb.gz": "proto.gz", "dot": "dot",
@@ -100,21 +101,21 @@ _HLO_FORMAT = {"txt": "text", "hlo.pb": "proto", "hlo.pb.gz": "proto.gz", "dot":
 
 # <stage>[-<report>].<ext>: the whole module before/after optimizations and the reports on the latter;
 # libtpu adds after_optimizations_{before,after}_buffer_assignment (stages, never part of the module name)
-_STAGE = re.compile(
+_STAGE = LazyPattern(
     r"(?:^|\.)(?P<stage>before_optimizations|after_optimizations_(?:before|after)_buffer_assignment|after_optimizations"
     r"|(?:(?P<target>sm_\d+\.\d+[a-z]*|[A-Za-z0-9]+)_)?(?P<backend>cpu|gpu)_after_optimizations)"
     r"(?:-(?P<report>buffer-assignment-values|buffer-assignment|live-range|memory-usage-report))?"
     r"\.(?P<ext>txt|hlo\.pb\.gz|hlo\.pb|pb\.gz|pb|dot|top_level\.html|html|url|fdo_profile)$"
 )
 # <step>.<pipeline>.after_<pass>.before_<next>.<ext>: between two passes (Graphcore's IPU dumps too)
-_BETWEEN_PASSES = re.compile(
+_BETWEEN_PASSES = LazyPattern(
     r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.after_(?P<after>[^.]+)\.before_(?P<before>[^.]+)\." + _HLO_EXT + "$"
 )
 # <step>.<pass>.<step name>.<ext>: a pass dumping its own intermediate state (copy-insertion does)
-_DURING_PASS = re.compile(r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.(?P<during>[^.]+)\." + _HLO_EXT + "$")
+_DURING_PASS = LazyPattern(r"(?:^|\.)(?P<step>\d{4,})\.(?P<pipeline>[^.]+)\.(?P<during>[^.]+)\." + _HLO_EXT + "$")
 # debug_options, config.pbtxt, metadata.textproto: what the module was compiled with; libtpu also writes
 # the options, flags, config, target arguments and compilation environment it compiled with (xla#7193)
-_OPTIONS = re.compile(
+_OPTIONS = LazyPattern(
     r"(?:^|\.)(?P<what>debug_options|config\.pbtxt|metadata\.textproto|execution_options\.txt|flagfile"
     r"|hlo_module_config\.txt|target_arguments\.txt|tpu_comp_env\.txt)$"
 )
@@ -124,46 +125,46 @@ _OPTIONS_FILES = {"debug_options": ("pbtxt", None), "config.pbtxt": ("pbtxt", No
                   "flagfile": ("flags", None), "hlo_module_config.txt": ("txt", None),
                   "target_arguments.txt": ("txt", None), "tpu_comp_env.txt": ("pbtxt", "tpu")}  # fmt: skip
 # snapshot.<n>.pb: the HloSnapshot PJRT's CPU client writes per execution
-_PJRT_SNAPSHOT = re.compile(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.(?P<ext>pb(?:\.gz)?)$")
+_PJRT_SNAPSHOT = LazyPattern(r"(?:^|\.)snapshot\.(?P<snapshot>-?\d+)\.(?P<ext>pb(?:\.gz)?)$")
 # execution_<n>[.hlo_snapshot|.hlo_unoptimized_snapshot].<pb|txt>: XLA's per-execution protos
-_EXECUTION = re.compile(
+_EXECUTION = LazyPattern(
     r"(?:^|\.)execution_(?P<execution>\d+)(?:\.(?P<what>hlo_snapshot|hlo_unoptimized_snapshot))?\.(?P<ext>pb|txt|pb\.gz)$"
 )
 # module_<name>[.pid_<n>].execution_<n>.hlo_snapshot.pb: the snapshot overload that has no module id
 # (TensorFlow's); PyTorch/XLA on Neuron puts its process id before the execution
-_NAMED_SNAPSHOT = re.compile(
+_NAMED_SNAPSHOT = LazyPattern(
     r"^module_(?P<name>.+?)(?:\.pid_(?P<pid>\d+))?\.execution_(?P<execution>\d+)\.hlo_snapshot\.(?P<ext>pb(?:\.gz)?)$"
 )
 # thunk_sequence.txt, autotune_results.pbtxt, gpu_target_config.pbtxt: one per module on GPU
 _GPU_MODULE_KIND = {"thunk_sequence.txt": ("thunk-sequence", "txt"), "autotune_results.pbtxt": ("autotune", "pbtxt"),
                     "gpu_target_config.pbtxt": ("target-config", "pbtxt"),
                     "thunk_sequence_after_thunk_passes.txt": ("thunk-sequence", "txt")}  # fmt: skip
-_GPU_MODULE_FILE = re.compile(r"(?:^|\.)(?P<what>" + "|".join(map(re.escape, _GPU_MODULE_KIND)) + ")$")
+_GPU_MODULE_FILE = LazyPattern(r"(?:^|\.)(?P<what>" + "|".join(map(re.escape, _GPU_MODULE_KIND)) + ")$")
 # obj-file.<kernel>.o: the CPU object code of one kernel
-_OBJ_FILE = re.compile(r"(?:^|\.)obj-file\.(?P<kernel>.+)\.o$")
+_OBJ_FILE = LazyPattern(r"(?:^|\.)obj-file\.(?P<kernel>.+)\.o$")
 # the CPU object code of the whole module: '.o' (jax 0.4.30, TF), '.obj-file..o' (jax 0.5.0-0.5.1),
 # '.obj-file.o' (jax 0.5.3-0.6.2)
-_WHOLE_OBJ_FILE = re.compile(r"(?:^|\.)(?:obj-file\.{1,2})?o$")
+_WHOLE_OBJ_FILE = LazyPattern(r"(?:^|\.)(?:obj-file\.{1,2})?o$")
 # what a module name never ends with: an LLVM IR step (a '.ir-with-opt.o' is the user's own compile of XLA's .ll)
-_LLVM_STEP_TAIL = re.compile(r"(?:^|\.)ir-(?:no|with)-opt(?:-noconst)?$")
+_LLVM_STEP_TAIL = LazyPattern(r"(?:^|\.)ir-(?:no|with)-opt(?:-noconst)?$")
 # [<kernel or shard>.]ir-<no|with>-opt[.<shard>|.part_<nn>][-noconst].ll: LLVM IR (newer XLA puts the kernel
 # first; jax 0.4.38-0.5 and TF 2.18 split the CPU module into parts after the step)
-_LLVM_IR = re.compile(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+|part_\d+))?(?P<noconst>-noconst)?\.ll$")
+_LLVM_IR = LazyPattern(r"(?:^|\.)(?P<step>ir-(?:no|with)-opt)(?:\.(?P<shard>\d+|part_\d+))?(?P<noconst>-noconst)?\.ll$")
 # <kernel>-<pre-optimization|post-optimization|post-lowering>.mlir: the CPU fusion emitter's MLIR
-_EMITTER_MLIR = re.compile(r"-(?P<step>pre-optimization|post-optimization|post-lowering)\.mlir$")
+_EMITTER_MLIR = LazyPattern(r"-(?P<step>pre-optimization|post-optimization|post-lowering)\.mlir$")
 # <kernel>.mlir-passes.log: the emitter's MLIR after every pass (--xla_dump_emitter_re)
-_PASSES_LOG = re.compile(r"\.(?P<step>mlir-passes)\.log$")
+_PASSES_LOG = LazyPattern(r"\.(?P<step>mlir-passes)\.log$")
 # [<shard>.]ptx, <fusion>[.before_validation].ttir.txt, <fusion>.hlo: GPU kernels and Triton fusions
-_GPU_KERNEL = re.compile(r"(?:^|\.)(?:(?P<step>ptx|hlo)|(?P<ttir>(?:before_validation\.)?ttir)\.txt)$")
+_GPU_KERNEL = LazyPattern(r"(?:^|\.)(?:(?P<step>ptx|hlo)|(?P<ttir>(?:before_validation\.)?ttir)\.txt)$")
 _GPU_KERNEL_FORMAT = {"ptx": "ptx", "hlo": "text", "ttir": "mlir", "before_validation.ttir": "mlir"}
 # [<computation>.]module_XXXX.<name>._fusion.html: --xla_dump_fusion_visualization
-_FUSION_HTML = re.compile(r"(?:^|\.)_fusion\.html$")
+_FUSION_HTML = LazyPattern(r"(?:^|\.)_fusion\.html$")
 # <prefix>.module_XXXX.<name>.mlir: an MLIR module dumped under a prefix such as lmhlo
-_MLIR_MODULE = re.compile(r"(?:^|\.)mlir$")
+_MLIR_MODULE = LazyPattern(r"(?:^|\.)mlir$")
 
-_CL_SEGMENT = re.compile(r"cl_\d+")
+_CL_SEGMENT = LazyPattern(r"cl_\d+")
 # names XLA always uniquifies with '.<n>': PyTorch/XLA's graphs and TF's functions and clusters
-_UNIQUIFIED = re.compile(r"^SyncTensorsGraph$|__Xla.*_$")
+_UNIQUIFIED = LazyPattern(r"^SyncTensorsGraph$|__Xla.*_$")
 
 
 def _split_head(head: str) -> dict[str, Any]:
@@ -326,22 +327,22 @@ def _decode_xla(name: str) -> dict[str, Any]:
 # ---- the other tools' files -------------------------------------------------------------------
 
 # <graph>[_<n>].<ext>: a TF_DUMP_GRAPH_PREFIX graph; TF adds _1, _2, ... when a name repeats
-_TF_GRAPH = re.compile(r"^(?P<graph>.+?)(?:_(?P<n>[1-9]\d*))?\.(?P<ext>pbtxt|pb|mlir|txt)$")
+_TF_GRAPH = LazyPattern(r"^(?P<graph>.+?)(?:_(?P<n>[1-9]\d*))?\.(?P<ext>pbtxt|pb|mlir|txt)$")
 # jax_ir<n>_<module>[_<jax stage>].mlir: StableHLO written to JAX_DUMP_IR_TO
-_JAX_MLIR = re.compile(
+_JAX_MLIR = LazyPattern(
     r"^jax_ir(?P<step>\d+)_(?P<module>.*?)"
     r"(?:_(?P<stage>compile|export|verification|before_refine_polymorphic_shapes))?\.mlir$"
 )
 # jax_<n>_<function>.<jaxpr.txt|jaxpr.html|eqn_count_pprof>: jaxprs, JAX_DUMP_IR_MODES=jaxpr,...
-_JAXPR = re.compile(r"^jax_(?P<step>\d+)_(?P<function>.+?)\.(?P<ext>jaxpr\.txt|jaxpr\.html|eqn_count_pprof)$")
+_JAXPR = LazyPattern(r"^jax_(?P<step>\d+)_(?P<function>.+?)\.(?P<ext>jaxpr\.txt|jaxpr\.html|eqn_count_pprof)$")
 _JAXPR_FORMAT = {"jaxpr.txt": "jaxpr", "jaxpr.html": "html", "eqn_count_pprof": "pprof"}
 # the files of a PJRT compile-input folder (text protos when only --xla_dump_hlo_as_text is on)
 _PJRT_FILES = {"module.mlir": "mlir", "compile_options.pb": "pb", "topology.pb": "pb",
                "compile_options.textproto": "pbtxt", "topology.textproto": "pbtxt"}  # fmt: skip
 # <module name>_<unix ms>: XLA's PJRT compile-input folder (jax 0.10.2 writes module_XXXX.<name>)
-_PJRT_FOLDER = re.compile(r"^(?P<name>.+)_(?P<ms>\d{13})$")
+_PJRT_FOLDER = LazyPattern(r"^(?P<name>.+)_(?P<ms>\d{13})$")
 # <file>.<ordinal>: PyTorch/XLA appends the device ordinal to XLA_SAVE_TENSORS_FILE
-_TORCH_FILE = re.compile(r"^(?P<file>.+)\.(?P<ordinal>\d+)$")
+_TORCH_FILE = LazyPattern(r"^(?P<file>.+)\.(?P<ordinal>\d+)$")
 
 
 def _extension(name: str) -> str | None:

@@ -10,6 +10,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from xlarun.hlo.patterns import LazyPattern
+
 #: Collective opcodes (their async ``-start`` forms fold into them; ``-done`` is not counted again).
 COLLECTIVES = (
     "all-reduce",
@@ -23,7 +25,7 @@ COLLECTIVES = (
 #: custom-call targets that only annotate how values are split (``with_sharding_constraint``, the bounds of a
 #: ``shard_map`` body, Shardy's markers ``xla.sdy.*``): the partitioner removes them, and they compute nothing.
 ANNOTATION_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
-_ANNOTATION_CALL = re.compile(rb'custom_call_target="(?:Sharding|SPMDFullToShardShape|SPMDShardToFullShape|xla\.sdy\.[\w.]+)"')
+_ANNOTATION_CALL = LazyPattern(rb'custom_call_target="(?:Sharding|SPMDFullToShardShape|SPMDShardToFullShape|xla\.sdy\.[\w.]+)"')
 
 
 def is_annotation_target(target: str) -> bool:
@@ -37,13 +39,13 @@ def count_annotation_calls(text: bytes) -> int:
     return len(_ANNOTATION_CALL.findall(text))
 
 
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_HEADER_NUMBER = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
-_MESH = re.compile(r"sharding=\{[^}]*?devices=\[([\d,]+)\][^}]*\}")
-_TILES = re.compile(r"devices=\[([\d,]+)\](?:<=\[([\d,]+)\])?")
-_SDY_MESH = re.compile(r"(\w+)\s*=\s*#sdy\.mesh<\[([^\]]*)\]")
-_SDY_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
-_INSTRUCTION = re.compile(r"^[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*([^\n]*?)\s+([a-z][a-z0-9\-]*)\(", re.M)
+_QUOTED = LazyPattern(r'"(?:[^"\\]|\\.)*"', re.S)
+_HEADER_NUMBER = LazyPattern(r"\b(num_partitions|replica_count)=(\d+)")
+_MESH = LazyPattern(r"sharding=\{[^}]*?devices=\[([\d,]+)\][^}]*\}")
+_TILES = LazyPattern(r"devices=\[([\d,]+)\](?:<=\[([\d,]+)\])?")
+_SDY_MESH = LazyPattern(r"(\w+)\s*=\s*#sdy\.mesh<\[([^\]]*)\]")
+_SDY_AXIS = LazyPattern(r'"([^"]+)"\s*=\s*(\d+)')
+_INSTRUCTION = LazyPattern(r"^[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*([^\n]*?)\s+([a-z][a-z0-9\-]*)\(", re.M)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def _product(dims: tuple[int, ...]) -> int:
     return out
 
 
-_ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
+_ARRAY = LazyPattern(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 _ELEMENT_BYTES = {"pred": 1, "c64": 8, "c128": 16}
 
 

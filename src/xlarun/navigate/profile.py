@@ -94,11 +94,6 @@ def run_times(store: LocalStore, run_id: str) -> RunTimes:
     return RunTimes(run_id, store.index.run(run_id).duration_s, modules)
 
 
-def module_time(store: LocalStore, module: ModuleInfo) -> ModuleTime | None:
-    """The module's measured time in its run (None: the run was not profiled, or the module never ran)."""
-    return next((t for t in module_times(store.index.conn, module.run_id) if t.module_id == module.module_id), None)
-
-
 def module_profile(store: LocalStore, module: ModuleInfo) -> ModuleProfile:
     """The module's ops by self time, each with what it holds, its source lines, its work and achieved rates."""
     times = module_times(store.index.conn, module.run_id)

@@ -17,7 +17,6 @@ from typing import Any
 
 from xlarun import console
 from xlarun.errors import ExitCode, RefError, StoreError, XlarunError
-from xlarun.hlo.names import decode_dump_name
 from xlarun.store.index import Index
 from xlarun.store.rows import ModuleInfo, RunInfo
 
@@ -116,6 +115,8 @@ def _match_in_run(modules: list[ModuleInfo], ref: str) -> list[ModuleInfo]:
     exact = [m for m in modules if m.name == ref]
     if exact:
         return exact
+    from xlarun.hlo.names import decode_dump_name  # a file name as REF: a name or an id needs no dump-name decoder
+
     decoded = decode_dump_name(ref)
     if decoded.module_id is not None:
         # the id and the name the file name carries: ids differ between runs, so a name copied from another run

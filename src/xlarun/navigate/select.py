@@ -10,11 +10,11 @@ prints: ``before``, ``before_optimizations``, ``after``, ``after_optimizations``
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from xlarun.errors import InputError
+from xlarun.hlo.patterns import LazyPattern
 from xlarun.store.rows import FileInfo, ModuleInfo
 
 BEFORE, AFTER = "before_optimizations", "after_optimizations"
@@ -30,10 +30,10 @@ _PREFERENCE: dict[str, tuple[str, ...]] = {
 }
 _FORMAT_SPELLINGS = {"txt": "text", "hlo": "text", "pb": "proto", "hlo.pb": "proto", "hlo.pb.gz": "proto.gz"}
 
-_AFTER = re.compile(r"^(?:[\w.]+_)?after(?:[_-]optimi[sz]ations)?$|^optimi[sz]ed$")
-_BEFORE = re.compile(r"^before(?:[_-]optimi[sz]ations)?$|^unoptimi[sz]ed$")
+_AFTER = LazyPattern(r"^(?:[\w.]+_)?after(?:[_-]optimi[sz]ations)?$|^optimi[sz]ed$")
+_BEFORE = LazyPattern(r"^before(?:[_-]optimi[sz]ations)?$|^unoptimi[sz]ed$")
 # 'cpu_after_optimizations-buffer-assignment', as the stage part of a file name reads
-_STAGE_AND_KIND = re.compile(r"^(?:[\w.]+_)?(?P<stage>after|before)_optimizations-(?P<kind>[\w-]+)$")
+_STAGE_AND_KIND = LazyPattern(r"^(?:[\w.]+_)?(?P<stage>after|before)_optimizations-(?P<kind>[\w-]+)$")
 
 
 @dataclass(frozen=True)

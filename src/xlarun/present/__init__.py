@@ -21,7 +21,6 @@ from xlarun.console import (
     to_jsonable,
     warn,
 )
-from xlarun.store.code_origin import UNKNOWN_WHY, code_label
 
 
 def _escape(text: str) -> str:
@@ -201,6 +200,8 @@ def print_process_report(report: Any) -> None:
 
 def print_main_module(items: Any) -> None:
     """After a capture: the module ranked first, in one line, and how to list them all."""
+    from xlarun.store.code_origin import code_label  # module tables only: not for `runs`, `find`
+
     main = items[0]
     label, why = code_label(main.name, main.own_code)
     code = {"yours": "your code", "framework": "the framework's code"}.get(
@@ -215,12 +216,16 @@ def print_main_module(items: Any) -> None:
 
 def with_peaks(items: Any, peaks: dict[int, int]) -> list[dict]:
     """``modules --json``: each module with its ``peak_bytes`` (None: no buffer assignment dumped)."""
+    from xlarun.store.code_origin import code_label  # module tables only: not for `runs`, `find`
+
     return [to_jsonable(m) | {"peak_bytes": peaks.get(m.module_id), "code": code_label(m.name, m.own_code)[0]} for m in items]
 
 
 def print_modules(items: Any, more: int = 0, peaks: dict[int, int] | None = None) -> None:
     """The module table shared by ``modules`` and ``capture``; a column for the process in a run of many, and one
     for the peak memory where ``peaks`` has any."""
+    from xlarun.store.code_origin import UNKNOWN_WHY, code_label  # module tables only: not for `runs`, `find`
+
     with_process = any(m.process is not None for m in items)
     with_peak = bool(peaks)
     rows = [

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 
+from xlarun.hlo.patterns import LazyPattern
+
 #: Where a framework's own code lives: an installed package, or the inner folders of a framework's source
 #: checkout (an editable install). A user's files are anywhere else, also in a folder named like a framework
 #: (``~/work/equinox/train.py`` is the user's).
-_FRAMEWORK_FILE = re.compile(
+_FRAMEWORK_FILE = LazyPattern(
     r"/(?:site|dist)-packages/"
     r"|(?:^|/)(?:jax/_src|jax/experimental|jaxlib|tensorflow/python|tensorflow/compiler|keras/src|tf_keras/src"
     r"|flax/(?:nnx|linen|core|training)|optax/_src|equinox/(?:_\w+|nn|internal)|torch/(?:_\w+|nn|autograd)"
@@ -19,16 +21,16 @@ _FRAMEWORK_FILE = re.compile(
 )
 #: A framework's own functions that run the user's model (its layers, loss and optimizer): Keras's ``fit``,
 #: ``evaluate`` and ``predict`` on JAX jit these. A module of one is the user's step, though its code is Keras's.
-_MODEL_STEP_FILE = re.compile(r"(?:^|/)keras/src/backend/jax/trainer\.py$")
+_MODEL_STEP_FILE = LazyPattern(r"(?:^|/)keras/src/backend/jax/trainer\.py$")
 _MODEL_STEPS = frozenset(
     f"{prefix}{kind}_{step}"
     for prefix in ("", "one_", "multi_")
     for kind in ("train", "test", "predict")
     for step in ("step", "steps")
 )
-_TABLE = re.compile(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
-_LOCATION = re.compile(rb"file_name_id=(\d+) function_name_id=(\d+)")
-_MODULE_NAME = re.compile(rb"HloModule ([^\s,]+)")
+_TABLE = LazyPattern(rb"^(FileNames|FunctionNames|FileLocations)\n((?:\d+ [^\n]*\n)+)", re.M)
+_LOCATION = LazyPattern(rb"file_name_id=(\d+) function_name_id=(\d+)")
+_MODULE_NAME = LazyPattern(rb"HloModule ([^\s,]+)")
 
 
 def is_framework_file(path: str) -> bool:
@@ -67,9 +69,9 @@ def _runs_the_users_model(path: str, function: str) -> bool:
 
 
 #: A TF function compiled with ``jit_compile=True``: ``a_inference_<function>_<N>__XlaMustCompile...`` (``.N`` after).
-_TF_FUNCTION = re.compile(r"^a_inference_(.+?)_\d+(?:__|\.|$)")
+_TF_FUNCTION = LazyPattern(r"^a_inference_(.+?)_\d+(?:__|\.|$)")
 #: A cluster TF's auto-jit (``tf.config.optimizer.set_jit``, TF_XLA_FLAGS) made of graph ops: ``cluster_<N>...``.
-_TF_CLUSTER = re.compile(r"^cluster_\d+(?:__|\.|$)")
+_TF_CLUSTER = LazyPattern(r"^cluster_\d+(?:__|\.|$)")
 #: Why a module's code column is "unknown", by the kind of module.
 UNKNOWN_WHY = {
     "tf cluster": "a TF auto-jit cluster of graph ops: TF records its own files (tensorflow/python/...) as every op's "

@@ -310,9 +310,11 @@ class Index:
 
     def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunInfo]:
         """Runs whose id starts with ``prefix`` (at most ``limit``), oldest first, by the primary key's order."""
+        # bounded above too: with fewer than ``limit`` matches the scan stops at the last id the prefix can begin,
+        # not at the end of the table (a whole id in the middle of 100,000 runs read half of them)
         rows = self.conn.execute(
-            "SELECT * FROM runs WHERE run_id >= ? AND substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT ?",
-            (prefix, len(prefix), prefix, limit),
+            "SELECT * FROM runs WHERE run_id >= ? AND run_id < ? AND substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT ?",
+            (prefix, prefix + "\U0010ffff", len(prefix), prefix, limit),
         )
         return [run_from_row(r) for r in rows]
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from xlarun.errors import XlarunError
-from xlarun.hlo.names import DumpName
 from xlarun.store.report_files import report_paths
-from xlarun.store.rows import StoredFile
-from xlarun.store.runs import RunStore
+
+if TYPE_CHECKING:  # annotations only: `modules` reads peaks back without the dump names' decoder
+    from xlarun.hlo.names import DumpName
+    from xlarun.store.rows import StoredFile
+    from xlarun.store.runs import RunStore
 
 BUFFER_ASSIGNMENT = "buffer-assignment"
 MEMORY_SCHEMA = """

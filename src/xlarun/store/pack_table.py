@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from xlarun.errors import StoreError, write_trouble
-from xlarun.store.pack_format import read_headers
 
 
 def _damaged_table(path: Path, exc: Exception) -> StoreError:
@@ -154,6 +153,8 @@ class PackTable:
         try:
             if not conn.execute("SELECT 1 FROM meta WHERE key='built'").fetchone():  # another process may have built it meanwhile
                 try:
+                    from xlarun.store.pack_format import read_headers  # its compressor and hash: not for every reader
+
                     held, unread = read_headers(self.packs_dir)
                     # a damaged pack stays unlisted (`xlarun check` names it); one this user cannot read leaves the
                     # table unfinished, so the next opener who can read it completes it

@@ -13,13 +13,15 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xlarun.hlo.names import DumpName
 from xlarun.hlo.process_dirs import process_of_dir, run_module_id
-from xlarun.hlo.protowire import ProtoDecodeError
-from xlarun.hlo.xspace import OpEvent, read_op_events
-from xlarun.store.rows import StoredFile
-from xlarun.store.runs import RunStore
+
+if TYPE_CHECKING:  # annotations only: reading times back loads neither the dump names' patterns nor the trace reader
+    from xlarun.hlo.names import DumpName
+    from xlarun.hlo.xspace import OpEvent
+    from xlarun.store.rows import StoredFile
+    from xlarun.store.runs import RunStore
 
 PROFILE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS module_times (
@@ -113,6 +115,9 @@ def joined_trace_events(
 ) -> list[tuple[OpEvent, int | None]]:
     """The op events of the run's traces at ``paths``, each with the id of the module of ``modules`` (id, name) it
     joins, or None (a module the dump lacks); a trace that cannot be read is left out."""
+    from xlarun.hlo.protowire import ProtoDecodeError  # the trace reader: indexing only, not reading times back
+    from xlarun.hlo.xspace import read_op_events
+
     events: list[tuple[OpEvent, int | None]] = []
     for path in paths:
         try:
@@ -195,6 +200,11 @@ def module_times(conn: sqlite3.Connection, run_id: str) -> list[ModuleTime]:
     ).fetchall()
     run_busy = sum(row[3] for row in rows) or 1.0
     return [_module_time(row, run_busy) for row in rows]
+
+
+def module_time(conn: sqlite3.Connection, run_id: str, module_id: int) -> ModuleTime | None:
+    """One module's measured time in its run (None: the run was not profiled, or the module never ran)."""
+    return next((t for t in module_times(conn, run_id) if t.module_id == module_id), None)
 
 
 def _module_time(row: sqlite3.Row | tuple, run_busy: float) -> ModuleTime:

@@ -30,20 +30,23 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from xlarun import bounded_read
 from xlarun.errors import InputError, RefError, StoreError, check_room, os_error_words, write_trouble
 from xlarun.interrupts import process_alive
 from xlarun.killpoints import kill_point
 from xlarun.store.locks import open_lock, writers_turn
-from xlarun.store.packs import BlobStore
 from xlarun.store.rows import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
 from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
+
+if TYPE_CHECKING:
+    from xlarun.store.packs import BlobStore
 
 #: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
 #: written only by development versions of xlarun and are refused.
@@ -79,11 +82,23 @@ class RunStore:
 
     def __init__(self, root: Path):
         self.root = root
-        self.blobs = BlobStore(root / "blobs")
+        self._blobs: BlobStore | None = None
+        self._blobs_lock = threading.Lock()  # an archiver's threads may be the first to ask for them
         self.runs_dir = root / "runs"
         self.staging_dir = root / "staging"
         self._file_digests: dict[str, dict[str, str]] = {}  # run id -> {path: digest}, for read_file
         self._discards: list[subprocess.Popen] = []  # background deletions of raw files
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The store's packs, opened when first asked for: commands that read only the index load no compressor."""
+        if self._blobs is None:
+            with self._blobs_lock:
+                if self._blobs is None:
+                    from xlarun.store.packs import BlobStore
+
+                    self._blobs = BlobStore(self.root / "blobs")
+        return self._blobs
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -113,8 +128,9 @@ class RunStore:
         return cls(root.resolve())
 
     def close(self) -> None:
-        """Close the pack-table connections this store opened."""
-        self.blobs.close()
+        """Close the pack-table connections this store opened (none when no blob was read or written)."""
+        if self._blobs is not None:
+            self._blobs.close()
 
     # --- locking -----------------------------------------------------------------------------
 
