@@ -28,21 +28,23 @@ from .timing import TYPER_START, Timing, cli_env, ratio, tool, xlarun_argv
 
 #: An opcode every training step has (layer norm), and so in every run and most of its files.
 COMMON_OPCODE = "rsqrt"
+#: A word in an opcode and in many instruction names of every run; searched in every kind, as ``find WORD`` does.
+COMMON_WORD = "add"
+ANY_KIND = ("opcode", "name", "op_name", "source")
 
-#: ``find``'s SQL (store/index.py ``Index.find``, one kind), for the bare floor: what any program answering the
-#: query from this index must do at least, without typer and without xlarun.
+#: The bare floor: the modules holding the term (a line per module and kind, no values), read from this index by
+#: a Python with sqlite3 only, as find's query reads them (store/term_search.py), without typer and without xlarun.
 BARE_FIND = """
 import sqlite3, sys
-db, kind, text, exact = sys.argv[1:5]
-match = "tv.value = ?" if exact == "1" else "instr(tv.value, ?) > 0"
+db, kinds, text, exact = sys.argv[1:5]
+matches = ["(kind = ? AND " + ("value = ?)" if exact == "1" or k == "opcode" else "instr(value, ?) > 0)") for k in kinds.split(",")]
 conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
 rows = conn.execute(
-    "SELECT mt.run_id, mt.module_id, tv.kind, tv.value, m.name FROM term_values tv CROSS JOIN module_terms mt "
-    "ON mt.term_id = tv.term_id JOIN modules m ON m.run_id = mt.run_id AND m.module_id = mt.module_id "
-    f"WHERE tv.kind = ? AND {match} ORDER BY mt.run_id, mt.module_id, tv.kind, tv.value",
-    (kind, text),
+    f"WITH matched AS (SELECT term_id, kind FROM term_values WHERE {' OR '.join(matches)}) "
+    "SELECT DISTINCT mt.run_id, mt.module_id, matched.kind FROM matched CROSS JOIN module_terms mt ON mt.term_id = matched.term_id",
+    [p for k in kinds.split(",") for p in (k, text)],
 ).fetchall()
-sys.stdout.write("".join(f"{r[0]}/module_{r[1]:04d} {r[4]} {r[2]} {r[3]}\\n" for r in rows))
+sys.stdout.write("".join(f"{r[0]}/module_{r[1]:04d} {r[2]}\\n" for r in rows))
 """
 
 
@@ -79,7 +81,12 @@ def measure_search(
     store = synthetic.store.root
     raw = raw_runs or synthetic.raw_runs
     rare = marker(len(synthetic.run_ids) // 2) + "train_step"  # in one run only: rg must read everything
-    queries = {"opcode": ("--opcode", "opcode", COMMON_OPCODE, "1"), "rare_op_name": ("--op-name", "op_name", rare, "0")}
+    queries = {
+        "opcode": (["--opcode"], "opcode", COMMON_OPCODE, "1"),
+        "rare_op_name": (["--op-name"], "op_name", rare, "0"),
+        # what a user types first: no kind, a word in many instruction names too (thousands of pairs, a line per module)
+        "any_kind": ([], ",".join(ANY_KIND), COMMON_WORD, "0"),
+    }
     have_rg = bool(tool("rg"))
     drop_index = (lambda: drop_from_page_cache(store / "index.sqlite")) if cold else None
     drop_raw = (lambda: drop_from_page_cache(raw)) if cold else None
@@ -88,7 +95,7 @@ def measure_search(
         "typer_import": ([sys.executable, "-c", TYPER_START], env, None),
     }
     for label, (option, kind, needle, exact) in queries.items():
-        find = [*xlarun_argv(), "find", option, needle, "--store", str(store)]
+        find = [*xlarun_argv(), "find", *option, needle, "--store", str(store)]
         commands[f"{label}/xlarun_find"] = (find, env, drop_index)
         # the same query printing JSON: how much of the time is the terminal table rather than the search
         commands[f"{label}/xlarun_find_json"] = ([*find, "--json"], env, drop_index)
