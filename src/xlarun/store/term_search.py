@@ -4,7 +4,7 @@ A common term ("add", "dot") matches thousands of (value, module) pairs across r
 line per module and kind with at most a few values. So the work is split where it is cheapest: the matching distinct
 values are picked first (each stored once across runs, a few thousand at most), then their modules are read straight
 from ``module_terms``' primary key with no sort and no join per pair, grouped here; module names are read once per
-module shown, not once per pair. On a 200-run store this took a term matching 36,000 pairs from 320 ms to about 40.
+module shown, not once per pair. On a 200-run store a term matching 36,000 pairs took 45 ms instead of 86 (best of 7).
 """
 
 from __future__ import annotations
