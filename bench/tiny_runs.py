@@ -44,6 +44,36 @@ def disk(folder: Path) -> tuple[int, int, int]:
     return files, held, used
 
 
+def parts(root: Path) -> dict[str, dict[str, int]]:
+    """Where the store's disk goes: files, bytes and disk bytes of its packs, its run folders' own files (and the
+    folders themselves, a block each), the index, and the rest (pack table, locks)."""
+    found: dict[str, list[int]] = {k: [0, 0, 0] for k in ("packs", "run_files", "run_folders", "index", "other")}
+    for folder, dirs, names in os.walk(root):
+        rel = Path(folder).relative_to(root).parts
+        if rel[:1] == ("runs",):
+            for name in dirs:
+                st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                found["run_folders"] = [
+                    found["run_folders"][0] + 1,
+                    found["run_folders"][1],
+                    found["run_folders"][2] + st.st_blocks * 512,
+                ]
+        for name in names:
+            st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+            part = (
+                "packs"
+                if rel[:2] == ("blobs", "packs")
+                else "run_files"
+                if rel[:1] == ("runs",)
+                else "index"
+                if not rel and name.startswith("index.sqlite")
+                else "other"
+            )
+            row = found[part]
+            found[part] = [row[0] + 1, row[1] + st.st_size, row[2] + st.st_blocks * 512]
+    return {k: {"files": v[0], "bytes": v[1], "disk_bytes": v[2]} for k, v in found.items()}
+
+
 def fill(root: Path, runs: int, seed: int) -> float:
     """``runs`` tiny runs committed into a new store at ``root``; returns the seconds it took."""
     from xlarun.store.facade import LocalStore
@@ -67,7 +97,7 @@ def fill(root: Path, runs: int, seed: int) -> float:
 
 
 def measure(runs: int, workdir: Path) -> dict:
-    from xlarun.store import archive
+    import xlarun.store.archive as archive  # the module itself: its SMALL_DUMP_BYTES is switched below
 
     results: dict = {"runs": runs}
     for label, small in (("shared_pack", archive.SMALL_DUMP_BYTES), ("pack_per_series", 0)):
@@ -86,6 +116,7 @@ def measure(runs: int, workdir: Path) -> dict:
             "store_bytes": held,
             "store_disk_bytes": used,
             "store_disk_over_bytes": round(used / held, 2),
+            "parts": parts(root),
         }
         row = results[label]
         print(
@@ -95,6 +126,7 @@ def measure(runs: int, workdir: Path) -> dict:
             file=sys.stderr,
             flush=True,
         )
+        print(f"[tiny_runs] {label} parts: {json.dumps(row['parts'])}", file=sys.stderr, flush=True)
         shutil.rmtree(root, ignore_errors=True)
     results["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return results

@@ -33,6 +33,7 @@ from xlarun.store.rows import (
     pass_from_row,
     run_from_row,
 )
+from xlarun.store.term_search import find_terms
 
 if TYPE_CHECKING:
     from xlarun.store.summaries import ModuleSummary
@@ -396,36 +397,11 @@ class Index:
 
         Opcodes match exactly; the other kinds match as case-sensitive substrings unless ``exact``.
         """
-        clauses = []
-        params: list = []
-        for kind in kinds:
-            if kind == "opcode" or exact:
-                clauses.append("(tv.kind=? AND tv.value=?)")
-                params += [kind, text]
-            else:
-                clauses.append("(tv.kind=? AND instr(tv.value, ?) > 0)")
-                params += [kind, text]
-        # each distinct value is stored once across runs: a substring search scans those, then jumps to their modules
-        sql = (
-            "SELECT mt.run_id, mt.module_id, tv.kind, tv.value, m.name FROM term_values tv CROSS JOIN module_terms mt ON mt.term_id = tv.term_id "
-            f"JOIN modules m ON m.run_id = mt.run_id AND m.module_id = mt.module_id WHERE ({' OR '.join(clauses)})"
-        )
-        if run_id:
-            sql += " AND mt.run_id=?"
-            params.append(run_id)
-        sql += " ORDER BY mt.run_id, mt.module_id, tv.kind, tv.value"
-        hits: dict[tuple, FindHit] = {}
-        for row in self.conn.execute(sql, params):
-            key = (row[0], row[1], row[2])
-            hit = hits.get(key)
-            if hit is None:
-                hit = hits[key] = FindHit(row[0], row[1], row[4], row[2], [])
-            if len(hit.matches) < limit_matches:
-                hit.matches.append(row[3])
+        hits = find_terms(self.conn, text, kinds, run_id, exact, limit_matches)
         if not hits:  # a module row whose keys are damaged joins no term: say so, not "no module holds it"
             sql = "SELECT * FROM modules WHERE typeof(run_id) != 'text' OR typeof(module_id) != 'integer' LIMIT 1"
             [module_from_row(row) for row in self.conn.execute(sql)]  # raises IndexDamage
-        return list(hits.values())
+        return hits
 
 
 class _TermWriter:
