@@ -331,17 +331,23 @@ def diff_line(line: str) -> None:
 
 def warn(text: str) -> None:
     _record(LineBlock(f"warning: {text}", "warning"))
-    _console(stderr=True).print(f"[yellow]warning:[/yellow] {_escape(text)}")
+    _console(stderr=True).print(f"[yellow]warning:[/yellow] {escape_markup(text)}")
 
 
 def error_line(text: str) -> None:
-    _console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(text)}")
+    _console(stderr=True).print(f"[bold red]error:[/bold red] {escape_markup(text)}")
 
 
-def _escape(text: str) -> str:
+def escape_markup(text: str) -> str:
+    """``text`` printed as it is by rich (its square brackets not read as markup)."""
     from rich.markup import escape
 
     return escape(text)
+
+
+def short_number(value: float | None) -> str:
+    """A table cell's number in three significant digits; empty when there is none."""
+    return "" if value is None else f"{value:.3g}"
 
 
 def human_bytes(size: int | None) -> str:

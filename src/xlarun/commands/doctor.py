@@ -24,7 +24,7 @@ def doctor(
     Exits 0 when local captures work, 3 when something essential is missing. Optional parts
     (Docker, a GPU, XLA's own runners) are reported with how to get them.
     """
-    from xlarun.console import print_json, say
+    from xlarun.console import escape_markup, print_json, say
     from xlarun.doctor import run_checks
     from xlarun.errors import ExitCode
 
@@ -36,14 +36,8 @@ def doctor(
         for check in checks:
             mark = "[green]ok[/green]  " if check.ok else ("[red]MISSING[/red]" if check.essential else "[yellow]no[/yellow]  ")
             say(
-                f"{mark} {check.name.ljust(width)}  {_escape(check.detail)}"
-                + (f"\n         [dim]fix: {_escape(check.fix)}[/dim]" if check.fix and not check.ok else "")
+                f"{mark} {check.name.ljust(width)}  {escape_markup(check.detail)}"
+                + (f"\n         [dim]fix: {escape_markup(check.fix)}[/dim]" if check.fix and not check.ok else "")
             )
     if any(c.essential and not c.ok for c in checks):
         raise typer.Exit(int(ExitCode.ENVIRONMENT))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)

@@ -13,20 +13,16 @@ from typing import Any
 from xlarun.console import (
     count_or_blank,
     echo,
+    escape_markup,
     human_bytes,
     print_pairs,
     print_table,
     say,
+    short_number,
     short_time,
     to_jsonable,
     warn,
 )
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def print_runs(items: Any) -> None:
@@ -193,9 +189,9 @@ def print_process_report(report: Any) -> None:
         return
     say(report.summary())
     for module in report.only_some:
-        say(f"  [yellow]extra[/yellow] {_escape(module.line())}")
+        say(f"  [yellow]extra[/yellow] {escape_markup(module.line())}")
     for module in report.desync:
-        say(f"  [bold red]desync[/bold red] {_escape(module.line())}")
+        say(f"  [bold red]desync[/bold red] {escape_markup(module.line())}")
 
 
 def print_main_module(items: Any) -> None:
@@ -305,8 +301,8 @@ def print_replays_for(store: Any, module: Any) -> None:
                 res.arguments,
                 _seconds4(res.compile_s),
                 _seconds4(res.median_s),
-                _num(res.max_abs_error),
-                _num(res.max_rel_error),
+                short_number(res.max_abs_error),
+                short_number(res.max_rel_error),
                 res.verdict + (" (fell back)" if res.fell_back_to else ""),
             )
         )
@@ -417,7 +413,7 @@ def print_replay(result: Any, replay_id: str | None, module: Any) -> None:
         ]
     )
     for line in result.mismatches:
-        say(f"  [red]{_escape(line)}[/red]")
+        say(f"  [red]{escape_markup(line)}[/red]")
     for output in result.outputs:
         if output.literal is not None:
             say(f"[bold]output {output.index}[/bold] {output.type}")
@@ -434,10 +430,6 @@ def print_replay(result: Any, replay_id: str | None, module: Any) -> None:
     if caveats and colour == "green":
         colour = "yellow"
     say(f"[{colour}]{result.verdict}[/{colour}]" + (f" [yellow]({'; '.join(caveats)})[/yellow]" if caveats else ""))
-
-
-def _num(value: Any) -> str:
-    return "" if value is None else f"{value:.3g}"
 
 
 def print_comparison(result: Any) -> None:

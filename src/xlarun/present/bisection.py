@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xlarun.console import print_pairs, print_table, say, warn
-from xlarun.present import _escape, _num
+from xlarun.console import escape_markup, print_pairs, print_table, say, short_number, warn
 
 
 def print_bisection(result: Any, bisect_id: str | None = None) -> None:
@@ -71,11 +70,11 @@ def print_bisection(result: Any, bisect_id: str | None = None) -> None:
 
         say("[bold]where the numbers move[/bold] (value by value)")
         for line in FirstMove.from_dict(result.first_move).lines():
-            say(f"  {_escape(line)}")
+            say(f"  {escape_markup(line)}")
     if result.diff_summary:
         say(f"[bold]what {result.culprit_pass} did[/bold] (xlarun diff {result.subject} --to {result.culprit_step})")
         for line in result.diff_summary:
-            say(f"  {_escape(line)}")
+            say(f"  {escape_markup(line)}")
     if result.mode == "replay" and result.steps:
         sharded = result.devices > 1
         rows = [
@@ -83,8 +82,8 @@ def print_bisection(result: Any, bisect_id: str | None = None) -> None:
                 e.step if e.step >= 0 else "",
                 e.label,
                 *([e.devices] if sharded else []),
-                _num(e.max_abs_error),
-                _num(e.max_rel_error),
+                short_number(e.max_abs_error),
+                short_number(e.max_rel_error),
                 e.error or ("past tolerance" if e.diverged else "within") + (" (same module)" if e.reused else ""),
             )
             for e in result.steps
@@ -108,11 +107,11 @@ def print_bisection(result: Any, bisect_id: str | None = None) -> None:
         ]
         print_table(("run", "role", "disabled", "value", "check"), rows, title=f"runs ({len(rows)})")
     colour = "red" if result.verdict == "diverged" else ("yellow" if result.verdict == "inconclusive" else "green")
-    say(f"[{colour}]{_escape(result.headline())}[/{colour}]")
+    say(f"[{colour}]{escape_markup(result.headline())}[/{colour}]")
 
 
 def _error(entry: Any) -> str:
-    return f"abs {_num(entry.max_abs_error)}, rel {_num(entry.max_rel_error)} ({entry.label})"
+    return f"abs {short_number(entry.max_abs_error)}, rel {short_number(entry.max_rel_error)} ({entry.label})"
 
 
 def _short(names: list[str]) -> str:
