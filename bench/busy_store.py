@@ -13,19 +13,16 @@ reader). Wall and CPU time (the children's user + system time) are medians over 
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from .capture_overhead import trivial_spec
-from .results_files import add_output_options, output_path, write_results
+from .results_files import run_at_store_sizes
 from .scale import grow, template_store
 
 
@@ -96,20 +93,7 @@ def measure(sizes: list[int], repeats: int, workdir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.busy_store", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="100,100000", help="store sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary folder, removed)")
-    add_output_options(parser, "busy_store")
-    args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="xlarun-bench-busy-"))
-    try:
-        results = measure([int(n) for n in args.runs.split(",")], args.repeats, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(f"written to {write_results(output_path(args, 'busy_store'), results)}")
-    return 0
+    return run_at_store_sizes(argv, "busy_store", __doc__.splitlines()[0], "100,100000", measure)
 
 
 if __name__ == "__main__":

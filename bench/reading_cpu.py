@@ -11,17 +11,14 @@ the store stays there and a later call grows it further rather than building it 
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from .results_files import add_output_options, output_path, write_results
+from .results_files import run_at_store_sizes
 from .scale import NEEDLE, grow, template_store
 from .timing import TYPER_START, cli_env
 
@@ -122,21 +119,9 @@ def measure_reading_cpu(sizes: list[int], rounds: int, workdir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.reading_cpu", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="1000,10000,100000", help="store sizes, comma-separated")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--workdir", type=Path, help="keep the store here (default: a temporary folder, removed)")
-    add_output_options(parser, "reading_cpu")
-    args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="xlarun-bench-reading-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        results = measure_reading_cpu([int(n) for n in args.runs.split(",")], args.rounds, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(f"written to {write_results(output_path(args, 'reading_cpu'), results)}")
-    return 0
+    return run_at_store_sizes(
+        argv, "reading_cpu", __doc__.splitlines()[0], "1000,10000,100000", measure_reading_cpu, repeats=("--rounds", 9)
+    )
 
 
 if __name__ == "__main__":

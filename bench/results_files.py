@@ -9,8 +9,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,3 +56,30 @@ def write_results(path: Path, results: dict) -> Path:
 def load_recorded(name: str) -> dict | None:
     path = RECORDED / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_at_store_sizes(
+    argv: list[str] | None,
+    name: str,
+    description: str,
+    default_runs: str,
+    measure: Callable[[list[int], int, Path], dict],
+    repeats: tuple[str, int] = ("--repeats", 5),
+) -> int:
+    """The command line of a benchmark measured at several store sizes (``--runs 1000,10000``): ``measure(sizes,
+    repeats, workdir)`` in ``--workdir`` (kept) or a temporary folder (removed), its figures written as above."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=description)
+    parser.add_argument("--runs", default=default_runs, help="store sizes, comma-separated")
+    parser.add_argument(repeats[0], dest="repeats", metavar="N", type=int, default=repeats[1])
+    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary folder, removed)")
+    add_output_options(parser, name)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"xlarun-bench-{name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        results = measure([int(n) for n in args.runs.split(",")], args.repeats, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"written to {write_results(output_path(args, name), results)}")
+    return 0

@@ -14,7 +14,6 @@ at most 0.15 s at 10,000 runs and 0.5 s at 100,000.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import shutil
@@ -22,12 +21,11 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .results_files import add_output_options, output_path, write_results
+from .results_files import run_at_store_sizes
 from .timing import TYPER_START, cli_env
 
 NEEDLE = "scale_needle_op"
@@ -257,20 +255,7 @@ def format_markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="1000,10000,100000", help="store sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary folder, removed)")
-    add_output_options(parser, "scale")
-    args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="xlarun-bench-scale-"))
-    try:
-        results = measure_scale([int(n) for n in args.runs.split(",")], args.repeats, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(f"written to {write_results(output_path(args, 'scale'), results)}")
-    return 0
+    return run_at_store_sizes(argv, "scale", __doc__.splitlines()[0], "1000,10000,100000", measure_scale)
 
 
 if __name__ == "__main__":
