@@ -222,3 +222,24 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def format_markdown(results: dict) -> str:
+    """Archive + index of each recorded dump against reading its files (the floor)."""
+    lines = [
+        "Archive and index of a pass-by-pass dump (overlapped) against reading every file of it (the floor). "
+        "Target: at most 4x the floor.",
+        "",
+        "| dump | files | MB | floor, s | xlarun, s | of which index after commit, s | CPU, s | x floor | x floor (paired) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        if not isinstance(r, dict) or "xlarun" not in r:
+            continue
+        x = r["xlarun"]
+        lines.append(
+            f"| {name} | {r['raw_files']} | {r['raw_bytes'] / 1e6:.0f} | {r['read_floor']['median_s']:.3f} | "
+            f"{x['median_s']:.3f} | {x.get('index_median_s', 0):.3f} | {x.get('cpu_median_s', 0):.2f} | "
+            f"{r['ratio_vs_read_floor']:.1f}x | {r.get('ratio_vs_read_floor_paired_median', 0):.1f}x |"
+        )
+    return "\n".join(lines)

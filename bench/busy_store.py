@@ -98,3 +98,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def format_markdown(results: dict) -> str:
+    """Capture and the first reader after it, at each store size, in CPU seconds."""
+    lines = [
+        "CPU seconds of a capture and of the first `show` after it (which once listed the whole store) beside a "
+        "settled `show`, at each store size. Targets: capture at the largest size within 1.1x of the smallest; the "
+        "first reader within 1.2x of a settled one.",
+        "",
+        "| runs | capture CPU, s | first reader CPU, s | settled reader CPU, s | first / settled |",
+        "|---|---|---|---|---|",
+    ]
+    for size, r in results.get("sizes", {}).items():
+        lines.append(
+            f"| {int(size):,} | {r['capture']['cpu_s']} | {r['first_reader']['cpu_s']} | {r['settled_reader']['cpu_s']} | "
+            f"{r['first_over_settled_cpu']}x |"
+        )
+    lines += ["", f"Capture, largest over smallest store: {results.get('capture_big_over_small_cpu')}x CPU."]
+    return "\n".join(lines)

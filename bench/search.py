@@ -209,3 +209,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def format_markdown(results: dict) -> str:
+    """The recorded search against rg, warm and cold, with the floors measured in the same rounds."""
+    lines = [
+        f"{results.get('raw_bytes', 0) / 1e9:.2f} GB of raw dumps ({results.get('raw_layout', '')}), "
+        f"{results.get('synthetic_store', {}).get('runs')} runs; `xlarun find` as a user runs it against `rg -l -F` "
+        "over the raw folders. Target: find at least 10x faster. *Typer floor*: the speedup a command that did "
+        "nothing but `import typer` would get; *SQLite floor*: a bare Python reading the same rows.",
+        "",
+        "| page cache | query | rg, s | find, s | speedup | at the typer floor | at the SQLite floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cache in ("warm", "cold"):
+        side = results.get(cache) or {}
+        for key in ("opcode", "rare_op_name", "any_kind"):
+            q = side.get(key)
+            if not q or "rg" not in q:
+                continue
+            lines.append(
+                f"| {cache} | `{q['query']}` ({key.replace('_', ' ')}) | {q['rg']['median_s']:.3f} | "
+                f"{q['xlarun_find']['median_s']:.3f} | {q['speedup_vs_rg']:.1f}x | "
+                f"{q.get('speedup_at_typer_floor', 0):.1f}x | {q.get('speedup_at_bare_sqlite_floor', 0):.1f}x |"
+            )
+    return "\n".join(lines)

@@ -148,3 +148,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def format_markdown(results: dict) -> str:
+    """Disk against data for many tiny runs, the way they are archived now and a pack per series."""
+    lines = [
+        f"{results.get('runs', 0):,} tiny runs captured into one store. Target: the store's disk at most 1.5x its data.",
+        "",
+        "| layout | packs | pack data, MB | pack disk, MB | packs disk / data | store data, MB | store disk, MB | store disk / data |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in ("shared_pack", "pack_per_series"):
+        r = results.get(key)
+        if not r:
+            continue
+        lines.append(
+            f"| {key.replace('_', ' ')} | {r['packs']:,} | {r['pack_bytes'] / 1e6:.1f} | {r['pack_disk_bytes'] / 1e6:.1f} | "
+            f"{r['packs_disk_over_bytes']}x | {r['store_bytes'] / 1e6:.1f} | {r['store_disk_bytes'] / 1e6:.1f} | "
+            f"{r['store_disk_over_bytes']}x |"
+        )
+    return "\n".join(lines)
