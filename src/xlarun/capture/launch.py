@@ -36,7 +36,8 @@ from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_tro
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
 from xlarun.store.facade import LocalStore
-from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
+from xlarun.capture.versions import VersionCache
+from xlarun.store.manifest import Manifest, git_facts, host_facts
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
 #: Called while archiving: (files done, files total).
@@ -282,8 +283,13 @@ def _capture(
     }
     (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
 
-    # package versions and git facts take a few subprocesses: gather them while the job runs
-    versions_later = _in_background(probe_versions, job.argv[0]) if backend.kind == "local" else lambda: {}
+    # package versions (a probe of the job's interpreter, kept per install) and git facts take a few
+    # subprocesses: gather them while the job runs
+    versions_later = (
+        _in_background(VersionCache.default().versions, job.argv[0], {**base_env, **loaded.spec.env})
+        if backend.kind == "local"
+        else lambda: {}
+    )
     git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
