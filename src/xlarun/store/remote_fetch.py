@@ -13,11 +13,12 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xlarun.errors import StoreError
-from xlarun.store.remote import ObjectStore, RemoteSpec
-from xlarun.store.remote_delta import decode_delta
+
+if TYPE_CHECKING:  # imported where a mirror is read: every store opens this module, few are mirrors
+    from xlarun.store.remote import ObjectStore, RemoteSpec
 
 #: The file at the top of a mirror store naming its remote.
 MIRROR_MARKER = "remote.json"
@@ -47,6 +48,8 @@ def mirror_spec(store_root: Path) -> RemoteSpec | None:
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("bucket"), str):
         return None
+    from xlarun.store.remote import RemoteSpec
+
     return RemoteSpec(str(entry.get("name", "")), entry["bucket"], str(entry.get("prefix", "")), entry.get("endpoint"))
 
 
@@ -98,6 +101,8 @@ class PackFetcher:
             frame = self._object_store().get(key)
             if frame is None:
                 raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again")
+            from xlarun.store.remote_delta import decode_delta
+
             data = decode_delta(frame, blobs.get(base), None, digest)
             if data is None:
                 raise StoreError(
@@ -111,6 +116,8 @@ class PackFetcher:
 
     def _object_store(self) -> ObjectStore:
         if self._remote is None:
+            from xlarun.store.remote import ObjectStore
+
             self._remote = ObjectStore(self.spec)
         return self._remote
 
