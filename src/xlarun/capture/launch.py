@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
@@ -39,6 +39,9 @@ from xlarun.store.facade import LocalStore
 from xlarun.capture.versions import VersionCache
 from xlarun.store.manifest import Manifest, git_facts, host_facts
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
+
+if TYPE_CHECKING:
+    from xlarun.store.archive import OutputArchiver
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -294,10 +297,23 @@ def _capture(
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = _LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
-    # index needs are parsed then too
-    archiver = store.archiver(staging, progress=on_archive)
-    archiver.start()
-    job.while_running = _ready_for_after_the_job
+    # index needs are parsed then too. A local job's archiver starts once the job runs (the backend calls
+    # get_ready), so that its imports overlap the job's start; a container's, which has no such call, before.
+    archivers: list[OutputArchiver] = []
+
+    def start_archiving() -> None:
+        if not archivers:
+            archiver = store.archiver(staging, progress=on_archive)
+            archiver.start()
+            archivers.append(archiver)
+
+    def get_ready() -> None:
+        start_archiving()
+        _ready_for_after_the_job()
+
+    if backend.kind != "local":
+        start_archiving()
+    job.while_running = get_ready
     kills_before = oom_kills() if backend.kind == "local" else None
     t0 = time.monotonic()
     started = utc_now()
@@ -308,11 +324,15 @@ def _capture(
             RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True}
         )
     except BaseException:
-        archiver.abandon()
+        for archiver in archivers:
+            archiver.abandon()
         raise
     finally:
         sink.close()
     duration = time.monotonic() - t0
+    if not archivers:  # the job never ran (or getting ready failed): what it may have written is archived now
+        archivers.append(store.archiver(staging, progress=on_archive))
+    (archiver,) = archivers
 
     kill_point("job-ended")
     warnings = list(composed.warnings) + ([profile_warning] if profile_warning else [])
