@@ -159,7 +159,7 @@ def measure_fixed_cost(workdir: Path, repeats: int) -> dict:
     walls = [Timing([w for w, _ in side]) for side in (direct, captured, bare, stack)]
     cpus = [Timing([c for _, c in side]) for side in (direct, captured, bare, stack)]
     t_direct, t_capture, t_bare, t_stack = walls
-    c_direct, c_capture, c_bare, c_stack = cpus
+    c_direct, c_capture, _c_bare, c_stack = cpus
     fixed_cpu = c_capture.median - c_direct.median
     return {
         "direct": t_direct.to_dict(),

@@ -31,12 +31,12 @@ from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFla
 from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
+from xlarun.capture.versions import VersionCache
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
 from xlarun.store.facade import LocalStore
-from xlarun.capture.versions import VersionCache
 from xlarun.store.manifest import Manifest, git_facts, host_facts
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 

@@ -17,7 +17,6 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-
 #: XLA's allocation failing (a JaxRuntimeError), Python's, and C++'s (XLA compiling: "terminate called after
 #: throwing an instance of 'std::bad_alloc'", a SIGABRT)
 _OOM_LINE = re.compile(r"^.*(?:RESOURCE_EXHAUSTED|Out of memory|out of memory|\bMemoryError\b|std::bad_alloc).*$", re.M)

@@ -53,7 +53,9 @@ print(json.dumps({"versions": out, "folders": [p for p in sys.path if p and os.p
 """
 
 
-def probe_versions(python: str, env: Mapping[str, str] | None = None, timeout_s: float = 30) -> tuple[dict[str, str], list[str] | None]:
+def probe_versions(
+    python: str, env: Mapping[str, str] | None = None, timeout_s: float = 30
+) -> tuple[dict[str, str], list[str] | None]:
     """Versions of Python and the ML packages as ``python`` sees them (``xlarun``'s own among them), and the
     folders it read them from (None when the probe failed: then ``probe_error`` says so among the versions)."""
     import subprocess
