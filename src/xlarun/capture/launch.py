@@ -25,9 +25,9 @@ from xlarun.capture.flags import (
     redact_env,
     snapshot_donation_warning,
     where_flag_comes_from,
-    without_donation_noise,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.log_sink import LogSink
 from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
@@ -70,52 +70,6 @@ class CaptureResult:
     @property
     def ok(self) -> bool:
         return self.status == RunStatus.SUCCEEDED and self.manifest.files > 0
-
-
-class _LogSink:
-    """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
-
-    def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
-        # open for the job's whole life: close() ends them
-        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}  # noqa: SIM115
-        self.echo = echo
-        self.prefix = prefix
-        self.lock = threading.Lock()
-        self.error: str | None = None
-        self.hidden = 0  # XLA's donated-snapshot lines kept off the console (they are in the logs)
-
-    def __call__(self, stream: str, text: str) -> None:
-        with self.lock:
-            if self.files[stream] is not None:
-                try:
-                    self.files[stream].write(text)
-                    self.files[stream].flush()
-                except OSError as exc:  # a full disk: keep reading the job's output (else it blocks), say so
-                    self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
-                    self._close(stream)
-            if self.echo:
-                text, hidden = without_donation_noise(text)
-                self.hidden += hidden
-                target = sys.stdout if stream == "stdout" else sys.stderr
-                if self.prefix:
-                    text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
-                try:
-                    target.write(text)
-                    target.flush()
-                except (OSError, ValueError):  # the terminal went away (SIGHUP): the logs still get everything
-                    self.echo = False
-
-    def close(self) -> None:
-        for stream in self.files:
-            self._close(stream)
-
-    def _close(self, stream: str) -> None:
-        handle, self.files[stream] = self.files[stream], None
-        if handle is not None:
-            try:
-                handle.close()
-            except OSError as exc:
-                self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
 
 
 def _ready_for_after_the_job() -> None:
@@ -295,7 +249,7 @@ def _capture(
     )
     git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
-    sink = _LogSink(staging, echo, echo_prefix)
+    sink = LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
     # index needs are parsed then too. A local job's archiver starts once the job runs (the backend calls
     # get_ready), so that its imports overlap the job's start; a container's, which has no such call, before.
