@@ -460,5 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the command runs (its own handler says "interrupted")
         code = int(ExitCode.INTERRUPTED)
     if argv is None:
-        sys.exit(code)
+        from xlarun.process_exit import exit_without_teardown
+
+        exit_without_teardown(code)  # as sys.exit, less freeing every module one by one (60-100 ms of a capture)
     return code

@@ -29,7 +29,7 @@ def test_eight_captures_with_gc_and_rm_on_one_store(tmp_path, real_dump, figures
         captures = [xlarun("capture", str(spec), "-q", store=root) for _ in range(8)]
         remover = xlarun("rm", "--yes", to_remove, store=root)
         deadline = time.monotonic() + 300
-        while any(p.poll() is None for p in captures) and time.monotonic() < deadline:
+        while any(p.poll() is None for p in [*captures, remover]) and time.monotonic() < deadline:
             gc = xlarun("gc", store=root)
             _out, err = gc.communicate(timeout=300)
             assert gc.returncode == 0, err

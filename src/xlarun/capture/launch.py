@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
@@ -25,19 +25,23 @@ from xlarun.capture.flags import (
     redact_env,
     snapshot_donation_warning,
     where_flag_comes_from,
-    without_donation_noise,
 )
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
+from xlarun.capture.log_sink import LogSink
 from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
+from xlarun.capture.versions import VersionCache
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
 from xlarun.interrupts import StopRequest, exit_code_for, stop_on_signals
 from xlarun.killpoints import kill_point
 from xlarun.store.facade import LocalStore
-from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
+from xlarun.store.manifest import Manifest, git_facts, host_facts
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
+
+if TYPE_CHECKING:
+    from xlarun.store.archive import OutputArchiver
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -66,52 +70,6 @@ class CaptureResult:
     @property
     def ok(self) -> bool:
         return self.status == RunStatus.SUCCEEDED and self.manifest.files > 0
-
-
-class _LogSink:
-    """Writes the job's output into the run's log files and, if asked, to this terminal as it comes."""
-
-    def __init__(self, run_dir: Path, echo: bool, prefix: str = ""):
-        # open for the job's whole life: close() ends them
-        self.files: dict[str, Any] = {name: open(run_dir / f"{name}.log", "w", encoding="utf-8") for name in ("stdout", "stderr")}  # noqa: SIM115
-        self.echo = echo
-        self.prefix = prefix
-        self.lock = threading.Lock()
-        self.error: str | None = None
-        self.hidden = 0  # XLA's donated-snapshot lines kept off the console (they are in the logs)
-
-    def __call__(self, stream: str, text: str) -> None:
-        with self.lock:
-            if self.files[stream] is not None:
-                try:
-                    self.files[stream].write(text)
-                    self.files[stream].flush()
-                except OSError as exc:  # a full disk: keep reading the job's output (else it blocks), say so
-                    self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
-                    self._close(stream)
-            if self.echo:
-                text, hidden = without_donation_noise(text)
-                self.hidden += hidden
-                target = sys.stdout if stream == "stdout" else sys.stderr
-                if self.prefix:
-                    text = "".join(f"{self.prefix}{line}" for line in text.splitlines(keepends=True))
-                try:
-                    target.write(text)
-                    target.flush()
-                except (OSError, ValueError):  # the terminal went away (SIGHUP): the logs still get everything
-                    self.echo = False
-
-    def close(self) -> None:
-        for stream in self.files:
-            self._close(stream)
-
-    def _close(self, stream: str) -> None:
-        handle, self.files[stream] = self.files[stream], None
-        if handle is not None:
-            try:
-                handle.close()
-            except OSError as exc:
-                self.error = f"the job's {stream} log is cut short: {exc.strerror or exc}"
 
 
 def _ready_for_after_the_job() -> None:
@@ -282,16 +240,34 @@ def _capture(
     }
     (staging / "spec.resolved.json").write_text(json.dumps(resolved, indent=2), encoding="utf-8")
 
-    # package versions and git facts take a few subprocesses: gather them while the job runs
-    versions_later = _in_background(probe_versions, job.argv[0]) if backend.kind == "local" else lambda: {}
+    # package versions (a probe of the job's interpreter, kept per install) and git facts take a few
+    # subprocesses: gather them while the job runs
+    versions_later = (
+        _in_background(VersionCache.default().versions, job.argv[0], {**base_env, **loaded.spec.env})
+        if backend.kind == "local"
+        else lambda: {}
+    )
     git_later = _in_background(git_facts, loaded.script.parent)
     job.env.setdefault("XLARUN_RUN_ID", run_id)
-    sink = _LogSink(staging, echo, echo_prefix)
+    sink = LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
-    # index needs are parsed then too
-    archiver = store.archiver(staging, progress=on_archive)
-    archiver.start()
-    job.while_running = _ready_for_after_the_job
+    # index needs are parsed then too. A local job's archiver starts once the job runs (the backend calls
+    # get_ready), so that its imports overlap the job's start; a container's, which has no such call, before.
+    archivers: list[OutputArchiver] = []
+
+    def start_archiving() -> None:
+        if not archivers:
+            archiver = store.archiver(staging, progress=on_archive)
+            archiver.start()
+            archivers.append(archiver)
+
+    def get_ready() -> None:
+        start_archiving()
+        _ready_for_after_the_job()
+
+    if backend.kind != "local":
+        start_archiving()
+    job.while_running = get_ready
     kills_before = oom_kills() if backend.kind == "local" else None
     t0 = time.monotonic()
     started = utc_now()
@@ -302,11 +278,15 @@ def _capture(
             RunStatus.ERROR, None, started, utc_now(), error=exc.one_line(), details={"environment_problem": True}
         )
     except BaseException:
-        archiver.abandon()
+        for archiver in archivers:
+            archiver.abandon()
         raise
     finally:
         sink.close()
     duration = time.monotonic() - t0
+    if not archivers:  # the job never ran (or getting ready failed): what it may have written is archived now
+        archivers.append(store.archiver(staging, progress=on_archive))
+    (archiver,) = archivers
 
     kill_point("job-ended")
     warnings = list(composed.warnings) + ([profile_warning] if profile_warning else [])

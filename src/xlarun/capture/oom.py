@@ -17,9 +17,6 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.hlo.buffer_assignment import DumpFormatError, parse_buffer_assignment
-from xlarun.hlo.names import decode_dump_name
-
 #: XLA's allocation failing (a JaxRuntimeError), Python's, and C++'s (XLA compiling: "terminate called after
 #: throwing an instance of 'std::bad_alloc'", a SIGABRT)
 _OOM_LINE = re.compile(r"^.*(?:RESOURCE_EXHAUSTED|Out of memory|out of memory|\bMemoryError\b|std::bad_alloc).*$", re.M)
@@ -62,6 +59,8 @@ class LastModule:
 
 def last_module(dump_dir: Path) -> LastModule | None:
     """The module with the highest id among the dump's files (every process's), or None for an empty dump."""
+    from xlarun.hlo.names import decode_dump_name  # read for a job that failed only: not on every capture's start
+
     modules: dict[tuple[int, str], list[Path]] = {}
     for path in dump_dir.rglob("module_*"):
         name = decode_dump_name(path.name)
@@ -76,6 +75,8 @@ def last_module(dump_dir: Path) -> LastModule | None:
 
 
 def _biggest(path: Path | None) -> list[str]:
+    from xlarun.hlo.buffer_assignment import DumpFormatError, parse_buffer_assignment
+
     if path is None:
         return []
     try:

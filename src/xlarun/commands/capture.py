@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from xlarun.commands import JsonOption, StoreOption, open_store
 from xlarun.errors import mark_json_reported
+
+if TYPE_CHECKING:
+    from xlarun.capture.spec_yaml import LoadedSpec
+    from xlarun.store.facade import LocalStore
 
 SpecArgument = Annotated[
     Path,
@@ -49,19 +53,26 @@ def capture(
 
     Example: xlarun capture configs/jax-cpu.yaml
     """
-    from xlarun.capture.launch import capture as run_capture
-    from xlarun.capture.launch import exit_status_error
     from xlarun.capture.spec_yaml import load_batch
-    from xlarun.console import ProgressBar, human_bytes, print_json, say, warn
 
     cells = load_batch(spec)
     the_store = open_store(store, create=True)
-    if cells[0].matrix_values is not None:  # a matrix spec: capture every cell, one at a time
-        from xlarun.commands.batch import run_and_report
+    try:  # closed here, not when the interpreter ends: the CLI's exit skips freeing objects one by one
+        if cells[0].matrix_values is not None:  # a matrix spec: capture every cell, one at a time
+            from xlarun.commands.batch import run_and_report
 
-        run_and_report(cells, the_store, jobs=1, fail_fast=None, as_json=as_json)
-        return
-    loaded = cells[0]
+            run_and_report(cells, the_store, jobs=1, fail_fast=None, as_json=as_json)
+            return
+        _capture_one(cells[0], the_store, quiet, as_json, top)
+    finally:
+        the_store.close()
+
+
+def _capture_one(loaded: LoadedSpec, the_store: LocalStore, quiet: bool, as_json: bool, top: int) -> None:
+    from xlarun.capture.launch import capture as run_capture
+    from xlarun.capture.launch import exit_status_error
+    from xlarun.console import ProgressBar, human_bytes, print_json, say, warn
+
     progress = ProgressBar("archiving", enabled=not as_json)
     if not as_json:
         say(f"[bold]capturing[/bold] {loaded.spec.name}: {loaded.script} on {loaded.spec.backend.kind} -> {the_store.root}")

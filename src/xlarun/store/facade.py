@@ -9,8 +9,10 @@ process, handed to the archiver (which fills it while a job runs) and to ingest 
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -48,11 +50,26 @@ def _mend_advice(run_id: str, why: str) -> str:
     return f"`xlarun check` names what is damaged; restore it from a backup, or `xlarun rm {run_id}` removes the run"
 
 
+#: The stores this process opened and has not closed: closed when the process ends (the console script ends without
+#: the interpreter's teardown, which closed their SQLite connections and checkpointed their write-ahead logs).
+_OPEN_STORES: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_OPEN_STORES):
+        try:
+            store.close()
+        except Exception:  # a store a dying thread still used: its connections go with the process
+            pass
+
+
 class LocalStore(RunStore):
     """A run store folder with its index, archiver and facts cache. ``LocalStore.open()`` opens (and creates) the default one."""
 
     def __init__(self, root: Path):
         super().__init__(root)
+        _OPEN_STORES.add(self)
         self._indexes = threading.local()  # one SQLite connection per thread (batch cells run in threads)
         self._open_indexes: list[Index] = []
         self._reconciled = False
@@ -248,6 +265,7 @@ class LocalStore(RunStore):
 
     def close(self) -> None:
         """Close every index and pack-table connection this store opened."""
+        _OPEN_STORES.discard(self)
         super().close()
         for index in self._open_indexes:
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import socket
 import subprocess
@@ -11,34 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
-
-from xlarun import __version__
-
-#: Packages whose versions are recorded (read with importlib.metadata by the job's own interpreter).
-VERSIONED_PACKAGES = (
-    "jax",
-    "jaxlib",
-    "jax-cuda12-plugin",
-    "tensorflow",
-    "tensorflow-cpu",
-    "tf-keras",
-    "torch",
-    "torch_xla",
-    "numpy",
-)
-
-# Runs in the job's interpreter: package versions without importing the frameworks (fast).
-_PROBE = """
-import json, sys, platform
-from importlib import metadata
-out = {"python": platform.python_version(), "python_executable": sys.executable}
-for name in %r:
-    try:
-        out[name] = metadata.version(name)
-    except Exception:
-        pass
-print(json.dumps(out))
-"""
 
 
 class Manifest(BaseModel):
@@ -89,18 +60,6 @@ class Manifest(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
-
-
-def probe_versions(python: str, timeout_s: float = 30) -> dict[str, str]:
-    """Versions of Python and the ML packages as the job's interpreter sees them."""
-    versions = {"xlarun": __version__}
-    try:
-        out = subprocess.run([python, "-c", _PROBE % (VERSIONED_PACKAGES,)], capture_output=True, text=True, timeout=timeout_s)
-        if out.returncode == 0:
-            versions.update(json.loads(out.stdout.strip().splitlines()[-1]))
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        versions["probe_error"] = f"could not run {python} to read package versions"
-    return versions
 
 
 def host_facts() -> dict[str, Any]:

@@ -3,14 +3,12 @@ before and after optimization, entry signature, fingerprint, search terms, and t
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import sys
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -286,6 +284,9 @@ class FactsPool:
     """
 
     def __init__(self, workers: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         from xlarun.hlo import proto, text  # noqa: F401 (imported once here, not once in each worker)
 
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
@@ -294,6 +295,8 @@ class FactsPool:
     @classmethod
     def start(cls, workers: int | None = None) -> FactsPool | None:
         """A pool of ``workers`` processes (one per core by default), or None where forking is unsafe."""
+        import multiprocessing  # here, not at import: a capture of a small dump never starts a pool (~5 ms)
+
         cores = os.cpu_count() or 1
         if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
             return None
@@ -349,6 +352,10 @@ class gather_facts:
         without a pool): the caller works with them while the pool parses the rest."""
         for key in list(self.here):
             yield key, self._read_here(key)
+        if not self.futures:
+            return
+        from concurrent.futures import as_completed
+
         keys = {future: key for key, future in self.futures.items()}
         for future in as_completed(keys):
             yield keys[future], self._collect(keys[future])
