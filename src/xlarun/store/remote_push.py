@@ -1,0 +1,282 @@
+"""Push: a local run sent to a remote, each file's bytes sent only when no remote object holds them yet.
+
+A file some remote pack holds (whichever store pushed it: :mod:`xlarun.store.remote_files`) is named in the record
+by that pack; a file the remote holds as a delta, or that is worth sending as one against a like file of an earlier
+run of the same name (:mod:`xlarun.store.remote_delta`), goes as a delta; the rest go in push packs cut by their
+digests, so two hosts sending the same new files at once send the same objects. The run's small objects (folder
+files, record, catalog) go 8 at once, each one put that the server refuses when it has the key; the run's index
+object is published last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
+
+import zstandard
+
+from xlarun.killpoints import kill_point
+from xlarun.store.facade import LocalStore
+from xlarun.store.pack_format import content_digest
+from xlarun.store.packs import STREAM_BYTES
+from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_delta import (
+    DELTA_MAX_BYTES,
+    BaseFile,
+    BaseFinder,
+    DeltaRef,
+    delta_worth_it,
+    encode_delta,
+    parse_delta_name,
+)
+from xlarun.store.remote_files import RemoteFiles, build_pack, push_pack_groups
+from xlarun.store.remote_index import mirror_root, run_catalog
+from xlarun.store.remote_locks import remote_lock
+from xlarun.store.remote_records import RECORD_FORMAT, RECORD_FORMAT_DELTAS, fetch_verified, read_remote_json
+from xlarun.store.rows import StoredFile
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from xlarun.store.remote_sync import Transfer
+
+#: The runs of the same name whose files are looked at as delta bases (the latest).
+BASE_RUNS = 20
+#: The runs of the same name whose index objects are read for a record to send the run's record against.
+RECORD_BASE_RUNS = 5
+#: Transfers at once: object stores answer many small requests in parallel much faster than in sequence.
+WORKERS = 8
+
+
+def run_folder_files(folder: Path) -> dict[str, Path]:
+    """A committed run's own files but files.json (the record holds it), by their path in the folder."""
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and not path.is_symlink() and rel not in ("files.json", "owner.pid"):
+            found[rel] = path
+    return found
+
+
+def files_cache(remote: ObjectStore) -> Path:
+    """Where the remote's pack headers read are kept: beside its mirror (``runs --remote`` keeps its summaries there)."""
+    mirror = mirror_root(remote.spec)
+    return mirror.with_name(f"{mirror.name}.packs.json")
+
+
+def index_object(run_id: str, record_digest: str, manifest: dict, files: list[StoredFile]) -> dict:
+    return {
+        "format": RECORD_FORMAT, "run": run_id, "record": record_digest,
+        "name": manifest.get("name"), "status": manifest.get("status"),
+        "started": manifest.get("started"), "tags": manifest.get("tags") or {},
+        "files": len(files), "bytes": sum(f.size for f in files),
+        "pushed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+
+
+class PushSide:
+    """The push half of :class:`xlarun.store.remote_sync.RemoteSync` (which gives the store, remote and counting)."""
+
+    store: LocalStore
+    remote: ObjectStore
+    transfer: Transfer
+    _files: RemoteFiles | None
+    _remote_deltas: dict[str, DeltaRef] | None
+    _locked: bool
+
+    def _count(self, size: int, sent: bool = True) -> None:
+        raise NotImplementedError
+
+    def push(self, run_ids: list[str]) -> Transfer:
+        """Send each run the remote does not have: the files no remote object holds, its folder's files, its
+        record, and last its index object. A run already there is left as it is (listed in ``already``)."""
+        with ExitStack() as locks:
+            for run_id in run_ids:
+                self.push_run(run_id, locks)
+        return self.transfer
+
+    def push_run(self, run_id: str, locks: ExitStack | None = None) -> bool:
+        """Push one run; False when the remote already had it. A push lock is held on the remote from the first
+        object sent (see :mod:`xlarun.store.remote_locks`): until ``locks`` closes, or until this run is published."""
+        if self.remote.exists(f"runs/{run_id}.json"):
+            self.transfer.already.append(run_id)
+            return False
+        if locks is None:
+            with ExitStack() as own:
+                return self.push_run(run_id, own)
+        if not self._locked:
+            locks.enter_context(remote_lock(self.remote, "push"))
+            self._locked = True
+            locks.callback(self._unlocked)
+        with self.store.lock():  # shared: gc (exclusive) deletes no pack while it is read
+            return self._push_run(run_id)
+
+    def _unlocked(self) -> None:
+        """What was listed under the lock is forgotten with it: a gc may delete once it is gone."""
+        self._locked, self._files, self._remote_deltas = False, None, None
+
+    def _push_run(self, run_id: str) -> bool:
+        files = self.store.stored_files(run_id)
+        manifest = self.store.manifest(run_id)
+        view, _deltas = self._remote_holdings()
+        by_pack: dict[str, list[int]] = {}
+        lacking: dict[str, list[int]] = {}  # by local pack: the files no remote pack holds
+        for i, entry in enumerate(files):
+            held = view.pack_of(entry.digest)
+            if held is not None:
+                by_pack.setdefault(held, []).append(i)
+            else:
+                lacking.setdefault(self.store.blobs.pack_of(entry.digest), []).append(i)
+        held_bytes = sum(files[i].size for members in by_pack.values() for i in members)
+        if held_bytes:
+            self._count(held_bytes, sent=False)
+        deltas = self._send_deltas(run_id, manifest.get("name"), files, lacking)
+        rest = sorted(i for members in lacking.values() for i in members if i not in deltas)
+        self._send_new_files([files[i] for i in rest])
+        for i in rest:  # now in a push pack
+            by_pack.setdefault(str(view.pack_of(files[i].digest)), []).append(i)
+        by_pack = {name: sorted(members) for name, members in sorted(by_pack.items())}
+        return self._publish(run_id, manifest, files, by_pack, deltas)
+
+    def _publish(
+        self, run_id: str, manifest: dict, files: list[StoredFile], by_pack: dict[str, list[int]], deltas: dict[int, DeltaRef]
+    ) -> bool:
+        """The run's folder files, record and catalog (8 at once), then its index object: the run is on the remote."""
+        small: list[tuple[str, bytes]] = []
+        folder = {}
+        for rel, path in run_folder_files(self.store.run_path(run_id)).items():
+            data = path.read_bytes()
+            folder[rel] = digest = content_digest(data)
+            small.append((f"files/{digest}.zst", data))
+        record = {"format": RECORD_FORMAT_DELTAS if deltas else RECORD_FORMAT, "run": run_id, "folder": folder,
+                  "packs": by_pack, "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
+        if deltas:
+            record["deltas"] = {str(i): [ref.base, ref.base_pack] for i, ref in sorted(deltas.items())}
+        record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        record_digest = content_digest(record_bytes)
+        index = index_object(run_id, record_digest, manifest, files)
+        base = self._record_base(run_id, manifest.get("name"))
+        delta = encode_delta(record_bytes, base[1]) if base is not None else b""
+        raw: list[tuple[str, bytes]] = []
+        if base is not None and delta_worth_it(len(record_bytes), len(delta)):
+            index["record_base"] = base[0]
+            raw.append((f"records/{record_digest}.{base[0]}.zst", delta))
+        else:
+            small.append((f"records/{record_digest}.zst", record_bytes))
+        catalog = run_catalog(self.store.index, run_id)  # the run's index rows: found on the remote without a blob
+        small.append((f"catalogs/{content_digest(catalog)}.zst", catalog))
+        index["catalog"] = content_digest(catalog)
+        compressor = zstandard.ZstdCompressor(level=9, write_checksum=True)
+        raw += [(key, compressor.compress(data)) for key, data in small]
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(lambda item: self._send_once(*item), raw))
+        kill_point("remote-record-sent")
+        if not self.remote.put_once(f"runs/{run_id}.json", json.dumps(index, sort_keys=True).encode()):
+            self.transfer.already.append(run_id)  # another push published it meanwhile
+            return False
+        self.transfer.runs.append(run_id)
+        return True
+
+    def _remote_holdings(self) -> tuple[RemoteFiles, dict[str, DeltaRef]]:
+        """The files the remote holds in packs and those it holds as deltas (listed once a push, under its lock)."""
+        if self._files is None:
+            self._files = RemoteFiles.read(self.remote, files_cache(self.remote))
+        if self._remote_deltas is None:
+            listed = (parse_delta_name(n) for n in self.remote.names("deltas/"))
+            self._remote_deltas = {ref.digest: ref for ref in listed if ref is not None}
+        return self._files, self._remote_deltas
+
+    def _send_deltas(
+        self, run_id: str, name: object, files: list[StoredFile], lacking: dict[str, list[int]]
+    ) -> dict[int, DeltaRef]:
+        """The lacking files sent (or found) as deltas, by their place in the run's list: a local pack's lacking
+        files go as deltas when every one is a delta the remote has or a worthwhile new one, else in push packs."""
+        if not lacking:
+            return {}
+        view, remote_deltas = self._remote_holdings()
+        finder = self._base_finder(run_id, name, view)
+        chosen: dict[int, DeltaRef] = {}
+        for members in lacking.values():
+            planned: dict[int, tuple[DeltaRef, bytes | None]] = {}
+            for i in members:
+                entry = files[i]
+                held = remote_deltas.get(entry.digest)
+                if held is not None and held.base_pack in view.members:  # a delta is used only with its base there
+                    planned[i] = (held, None)
+                    continue
+                base = finder.base_of(entry.path, entry.digest) if entry.size <= DELTA_MAX_BYTES else None
+                if base is None:
+                    break
+                delta = encode_delta(self.store.blobs.get(entry.digest), self.store.blobs.get(base.digest))
+                if not delta_worth_it(entry.size, len(delta)):
+                    break
+                planned[i] = (DeltaRef(entry.digest, base.digest, base.pack), delta)
+            else:
+                for i, (ref, encoded) in planned.items():
+                    if encoded is None:
+                        self._count(files[i].size, sent=False)
+                    elif remote_deltas.get(ref.digest) != ref:
+                        self.remote.put(ref.key, encoded)
+                        remote_deltas[ref.digest] = ref
+                        self._count(len(encoded))
+                    chosen[i] = ref
+                kill_point("remote-delta-sent")
+        return chosen
+
+    def _base_finder(self, run_id: str, name: object, view: RemoteFiles) -> BaseFinder:
+        """Bases from the files of this store's other runs of the same name (the latest first) held in remote packs."""
+        finder = BaseFinder()
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-BASE_RUNS:]):
+            for entry in self.store.stored_files(other):
+                pack = view.pack_of(entry.digest)
+                if pack is not None and entry.size <= DELTA_MAX_BYTES:
+                    finder.add(entry.path, BaseFile(entry.digest, pack))
+        return finder
+
+    def _send_new_files(self, files: list[StoredFile]) -> None:
+        """Files no remote object holds, in push packs (8 built and sent at once). A file streamed into a local pack of
+        its own (a large one) goes as that pack: its bytes, hence its name, are the same on every host."""
+        view, _deltas = self._remote_holdings()
+        alone = {f.digest for f in files if f.size > STREAM_BYTES}
+        groups = [[f] for f in files if f.digest in alone] + push_pack_groups([f for f in files if f.digest not in alone])
+
+        def send(group: list[StoredFile]) -> tuple[str, list[str]]:
+            if group[0].digest in alone:
+                name = self.store.blobs.pack_of(group[0].digest)
+                path = self.store.blobs.pack_path(name)
+                if self.remote.exists(f"packs/{name}.zst"):  # sent by another host meanwhile
+                    self._count(path.stat().st_size, sent=False)
+                else:
+                    self.remote.upload(f"packs/{name}.zst", path)
+                    self._count(path.stat().st_size)
+            else:
+                name, body = build_pack([(f.digest, self.store.blobs.get(f.digest)) for f in group])
+                if self.remote.exists(f"packs/{name}.zst") or not self.remote.put_once(f"packs/{name}.zst", body):
+                    self._count(len(body), sent=False)  # the same files, sent by another host meanwhile
+                else:
+                    self._count(len(body))
+            kill_point("remote-pack-sent")
+            return name, [f.digest for f in group]
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for name, digests in pool.map(send, groups):
+                view.add(name, digests)
+
+    def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
+        """The record of the latest other run of this name the remote holds whole (a record sent whole: a delta's
+        base is never a delta), as (digest, bytes); None when there is none among the last few."""
+        others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
+        for other in reversed(others[-RECORD_BASE_RUNS:]):
+            index = read_remote_json(self.remote, f"runs/{other}.json", None)
+            if index is not None and index.get("record_base") is None and isinstance(index.get("record"), str):
+                return index["record"], fetch_verified(self.remote, f"records/{index['record']}.zst", index["record"])
+        return None
+
+    def _send_once(self, key: str, data: bytes) -> None:
+        """An object named by its content, put unless the remote has it: one request (the server refuses the key
+        it has), not a look-up and a put."""
+        self._count(len(data), sent=self.remote.put_once(key, data))
