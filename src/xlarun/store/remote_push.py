@@ -10,6 +10,7 @@ object is published last.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from xlarun.store.facade import LocalStore
 from xlarun.store.pack_format import content_digest
 from xlarun.store.packs import STREAM_BYTES
 from xlarun.store.remote import ObjectStore
+from xlarun.store.remote_bases import RemotePackReader, add_remote_bases, remote_runs_named
 from xlarun.store.remote_delta import (
     DELTA_MAX_BYTES,
     BaseFile,
@@ -34,7 +36,7 @@ from xlarun.store.remote_delta import (
 )
 from xlarun.store.remote_files import RemoteFiles, build_pack, push_pack_groups
 from xlarun.store.remote_index import mirror_root, run_catalog
-from xlarun.store.remote_locks import remote_lock
+from xlarun.store.remote_locks import remote_lock, same_name_turn
 from xlarun.store.remote_records import RECORD_FORMAT, RECORD_FORMAT_DELTAS, fetch_verified, read_remote_json
 from xlarun.store.rows import StoredFile
 
@@ -86,6 +88,7 @@ class PushSide:
     _files: RemoteFiles | None
     _remote_deltas: dict[str, DeltaRef] | None
     _locked: bool
+    _same_name: tuple[str, list[tuple[str, dict]]] | None = None
 
     def _count(self, size: int, sent: bool = True) -> None:
         raise NotImplementedError
@@ -111,7 +114,11 @@ class PushSide:
             locks.enter_context(remote_lock(self.remote, "push"))
             self._locked = True
             locks.callback(self._unlocked)
-        with self.store.lock():  # shared: gc (exclusive) deletes no pack while it is read
+        name = self.store.manifest(run_id).get("name")
+        with self.store.lock(), ExitStack() as turn:  # shared: gc (exclusive) deletes no pack while it is read
+            if isinstance(name, str):  # pushes of the same program at once: one sends its new files, the others find them
+                turn.enter_context(same_name_turn(self.remote, name))
+                self._files = None  # read again in the turn: what the pushes before it sent
             return self._push_run(run_id)
 
     def _unlocked(self) -> None:
@@ -192,38 +199,42 @@ class PushSide:
     def _send_deltas(
         self, run_id: str, name: object, files: list[StoredFile], lacking: dict[str, list[int]]
     ) -> dict[int, DeltaRef]:
-        """The lacking files sent (or found) as deltas, by their place in the run's list: a local pack's lacking
-        files go as deltas when every one is a delta the remote has or a worthwhile new one, else in push packs."""
-        if not lacking:
+        """The lacking files sent (or found) as deltas, by their place in the run's list: a file the remote holds as a
+        delta (its base there), or one whose delta against a like file the remote holds is worth sending; the others
+        go in push packs. Like files are looked for in this store's runs of the same name, then the remote's."""
+        places = sorted(i for members in lacking.values() for i in members if files[i].size <= DELTA_MAX_BYTES)
+        if not places:
             return {}
         view, remote_deltas = self._remote_holdings()
         finder = self._base_finder(run_id, name, view)
+        add_remote_bases(finder, self.remote, view, self._remote_runs_named(run_id, name))
+        reader = RemotePackReader(self.remote)
         chosen: dict[int, DeltaRef] = {}
-        for members in lacking.values():
-            planned: dict[int, tuple[DeltaRef, bytes | None]] = {}
-            for i in members:
-                entry = files[i]
-                held = remote_deltas.get(entry.digest)
-                if held is not None and held.base_pack in view.members:  # a delta is used only with its base there
-                    planned[i] = (held, None)
-                    continue
-                base = finder.base_of(entry.path, entry.digest) if entry.size <= DELTA_MAX_BYTES else None
-                if base is None:
-                    break
-                delta = encode_delta(self.store.blobs.get(entry.digest), self.store.blobs.get(base.digest))
-                if not delta_worth_it(entry.size, len(delta)):
-                    break
-                planned[i] = (DeltaRef(entry.digest, base.digest, base.pack), delta)
+        for i in places:
+            entry = files[i]
+            held = remote_deltas.get(entry.digest)
+            if held is not None and held.base_pack in view.members:  # a delta is used only with its base there
+                self._count(entry.size, sent=False)
+                chosen[i] = held
+                continue
+            base = finder.base_of(entry.path, entry.digest)
+            if base is None:
+                continue
+            if self.store.blobs.has(base.digest):
+                base_bytes: bytes | None = self.store.blobs.get(base.digest)
             else:
-                for i, (ref, encoded) in planned.items():
-                    if encoded is None:
-                        self._count(files[i].size, sent=False)
-                    elif remote_deltas.get(ref.digest) != ref:
-                        self.remote.put(ref.key, encoded)
-                        remote_deltas[ref.digest] = ref
-                        self._count(len(encoded))
-                    chosen[i] = ref
-                kill_point("remote-delta-sent")
+                base_bytes = reader.get(base.pack, base.digest)
+            if base_bytes is None:
+                continue
+            delta = encode_delta(self.store.blobs.get(entry.digest), base_bytes)
+            if not delta_worth_it(entry.size, len(delta)):
+                continue
+            ref = DeltaRef(entry.digest, base.digest, base.pack)
+            self.remote.put(ref.key, delta)
+            remote_deltas[ref.digest] = chosen[i] = ref
+            self._count(len(delta))
+            kill_point("remote-delta-sent")
+        self.transfer.base_bytes += reader.fetched_bytes
         return chosen
 
     def _base_finder(self, run_id: str, name: object, view: RemoteFiles) -> BaseFinder:
@@ -266,12 +277,19 @@ class PushSide:
             for name, digests in pool.map(send, groups):
                 view.add(name, digests)
 
+    def _remote_runs_named(self, run_id: str, name: object) -> list[tuple[str, dict]]:
+        """The latest remote runs of this name, whoever pushed them (read once a run)."""
+        if self._same_name is None or self._same_name[0] != run_id:
+            self._same_name = (run_id, remote_runs_named(self.remote, name, run_id))
+        return self._same_name[1]
+
     def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
         """The record of the latest other run of this name the remote holds whole (a record sent whole: a delta's
-        base is never a delta), as (digest, bytes); None when there is none among the last few."""
+        base is never a delta), as (digest, bytes): this store's runs first, then any host's; None when there is
+        none among the last few."""
         others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
-        for other in reversed(others[-RECORD_BASE_RUNS:]):
-            index = read_remote_json(self.remote, f"runs/{other}.json", None)
+        local = (read_remote_json(self.remote, f"runs/{other}.json", None) for other in reversed(others[-RECORD_BASE_RUNS:]))
+        for index in itertools.chain(local, (index for _other, index in self._remote_runs_named(run_id, name))):
             if index is not None and index.get("record_base") is None and isinstance(index.get("record"), str):
                 return index["record"], fetch_verified(self.remote, f"records/{index['record']}.zst", index["record"])
         return None

@@ -64,6 +64,7 @@ class Transfer:
     bytes: int = 0
     skipped_files: int = 0
     skipped_bytes: int = 0
+    base_bytes: int = 0  # read back by a push: remote packs holding delta bases
     started: float = field(default_factory=time.monotonic)
     runs: list[str] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
@@ -77,6 +78,7 @@ class Transfer:
         return {
             "runs": self.runs, "already_there": self.already, "files": self.files, "bytes": self.bytes,
             "skipped_files": self.skipped_files, "skipped_bytes": self.skipped_bytes,
+            "base_bytes": self.base_bytes,
             "seconds": round(time.monotonic() - self.started, 3),
         }  # fmt: skip
 
