@@ -53,11 +53,12 @@ def remote_runs_named(remote: ObjectStore, name: object, run_id: str) -> list[tu
 
 
 def add_remote_bases(finder: BaseFinder, remote: ObjectStore, view: RemoteFiles, runs: list[tuple[str, dict]]) -> None:
-    """Add to ``finder`` (after what it holds: a local base wins) the files of remote ``runs`` held in remote packs;
+    """Add to ``finder`` (after what it holds: a local base wins) the files of remote ``runs`` held in remote packs,
+    and for their files held as deltas those deltas' bases (a delta never needs a delta: the chain stays one long);
     a run whose record cannot be read is passed over (bases are an economy, never a need)."""
     for other, index in runs:
         try:
-            files, _folder, packs, _deltas = checked_record(read_record(remote, index, other), other)
+            files, _folder, packs, deltas = checked_record(read_record(remote, index, other), other)
         except StoreError:
             continue
         for pack, members in packs.items():
@@ -65,6 +66,9 @@ def add_remote_bases(finder: BaseFinder, remote: ObjectStore, view: RemoteFiles,
                 for i in members:
                     if files[i].size <= DELTA_MAX_BYTES:
                         finder.add(files[i].path, BaseFile(files[i].digest, pack))
+        for i, ref in deltas.items():  # a file of that run held as a delta: its own base is a like file in a pack
+            if ref.base_pack in view.members:
+                finder.add(files[i].path, BaseFile(ref.base, ref.base_pack))
 
 
 class RemotePackReader:

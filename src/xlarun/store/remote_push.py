@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -284,14 +285,15 @@ class PushSide:
         return self._same_name[1]
 
     def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
-        """The record of the latest other run of this name the remote holds whole (a record sent whole: a delta's
-        base is never a delta), as (digest, bytes): this store's runs first, then any host's; None when there is
+        """The record of the latest other run of this name the remote holds whole, or the whole record that run's
+        was sent against (a delta's base is never a delta), as (digest, bytes): this store's runs first, then any host's; None when there is
         none among the last few."""
         others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
         local = (read_remote_json(self.remote, f"runs/{other}.json", None) for other in reversed(others[-RECORD_BASE_RUNS:]))
         for index in itertools.chain(local, (index for _other, index in self._remote_runs_named(run_id, name))):
-            if index is not None and index.get("record_base") is None and isinstance(index.get("record"), str):
-                return index["record"], fetch_verified(self.remote, f"records/{index['record']}.zst", index["record"])
+            whole = (index or {}).get("record_base") or (index or {}).get("record")  # a delta's base: a whole record
+            if isinstance(whole, str) and re.fullmatch(r"[0-9a-f]{64}", whole):
+                return whole, fetch_verified(self.remote, f"records/{whole}.zst", whole)
         return None
 
     def _send_once(self, key: str, data: bytes) -> None:
