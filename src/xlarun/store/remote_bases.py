@@ -32,9 +32,12 @@ MAX_BASE_PLAIN = 64 << 20
 _RUN_ID = re.compile(r"[0-9A-Za-z._-]+")
 
 
-def remote_runs_named(remote: ObjectStore, name: object, run_id: str) -> list[tuple[str, dict]]:
+def remote_runs_named(
+    remote: ObjectStore, name: object, run_id: str, known: dict[str, dict | None] | None = None
+) -> list[tuple[str, dict]]:
     """The latest runs on the remote named ``name`` (at most :data:`BASE_RECORDS`, newest first) and their index
-    objects, among the newest :data:`RECENT_RUNS`; an index object that cannot be read is passed over."""
+    objects, among the newest :data:`RECENT_RUNS`; an index object that cannot be read is passed over. ``known``:
+    index objects read before (one is never changed), filled with those read now."""
     if not isinstance(name, str):
         return []
     ids = sorted(n[:-5] for n in remote.names("runs/") if n.endswith(".json") and _RUN_ID.fullmatch(n[:-5]))
@@ -46,8 +49,11 @@ def remote_runs_named(remote: ObjectStore, name: object, run_id: str) -> list[tu
         except StoreError:
             return None
 
+    known = {} if known is None else known
+    todo = [other for other in recent if other not in known]
     with ThreadPoolExecutor(8) as pool:
-        indexes = list(pool.map(index_of, recent))
+        known.update(zip(todo, pool.map(index_of, todo), strict=True))
+    indexes = [known[other] for other in recent]
     same = [(other, index) for other, index in zip(recent, indexes, strict=True) if index and index.get("name") == name]
     return same[:BASE_RECORDS]
 

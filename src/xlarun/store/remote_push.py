@@ -14,7 +14,7 @@ import itertools
 import json
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -80,6 +80,10 @@ def index_object(run_id: str, record_digest: str, manifest: dict, files: list[St
     }  # fmt: skip
 
 
+def _compressed(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
+
+
 class PushSide:
     """The push half of :class:`xlarun.store.remote_sync.RemoteSync` (which gives the store, remote and counting)."""
 
@@ -90,6 +94,7 @@ class PushSide:
     _remote_deltas: dict[str, DeltaRef] | None
     _locked: bool
     _same_name: tuple[str, list[tuple[str, dict]]] | None = None
+    _indexes: dict[str, dict | None]  # remote index objects read by this push (never changed once written)
 
     def _count(self, size: int, sent: bool = True) -> None:
         raise NotImplementedError
@@ -141,24 +146,48 @@ class PushSide:
         held_bytes = sum(files[i].size for members in by_pack.values() for i in members)
         if held_bytes:
             self._count(held_bytes, sent=False)
-        deltas = self._send_deltas(run_id, manifest.get("name"), files, lacking)
-        rest = sorted(i for members in lacking.values() for i in members if i not in deltas)
-        self._send_new_files([files[i] for i in rest])
-        for i in rest:  # now in a push pack
-            by_pack.setdefault(str(view.pack_of(files[i].digest)), []).append(i)
-        by_pack = {name: sorted(members) for name, members in sorted(by_pack.items())}
-        return self._publish(run_id, manifest, files, by_pack, deltas)
+        with ThreadPoolExecutor(WORKERS) as pool:  # one pool a run: its small objects go while its packs do
+            folder, catalog, sending = self._send_folder_and_catalog(run_id, pool)
+            deltas = self._send_deltas(run_id, manifest.get("name"), files, lacking)
+            rest = sorted(i for members in lacking.values() for i in members if i not in deltas)
+            self._send_new_files([files[i] for i in rest], pool)
+            for i in rest:  # now in a push pack
+                by_pack.setdefault(str(view.pack_of(files[i].digest)), []).append(i)
+            by_pack = {name: sorted(members) for name, members in sorted(by_pack.items())}
+            index = self._send_record(run_id, manifest, files, folder, by_pack, deltas, pool)
+            index["catalog"] = catalog
+            for sent in sending:
+                sent.result()
+        kill_point("remote-record-sent")
+        if not self.remote.put_once(f"runs/{run_id}.json", json.dumps(index, sort_keys=True).encode()):
+            self.transfer.already.append(run_id)  # another push published it meanwhile
+            return False
+        self.transfer.runs.append(run_id)
+        return True
 
-    def _publish(
-        self, run_id: str, manifest: dict, files: list[StoredFile], by_pack: dict[str, list[int]], deltas: dict[int, DeltaRef]
-    ) -> bool:
-        """The run's folder files, record and catalog (8 at once), then its index object: the run is on the remote."""
-        small: list[tuple[str, bytes]] = []
-        folder = {}
+    def _send_folder_and_catalog(self, run_id: str, pool: ThreadPoolExecutor) -> tuple[dict[str, str], str, list[Future]]:
+        """The run's folder files and its catalog (its index rows: found on the remote without a blob), compressed and
+        handed to ``pool``: the folder's files by digest, the catalog's digest, the sends."""
+        folder, sending = {}, []
         for rel, path in run_folder_files(self.store.run_path(run_id)).items():
             data = path.read_bytes()
             folder[rel] = digest = content_digest(data)
-            small.append((f"files/{digest}.zst", data))
+            sending.append(pool.submit(self._send_once, f"files/{digest}.zst", _compressed(data)))
+        catalog = run_catalog(self.store.index, run_id)
+        sending.append(pool.submit(self._send_once, f"catalogs/{content_digest(catalog)}.zst", _compressed(catalog)))
+        return folder, content_digest(catalog), sending
+
+    def _send_record(
+        self,
+        run_id: str,
+        manifest: dict,
+        files: list[StoredFile],
+        folder: dict[str, str],
+        by_pack: dict[str, list[int]],
+        deltas: dict[int, DeltaRef],
+        pool: ThreadPoolExecutor,
+    ) -> dict:
+        """The run's record sent (through ``pool``: the caller waits), whole or as a delta; its index object."""
         record = {"format": RECORD_FORMAT_DELTAS if deltas else RECORD_FORMAT, "run": run_id, "folder": folder,
                   "packs": by_pack, "files": [{"path": f.path, "digest": f.digest, "size": f.size} for f in files]}  # fmt: skip
         if deltas:
@@ -168,25 +197,12 @@ class PushSide:
         index = index_object(run_id, record_digest, manifest, files)
         base = self._record_base(run_id, manifest.get("name"))
         delta = encode_delta(record_bytes, base[1]) if base is not None else b""
-        raw: list[tuple[str, bytes]] = []
         if base is not None and delta_worth_it(len(record_bytes), len(delta)):
             index["record_base"] = base[0]
-            raw.append((f"records/{record_digest}.{base[0]}.zst", delta))
+            self._send_once(f"records/{record_digest}.{base[0]}.zst", delta)
         else:
-            small.append((f"records/{record_digest}.zst", record_bytes))
-        catalog = run_catalog(self.store.index, run_id)  # the run's index rows: found on the remote without a blob
-        small.append((f"catalogs/{content_digest(catalog)}.zst", catalog))
-        index["catalog"] = content_digest(catalog)
-        compressor = zstandard.ZstdCompressor(level=9, write_checksum=True)
-        raw += [(key, compressor.compress(data)) for key, data in small]
-        with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(lambda item: self._send_once(*item), raw))
-        kill_point("remote-record-sent")
-        if not self.remote.put_once(f"runs/{run_id}.json", json.dumps(index, sort_keys=True).encode()):
-            self.transfer.already.append(run_id)  # another push published it meanwhile
-            return False
-        self.transfer.runs.append(run_id)
-        return True
+            self._send_once(f"records/{record_digest}.zst", _compressed(record_bytes))
+        return index
 
     def _remote_holdings(self) -> tuple[RemoteFiles, dict[str, DeltaRef]]:
         """The files the remote holds in packs and those it holds as deltas (listed once a push, under its lock)."""
@@ -249,8 +265,8 @@ class PushSide:
                     finder.add(entry.path, BaseFile(entry.digest, pack))
         return finder
 
-    def _send_new_files(self, files: list[StoredFile]) -> None:
-        """Files no remote object holds, in push packs (8 built and sent at once). A file streamed into a local pack of
+    def _send_new_files(self, files: list[StoredFile], pool: ThreadPoolExecutor) -> None:
+        """Files no remote object holds, in push packs (built and sent through ``pool``, 8 at once). A file streamed into a local pack of
         its own (a large one) goes as that pack: its bytes, hence its name, are the same on every host."""
         view, _deltas = self._remote_holdings()
         alone = {f.digest for f in files if f.size > STREAM_BYTES}
@@ -267,21 +283,20 @@ class PushSide:
                     self._count(path.stat().st_size)
             else:
                 name, body = build_pack([(f.digest, self.store.blobs.get(f.digest)) for f in group])
-                if self.remote.exists(f"packs/{name}.zst") or not self.remote.put_once(f"packs/{name}.zst", body):
+                if not self.remote.put_once(f"packs/{name}.zst", body):
                     self._count(len(body), sent=False)  # the same files, sent by another host meanwhile
                 else:
                     self._count(len(body))
             kill_point("remote-pack-sent")
             return name, [f.digest for f in group]
 
-        with ThreadPoolExecutor(WORKERS) as pool:
-            for name, digests in pool.map(send, groups):
-                view.add(name, digests)
+        for name, digests in pool.map(send, groups):
+            view.add(name, digests)
 
     def _remote_runs_named(self, run_id: str, name: object) -> list[tuple[str, dict]]:
         """The latest remote runs of this name, whoever pushed them (read once a run)."""
         if self._same_name is None or self._same_name[0] != run_id:
-            self._same_name = (run_id, remote_runs_named(self.remote, name, run_id))
+            self._same_name = (run_id, remote_runs_named(self.remote, name, run_id, self._indexes))
         return self._same_name[1]
 
     def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:

@@ -90,6 +90,7 @@ class RemoteSync(PushSide):
         self.store, self.remote, self.progress = store, remote, progress
         self.transfer = Transfer()
         self._files: RemoteFiles | None = None
+        self._indexes: dict[str, dict | None] = {}
         self._remote_deltas: dict[str, DeltaRef] | None = None
         self._locked = False
 
