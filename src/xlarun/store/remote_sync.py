@@ -2,7 +2,8 @@
 
 Below the remote's prefix (the whole layout: docs/remote.md)::
 
-    packs/<name>.zst       a local pack, byte for byte (named by its own hash: the same pack is sent once)
+    packs/<name>.zst       a pack in the local store's format, named by its own hash: a push pack holding files no
+                           remote object held (:mod:`xlarun.store.remote_push`), or a pack pushed by an older xlarun
     files/<digest>.zst     another file of a run's folder (manifest, spec, logs), zstd-compressed, named by the
                            BLAKE3 of its bytes (before compression)
     catalogs/<digest>.zst  a run's rows of the index (remote_index.py): modules, find, show answer from it
@@ -10,7 +11,7 @@ Below the remote's prefix (the whole layout: docs/remote.md)::
                            holds which of them, its folder's files
     records/<d>.<base>.zst a record sent as a zstd delta against ``records/<base>.zst`` (the index names ``record_base``)
     deltas/...             files sent as deltas (:mod:`xlarun.store.remote_delta`)
-    locks/...              push and gc locks (:mod:`xlarun.store.remote_locks`)
+    locks/...              push and gc locks, same-name pushes' turns (:mod:`xlarun.store.remote_locks`)
     runs/<run id>.json     the run's small index object, written last and once: the run exists on the remote
                            from that put on (``If-None-Match: *``: never overwritten)
 
