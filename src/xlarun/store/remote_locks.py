@@ -79,8 +79,9 @@ def same_name_turn(remote: ObjectStore, name: str) -> Iterator[None]:
     """Hold the turn of the pushes of runs named ``name`` while the block runs: hosts pushing the same program at
     once then send its new files once (the first sends them, the next finds them on the remote). The turn is one
     object, ``locks/turn-<hash of name>.json``, written with a conditional put (one writer wins); the others poll
-    until it is gone. One left by a killed push (or held longer than :data:`NAME_WAIT_S`) is taken over (at once when its holder was a process of this host that has ended): the turn
-    is an economy, never a need for correctness (a push finds on the remote only what is published or listed)."""
+    until it is gone. One left by a killed push (or held longer than :data:`NAME_WAIT_S`) is taken over, at once
+    when its holder was a process of this host that has ended: the turn is an economy, never a need for
+    correctness (a push finds on the remote only what is published or listed)."""
     key = f"locks/turn-{hashlib.sha256(name.encode()).hexdigest()[:16]}.json"
     body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex}).encode()
     seen, since = None, time.monotonic()
@@ -95,10 +96,11 @@ def same_name_turn(remote: ObjectStore, name: str) -> Iterator[None]:
             remote.delete([key])  # a push of this host, killed: no wait
             continue
         time.sleep(_POLL_S)
+    taken = time.monotonic()
     try:
         yield
-    finally:
-        if remote.get(key) == body:  # still ours (not taken over past the wait)
+    finally:  # held past the wait, it may have been taken over: deleted only if still ours
+        if time.monotonic() - taken < NAME_WAIT_S or remote.get(key) == body:
             remote.delete([key])
 
 
