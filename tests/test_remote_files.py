@@ -116,6 +116,11 @@ def test_hosts_pushing_the_same_program_in_turn_store_its_files_once(hosts, remo
     assert digests <= set(held)
     assert not any(k.startswith("locks/") for k in keys)  # the pushes' locks and turns are gone
     _pulled_byte_for_byte(cli, hosts, tmp_path)
+    store, run_id = hosts[2]  # read without pulling: the mirror fetches another host's pack and checks it
+    for stage in ("before", "after"):
+        ref = f"{run_id}/jit_train_step"
+        mirrored = cli("cat", ref, "--remote", "team", "--stage", stage)
+        assert mirrored.exit_code == 0 and mirrored.stdout == cli("cat", ref, "--store", store.root, "--stage", stage).stdout
 
     # gc reads the runs' references to other hosts' packs: keeping only the newest run keeps the packs it names
     applied = cli("gc", "--remote", "team", "--keep", "1", "--apply", "--json")
