@@ -14,6 +14,10 @@ network.
   empty store (verifying every object, committing and indexing), against the floor: boto3's own ``upload_file`` /
   ``download_file`` of the same local pack files with the same 8 threads, to another prefix. Each is timed twice,
   alternating, and the better of the two kept.
+- **hosts** (``--hosts N``, default 10): N separate stores, each a real capture of the same program
+  (``--host-spec``, default configs/jax-cpu.yaml), as N machines of a team would hold; pushed one after another to
+  one remote, then (to a fresh remote) all at once as N processes. The figures: the remote's bytes after the first
+  host and after all N (dedup across stores: each file's bytes once), what each later host sent, the wall time.
 - **runs --remote at N runs**: N index objects (copies of a real one, each its own run id) put on the remote, then
   ``list_remote_runs`` (the library) and ``xlarun runs --remote --json`` (the CLI, a fresh process) timed, median of 3.
 """
@@ -161,6 +165,58 @@ def measure_listing(store_root: Path, run_id: str, client, bucket: str, prefix: 
             "cli_s": round(statistics.median(cli), 3)}  # fmt: skip
 
 
+def _capture_hosts(spec: Path, count: int, work: Path) -> list[tuple[Path, str]]:
+    from xlarun.capture.launch import capture
+    from xlarun.store.facade import LocalStore
+
+    hosts = []
+    for n in range(count):
+        root = work / f"host{n}"
+        made = LocalStore.open(root).run_ids() if root.exists() else []  # --host-stores: captured by an earlier run
+        hosts.append((root, made[0] if made else capture(spec, LocalStore.open(root)).run_id))
+        print(f"  host {n} captured", file=sys.stderr)
+    return hosts
+
+
+def _remote_bytes(client, bucket: str, prefix: str) -> dict[str, int]:
+    """The remote's bytes by folder (packs, deltas, records...) and in all, locks left out."""
+    sizes: dict[str, int] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", ()):
+            folder = item["Key"][len(prefix) + 1 :].split("/", 1)[0]
+            if folder != "locks":
+                sizes[folder] = sizes.get(folder, 0) + int(item["Size"])
+    sizes["all"] = sum(sizes.values())
+    return sizes
+
+
+def measure_hosts(hosts: list[tuple[Path, str]], client, bucket: str) -> dict:
+    """N hosts' runs pushed in turn to ``bench-hosts``, then at once (N processes) to ``bench-hosts-at-once``."""
+    sent, after_first, t0 = [], {}, time.perf_counter()
+    for n, (root, run_id) in enumerate(hosts):
+        sent.append(_push(root, "bench-hosts", [run_id])["bytes"])
+        if n == 0:
+            after_first = _remote_bytes(client, bucket, "bench-hosts")
+    in_turn_s = time.perf_counter() - t0
+    after_all = _remote_bytes(client, bucket, "bench-hosts")
+    argv = [sys.executable, "-m", "xlarun", "push", "--remote", "bench-hosts-at-once", "--json"]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([*argv, run_id, "--store", str(root)], stdout=subprocess.PIPE) for root, run_id in hosts]
+    answers = [json.loads(p.communicate()[0] or b"{}") for p in procs]
+    at_once_s = time.perf_counter() - t0
+    at_once = _remote_bytes(client, bucket, "bench-hosts-at-once")
+    published = sum(len(a.get("runs", [])) for a in answers)
+    return {
+        "hosts": len(hosts), "first_sent": sent[0], "later_sent_max": max(sent[1:], default=0),
+        "later_sent_share_max": round(max(sent[1:], default=0) / max(sent[0], 1), 4), "sent": sent,
+        "after_first": after_first, "after_all": after_all,
+        "growth": round(after_all["all"] / max(after_first["all"], 1), 3), "in_turn_s": round(in_turn_s, 2),
+        "at_once": at_once, "at_once_growth": round(at_once["all"] / max(after_first["all"], 1), 3),
+        "at_once_sent": sum(a.get("bytes", 0) for a in answers), "at_once_published": published,
+        "at_once_s": round(at_once_s, 2),
+    }  # fmt: skip
+
+
 def format_markdown(r: dict) -> str:
     """The recorded figures as the benchmarks page shows them."""
     d, t, listing = r["dedup"], r["throughput"], r["listing"]
@@ -183,12 +239,26 @@ def format_markdown(r: dict) -> str:
         f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_s']} s from the command line (a new process), "
         f"{listing['library_s']} s for `list_remote_runs` (medians of 3).",
     ]
+    if h := r.get("hosts"):
+        lines += [
+            "",
+            f"{h['hosts']} hosts, each a capture of its own of the same program, pushed to one remote: "
+            f"{h['after_first']['all']:,} B there after the first, {h['after_all']['all']:,} B after all "
+            f"({h['growth']}x); each later host sent at most {h['later_sent_max']:,} B "
+            f"({h['later_sent_share_max']:.1%} of the first's {h['first_sent']:,} B); {h['in_turn_s']} s in turn. "
+            f"All at once ({h['hosts']} processes): {h['at_once']['all']:,} B ({h['at_once_growth']}x), "
+            f"{h['at_once_published']} runs published, {h['at_once_s']} s.",
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.remote", description=__doc__.split("\n")[0])
     parser.add_argument("--programs", help="zoo programs, comma-separated (default: every one)")
+    parser.add_argument("--hosts", type=int, default=10, help="separate stores pushing the same program (0: none)")
+    parser.add_argument("--host-spec", type=Path, default=REPO / "configs" / "jax-cpu.yaml", help="the hosts' program")
+    parser.add_argument("--host-stores", type=Path, help="keep the hosts' stores here (reused when there)")
+    parser.add_argument("--only-hosts", action="store_true", help="measure the hosts alone (no zoo, no listing)")
     parser.add_argument("--runs", type=int, default=10_000, help="remote runs `runs --remote` is timed at")
     add_output_options(parser, "remote")
     args = parser.parse_args(argv)
@@ -207,9 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = server.start()
         from xlarun.store.remote import add_remote
 
-        for name in ("bench-dedup", "bench-tp0", "bench-tp1", "bench-list"):
+        for name in ("bench-dedup", "bench-tp0", "bench-tp1", "bench-list", "bench-hosts", "bench-hosts-at-once"):
             add_remote(name, f"s3://{BUCKET}/{name}", endpoint)
         client = _client(endpoint)
+        made = _capture_hosts(args.host_spec, args.hosts, args.host_stores or work)
+        hosts = measure_hosts(made, client, BUCKET) if args.hosts else {}
+        if hosts:
+            print(f"hosts: the remote grew {hosts['growth']}x from 1 to {args.hosts} hosts", file=sys.stderr)
+        if args.only_hosts:
+            print(json.dumps(hosts, indent=2))
+            return 0
         runs = _capture_twice(programs, work / "store")
         dedup = measure_dedup(work / "store", runs)
         print(f"dedup: second captures sent {dedup['second_share']:.1%} of the first's bytes", file=sys.stderr)
@@ -224,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop(kill=True)
         shutil.rmtree(work, ignore_errors=True)
-    results = {"programs": sorted(runs), "dedup": dedup, "throughput": throughput, "listing": listing}
+    results = {"programs": sorted(runs), "dedup": dedup, "throughput": throughput, "listing": listing, "hosts": hosts}
     path = write_results(output_path(args, "remote"), results)
     print(json.dumps(results, indent=2))
     print(f"wrote {path}", file=sys.stderr)

@@ -118,7 +118,7 @@ def test_cat_fetches_the_pack_it_needs_once_and_a_second_cat_downloads_nothing(p
     assert first.exit_code == 0, first.output
     assert first.stdout == local.stdout and "HloModule" in first.stdout
     fetched = {k for k in calls.reads_of("packs/")}
-    wanted = store.blobs.pack_of(next(f.digest for f in store.stored_files(run_id) if f.path == _before_path(cli, store, ref)))
+    wanted = _remote_pack_of(next(f.digest for f in store.stored_files(run_id) if f.path == _before_path(cli, store, ref)))
     assert fetched == {f"packs/{wanted}.zst"}, fetched  # the one pack that holds the file, not the run's others
 
     calls.clear()
@@ -128,6 +128,16 @@ def test_cat_fetches_the_pack_it_needs_once_and_a_second_cat_downloads_nothing(p
     after = cli("cat", ref, "--remote", "team", "--stage", "after")
     assert after.exit_code == 0 and after.stdout == cli("cat", ref, "--store", store.root, "--stage", "after").stdout
     assert not set(calls.reads_of("packs/")) & fetched  # another pack, if any: the first is never fetched again
+
+
+def _remote_pack_of(digest: str) -> str:
+    """The remote pack holding a file (a push packs the files the remote lacks anew: not the local pack's name)."""
+    from xlarun.store.remote import ObjectStore, find_remote
+    from xlarun.store.remote_files import RemoteFiles
+
+    pack = RemoteFiles.read(ObjectStore(find_remote("team"))).pack_of(digest)
+    assert pack is not None
+    return pack
 
 
 def _before_path(cli, store, ref: str) -> str:
@@ -140,7 +150,7 @@ def test_a_damaged_pack_is_refused_when_read_and_nothing_of_it_is_kept(pushed, s
     store, run_id, prefix = pushed
     client = _client(s3_server)
     ref = f"{run_id}/jit_train_step"
-    wanted = store.blobs.pack_of(next(f.digest for f in store.stored_files(run_id) if f.path == _before_path(cli, store, ref)))
+    wanted = _remote_pack_of(next(f.digest for f in store.stored_files(run_id) if f.path == _before_path(cli, store, ref)))
     key = f"{prefix}/packs/{wanted}.zst"
     body = bytearray(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     body[-20] ^= 0xFF

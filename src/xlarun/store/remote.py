@@ -165,6 +165,17 @@ class ObjectStore:
             except self.client.exceptions.NoSuchKey:
                 return None
 
+    def get_range(self, name: str, start: int, size: int) -> bytes | None:
+        """Up to ``size`` bytes of an object from byte ``start`` (fewer when it is shorter), None when there is no such key."""
+        with self.translated(f"read {name}"):
+            try:
+                answer = self.client.get_object(
+                    Bucket=self.spec.bucket, Key=self.key(name), Range=f"bytes={start}-{start + size - 1}"
+                )
+            except self.client.exceptions.NoSuchKey:
+                return None
+            return answer["Body"].read()
+
     def exists(self, name: str) -> bool:
         with self.translated(f"look up {name}"):
             try:

@@ -11,9 +11,11 @@ ignored; a lock is deleted when its holder ends.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,3 +67,52 @@ def _conflict(remote: ObjectStore, kind: str, others: list[RemoteEntry]) -> Envi
         f"{len(others)} push(es) to {remote.spec.url} are under way (since {first}); nothing was deleted",
         f"run gc again once they end (a lock older than {LEASE}, a killed push's, is ignored)",
     )
+
+
+#: How long a push waits for the push of a run of the same name holding the turn before it takes the turn over.
+NAME_WAIT_S = 60.0
+_POLL_S = 0.2
+
+
+@contextmanager
+def same_name_turn(remote: ObjectStore, name: str) -> Iterator[None]:
+    """Hold the turn of the pushes of runs named ``name`` while the block runs: hosts pushing the same program at
+    once then send its new files once (the first sends them, the next finds them on the remote). The turn is one
+    object, ``locks/turn-<hash of name>.json``, written with a conditional put (one writer wins); the others poll
+    until it is gone. One left by a killed push (or held longer than :data:`NAME_WAIT_S`) is taken over, at once
+    when its holder was a process of this host that has ended: the turn is an economy, never a need for
+    correctness (a push finds on the remote only what is published or listed)."""
+    key = f"locks/turn-{hashlib.sha256(name.encode()).hexdigest()[:16]}.json"
+    body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex}).encode()
+    seen, since = None, time.monotonic()
+    while not remote.put_once(key, body):
+        holder = next((e for e in remote.entries(key) if e.name == key), None)
+        stamp = holder.modified if holder is not None else None
+        if stamp != seen:
+            seen, since = stamp, time.monotonic()
+        elif stamp is not None and time.monotonic() - since >= NAME_WAIT_S:
+            remote.delete([key])  # held past the wait: a killed push's, taken over
+        if stamp is not None and _holder_gone(remote.get(key)):
+            remote.delete([key])  # a push of this host, killed: no wait
+            continue
+        time.sleep(_POLL_S)
+    taken = time.monotonic()
+    try:
+        yield
+    finally:  # held past the wait, it may have been taken over: deleted only if still ours
+        if time.monotonic() - taken < NAME_WAIT_S or remote.get(key) == body:
+            remote.delete([key])
+
+
+def _holder_gone(body: bytes | None) -> bool:
+    """Whether a turn's holder was a process of this host that no longer runs."""
+    try:
+        holder = json.loads(body or b"{}")
+        if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+            return False
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, AttributeError, OSError):
+        return False
+    return False
