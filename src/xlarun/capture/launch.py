@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
@@ -39,6 +39,9 @@ from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
 
+if TYPE_CHECKING:
+    from xlarun.capture.publish import RemotePush
+
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
 
@@ -62,6 +65,7 @@ class CaptureResult:
     flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
     signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
     stderr_tail: str = ""  # the last lines of a job's stderr that failed before XLA compiled anything
+    push: RemotePush | None = None  # the push to the spec's `remote:`, when it names one
 
     @property
     def ok(self) -> bool:
@@ -220,9 +224,15 @@ def capture(
     shared by the captures of one batch. Raises :class:`XlarunError` only when nothing could be run or kept.
     """
     stop = stop or StopRequest(cancel)
+    loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
+    store = store or LocalStore.open()
+    if loaded.spec.remote:  # a remote that is not named stops the capture before anything runs
+        from xlarun.capture.publish import check_remote
+
+        check_remote(loaded.spec.remote)
     with stop_on_signals(stop):
-        return _capture(
-            spec,
+        result = _capture(
+            loaded,
             store,
             echo=echo,
             echo_prefix=echo_prefix,
@@ -232,6 +242,11 @@ def capture(
             base_env=base_env,
             stop=stop,
         )
+    if loaded.spec.remote and result.signal is None:  # committed: pushed unless a signal stopped the capture
+        from xlarun.capture.publish import push_captured
+
+        result.push = push_captured(store, result.run_id, loaded.spec.remote)
+    return result
 
 
 def _capture(
