@@ -14,8 +14,12 @@ network.
   empty store (verifying every object, committing and indexing), against the floor: boto3's own ``upload_file`` /
   ``download_file`` of the same local pack files with the same 8 threads, to another prefix. Each is timed twice,
   alternating, and the better of the two kept.
-- **runs --remote at N runs**: N index objects (copies of a real one, each its own run id) put on the remote, then
-  ``list_remote_runs`` (the library) and ``xlarun runs --remote --json`` (the CLI, a fresh process) timed, median of 3.
+- **runs --remote and the mirror at N runs**: N more runs put on the remote, each real-shaped (the zoo run with the
+  fewest files, its index object, record, catalog and folder files rewritten to the new run's id, so each has its
+  own, named by their digests), then ``list_remote_runs`` (the library, no cache, median of 3), ``xlarun runs
+  --remote --json`` (a fresh process) with an empty cache and again after, and the mirror's first sync
+  (``xlarun modules --remote --json`` with an empty cache: every run's index object, record, catalog and folder
+  files fetched, checked and written into the mirror's index) and a second command after it.
 """
 
 from __future__ import annotations
@@ -146,13 +150,11 @@ def _seed_runs(client, bucket: str, prefix: str, run_id: str, count: int) -> flo
     record_text = unpack.decompress(get(f"records/{index['record']}.zst")).decode()
     catalog_text = unpack.decompress(get(f"catalogs/{index['catalog']}.zst")).decode()
     folder = {rel: unpack.decompress(get(f"files/{d}.zst")) for rel, d in json.loads(record_text)["folder"].items()}
-    pack = zstandard.ZstdCompressor(level=3, write_checksum=True)
 
-    def put(key: str, data: bytes, compress: bool = True) -> str:
+    def put(key: str, data: bytes) -> str:
         digest = content_digest(data)
-        client.put_object(
-            Bucket=bucket, Key=f"{prefix}/{key.format(digest=digest)}", Body=pack.compress(data) if compress else data
-        )
+        body = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data)  # one a call: not thread-safe
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{key.format(digest=digest)}", Body=body)
         return digest
 
     def seed(n: int) -> None:

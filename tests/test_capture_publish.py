@@ -92,9 +92,24 @@ def test_a_capture_without_a_remote_loads_no_remote_code_and_one_with_it_does(re
     answers = {}
     for name in (None, "team"):
         spec = _spec(tmp_path / f"spec-{name}", name)
-        out = subprocess.run([sys.executable, "-c", probe, str(spec), str(tmp_path / f"store-{name}")], capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(spec), str(tmp_path / f"store-{name}")], capture_output=True, text=True
+        )
         assert out.returncode == 0, out.stderr
         answers[name] = json.loads(out.stdout.strip().splitlines()[-1])
     assert answers[None] == {"status": "succeeded", "loaded": [], "pushed": None}
     assert answers["team"]["pushed"] is True
     assert answers["team"]["loaded"] == ["boto3", "botocore", "xlarun.capture.publish", "xlarun.store.remote_sync"]
+
+
+@pytest.mark.slow
+def test_each_cell_of_a_batch_naming_a_remote_is_pushed(remote, tmp_path, cli):
+    text = 'name: scaled\nscript: job.py\nargs: ["${matrix.scale}"]\nremote: team\nmatrix:\n  scale: ["1.0", "2.0"]\n'
+    script = "import sys\n" + TINY_JAX.replace("jnp.tanh(x @ x.T)", "jnp.tanh(x @ x.T * float(sys.argv[1]))")
+    spec = write_spec(tmp_path / "spec", text, script)
+    done = cli("batch", spec, "-j", "2", "--store", tmp_path / "store", "--json")
+    assert done.exit_code == 0, done.output
+    cells = json.loads(done.stdout)["cells"]
+    assert all(c["status"] == "succeeded" and c["push"]["pushed"] and c["push"]["bytes"] > 1000 for c in cells)
+    on_remote = json.loads(cli("runs", "--remote", "team", "--json").stdout)
+    assert sorted(r["run"] for r in on_remote) == sorted(c["run_id"] for c in cells)
