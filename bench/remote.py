@@ -211,6 +211,21 @@ def measure_listing(store_root: Path, run_id: str, client, bucket: str, prefix: 
             "mirror_first_s": round(mirror_first, 3), "mirror_warm_s": round(mirror_warm, 3)}  # fmt: skip
 
 
+def _listing_line(listing: dict) -> str:
+    if "mirror_first_s" not in listing:  # recorded before the mirror was measured
+        return (
+            f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_s']} s from the command line (a new process), "
+            f"{listing['library_s']} s for `list_remote_runs` (medians of 3)."
+        )
+    return (
+        f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_cold_s']} s from the command line (a new "
+        f"process) the first time, {listing['cli_s']} s after (median of 2), {listing['library_s']} s for "
+        f"`list_remote_runs` without its cache (median of 3). The mirror's first sync (`modules --remote`: every run's "
+        f"index object, record, catalog and folder files): {listing['mirror_first_s']} s; a command after it: "
+        f"{listing['mirror_warm_s']} s."
+    )
+
+
 def format_markdown(r: dict) -> str:
     """The recorded figures as the benchmarks page shows them."""
     d, t, listing = r["dedup"], r["throughput"], r["listing"]
@@ -230,11 +245,7 @@ def format_markdown(r: dict) -> str:
         f"| pull of them into an empty store ({t['pull_bytes']:,} B) | {t['pull_s']} | {t['pull_mib_s']} | "
         f"{t['floor_down_s']} | {t['floor_down_mib_s']} | {t['pull_over_floor']}x |",
         "",
-        f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_cold_s']} s from the command line (a new "
-        f"process) the first time, {listing['cli_s']} s after (median of 2), {listing['library_s']} s for "
-        f"`list_remote_runs` without its cache (median of 3). The mirror's first sync (`modules --remote`, every run's "
-        f"index object, record, catalog and folder files): {listing['mirror_first_s']} s; after: "
-        f"{listing['mirror_warm_s']} s.",
+        _listing_line(listing),
     ]
     return "\n".join(lines)
 
