@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xlarun.bounded_read import read_regular
 from xlarun.capture.backends import make_backend
@@ -30,6 +30,7 @@ from xlarun.capture.flags import (
 from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFlags, find_flag_rejection, probe_known_xla_flags
 from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
+from xlarun.capture.publish import RemotePush, check_remote, push_captured
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.console import warn
 from xlarun.errors import EnvironmentProblem, StoreError, XlarunError, write_trouble_words
@@ -38,9 +39,6 @@ from xlarun.killpoints import kill_point
 from xlarun.store.facade import LocalStore
 from xlarun.store.manifest import Manifest, git_facts, host_facts, probe_versions
 from xlarun.store.rows import FileNote, ModuleInfo, RunStatus, StoredFile, utc_now
-
-if TYPE_CHECKING:
-    from xlarun.capture.publish import RemotePush
 
 #: Called while archiving: (files done, files total).
 ArchiveProgress = Callable[[int, int], None]
@@ -227,8 +225,6 @@ def capture(
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
     store = store or LocalStore.open()
     if loaded.spec.remote:  # a remote that is not named stops the capture before anything runs
-        from xlarun.capture.publish import check_remote
-
         check_remote(loaded.spec.remote)
     with stop_on_signals(stop):
         result = _capture(
@@ -243,8 +239,6 @@ def capture(
             stop=stop,
         )
     if loaded.spec.remote and result.signal is None:  # committed: pushed unless a signal stopped the capture
-        from xlarun.capture.publish import push_captured
-
         result.push = push_captured(store, result.run_id, loaded.spec.remote)
     return result
 

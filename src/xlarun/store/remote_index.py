@@ -31,7 +31,15 @@ from xlarun.store.facade import LocalStore
 from xlarun.store.index import SCHEMA_VERSION, Index
 from xlarun.store.remote import ObjectStore, RemoteSpec
 from xlarun.store.remote_fetch import MIRROR_MARKER, RUN_DELTAS, RUN_PACKS
-from xlarun.store.remote_records import ReadOnce, checked_record, fetch_verified, read_record, read_remote_json, remote_damage
+from xlarun.store.remote_records import (
+    ReadOnce,
+    checked_record,
+    fetch_verified,
+    in_order_ahead,
+    read_record,
+    read_remote_json,
+    remote_damage,
+)
 from xlarun.store.rows import StoredFile, listed_files
 
 CATALOG_FORMAT = 1
@@ -145,7 +153,8 @@ class MirrorSync:
                 except (OSError, ValueError, KeyError, TypeError):  # a cache: mirrored again below
                     shutil.rmtree(self.store.runs_dir / run_id, ignore_errors=True)
                     here.discard(run_id)
-            for staged in runs.map(self._stage, sorted(on_remote - here)):  # written here while the next are fetched
+            # each run written here while the next ones are fetched, a bounded number ahead (bounded memory)
+            for staged in in_order_ahead(runs, self._stage, sorted(on_remote - here), 4 * WORKERS):
                 if staged is not None:
                     self._add(index, *staged)
         finally:

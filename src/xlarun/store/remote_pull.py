@@ -27,6 +27,7 @@ from xlarun.store.remote_records import (
     ReadOnce,
     checked_record,
     fetch_verified,
+    in_order_ahead,
     missing_object,
     read_record,
     read_remote_json,
@@ -70,7 +71,7 @@ class Puller:
         ahead = ThreadPoolExecutor(RUNS_AHEAD)
         try:
             with self.store.lock():  # shared: gc (exclusive) deletes no pack while this writes
-                for planned in ahead.map(self._plan, todo):
+                for planned in in_order_ahead(ahead, self._plan, todo, RUNS_AHEAD):
                     pulled.append(self._commit(planned))
         finally:
             ahead.shutdown(cancel_futures=True)

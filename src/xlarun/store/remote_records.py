@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 import threading
-from concurrent.futures import Future
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future
+from typing import TypeVar
 
 import zstandard
 
@@ -24,6 +27,9 @@ RECORD_FORMAT_DELTAS = 2
 #: The largest record or run file a pull decompresses (a file list of 100,000 files is about 15 MB).
 MAX_SMALL_BYTES = 256 << 20
 
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: Objects a :class:`ReadOnce` keeps: enough for the folder files and base records many runs share.
 READ_ONCE_ENTRIES = 512
@@ -160,3 +166,15 @@ class ReadOnce(ObjectStore):
             except BaseException as exc:
                 kept.set_exception(exc)
         return kept.result()
+
+
+def in_order_ahead(pool: Executor, work: Callable[[_T], _R], items: Iterable[_T], ahead: int) -> Iterator[_R]:
+    """``work`` of each item, in order, done by ``pool`` at most ``ahead`` items before the one the caller takes:
+    what is fetched waits for its reader in bounded memory (``Executor.map`` would start every item at once)."""
+    pending: deque[Future[_R]] = deque()
+    for item in items:
+        pending.append(pool.submit(work, item))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
