@@ -220,6 +220,7 @@ def capture(
     ``result.status``. Called from the main thread, SIGINT, SIGTERM and SIGHUP stop the job's process
     group and the run is archived as ``interrupted`` (``result.signal`` names the signal); ``stop`` is
     shared by the captures of one batch. Raises :class:`XlarunError` only when nothing could be run or kept.
+    A spec naming a ``remote:`` has the committed run pushed there; ``result.push`` says how that went.
     """
     stop = stop or StopRequest(cancel)
     loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
