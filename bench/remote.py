@@ -18,8 +18,12 @@ network.
   (``--host-spec``, default configs/jax-cpu.yaml), as N machines of a team would hold; pushed one after another to
   one remote, then (to a fresh remote) all at once as N processes. The figures: the remote's bytes after the first
   host and after all N (dedup across stores: each file's bytes once), what each later host sent, the wall time.
-- **runs --remote at N runs**: N index objects (copies of a real one, each its own run id) put on the remote, then
-  ``list_remote_runs`` (the library) and ``xlarun runs --remote --json`` (the CLI, a fresh process) timed, median of 3.
+- **runs --remote and the mirror at N runs**: N more runs put on the remote, each real-shaped (the zoo run with the
+  fewest files, its index object, record, catalog and folder files rewritten to the new run's id, so each has its
+  own, named by their digests), then ``list_remote_runs`` (the library, no cache, median of 3), ``xlarun runs
+  --remote --json`` (a fresh process) with an empty cache and again after, and the mirror's first sync
+  (``xlarun modules --remote --json`` with an empty cache: every run's index object, record, catalog and folder
+  files fetched, checked and written into the mirror's index) and a second command after it.
 """
 
 from __future__ import annotations
@@ -134,35 +138,96 @@ def measure_throughput(store_root: Path, run_ids: list[str], client, bucket: str
     }  # fmt: skip
 
 
-def measure_listing(store_root: Path, run_id: str, client, bucket: str, prefix: str, count: int) -> dict:
-    from xlarun.store.remote import ObjectStore, find_remote
-    from xlarun.store.remote_sync import list_remote_runs
+def _seed_runs(client, bucket: str, prefix: str, run_id: str, count: int) -> float:
+    """``count`` more runs on the remote, each real-shaped: the template run's index object, record, catalog and
+    folder files with its run id rewritten to the new one (so each run has its own record, catalog and manifest,
+    named by their digests, as a push writes them; files that do not name the run are shared). Returns seconds."""
+    import zstandard
 
-    template = client.get_object(Bucket=bucket, Key=f"{prefix}/runs/{run_id}.json")["Body"].read()
-    index = json.loads(template)
+    from xlarun.store.pack_format import content_digest
 
-    def put(n: int) -> None:
+    def get(key: str) -> bytes:
+        return client.get_object(Bucket=bucket, Key=f"{prefix}/{key}")["Body"].read()
+
+    unpack = zstandard.ZstdDecompressor()
+    index = json.loads(get(f"runs/{run_id}.json"))
+    record_text = unpack.decompress(get(f"records/{index['record']}.zst")).decode()
+    catalog_text = unpack.decompress(get(f"catalogs/{index['catalog']}.zst")).decode()
+    folder = {rel: unpack.decompress(get(f"files/{d}.zst")) for rel, d in json.loads(record_text)["folder"].items()}
+
+    def put(key: str, data: bytes) -> str:
+        digest = content_digest(data)
+        body = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data)  # one a call: not thread-safe
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{key.format(digest=digest)}", Body=body)
+        return digest
+
+    def seed(n: int) -> None:
         fake = f"20260101-{n // 3600 % 24:02d}{n // 60 % 60:02d}{n % 60:02d}-{n:04x}"[:20]
-        body = json.dumps({**index, "run": fake}).encode()
-        client.put_object(Bucket=bucket, Key=f"{prefix}/runs/{fake}.json", Body=body)
+        record = json.loads(record_text.replace(run_id, fake))
+        for rel, data in folder.items():
+            renamed = data.replace(run_id.encode(), fake.encode())
+            record["folder"][rel] = put("files/{digest}.zst", renamed) if renamed != data else record["folder"][rel]
+        record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        digests = {"record": put("records/{digest}.zst", record_bytes),
+                   "catalog": put("catalogs/{digest}.zst", catalog_text.replace(run_id, fake).encode())}  # fmt: skip
+        client.put_object(
+            Bucket=bucket, Key=f"{prefix}/runs/{fake}.json", Body=json.dumps({**index, "run": fake, **digests}).encode()
+        )
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(THREADS) as pool:
-        list(pool.map(put, range(count)))
-    seeded = time.perf_counter() - t0
+        list(pool.map(seed, range(count)))
+    return time.perf_counter() - t0
+
+
+def _timed_cli(argv: list[str], cache: Path) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    answer = subprocess.run(
+        [sys.executable, "-m", "xlarun", *argv, "--json"],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
+    return time.perf_counter() - t0, json.loads(answer.stdout)
+
+
+def measure_listing(store_root: Path, run_id: str, client, bucket: str, prefix: str, count: int, work: Path) -> dict:
+    """``runs --remote`` and the mirror (``modules --remote``, which syncs it) at ``count`` + 1 remote runs: each
+    from the command line (a new process) with an empty cache (the first time on a machine) and again after."""
+    from xlarun.store.remote import ObjectStore, find_remote
+    from xlarun.store.remote_sync import list_remote_runs
+
+    seeded = _seed_runs(client, bucket, prefix, run_id, count)
     remote = ObjectStore(find_remote("bench-list"))
-    library, cli = [], []
-    argv = [sys.executable, "-m", "xlarun", "runs", "--remote", "bench-list", "--json"]
+    library = []
     for _ in range(3):
         t0 = time.perf_counter()
         listed = list_remote_runs(remote)
         library.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        answer = subprocess.run(argv, capture_output=True, check=True)
-        cli.append(time.perf_counter() - t0)
-    assert len(listed) == len(json.loads(answer.stdout)) >= count
+    runs_cold, answer = _timed_cli(["runs", "--remote", "bench-list"], work / "cache-runs")
+    runs_warm = statistics.median(_timed_cli(["runs", "--remote", "bench-list"], work / "cache-runs")[0] for _ in range(2))
+    assert len(listed) == len(answer) >= count
+    mirror_first, modules = _timed_cli(["modules", "--remote", "bench-list"], work / "cache-mirror")
+    mirror_warm = statistics.median(_timed_cli(["modules", "--remote", "bench-list"], work / "cache-mirror")[0] for _ in range(2))
+    assert modules, "the mirror's latest run lists modules"
     return {"runs": len(listed), "seed_s": round(seeded, 2), "library_s": round(statistics.median(library), 3),
-            "cli_s": round(statistics.median(cli), 3)}  # fmt: skip
+            "cli_cold_s": round(runs_cold, 3), "cli_s": round(runs_warm, 3),
+            "mirror_first_s": round(mirror_first, 3), "mirror_warm_s": round(mirror_warm, 3)}  # fmt: skip
+
+
+def _listing_line(listing: dict) -> str:
+    if "mirror_first_s" not in listing:  # recorded before the mirror was measured
+        return (
+            f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_s']} s from the command line (a new process), "
+            f"{listing['library_s']} s for `list_remote_runs` (medians of 3)."
+        )
+    return (
+        f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_cold_s']} s from the command line (a new "
+        f"process) the first time, {listing['cli_s']} s after (median of 2), {listing['library_s']} s for "
+        f"`list_remote_runs` without its cache (median of 3). The mirror's first sync (`modules --remote`: every run's "
+        f"index object, record, catalog and folder files): {listing['mirror_first_s']} s; a command after it: "
+        f"{listing['mirror_warm_s']} s."
+    )
 
 
 def _capture_hosts(spec: Path, count: int, work: Path) -> list[tuple[Path, str]]:
@@ -236,8 +301,7 @@ def format_markdown(r: dict) -> str:
         f"| pull of them into an empty store ({t['pull_bytes']:,} B) | {t['pull_s']} | {t['pull_mib_s']} | "
         f"{t['floor_down_s']} | {t['floor_down_mib_s']} | {t['pull_over_floor']}x |",
         "",
-        f"`runs --remote` at {listing['runs']:,} remote runs: {listing['cli_s']} s from the command line (a new process), "
-        f"{listing['library_s']} s for `list_remote_runs` (medians of 3).",
+        _listing_line(listing),
     ]
     if h := r.get("hosts"):
         lines += [
@@ -275,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SeaweedServer(weed, work / "weed")
     try:
         endpoint = server.start()
+        from xlarun.store.facade import LocalStore
         from xlarun.store.remote import add_remote
 
         for name in ("bench-dedup", "bench-tp0", "bench-tp1", "bench-list", "bench-hosts", "bench-hosts-at-once"):
@@ -295,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"throughput: push {throughput['push_over_floor']}x, pull {throughput['pull_over_floor']}x the floor", file=sys.stderr
         )
-        _push(work / "store", "bench-list", firsts[:1])
-        listing = measure_listing(work / "store", firsts[0], client, BUCKET, "bench-list", args.runs - 1)
-        print(f"runs --remote at {listing['runs']} runs: CLI {listing['cli_s']} s", file=sys.stderr)
+        template = min(firsts, key=lambda r: len(LocalStore.open(work / "store").stored_files(r)))  # the smallest mirror
+        _push(work / "store", "bench-list", [template])
+        listing = measure_listing(work / "store", template, client, BUCKET, "bench-list", args.runs - 1, work)
+        print(f"runs --remote at {listing['runs']} runs: CLI {listing['cli_cold_s']} s, then {listing['cli_s']} s; "
+              f"the mirror's first sync {listing['mirror_first_s']} s", file=sys.stderr)  # fmt: skip
     finally:
         server.stop(kill=True)
         shutil.rmtree(work, ignore_errors=True)

@@ -208,7 +208,9 @@ def _remote_section(remote: dict | None) -> str:
         f"{_measured_on(remote).capitalize()}, against a SeaweedFS cluster on loopback (three volume servers, every "
         "object on two): each zoo program captured twice into one store, the first run pushed, then the second; the "
         "first runs pushed and pulled again, beside boto3's own upload and download of the same pack files with the "
-        "same 8 threads (the floor); then the index objects of that many runs put on the remote and listed. The "
+        "same 8 threads (the floor); then that many runs put on the remote (each real-shaped: a zoo run's index "
+        "object, record, catalog and folder files rewritten to its own run id), listed, and mirrored by `modules "
+        "--remote`. The "
         "machine was shared and loaded: take the times as an order of magnitude.\n\n"
         f"{format_markdown(remote)}\n"
     )

@@ -257,3 +257,23 @@ def test_runs_remote_reads_each_index_object_once_and_forgets_a_run_gone_from_th
     assert again == first and calls.downloads_of("runs/") == []  # written once, never changed: read from the cache
     _client(s3_server).delete_object(Bucket=BUCKET, Key=f"{prefix}/runs/{run_id}.json")  # as gc --remote does
     assert _json(cli("runs", "--remote", "team", "--json")) == []
+
+
+@pytest.mark.slow
+def test_the_mirror_reads_a_record_many_runs_share_once_and_mirrors_every_run(remote, s3_server, tmp_path, cli, monkeypatch):
+    from tests.test_remote import _imported_store
+    from xlarun.store.remote import find_remote
+    from xlarun.store.remote_index import mirror_root
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    runs = _imported_store(cli, tmp_path / "store", times=3)  # one name: the 2nd and 3rd records go as deltas on the 1st
+    assert cli("push", *runs, "--remote", "team", "--store", tmp_path / "store").exit_code == 0
+    client = _client(s3_server)
+    indexes = [json.loads(client.get_object(Bucket=BUCKET, Key=f"{remote}/runs/{r}.json")["Body"].read()) for r in runs]
+    bases = {i.get("record_base") for i in indexes} - {None}
+    assert len(bases) == 1  # every delta is against the same whole record
+    calls = S3Calls(remote).install(monkeypatch)
+    listed = _json(cli("modules", "--remote", "team", "--json"))
+    assert listed and all(n == 1 for n in Counter(calls.downloads_of("records/")).values())
+    assert f"records/{bases.pop()}.zst" in calls.downloads_of("records/")
+    assert sorted(r["run_id"] for r in _json(cli("runs", "--store", mirror_root(find_remote("team")), "--json"))) == sorted(runs)

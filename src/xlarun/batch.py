@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from xlarun.capture.launch import CaptureResult, capture, exit_status_error
+from xlarun.capture.answers import capture_failure
+from xlarun.capture.launch import CaptureResult, capture
 from xlarun.capture.spec_yaml import LoadedSpec
 from xlarun.errors import ExitCode, XlarunError
 from xlarun.interrupts import StopRequest, stop_on_signals
@@ -50,14 +51,14 @@ class CellOutcome:
         return self.state if self.error is None else "error"
 
     @property
-    def ok(self) -> bool:
-        return self.result is not None and self.result.ok
+    def ok(self) -> bool:  # captured, and pushed when the spec names a remote
+        return self.result is not None and self.result.ok and (self.result.push is None or self.result.push.pushed)
 
     @property
     def exit_code(self) -> int:
         """What ``xlarun capture`` of this cell alone would have exited with (0: captured; one not run: 0)."""
         if self.result is not None:
-            failure = exit_status_error(self.result)
+            failure = capture_failure(self.result)
             return int(failure.exit_code) if failure is not None else 0
         return int(self.error_exit) if self.error is not None else 0
 
@@ -217,6 +218,7 @@ def cell_summary(cell: CellOutcome) -> dict:
         "node": cell.node,
         "attempts": cell.attempts,
         "shipped_bytes": cell.shipped_bytes,
+        "push": result.push.to_json() if result and result.push else None,  # to the spec's `remote:`
         # ray: whether the node ran the spec's folder in place or the copy sent with the cell (executors/project.py)
         "project": ((result.manifest.backend_details or {}).get("ray") or {}).get("project") if result else None,
     }

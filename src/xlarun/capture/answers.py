@@ -13,14 +13,23 @@ from xlarun.capture.backends.base import JobPaths
 from xlarun.capture.flags import ComposedEnv, compose_env
 from xlarun.capture.known_flags import FlagNameCache, KnownXlaFlags
 from xlarun.capture.launch import CaptureResult, exit_status_error, probe_job_xla_flags
+from xlarun.capture.publish import push_failure
 from xlarun.capture.spec_yaml import LoadedSpec, load_spec
+from xlarun.errors import XlarunError
+
+
+def capture_failure(result: CaptureResult) -> XlarunError | None:
+    """The error a capture ends with: the job's (it failed, timed out, was stopped), else its push's (the spec's
+    ``remote:`` could not be pushed to: exit 3, the run kept here); None when both went well."""
+    return exit_status_error(result) or push_failure(result.run_id, result.push)
 
 
 def capture_document(result: CaptureResult) -> dict[str, Any]:
-    """``xlarun capture --json``'s one document; ``error``/``hint`` say why the run failed (None when it succeeded)."""
+    """``xlarun capture --json``'s one document; ``error``/``hint`` say why the run failed (None when it succeeded),
+    ``push`` what the push to the spec's ``remote:`` did (None when the spec names none)."""
     from xlarun.navigate.desync import compare_processes
 
-    failure = exit_status_error(result)
+    failure = capture_failure(result)
     processes = compare_processes(result.modules)
     return {
         "run_id": result.run_id,
@@ -32,6 +41,7 @@ def capture_document(result: CaptureResult) -> dict[str, Any]:
         "warnings": result.warnings,
         "error": failure.message if failure else None,
         "hint": failure.hint if failure else None,
+        "push": result.push.to_json() if result.push else None,
     } | ({"processes": processes.to_json()} if processes else {})
 
 

@@ -30,6 +30,7 @@ from xlarun.capture.known_flags import FlagNameCache, FlagRejection, KnownXlaFla
 from xlarun.capture.log_sink import LogSink
 from xlarun.capture.oom import oom_cause, oom_kills
 from xlarun.capture.profile_job import PROFILED, profiled_argv
+from xlarun.capture.publish import RemotePush, check_remote, push_captured
 from xlarun.capture.spec_yaml import LoadedSpec, detect_framework, load_spec
 from xlarun.capture.versions import VersionCache
 from xlarun.console import warn
@@ -66,6 +67,7 @@ class CaptureResult:
     flag_rejection: FlagRejection | None = None  # the job's XLA refused flags and aborted
     signal: str | None = None  # the signal that stopped xlarun (SIGINT, SIGTERM, SIGHUP), if one did
     stderr_tail: str = ""  # the last lines of a job's stderr that failed before XLA compiled anything
+    push: RemotePush | None = None  # the push to the spec's `remote:`, when it names one
 
     @property
     def ok(self) -> bool:
@@ -176,11 +178,16 @@ def capture(
     ``result.status``. Called from the main thread, SIGINT, SIGTERM and SIGHUP stop the job's process
     group and the run is archived as ``interrupted`` (``result.signal`` names the signal); ``stop`` is
     shared by the captures of one batch. Raises :class:`XlarunError` only when nothing could be run or kept.
+    A spec naming a ``remote:`` has the committed run pushed there; ``result.push`` says how that went.
     """
     stop = stop or StopRequest(cancel)
+    loaded = spec if isinstance(spec, LoadedSpec) else load_spec(spec)
+    store = store or LocalStore.open()
+    if loaded.spec.remote:  # a remote that is not named stops the capture before anything runs
+        check_remote(loaded.spec.remote)
     with stop_on_signals(stop):
-        return _capture(
-            spec,
+        result = _capture(
+            loaded,
             store,
             echo=echo,
             echo_prefix=echo_prefix,
@@ -190,6 +197,9 @@ def capture(
             base_env=base_env,
             stop=stop,
         )
+    if loaded.spec.remote and result.signal is None:  # committed: pushed unless a signal stopped the capture
+        result.push = push_captured(store, result.run_id, loaded.spec.remote)
+    return result
 
 
 def _capture(

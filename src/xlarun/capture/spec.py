@@ -265,6 +265,12 @@ class RunSpec(_Strict):
         None, gt=0, allow_inf_nan=False, description="Seconds (or '90s', '10m', '2h') before the job is killed."
     )
     tags: dict[str, str] = Field(default_factory=dict, description="Free labels recorded with the run.")
+    remote: str | None = Field(
+        None,
+        min_length=1,
+        description="A remote named by `xlarun remote add` (or an s3:// URL): each run is pushed there once it is "
+        "committed; a failed push keeps the run here (exit 3, `xlarun push RUN --remote NAME` sends it).",
+    )
     dump: DumpSpec = Field(default_factory=DumpSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
     tensorflow: TensorFlowSpec = Field(default_factory=TensorFlowSpec)

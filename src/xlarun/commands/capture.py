@@ -69,8 +69,8 @@ def capture(
 
 
 def _capture_one(loaded: LoadedSpec, the_store: LocalStore, quiet: bool, as_json: bool, top: int) -> None:
+    from xlarun.capture.answers import capture_failure
     from xlarun.capture.launch import capture as run_capture
-    from xlarun.capture.launch import exit_status_error
     from xlarun.console import ProgressBar, human_bytes, print_json, say, warn
 
     progress = ProgressBar("archiving", enabled=not as_json)
@@ -80,7 +80,7 @@ def _capture_one(loaded: LoadedSpec, the_store: LocalStore, quiet: bool, as_json
         result = run_capture(loaded, the_store, echo=not (quiet or as_json), on_archive=progress.update)
     finally:
         progress.close()
-    failure = exit_status_error(result)
+    failure = capture_failure(result)
     if as_json:
         from xlarun.capture.answers import capture_document
 
@@ -96,6 +96,8 @@ def _capture_one(loaded: LoadedSpec, the_store: LocalStore, quiet: bool, as_json
             f"[{colour}]{result.status.value}[/{colour}] run [bold]{result.run_id}[/bold] in {manifest.duration_s:.1f} s: "
             f"{manifest.files} files, {human_bytes(manifest.dump_bytes)} dumped, {len(result.modules)} modules"
         )
+        if result.push is not None and result.push.pushed:
+            say(f"pushed to remote [bold]{result.push.remote}[/bold] ({human_bytes(result.push.bytes)} sent)")
         if result.modules:
             from xlarun.navigate.desync import compare_processes
             from xlarun.present import print_main_module, print_modules, print_process_report

@@ -158,10 +158,12 @@ class Index:
 
     def forget_run(self, run_id: str | None) -> None:
         with self.transaction():
-            for table in ("runs", "files", "modules", "passes", "module_terms"):
-                self.conn.execute(f"DELETE FROM {table} WHERE run_id IS ?", (run_id,))  # IS: a damaged NULL too
-            for extra in self._extra_run_tables():
-                self.conn.execute(f"DELETE FROM {extra} WHERE run_id IS ?", (run_id,))
+            self.delete_run_rows(run_id)
+
+    def delete_run_rows(self, run_id: str | None) -> None:
+        """(In a transaction.) Every row of a run, in every table that has a run_id column."""
+        for table in ("runs", "files", "modules", "passes", "module_terms", *self._extra_run_tables()):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id IS ?", (run_id,))  # IS: a damaged NULL too
 
     def _extra_run_tables(self) -> list[str]:
         # tables other stages add (replays...) that carry a run_id column

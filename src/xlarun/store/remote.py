@@ -119,7 +119,9 @@ class ObjectStore:
         except ImportError:
             raise EnvironmentProblem("the remote commands need boto3, which is not installed", INSTALL_HINT) from None
         self.spec = spec
-        config = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60)
+        config = Config(  # connections for a pull's or a mirror's runs and their objects in flight at once
+            retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60, max_pool_connections=32
+        )
         self.client: Any = boto3.session.Session().client("s3", endpoint_url=spec.endpoint, config=config)
 
     def key(self, name: str) -> str:

@@ -4,6 +4,11 @@ and on-demand reads trust only after these checks (the layout: :mod:`xlarun.stor
 from __future__ import annotations
 
 import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future
+from typing import TypeVar
 
 import zstandard
 
@@ -23,6 +28,13 @@ RECORD_FORMAT_DELTAS = 2
 MAX_SMALL_BYTES = 256 << 20
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+#: Objects a :class:`ReadOnce` keeps: enough for the folder files and base records many runs share.
+READ_ONCE_ENTRIES = 512
+
+
 def remote_damage(what: str) -> StoreError:
     return StoreError(f"remote object {what} is damaged", "nothing of it was used; push the run again from a store that has it")
 
@@ -32,7 +44,7 @@ def fetch_verified(remote: ObjectStore, key: str, digest: str) -> bytes:
     when it is missing or damaged."""
     data = remote.get(key)
     if data is None:
-        raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+        raise missing_object(key)
     try:  # bounded: no small object of a run is larger than a file list may be
         with zstandard.ZstdDecompressor().stream_reader(data) as reader:
             chunks, size = [], 0
@@ -50,8 +62,11 @@ def fetch_verified(remote: ObjectStore, key: str, digest: str) -> bytes:
 def read_remote_json(remote: ObjectStore, key: str, digest: str | None) -> dict | None:
     """A JSON object on the remote (checked against ``digest`` when one is given), None when there is no such key."""
     data = remote.get(key) if digest is None else fetch_verified(remote, key, digest)
-    if data is None:
-        return None
+    return None if data is None else parsed_object(data, key)
+
+
+def parsed_object(data: bytes, key: str) -> dict:
+    """The JSON object an object of the remote holds (``key`` names it in the error when it holds anything else)."""
     try:
         value = parse_store_json(data)
     except ValueError:
@@ -59,6 +74,10 @@ def read_remote_json(remote: ObjectStore, key: str, digest: str | None) -> dict 
     if not isinstance(value, dict):
         raise remote_damage(key)
     return value
+
+
+def missing_object(key: str) -> StoreError:
+    return StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
 
 
 def checked_record(
@@ -114,14 +133,48 @@ def read_record(remote: ObjectStore, index: dict, run_id: str) -> dict:
     key = f"records/{digest}.{base}.zst"
     frame = remote.get(key)
     if frame is None:
-        raise StoreError(f"remote object {key} is missing", "the remote was damaged; push the run again from a store that has it")
+        raise missing_object(key)
     plain = decode_delta(frame, fetch_verified(remote, f"records/{base}.zst", base), None, digest, limit=MAX_SMALL_BYTES)
     if plain is None:
         raise remote_damage(key)
-    try:
-        value = parse_store_json(plain)
-    except ValueError:
-        raise remote_damage(key) from None
-    if not isinstance(value, dict):
-        raise remote_damage(key)
-    return value
+    return parsed_object(plain, key)
+
+
+class ReadOnce(ObjectStore):
+    """A remote whose content-named small objects (``files/``, whole ``records/``) are fetched once however many
+    threads ask: the runs of one spec share their spec file and their record's base, and a pull or a mirror's sync
+    reads them for every run. Checking stays with the reader (each read is checked as before)."""
+
+    def __init__(self, remote: ObjectStore):  # the same client: boto3's clients are safe to share between threads
+        self.spec, self.client = remote.spec, remote.client
+        self._kept: dict[str, Future[bytes | None]] = {}
+        self._guard = threading.Lock()
+
+    def get(self, name: str) -> bytes | None:
+        if not (name.startswith("files/") or re.fullmatch(r"records/[0-9a-f]{64}\.zst", name)):
+            return super().get(name)
+        with self._guard:
+            kept = self._kept.get(name)
+            mine = kept is None
+            if kept is None:
+                kept = self._kept[name] = Future()
+                while len(self._kept) > READ_ONCE_ENTRIES:
+                    del self._kept[next(iter(self._kept))]
+        if mine:
+            try:
+                kept.set_result(super().get(name))
+            except BaseException as exc:
+                kept.set_exception(exc)
+        return kept.result()
+
+
+def in_order_ahead(pool: Executor, work: Callable[[_T], _R], items: Iterable[_T], ahead: int) -> Iterator[_R]:
+    """``work`` of each item, in order, done by ``pool`` at most ``ahead`` items before the one the caller takes:
+    what is fetched waits for its reader in bounded memory (``Executor.map`` would start every item at once)."""
+    pending: deque[Future[_R]] = deque()
+    for item in items:
+        pending.append(pool.submit(work, item))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

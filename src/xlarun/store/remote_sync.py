@@ -24,31 +24,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlarun.errors import RefError, StoreError
-from xlarun.safe_names import checked_run_id
 from xlarun.store.facade import LocalStore
 from xlarun.store.remote import ObjectStore
-from xlarun.store.remote_delta import (
-    DeltaRef,
-    decode_delta,
-)
+from xlarun.store.remote_delta import DeltaRef
 from xlarun.store.remote_files import RemoteFiles
+from xlarun.store.remote_pull import Puller
 from xlarun.store.remote_push import WORKERS, PushSide
-from xlarun.store.remote_records import (
-    checked_record,
-    fetch_verified,
-    read_record,
-    read_remote_json,
-    remote_damage,
-)
-from xlarun.store.rows import StoredFile
+from xlarun.store.remote_records import remote_damage
 from xlarun.store.store_json import parse_store_json
 
 #: The index object's keys a listing shows.
@@ -109,93 +97,18 @@ class RemoteSync(PushSide):
 
     def pull(self, run_ids: list[str]) -> Transfer:
         """Fetch each run this store does not have: its record, the packs holding files the store lacks (each
-        checked against its name and its members' digests), its folder's files; then commit it as a local run."""
-        for run_id in run_ids:
-            self.pull_run(run_id)
+        checked against its name and its members' digests), its deltas, its folder's files; then commit it as a
+        local run. Many objects and runs are fetched at once (:mod:`xlarun.store.remote_pull`)."""
+        pulled, already = Puller(self.store, self.remote, self._count).pull(run_ids)
+        self.transfer.runs.extend(pulled)
+        self.transfer.already.extend(already)
         return self.transfer
 
     def pull_run(self, run_id: str) -> bool:
         """Pull one run; False when this store already had it."""
-        checked_run_id(run_id, "the run to pull")
-        if (self.store.runs_dir / run_id).exists():
-            self.transfer.already.append(run_id)
-            return False
-        index = read_remote_json(self.remote, f"runs/{run_id}.json", None)
-        if index is None:
-            raise RefError(
-                f"no run {run_id} on {self.remote.spec.url}", f"`xlarun runs --remote {self.remote.spec.name}` lists them"
-            )
-        files, folder, packs, deltas = checked_record(read_record(self.remote, index, run_id), run_id)
-        lacking = set(f.digest for f in files) - self.store.blobs.stored_of([f.digest for f in files])
-        needed = {name for name, members in packs.items() if any(files[i].digest in lacking for i in members)}
-        deltas = {i: ref for i, ref in deltas.items() if files[i].digest in lacking}
-        bases = {ref.base: ref.base_pack for ref in deltas.values()}
-        needed |= {bases[d] for d in bases.keys() - self.store.blobs.stored_of(list(bases))}
-        run_id, staging = self.store.begin_run(run_id)
-        try:
-            with self.store.lock():
-                self._fetch_packs(sorted(needed))
-                self._fetch_deltas([(files[i], ref) for i, ref in sorted(deltas.items())])
-                for rel, digest in folder.items():
-                    target = staging / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    data = fetch_verified(self.remote, f"files/{digest}.zst", digest)
-                    target.write_bytes(data)
-                    self._count(len(data))
-                self.store.commit_indexed(run_id, staging, files, {})
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        self.transfer.runs.append(run_id)
-        return True
-
-    def _fetch_deltas(self, wanted: list[tuple[StoredFile, DeltaRef]]) -> None:
-        """Fetch files held as deltas, decode each against its base (now in this store), check it against its digest
-        and store them; a missing or damaged delta stops the pull naming it."""
-        if not wanted:
-            return
-
-        def fetch(item: tuple[StoredFile, DeltaRef]) -> bytes:
-            entry, ref = item
-            frame = self.remote.get(ref.key)
-            if frame is None:
-                raise StoreError(f"remote object {ref.key} is missing", "the remote was damaged; push the run again")
-            data = decode_delta(frame, self.store.blobs.get(ref.base), entry.size, entry.digest)
-            if data is None:
-                raise remote_damage(ref.key)
-            self._count(len(frame))
-            return data
-
-        with ThreadPoolExecutor(WORKERS) as pool:
-            decoded = list(pool.map(fetch, wanted))
-        packer = self.store.blobs.packer()
-        try:
-            for data in decoded:
-                packer.add(data)
-            packer.close()
-        except BaseException:
-            packer.discard()
-            raise
-
-    def _fetch_packs(self, names: list[str]) -> None:
-        blobs = self.store.blobs
-        blobs.packs_dir.mkdir(parents=True, exist_ok=True)
-
-        def fetch(name: str) -> None:
-            if blobs.pack_path(name).exists():  # a pack this store has under the same name holds the same bytes
-                blobs.adopt_pack(_copy_aside(blobs.pack_path(name)), name)
-                return
-            tmp = blobs.packs_dir / f".tmp-remote-{name[:16]}-{os.getpid()}"
-            self.remote.download(f"packs/{name}.zst", tmp)
-            size = tmp.stat().st_size
-            try:
-                blobs.adopt_pack(tmp, name)
-            except StoreError:
-                raise remote_damage(f"packs/{name}.zst") from None
-            self._count(size)
-
-        with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(fetch, names))
+        before = len(self.transfer.runs)
+        self.pull([run_id])
+        return len(self.transfer.runs) > before
 
 
 def list_remote_runs(remote: ObjectStore, cache: Path | None = None) -> list[dict]:
@@ -235,9 +148,3 @@ def _cached_summaries(cache: Path | None) -> dict[str, dict]:
         return {}
     ok = isinstance(value, dict) and all(isinstance(v, dict) and v.get("run") == k for k, v in value.items())
     return value if ok else {}
-
-
-def _copy_aside(path: Path) -> Path:
-    copy = path.with_name(f".tmp-relist-{path.name[:16]}-{os.getpid()}")
-    shutil.copyfile(path, copy)
-    return copy
