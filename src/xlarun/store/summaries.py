@@ -352,9 +352,7 @@ class gather_facts:
         without a pool): the caller works with them while the pool parses the rest."""
         for key in list(self.here):
             yield key, self._read_here(key)
-        if not self.futures:
-            return
-        from concurrent.futures import as_completed
+        from concurrent.futures import as_completed  # loaded on first use, like the pool
 
         keys = {future: key for key, future in self.futures.items()}
         for future in as_completed(keys):
