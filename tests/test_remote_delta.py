@@ -58,6 +58,14 @@ def test_a_second_capture_pushes_under_5_percent_and_pulls_byte_for_byte(remote,
     names = [o["Key"].rsplit("/", 1)[1] for o in records]
     assert sorted(n.count(".") for n in names) == [1, 2]  # the second's record: a delta against the first's
     assert min(o["Size"] for o in records) * 5 < max(o["Size"] for o in records)  # 1.9 KB against 18.8 KB, measured
+    catalogs = _client(s3_server).list_objects_v2(Bucket=BUCKET, Prefix=f"{remote}/catalogs/")["Contents"]
+    names = [o["Key"].rsplit("/", 1)[1] for o in catalogs]
+    assert sorted(n.count(".") for n in names) == [1, 2]  # the second's catalog (its index rows): a delta too
+    assert min(o["Size"] for o in catalogs) * 4 < max(o["Size"] for o in catalogs)
+    mirrored = cli("modules", second, "--remote", "team", "--json")  # the mirror reads the catalog through its base
+    assert mirrored.exit_code == 0, mirrored.output
+    local = _json(cli("modules", second, "--store", store.root, "--json"))
+    assert _json(mirrored) == local and len(local) > 0
 
     for target, pulled_first in (("fresh", False), ("has-first", True)):  # its bases fetched, or already here
         other = tmp_path / target

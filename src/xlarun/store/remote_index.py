@@ -38,6 +38,7 @@ from xlarun.store.remote_records import (
     in_order_ahead,
     read_record,
     read_remote_json,
+    read_run_object,
     remote_damage,
 )
 from xlarun.store.rows import StoredFile, listed_files
@@ -196,7 +197,7 @@ class MirrorSync:
             note(f"run {run_id} on the remote has no catalog (pushed by an older xlarun): `xlarun pull {run_id}` fetches it")
             return None
         record_read = self._transfers.submit(read_record, self.remote, index, run_id)  # whole, or a delta
-        catalog_read = self._transfers.submit(read_remote_json, self.remote, f"catalogs/{index['catalog']}.zst", index["catalog"])
+        catalog_read = self._transfers.submit(read_run_object, self.remote, index, run_id, "catalog")  # whole, or a delta
         record, catalog = record_read.result(), catalog_read.result() or {}
         files, folder, packs = _checked(record, catalog, run_id)
         _files, _folder, _packs, deltas = checked_record(record, run_id)

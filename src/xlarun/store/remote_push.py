@@ -38,7 +38,13 @@ from xlarun.store.remote_delta import (
 from xlarun.store.remote_files import RemoteFiles, build_pack, push_pack_groups
 from xlarun.store.remote_index import mirror_root, run_catalog
 from xlarun.store.remote_locks import remote_lock, same_name_turn
-from xlarun.store.remote_records import RECORD_FORMAT, RECORD_FORMAT_DELTAS, fetch_verified, read_remote_json
+from xlarun.store.remote_records import (
+    DELTA_OBJECTS,
+    RECORD_FORMAT,
+    RECORD_FORMAT_DELTAS,
+    fetch_verified,
+    read_remote_json,
+)
 from xlarun.store.rows import StoredFile
 
 if TYPE_CHECKING:
@@ -147,7 +153,7 @@ class PushSide:
         if held_bytes:
             self._count(held_bytes, sent=False)
         with ThreadPoolExecutor(WORKERS) as pool:  # one pool a run: its small objects go while its packs do
-            folder, catalog, sending = self._send_folder_and_catalog(run_id, pool)
+            folder, catalog, sending = self._send_folder_and_catalog(run_id, manifest.get("name"), pool)
             deltas = self._send_deltas(run_id, manifest.get("name"), files, lacking)
             rest = sorted(i for members in lacking.values() for i in members if i not in deltas)
             self._send_new_files([files[i] for i in rest], pool)
@@ -155,7 +161,7 @@ class PushSide:
                 by_pack.setdefault(str(view.pack_of(files[i].digest)), []).append(i)
             by_pack = {name: sorted(members) for name, members in sorted(by_pack.items())}
             index = self._send_record(run_id, manifest, files, folder, by_pack, deltas, pool)
-            index["catalog"] = catalog
+            index.update(catalog)
             for sent in sending:
                 sent.result()
         kill_point("remote-record-sent")
@@ -165,17 +171,27 @@ class PushSide:
         self.transfer.runs.append(run_id)
         return True
 
-    def _send_folder_and_catalog(self, run_id: str, pool: ThreadPoolExecutor) -> tuple[dict[str, str], str, list[Future]]:
+    def _send_folder_and_catalog(
+        self, run_id: str, name: object, pool: ThreadPoolExecutor
+    ) -> tuple[dict[str, str], dict[str, str], list[Future]]:
         """The run's folder files and its catalog (its index rows: found on the remote without a blob), compressed and
-        handed to ``pool``: the folder's files by digest, the catalog's digest, the sends."""
+        handed to ``pool``: the folder's files by digest, the index object's keys naming the catalog (and the base
+        it was sent as a delta against, a same-name run's catalog: most rows differ by the run id alone), the sends."""
         folder, sending = {}, []
         for rel, path in run_folder_files(self.store.run_path(run_id)).items():
             data = path.read_bytes()
             folder[rel] = digest = content_digest(data)
             sending.append(pool.submit(self._send_once, f"files/{digest}.zst", _compressed(data)))
         catalog = run_catalog(self.store.index, run_id)
-        sending.append(pool.submit(self._send_once, f"catalogs/{content_digest(catalog)}.zst", _compressed(catalog)))
-        return folder, content_digest(catalog), sending
+        named = {"catalog": content_digest(catalog)}
+        base = self._whole_base(run_id, name, "catalog")
+        delta = encode_delta(catalog, base[1]) if base is not None else b""
+        if base is not None and delta_worth_it(len(catalog), len(delta)):
+            named["catalog_base"] = base[0]
+            sending.append(pool.submit(self._send_once, f"catalogs/{named['catalog']}.{base[0]}.zst", delta))
+        else:
+            sending.append(pool.submit(self._send_once, f"catalogs/{named['catalog']}.zst", _compressed(catalog)))
+        return folder, named, sending
 
     def _send_record(
         self,
@@ -195,7 +211,7 @@ class PushSide:
         record_bytes = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         record_digest = content_digest(record_bytes)
         index = index_object(run_id, record_digest, manifest, files)
-        base = self._record_base(run_id, manifest.get("name"))
+        base = self._whole_base(run_id, manifest.get("name"), "record")
         delta = encode_delta(record_bytes, base[1]) if base is not None else b""
         if base is not None and delta_worth_it(len(record_bytes), len(delta)):
             index["record_base"] = base[0]
@@ -299,16 +315,16 @@ class PushSide:
             self._same_name = (run_id, remote_runs_named(self.remote, name, run_id, self._indexes))
         return self._same_name[1]
 
-    def _record_base(self, run_id: str, name: object) -> tuple[str, bytes] | None:
-        """The record of the latest other run of this name the remote holds whole, or the whole record that run's
-        was sent against (a delta's base is never a delta), as (digest, bytes): this store's runs first, then any host's; None when there is
-        none among the last few."""
+    def _whole_base(self, run_id: str, name: object, kind: str) -> tuple[str, bytes] | None:
+        """The record or catalog (``kind``) of the latest other run of this name the remote holds whole, or the whole
+        one that run's was sent against (a delta's base is never a delta), as (digest, bytes): this store's runs
+        first, then any host's; None when there is none among the last few."""
         others = [r.run_id for r in self.store.index.runs(name=name) if r.run_id != run_id] if isinstance(name, str) else []
         local = (read_remote_json(self.remote, f"runs/{other}.json", None) for other in reversed(others[-RECORD_BASE_RUNS:]))
         for index in itertools.chain(local, (index for _other, index in self._remote_runs_named(run_id, name))):
-            whole = (index or {}).get("record_base") or (index or {}).get("record")  # a delta's base: a whole record
+            whole = (index or {}).get(f"{kind}_base") or (index or {}).get(kind)
             if isinstance(whole, str) and re.fullmatch(r"[0-9a-f]{64}", whole):
-                return whole, fetch_verified(self.remote, f"records/{whole}.zst", whole)
+                return whole, fetch_verified(self.remote, f"{DELTA_OBJECTS[kind]}/{whole}.zst", whole)
         return None
 
     def _send_once(self, key: str, data: bytes) -> None:

@@ -113,35 +113,52 @@ def checked_record(
     return files, folder, packs, deltas
 
 
+#: The small objects of a run that a push may send as a delta against another run's (which is always whole): the
+#: index object's key naming it, and its folder on the remote.
+DELTA_OBJECTS = {"record": "records", "catalog": "catalogs"}
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def object_keys(index: dict, kind: str) -> list[str]:
+    """The objects a run's ``kind`` (record or catalog) is read from: ``<folder>/<digest>.zst``, or (sent as a delta
+    against another run's) ``<folder>/<digest>.<base>.zst`` and the base's own ``<folder>/<base>.zst``."""
+    folder, digest, base = DELTA_OBJECTS[kind], str(index.get(kind)), index.get(f"{kind}_base")
+    if base is None:
+        return [f"{folder}/{digest}.zst"]
+    return [f"{folder}/{digest}.{base}.zst", f"{folder}/{base}.zst"]
+
+
 def record_keys(index: dict) -> list[str]:
-    """The objects a run's record is read from: ``records/<digest>.zst``, or (sent as a delta against another run's
-    record) ``records/<digest>.<base>.zst`` and the base's own ``records/<base>.zst``."""
-    digest, base = str(index.get("record")), index.get("record_base")
-    if base is None:
-        return [f"records/{digest}.zst"]
-    return [f"records/{digest}.{base}.zst", f"records/{base}.zst"]
+    """The objects a run's record is read from (see :func:`object_keys`)."""
+    return object_keys(index, "record")
 
 
-def read_record(remote: ObjectStore, index: dict, run_id: str) -> dict:
-    """A run's record (its index object given), checked against its digest whether sent whole or as a delta against
-    another run's record (which is always sent whole); StoreError naming what is missing or damaged."""
-    digest, base = str(index.get("record")), index.get("record_base")
+def read_run_object(remote: ObjectStore, index: dict, run_id: str, kind: str) -> dict | None:
+    """A run's record or catalog (its index object given), checked against its digest whether sent whole or as a
+    delta against another run's (which is always sent whole); None when a whole one is missing; StoreError naming
+    what is damaged, or a missing delta or base."""
+    folder, digest, base = DELTA_OBJECTS[kind], str(index.get(kind)), index.get(f"{kind}_base")
     if base is None:
-        return read_remote_json(remote, f"records/{digest}.zst", digest) or {}
-    if not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+        return read_remote_json(remote, f"{folder}/{digest}.zst", digest)
+    if not (isinstance(base, str) and _DIGEST.fullmatch(base)):
         raise remote_damage(f"runs/{run_id}.json")
-    key = f"records/{digest}.{base}.zst"
+    key = f"{folder}/{digest}.{base}.zst"
     frame = remote.get(key)
     if frame is None:
         raise missing_object(key)
-    plain = decode_delta(frame, fetch_verified(remote, f"records/{base}.zst", base), None, digest, limit=MAX_SMALL_BYTES)
+    plain = decode_delta(frame, fetch_verified(remote, f"{folder}/{base}.zst", base), None, digest, limit=MAX_SMALL_BYTES)
     if plain is None:
         raise remote_damage(key)
     return parsed_object(plain, key)
 
 
+def read_record(remote: ObjectStore, index: dict, run_id: str) -> dict:
+    """A run's record, checked (see :func:`read_run_object`); StoreError naming what is missing or damaged."""
+    return read_run_object(remote, index, run_id, "record") or {}
+
+
 class ReadOnce(ObjectStore):
-    """A remote whose content-named small objects (``files/``, whole ``records/``) are fetched once however many
+    """A remote whose content-named small objects (``files/``, whole ``records/`` and ``catalogs/``) are fetched once however many
     threads ask: the runs of one spec share their spec file and their record's base, and a pull or a mirror's sync
     reads them for every run. Checking stays with the reader (each read is checked as before)."""
 
@@ -151,7 +168,7 @@ class ReadOnce(ObjectStore):
         self._guard = threading.Lock()
 
     def get(self, name: str) -> bytes | None:
-        if not (name.startswith("files/") or re.fullmatch(r"records/[0-9a-f]{64}\.zst", name)):
+        if not (name.startswith("files/") or re.fullmatch(r"(records|catalogs)/[0-9a-f]{64}\.zst", name)):
             return super().get(name)
         with self._guard:
             kept = self._kept.get(name)
