@@ -77,6 +77,11 @@ def test_keep_per_spec_is_a_dry_run_until_apply_and_the_kept_runs_pull_whole(fou
     kept_index = _client(s3_server).get_object(Bucket=BUCKET, Key=f"{remote}/runs/{runs['mlp-mar']}.json")["Body"].read()
     base = json.loads(kept_index)["record_base"]  # its record went as a delta against mlp-jan's, now deleted
     assert f"records/{base}.zst" in after
+    mar = json.loads(kept_index)  # its catalog (index rows) too: a delta against mlp-jan's
+    assert f"catalogs/{mar['catalog']}.{mar['catalog_base']}.zst" in after and f"catalogs/{mar['catalog_base']}.zst" in after
+    gone = {k for k in before - after if k.startswith("catalogs/")}
+    assert len(gone) == 1 and all(k.count(".") == 2 for k in gone)  # mlp-feb's catalog delta; mlp-jan's is mar's base
+    assert _json(cli("modules", runs["mlp-mar"], "--remote", "team", "--json"))  # the mirror reads the kept catalog
     for run_id in listed:  # what the kept runs name is all there
         assert cli("pull", run_id, "--remote", "team", "--store", tmp_path / "other").exit_code == 0
     assert cli("check", "--store", tmp_path / "other").exit_code == 0

@@ -1,7 +1,8 @@
 """``xlarun gc --remote``: delete a remote's runs a retention policy selects, and every object no remaining run names.
 
 What is live is read, never assumed: every run's index object and record (checked against its digest) are read, and
-every object they name must be listed; a run that cannot be read or that names a missing object (the remote looks
+every object they name (packs, deltas, folder files, the record and the catalog, and the bases of those sent as
+deltas) must be listed; a run that cannot be read or that names a missing object (the remote looks
 damaged) is a refusal with nothing deleted, as local ``gc`` refuses. A run's index object is deleted before its
 objects (it stops being visible first), and an object any remaining run names is never deleted.
 
@@ -22,13 +23,20 @@ from xlarun.errors import InputError, StoreError
 from xlarun.store.remote import ObjectStore, RemoteEntry
 from xlarun.store.remote_delta import parse_delta_name
 from xlarun.store.remote_locks import LEASE, remote_lock
-from xlarun.store.remote_records import checked_record, fetch_verified, read_record, read_remote_json, record_keys
+from xlarun.store.remote_records import (
+    checked_record,
+    fetch_verified,
+    object_keys,
+    read_record,
+    read_remote_json,
+    record_keys,
+)
 from xlarun.store.remote_sync import WORKERS
 
 #: Objects no run names that are younger than this are kept (a push in flight may name them soon).
 GRACE = timedelta(hours=1)
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_FOLDERS = ("runs/", "records/", "packs/", "files/", "deltas/", "locks/")
+_FOLDERS = ("runs/", "records/", "catalogs/", "packs/", "files/", "deltas/", "locks/")
 
 
 def parse_age(text: str) -> timedelta:
@@ -147,6 +155,8 @@ def _read_run(remote: ObjectStore, run_id: str) -> _RemoteRun:
     except StoreError as exc:
         raise _refusal(f"run {run_id} cannot be read: {exc.message}", run_id) from None
     names = {key, *record_keys(index)}
+    if "catalog" in index:  # its index rows (a run pushed before catalogs has none), whole or a delta and its base
+        names |= set(object_keys(index, "catalog"))
     names |= {f"files/{digest}.zst" for digest in folder.values()}
     names |= {f"packs/{name}.zst" for name in packs}
     for ref in deltas.values():
