@@ -113,12 +113,15 @@ LEFT_OUT = {
 
 
 def _imported_by_console_script(argv: list[str]) -> set[str]:
-    """Every module a run of the ``xlarun`` console script imports, from ``python -X importtime``'s report."""
+    """Every module a run of the ``xlarun`` console script imports, from ``python -X importtime``'s report, less
+    what the interpreter imports before any script runs (under a coverage run, its subprocess hook loads ``html``)."""
     script = Path(sys.executable).with_name("xlarun")
+    return _importtime([str(script), *argv]) - _importtime(["-c", "pass"])
+
+
+def _importtime(argv: list[str]) -> set[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", str(script), *argv], capture_output=True, text=True, timeout=120, env=env
-    )
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
 
