@@ -46,3 +46,37 @@ def test_a_closed_pipe_does_not_change_the_exit_code(tmp_path):
     _, err = child.communicate(timeout=60)
     assert child.returncode == 7, err
     assert (tmp_path / "atexit").read_text() == "ran"
+
+
+WAL_CHILD = """
+import sys, threading
+from pathlib import Path
+from xlarun.store.pack_table import open_wal
+db = Path(sys.argv[1]) / "table.sqlite"
+made = []
+
+def write():  # as an archiver's worker thread does: its connection is never closed by the code that opened it
+    conn = open_wal(db, lambda c: c.execute("CREATE TABLE IF NOT EXISTS t (v TEXT)"))
+    conn.execute("INSERT INTO t VALUES ('written by a worker')")
+    made.append(conn)
+
+worker = threading.Thread(target=write)
+worker.start()
+worker.join()
+assert (db.parent / "table.sqlite-wal").exists()
+from xlarun.process_exit import exit_without_teardown
+exit_without_teardown(0)
+"""
+
+
+def test_every_wal_connection_is_closed_at_exit_so_its_rows_are_in_the_database_file_itself(tmp_path):
+    """A worker thread's index or pack-table connection left open: the exit checkpoints it, so a reader that opens
+    the file alone (a full disk, where SQLite can make no side files) sees the rows, and no -wal file is left."""
+    import sqlite3
+
+    done = subprocess.run([sys.executable, "-c", WAL_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "table.sqlite-wal").exists()
+    conn = sqlite3.connect(f"file:{tmp_path / 'table.sqlite'}?immutable=1", uri=True)
+    assert conn.execute("SELECT v FROM t").fetchall() == [("written by a worker",)]
+    conn.close()

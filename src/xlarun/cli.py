@@ -460,8 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the command runs (its own handler says "interrupted")
         code = int(ExitCode.INTERRUPTED)
     if argv is None:
-        # a plain exit, with the interpreter's teardown: skipping it (xlarun.process_exit) left SQLite connections of
-        # worker threads open, so no index or pack table was checkpointed at exit (their rows stayed in the -wal
-        # files, which a reader of a full disk, opening the main file alone, then does not see)
-        sys.exit(code)
+        # the interpreter's teardown is skipped (60-100 ms for a capture): threads joined and atexit handlers run,
+        # among them the one that closes every index and pack-table connection, so each is checkpointed at exit
+        # (xlarun.store.pack_table.close_wal_connections)
+        from xlarun.process_exit import exit_without_teardown
+
+        exit_without_teardown(code)
     return code

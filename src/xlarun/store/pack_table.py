@@ -3,10 +3,12 @@ and rebuilt from them when it is missing."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -39,18 +41,50 @@ WAL_SWITCH_TRIES = 50
 WAL_SWITCH_WAIT_S = 0.1
 
 
+class WalConnection(sqlite3.Connection):
+    """A connection :func:`open_wal` made (a subclass only so that the process can hold weak references to it)."""
+
+
+_OPEN_WAL: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
+_OPEN_WAL_LOCK = threading.Lock()
+
+
+def close_wal_connections() -> int:
+    """Close every connection :func:`open_wal` made that is still open, and say how many there were.
+
+    Run at exit (an ``atexit`` handler): the last connection of a WAL database to close copies the log into the
+    file and removes it. A process that ends without the interpreter's teardown (:mod:`xlarun.process_exit`) or
+    that leaves connections in idle worker threads would otherwise leave its rows in ``-wal`` files only, which a
+    reader that cannot make side files (a full disk) does not see."""
+    with _OPEN_WAL_LOCK:
+        conns = list(_OPEN_WAL)
+        _OPEN_WAL.clear()
+    for conn in conns:
+        try:
+            conn.close()
+        except sqlite3.Error:  # closed in a thread that still runs a statement: SQLite closes it when that ends
+            pass
+    return len(conns)
+
+
+atexit.register(close_wal_connections)
+
+
 def open_wal(
-    path: Path, setup: Callable[[sqlite3.Connection], object], factory: type[sqlite3.Connection] = sqlite3.Connection
+    path: Path, setup: Callable[[sqlite3.Connection], object], factory: type[sqlite3.Connection] = WalConnection
 ) -> sqlite3.Connection:
     """A connection to the SQLite file ``path`` (made if missing) in WAL mode, ``setup(conn)`` run on it (tables
     made if missing). A lock met on the way is waited out, for :data:`WAL_SWITCH_TRIES` tries; any other
-    ``sqlite3.OperationalError`` (or the lock after the last try) is raised, the connection closed."""
+    ``sqlite3.OperationalError`` (or the lock after the last try) is raised, the connection closed. The connection
+    is closed at the latest when the process exits (:func:`close_wal_connections`)."""
     for attempt in range(WAL_SWITCH_TRIES):
         conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False, factory=factory)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             setup(conn)
+            with _OPEN_WAL_LOCK:
+                _OPEN_WAL.add(conn)
             return conn
         except sqlite3.OperationalError as exc:
             conn.close()
