@@ -137,6 +137,23 @@ def test_raw_files_are_deleted_in_the_background_and_gc_clears_what_a_killed_del
     assert not leftover.exists() and store.read_file(run_id, "module_0003.m.before_optimizations.txt") == b"HloModule m\n" * 4
 
 
+def test_a_small_dump_is_deleted_at_once_a_large_one_by_a_background_rm(tmp_path):
+    """Starting `rm` costs more than unlinking a few files (a capture of one small module): a dump of fewer than 64
+    entries goes at once, a larger one in the background, and either way nothing the run archived is lost."""
+    store = LocalStore.open(tmp_path / "s")
+    for count, in_background in ((3, False), (100, True)):
+        run_id, staging = store.begin_run()
+        for i in range(count):
+            (staging / "dump" / f"module_{i:04d}.m.before_optimizations.txt").write_bytes(b"HloModule m\n" * (i + 1))
+        files = store.archive_outputs(staging)
+        assert bool(store._discards) == in_background, count
+        assert in_background or not list(store.staging_dir.glob(".trash-*"))
+        store.wait_for_discards()
+        assert not list(store.staging_dir.glob(".trash-*"))
+        store.commit_run(run_id, staging, files, {"manifest.json": "{}"})
+        assert store.read_file(run_id, f"module_{count - 1:04d}.m.before_optimizations.txt") == b"HloModule m\n" * count
+
+
 def _killed_capture(store: LocalStore, files: dict[str, bytes], logs: str = "step 1\n") -> tuple[str, os.PathLike]:
     """A staging folder as a capture killed with -9 leaves it: spec, log, raw files, a dead owner."""
     import json

@@ -258,6 +258,7 @@ def _capture(
         else lambda: {}
     )
     git_later = _in_background(git_facts, loaded.script.parent)
+    host_later = _in_background(host_facts)  # the processor's name is a `uname -p` process
     job.env.setdefault("XLARUN_RUN_ID", run_id)
     sink = LogSink(staging, echo, echo_prefix)
     # dump files are archived as they settle, on a core the job leaves free, and the module texts the
@@ -363,7 +364,7 @@ def _capture(
             xla_flags=composed.xla_flags,
             tf_xla_flags=composed.tf_xla_flags,
             versions={**(versions_later() or {}), **{k: str(v) for k, v in backend_versions.items()}},
-            host=host_facts(),
+            host=host_later() or host_facts(),
             git=git_later(),
             warnings=warnings,
             batch_id=batch_id,

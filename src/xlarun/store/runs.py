@@ -53,6 +53,24 @@ if TYPE_CHECKING:
 STORE_VERSION = 4
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
+#: A trash of fewer entries than this is deleted at once: starting `rm` costs more (a capture of one small module).
+_DELETE_AT_ONCE = 64
+
+
+def _fewer_entries_than(folder: Path, limit: int) -> bool:
+    """Whether ``folder`` holds fewer than ``limit`` entries, however deep (False if a folder cannot be listed)."""
+    pending, seen = [folder], 0
+    try:
+        while pending and seen < limit:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    pending += [Path(entry.path)] if entry.is_dir(follow_symlinks=False) else []
+    except OSError:
+        return False
+    return seen < limit
+
+
 _NEW_PREFIX = ".new-"  # a staging folder being made (begin_run): it gets its owner.pid before its name
 
 
@@ -280,7 +298,7 @@ class RunStore:
             except FileNotFoundError:
                 pass
         rm = shutil.which("rm")
-        if rm is None:
+        if rm is None or _fewer_entries_than(trash, _DELETE_AT_ONCE):  # a process costs more than a few unlinks
             shutil.rmtree(trash, ignore_errors=True)
             return
         self._discards.append(
