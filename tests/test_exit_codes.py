@@ -155,7 +155,7 @@ def test_130_python_m_xlarun_interrupted_while_it_loads(tmp_path):
     (stub / "xlarun" / "cli.py").write_text("raise KeyboardInterrupt\n")  # the Ctrl-C, as the import sees it
     (stub / "xlarun" / "__init__.py").write_text("")
     package = Path(__import__("xlarun").__file__).parent
-    for real in ("__main__.py", "interrupts.py"):
+    for real in ("__main__.py", "interrupts.py", "pydantic_plugins.py"):  # what the program loads before the CLI
         (stub / "xlarun" / real).write_text((package / real).read_text())
     proc = subprocess.run(
         [sys.executable, "-m", "xlarun", "runs"],

@@ -15,7 +15,6 @@ path, size and mtime.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import mmap
 import os
@@ -24,12 +23,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlarun.bounded_read import MAX_RECORD_BYTES, read_regular
+from xlarun.capture.cache_entries import entry_path, read_entry, write_entry
 
 #: Bump when the scan's rule changes: older cache entries are then ignored.
 SCAN_VERSION = 1
@@ -140,27 +138,14 @@ class FlagNameCache:
         """The library's flag names: from the cache when its path, size and mtime match, else scanned (and stored)."""
         info = os.stat(library)
         key = f"{SCAN_VERSION}\0{os.path.abspath(library)}\0{info.st_size}\0{info.st_mtime_ns}"
-        entry = self.folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-        try:
-            stored = json.loads(read_regular(entry, MAX_RECORD_BYTES))  # a FIFO or link there: scanned again
-            if stored.get("key") == key:
-                return frozenset(stored["names"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass
+        entry = entry_path(self.folder, key)
+        stored = read_entry(entry, key)
+        if stored is not None and isinstance(stored.get("names"), list):
+            return frozenset(stored["names"])
         names = scan_flag_names(library)
         if self.writable:
-            self._store(entry, {"key": key, "library": library, "names": sorted(names)})
+            write_entry(entry, {"key": key, "library": library, "names": sorted(names)})
         return names
-
-    def _store(self, entry: Path, record: dict) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(record, out)
-            os.replace(temp, entry)  # readers see the whole entry or none
-        except OSError:
-            pass  # a cache that cannot be written only costs a rescan next time
 
 
 def job_search_path(python: str, env: Mapping[str, str], script_dir: str | None = None) -> list[str]:

@@ -10,16 +10,14 @@ folder there, which changes that folder's mtime. Any change, and the interpreter
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from xlarun import __version__
-from xlarun.bounded_read import MAX_RECORD_BYTES, read_regular
+from xlarun.capture.cache_entries import entry_path, read_entry, write_entry
 
 #: Packages whose versions are recorded (read with importlib.metadata by the job's own interpreter).
 VERSIONED_PACKAGES = (
@@ -106,12 +104,12 @@ class VersionCache:
         key = self._key(python, env)
         if key is None:
             return probe_versions(python, env)[0]
-        entry = self.folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-        try:  # a FIFO or a link there: probed again
-            stored = json.loads(read_regular(entry, MAX_RECORD_BYTES))
-            if stored.get("key") == key and stored.get("folders") == _folder_stamps(list(stored["folders"])):
+        entry = entry_path(self.folder, key)
+        stored = read_entry(entry, key)
+        try:
+            if stored is not None and stored.get("folders") == _folder_stamps(list(stored["folders"])):
                 return {**stored["versions"], "xlarun": __version__}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError, ValueError):  # a damaged entry: probed again
             pass
         started = time.time_ns()
         versions, folders = probe_versions(python, env)
@@ -119,7 +117,7 @@ class VersionCache:
         # a folder changed since shortly before the probe (an install while it read; mtimes tick coarsely) is not
         # trusted: probed again next time
         if stamps is not None and all(stamp < started - _SETTLED_NS for stamp in stamps.values()):
-            self._store(entry, {"key": key, "folders": stamps, "versions": versions})
+            write_entry(entry, {"key": key, "folders": stamps, "versions": versions})
         return versions
 
     @staticmethod
@@ -135,16 +133,6 @@ class VersionCache:
             return None
         settings = [env.get(name, "") for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE")]
         return "\0".join(map(str, (CACHE_VERSION, os.path.abspath(found), real, info.st_size, info.st_mtime_ns, *settings)))
-
-    def _store(self, entry: Path, record: dict) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(record, out)
-            os.replace(temp, entry)  # readers see the whole entry or none
-        except OSError:
-            pass  # a cache that cannot be written only costs a probe next time
 
 
 def _which(name: str) -> str | None:

@@ -53,8 +53,7 @@ if TYPE_CHECKING:
 STORE_VERSION = 4
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
-#: A trash of fewer entries than this is deleted at once: starting `rm` costs more (a capture of one small module).
-_DELETE_AT_ONCE = 64
+_DELETE_AT_ONCE = 64  # a trash of fewer entries is deleted at once: starting `rm` costs more (one small module)
 
 
 def _fewer_entries_than(folder: Path, limit: int) -> bool:
@@ -63,9 +62,9 @@ def _fewer_entries_than(folder: Path, limit: int) -> bool:
     try:
         while pending and seen < limit:
             with os.scandir(pending.pop()) as entries:
-                for entry in entries:
-                    seen += 1
-                    pending += [Path(entry.path)] if entry.is_dir(follow_symlinks=False) else []
+                found = list(entries)
+            seen += len(found)
+            pending += [Path(e.path) for e in found if e.is_dir(follow_symlinks=False)]
     except OSError:
         return False
     return seen < limit
@@ -301,14 +300,9 @@ class RunStore:
         if rm is None or _fewer_entries_than(trash, _DELETE_AT_ONCE):  # a process costs more than a few unlinks
             shutil.rmtree(trash, ignore_errors=True)
             return
+        null = subprocess.DEVNULL
         self._discards.append(
-            subprocess.Popen(
-                [rm, "-rf", "--", str(trash)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            subprocess.Popen([rm, "-rf", "--", str(trash)], stdin=null, stdout=null, stderr=null, start_new_session=True)
         )
 
     def wait_for_discards(self) -> None:
