@@ -343,3 +343,30 @@ def test_index_trouble_at_the_commit_never_stops_it(tmp_path, monkeypatch):
     monkeypatch.undo()
     again = LocalStore.open(tmp_path / "s")
     assert [r.run_id for r in again.index.runs()] == [result.run_id] == again.run_ids()
+
+
+def test_a_checked_index_is_not_checked_again_until_a_statement_changes_its_tables(tmp_path, monkeypatch):
+    """Every command opens the index; its tables are checked whole (some 2 ms) only when SQLite's schema cookie moved
+    since the last check, so a column renamed or a table dropped by hand after a check is still found."""
+    import sqlite3
+
+    import xlarun.store.index as index_module
+    from xlarun.store.index_health import DamagedIndex, check_columns_and_id, checked_stamp
+
+    path = tmp_path / "index.sqlite"
+    index_module.Index.open(path).close()
+    conn = sqlite3.connect(path)
+    stamp = conn.execute("SELECT value FROM meta WHERE key = 'checked_schema'").fetchone()[0]
+    assert stamp == checked_stamp(conn, index_module.SCHEMA)
+    conn.close()
+
+    checks: list[Path] = []
+    monkeypatch.setattr(index_module, "check_columns_and_id", lambda c, p, s: (checks.append(p), check_columns_and_id(c, p, s)))
+    index_module.Index.open(path).close()
+    assert checks == []  # the stamp holds: nothing checked
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE modules RENAME COLUMN name TO nom")  # by hand, after the check
+    conn.close()
+    with pytest.raises(DamagedIndex, match="modules has no column name"):
+        index_module.Index.open(path)
+    assert checks == [path]

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Literal
 
 from xlarun.errors import StoreError, XlarunError
 from xlarun.store import index_health
-from xlarun.store.index_health import DamagedIndex, IndexConnection, check_columns_and_id, make_tables, refuse_foreign_wal
+from xlarun.store.index_health import (
+    DamagedIndex,
+    IndexConnection,
+    check_columns_and_id,
+    checked_stamp,
+    make_tables_unless_checked,
+    refuse_foreign_wal,
+)
 from xlarun.store.pack_table import cannot_write, open_wal
 from xlarun.store.rows import (
     FileInfo,
@@ -98,8 +105,10 @@ class Index:
     def open(cls, path: Path) -> Index:
         try:
             refuse_foreign_wal(path)  # before any connection that could checkpoint its pages into the index
-            # a new file's WAL switch waits out a lock; a table dropped by hand is not made again empty
-            conn = open_wal(path, lambda c: make_tables(c, path, SCHEMA), IndexConnection)
+            # a new file's WAL switch waits out a lock; a table dropped by hand is not made again empty; the tables
+            # checked whole before and changed by nothing since are not checked again
+            checked: list[bool] = []
+            conn = open_wal(path, lambda c: checked.append(make_tables_unless_checked(c, path, SCHEMA)), IndexConnection)
             conn.index_path = path  # type: ignore[attr-defined]
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
@@ -108,7 +117,8 @@ class Index:
                 conn.close()
                 path.unlink()  # derived data: rebuild from runs/
                 return cls.open(path)
-            check_columns_and_id(conn, path, SCHEMA)
+            if not checked[-1]:
+                check_columns_and_id(conn, path, SCHEMA)
         except (sqlite3.DatabaseError, DamagedIndex) as exc:
             if isinstance(exc, DamagedIndex) and not cannot_write(path):
                 raise
@@ -128,7 +138,10 @@ class Index:
                 return index
             raise DamagedIndex(f"cannot open the index {path}: {exc}") from None
         conn.row_factory = sqlite3.Row
-        return cls(conn, path)
+        index = cls(conn, path)
+        if not checked[-1]:
+            index.try_set_meta("checked_schema", checked_stamp(conn, SCHEMA))
+        return index
 
     def close(self) -> None:
         self.conn.close()

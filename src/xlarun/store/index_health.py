@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,30 @@ def make_tables(conn: sqlite3.Connection, path: Path, schema: str) -> None:
     if (missing := missing_tables(conn, schema)) is not None:
         raise DamagedIndex(f"the store's index {path} is damaged: {missing}")
     conn.executescript(schema)
+
+
+def checked_stamp(conn: sqlite3.Connection, schema: str) -> str:
+    """What :func:`schema_checked` compares: SQLite's schema cookie of the file (every CREATE, DROP and ALTER moves
+    it) and a checksum of the schema xlarun gives it."""
+    return f"{conn.execute('PRAGMA schema_version').fetchone()[0]}:{zlib.crc32(schema.encode()):08x}"
+
+
+def schema_checked(conn: sqlite3.Connection, schema: str) -> bool:
+    """Whether :func:`make_tables` and :func:`check_columns_and_id` found this file's tables whole, as ``schema``
+    makes them, and no statement changed them since (its ``checked_schema`` row is the stamp the file has now): a
+    reader then skips both (some 2 ms of every command)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+        return False
+    row = conn.execute("SELECT value FROM meta WHERE key = 'checked_schema'").fetchone()
+    return row is not None and row[0] == checked_stamp(conn, schema)
+
+
+def make_tables_unless_checked(conn: sqlite3.Connection, path: Path, schema: str) -> bool:
+    """:func:`make_tables`, unless :func:`schema_checked`; says whether it was (then no check is needed either)."""
+    if schema_checked(conn, schema):
+        return True
+    make_tables(conn, path, schema)
+    return False
 
 
 def check_columns_and_id(conn: sqlite3.Connection, path: Path, schema: str) -> None:
