@@ -135,6 +135,8 @@ def count_compute_ops(histogram: dict[str, int]) -> int:
 
 @dataclass
 class RunInfo:
+    """One run as the index lists it (a row of ``runs``)."""
+
     run_id: str
     name: str
     kind: str
@@ -162,6 +164,8 @@ class RunInfo:
 
 @dataclass
 class FileInfo:
+    """One file of a module as the index lists it: which stage or pass dump it is."""
+
     path: str
     digest: str
     size: int
@@ -176,6 +180,8 @@ class FileInfo:
 
 @dataclass
 class PassInfo:
+    """One pass dump of a module: its step, pipeline and pass, and the instructions after it."""
+
     step: int
     pipeline: str | None
     after_pass: str | None
@@ -186,6 +192,8 @@ class PassInfo:
 
 @dataclass
 class ModuleInfo:
+    """One module of a run as the index holds it: its stages, counts, signature and fingerprint."""
+
     run_id: str
     module_id: int
     name: str | None
@@ -221,6 +229,8 @@ class ModuleInfo:
 
 @dataclass
 class FindHit:
+    """A module ``find`` matched, with what matched and of which kind."""
+
     run_id: str
     module_id: int
     module_name: str | None
