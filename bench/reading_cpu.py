@@ -118,6 +118,32 @@ def measure_reading_cpu(sizes: list[int], rounds: int, workdir: Path) -> dict:
     return results
 
 
+def format_markdown(results: dict) -> str:
+    """Each command's CPU and its ratio to ``import typer`` at each store size, the one-command typer app beside."""
+    names = ("typer_app", *COMMANDS)
+    lines = [
+        f'CPU (user + system) of each command run by the `xlarun` console script, over `python -c "import typer"` in '
+        f"the same round, median of {results.get('rounds')} rounds. Target: at most {results.get('target')}x. "
+        "`typer app`: a one-command typer app with `show`'s parameters, invoked (a second floor: what any typer "
+        "command costs).",
+        "",
+        "| runs | load | import typer, ms | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for size, row in sorted(results.get("sizes", {}).items(), key=lambda kv: int(kv[0])):
+        cells = []
+        for name in names:
+            r = row.get(name) or {}
+            mark = "" if name == "typer_app" or r.get("met") else " (not met)"
+            cells.append(f"{r.get('cpu_s', 0) * 1000:.0f} ms, {r.get('ratio')}x{mark}")
+        lines.append(
+            f"| {int(size):,} | {row.get('load_1m_before')} | {row.get('typer_import_cpu_s', 0) * 1000:.0f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_at_store_sizes(
         argv, "reading_cpu", __doc__.splitlines()[0], "1000,10000,100000", measure_reading_cpu, repeats=("--rounds", 9)

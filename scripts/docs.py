@@ -176,6 +176,9 @@ def benchmarks_page() -> str:
         parts.append("Not recorded yet: `python -m bench.batch_ray --record`.\n")
     parts.append(_recorded_section("profile", "What `profile: true` costs: `python -m bench.profile --zoo --record`"))
     parts.append(_recorded_section("scale", "Reading commands on big stores: `python -m bench.scale --record`"))
+    parts.append(
+        _recorded_section("reading_cpu", "Reading commands against `import typer`: `python -m bench.reading_cpu --record`")
+    )
     parts.append(_recorded_section("busy_store", "A capture in a big store: `python -m bench.busy_store --record`"))
     parts.append(_recorded_section("archive", "Archive and index against reading: `python -m bench.archive --record`"))
     parts.append(_recorded_section("search", "`find` against ripgrep: `python -m bench.search --record`"))
