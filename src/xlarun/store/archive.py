@@ -54,6 +54,10 @@ _SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
 
 Stamp = tuple[int, int]  # (size, mtime_ns)
 
+#: What one more file costs to archive, counted in bytes of content that take as long (open, stat, its name, the
+#: index's look at it): 1,191 small files (9 MB) took 0.09-0.16 s, as long as a 130 MB series.
+_PER_FILE_BYTES = 128 << 10
+
 #: How many times the last files are read again when they keep changing after the job ended.
 _FINAL_ROUNDS = 5
 
@@ -332,18 +336,19 @@ class OutputArchiver:
                 alone.append(path)
             else:
                 series[key].append((position, path))
-        ordered = sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
+        ordered = sorted(series.items(), key=lambda kv: -len(kv[1]))
         if not running and stamps is not None and len(ordered) + bool(alone) > 1 and _small(paths, stamps):
             # a small dump: every series in one pack (each series' members still side by side, so each dump is
             # encoded against the one before): 8 packs of ~350 bytes took 8 blocks of the disk, one pack takes one
             together = [p for _key, members in ordered for _pos, p in sorted(members)] + sorted(alone)
             self._store_series(_SMALL_DUMP, together, total, running)
             return
-        tasks: list[Callable[[], None]] = [
-            partial(self._store_series, key, [p for _pos, p in sorted(members)], total, running) for key, members in ordered
-        ]
+        groups: list[tuple[tuple | None, list[str]]] = [(key, [p for _pos, p in sorted(members)]) for key, members in ordered]
         if alone:
-            tasks.append(lambda: self._store_series(None, sorted(alone), total, running))
+            groups.append((None, sorted(alone)))
+        tasks: list[Callable[[], None]] = [
+            partial(self._store_series, key, members, total, running) for key, members in largest_first(groups, stamps)
+        ]
         if not parallel or len(tasks) < 2:  # one series (a small job's dump): no pool to start
             for task in tasks:
                 task()
@@ -403,6 +408,16 @@ class OutputArchiver:
 #: The series key of a small dump's one pack, and what is small: the job's remaining files, together, under this.
 _SMALL_DUMP = ("small dump",)
 SMALL_DUMP_BYTES = 1 << 20
+
+
+def largest_first(groups: list[tuple[Any, list[str]]], stamps: dict[str, Stamp] | None) -> list[tuple[Any, list[str]]]:
+    """Groups of paths (series) in the order the pool should take them: the costliest first, so that the last to
+    finish is a small one (the longest-processing-time rule). The cost is the bytes the scan saw plus
+    ``_PER_FILE_BYTES`` a file (without a scan's sizes: as given). Ordered by file count, a 130 MB series of 45
+    dumps came after ten 17-22 MB ones of 47-57 and ran alone at the end: 0.27 s of a 0.76 s archive."""
+    if not stamps:
+        return groups
+    return sorted(groups, key=lambda g: -sum(stamps[p][0] + _PER_FILE_BYTES for p in g[1] if p in stamps))
 
 
 def _small(paths: list[str], stamps: dict[str, Stamp]) -> bool:
