@@ -106,9 +106,11 @@ def two_thread_share(seconds: float = 0.3) -> float:
         for _ in range(rounds):
             blake3(data).digest()
 
-    t0 = time.perf_counter()
-    work()
-    alone = time.perf_counter() - t0
+    alone = float("inf")
+    for _ in range(2):  # the better of two: one thread alone, undisturbed
+        t0 = time.perf_counter()
+        work()
+        alone = min(alone, time.perf_counter() - t0)
     threads = [threading.Thread(target=work) for _ in range(2)]
     t0 = time.perf_counter()
     for t in threads:
