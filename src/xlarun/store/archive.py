@@ -54,6 +54,10 @@ _SERIES_POSITION = {"before_optimizations": -1, "after_optimizations": 1 << 30}
 
 Stamp = tuple[int, int]  # (size, mtime_ns)
 
+#: What one more file costs to archive, counted in bytes of content that take as long (open, stat, its name, the
+#: index's look at it): 1,191 small files (9 MB) took 0.09-0.16 s, as long as a 130 MB series.
+_PER_FILE_BYTES = 128 << 10
+
 #: How many times the last files are read again when they keep changing after the job ended.
 _FINAL_ROUNDS = 5
 
@@ -200,7 +204,7 @@ class OutputArchiver:
                 p: (None, why) for p, (_stamp, why) in self._problems.items()
             }  # the job has ended: try each once more
             with self.index_ahead() if self.index_ahead is not None else nullcontext():
-                self._final_rounds()
+                last_scan = self._final_rounds()
                 for series in self._series.values():  # packs still open from while the job ran
                     series.packer.close()
             kill_point("packs-written")
@@ -208,7 +212,7 @@ class OutputArchiver:
             by_path = {f.path: f for f in (previous[0] if previous else [])}
             by_path.update((a.name, StoredFile(a.name, a.digest, a.size)) for a in self._archived.values())
             files = sorted(by_path.values(), key=lambda f: f.path)
-            self.notes = self._collect_notes(self._scan())
+            self.notes = self._collect_notes(self._scan() if last_scan is None else last_scan)
             if previous:
                 noted = {n.path for n in self.notes} | {a.name for a in self._archived.values()}
                 self.notes = sorted(self.notes + [n for n in previous[1] if n.path not in noted], key=lambda n: n.path)
@@ -220,20 +224,20 @@ class OutputArchiver:
         finally:
             self._release_store()
 
-    def _final_rounds(self) -> dict[str, Stamp]:
+    def _final_rounds(self) -> dict[str, Stamp] | None:
         """Archive what is left, until a scan finds nothing new (a file renamed while it was read shows up again);
-        returns the last scan's stamps."""
-        stamps: dict[str, Stamp] = {}
+        returns that scan's stamps (taken after every read: the notes need no other), None when files still changed
+        at the last round."""
         for _round in range(_FINAL_ROUNDS):
             stamps = self._scan()
             for path in [p for p, a in self._archived.items() if stamps.get(p) != a.stamp]:
                 del self._archived[path]  # changed (or deleted) after it was read: read it again
             todo = [p for p in stamps if p not in self._archived and self._problems.get(p, (None,))[0] != stamps[p]]
             if not todo:
-                break
+                return stamps
             self._done = len(self._archived)
             self._archive_paths(todo, parallel=True, total=len(stamps), stamps=stamps)
-        return stamps
+        return None
 
     def _give_unique_names(self) -> None:
         """Two paths may escape to one name (``a\\xff`` is also a valid name): the later gets ``~2``..."""
@@ -332,18 +336,21 @@ class OutputArchiver:
                 alone.append(path)
             else:
                 series[key].append((position, path))
-        ordered = sorted(series.items(), key=lambda kv: -len(kv[1]))  # the longest first: they bound the wall time
+        ordered = sorted(series.items(), key=lambda kv: -len(kv[1]))
         if not running and stamps is not None and len(ordered) + bool(alone) > 1 and _small(paths, stamps):
             # a small dump: every series in one pack (each series' members still side by side, so each dump is
             # encoded against the one before): 8 packs of ~350 bytes took 8 blocks of the disk, one pack takes one
             together = [p for _key, members in ordered for _pos, p in sorted(members)] + sorted(alone)
             self._store_series(_SMALL_DUMP, together, total, running)
             return
-        tasks: list[Callable[[], None]] = [
-            partial(self._store_series, key, [p for _pos, p in sorted(members)], total, running) for key, members in ordered
-        ]
+        sizes = stamps or {}
+        groups: list[tuple[tuple | None, list[str]]] = [(key, [p for _pos, p in sorted(members)]) for key, members in ordered]
         if alone:
-            tasks.append(lambda: self._store_series(None, sorted(alone), total, running))
+            groups.append((None, sorted(alone)))
+        tasks: list[Callable[[], None]] = [
+            partial(self._store_series, key, members, total, running, sum(sizes[p][0] for p in members if p in sizes))
+            for key, members in largest_first(groups, sizes)
+        ]
         if not parallel or len(tasks) < 2:  # one series (a small job's dump): no pool to start
             for task in tasks:
                 task()
@@ -372,11 +379,13 @@ class OutputArchiver:
             self._problems[path] = (stamp, f"cannot be read: {exc.strerror or exc}")
         return None
 
-    def _store_series(self, key: tuple | None, paths: list[str], total: int, running: bool) -> None:
-        """Store files in the series' packs (``key`` None: the files stored alone, packed together)."""
+    def _store_series(self, key: tuple | None, paths: list[str], total: int, running: bool, expected: int = 0) -> None:
+        """Store files in the series' packs (``key`` None: the files stored alone, packed together); ``expected``: their
+        bytes as the scan saw them (the pack's buffer is sized to them at once, not grown by doubling)."""
         state = self._series.get(key)
         if state is None:
             state = self._series[key] = _Series(self.store.blobs.packer())
+        state.packer.expected = expected
         state.touched = True
         for path in paths:
             stored = self._read_into(state.packer, path)
@@ -403,6 +412,25 @@ class OutputArchiver:
 #: The series key of a small dump's one pack, and what is small: the job's remaining files, together, under this.
 _SMALL_DUMP = ("small dump",)
 SMALL_DUMP_BYTES = 1 << 20
+
+
+def largest_first(groups: list[tuple[Any, list[str]]], stamps: dict[str, Stamp]) -> list[tuple[Any, list[str]]]:
+    """Groups of paths (series) in the order the pool should take them: the text series first (they hold the stage
+    dumps the index parses beside the archive: parsed early, not after the archive's last pack), then the costliest
+    first, so that the last to finish is a small one (the longest-processing-time rule). The cost is the bytes the
+    scan saw plus ``_PER_FILE_BYTES`` a file (without a scan's sizes: as given). Ordered by file count, a 130 MB
+    series of 45 dumps came after ten 17-22 MB ones of 47-57 and ran alone at the end: 0.27 s of a 0.76 s archive."""
+    if not stamps:  # while the job runs: as given
+        return groups
+    return sorted(
+        groups,
+        key=lambda g: (not _holds_stage_dumps(g[0]), -sum(stamps[p][0] + _PER_FILE_BYTES for p in g[1] if p in stamps)),
+    )
+
+
+def _holds_stage_dumps(key: tuple | None) -> bool:
+    """A module's series of HLO text: its before_optimizations and after_optimizations dumps are what ingest parses."""
+    return key is not None and len(key) == 5 and key[4] == "text"
 
 
 def _small(paths: list[str], stamps: dict[str, Stamp]) -> bool:

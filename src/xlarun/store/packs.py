@@ -6,8 +6,7 @@ Layout below ``<store>/blobs`` (the whole format: docs/store-format.md)::
     packs.sqlite          where each packed file is: digest -> (pack, offset, length)
 
 **Digests.** A file is named by the BLAKE3 (256-bit) hash of its bytes, in hex (:func:`content_digest`).
-BLAKE3 hashes 2x faster than SHA-256 here (2.9 against 1.4 GB/s on one core, with the CPU's SHA
-instructions), and hashing was the largest cost of archiving (see bench/README.md).
+BLAKE3 hashes 2x faster than SHA-256 here (2.9 against 1.4 GB/s on one core, with the CPU's SHA instructions).
 
 **Packs.** Successive dumps of a module (before_optimizations, each pass, after_optimizations, in one
 format) differ by a few lines, so compressed together each is encoded against the one before: a pack is
@@ -353,6 +352,9 @@ class PackWriter:
         self._members: list[tuple[str, int, int]] = []  # (digest, offset, length) in the open pack
         self._pending: set[str] = set()
         self._last: tuple[int, int, str] | None = None  # offset, length and digest of the last file added, if in the buffer
+        # bytes the caller expects to add (the archiver's scan saw them): the first buffer's size (grown by doubling
+        # from 64 KiB, the first packs of a 784 MB dump zero-filled and copied 64 MB more than they held)
+        self.expected = 0
 
     @property
     def pending(self) -> int:
@@ -366,29 +368,30 @@ class PackWriter:
         return self._commit(len(data))[0]
 
     def add_file(self, path: str | Path) -> tuple[str, memoryview | None, int, tuple[int, int]] | None:
-        """Store a file: (digest, its bytes (valid until the next call; None for a file larger than
-        ``STREAM_BYTES``, streamed into a pack of its own), its size as read, (size, mtime_ns) as stat said),
-        or None when the file is gone (a job's temporary file, renamed or deleted). Never blocks on a FIFO:
-        the file is opened non-blocking and refused unless it is a regular file (OSError ENOTREG... as
-        :class:`NotRegularFile`)."""
+        """Store a file: (digest, its bytes (valid until the next call; None for a file larger than ``STREAM_BYTES``,
+        streamed into a pack of its own), its size as read, (size, mtime_ns) as stat said), or None when the file is
+        gone (a job's temporary file, renamed or deleted). Never blocks on a FIFO: the file is opened non-blocking and
+        refused unless it is a regular file (:class:`NotRegularFile`)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        with open(fd, "rb", buffering=0) as handle:
+        try:  # read with the descriptor alone: a file object per file cost more than hashing a small file
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise NotRegularFile(path)
             if st.st_size > STREAM_BYTES:
-                digest, got = self.blobs.store_stream(handle)
+                with open(fd, "rb", buffering=0, closefd=False) as handle:
+                    digest, got = self.blobs.store_stream(handle)
                 return digest, None, got, (st.st_size, st.st_mtime_ns)
-            view = self._reserve(st.st_size)
-            got = 0
-            while got < st.st_size:  # readinto may return less than asked
-                n = handle.readinto(view[got:])
+            view, got = self._reserve(st.st_size), 0
+            while got < st.st_size:  # a read may return less than asked
+                n = os.readv(fd, [view[got:]])
                 if not n:
                     break  # the file shrank while being read: its new stamp makes the archiver read it again
                 got += n
+        finally:
+            os.close(fd)
         digest, data = self._commit(got)
         return digest, data, got, (st.st_size, st.st_mtime_ns)
 
@@ -405,9 +408,9 @@ class PackWriter:
         return memoryview(self._buffer)[self.size : self.size + size]
 
     def _grow(self, need: int, capacity: int) -> None:
-        """A buffer of at least ``need`` bytes (double the last, at most twice a pack's size unless one file needs
-        more), the open pack's members copied into it."""
-        bigger = take_buffer(max(need, min(2 * PACK_BYTES, max(FIRST_BUFFER_BYTES, 2 * capacity))))
+        """A buffer of at least ``need`` bytes (double the last, or :attr:`expected`; at most twice a pack's size
+        unless one file needs more), the open pack's members copied into it."""
+        bigger = take_buffer(max(need, min(2 * PACK_BYTES, max(FIRST_BUFFER_BYTES, 2 * capacity, self.expected))))
         if self._buffer is not None and self.size:
             bigger[: self.size] = memoryview(self._buffer)[: self.size]
         self._release_buffer()
@@ -436,9 +439,7 @@ class PackWriter:
         """Write the pending files as one pack and list them in the table; returns the bytes written."""
         if not self._members:
             return 0
-        stored = self.blobs.stored_of(
-            [digest for digest, _offset, _length in self._members]
-        )  # one query per pack, not one per file
+        stored = self.blobs.stored_of([digest for digest, _o, _n in self._members])  # one query per pack, not per file
         if stored:
             self._drop(stored)
         if not self._members:
@@ -458,8 +459,7 @@ class PackWriter:
         return written
 
     def _forget_pending(self) -> None:
-        self._members, self.size, self._last = [], 0, None
-        self._pending.clear()
+        self._members, self.size, self._last, self._pending = [], 0, None, set()
 
     def _drop(self, stored: set[str]) -> None:
         """Take files the store already holds out of the open pack, moving the others up."""
