@@ -106,6 +106,7 @@ def measure_reading_cpu(sizes: list[int], rounds: int, workdir: Path) -> dict:
     results: dict = {"rounds": rounds, "target": TARGET, "sizes": {}}
     for size in sorted(sizes):
         run_ids = grow(store_root, template, size)
+        os.sync()  # the grown store's pages written out first: their writeback is not counted to the commands
         load = round(os.getloadavg()[0], 2)
         row = measure_paired(store_root, run_ids, rounds, env)
         results["sizes"][str(size)] = row | {"load_1m_before": load, "load_1m_after": round(os.getloadavg()[0], 2)}
