@@ -186,6 +186,10 @@ def test_cache_answers_until_the_library_changes(tmp_path, monkeypatch):
     for stored in (tmp_path / "cache").glob("*.json"):
         stored.write_text("{not json")
     assert "xla_new_flag" in cache.names(str(library)) and len(scans) == 3  # a broken entry is rescanned
+    for stored in (tmp_path / "cache").glob("*.json"):  # the right key, names that are not names: rescanned too
+        if "xla_new_flag" in stored.read_text():
+            stored.write_text(json.dumps({**json.loads(stored.read_text()), "names": [["xla_dump_to"]]}))
+    assert "xla_new_flag" in cache.names(str(library)) and len(scans) == 4
 
 
 def test_read_only_cache_reads_but_never_writes(tmp_path):

@@ -140,8 +140,9 @@ class FlagNameCache:
         key = f"{SCAN_VERSION}\0{os.path.abspath(library)}\0{info.st_size}\0{info.st_mtime_ns}"
         entry = entry_path(self.folder, key)
         stored = read_entry(entry, key)
-        if stored is not None and isinstance(stored.get("names"), list):
-            return frozenset(stored["names"])
+        names = stored.get("names") if stored is not None else None
+        if isinstance(names, list) and all(isinstance(name, str) for name in names):  # else damaged: scanned again
+            return frozenset(names)
         names = scan_flag_names(library)
         if self.writable:
             write_entry(entry, {"key": key, "library": library, "names": sorted(names)})
