@@ -95,7 +95,7 @@ def test_gc_removes_abandoned_staging_and_unused_blobs(tmp_path):
     store.delete_run(doomed)
     _, abandoned = store.begin_run()
     (abandoned / "owner.pid").write_text("999999999")  # a capture killed with -9
-    folders, blobs, freed = store.gc()
+    folders, blobs, freed, _merged, _into = store.gc()
     assert (folders, blobs) == (1, 1) and freed > 0
     assert store.run_ids() == [keep]
     assert store.read_file(keep, "a.txt") == b"keep me"
@@ -197,7 +197,7 @@ def test_gc_keeps_the_blobs_a_killed_capture_listed_as_archived(tmp_path):
     store.wait_for_discards()
     write_archived_list(staging, files, [])
     assert not (staging / "dump").exists()
-    _folders, blobs, _freed = store.gc()
+    blobs = store.gc().packs
     assert blobs == 0 and store.blobs.has(files[0].digest)
 
 

@@ -75,6 +75,9 @@ def gc(
 
     What each pack holds is read from the pack's own header: gc deletes nothing (exit 3, saying what to do) while
     a run's file list or a pack cannot be read, or while the pack table disagrees with the packs.
+
+    Small packs (a store of many tiny runs has one of a few hundred bytes per run, each taking a block of disk) are
+    merged into packs of about 1 MB once there are 16 or more; every file is read back and checked on the way.
     """
     from xlarun.console import human_bytes, print_json, warn
 
@@ -92,11 +95,23 @@ def gc(
             f"{', '.join(f'{lo.run_id} ({lo.what})' for lo in kept)}; kept: `xlarun recover` makes them runs marked incomplete, "
             "`xlarun gc --discard-recoverable` deletes them"
         )
-    folders, blobs, freed = the_store.gc(discard_recoverable=discard_recoverable)
+    done = the_store.gc(discard_recoverable=discard_recoverable)
     if as_json:
-        print_json({"folders": folders, "packs": blobs, "bytes": freed})
+        print_json(
+            {
+                "folders": done.folders,
+                "packs": done.packs,
+                "bytes": done.freed,
+                "merged": done.merged,
+                "merged_into": done.merged_into,
+            }
+        )
         return None
-    typer.echo(f"removed {folders} abandoned staging folder(s) and {blobs} unused pack(s), freed {human_bytes(freed)}")
+    merged = f", merged {done.merged} small pack(s) into {done.merged_into}" if done.merged else ""
+    typer.echo(
+        f"removed {done.folders} abandoned staging folder(s) and {done.packs - done.merged} unused pack(s){merged}, "
+        f"freed {human_bytes(done.freed)}"
+    )
 
 
 def recover(

@@ -32,6 +32,7 @@ from xlarun.store.runs import (
 
 if TYPE_CHECKING:
     from xlarun.store.archive import OutputArchiver
+    from xlarun.store.gc import GcResult
     from xlarun.store.summaries import FactsCache
 
 
@@ -239,8 +240,8 @@ class LocalStore(RunStore):
             report.damaged.append({"run": None, "path": "index.sqlite", "problem": damage.one_line()})
         return report
 
-    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> tuple[int, int, int]:
-        """:func:`xlarun.store.gc.collect_garbage`: (folders, packs, bytes freed). Refused while a committed run's
+    def gc(self, discard_recoverable: bool = False, keep: frozenset[str] = frozenset()) -> GcResult:
+        """:func:`xlarun.store.gc.collect_garbage`: (folders, packs, bytes freed, small packs merged, into how many). Refused while a committed run's
         file list is damaged (its blobs would look unused), and keeping every blob the index still names."""
         from xlarun.store.gc import collect_garbage
         from xlarun.store.integrity import UNREADABLE_LIST, file_list_problems, indexed_digests

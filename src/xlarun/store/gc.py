@@ -13,7 +13,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from xlarun.errors import StoreError
 from xlarun.store.pack_census import removal_failure, unlisted_folder_refusal
@@ -21,14 +21,26 @@ from xlarun.store.rows import Leftover, read_file_list
 from xlarun.store.runs import ARCHIVED_LIST, RunStore, read_archived_list
 
 
+class GcResult(NamedTuple):
+    """What gc removed: staging folders, packs (unused, unlisted copies and small packs merged), the bytes that
+    freed (less what merged packs take), and how many small packs were merged into how many."""
+
+    folders: int
+    packs: int
+    freed: int
+    merged: int = 0
+    merged_into: int = 0
+
+
 def collect_garbage(
     store: RunStore,
     discard_recoverable: bool = False,
     keep: frozenset[str] = frozenset(),
     checked: Callable[[], frozenset[str]] | None = None,
-) -> tuple[int, int, int]:
+) -> GcResult:
     """Remove what killed captures left that holds nothing to recover (and, with ``discard_recoverable``, what
-    could be recovered too), and the packs whose header lists no live file; returns (folders, packs, bytes freed).
+    could be recovered too), and the packs whose header lists no live file, and merge small packs (see
+    :mod:`xlarun.store.pack_collect`).
     Blobs a recoverable staging folder lists, and those in ``keep``, are live. Refuses (StoreError, nothing
     deleted) while a run's list, a pack's header, or a folder holding them cannot be read, or while the pack
     table disagrees with the headers (see :meth:`BlobStore.collect`). ``checked`` runs first under the exclusive
@@ -50,8 +62,8 @@ def collect_garbage(
                 f"{len(failures)} path(s) could not be removed, the first {failures[0]}",
                 "give this user write access to the store (or run gc as its owner), then run gc again",
             )
-        removed_packs, freed = store.blobs.collect(named | staged | keep, named)
-        return len(doomed), removed_packs, freed
+        done = store.blobs.collect(named | staged | keep, named)
+        return GcResult(len(doomed), done.removed, done.freed, done.merged, done.written)
 
 
 def digests_runs_name(store: RunStore) -> set[str]:

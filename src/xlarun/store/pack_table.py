@@ -235,20 +235,8 @@ class PackTable:
 
     def add(self, pack: str, members: Iterable[tuple[str, int, int]]) -> None:
         self.packs_dir.mkdir(parents=True, exist_ok=True)
-        conn = self._conn()
-        assert conn is not None, "the packs folder exists: the table is made"
         rows = [(s, pack, o, n) for s, o, n in members]
-        try:
-            with self._write_turn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", rows)
-                conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError) and (trouble := write_trouble(exc, f"cannot write {self.path}")):
-                raise trouble from None
-            raise
+        self._change(lambda conn: conn.executemany("INSERT OR IGNORE INTO members VALUES (?,?,?,?)", rows))
 
     def rows(self) -> list[tuple]:
         """Every row as it is: (digest, pack, offset, length), whatever their types (gc compares them with the headers)."""
@@ -256,13 +244,30 @@ class PackTable:
         return conn.execute("SELECT sha256, pack, offset, length FROM members").fetchall() if conn else []
 
     def forget_packs(self, packs: list[str]) -> None:
-        conn = self._conn()
-        if conn is None or not packs:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        if packs:
+            self._change(lambda conn: conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs]))
+
+    def move(self, packs: list[str], pack: str, members: list[tuple[str, int, int]]) -> None:
+        """In one transaction: forget every row naming one of ``packs`` and list ``members`` in ``pack`` (a merge of
+        small packs: a reader finds each file in either the old packs or the new one, never nowhere)."""
+
+        def change(conn: _CheckedConnection) -> None:
             conn.executemany("DELETE FROM members WHERE pack=?", [(p,) for p in packs])
-            conn.execute("COMMIT")
+            conn.executemany("INSERT OR REPLACE INTO members VALUES (?,?,?,?)", [(s, pack, o, n) for s, o, n in members])
+
+        self._change(change)
+
+    def _change(self, change: Callable[[_CheckedConnection], object]) -> None:
+        """Run ``change`` in one write transaction (this process's threads one at a time); a full disk or a read-only
+        file is a StoreError saying so."""
+        conn = self._conn()
+        if conn is None:
+            return
+        try:
+            with self._write_turn:
+                conn.execute("BEGIN IMMEDIATE")
+                change(conn)
+                conn.execute("COMMIT")
         except BaseException as exc:
             if conn.conn.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error to mask it
                 conn.execute("ROLLBACK")

@@ -35,7 +35,8 @@ from blake3 import blake3
 from xlarun.errors import StoreError
 from xlarun.killpoints import kill_point
 from xlarun.store.buffers import DecodedCache, give_buffer, take_buffer
-from xlarun.store.pack_census import PackCensus, removal_failure, unlisted_folder_refusal
+from xlarun.store.pack_census import PackCensus, unlisted_folder_refusal
+from xlarun.store.pack_collect import Collected, collect_packs
 from xlarun.store.pack_format import (
     PACK_BYTES,
     PACK_NAME_PREFIX,
@@ -208,15 +209,18 @@ class BlobStore:
             where = self._table.lookup(digest)
         if where is None:
             raise _missing(digest)
-        return self._pack_slice(*where, use_cache)
+        try:
+            return self._pack_slice(*where, use_cache)
+        except FileNotFoundError:  # gc merged its pack into another since the lookup: the table says which
+            moved = self._table.lookup(digest)
+            if moved is None or moved == where:
+                raise _missing(where[0]) from None
+            return self._pack_slice(*moved, use_cache)
 
     def _pack_slice(self, pack: str, offset: int, length: int, use_cache: bool) -> bytes:
         decoded = self._cache.get(pack) if use_cache else None
         if decoded is None:
-            try:
-                raw = _read_pack(self.pack_path(pack))
-            except FileNotFoundError:
-                raise _missing(pack) from None
+            raw = _read_pack(self.pack_path(pack))  # FileNotFoundError: see _get
             frame = memoryview(raw)[pack_header_size(raw) :]
             try:
                 if offset + length > self._cache.max_item:  # too big to keep: decode only up to the file
@@ -260,8 +264,8 @@ class BlobStore:
                 return f"pack {name[:12]} does not hash to its name"
         except StoreError as exc:
             return exc.message
-        except FileNotFoundError:
-            return f"pack {name[:12]} is missing"
+        except FileNotFoundError:  # gone since it was listed: merged or removed by gc, unless the table still names it
+            return f"pack {name[:12]} is missing" if self._table.members_of(name) else None
         except OSError as exc:
             return f"pack {name[:12]} cannot be read: {exc.strerror or exc}"
         # The table may list fewer members than the header holds: two writers that packed the same file at
@@ -295,33 +299,18 @@ class BlobStore:
             raise refusal
         return census
 
-    def collect(self, live: set[str], named: set[str] | None = None) -> tuple[int, int]:
-        """Remove the packs whose own header lists no file in ``live``; returns (packs removed, bytes freed). The
-        headers decide, never ``packs.sqlite``: gc refuses (StoreError, nothing deleted) while a pack cannot be
-        read, a digest of ``named`` (those runs list) is in no pack, or the table disagrees with the headers. A
-        pack that cannot be removed is a StoreError naming it, after the others are. The caller holds the
-        store's exclusive lock."""
-        census = self.collectable(live, named or set())
-        dead = census.dead_packs(live)
-        self._table.forget_packs(dead)  # first: a crash must never leave the table naming a deleted pack
-        removed = freed = 0
-        failures = []
-        for path in map(self.pack_path, dead):
-            try:
-                size = path.stat().st_size
-                path.unlink()
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                failures.append(removal_failure(path, exc))
-                continue
-            removed, freed = removed + 1, freed + size
-        if failures:
-            raise StoreError(
-                f"gc removed {removed} of {len(dead)} unused pack(s); {len(failures)} could not be removed: {failures[0]}",
-                f"give this user write access to {self.packs_dir} (or run gc as the store's owner), then run gc again",
-            )
-        return removed, freed
+    def collect(self, live: set[str], named: set[str] | None = None) -> Collected:
+        """Remove the packs no live file needs and merge the small ones (:func:`xlarun.store.pack_collect.collect_packs`,
+        which says what it relies on). The caller holds the store's exclusive lock."""
+        return collect_packs(self, live, named or set())
+
+    def decoded_pack(self, name: str) -> bytes:
+        """A pack's members' bytes, decoded whole (its frame's checksum checked on the way): StoreError when damaged."""
+        raw = _read_pack(self.pack_path(name))
+        try:
+            return _decompressor().decompressobj().decompress(memoryview(raw)[pack_header_size(raw) :])
+        except zstandard.ZstdError:
+            raise damaged(f"pack {name[:12]}") from None
 
     def disk_usage(self) -> int:
         """Bytes the packs and pack table take on disk."""
