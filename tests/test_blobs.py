@@ -13,7 +13,7 @@ from xlarun.store.buffers import DecodedCache
 from xlarun.store.facade import LocalStore
 from xlarun.store.pack_format import pack_members
 from xlarun.store.packs import BlobStore, content_digest
-from xlarun.store.runs import STORE_VERSION
+from xlarun.store.store_version import STORE_VERSION
 
 
 def _pass_dumps(count: int, seed: int = 0, lines: int = 800) -> list[bytes]:

@@ -44,13 +44,11 @@ from xlarun.killpoints import kill_point
 from xlarun.store.locks import open_lock, writers_turn
 from xlarun.store.rows import OUTPUT_DIRS, CheckReport, DamagedRun, FileNote, Leftover, StoredFile, listed_files, run_json
 from xlarun.store.store_json import checked_file_entries, checked_manifest, parse_store_json
+from xlarun.store.store_version import check_format, make_store, read_version
 
 if TYPE_CHECKING:
     from xlarun.store.packs import BlobStore
 
-#: The store format this xlarun reads and writes, described in docs/store-format.md. Formats 1 to 3 were
-#: written only by development versions of xlarun and are refused.
-STORE_VERSION = 4
 DEFAULT_STORE = ".xlarun"
 _TRASH_PREFIX = ".trash-"
 _DELETE_AT_ONCE = 64  # a trash of fewer entries is deleted at once: starting `rm` costs more (one small module)
@@ -130,18 +128,8 @@ class RunStore:
                     f"no xlarun store at {root}",
                     "capture a run first (`xlarun capture SPEC`), or point --store / XLARUN_STORE at a store",
                 )
-            if root.exists() and any(root.iterdir()):
-                raise StoreError(f"{root} exists and is not an xlarun store", "choose another --store folder")
-            try:
-                for sub in ("blobs", "runs", "staging"):
-                    (root / sub).mkdir(parents=True, exist_ok=True)
-                version_file.write_text(f"{STORE_VERSION}\n")
-            except OSError as exc:
-                raise StoreError(
-                    f"cannot create a store at {root}: {exc.strerror or exc}", "choose a writable --store folder"
-                ) from None
-        else:
-            _check_format(root, _read_version(version_file))
+            make_store(root)  # whole or not at all; finishes one a Ctrl-C cut short, or finds one made meanwhile
+        check_format(root, read_version(version_file))
         return cls(root.resolve())
 
     def close(self) -> None:
@@ -389,30 +377,6 @@ class RunStore:
     def disk_usage(self) -> int:
         """Bytes the store's blobs and packs take on disk."""
         return self.blobs.disk_usage()
-
-
-def _read_version(path: Path) -> str:
-    """What a store's VERSION file says (at most 64 bytes), every byte decoded (odd ones are shown escaped)."""
-    try:  # a FIFO, link or folder there is refused, never waited on
-        return bounded_read.read_regular(path, 64).decode("latin-1").strip()
-    except OSError as exc:
-        why = exc.reason if isinstance(exc, bounded_read.FileRefused) else exc.strerror or str(exc)
-        raise StoreError(f"cannot read {path}: {why}", "restore the store's VERSION file") from None
-
-
-def _check_format(root: Path, version: str) -> None:
-    """Refuse a store of another format than :data:`STORE_VERSION` with a message saying which."""
-    if version == str(STORE_VERSION):
-        return
-    if version in ("1", "2", "3"):
-        raise StoreError(
-            f"store {root} has format {version}, which this xlarun no longer reads (it reads format {STORE_VERSION} only)",
-            "formats 1-3 were written only by development versions; capture the runs again into a new store",
-        )
-    raise StoreError(
-        f"store {root} has format {version!r}; this xlarun reads format {STORE_VERSION} only",
-        "use the xlarun version that wrote it",
-    )
 
 
 def _read_pid(path: Path) -> int | None:
