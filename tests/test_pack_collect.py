@@ -214,3 +214,24 @@ def test_gc_removes_a_copy_of_a_pack_no_row_names(tmp_path):
     assert (done.packs, done.merged) == (1, 0) and len(store.blobs.pack_names()) == 2
     store.close()
     assert_reads_back(tmp_path / "s", runs)
+
+
+def test_a_full_disk_while_writing_the_merged_pack_is_one_line_and_loses_nothing(tmp_path):
+    import errno
+
+    from xlarun.errors import StoreError
+
+    runs = tiny_runs(tmp_path / "s", 20)
+    store = LocalStore.open(tmp_path / "s")
+    names = store.blobs.pack_names()
+
+    def full(_target, _payload):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store.blobs._write = full
+    with pytest.raises(StoreError, match=r"could not merge small packs: .*No space left on device") as error:
+        store.gc()
+    assert "free space" in error.value.hint
+    assert store.blobs.pack_names() == names and not list((tmp_path / "s" / "blobs" / "packs").glob(".tmp-*"))
+    store.close()
+    assert_reads_back(tmp_path / "s", runs)
