@@ -209,13 +209,15 @@ class BlobStore:
             where = self._table.lookup(digest)
         if where is None:
             raise _missing(digest)
-        try:
-            return self._pack_slice(*where, use_cache)
-        except FileNotFoundError:  # gc merged its pack into another since the lookup: the table says which
-            moved = self._table.lookup(digest)
-            if moved is None or moved == where:
-                raise _missing(where[0]) from None
-            return self._pack_slice(*moved, use_cache)
+        for _attempt in range(3):
+            try:
+                return self._pack_slice(*where, use_cache)
+            except FileNotFoundError:  # gc merged its pack into another since the lookup: the table says which
+                moved = self._table.lookup(digest)
+                if moved is None or moved == where:
+                    break
+                where = moved
+        raise _missing(where[0])  # the pack, as check names it
 
     def _pack_slice(self, pack: str, offset: int, length: int, use_cache: bool) -> bytes:
         decoded = self._cache.get(pack) if use_cache else None
