@@ -107,7 +107,10 @@ def gc(
             }
         )
         return None
-    merged = f", merged {done.merged} small pack(s) into {done.merged_into}" if done.merged else ""
+    from xlarun.store.pack_collect import SMALL_PACK_BYTES
+
+    small = f"under {SMALL_PACK_BYTES >> 10} KiB"
+    merged = f", merged {done.merged} pack(s) {small} into {done.merged_into} pack(s)" if done.merged else ""
     typer.echo(
         f"removed {done.folders} abandoned staging folder(s) and {done.packs - done.merged} unused pack(s){merged}, "
         f"freed {human_bytes(done.freed)}"
