@@ -97,20 +97,12 @@ def fill(root: Path, runs: int, seed: int) -> float:
     return time.perf_counter() - started
 
 
-def collected(root: Path) -> dict:
-    """The store again once ``xlarun gc`` merged its small packs."""
-    from xlarun.store.facade import LocalStore
-
-    store = LocalStore.open(root)
-    started = time.perf_counter()
-    done = store.gc()
-    took = time.perf_counter() - started
-    store.close()
+def measured(root: Path, seconds: float) -> dict:
+    """The store at ``root`` measured: its packs and the whole store, files, bytes and disk, and where the disk goes."""
     packs, packed, packs_disk = disk(root / "blobs" / "packs")
     files, held, used = disk(root)
-    row = {
-        "seconds": round(took, 1),
-        "merged": done.merged,
+    return {
+        "seconds": round(seconds, 1),
         "packs": packs,
         "pack_bytes": packed,
         "pack_disk_bytes": packs_disk,
@@ -121,6 +113,21 @@ def collected(root: Path) -> dict:
         "store_disk_over_bytes": round(used / held, 2),
         "parts": parts(root),
     }
+
+
+def collected(root: Path) -> dict:
+    """The store again once ``xlarun gc`` merged its small packs."""
+    from xlarun.store.facade import LocalStore
+
+    store = LocalStore.open(root)
+    started = time.perf_counter()
+    done = store.gc()
+    took = time.perf_counter() - started
+    store.close()
+    row = {"merged": done.merged, **measured(root, took)}
+    packs, packed, packs_disk, held, used = (
+        row[k] for k in ("packs", "pack_bytes", "pack_disk_bytes", "store_bytes", "store_disk_bytes")
+    )
     print(
         f"[tiny_runs] after gc ({took:.1f} s, {done.merged} packs merged): {packs} packs, {packed / 1e6:.1f} MB in "
         f"{packs_disk / 1e6:.1f} MB of disk; whole store {held / 1e6:.1f} MB in {used / 1e6:.1f} MB "
@@ -139,21 +146,11 @@ def measure(runs: int, workdir: Path) -> dict:
         archive.SMALL_DUMP_BYTES = small
         root = workdir / label
         took = fill(root, runs, seed=1)
-        packs, packed, packs_disk = disk(root / "blobs" / "packs")
-        files, held, used = disk(root)
-        results[label] = {
-            "seconds": round(took, 1),
-            "packs": packs,
-            "pack_bytes": packed,
-            "pack_disk_bytes": packs_disk,
-            "packs_disk_over_bytes": round(packs_disk / packed, 2),
-            "store_files": files,
-            "store_bytes": held,
-            "store_disk_bytes": used,
-            "store_disk_over_bytes": round(used / held, 2),
-            "parts": parts(root),
-        }
+        results[label] = measured(root, took)
         row = results[label]
+        packs, packed, packs_disk, held, used = (
+            row[k] for k in ("packs", "pack_bytes", "pack_disk_bytes", "store_bytes", "store_disk_bytes")
+        )
         print(
             f"[tiny_runs] {label}: {runs} runs in {took:.0f} s: {packs} packs, {packed / 1e6:.1f} MB in "
             f"{packs_disk / 1e6:.1f} MB of disk ({row['packs_disk_over_bytes']}x); whole store {held / 1e6:.1f} MB "
