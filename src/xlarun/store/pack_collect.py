@@ -62,7 +62,8 @@ def collect_packs(blobs: BlobStore, live: set[str], named: set[str]) -> Collecte
     rows = blobs._table.rows()
     listed = {row[1] for row in rows}
     dead = census.dead_packs(live)
-    doomed = dead + [name for name in census.held if name not in listed and name not in set(dead)]
+    unused = set(dead)
+    doomed = dead + [name for name in census.held if name not in listed and name not in unused]
     blobs._table.forget_packs(dead)  # first: a crash must never leave the table naming a deleted pack
     done, failures = Collected(), list[str]()
     _remove(blobs, doomed, done, failures)
